@@ -1,0 +1,82 @@
+"""Argument checks shared by the public API: each error names the parameter, the rule and the value."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any, cast
+
+import numpy as np
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, allow_none: bool = False
+) -> int | None:
+    """Return ``value`` as a Python int after checking its type and lower bound."""
+    if value is None:
+        if allow_none:
+            return None
+        raise TypeError(f"{name} must be an int, got None")
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        if minimum == 1:
+            rule = "a positive int"
+        elif minimum == 0:
+            rule = "a non-negative int"
+        else:
+            rule = f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {rule}, got {value}")
+    return value
+
+
+def positive(name: str, value: Any) -> int:
+    """Check a required positive int."""
+    return cast(int, check_int(name, value, minimum=1))
+
+
+def positive_or_none(name: str, value: Any) -> int | None:
+    """Check an optional positive int."""
+    return check_int(name, value, minimum=1, allow_none=True)
+
+
+def non_negative(name: str, value: Any) -> int:
+    """Check a required non-negative int."""
+    return cast(int, check_int(name, value, minimum=0))
+
+
+def check_seed(value: Any, name: str = "seed") -> int:
+    """Check a seed or epoch: a non-negative int, not a bool."""
+    return non_negative(name, value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Check a flag is a real bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """Check ``value`` is one of ``choices``."""
+    options = tuple(choices)
+    if not isinstance(value, str) or value not in options:
+        listed = ", ".join(repr(c) for c in options)
+        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
+    return value
+
+
+def check_real(name: str, value: Any, *, positive_only: bool = True) -> float:
+    """Check a finite real number (positive unless told otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    out = float(value)
+    if not np.isfinite(out) or (positive_only and out <= 0):
+        rule = "a positive finite number" if positive_only else "a finite number"
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+    return out

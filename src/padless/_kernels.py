@@ -1,0 +1,246 @@
+"""Compiled hot loops, each with a plain reference beside it.
+
+Every ``@njit`` function here has a ``*_reference`` twin written in plain Python/numpy; the tests
+prove they agree on random inputs. Kernels compile on first call and are cached on disk
+(``cache=True``), so ``import padless`` compiles nothing.
+
+Random numbers inside kernels come from a splitmix64 counter seeded with a 64-bit key that
+``padless._rng.key`` derives from ``np.random.SeedSequence([seed, epoch, stream])``; bounded draws
+use Lemire's multiply-and-reject method, so they are exactly uniform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_MASK32 = np.uint64(0xFFFFFFFF)
+_MASK64 = (1 << 64) - 1
+
+
+# --------------------------------------------------------------------------- random numbers
+
+
+@njit(cache=True, inline="always")
+def _next64(state):  # pragma: no cover - compiled
+    state[0] += _GOLDEN
+    z = state[0]
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, inline="always")
+def _below(state, bound):  # pragma: no cover - compiled
+    """Uniform int in [0, bound) for 1 <= bound < 2**32 (Lemire's method)."""
+    b = np.uint64(bound)
+    m = (_next64(state) >> np.uint64(32)) * b
+    low = m & _MASK32
+    if low < b:
+        limit = ((_MASK32 + np.uint64(1)) - b) % b
+        while low < limit:
+            m = (_next64(state) >> np.uint64(32)) * b
+            low = m & _MASK32
+    return np.int64(m >> np.uint64(32))
+
+
+class SplitMix:
+    """Plain-Python twin of the compiled generator (same outputs, for references and tests)."""
+
+    def __init__(self, key: int) -> None:
+        self.state = int(key) & _MASK64
+
+    def next64(self) -> int:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & _MASK64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        return z ^ (z >> 31)
+
+    def below(self, bound: int) -> int:
+        m = (self.next64() >> 32) * bound
+        low = m & 0xFFFFFFFF
+        if low < bound:
+            limit = ((1 << 32) - bound) % bound
+            while low < limit:
+                m = (self.next64() >> 32) * bound
+                low = m & 0xFFFFFFFF
+        return m >> 32
+
+
+@njit(cache=True)
+def random_below(key, bounds):  # pragma: no cover - compiled
+    """Draw one uniform int below each of ``bounds`` from the stream ``key`` (for tests)."""
+    state = np.empty(1, np.uint64)
+    state[0] = key
+    out = np.empty(bounds.shape[0], np.int64)
+    for i in range(bounds.shape[0]):
+        out[i] = _below(state, bounds[i])
+    return out
+
+
+def random_below_reference(key: int, bounds: np.ndarray) -> np.ndarray:
+    gen = SplitMix(key)
+    return np.array([gen.below(int(b)) for b in bounds], dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+@njit(cache=True)
+def counting_order(keys, num_keys):  # pragma: no cover - compiled
+    """Stable counting sort of small non-negative int keys.
+
+    Returns ``(order, starts)``: ``order`` lists positions by increasing key (ties in input order)
+    and ``starts[k]:starts[k+1]`` is the run of key k. O(n + num_keys) time and memory.
+    """
+    n = keys.shape[0]
+    starts = np.zeros(num_keys + 1, np.int64)
+    for i in range(n):
+        starts[keys[i] + 1] += 1
+    for k in range(num_keys):
+        starts[k + 1] += starts[k]
+    fill = starts[:num_keys].copy()
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        k = keys[i]
+        order[fill[k]] = i
+        fill[k] += 1
+    return order, starts
+
+
+def counting_order_reference(keys: np.ndarray, num_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(keys, kind="stable").astype(np.int64)
+    counts = np.bincount(keys, minlength=num_keys)[:num_keys]
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return order, starts
+
+
+@njit(cache=True)
+def shuffle_runs(values, starts, key):  # pragma: no cover - compiled
+    """Shuffle ``values[starts[r]:starts[r+1]]`` in place for every run r (Fisher-Yates)."""
+    state = np.empty(1, np.uint64)
+    state[0] = key
+    for r in range(starts.shape[0] - 1):
+        lo = starts[r]
+        for i in range(starts[r + 1] - 1, lo, -1):
+            j = lo + _below(state, i - lo + 1)
+            tmp = values[i]
+            values[i] = values[j]
+            values[j] = tmp
+
+
+def shuffle_runs_reference(values: np.ndarray, starts: np.ndarray, key: int) -> None:
+    gen = SplitMix(key)
+    for r in range(len(starts) - 1):
+        lo, hi = int(starts[r]), int(starts[r + 1])
+        for i in range(hi - 1, lo, -1):
+            j = lo + gen.below(i - lo + 1)
+            values[i], values[j] = values[j], values[i]
+
+
+# --------------------------------------------------------------------------- token budget
+
+
+@njit(cache=True)
+def budget_ends(sizes, max_tokens, max_sentences, multiple):  # pragma: no cover - compiled
+    """Greedy token-budget batching over ``sizes`` (already in order); returns batch ends.
+
+    ``max_tokens``/``max_sentences`` of 0 mean "no limit". The open batch grows by a tail of items;
+    the tail joins the batch whenever the union is small (< multiple) or a multiple of ``multiple``.
+    When batch + tail would break a limit, the batch closes and the tail opens the next one; if the
+    tail alone (with the new item) breaks max_tokens, the tail without the new item closes too.
+    """
+    n = sizes.shape[0]
+    ends = np.empty(n + 1, np.int64)
+    closed = 0
+    start = 0  # first position of the open batch
+    cut = 0  # end of the open batch = first position of the tail
+    batch_max = 0
+    tail_max = 0
+    for pos in range(n):
+        s = sizes[pos]
+        if s > tail_max:
+            tail_max = s
+        count = pos + 1 - start
+        longest = batch_max if batch_max > tail_max else tail_max
+        over = (max_sentences > 0 and count > max_sentences) or (
+            max_tokens > 0 and count * longest > max_tokens
+        )
+        if over:
+            ends[closed] = cut
+            closed += 1
+            if max_tokens > 0 and tail_max * (pos + 1 - cut) > max_tokens:
+                ends[closed] = pos
+                closed += 1
+                tail_max = s
+                start = pos
+            else:
+                start = cut
+            cut = pos + 1
+            batch_max = tail_max
+            tail_max = 0
+        elif count < multiple or count % multiple == 0:
+            cut = pos + 1
+            batch_max = longest
+            tail_max = 0
+    if cut > start:
+        ends[closed] = cut
+        closed += 1
+    if n > cut:
+        ends[closed] = n
+        closed += 1
+    return ends[:closed].copy()
+
+
+def budget_ends_reference(
+    sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+) -> np.ndarray:
+    """The same rule written with Python lists, one batch and one tail at a time."""
+
+    def cost(items: list[int]) -> int:
+        return len(items) * max(int(sizes[i]) for i in items) if items else 0
+
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    tail: list[int] = []
+    for pos in range(len(sizes)):
+        tail.append(pos)
+        union = batch + tail
+        too_many = max_sentences > 0 and len(union) > max_sentences
+        too_big = max_tokens > 0 and cost(union) > max_tokens
+        if too_many or too_big:
+            batches.append(batch)
+            if max_tokens > 0 and cost(tail) > max_tokens:
+                batches.append(tail[:-1])
+                tail = tail[-1:]
+            batch, tail = tail, []
+        elif len(union) < multiple or len(union) % multiple == 0:
+            batch, tail = union, []
+    batches.extend(part for part in (batch, tail) if part)
+    ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+    return ends if len(ends) else np.zeros(0, np.int64)
+
+
+@njit(cache=True)
+def segment_max(values, offsets):  # pragma: no cover - compiled
+    """Max of ``values[offsets[b]:offsets[b+1]]`` per segment (0 for an empty one)."""
+    nb = offsets.shape[0] - 1
+    out = np.zeros(nb, np.int64)
+    for b in range(nb):
+        m = 0
+        for i in range(offsets[b], offsets[b + 1]):
+            if values[i] > m:
+                m = values[i]
+        out[b] = m
+    return out
+
+
+def segment_max_reference(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    return np.array(
+        [values[a:b].max() if b > a else 0 for a, b in zip(offsets[:-1], offsets[1:], strict=True)],
+        dtype=np.int64,
+    )

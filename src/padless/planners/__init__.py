@@ -1,0 +1,1 @@
+"""Planners: pure functions of (lengths, config, seed, epoch) that return a BatchPlan."""

@@ -1,0 +1,68 @@
+"""Length order with ties broken at random from (seed, epoch), by counting sort."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _kernels as K
+from .. import _rng
+
+
+def _key_fields(num_fields: int) -> list[int]:
+    """Sort priority of fields: the last, then the first, then the rest (fairseq: tgt, then src)."""
+    return [num_fields - 1, *range(num_fields - 1)]
+
+
+def group_keys(lengths: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense-enough int keys whose order is the length order, and their range.
+
+    1-D lengths are their own keys. (N, F) lengths become a mixed-radix composite. When the range
+    would be far larger than N, keys are replaced by their ranks among the distinct values, which
+    keeps the same groups in the same order (and so the same random draws).
+    """
+    n = lengths.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 1
+    small = 2 * n + (1 << 16)
+    if lengths.ndim == 1:
+        span = int(lengths.max()) + 1
+        if span <= small:
+            return lengths, span
+        uniq, ranks = np.unique(lengths, return_inverse=True)
+        return ranks.astype(np.int64).ravel(), int(uniq.size)
+    fields = _key_fields(lengths.shape[1])
+    radices = [int(lengths[:, f].max()) + 1 for f in fields]
+    span = 1
+    for r in radices:
+        span *= r
+    if span <= small:
+        key = np.zeros(n, dtype=np.int64)
+        for f, r in zip(fields, radices, strict=True):
+            key *= r
+            key += lengths[:, f]
+        return key, span
+    uniq, ranks = np.unique(lengths[:, fields], axis=0, return_inverse=True)
+    return ranks.astype(np.int64).ravel(), int(uniq.shape[0])
+
+
+def length_order(
+    lengths: np.ndarray, seed: int, epoch: int, stream: int = _rng.TIE_BREAK
+) -> tuple[np.ndarray, np.ndarray]:
+    """Indices by increasing length (2-D: last field, then the first, then the rest).
+
+    Ties come in a uniformly random order drawn from (seed, epoch, stream). Returns
+    ``(order, starts)``: ``starts`` bounds the runs of equal length (or length tuple), some empty.
+    Cost: O(N + max length) time and memory (a counting sort, then a Fisher-Yates pass per run).
+    """
+    keys, span = group_keys(lengths)
+    order, starts = K.counting_order(keys, span)
+    K.shuffle_runs(order, starts, _rng.key(seed, epoch, stream))
+    return order, starts
+
+
+def sorted_sizes(lengths: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``sizes_of(lengths)[order]`` for an order from :func:`length_order`, without a gather (1-D)."""
+    if lengths.ndim == 1 and starts.size - 1 == (int(lengths.max()) + 1 if lengths.size else 1):
+        return np.repeat(np.arange(starts.size - 1, dtype=np.int64), np.diff(starts))
+    sizes = lengths if lengths.ndim == 1 else lengths.max(axis=1)
+    return np.ascontiguousarray(sizes[order])
