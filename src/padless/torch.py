@@ -3,3 +3,6 @@
 from __future__ import annotations
 
 import torch
+
+__all__: list[str] = []
+_TORCH_VERSION = torch.__version__
