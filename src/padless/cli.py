@@ -1,0 +1,58 @@
+"""The ``padless`` command. Subcommands load their modules lazily so ``padless --help`` is fast."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import import_module
+
+# name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "report": (
+        "padless._cli_report",
+        "compare batching strategies on a corpus (default: built-in)",
+    ),
+    "shuffle": ("padless._cli_shuffle", "shuffle a file bigger than memory, uniformly and safely"),
+}
+
+
+def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    """Build the parser; only the chosen subcommand's module is imported."""
+    parser = argparse.ArgumentParser(
+        prog="padless",
+        description="Plan training batches for variable-length sequences with as little padding "
+        "as possible.",
+    )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"padless {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == load:
+            import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``padless`` console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in SUBCOMMANDS else None)
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    module = import_module(SUBCOMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("padless: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"padless {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
