@@ -17,6 +17,8 @@ _EXPORTS = {
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
     "plan_token_budget": "padless.planners.budget",
+    "TokenBudgetSampler": "padless.planners.budget",
+    "PlanSampler": "padless.sampler",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
     from .lengths import lengths_of as lengths_of
     from .plan import BatchPlan as BatchPlan
     from .plan import PlanStats as PlanStats
+    from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
     from .planners.budget import plan_token_budget as plan_token_budget
+    from .sampler import PlanSampler as PlanSampler
 
 
 def __getattr__(name: str) -> Any:

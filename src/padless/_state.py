@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ def fingerprint(config: Mapping[str, Any], *arrays: np.ndarray) -> str:
     for arr in arrays:
         a = np.ascontiguousarray(arr)
         h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(memoryview(a).cast("B"))
+        h.update(cast(Any, a).data)
     return h.hexdigest()
 
 

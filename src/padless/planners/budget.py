@@ -10,6 +10,7 @@ from .. import _kernels as K
 from .._check import check_choice, check_seed, positive, positive_or_none
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
+from ..sampler import PlanSampler
 from ._order import length_order, sorted_sizes
 
 
@@ -103,3 +104,66 @@ def plan_token_budget(
     offsets[0] = 0
     offsets[1:] = ends
     return BatchPlan(walk, offsets, skipped=skipped)
+
+
+class TokenBudgetSampler(PlanSampler):
+    """Batch sampler over :func:`plan_token_budget` batches (fairseq semantics, never drops data).
+
+    Batch membership changes with the epoch (random tie-break among equal lengths) and the batch
+    order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks, tail policy,
+    balance and resume.
+
+    >>> s = TokenBudgetSampler([3, 5, 2, 7, 4, 4], max_tokens=10, seed=1)
+    >>> sorted(i for batch in s for i in batch)
+    [0, 1, 2, 3, 4, 5]
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        *,
+        max_tokens: int | None,
+        max_sentences: int | None = None,
+        multiple_of: int = 1,
+        oversize: str = "error",
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        balance: bool = False,
+    ) -> None:
+        super().__init__(
+            lengths,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            balance=balance,
+        )
+        self.max_tokens = positive_or_none("max_tokens", max_tokens)
+        self.max_sentences = positive_or_none("max_sentences", max_sentences)
+        self.multiple_of = positive("multiple_of", multiple_of)
+        self.oversize = check_choice("oversize", oversize, ("error", "skip"))
+        if self.max_tokens is not None and self.oversize == "error":
+            oversize_filter(self.sizes, self.max_tokens, "error")
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "max_sentences": self.max_sentences,
+            "multiple_of": self.multiple_of,
+            "oversize": self.oversize,
+        }
+
+    def _plan(self, epoch: int) -> BatchPlan:
+        return plan_token_budget(
+            self.lengths,
+            max_tokens=self.max_tokens,
+            max_sentences=self.max_sentences,
+            multiple_of=self.multiple_of,
+            oversize=self.oversize,
+            seed=self.seed,
+            epoch=epoch,
+        )
