@@ -160,6 +160,14 @@ class PlanSampler:
         steps = self._steps(total, start)
         return start + np.arange(steps, dtype=np.int64) * self.world_size + rank
 
+    def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
+        """Return an epoch's global plan and its batch order (all ranks, before sharding).
+
+        Cost: one plan computation (cached for the latest epoch).
+        """
+        sched = self._schedule(check_seed(epoch, "epoch"))
+        return sched.plan, sched.order
+
     # ------------------------------------------------------------------ sampler protocol
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration plans; a loaded position survives only for its epoch."""
