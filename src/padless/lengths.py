@@ -36,7 +36,7 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
             if negative.any():
                 pos = _first_bad(negative)
                 raise ValueError(
-                    f"lengths must be non-negative, got {int(arr[pos])} at position {_where(pos)}"
+                    f"lengths must be non-negative, got {arr[pos].item()} at position {_where(pos)}"
                 )
         if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
             raise ValueError("lengths do not fit in int64")
@@ -48,7 +48,7 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
                 pos = _first_bad(bad)
                 raise ValueError(
                     "lengths must be non-negative whole numbers, "
-                    f"got {arr[pos]!r} at position {_where(pos)}"
+                    f"got {arr[pos].item()!r} at position {_where(pos)}"
                 )
         return np.ascontiguousarray(arr, dtype=np.int64)
     if arr.dtype == object:

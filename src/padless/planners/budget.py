@@ -76,7 +76,7 @@ def plan_token_budget(
 
     >>> plan = plan_token_budget([5, 3, 3, 8, 1], max_tokens=9)
     >>> [b.tolist() for b in plan]
-    [[4], [1, 2], [0], [3]]
+    [[4, 2, 1], [0], [3]]
     """
     lens = lengths_of(lengths)
     max_tokens = positive_or_none("max_tokens", max_tokens)

@@ -1,0 +1,147 @@
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from padless import BatchPlan, builtin_corpus, plan_token_budget
+
+
+def batches(plan: BatchPlan) -> list[list[int]]:
+    return [b.tolist() for b in plan]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kwargs", "expected"),
+    [
+        # plain budget: 3 × 2 = 6 fits, a 4th does not
+        ([2, 2, 2, 2, 2], {"max_tokens": 6}, [[0, 1, 2], [3, 4]]),
+        # multiple_of=2: the odd third item waits in the tail and opens the next batch
+        ([2, 2, 2, 2, 2], {"max_tokens": 6, "multiple_of": 2}, [[0, 1], [2, 3], [4]]),
+        # the longest item sets the cost of the whole batch
+        ([1, 1, 1, 5], {"max_tokens": 12}, [[0, 1, 2], [3]]),
+        # max_sentences alone
+        ([9, 9, 9, 9, 9], {"max_sentences": 2}, [[0, 1], [2, 3], [4]]),
+        # small batches (< multiple_of) join freely, then only at multiples
+        (
+            [1, 1, 1, 1, 2, 2, 3, 3],
+            {"max_tokens": 10, "multiple_of": 4},
+            [[0, 1, 2, 3], [4, 5, 6], [7]],
+        ),
+        # the tail itself overflows: it closes without the new item, which starts alone
+        (
+            [1, 1, 1, 1, 1, 1, 1, 6],
+            {"max_tokens": 20, "multiple_of": 4},
+            [[0, 1, 2, 3], [4, 5, 6], [7]],
+        ),
+        # no limits at all: one batch of a multiple, then the tail
+        ([1, 2, 3, 4, 5], {"multiple_of": 2}, [[0, 1, 2, 3], [4]]),
+        # zero-length items cost nothing
+        ([0, 0, 0, 3], {"max_tokens": 3}, [[0, 1, 2], [3]]),
+        ([], {"max_tokens": 3}, []),
+        ([4], {"max_tokens": 4}, [[0]]),
+    ],
+)
+def test_fairseq_rule_on_given_order(sizes, kwargs, expected):
+    plan = plan_token_budget(sizes, order=np.arange(len(sizes)), **kwargs)
+    assert batches(plan) == expected
+
+
+def test_last_batch_is_never_dropped():
+    # fairseq's wrapper drops a last batch that is not a multiple of bsz_mult (fairseq #5036)
+    plan = plan_token_budget([1] * 10, max_tokens=100, multiple_of=4, order=np.arange(10))
+    assert sum(len(b) for b in plan) == 10
+    assert batches(plan)[-1] == [8, 9]
+
+
+def test_order_is_walked_as_given():
+    order = np.array([3, 0, 2, 1])
+    plan = plan_token_budget([5, 5, 5, 5], max_tokens=10, order=order)
+    assert batches(plan) == [[3, 0], [2, 1]]
+
+
+def test_order_may_be_a_subset():
+    plan = plan_token_budget([5, 5, 5, 5], max_tokens=10, order=[2])
+    assert batches(plan) == [[2]]
+
+
+def test_two_fields_use_max_over_fields():
+    lengths = np.array([[1, 6], [6, 1], [3, 3]])
+    plan = plan_token_budget(lengths, max_tokens=12, order=np.arange(3))
+    assert batches(plan) == [[0, 1], [2]]
+
+
+def test_default_order_sorts_by_last_field_then_first():
+    rs = np.random.default_rng(3)
+    lengths = rs.integers(1, 6, size=(300, 2))
+    plan = plan_token_budget(lengths, max_sentences=7)
+    walked = lengths[plan.indices]
+    keys = walked[:, 1] * 100 + walked[:, 0]
+    assert np.all(np.diff(keys) >= 0)
+
+
+def test_oversize_error_names_first_index_and_length():
+    with pytest.raises(ValueError, match=r"index 2 has length 9, which exceeds max_tokens=8"):
+        plan_token_budget([1, 2, 9, 10], max_tokens=8)
+
+
+def test_oversize_skip_records_skipped():
+    plan = plan_token_budget([1, 2, 9, 10], max_tokens=8, oversize="skip")
+    assert plan.skipped.tolist() == [2, 3]
+    assert sorted(plan.indices.tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"max_tokens": 0}, ValueError, "max_tokens must be a positive int, got 0"),
+        ({"max_tokens": -5}, ValueError, "max_tokens must be a positive int, got -5"),
+        ({"max_tokens": 2.5}, TypeError, "max_tokens must be an int"),
+        ({"max_tokens": True}, TypeError, "max_tokens must be an int"),
+        ({"max_sentences": 0}, ValueError, "max_sentences must be a positive int, got 0"),
+        ({"multiple_of": 0}, ValueError, "multiple_of must be a positive int, got 0"),
+        ({"oversize": "clip"}, ValueError, "oversize must be one of"),
+        ({"seed": -1}, ValueError, "seed must be a non-negative int, got -1"),
+        ({"seed": True}, TypeError, "seed must be an int"),
+        ({"epoch": -1}, ValueError, "epoch must be a non-negative int"),
+        ({"order": [0, 7]}, ValueError, r"order must hold indices in \[0, 3\), got 7"),
+        ({"order": [0.0, 1.0]}, TypeError, "order must hold integer indices"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        plan_token_budget([1, 2, 3], **{"max_tokens": 10, **kwargs})
+
+
+def digest(plan: BatchPlan) -> str:
+    h = hashlib.sha256(plan.indices.tobytes())
+    h.update(plan.offsets.tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_same_seed_same_plan_across_processes():
+    here = digest(plan_token_budget(builtin_corpus(), max_tokens=4096, multiple_of=8, seed=5))
+    code = (
+        "import hashlib, padless;"
+        "p = padless.plan_token_budget(padless.builtin_corpus(), max_tokens=4096, multiple_of=8, seed=5);"
+        "h = hashlib.sha256(p.indices.tobytes()); h.update(p.offsets.tobytes());"
+        "print(h.hexdigest()[:16])"
+    )
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert there.stdout.strip() == here
+
+
+def test_epochs_change_membership_and_seed_epoch_do_not_add():
+    en = builtin_corpus()
+    a = plan_token_budget(en, max_tokens=2048, seed=0, epoch=1)
+    b = plan_token_budget(en, max_tokens=2048, seed=0, epoch=2)
+    c = plan_token_budget(en, max_tokens=2048, seed=1, epoch=0)
+    members = [{frozenset(x.tolist()) for x in p} for p in (a, b, c)]
+    assert members[0] != members[1]
+    assert members[0] != members[2]  # (0, 1) is not (1, 0)
+
+
+def test_padding_on_builtin_corpus_is_tiny():
+    st = plan_token_budget(builtin_corpus(), max_tokens=4096).stats(builtin_corpus())
+    assert st.padding_fraction < 0.01  # random batches of 64 waste about 55%

@@ -1,0 +1,66 @@
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from padless import _kernels as K
+
+
+@given(st.integers(0, 2**64 - 1), st.lists(st.integers(1, 2**32 - 1), max_size=50))
+def test_random_below_matches_reference(key, bounds):
+    b = np.array(bounds, dtype=np.int64)
+    out = K.random_below(np.uint64(key), b)
+    assert np.array_equal(out, K.random_below_reference(key, b))
+    assert np.all((out >= 0) & (out < np.maximum(b, 1)))
+
+
+def test_random_below_is_uniform():
+    out = K.random_below(np.uint64(7), np.full(60000, 6, dtype=np.int64))
+    counts = np.bincount(out, minlength=6)
+    # each cell expects 10000; 5 sigma is about 456
+    assert np.all(np.abs(counts - 10000) < 460)
+
+
+@given(arrays(np.int64, st.integers(0, 200), elements=st.integers(0, 30)))
+def test_counting_order_matches_reference(keys):
+    a = K.counting_order(keys, 31)
+    b = K.counting_order_reference(keys, 31)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@given(
+    arrays(np.int64, st.integers(0, 100), elements=st.integers(0, 1000)),
+    st.lists(st.integers(0, 100), max_size=6),
+    st.integers(0, 2**64 - 1),
+)
+def test_shuffle_runs_matches_reference(values, cuts, key):
+    n = values.shape[0]
+    starts = np.array(sorted({0, n, *[min(c, n) for c in cuts]}), dtype=np.int64)
+    a, b = values.copy(), values.copy()
+    K.shuffle_runs(a, starts, np.uint64(key))
+    K.shuffle_runs_reference(b, starts, key)
+    assert np.array_equal(a, b)
+    for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        assert sorted(a[lo:hi]) == sorted(values[lo:hi])
+
+
+@given(
+    arrays(np.int64, st.integers(0, 120), elements=st.integers(0, 40)),
+    st.sampled_from([0, 40, 41, 64, 100, 1000]),
+    st.sampled_from([0, 1, 2, 3, 7, 16]),
+    st.sampled_from([1, 2, 3, 4, 8]),
+)
+def test_budget_kernel_matches_reference(sizes, max_tokens, max_sentences, multiple):
+    if max_tokens:
+        sizes = np.minimum(sizes, max_tokens)
+    a = K.budget_ends(sizes, max_tokens, max_sentences, multiple)
+    b = K.budget_ends_reference(sizes, max_tokens, max_sentences, multiple)
+    assert np.array_equal(a, b)
+
+
+@given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 50)), st.data())
+def test_segment_max_matches_reference(values, data):
+    n = values.shape[0]
+    cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
+    offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
+    assert np.array_equal(K.segment_max(values, offsets), K.segment_max_reference(values, offsets))
