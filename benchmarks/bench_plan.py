@@ -1,0 +1,79 @@
+"""Token-budget planning speed, as ratios to numpy sorts of the same array (same process).
+
+Run: .venv/bin/python benchmarks/bench_plan.py [--sizes 1000000 10000000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def best_of(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
+    rs = np.random.default_rng(seed)
+    raw = rs.lognormal(mean=np.log(23.0), sigma=0.55, size=n)
+    return np.clip(np.round(raw), 1, 1024).astype(np.int64)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    import padless
+    from padless import _kernels as K
+
+    padless.plan_token_budget(np.array([3, 1, 2]), max_tokens=8, multiple_of=2)
+    print(f"first call (compile or load cached kernels): {time.perf_counter() - t0:.2f} s")
+
+    def greedy_pass(order: np.ndarray, walk_sizes: np.ndarray) -> padless.BatchPlan:
+        ends = K.budget_ends(walk_sizes, 4096, 0, 8)
+        return padless.BatchPlan(order, np.concatenate([[0], ends]))
+
+    for n in args.sizes:
+        lengths = lognormal_lengths(n)
+        t_argsort = best_of(lambda: np.argsort(lengths, kind="stable"), max(2, args.repeat // 2))
+        t_sort = best_of(lambda: np.sort(lengths), args.repeat)
+        t_plan = best_of(
+            lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8),
+            args.repeat,
+        )
+        sorted_order = np.argsort(lengths, kind="stable")
+        sorted_sizes = np.ascontiguousarray(lengths[sorted_order])
+        random_order = np.random.default_rng(1).permutation(n)
+        random_sizes = np.ascontiguousarray(lengths[random_order])
+        t_pass_sorted = best_of(lambda: greedy_pass(sorted_order, sorted_sizes), args.repeat)
+        t_pass_random = best_of(lambda: greedy_pass(random_order, random_sizes), args.repeat)
+        print(f"\nN = {n:,} lognormal lengths (mean {lengths.mean():.1f}), max_tokens 4096, multiple_of 8")
+        print(f"  np.argsort(kind='stable')   {t_argsort * 1e3:8.1f} ms")
+        print(f"  np.sort                     {t_sort * 1e3:8.1f} ms")
+        print(
+            f"  plan_token_budget end-to-end {t_plan * 1e3:7.1f} ms  "
+            f"= {t_plan / t_argsort:.3f} x stable argsort (target <= 0.3)"
+        )
+        print(
+            f"  greedy pass, sorted order   {t_pass_sorted * 1e3:8.1f} ms  "
+            f"= {t_pass_sorted / t_sort:.3f} x np.sort (target <= 1.0)"
+        )
+        print(
+            f"  greedy pass, random order   {t_pass_random * 1e3:8.1f} ms  "
+            f"= {t_pass_random / t_sort:.3f} x np.sort (target <= 2.0)"
+        )
+
+
+if __name__ == "__main__":
+    main()
