@@ -329,18 +329,35 @@ def feistel_permute_reference(ids: np.ndarray, n: int, round_keys: np.ndarray) -
     return np.array([_feistel_one_reference(int(i), n, keys) for i in ids], dtype=np.int64)
 
 
-@njit(cache=True)
-def lm_gather(src, starts, x, y):  # pragma: no cover - compiled
-    """Row b of x is ``src[starts[b]:starts[b] + w]`` and row b of y the same shifted by one."""
+@njit(cache=True, inline="always")
+def _gather_rows(src, starts, x, y):  # pragma: no cover - compiled
     w = x.shape[1]
+    # First touch one element per 64-byte line of every row: the loads are independent, so the
+    # core keeps many cache misses in flight; the copy below then reads from cache.
+    step = max(64 // src.itemsize, 1)
+    acc = 0
+    for b in range(starts.shape[0]):
+        row = src[starts[b] : starts[b] + w + 1]
+        for t in range(0, w + 1, step):
+            acc += row[t]
+    # Loops over slices (not src[s + t]) so that LLVM sees no index wraparound and vectorises.
     for b in range(starts.shape[0]):
         s = starts[b]
+        xs = src[s : s + w]
+        ys = src[s + 1 : s + 1 + w]
         xb = x[b]
         yb = y[b]
         for t in range(w):
-            xb[t] = src[s + t]
+            xb[t] = xs[t]
         for t in range(w):
-            yb[t] = src[s + 1 + t]
+            yb[t] = ys[t]
+    return acc
+
+
+@njit(cache=True)
+def lm_gather(src, starts, x, y):  # pragma: no cover - compiled
+    """Row b of x is ``src[starts[b]:starts[b] + w]`` and row b of y the same shifted by one."""
+    _gather_rows(src, starts, x, y)
 
 
 def lm_gather_reference(src: np.ndarray, starts: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
@@ -361,14 +378,10 @@ def lm_random_batch(src, first, n, offset, round_keys, x, y):  # pragma: no cove
     while (np.int64(1) << bits) < n:
         bits += 1
     w = x.shape[1]
+    starts = np.empty(x.shape[0], np.int64)
     for b in range(x.shape[0]):
-        s = offset + _feistel_one((first + b) % n, n, bits, round_keys) * w
-        xb = x[b]
-        yb = y[b]
-        for t in range(w):
-            xb[t] = src[s + t]
-        for t in range(w):
-            yb[t] = src[s + 1 + t]
+        starts[b] = offset + _feistel_one((first + b) % n, n, bits, round_keys) * w
+    _gather_rows(src, starts, x, y)
 
 
 def lm_random_batch_reference(
