@@ -1,0 +1,802 @@
+"""Multi-corpus batching: zipped corpora and temperature mixtures of per-corpus samplers.
+
+Two schemes for training on many corpora (language pairs, domains) at once:
+
+* :func:`zip_lengths` for corpora used side by side, one example of each per index: the combined
+  length of index ``i`` is the max over corpora of corpus ``k``'s length at ``i mod n_k``. Any
+  planner or sampler then runs on the result.
+* :class:`MixtureSampler` for a temperature mixture: every batch comes from one corpus, drawn with
+  probability ``p_k ∝ (n_k / Σn)^(1/T)`` (or from explicit weights), batched by that corpus's own
+  padless sampler.
+
+Global indices of a mixture follow ``torch.utils.data.ConcatDataset`` of the corpora in the
+order of the ``samplers`` dict: corpus ``k``'s index ``i`` is ``offset_k + i`` where ``offset_k``
+is the total size of the corpora before it (``padless.torch.mixture_dataset`` builds that dataset).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import numbers
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _rng
+from ._check import check_bool, check_choice, check_int, check_seed, positive_or_none
+from ._state import STATE_VERSION, check_state, fingerprint
+from .lengths import lengths_of
+from .plan import BatchPlan
+from .sampler import PlanSampler, check_ranks
+
+__all__ = [
+    "MixtureSampler",
+    "MixtureSchedule",
+    "ZippedLengths",
+    "temperature_probabilities",
+    "zip_lengths",
+]
+
+UNITS = ("sentences", "tokens")
+
+
+# ---------------------------------------------------------------------------------------- zip
+class ZippedLengths:
+    """Combined lengths of corpora used side by side, and how much each shorter corpus repeats.
+
+    It behaves as a lengths array (``np.asarray(z)``, ``len(z)``), so every planner and sampler
+    accepts it in place of lengths.
+
+    Attributes:
+        lengths: int64 (N,) or (N, F) combined lengths, N = the longest corpus's size.
+        sizes: each corpus's own size n_k.
+        repeated: per corpus, how many examples were reused past its end to reach N (N − n_k;
+            0 for the longest corpus). A corpus of size n_k is used N / n_k times over
+            (:attr:`passes`).
+    """
+
+    __slots__ = ("lengths", "sizes", "repeated")
+
+    def __init__(self, lengths: np.ndarray, sizes: tuple[int, ...]) -> None:
+        self.lengths = lengths
+        self.sizes = sizes
+        n = int(lengths.shape[0])
+        self.repeated = tuple(n - s for s in sizes)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy:
+            return np.array(self.lengths, dtype=dtype, copy=True)
+        return np.asarray(self.lengths, dtype=dtype)
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def passes(self) -> tuple[float, ...]:
+        """How many times over each corpus is used (N / n_k; 1.0 for the longest)."""
+        n = len(self)
+        return tuple(n / s for s in self.sizes)
+
+    def source_indices(self, corpus: int, indices: Any) -> np.ndarray:
+        """Map combined indices to corpus ``corpus``'s own indices (``i mod n_k``).
+
+        >>> zip_lengths([[1, 2, 3, 4, 5], [7, 8]]).source_indices(1, [0, 3, 4]).tolist()
+        [0, 1, 0]
+        """
+        k = check_int("corpus", corpus, minimum=0)
+        if k is None or k >= len(self.sizes):
+            raise ValueError(f"corpus must be in [0, {len(self.sizes)}), got {corpus}")
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= len(self)):
+            raise ValueError(f"indices must lie in [0, {len(self)}), got {idx.min()}..{idx.max()}")
+        return idx % self.sizes[k]
+
+    def __repr__(self) -> str:
+        return (
+            f"ZippedLengths(size={len(self)}, sizes={list(self.sizes)}, "
+            f"repeated={list(self.repeated)})"
+        )
+
+
+def _wrap_max(out: np.ndarray, src: np.ndarray) -> None:
+    """``out[i] = max(out[i], src[i mod len(src)])`` in place, without tiling ``src``."""
+    n, total = src.shape[0], out.shape[0]
+    full = total // n
+    if full:
+        view = out[: full * n].reshape(full, n, *out.shape[1:])
+        np.maximum(view, src, out=view)
+    rest = total - full * n
+    if rest:
+        tail = out[full * n :]
+        np.maximum(tail, src[:rest], out=tail)
+
+
+def zip_lengths(corpora: Sequence[Any]) -> ZippedLengths:
+    """Combine corpora used side by side into one lengths array (max over corpora, wrap-around).
+
+    Index ``i`` of the result stands for example ``i mod n_k`` of every corpus ``k``; its length is
+    the max of those lengths, so a token budget planned on it holds for every corpus. The combined
+    size is the longest corpus's; shorter corpora wrap around, and ``repeated`` says how many of
+    their examples were reused. Per-field lengths ((n_k, F), the same F for all) combine field by
+    field.
+
+    Args:
+        corpora: a list of lengths, one per corpus (anything :func:`padless.lengths_of` takes).
+
+    Returns:
+        A :class:`ZippedLengths`, usable directly as lengths by every planner and sampler.
+
+    Raises:
+        TypeError: ``corpora`` is not a list of lengths.
+        ValueError: no corpora, an empty corpus, or corpora with different field counts.
+
+    Cost: O(N · K) time, one (N,) or (N, F) int64 output; no tiled copies of shorter corpora.
+
+    >>> z = zip_lengths([[3, 9, 4, 1, 2], [5, 2]])
+    >>> z.lengths.tolist(), z.repeated
+    ([5, 9, 5, 2, 5], (0, 3))
+    """
+    if isinstance(corpora, (str, bytes, np.ndarray, Mapping)) or not isinstance(corpora, Sequence):
+        raise TypeError(
+            f"corpora must be a list of lengths, one per corpus, got {type(corpora).__name__}"
+        )
+    if len(corpora) == 0:
+        raise ValueError("corpora must hold at least one corpus, got an empty list")
+    arrays: list[np.ndarray] = []
+    for k, item in enumerate(corpora):
+        try:
+            lens = lengths_of(item)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"corpora[{k}]: {exc}") from exc
+        if lens.shape[0] == 0:
+            raise ValueError(
+                f"corpora[{k}] is empty; every corpus needs at least one example to wrap around"
+            )
+        if arrays and lens.shape[1:] != arrays[0].shape[1:]:
+            raise ValueError(
+                f"corpora must all have the same fields: corpora[0] has shape "
+                f"{arrays[0].shape}, corpora[{k}] has shape {lens.shape}"
+            )
+        arrays.append(lens)
+    longest = max(range(len(arrays)), key=lambda i: arrays[i].shape[0])
+    out = np.array(arrays[longest], dtype=np.int64, copy=True, order="C")
+    for k, lens in enumerate(arrays):
+        if k != longest:
+            _wrap_max(out, lens)
+    return ZippedLengths(out, tuple(int(a.shape[0]) for a in arrays))
+
+
+# ---------------------------------------------------------------------------------------- mixture
+@dataclass(frozen=True)
+class MixtureSchedule:
+    """One mixture epoch's global batch schedule (all ranks, before sharding).
+
+    Slot ``j`` is batch ``batch[j]`` of the plan that corpus ``corpus[j]``'s sampler returns for
+    its epoch ``sub_epoch[j]`` (``sampler.epoch_plan(sub_epoch[j])``), in local indices; add
+    ``offsets[corpus[j]]`` for global ones.
+    """
+
+    names: tuple[str, ...]
+    offsets: tuple[int, ...]
+    corpus: np.ndarray
+    sub_epoch: np.ndarray
+    batch: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.corpus.shape[0])
+
+
+class _FreshStream:
+    """A shuffling corpus's batches in one mixture epoch: fresh sampler epochs laid end to end.
+
+    Cycle ``c`` of mixture epoch ``e`` is the sampler's epoch ``e · num_batches + c``. Such
+    numbers never collide: one mixture epoch cannot start more cycles of a corpus than it has
+    batches. Cycle lengths are learned by planning, lazily, in order.
+    """
+
+    def __init__(self, name: str, sub: PlanSampler, first_epoch: int) -> None:
+        self.name = name
+        self.sub = sub
+        self.first_epoch = first_epoch
+        self.starts = [0]  # starts[c] = position of cycle c's first batch; one extra at the end
+        self.orders: list[np.ndarray] = []
+        self.plan_cycle = -1
+        self.plan: BatchPlan | None = None
+
+    def _grow(self, position: int) -> None:
+        while self.starts[-1] <= position:
+            cycle = len(self.orders)
+            epoch = self.first_epoch + cycle
+            plan, order = self.sub.epoch_plan(epoch)
+            if len(plan) == 0:
+                raise ValueError(
+                    f"corpus {self.name!r} has an epoch with no batches (its sampler's epoch "
+                    f"{epoch}); a mixture needs at least one batch in every epoch it draws from"
+                )
+            self.orders.append(order)
+            self.starts.append(self.starts[-1] + len(plan))
+            self.plan_cycle, self.plan = cycle, plan
+
+    def batch(self, position: int) -> np.ndarray:
+        self._grow(position)
+        cycle = bisect.bisect_right(self.starts, position) - 1
+        if cycle != self.plan_cycle or self.plan is None:
+            self.plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
+            self.plan_cycle = cycle
+        b = int(self.orders[cycle][position - self.starts[cycle]])
+        return self.plan.indices[self.plan.offsets[b] : self.plan.offsets[b + 1]]
+
+    def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        if count == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        self._grow(count - 1)
+        pos = np.arange(count, dtype=np.int64)
+        cycles = np.searchsorted(np.asarray(self.starts), pos, side="right") - 1
+        batches = np.concatenate(self.orders)[:count]
+        return self.first_epoch + cycles, batches.astype(np.int64)
+
+    def first_length(self) -> int:
+        """Batches in the first sampler epoch of this mixture epoch."""
+        self._grow(0)
+        return self.starts[1]
+
+    def cycles(self, count: int) -> tuple[int, float]:
+        """Epochs of its own the corpus starts within its first ``count`` batches, and passes."""
+        if count == 0:
+            return 0, 0.0
+        self._grow(count - 1)
+        started = bisect.bisect_left(self.starts, count)
+        last = started - 1
+        used = count - self.starts[last]
+        length = self.starts[last + 1] - self.starts[last]
+        return started, last + used / length
+
+
+class _FixedStream:
+    """A non-shuffling corpus's batches: its one fixed plan order, repeated forever.
+
+    The stream continues across mixture epochs (it starts where the previous epochs left it), so
+    a corpus that is subsampled still uses every batch equally often over time.
+    """
+
+    def __init__(self, name: str, sub: PlanSampler, start: int) -> None:
+        self.name = name
+        self.sub = sub
+        self.start = start
+        self.plan, self.order = sub.epoch_plan(0)
+        self.length = len(self.plan)
+        if self.length == 0:
+            raise ValueError(
+                f"corpus {name!r} has no batches (its sampler's plan is empty); a mixture needs "
+                "at least one batch per corpus it draws from"
+            )
+
+    def batch(self, position: int) -> np.ndarray:
+        b = int(self.order[(self.start + position) % self.length])
+        return self.plan.indices[self.plan.offsets[b] : self.plan.offsets[b + 1]]
+
+    def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        pos = self.start + np.arange(count, dtype=np.int64)
+        return pos // self.length, self.order[pos % self.length].astype(np.int64)
+
+    def cycles(self, count: int) -> tuple[int, float]:
+        if count == 0:
+            return 0, 0.0
+        first, end = self.start, self.start + count
+        started = (end - 1) // self.length - (first - 1) // self.length
+        return started, count / self.length
+
+
+class _MixEpoch:
+    """One mixture epoch: the corpus of each global slot, its rank within that corpus, streams."""
+
+    __slots__ = ("epoch", "choice", "occ", "counts", "streams")
+
+    def __init__(
+        self,
+        epoch: int,
+        choice: np.ndarray,
+        occ: np.ndarray,
+        counts: np.ndarray,
+        streams: list[_FreshStream | _FixedStream],
+    ) -> None:
+        self.epoch = epoch
+        self.choice = choice
+        self.occ = occ
+        self.counts = counts
+        self.streams = streams
+
+
+def _check_temperature(value: Any) -> float:
+    rule = "a positive number or float('inf')"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"temperature must be {rule}, got {type(value).__name__} {value!r}")
+    t = float(value)
+    if math.isnan(t) or t <= 0:
+        raise ValueError(f"temperature must be {rule}, got {value!r}")
+    return t
+
+
+def _check_weights(weights: Any, names: tuple[str, ...]) -> np.ndarray:
+    if isinstance(weights, Mapping):
+        missing = [n for n in names if n not in weights]
+        unknown = [k for k in weights if k not in names]
+        if missing or unknown:
+            raise ValueError(
+                f"weights must have one entry per corpus {list(names)}; "
+                f"missing {missing}, unknown {unknown}"
+            )
+        values = [weights[n] for n in names]
+    elif isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        raise TypeError(
+            "weights must be a dict name -> weight or a sequence of weights in the samplers' "
+            f"order, got {type(weights).__name__}"
+        )
+    else:
+        values = list(weights)
+        if len(values) != len(names):
+            raise ValueError(
+                f"weights must hold {len(names)} weights (one per corpus, in the samplers' "
+                f"order), got {len(values)}"
+            )
+    out = np.empty(len(names), dtype=np.float64)
+    for i, (name, w) in enumerate(zip(names, values, strict=True)):
+        if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
+            raise TypeError(f"weights[{name!r}] must be a number, got {type(w).__name__} {w!r}")
+        out[i] = float(w)
+        if not math.isfinite(out[i]) or out[i] < 0:
+            raise ValueError(f"weights[{name!r}] must be a non-negative finite number, got {w!r}")
+    if out.sum() <= 0:
+        raise ValueError(f"weights must not all be zero, got {[float(w) for w in out]}")
+    return out
+
+
+def temperature_probabilities(amounts: Any, temperature: float) -> np.ndarray:
+    """Return p_k ∝ (n_k / Σn)^(1/T) for corpus amounts n_k (T = inf: uniform).
+
+    Computed in log space, so very small temperatures (p close to one-hot) do not underflow.
+
+    >>> temperature_probabilities([900, 100], 1.0).tolist()
+    [0.9, 0.1]
+    >>> temperature_probabilities([900, 100], float("inf")).tolist()
+    [0.5, 0.5]
+    >>> temperature_probabilities([900, 100], 2.0).round(4).tolist()
+    [0.75, 0.25]
+    """
+    n = np.asarray(amounts, dtype=np.float64)
+    t = _check_temperature(temperature)
+    if n.ndim != 1 or n.size == 0 or np.any(n < 0) or not np.all(np.isfinite(n)):
+        raise ValueError(f"amounts must be non-negative finite numbers, got {amounts!r}")
+    if n.sum() <= 0:
+        raise ValueError(f"amounts must not all be zero, got {amounts!r}")
+    if math.isinf(t):
+        return np.full(n.size, 1.0 / n.size)
+    if t == 1.0:
+        return n / n.sum()
+    with np.errstate(divide="ignore"):
+        logs = np.log(n / n.sum()) / t
+    raw = np.exp(logs - logs.max())
+    return raw / raw.sum()
+
+
+class MixtureSampler:
+    """Batch sampler mixing per-corpus padless samplers; each batch comes from one corpus.
+
+    Each mixture epoch has ``num_batches`` global batches. The corpus of each is drawn at random
+    (from the stream ``(seed, epoch, MIXTURE)``) with probability ``p_k ∝ (n_k / Σn)^(1/T)``,
+    where ``n_k`` counts sentences or tokens (``unit``); ``T = 1`` is proportional to size and
+    ``T = float('inf')`` uniform. Explicit ``weights`` replace the temperature. With neither,
+    ``T = 1``: a mixture then draws corpora in proportion to their sizes.
+
+    A corpus's batches are those of its own sampler, epoch after epoch: when it runs out it starts
+    its own next epoch, so small corpora are upsampled and large ones subsampled without bias.
+
+    * A shuffling sampler (``shuffle=True``, the default) starts a fresh epoch at every mixture
+      epoch: cycle ``c`` of mixture epoch ``e`` is its epoch ``e · num_batches + c`` (in mixture
+      epoch 0: its epoch ``c``). Every sampler epoch is a new random order, so a subsampled
+      corpus gets a uniformly random subset of its batches each mixture epoch.
+    * A non-shuffling sampler's fixed plan order is one endless stream that continues across
+      mixture epochs, so its batches are used in turn, equally often.
+
+    ``stats()`` reports, per corpus, p_k, the observed share of batches, how many epochs of its
+    own it started (``cycles``) and how many times over its batches were used (``passes``).
+
+    Global indices: corpus ``k``'s index ``i`` is yielded as ``offset_k + i``, where
+    ``offset_k`` is the total size of the corpora before it in the dict's order, i.e. the index
+    into ``torch.utils.data.ConcatDataset`` of the corpora in that order (see
+    ``padless.torch.mixture_dataset``). Each yielded batch is what the corpus's sampler yields for
+    that plan batch (``plan[b]``), shifted by its offset.
+
+    Ranks: global slot ``p + s · world_size + r`` goes to rank ``r``, as in
+    :class:`padless.sampler.PlanSampler`: equal batch counts, the same tail policy
+    (``drop_last=False`` completes the last step with the epoch's first batches), and the same
+    global-position ``state_dict`` (elastic resume across world sizes).
+
+    Args:
+        samplers: dict name → padless sampler over one corpus (any strategy), each built with
+            ``world_size=1``; the mixture shards over ranks itself. Their ``rank`` and
+            ``drop_last`` are not used.
+        temperature: T > 0, or ``float('inf')`` for uniform; not together with ``weights``.
+        weights: dict name → weight, or a sequence in the samplers' order; non-negative, not all
+            zero. A corpus of weight 0 is never drawn.
+        unit: ``"sentences"`` (n_k = corpus size) or ``"tokens"`` (n_k = Σ sizes, a sequence's
+            size being its max over fields); used with the temperature.
+        num_batches: global batches per mixture epoch; default, the sum of the corpora's batch
+            counts in their epoch 0.
+        seed: non-negative int for the corpus draws (each sampler keeps its own seed).
+        rank, world_size: this process's shard.
+        drop_last: drop the incomplete last step instead of completing it with repeats.
+
+    Cost: per mixture epoch, O(num_batches) vectorised work for the corpus draws, plus the
+    corpora's own plans — lazily, one sampler epoch at a time as iteration reaches it.
+    ``__len__`` plans nothing beyond what the default ``num_batches`` needs (each corpus's
+    epoch 0). Resume recomputes the epoch's draws and the sampler epochs around the position; no
+    batch is replayed. ``stats()`` and :meth:`epoch_schedule` plan every sampler epoch the
+    mixture epoch touches. Memory: two int64 per global batch, plus each corpus's current plan.
+
+    >>> from padless.planners.budget import TokenBudgetSampler
+    >>> a = TokenBudgetSampler([3, 5, 2, 7, 4, 6], max_tokens=8)
+    >>> b = TokenBudgetSampler([2, 2], max_tokens=8)
+    >>> mix = MixtureSampler({"a": a, "b": b}, temperature=float("inf"), num_batches=8, seed=3)
+    >>> batches = list(mix)
+    >>> len(batches), all(max(x) < 6 or min(x) >= 6 for x in batches)  # b's indices are 6, 7
+    (8, True)
+    """
+
+    def __init__(
+        self,
+        samplers: Mapping[str, PlanSampler],
+        *,
+        temperature: float | None = None,
+        weights: Any = None,
+        unit: str = "sentences",
+        num_batches: int | None = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+    ) -> None:
+        if not isinstance(samplers, Mapping):
+            raise TypeError(
+                f"samplers must be a dict name -> padless sampler, got {type(samplers).__name__}"
+            )
+        if len(samplers) == 0:
+            raise ValueError("samplers must hold at least one corpus, got an empty dict")
+        for name, sub in samplers.items():
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"samplers keys must be corpus names (str), got {type(name).__name__} {name!r}"
+                )
+            if not isinstance(sub, PlanSampler):
+                raise TypeError(
+                    f"samplers[{name!r}] must be a padless sampler (a PlanSampler), "
+                    f"got {type(sub).__name__}"
+                )
+            if sub.world_size != 1:
+                raise ValueError(
+                    f"samplers[{name!r}] must be built with world_size=1 (MixtureSampler shards "
+                    f"the mixed batches over ranks itself), got world_size={sub.world_size}"
+                )
+            if sub.sizes.shape[0] == 0:
+                raise ValueError(
+                    f"samplers[{name!r}] has an empty corpus; every corpus needs at least one "
+                    "sequence"
+                )
+        self.unit = check_choice("unit", unit, UNITS)
+        if temperature is not None and weights is not None:
+            raise ValueError(
+                "give temperature or weights, not both; got "
+                f"temperature={temperature!r} and weights={weights!r}"
+            )
+        self.names: tuple[str, ...] = tuple(samplers)
+        self.samplers: dict[str, PlanSampler] = dict(samplers)
+        self._subs = [self.samplers[n] for n in self.names]
+        self.corpus_sizes: tuple[int, ...] = tuple(int(s.sizes.shape[0]) for s in self._subs)
+        self.corpus_offsets: tuple[int, ...] = tuple(
+            int(x) for x in np.concatenate([[0], np.cumsum(self.corpus_sizes)[:-1]])
+        )
+        self.weights: np.ndarray | None = None
+        self.temperature: float | None = None
+        if weights is not None:
+            self.weights = _check_weights(weights, self.names)
+            p = self.weights / self.weights.sum()
+        else:
+            self.temperature = 1.0 if temperature is None else _check_temperature(temperature)
+            if self.unit == "sentences":
+                amounts = np.asarray(self.corpus_sizes, dtype=np.float64)
+            else:
+                amounts = np.asarray([float(s.sizes.sum()) for s in self._subs])
+                if amounts.sum() <= 0:
+                    raise ValueError(
+                        "unit='tokens' needs at least one token over all corpora, got 0 tokens"
+                    )
+            p = temperature_probabilities(amounts, self.temperature)
+        p.flags.writeable = False
+        self.p: np.ndarray = p
+        self._num_batches_arg = positive_or_none("num_batches", num_batches)
+        self._num_batches = self._num_batches_arg
+        self.seed = check_seed(seed, "seed")
+        self.rank, self.world_size = check_ranks(rank, world_size)
+        self.drop_last = check_bool("drop_last", drop_last)
+        self.epoch = 0
+        self._pending: int | None = None
+        self._start = 0
+        self._yielded = 0
+        self._iterating = False
+        self._cache: _MixEpoch | None = None
+        self._before: list[np.ndarray] = [np.zeros(len(self.names), dtype=np.int64)]
+        self._fingerprint: str | None = None
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def probabilities(self) -> dict[str, float]:
+        """p_k per corpus name."""
+        return {n: float(x) for n, x in zip(self.names, self.p, strict=True)}
+
+    @property
+    def num_batches(self) -> int:
+        """Global batches per mixture epoch (the default plans each corpus's epoch 0 once)."""
+        if self._num_batches is None:
+            total = sum(len(sub.epoch_plan(0)[0]) for sub in self._subs)
+            if total == 0:
+                raise ValueError(
+                    "num_batches defaults to the corpora's batch count, which is 0 here; "
+                    "pass num_batches"
+                )
+            self._num_batches = total
+        return self._num_batches
+
+    def corpus_of(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Split global indices into (corpus number, index within that corpus).
+
+        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=4),
+        ...                       "b": TokenBudgetSampler([4, 5], max_tokens=8)})
+        >>> [x.tolist() for x in mix.corpus_of([0, 2, 3, 4])]
+        [[0, 0, 1, 1], [0, 2, 0, 1]]
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        total = self.corpus_offsets[-1] + self.corpus_sizes[-1]
+        if idx.size and (idx.min() < 0 or idx.max() >= total):
+            raise ValueError(f"indices must lie in [0, {total}), got {idx.min()}..{idx.max()}")
+        k = np.searchsorted(np.asarray(self.corpus_offsets), idx, side="right") - 1
+        return k, idx - np.asarray(self.corpus_offsets, dtype=np.int64)[k]
+
+    # ------------------------------------------------------------------ schedule
+    def _counts(self, epoch: int) -> np.ndarray:
+        """Batches of each corpus in a mixture epoch (the first draw of its generator)."""
+        gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
+        return gen.multinomial(self.num_batches, self.p).astype(np.int64)
+
+    def _counts_before(self, epoch: int) -> np.ndarray:
+        """Batches of each corpus in all mixture epochs before ``epoch`` (cached, O(epoch · K))."""
+        while len(self._before) <= epoch:
+            e = len(self._before) - 1
+            self._before.append(self._before[-1] + self._counts(e))
+        return self._before[epoch]
+
+    def _mix(self, epoch: int) -> _MixEpoch:
+        if self._cache is not None and self._cache.epoch == epoch:
+            return self._cache
+        m = self.num_batches
+        k = len(self.names)
+        gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
+        counts = gen.multinomial(m, self.p).astype(np.int64)
+        dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+        choice = np.repeat(np.arange(k, dtype=dtype), counts)
+        gen.shuffle(choice)
+        # ordinal of each slot among its corpus's slots: a stable (radix) sort by corpus
+        by_corpus = np.argsort(choice, kind="stable")
+        starts = np.zeros(k, dtype=np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        occ = np.empty(m, dtype=np.int64)
+        occ[by_corpus] = np.arange(m, dtype=np.int64) - np.repeat(starts, counts)
+        streams: list[_FreshStream | _FixedStream] = []
+        before: np.ndarray | None = None
+        for i, (name, sub) in enumerate(zip(self.names, self._subs, strict=True)):
+            if sub.shuffle:
+                streams.append(_FreshStream(name, sub, epoch * m))
+            else:
+                if before is None:
+                    before = self._counts_before(epoch)
+                streams.append(_FixedStream(name, sub, int(before[i])))
+        self._cache = _MixEpoch(epoch, choice, occ, counts, streams)
+        return self._cache
+
+    def epoch_schedule(self, epoch: int) -> MixtureSchedule:
+        """Return a mixture epoch's global schedule (all ranks, before sharding).
+
+        Cost: plans every sampler epoch the mixture epoch touches, plus O(num_batches).
+
+        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=3),
+        ...                       "b": TokenBudgetSampler([4], max_tokens=8)},
+        ...                      weights=[1, 0], num_batches=3)
+        >>> s = mix.epoch_schedule(0)
+        >>> s.corpus.tolist(), sorted(s.batch.tolist())
+        ([0, 0, 0], [0, 1, 2])
+        """
+        mix = self._mix(check_seed(epoch, "epoch"))
+        m = mix.choice.shape[0]
+        sub_epoch = np.empty(m, dtype=np.int64)
+        batch = np.empty(m, dtype=np.int64)
+        by_corpus = np.argsort(mix.choice, kind="stable")
+        start = 0
+        for i, stream in enumerate(mix.streams):
+            count = int(mix.counts[i])
+            slots = by_corpus[start : start + count]
+            sub_epoch[slots], batch[slots] = stream.schedule(count)
+            start += count
+        return MixtureSchedule(
+            self.names, self.corpus_offsets, mix.choice.astype(np.int64), sub_epoch, batch
+        )
+
+    def _steps(self, total: int, start: int) -> int:
+        left = max(total - start, 0)
+        if self.drop_last:
+            return left // self.world_size
+        return -(-left // self.world_size)
+
+    def _rank_slots(self, total: int, start: int, rank: int) -> np.ndarray:
+        """Global slots of ``rank``; slots past the end wrap to the epoch's first slots."""
+        steps = self._steps(total, start)
+        slots = start + np.arange(steps, dtype=np.int64) * self.world_size + rank
+        return np.where(slots < total, slots, (slots - total) % max(total, 1))
+
+    # ------------------------------------------------------------------ sampler protocol
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration plans; a loaded position survives only for its epoch."""
+        epoch = check_seed(epoch, "epoch")
+        if epoch != self.epoch:
+            self._pending = None
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the next iteration of the current epoch (exact)."""
+        start = self._pending if self._pending is not None else 0
+        return self._steps(self.num_batches, start)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        mix = self._mix(self.epoch)
+        start = self._pending if self._pending is not None else 0
+        self._pending = None
+        self._start = start
+        self._yielded = 0
+        self._iterating = True
+        slots = self._rank_slots(mix.choice.shape[0], start, self.rank)
+        corpora = mix.choice[slots].tolist()
+        positions = mix.occ[slots].tolist()
+        offsets = self.corpus_offsets
+        streams = mix.streams
+        try:
+            for k, o in zip(corpora, positions, strict=True):
+                local = streams[k].batch(o)
+                self._yielded += 1
+                yield (local + offsets[k]).tolist()
+        finally:
+            self._iterating = False
+
+    # ------------------------------------------------------------------ tail and figures
+    @property
+    def repeated(self) -> int:
+        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch)."""
+        total = self.num_batches
+        if self.drop_last:
+            return 0
+        return self._steps(total, 0) * self.world_size - total
+
+    @property
+    def dropped(self) -> int:
+        """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
+        total = self.num_batches
+        if not self.drop_last:
+            return 0
+        return total - self._steps(total, 0) * self.world_size
+
+    def stats(self) -> dict[str, Any]:
+        """Figures of the current epoch's full schedule (from position 0), per corpus too.
+
+        ``corpora[name]`` holds ``p`` (its probability), ``share`` (observed share of the
+        epoch's batches), ``batches``, ``cycles`` (epochs of its own it started in this mixture
+        epoch; a corpus that runs out starts its next one), ``passes`` (how many times over its
+        batches were used: 0.1 = subsampled to a tenth, 3.0 = upsampled threefold), ``size``,
+        ``offset`` (its first global index) and ``epoch_batches`` (batches in its current epoch).
+
+        Cost: plans every sampler epoch the mixture epoch touches.
+        """
+        mix = self._mix(self.epoch)
+        total = self.num_batches
+        corpora: dict[str, dict[str, Any]] = {}
+        for i, name in enumerate(self.names):
+            count = int(mix.counts[i])
+            stream = mix.streams[i]
+            cycles, passes = stream.cycles(count)
+            if isinstance(stream, _FixedStream):
+                epoch_batches = stream.length
+            else:
+                epoch_batches = stream.first_length()
+            corpora[name] = {
+                "p": float(self.p[i]),
+                "share": count / total,
+                "batches": count,
+                "cycles": cycles,
+                "passes": passes,
+                "size": self.corpus_sizes[i],
+                "offset": self.corpus_offsets[i],
+                "epoch_batches": int(epoch_batches),
+            }
+        steps = self._steps(total, 0)
+        return {
+            "epoch": self.epoch,
+            "batches": total,
+            "steps": steps,
+            "batches_per_rank": steps,
+            "world_size": self.world_size,
+            "repeated": self.repeated,
+            "dropped": self.dropped,
+            "temperature": self.temperature,
+            "unit": self.unit,
+            "corpora": corpora,
+        }
+
+    # ------------------------------------------------------------------ state
+    def _fingerprint_now(self) -> str:
+        if self._fingerprint is None:
+            config = {
+                "class": type(self).__name__,
+                "names": list(self.names),
+                "samplers": [sub.state_dict()["fingerprint"] for sub in self._subs],
+                "sampler_seeds": [sub.seed for sub in self._subs],
+                "p": [float(x) for x in self.p],
+                "num_batches": self._num_batches_arg,
+            }
+            self._fingerprint = fingerprint(config)
+        return self._fingerprint
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Return a tiny JSON-safe state from which :meth:`load_state_dict` resumes exactly.
+
+        Same keys and meaning as :meth:`padless.sampler.PlanSampler.state_dict`: ``position``
+        counts global batch slots consumed in this epoch over all ranks.
+
+        Args:
+            consumed: batches the training loop has received from the current iteration (pass it
+                when a DataLoader prefetches); by default the batches yielded are counted.
+        """
+        if self._pending is not None and not self._iterating:
+            position = self._pending
+        else:
+            count = self._yielded
+            if consumed is not None:
+                count = check_int("consumed", consumed, minimum=0) or 0
+                if count > self._yielded:
+                    raise ValueError(
+                        f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
+                    )
+            position = self._start + count * self.world_size
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": int(position),
+            "world_size": self.world_size,
+            "fingerprint": self._fingerprint_now(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration: no replay of batches.
+
+        The state may come from another world size (elastic resume). The input is not modified.
+        Cost: the next iteration recomputes the epoch's corpus draws and plans the sampler epochs
+        it resumes in.
+        """
+        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
+        if checked["seed"] != self.seed:
+            raise ValueError(
+                f"state was saved with seed={checked['seed']}, this sampler has seed={self.seed}"
+            )
+        self.epoch = checked["epoch"]
+        self._pending = checked["position"]
