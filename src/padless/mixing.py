@@ -652,6 +652,8 @@ class MixtureSampler:
         epoch = check_seed(epoch, "epoch")
         if epoch != self.epoch:
             self._pending = None
+            self._start = 0
+            self._yielded = 0
         self.epoch = epoch
 
     def __len__(self) -> int:
