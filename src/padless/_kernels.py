@@ -397,3 +397,249 @@ def lm_random_batch_reference(
     ids = (first + np.arange(rows, dtype=np.int64)) % n
     starts = offset + feistel_permute_reference(ids, n, round_keys) * x.shape[1]
     lm_gather_reference(src, starts, x, y)
+
+
+# --------------------------------------------------------------------------- exact length, buckets
+# Runs of equal length (or equal bucket) are cut into fixed-size batches; leftovers are merged
+# greedily; bucket boundaries come from a DP over the length histogram.
+
+
+@njit(cache=True)
+def exact_split(order, starts, run_size, mode):  # pragma: no cover - compiled
+    """Cut run ``r`` of ``order`` (``order[starts[r]:starts[r+1]]``) into batches of ``run_size[r]``.
+
+    A run with ``run_size[r] == 0`` is left out. ``mode`` says what happens to a run's last,
+    incomplete batch: 0 keeps it as a smaller batch, 1 or 2 moves its items to ``rest``.
+    Kept items are compacted to the front of ``order`` in place (nothing moves when nothing is
+    left out). Returns ``(kept, ends, rest, rest_run)``: ``order[:kept]`` holds the batches,
+    ``ends`` their ends, then the left-out items in run order with the run each came from.
+    O(runs + batches + items moved) time.
+    """
+    runs = starts.shape[0] - 1
+    n_keep = 0
+    n_batches = 0
+    for r in range(runs):
+        count = starts[r + 1] - starts[r]
+        size = run_size[r]
+        if count == 0 or size == 0:
+            continue
+        full = count // size
+        n_keep += full * size
+        n_batches += full
+        if mode == 0 and count > full * size:
+            n_keep += count - full * size
+            n_batches += 1
+    n_rest = order.shape[0] - n_keep
+    ends = np.empty(n_batches, np.int64)
+    rest = np.empty(n_rest, np.int64)
+    rest_run = np.empty(n_rest, np.int64)
+    k = 0
+    b = 0
+    q = 0
+    for r in range(runs):
+        lo = starts[r]
+        hi = starts[r + 1]
+        size = run_size[r]
+        if hi == lo:
+            continue
+        stop = lo
+        if size > 0:
+            stop = hi if mode == 0 else lo + ((hi - lo) // size) * size
+        if k < lo:
+            for i in range(lo, stop):
+                order[k + i - lo] = order[i]
+        pos = k
+        k += stop - lo
+        while pos < k:
+            pos += size
+            ends[b] = pos if pos < k else k
+            b += 1
+        for i in range(stop, hi):
+            rest[q] = order[i]
+            rest_run[q] = r
+            q += 1
+    return n_keep, ends, rest, rest_run
+
+
+def exact_split_reference(
+    order: np.ndarray, starts: np.ndarray, run_size: np.ndarray, mode: int
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    batches: list[list[int]] = []
+    rest: list[int] = []
+    rest_run: list[int] = []
+    for r in range(len(starts) - 1):
+        items = [int(i) for i in order[starts[r] : starts[r + 1]]]
+        size = int(run_size[r])
+        if size == 0:
+            rest += items
+            rest_run += [r] * len(items)
+            continue
+        chunks = [items[j : j + size] for j in range(0, len(items), size)]
+        if chunks and len(chunks[-1]) < size and mode != 0:
+            tail = chunks.pop()
+            rest += tail
+            rest_run += [r] * len(tail)
+        batches += chunks
+    flat = [i for batch in batches for i in batch]
+    order[: len(flat)] = flat
+    ends = np.cumsum([len(batch) for batch in batches], dtype=np.int64)
+    return (
+        len(flat),
+        ends if len(ends) else np.zeros(0, np.int64),
+        np.array(rest, dtype=np.int64),
+        np.array(rest_run, dtype=np.int64),
+    )
+
+
+@njit(cache=True)
+def capped_ends(sizes, caps):  # pragma: no cover - compiled
+    """Greedy batches over items in order: a batch holds at most the cap of its longest item.
+
+    Item ``i`` has size ``sizes[i]`` and cap ``caps[i]`` (the batch size its size allows; equal
+    sizes must have equal caps). An item joins the open batch when the count stays within the
+    cap of the batch's longest item, itself included; otherwise it opens the next batch.
+    Returns the batch ends. O(n).
+    """
+    n = sizes.shape[0]
+    ends = np.empty(n, np.int64)
+    b = 0
+    count = 0
+    longest = 0
+    cap = 0
+    for i in range(n):
+        s = sizes[i]
+        new_longest = longest
+        new_cap = cap
+        if count == 0 or s >= longest:
+            new_longest = s
+            new_cap = caps[i]
+        if count > 0 and count + 1 > new_cap:
+            ends[b] = i
+            b += 1
+            count = 0
+            new_longest = s
+            new_cap = caps[i]
+        count += 1
+        longest = new_longest
+        cap = new_cap
+    if count > 0:
+        ends[b] = n
+        b += 1
+    return ends[:b].copy()
+
+
+def capped_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    ends: list[int] = []
+    batch: list[int] = []
+    for i in range(len(sizes)):
+        trial = batch + [i]
+        top = max(int(sizes[j]) for j in trial)
+        cap = min(int(caps[j]) for j in trial if int(sizes[j]) == top)
+        if batch and len(trial) > cap:
+            ends.append(i)
+            batch = [i]
+        else:
+            batch = trial
+    if batch:
+        ends.append(len(sizes))
+    return np.array(ends, dtype=np.int64)
+
+
+@njit(cache=True)
+def optimal_cuts(values, counts, k):  # pragma: no cover - compiled
+    """Split sorted distinct ``values`` (with ``counts``) into ``min(k, L)`` contiguous groups that
+    minimise Σ group count × group max; return the index of each group's last value but the last.
+
+    DP over groups with the divide-and-conquer optimisation: the cost (C[j] − C[i])·v[j−1] of a
+    group i..j−1 satisfies the quadrangle inequality, so the leftmost best split is monotone in j.
+    O(k · L · log L) time, O(k · L) memory (int32 split table); exact int64 arithmetic; ties go to
+    the leftmost split.
+    """
+    n = values.shape[0]
+    groups = min(k, n)
+    if groups <= 1:
+        return np.zeros(0, np.int64)
+    csum = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        csum[j + 1] = csum[j] + counts[j]
+    prev = np.empty(n + 1, np.int64)
+    cur = np.empty(n + 1, np.int64)
+    for j in range(n + 1):
+        prev[j] = csum[j] * values[j - 1] if j > 0 else 0
+    best = np.zeros((groups + 1, n + 1), np.int32)
+    stack = np.empty((130, 4), np.int64)  # depth-first: at most one pending sibling per level
+    for m in range(2, groups + 1):
+        # cur[j] for j in [m, n]: best cost of the first j values in m groups
+        stack[0, 0] = m
+        stack[0, 1] = n
+        stack[0, 2] = m - 1
+        stack[0, 3] = n - 1
+        top = 1
+        while top > 0:
+            top -= 1
+            lo = stack[top, 0]
+            hi = stack[top, 1]
+            olo = stack[top, 2]
+            ohi = stack[top, 3]
+            if lo > hi:
+                continue
+            mid = (lo + hi) // 2
+            last = ohi if ohi < mid - 1 else mid - 1
+            arg = olo
+            val = prev[olo] + (csum[mid] - csum[olo]) * values[mid - 1]
+            for i in range(olo + 1, last + 1):
+                c = prev[i] + (csum[mid] - csum[i]) * values[mid - 1]
+                if c < val:
+                    val = c
+                    arg = i
+            cur[mid] = val
+            best[m, mid] = np.int32(arg)
+            stack[top, 0] = lo
+            stack[top, 1] = mid - 1
+            stack[top, 2] = olo
+            stack[top, 3] = arg
+            top += 1
+            stack[top, 0] = mid + 1
+            stack[top, 1] = hi
+            stack[top, 2] = arg
+            stack[top, 3] = ohi
+            top += 1
+        for j in range(m, n + 1):
+            prev[j] = cur[j]
+    out = np.empty(groups - 1, np.int64)
+    j = n
+    for m in range(groups, 1, -1):
+        i = np.int64(best[m, j])
+        out[m - 2] = i - 1
+        j = i
+    return out
+
+
+def optimal_cuts_reference(values: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
+    """The plain O(k · L²) DP with the same leftmost tie rule."""
+    n = len(values)
+    groups = min(k, n)
+    if groups <= 1:
+        return np.zeros(0, np.int64)
+    csum = [0]
+    for c in counts:
+        csum.append(csum[-1] + int(c))
+    inf = float("inf")
+    cost = [[inf] * (n + 1) for _ in range(groups + 1)]
+    arg = [[0] * (n + 1) for _ in range(groups + 1)]
+    for j in range(1, n + 1):
+        cost[1][j] = csum[j] * int(values[j - 1])
+    for m in range(2, groups + 1):
+        for j in range(m, n + 1):
+            for i in range(m - 1, j):
+                c = cost[m - 1][i] + (csum[j] - csum[i]) * int(values[j - 1])
+                if c < cost[m][j]:
+                    cost[m][j] = c
+                    arg[m][j] = i
+    out = []
+    j = n
+    for m in range(groups, 1, -1):
+        i = arg[m][j]
+        out.append(i - 1)
+        j = i
+    return np.array(out[::-1], dtype=np.int64)

@@ -1,0 +1,323 @@
+"""Length buckets: batches form within a bucket and pad to its longest member.
+
+Boundaries are sorted interior cut points ``b1 < … < b(k−1)``: bucket ``i`` holds sizes in
+``(b(i−1), b(i)]``, the first bucket everything ``<= b1`` and the last everything ``> b(k−1)``.
+A sequence's size is its length, or for (N, F) lengths its max over fields (fairseq).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _kernels as K
+from .. import _rng
+from .._check import check_choice, check_seed, positive, positive_or_none
+from ..lengths import lengths_of, sizes_of
+from ..plan import BatchPlan
+from ..sampler import PlanSampler
+from .exact import round_size
+
+METHODS = ("optimal", "quantile")
+
+
+def _histogram(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct sizes (ascending) and their counts: a bincount, or np.unique for sparse sizes."""
+    n = sizes.shape[0]
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    top = int(sizes.max())
+    if top <= 2 * n + (1 << 16):
+        counts = np.bincount(sizes, minlength=top + 1)
+        values = np.flatnonzero(counts).astype(np.int64)
+        return values, counts[values].astype(np.int64)
+    values, counts = np.unique(sizes, return_counts=True)
+    return values.astype(np.int64), counts.astype(np.int64)
+
+
+def _check_boundaries(boundaries: Any) -> np.ndarray:
+    arr = np.asarray(boundaries)
+    if arr.ndim != 1:
+        raise ValueError(f"boundaries must be a 1-D sequence of lengths, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"boundaries must hold int lengths, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr[0] < 0:
+        raise ValueError(f"boundaries must be non-negative lengths, got {int(arr[0])}")
+    steps = np.flatnonzero(np.diff(arr) <= 0)
+    if steps.size:
+        i = int(steps[0])
+        raise ValueError(
+            "boundaries must be strictly increasing cut points, "
+            f"got {int(arr[i])} then {int(arr[i + 1])} at positions {i} and {i + 1}"
+        )
+    return arr
+
+
+def bucket_boundaries(lengths: Any, k: int, *, method: str = "optimal") -> np.ndarray:
+    """Choose bucket boundaries for ``k`` buckets that minimise total padded slots.
+
+    The padded cost of a bucketing is Σ over buckets of count × the bucket's longest size (what
+    batches padded to their bucket's longest member cost). ``method="optimal"`` minimises it
+    exactly by dynamic programming over the histogram of sizes; ``"quantile"`` cuts at the
+    i/k quantiles of the sizes (equal counts; what lhotse estimates), for comparison.
+
+    Args:
+        lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields).
+        k: the most buckets wanted.
+        method: "optimal" or "quantile".
+
+    Returns:
+        Sorted int64 interior cut points ``b1 < … < b(m−1)``, all of them lengths that occur, with
+        ``m <= k``: fewer when there are fewer than k distinct sizes (more buckets would stay
+        empty) or, for quantiles, when quantiles coincide.
+
+    Cost: O(N + max length) for the histogram (np.unique, O(N log N), when sizes are sparse
+    and huge); then for "optimal" O(k · L · log L) time and O(k · L) memory over the L distinct
+    sizes (divide-and-conquer DP, exact integers): about 1 ms for L = 5,000 and k = 16, and about
+    1 s for L = 10^6.
+
+    >>> bucket_boundaries([1, 1, 1, 2, 9, 10, 10], 3).tolist()
+    [1, 2]
+    >>> bucket_boundaries([1, 1, 1, 2, 9, 10, 10], 3, method="quantile").tolist()
+    [1, 9]
+    """
+    k = positive("k", k)
+    check_choice("method", method, METHODS)
+    sizes = sizes_of(lengths_of(lengths))
+    values, counts = _histogram(sizes)
+    if values.size <= 1 or k == 1:
+        return np.zeros(0, np.int64)
+    if method == "optimal":
+        cuts = K.optimal_cuts(values, counts, k)
+        return values[cuts]
+    csum = np.cumsum(counts)
+    n = int(csum[-1])
+    # ceil(i·N/k) items fall in the first i buckets
+    ranks = -(-np.arange(1, k, dtype=np.int64) * n // k)
+    picked = np.unique(values[np.searchsorted(csum, ranks, side="left")])
+    return picked[picked < values[-1]]
+
+
+def boundary_cost(lengths: Any, boundaries: Any) -> int:
+    """Return the padded slots Σ count × longest over the buckets that ``boundaries`` define.
+
+    This is the objective :func:`bucket_boundaries` minimises. Cost: O(N + max length).
+
+    >>> lens = [1, 1, 1, 2, 9, 10, 10]
+    >>> boundary_cost(lens, [1, 2]), boundary_cost(lens, [1, 9]), boundary_cost(lens, [])
+    (35, 41, 70)
+    """
+    cuts = _check_boundaries(boundaries)
+    values, counts = _histogram(sizes_of(lengths_of(lengths)))
+    count, longest = _bucket_figures(values, counts, cuts)
+    return int((count * longest).sum())
+
+
+def _bucket_figures(
+    values: np.ndarray, counts: np.ndarray, cuts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Items and longest size per bucket (0 for an empty bucket)."""
+    num = cuts.size + 1
+    where = np.searchsorted(cuts, values, side="left")
+    count = np.bincount(where, weights=counts, minlength=num).astype(np.int64)
+    last = np.searchsorted(where, np.arange(num), side="right") - 1
+    longest = np.where(count > 0, values[np.maximum(last, 0)] if values.size else 0, 0)
+    return count, longest.astype(np.int64)
+
+
+def _check_nonempty(sizes: np.ndarray, count: np.ndarray, longest: np.ndarray) -> None:
+    """Raise when a bucket holds only empty sequences (max_tokens cannot size its batches)."""
+    empty = np.flatnonzero((count > 0) & (longest == 0))
+    if empty.size:
+        i = int(np.flatnonzero(sizes == 0)[0])
+        raise ValueError(
+            f"lengths must be positive with max_tokens: bucket {int(empty[0])} holds only "
+            f"empty sequences (length 0 at index {i}), which have no token cost to budget; "
+            "drop empty sequences first, or pass batch_size instead"
+        )
+
+
+def _bucket_plan(
+    sizes: np.ndarray,
+    cuts: np.ndarray,
+    max_tokens: int | None,
+    batch_size: int | None,
+    multiple_of: int,
+    seed: int,
+    epoch: int,
+) -> BatchPlan:
+    """Plan over checked inputs (shared by the function and the sampler)."""
+    n = sizes.shape[0]
+    values, counts = _histogram(sizes)
+    count, longest = _bucket_figures(values, counts, cuts)
+    num = cuts.size + 1
+    if max_tokens is not None:
+        _check_nonempty(sizes, count, longest)
+        run_size = round_size(max_tokens // np.maximum(longest, 1), multiple_of)
+    else:
+        run_size = round_size(np.full(num, batch_size, dtype=np.int64), multiple_of)
+    if n and int(values[-1]) <= 2 * n + (1 << 16):
+        table = np.searchsorted(cuts, np.arange(int(values[-1]) + 1), side="left")
+        ids = table[sizes]
+    else:
+        ids = np.searchsorted(cuts, sizes, side="left")
+    order, starts = K.counting_order(ids.astype(np.int64), num)
+    K.shuffle_runs(order, starts, _rng.key(seed, epoch, _rng.GROUP_SHUFFLE))
+    _, ends, _, _ = K.exact_split(order, starts, run_size, 0)
+    offsets = np.empty(ends.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends
+    info = {
+        "boundaries": cuts.tolist(),
+        "bucket_counts": count.tolist(),
+        "bucket_longest": longest.tolist(),
+        "bucket_batch_sizes": run_size.tolist(),
+        "bucket_padded_slots": int((count * longest).sum()),
+    }
+    return BatchPlan(order, offsets, info=info)
+
+
+def _sizing(
+    boundaries: Any, num_buckets: Any, max_tokens: Any, batch_size: Any, multiple_of: Any
+) -> tuple[np.ndarray | None, int | None, int | None, int | None, int]:
+    cuts = None if boundaries is None else _check_boundaries(boundaries)
+    num_buckets = positive_or_none("num_buckets", num_buckets)
+    max_tokens = positive_or_none("max_tokens", max_tokens)
+    batch_size = positive_or_none("batch_size", batch_size)
+    multiple_of = positive("multiple_of", multiple_of)
+    if (cuts is None) == (num_buckets is None):
+        got = "both" if cuts is not None else "neither"
+        raise ValueError(f"pass exactly one of boundaries or num_buckets, got {got}")
+    if (max_tokens is None) == (batch_size is None):
+        got = "both" if max_tokens is not None else "neither"
+        raise ValueError(f"pass exactly one of max_tokens or batch_size, got {got}")
+    return cuts, num_buckets, max_tokens, batch_size, multiple_of
+
+
+def plan_buckets(
+    lengths: Any,
+    *,
+    boundaries: Any = None,
+    num_buckets: int | None = None,
+    max_tokens: int | None = None,
+    batch_size: int | None = None,
+    multiple_of: int = 1,
+    seed: int = 0,
+    epoch: int = 0,
+) -> BatchPlan:
+    """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
+
+    Each bucket is shuffled from (seed, epoch) and cut into batches of one size per bucket: a
+    fixed ``batch_size``, or ``max_tokens // (bucket's longest size)`` rounded down to
+    ``multiple_of``, so no batch costs more than max_tokens even padded to the bucket's longest
+    member. A bucket's last batch may be smaller (nothing is dropped). Batches come bucket by
+    bucket, shortest bucket first.
+
+    Args:
+        lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields).
+        boundaries: sorted interior cut points ``b1 < … < b(k−1)`` (see the module docstring).
+        num_buckets: choose the boundaries with :func:`bucket_boundaries` (minimum padded
+            slots) instead. Exactly one of boundaries and num_buckets.
+        max_tokens: token budget per batch; or
+        batch_size: sequences per batch. Exactly one of the two.
+        multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
+        seed, epoch: the within-bucket shuffle, so batch membership changes between epochs.
+
+    Returns:
+        A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,
+        longest size and batch size, and the padded-slot bound Σ count × longest.
+
+    Raises:
+        TypeError, ValueError: both or neither of boundaries/num_buckets or of
+            max_tokens/batch_size, non-positive sizes, unsorted boundaries, and a bucket of
+            only empty sequences with max_tokens.
+
+    Cost: O(N + max length) time and O(N) memory (histogram, counting sort by bucket, one
+    Fisher-Yates pass), plus :func:`bucket_boundaries` when ``num_buckets`` is given.
+
+    >>> lens = np.array([2, 9, 3, 8, 2, 10])
+    >>> plan = plan_buckets(lens, boundaries=[3], batch_size=3)
+    >>> [sorted(lens[b].tolist()) for b in plan]
+    [[2, 2, 3], [8, 9, 10]]
+    """
+    cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
+        boundaries, num_buckets, max_tokens, batch_size, multiple_of
+    )
+    check_seed(seed, "seed")
+    check_seed(epoch, "epoch")
+    lens = lengths_of(lengths)
+    if cuts is None:
+        cuts = bucket_boundaries(lens, num_buckets or 1)
+    return _bucket_plan(sizes_of(lens), cuts, max_tokens, batch_size, multiple_of, seed, epoch)
+
+
+class BucketSampler(PlanSampler):
+    """Batch sampler over :func:`plan_buckets` batches.
+
+    With ``num_buckets`` the boundaries are chosen once, here (minimum padded slots), and kept
+    in ``self.boundaries``. Batch membership changes with the epoch (each bucket is reshuffled)
+    and the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for
+    ranks, tail policy, balance and resume.
+
+    >>> s = BucketSampler([5, 1, 2, 9, 8, 1, 2, 7], num_buckets=2, batch_size=4, seed=1)
+    >>> s.boundaries.tolist(), sorted(i for b in s for i in b)
+    ([2], [0, 1, 2, 3, 4, 5, 6, 7])
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        *,
+        boundaries: Any = None,
+        num_buckets: int | None = None,
+        max_tokens: int | None = None,
+        batch_size: int | None = None,
+        multiple_of: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = False,
+        balance: bool = False,
+    ) -> None:
+        cuts, self.num_buckets, self.max_tokens, self.batch_size, self.multiple_of = _sizing(
+            boundaries, num_buckets, max_tokens, batch_size, multiple_of
+        )
+        super().__init__(
+            lengths,
+            shuffle=shuffle,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
+            drop_last=drop_last,
+            balance=balance,
+        )
+        if cuts is None:
+            cuts = bucket_boundaries(self.lengths, self.num_buckets or 1)
+        self.boundaries = cuts
+        if self.max_tokens is not None:
+            _check_nonempty(self.sizes, *_bucket_figures(*_histogram(self.sizes), cuts))
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "boundaries": self.boundaries.tolist(),
+            "num_buckets": self.num_buckets,
+            "max_tokens": self.max_tokens,
+            "batch_size": self.batch_size,
+            "multiple_of": self.multiple_of,
+        }
+
+    def _plan(self, epoch: int) -> BatchPlan:
+        return _bucket_plan(
+            self.sizes,
+            self.boundaries,
+            self.max_tokens,
+            self.batch_size,
+            self.multiple_of,
+            self.seed,
+            epoch,
+        )
