@@ -64,3 +64,14 @@ def test_segment_max_matches_reference(values, data):
     cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
     offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
     assert np.array_equal(K.segment_max(values, offsets), K.segment_max_reference(values, offsets))
+
+
+@given(arrays(np.int64, st.integers(0, 80), elements=st.integers(0, 2**40)), st.integers(0, 2**32))
+def test_hash_ints_matches_reference(values, seed):
+    assert int(K.hash_ints(values, seed)) == K.hash_ints_reference(values, seed)
+
+
+def test_hash_ints_sees_order_and_size():
+    a = np.arange(10, dtype=np.int64)
+    assert K.hash_ints(a, 0) != K.hash_ints(a[::-1].copy(), 0)
+    assert K.hash_ints(a, 0) != K.hash_ints(a[:9], 0)

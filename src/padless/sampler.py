@@ -70,7 +70,9 @@ class _Epoch:
 
     __slots__ = ("epoch", "plan", "order", "costs")
 
-    def __init__(self, epoch: int, plan: BatchPlan, order: np.ndarray, costs: np.ndarray) -> None:
+    def __init__(
+        self, epoch: int, plan: BatchPlan, order: np.ndarray, costs: np.ndarray | None
+    ) -> None:
         self.epoch = epoch
         self.plan = plan
         self.order = order
@@ -134,9 +136,9 @@ class PlanSampler:
         if self._cache is not None and self._cache.epoch == epoch:
             return self._cache
         plan = self._plan(epoch if self.shuffle else 0)
-        costs = self._costs(plan)
+        costs = self._costs(plan) if self.balance else None  # computed lazily otherwise
         gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
-        if self.balance:
+        if costs is not None:
             order = balanced_order(costs, self.world_size, gen)
         elif gen is not None:
             order = gen.permutation(len(plan)).astype(np.int64)
@@ -174,6 +176,8 @@ class PlanSampler:
         epoch = check_seed(epoch, "epoch")
         if epoch != self.epoch:
             self._pending = None
+            self._start = 0
+            self._yielded = 0
         self.epoch = epoch
 
     def __len__(self) -> int:
@@ -223,6 +227,8 @@ class PlanSampler:
         cost (1.0 is perfect), with padded cost count × longest per batch.
         """
         sched = self._schedule(self.epoch)
+        if sched.costs is None:
+            sched.costs = self._costs(sched.plan)
         total = len(sched.plan)
         steps = self._steps(total, 0)
         slots = np.arange(steps * self.world_size, dtype=np.int64)
@@ -255,7 +261,11 @@ class PlanSampler:
                 "balance": self.balance,
                 **self._config(),
             }
-            self._fingerprint = fingerprint(config, self.lengths)
+            from ._kernels import hash_ints
+
+            config["lengths_shape"] = list(self.lengths.shape)
+            config["lengths_hash"] = int(hash_ints(self.lengths.reshape(-1), 0))
+            self._fingerprint = fingerprint(config)
         return self._fingerprint
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:

@@ -2,10 +2,162 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 import torch
 
-__all__: list[str] = []
+from ._check import check_int, positive
+
 _TORCH_VERSION = torch.__version__
+
+
+# --------------------------------------------------------------------------- distributed
+
+
+def dist_rank_world() -> tuple[int, int]:
+    """Return ``(rank, world_size)`` from ``torch.distributed``, or ``(0, 1)`` when not initialized.
+
+    >>> dist_rank_world()
+    (0, 1)
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def dist_kwargs() -> dict[str, int]:
+    """Keyword arguments ``rank=…, world_size=…`` for a padless sampler, from torch.distributed.
+
+    >>> dist_kwargs()
+    {'rank': 0, 'world_size': 1}
+    """
+    rank, world = dist_rank_world()
+    return {"rank": rank, "world_size": world}
+
+
+# --------------------------------------------------------------------------- padded collate
+
+
+def _as_ids(sample: Any, where: str) -> torch.Tensor:
+    if isinstance(sample, torch.Tensor):
+        out = sample
+    else:
+        out = torch.as_tensor(np.asarray(sample))
+    if out.ndim != 1:
+        raise ValueError(f"{where} must be a 1-D token sequence, got shape {tuple(out.shape)}")
+    if out.numel() and (out.dtype.is_floating_point or out.dtype == torch.bool):
+        raise TypeError(f"{where} must hold integer token ids, got {out.dtype}")
+    return out.to(torch.long)
+
+
+def _pad(seqs: list[torch.Tensor], pad_id: int, multiple_of: int) -> tuple[torch.Tensor, ...]:
+    lengths = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
+    width = int(lengths.max()) if seqs else 0
+    width = -(-width // multiple_of) * multiple_of
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : s.numel()] = s
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.long)
+    return ids, mask, lengths
+
+
+def collate_padded(
+    pad_id: int, *, multiple_of: int = 1, fields: Sequence[str] | None = None
+) -> Callable[[list[Any]], dict[str, torch.Tensor]]:
+    """Make a collate function that right-pads token sequences to the batch's longest.
+
+    Args:
+        pad_id: token id used for padding.
+        multiple_of: round the padded width up to a multiple (e.g. 8 for tensor cores).
+        fields: None when each sample is one token sequence; else the field names (e.g.
+            ``("source", "target")``) when each sample is a mapping with those keys or a tuple in
+            that order.
+
+    Returns:
+        A function mapping a list of samples to ``{"input_ids", "attention_mask", "lengths"}``,
+        or with fields to ``{name: ids, name + "_mask": mask, name + "_lengths": lengths}`` each.
+
+    >>> out = collate_padded(0, multiple_of=4)([[5, 6, 7], [8]])
+    >>> out["input_ids"].tolist(), out["attention_mask"].tolist()
+    ([[5, 6, 7, 0], [8, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0]])
+    """
+    pad_id = check_int("pad_id", pad_id) or 0
+    multiple_of = positive("multiple_of", multiple_of)
+    names = None if fields is None else [str(f) for f in fields]
+    if names is not None and not names:
+        raise ValueError("fields must name at least one field, got an empty sequence")
+
+    def collate(samples: list[Any]) -> dict[str, torch.Tensor]:
+        if names is None:
+            seqs = [_as_ids(s, f"sample [{i}]") for i, s in enumerate(samples)]
+            ids, mask, lengths = _pad(seqs, pad_id, multiple_of)
+            return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
+        out: dict[str, torch.Tensor] = {}
+        for f, name in enumerate(names):
+            seqs = []
+            for i, s in enumerate(samples):
+                part = s[name] if isinstance(s, Mapping) else s[f]
+                seqs.append(_as_ids(part, f"field {name!r} of sample [{i}]"))
+            ids, mask, lengths = _pad(seqs, pad_id, multiple_of)
+            out[name], out[f"{name}_mask"], out[f"{name}_lengths"] = ids, mask, lengths
+        return out
+
+    return collate
+
+
+# --------------------------------------------------------------------------- resumable loading
+
+
+class StatefulLoader:
+    """Wrap a DataLoader whose ``batch_sampler`` is a padless sampler, and count what the loop got.
+
+    A DataLoader with workers pulls batches from the sampler ahead of the training loop, so the
+    sampler's own count runs ahead. This wrapper counts the batches actually delivered and saves
+    that position, so a resumed run continues with exactly the batches the uninterrupted run would
+    have received next.
+
+    >>> from torch.utils.data import DataLoader
+    >>> from padless import TokenBudgetSampler
+    >>> sampler = TokenBudgetSampler([3, 1, 2, 5], max_tokens=6, seed=0)
+    >>> loader = StatefulLoader(DataLoader(range(4), batch_sampler=sampler))
+    >>> first = next(iter(loader))
+    >>> loader.state_dict()["position"]
+    1
+    """
+
+    def __init__(self, loader: Any) -> None:
+        sampler: Any = getattr(loader, "batch_sampler", None)
+        if not hasattr(sampler, "state_dict") or not hasattr(sampler, "load_state_dict"):
+            raise TypeError(
+                "loader.batch_sampler must be a padless sampler (with state_dict), got "
+                f"{type(sampler).__name__}"
+            )
+        self.loader = loader
+        self.sampler = sampler
+        self.delivered = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        self.delivered = 0
+        for batch in self.loader:
+            self.delivered += 1
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to the sampler's ``set_epoch``."""
+        self.sampler.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the sampler state at the batches delivered to the loop."""
+        return dict(self.sampler.state_dict(consumed=self.delivered))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the sampler from ``state`` at the next iteration."""
+        self.sampler.load_state_dict(state)
 
 
 # --------------------------------------------------------------------------- LM streams
