@@ -571,6 +571,22 @@ class MixtureSampler:
         gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
         return gen.multinomial(self.num_batches, self.p).astype(np.int64)
 
+    def corpus_counts(self, epoch: int | None = None) -> dict[str, int]:
+        """Return how many of a mixture epoch's batches each corpus gives (default: this epoch).
+
+        Cost: O(number of corpora); plans nothing (beyond the default ``num_batches``).
+
+        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
+        ...                       "b": TokenBudgetSampler([3], max_tokens=4)},
+        ...                      weights={"a": 1, "b": 1}, num_batches=1000)
+        >>> sum(mix.corpus_counts().values())
+        1000
+        """
+        e = self.epoch if epoch is None else check_seed(epoch, "epoch")
+        counts = self._counts(e)
+        return {n: int(c) for n, c in zip(self.names, counts, strict=True)}
+
     def _counts_before(self, epoch: int) -> np.ndarray:
         """Batches of each corpus in all mixture epochs before ``epoch`` (cached, O(epoch · K))."""
         while len(self._before) <= epoch:

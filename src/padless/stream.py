@@ -501,9 +501,12 @@ class LMStream:
             )
         self.epoch = checked["epoch"]
         _, _, total, _ = self._geometry()
-        if checked["position"] > total:
+        saved_world = checked["world_size"]
+        # the last step may run past the epoch's batches when it is completed with repeats
+        limit = total if self.drop_last else -(-total // saved_world) * saved_world
+        if checked["position"] > limit:
             raise ValueError(
-                f"state['position'] must be <= the {total} batch slots of epoch {self.epoch}, "
+                f"state['position'] must be <= the {limit} batch slots of epoch {self.epoch}, "
                 f"got {checked['position']}"
             )
         self._pending = checked["position"]
