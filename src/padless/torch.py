@@ -283,3 +283,184 @@ def mixture_dataset(
                     f"got {len(datasets[name])}"
                 )
     return torch.utils.data.ConcatDataset([datasets[n] for n in names])
+
+
+# --------------------------------------------------------------------------- packed collate
+
+
+class PackedCollate:
+    """Collate function built by :func:`collate_packed` (a picklable callable, for any worker)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        max_per_row: int | None = None,
+        rows: int | None = None,
+        flatten: bool = False,
+        position_start: int = 0,
+        pad_id: int = 0,
+        ignore_index: int = -100,
+        key: str = "input_ids",
+        truncate: bool = False,
+    ) -> None:
+        from ._check import check_bool, positive_or_none
+
+        self.capacity = positive("capacity", capacity)
+        self.max_per_row = positive_or_none("max_per_row", max_per_row)
+        self.rows = positive_or_none("rows", rows)
+        self.flatten = check_bool("flatten", flatten)
+        self.position_start = check_int("position_start", position_start, minimum=0) or 0
+        self.pad_id = check_int("pad_id", pad_id) or 0
+        self.ignore_index = check_int("ignore_index", ignore_index) or 0
+        if not isinstance(key, str):
+            raise TypeError(f"key must be a str, got {type(key).__name__} {key!r}")
+        self.key = key
+        self.truncate = check_bool("truncate", truncate)
+
+    def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
+        from .planners.packing import next_fit_rows
+
+        cap = self.capacity
+        seqs: list[torch.Tensor] = []
+        for i, s in enumerate(samples):
+            part = s[self.key] if isinstance(s, Mapping) else s
+            ids = _as_ids(part, f"sample [{i}]")
+            if ids.numel() > cap:
+                if not self.truncate:
+                    raise ValueError(
+                        f"sample [{i}] has {ids.numel()} tokens, more than capacity={cap}; serve "
+                        "pieces with PackingSampler.pieces(dataset) (oversize='split' or "
+                        "'truncate'), or pass truncate=True to keep the first capacity tokens"
+                    )
+                ids = ids[:cap]
+            seqs.append(ids)
+        lengths = [int(t.numel()) for t in seqs]
+        row_of = next_fit_rows(lengths, capacity=cap, max_per_row=self.max_per_row).tolist()
+        needed = row_of[-1] + 1 if row_of else 0
+        if self.rows is not None and needed > self.rows:
+            raise ValueError(
+                f"the batch needs {needed} rows of capacity={cap}, more than rows={self.rows}; "
+                "were capacity and max_per_row the sampler's, and its lengths the dataset's?"
+            )
+        # segments cover the whole output: the sequences, plus each row's padding tail (2-D only)
+        parts: list[torch.Tensor] = []
+        seg_lens: list[int] = []
+        seg_real: list[bool] = []
+        if self.flatten:
+            parts, seg_lens, seg_real = seqs, lengths, [True] * len(seqs)
+            shape = (1, sum(lengths))
+        else:
+            num_rows = self.rows if self.rows is not None else needed
+            used = [0] * num_rows
+            for n, r in zip(lengths, row_of, strict=True):
+                used[r] += n
+            i = 0
+            for r in range(num_rows):
+                while i < len(seqs) and row_of[i] == r:
+                    parts.append(seqs[i])
+                    seg_lens.append(lengths[i])
+                    seg_real.append(True)
+                    i += 1
+                if used[r] < cap:
+                    parts.append(torch.full((cap - used[r],), self.pad_id, dtype=torch.long))
+                    seg_lens.append(cap - used[r])
+                    seg_real.append(False)
+            shape = (num_rows, cap)
+        flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        lens_t = torch.tensor(seg_lens, dtype=torch.long)
+        cu = torch.zeros(len(seg_lens) + 1, dtype=torch.long)
+        torch.cumsum(lens_t, 0, out=cu[1:])
+        total = int(cu[-1])
+        seq_idx = torch.repeat_interleave(torch.arange(len(seg_lens)), lens_t)
+        position_ids = (
+            torch.arange(total) - torch.repeat_interleave(cu[:-1], lens_t) + self.position_start
+        )
+        real = torch.tensor(seg_real, dtype=torch.bool)
+        labels = flat.clone()
+        labels[~torch.repeat_interleave(real, lens_t)] = self.ignore_index
+        labels[cu[:-1][real & (lens_t > 0)]] = self.ignore_index
+        return {
+            "input_ids": flat.view(shape),
+            "labels": labels.view(shape),
+            "position_ids": position_ids.view(shape),
+            "seq_idx": seq_idx.to(torch.int32).view(shape),
+            "cu_seqlens": cu.to(torch.int32),
+            "max_seqlen": max(seg_lens, default=0),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"collate_packed(capacity={self.capacity}, max_per_row={self.max_per_row}, "
+            f"rows={self.rows}, flatten={self.flatten}, position_start={self.position_start})"
+        )
+
+
+def collate_packed(
+    capacity: int,
+    *,
+    max_per_row: int | None = None,
+    rows: int | None = None,
+    flatten: bool = False,
+    position_start: int = 0,
+    pad_id: int = 0,
+    ignore_index: int = -100,
+    key: str = "input_ids",
+    truncate: bool = False,
+) -> PackedCollate:
+    """Make a collate function for :class:`padless.PackingSampler` batches (varlen attention).
+
+    The function takes the batch's samples in the order the sampler yielded their indices, cuts
+    them back into the planned rows (:func:`padless.planners.packing.next_fit_rows`: rows come in
+    the order they were opened, so a new row starts exactly where the next sample does not fit
+    or the row holds ``max_per_row``), and returns:
+
+    - ``input_ids``: (rows, capacity), each row's sequences back to back and ``pad_id`` after
+      them; or with ``flatten=True``, (1, total) with no padding at all.
+    - ``cu_seqlens``: int32 segment bounds into ``input_ids.view(-1)``, starting at 0. In the 2-D
+      layout each row's padding tail is a segment of its own, so ``cu_seqlens`` covers the whole
+      tensor and can go straight to ``flash_attn_varlen_func``; no real token attends to padding.
+    - ``max_seqlen``: the longest segment, a Python int.
+    - ``position_ids``: restarting at ``position_start`` at every segment (2 for RoBERTa-style
+      models).
+    - ``seq_idx``: int32, the segment number of every token (Mamba-style), shaped like input_ids.
+    - ``labels``: the token ids, with ``ignore_index`` at the first token of every sequence (so
+      no sequence learns to predict across a boundary: with the usual shift, position t predicts
+      labels[t + 1]) and on padding.
+
+    Args:
+        capacity: the sampler's capacity (tokens per row).
+        max_per_row: the sampler's ``max_per_row``.
+        rows: output exactly this many rows (pad with empty rows, e.g. ``rows_per_batch`` for a
+            fixed shape); an error if the batch needs more. With ``flatten`` it is only checked.
+        flatten: return the (1, total) layout.
+        position_start: first position id of every sequence.
+        pad_id: token id of padding.
+        ignore_index: label of positions not to learn.
+        key: the token field when samples are mappings; otherwise samples are token sequences.
+        truncate: keep the first ``capacity`` tokens of a longer sample instead of raising
+            (for ``oversize="truncate"`` without :meth:`PackingSampler.pieces`).
+
+    Samples must have exactly the lengths the sampler planned with. Cost: one concatenation of
+    the batch's tokens plus O(samples) Python steps.
+
+    >>> collate = collate_packed(8)
+    >>> out = collate([[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17], [18]])
+    >>> out["input_ids"].tolist()
+    [[5, 6, 7, 8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18, 0, 0]]
+    >>> out["cu_seqlens"].tolist(), out["max_seqlen"]
+    ([0, 6, 8, 13, 14, 16], 6)
+    >>> out["position_ids"][1].tolist(), out["labels"][1].tolist()
+    ([0, 1, 2, 3, 4, 0, 0, 1], [-100, 14, 15, 16, 17, -100, -100, -100])
+    """
+    return PackedCollate(
+        capacity,
+        max_per_row=max_per_row,
+        rows=rows,
+        flatten=flatten,
+        position_start=position_start,
+        pad_id=pad_id,
+        ignore_index=ignore_index,
+        key=key,
+        truncate=truncate,
+    )
