@@ -1,7 +1,7 @@
 """Train a tiny model for one epoch under DistributedDataParallel (gloo, CPU) with padless.
 
 Run by tests/test_torch.py in a subprocess: python _ddp_train.py WORLD DROP_LAST INIT_FILE
-Prints one JSON line per rank: {"rank": r, "steps": n, "len": len(sampler)}.
+Each rank writes INIT_FILE.rank<r>.json: {"rank": r, "steps": n, "len": len(sampler), "sum": …}.
 """
 
 import json
@@ -60,8 +60,9 @@ def worker(rank, world, drop_last, init_file):
         steps += 1
     total = torch.tensor([steps])
     dist.all_reduce(total)
-    print(json.dumps({"rank": rank, "steps": steps, "len": len(sampler), "sum": int(total)}))
-    sys.stdout.flush()
+    result = {"rank": rank, "steps": steps, "len": len(sampler), "sum": int(total)}
+    with open(f"{init_file}.rank{rank}.json", "w") as fh:
+        json.dump(result, fh)
     dist.destroy_process_group()
 
 
