@@ -274,9 +274,10 @@ def plan_exact_length(
             Exactly one of batch_size, max_tokens and batch_sizes sizes the batches.
         max_length: sequences longer than this (2-D: max over fields) are left out and listed
             in ``plan.skipped``.
-        include_partial: False guarantees that no batch is smaller than its length's size:
-            leftovers "partial" becomes "drop", and with "merge" an incomplete last merged batch
-            is dropped too (all reported).
+        include_partial: False keeps no incomplete batch: leftovers "partial" becomes "drop",
+            and with "merge" the last pooled batch is dropped (and reported) when it holds
+            fewer items than its longest member's size allows. (Every other pooled batch was
+            closed because the next leftover did not fit.)
         leftovers: what to do with each group's last, incomplete batch. "partial" keeps it as a
             smaller batch (nothing lost), "drop" leaves its items out (listed in
             ``plan.skipped``), "merge" pools the leftovers of all lengths, in length order (2-D:
