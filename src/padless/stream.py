@@ -37,10 +37,10 @@ OUT_DTYPES = ("int64", "int32", "uint16")
 #: Tokens hashed from each end of the corpus for the resume fingerprint.
 FINGERPRINT_SAMPLE = 4096
 
-Empty = Callable[[tuple[int, int], np.dtype], np.ndarray]
+Empty = Callable[[tuple[int, int, int], np.dtype], np.ndarray]
 
 
-def _numpy_empty(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+def _numpy_empty(shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype=dtype)
 
 
@@ -148,7 +148,9 @@ class LMStream:
     """Cut one long token corpus into language-model batches ``(x, y)``, ``y`` = ``x`` shifted by one.
 
     Iteration yields fresh ``(x, y)`` arrays of shape ``(rows, columns)`` and dtype ``out_dtype``
-    per batch (nothing is reused, so batches may be kept). ``padless.torch.lm_tensors`` yields the
+    per batch: the two C-contiguous halves of one new ``(2, rows, columns)`` array (one
+    allocation per batch keeps glibc from returning the pages to the OS and faulting them in again
+    each batch). Nothing is reused, so batches may be kept. ``padless.torch.lm_tensors`` yields the
     same as tensors, optionally written straight into pinned memory.
 
     Modes (``o`` is a per-epoch offset in ``[0, num_steps)`` drawn from ``(seed, epoch)``):
@@ -384,7 +386,7 @@ class LMStream:
         return self._iter_with(_numpy_empty)
 
     def _iter_with(self, empty: Empty) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield this rank's batches, allocating each output with ``empty(shape, dtype)``."""
+        """Yield this rank's batches; ``empty((2, rows, cols), dtype)`` allocates each (x, y) pair."""
         o, units, total, keys = self._geometry()
         start = self._pending if self._pending is not None else 0
         self._pending = None
@@ -413,8 +415,7 @@ class LMStream:
                     j = slot if slot < total else (slot - total) % total
                     first = j * b
                     rows = min(b, units - first)
-                    x = empty((rows, t), out)
-                    y = empty((rows, t), out)
+                    x, y = empty((2, rows, t), out)
                     K.lm_random_batch(src, first, units, o, keys, x, y)
                     self._yielded += 1
                     yield x, y
@@ -423,8 +424,7 @@ class LMStream:
                 for s in range(steps):
                     col = ((start + s * w) // w) * t
                     cols = min(t, units - col)
-                    x = empty((b, cols), out)
-                    y = empty((b, cols), out)
+                    x, y = empty((2, b, cols), out)
                     K.lm_gather(src, starts + col, x, y)
                     self._yielded += 1
                     yield x, y

@@ -177,8 +177,8 @@ def lm_tensors(
 
     Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
     copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
-    page-locked tensors (``torch.empty(..., pin_memory=True)``, recycled by torch's caching host
-    allocator), so ``x.to("cuda", non_blocking=True)`` overlaps with compute and no extra copy is
+    page-locked tensors (one ``torch.empty((2, rows, cols), pin_memory=True)`` per batch, x and y
+    its halves, recycled by torch's caching host allocator), so ``x.to("cuda", non_blocking=True)`` overlaps with compute and no extra copy is
     made. The stream's position advances as with plain iteration, so ``stream.state_dict()``
     works unchanged.
 
@@ -212,15 +212,14 @@ def lm_tensors(
         return
     made: list[torch.Tensor] = []
 
-    def pinned_empty(shape: tuple[int, int], dtype: _np.dtype) -> _np.ndarray:
-        tensor = torch.empty(shape, dtype=_LM_TORCH_DTYPES[dtype.name], pin_memory=True)
-        made.append(tensor)
-        return tensor.numpy()
+    def pinned_empty(shape: tuple[int, int, int], dtype: _np.dtype) -> _np.ndarray:
+        pair = torch.empty(shape, dtype=_LM_TORCH_DTYPES[dtype.name], pin_memory=True)
+        made.append(pair)
+        return pair.numpy()
 
     for _x, _y in stream._iter_with(pinned_empty):
-        tx, ty = made
-        made.clear()
-        yield tx, ty
+        pair = made.pop()
+        yield pair[0], pair[1]
 
 
 def _pinned_memory_available() -> bool:
