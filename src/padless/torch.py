@@ -178,8 +178,8 @@ def lm_tensors(
     Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
     copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
     page-locked tensors (one ``torch.empty((2, rows, cols), pin_memory=True)`` per batch, x and y
-    its halves, recycled by torch's caching host allocator), so ``x.to("cuda", non_blocking=True)`` overlaps with compute and no extra copy is
-    made. The stream's position advances as with plain iteration, so ``stream.state_dict()``
+    its halves, recycled by torch's caching host allocator), so ``x.to("cuda",
+    non_blocking=True)`` overlaps with compute and no extra copy is made. The stream's position advances as with plain iteration, so ``stream.state_dict()``
     works unchanged.
 
     Args:
