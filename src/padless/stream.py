@@ -145,7 +145,7 @@ def _open_tokens(tokens: Any, dtype: Any, populate: bool) -> tuple[np.ndarray, s
 
 
 class LMStream:
-    """Cut one long token corpus into language-model batches ``(x, y)``, ``y`` = ``x`` shifted by one.
+    """Cut one long token corpus into language-model batches ``(x, y)``, y being x shifted by one.
 
     Iteration yields fresh ``(x, y)`` arrays of shape ``(rows, columns)`` and dtype ``out_dtype``
     per batch: the two C-contiguous halves of one new ``(2, rows, columns)`` array (one
@@ -368,7 +368,11 @@ class LMStream:
 
     # ------------------------------------------------------------------ protocol
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration yields; a loaded position survives only for its epoch."""
+        """Select the epoch the next iteration yields.
+
+        A loaded position survives only for its own epoch; selecting another epoch resets the
+        position to 0.
+        """
         epoch = check_seed(epoch, "epoch")
         if epoch != self.epoch:
             self._pending = None
@@ -386,7 +390,7 @@ class LMStream:
         return self._iter_with(_numpy_empty)
 
     def _iter_with(self, empty: Empty) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield this rank's batches; ``empty((2, rows, cols), dtype)`` allocates each (x, y) pair."""
+        """Yield this rank's batches; ``empty((2, rows, cols), dtype)`` allocates each pair."""
         o, units, total, keys = self._geometry()
         start = self._pending if self._pending is not None else 0
         self._pending = None
@@ -472,7 +476,8 @@ class LMStream:
                 count = check_int("consumed", consumed, minimum=0) or 0
                 if count > self._yielded:
                     raise ValueError(
-                        f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
+                        f"consumed must be <= the {self._yielded} batches yielded so far, "
+                        f"got {count}"
                     )
             position = self._start + count * self.world_size
         return {
@@ -485,7 +490,7 @@ class LMStream:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next iteration: O(1), no replay; the input is not modified.
+        """Continue from ``state`` at the next iteration: O(1), no replay; ``state`` is not changed.
 
         A random-mode state may come from another world size; a sequential-mode one may not.
         """

@@ -179,8 +179,8 @@ def lm_tensors(
     copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
     page-locked tensors (one ``torch.empty((2, rows, cols), pin_memory=True)`` per batch, x and y
     its halves, recycled by torch's caching host allocator), so ``x.to("cuda",
-    non_blocking=True)`` overlaps with compute and no extra copy is made. The stream's position advances as with plain iteration, so ``stream.state_dict()``
-    works unchanged.
+    non_blocking=True)`` overlaps with compute and no extra copy is made. The stream's position
+    advances as with plain iteration, so ``stream.state_dict()`` works unchanged.
 
     Args:
         stream: an ``LMStream``.
