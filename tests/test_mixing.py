@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from padless.mixing import MixtureSampler, ZippedLengths, temperature_probabilities, zip_lengths
+from padless.mixing import (
+    MixtureSampler,
+    ZippedLengths,
+    stratified_counts,
+    temperature_probabilities,
+    zip_lengths,
+)
 from padless.plan import BatchPlan
 from padless.planners.budget import TokenBudgetSampler, plan_token_budget
 from padless.sampler import PlanSampler
@@ -198,16 +204,20 @@ def test_zero_weight_corpus_is_never_drawn():
     assert not any(40 <= i < 49 for batch in mix for i in batch)
 
 
+def _three(t, seed, num, draw):
+    subs = {name: budget(np.ones(n, np.int64)) for name, n in [("a", 2000), ("b", 200), ("c", 20)]}
+    return MixtureSampler(subs, temperature=t, num_batches=num, seed=seed, draw=draw)
+
+
 @pytest.mark.parametrize("t", [1.0, 2.0, 5.0, INF])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_observed_shares_match_probabilities(t, seed):
-    """Statistical test with fixed seeds: 20,000 draws, each share within 4 standard errors of
-    p_k (and 1% absolute), and a chi-square goodness-of-fit p-value above 1e-3."""
+def test_independent_draws_match_probabilities(t, seed):
+    """Statistical test with fixed seeds: 20,000 i.i.d. draws; each share within 4 standard
+    errors of p_k (and 1% absolute), and a chi-square goodness-of-fit p-value above 1e-3."""
     from scipy.stats import chisquare
 
-    subs = {name: budget(np.ones(n, np.int64)) for name, n in [("a", 2000), ("b", 200), ("c", 20)]}
     num = 20_000
-    mix = MixtureSampler(subs, temperature=t, num_batches=num, seed=seed)
+    mix = _three(t, seed, num, "independent")
     counts = np.array(list(mix.corpus_counts().values()))
     assert counts.sum() == num
     share = counts / num
@@ -216,8 +226,53 @@ def test_observed_shares_match_probabilities(t, seed):
     assert np.all(np.abs(share - mix.p) < 0.01)
     assert chisquare(counts, mix.p * num).pvalue > 1e-3
     # the schedule is the same draw, slot by slot
-    choice = mix._mix(0).choice
-    assert np.bincount(choice, minlength=3).tolist() == counts.tolist()
+    assert np.bincount(mix._mix(0).choice, minlength=3).tolist() == counts.tolist()
+
+
+@pytest.mark.parametrize("t", [1.0, 2.0, 5.0, INF])
+def test_stratified_shares_are_exact(t):
+    """Default draw: every epoch's share is within 1 / num_batches of p_k."""
+    for seed, num in itertools.product(range(3), (7, 1000, 10_000)):
+        mix = _three(t, seed, num, "stratified")
+        counts = np.array(list(mix.corpus_counts().values()))
+        assert counts.sum() == num
+        assert np.all(np.abs(counts - mix.p * num) < 1), (counts, mix.p * num)
+        assert np.bincount(mix._mix(0).choice, minlength=3).tolist() == counts.tolist()
+
+
+def test_stratified_draws_are_unbiased():
+    """Statistical test, fixed seeds 0..1999: the mean count over seeds is p_k · num_batches
+    (within 4 standard errors), and the corpus of slot 0 is corpus k with frequency p_k."""
+    p = np.array([0.55, 0.3, 0.15])
+    num, runs = 7, 2000  # targets 3.85, 2.1, 1.05: rounding decides a lot
+    counts = np.array(
+        [stratified_counts(p, num, np.random.default_rng([s, 1])) for s in range(runs)]
+    )
+    assert set(counts.sum(axis=1).tolist()) == {num}
+    assert np.all(np.abs(counts - p * num) < 1)
+    sd = counts.std(axis=0) / math.sqrt(runs)
+    assert np.all(np.abs(counts.mean(axis=0) - p * num) <= 4 * sd + 1e-9)
+    subs = {n: budget([1]) for n in "abc"}
+    first = np.zeros(3)
+    for seed in range(runs):
+        mix = MixtureSampler(subs, weights=p, num_batches=num, seed=seed)
+        first[mix._mix(0).choice[0]] += 1
+    share = first / runs
+    assert np.all(np.abs(share - p) <= 4 * np.sqrt(p * (1 - p) / runs))
+
+
+@given(
+    st.lists(st.floats(0, 10), min_size=1, max_size=8).filter(lambda w: sum(w) > 0),
+    st.integers(0, 500),
+    st.integers(0, 2**32),
+)
+def test_stratified_counts_properties(weights, total, seed):
+    p = np.asarray(weights) / sum(weights)
+    counts = stratified_counts(p, total, np.random.default_rng(seed))
+    assert counts.sum() == total
+    assert np.all(counts >= np.floor(p * total) - 1e-9)
+    assert np.all(counts <= np.ceil(p * total) + 1e-9)
+    assert np.all(counts[p == 0] == 0)
 
 
 def test_corpus_order_is_well_mixed():
@@ -533,6 +588,7 @@ def _subs():
         ({"temperature": True}, TypeError, "temperature must be"),
         ({"temperature": "hot"}, TypeError, "temperature must be"),
         ({"unit": "words"}, ValueError, "unit must be one of 'sentences', 'tokens', got 'words'"),
+        ({"draw": "iid"}, ValueError, "draw must be one of 'stratified', 'independent'"),
         ({"num_batches": 0}, ValueError, "num_batches must be a positive int, got 0"),
         ({"seed": -1}, ValueError, "seed must be a non-negative int"),
         ({"rank": 2, "world_size": 2}, ValueError, "rank must be < world_size=2"),

@@ -36,11 +36,13 @@ __all__ = [
     "MixtureSampler",
     "MixtureSchedule",
     "ZippedLengths",
+    "stratified_counts",
     "temperature_probabilities",
     "zip_lengths",
 ]
 
 UNITS = ("sentences", "tokens")
+DRAWS = ("stratified", "independent")
 
 
 # ---------------------------------------------------------------------------------------- zip
@@ -382,6 +384,34 @@ def temperature_probabilities(amounts: Any, temperature: float) -> np.ndarray:
     return raw / raw.sum()
 
 
+def stratified_counts(p: np.ndarray, total: int, gen: np.random.Generator) -> np.ndarray:
+    """Split ``total`` draws into counts within one of ``p_k · total``, unbiased.
+
+    Each count is ``p_k · total`` rounded down or up; the ``r`` round-ups go to corpora by
+    systematic sampling (one uniform number), so corpus ``k`` is rounded up with probability
+    equal to its fractional part and ``E[count_k] = p_k · total`` exactly. A corpus with
+    ``p_k = 0`` never gets a draw.
+
+    >>> gen = np.random.default_rng(0)
+    >>> stratified_counts(np.array([0.5, 0.25, 0.25]), 10, gen).tolist() in ([5, 3, 2], [5, 2, 3])
+    True
+    """
+    target = p * total
+    base = np.floor(target).astype(np.int64)
+    frac = target - base
+    left = int(total - base.sum())
+    u = gen.random()
+    if left <= 0:
+        return base
+    edges = np.cumsum(frac)
+    edges *= left / edges[-1]
+    edges[-1] = left
+    points = u + np.arange(left, dtype=np.float64)
+    picked = np.searchsorted(edges, points, side="right")
+    picked[picked >= p.size] = int(np.flatnonzero(frac > 0)[-1])  # float round-off at the end
+    return base + np.bincount(picked, minlength=p.size).astype(np.int64)
+
+
 class MixtureSampler:
     """Batch sampler mixing per-corpus padless samplers; each batch comes from one corpus.
 
@@ -390,6 +420,13 @@ class MixtureSampler:
     where ``n_k`` counts sentences or tokens (``unit``); ``T = 1`` is proportional to size and
     ``T = float('inf')`` uniform. Explicit ``weights`` replace the temperature. With neither,
     ``T = 1``: a mixture then draws corpora in proportion to their sizes.
+
+    ``draw="stratified"`` (default) gives corpus ``k`` exactly ``p_k · num_batches`` batches per
+    epoch, rounded up or down at random without bias (:func:`stratified_counts`), in a uniformly
+    random order: each slot is still from corpus ``k`` with probability ``p_k``, and the epoch's
+    shares are within ``1 / num_batches`` of ``p_k`` (fairseq's sampled multi-corpus datasets
+    also fix the per-epoch counts). ``draw="independent"`` draws every slot's corpus
+    independently (shares then scatter by about ``sqrt(p_k (1 - p_k) / num_batches)``).
 
     A corpus's batches are those of its own sampler, epoch after epoch: when it runs out it starts
     its own next epoch, so small corpora are upsampled and large ones subsampled without bias.
@@ -429,6 +466,7 @@ class MixtureSampler:
         seed: non-negative int for the corpus draws (each sampler keeps its own seed).
         rank, world_size: this process's shard.
         drop_last: drop the incomplete last step instead of completing it with repeats.
+        draw: ``"stratified"`` (exact per-epoch shares) or ``"independent"`` (i.i.d. slots).
 
     Cost: per mixture epoch, O(num_batches) vectorised work for the corpus draws, plus the
     corpora's own plans — lazily, one sampler epoch at a time as iteration reaches it.
@@ -458,6 +496,7 @@ class MixtureSampler:
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        draw: str = "stratified",
     ) -> None:
         if not isinstance(samplers, Mapping):
             raise TypeError(
@@ -486,6 +525,7 @@ class MixtureSampler:
                     "sequence"
                 )
         self.unit = check_choice("unit", unit, UNITS)
+        self.draw = check_choice("draw", draw, DRAWS)
         if temperature is not None and weights is not None:
             raise ValueError(
                 "give temperature or weights, not both; got "
@@ -566,10 +606,15 @@ class MixtureSampler:
         return k, idx - np.asarray(self.corpus_offsets, dtype=np.int64)[k]
 
     # ------------------------------------------------------------------ schedule
+    def _draw_counts(self, gen: np.random.Generator) -> np.ndarray:
+        """Batches of each corpus in a mixture epoch: the first draws of the epoch's generator."""
+        m = self.num_batches
+        if self.draw == "independent":
+            return gen.multinomial(m, self.p).astype(np.int64)
+        return stratified_counts(self.p, m, gen)
+
     def _counts(self, epoch: int) -> np.ndarray:
-        """Batches of each corpus in a mixture epoch (the first draw of its generator)."""
-        gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
-        return gen.multinomial(self.num_batches, self.p).astype(np.int64)
+        return self._draw_counts(_rng.rng(self.seed, epoch, _rng.MIXTURE))
 
     def corpus_counts(self, epoch: int | None = None) -> dict[str, int]:
         """Return how many of a mixture epoch's batches each corpus gives (default: this epoch).
@@ -600,7 +645,7 @@ class MixtureSampler:
         m = self.num_batches
         k = len(self.names)
         gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
-        counts = gen.multinomial(m, self.p).astype(np.int64)
+        counts = self._draw_counts(gen)
         dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
         choice = np.repeat(np.arange(k, dtype=dtype), counts)
         gen.shuffle(choice)
@@ -757,6 +802,7 @@ class MixtureSampler:
             "dropped": self.dropped,
             "temperature": self.temperature,
             "unit": self.unit,
+            "draw": self.draw,
             "corpora": corpora,
         }
 
@@ -770,6 +816,7 @@ class MixtureSampler:
                 "sampler_seeds": [sub.seed for sub in self._subs],
                 "p": [float(x) for x in self.p],
                 "num_batches": self._num_batches_arg,
+                "draw": self.draw,
             }
             self._fingerprint = fingerprint(config)
         return self._fingerprint
