@@ -165,7 +165,7 @@ def _bucket_plan(
         ids = table[sizes]
     else:
         ids = np.searchsorted(cuts, sizes, side="left")
-    order, starts = K.counting_order(ids.astype(np.int64), num)
+    order, starts = K.counting_order(np.asarray(ids, dtype=np.int64), num)
     K.shuffle_runs(order, starts, _rng.key(seed, epoch, _rng.GROUP_SHUFFLE))
     _, ends, _, _ = K.exact_split(order, starts, run_size, 0)
     offsets = np.empty(ends.size + 1, dtype=np.int64)
