@@ -12,6 +12,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "padless._cli_report",
         "compare batching strategies on a corpus (default: built-in)",
     ),
+    "plan": ("padless._cli_plan", "compute and save the batch plan of one or more epochs"),
     "shuffle": ("padless._cli_shuffle", "shuffle a file bigger than memory, uniformly and safely"),
 }
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("padless: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, ImportError) as exc:
         print(f"padless {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

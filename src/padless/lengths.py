@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,8 +132,10 @@ def lengths_of(x: Any) -> np.ndarray:
     """Return lengths as an int64 array of shape (N,) or (N, F).
 
     Accepts a numpy array of lengths ((N,) or (N, F) per-field lengths), a list of ints, a list of
-    token sequences (lists or arrays), or a list of tuples of token sequences (one per field, e.g.
-    source and target). Lengths must be non-negative whole numbers (0 is allowed).
+    token sequences (lists or arrays), a list of tuples of token sequences (one per field, e.g.
+    source and target), or a ``pathlib.Path`` to a file that :func:`padless.readers.lengths_from_file`
+    reads (.npy, .npz, text, Arrow/Parquet, a saved ``datasets`` folder). Lengths must be
+    non-negative whole numbers (0 is allowed).
 
     Raises:
         TypeError: booleans, text or non-numeric values.
@@ -146,6 +149,10 @@ def lengths_of(x: Any) -> np.ndarray:
     """
     if isinstance(x, np.ndarray):
         return _from_array(x)
+    if isinstance(x, os.PathLike):
+        from .readers import lengths_from_file
+
+        return lengths_from_file(x)
     if isinstance(x, (list, tuple)):
         return _from_list(x)
     if hasattr(x, "__array__"):

@@ -146,25 +146,37 @@ def _row(
     ms: float,
     lens: np.ndarray,
     world_size: int,
-    balanced: float | None,
-    costs: np.ndarray | None = None,
+    balanced: Any = None,
 ) -> StrategyRow:
+    """Figures of one plan; ``balanced`` is a sampler built with balance=True (or None)."""
     from .sampler import padded_costs
 
     st = plan.stats(lens)
-    if costs is None:
+    if balanced is not None:
+        unbalanced = type(balanced)(lens, **{**balanced.report_kwargs, "balance": False})
+        imbalance = float(unbalanced.stats()["imbalance"])
+        imbalance_bal: float | None = float(balanced.stats()["imbalance"])
+    else:
         costs = padded_costs(plan, sizes_of(lens))
-    order = _rng.rng(0, 0, _rng.BATCH_ORDER).permutation(len(plan))
+        order = _rng.rng(0, 0, _rng.BATCH_ORDER).permutation(len(plan))
+        imbalance = step_imbalance(costs[order], world_size)
+        imbalance_bal = None
     return StrategyRow(
         strategy=name,
         setting=setting,
         batches=st.batches,
         mean_sentences=st.mean_sentences,
         padding_pct=100.0 * st.padding_fraction,
-        imbalance=step_imbalance(costs[order], world_size),
-        imbalance_balanced=balanced,
+        imbalance=imbalance,
+        imbalance_balanced=imbalance_bal,
         plan_ms=ms,
     )
+
+
+def _sampler(cls: Any, lens: np.ndarray, **kwargs: Any) -> Any:
+    sampler = cls(lens, balance=True, **kwargs)
+    sampler.report_kwargs = kwargs
+    return sampler
 
 
 def compare_strategies(
@@ -174,43 +186,64 @@ def compare_strategies(
     batch_size: int = 64,
     world_size: int = 8,
     capacity: int | None = None,
+    num_buckets: int = 8,
 ) -> list[StrategyRow]:
     """Plan one epoch with every strategy and return one row of figures each.
 
-    Cost: one plan per strategy (plus one balanced schedule per strategy with a sampler).
+    Strategies: random fixed-size batches, HF ``group_by_length``, token budget (fairseq order),
+    exact length (``max_tokens // L`` per length, partial leftovers kept), optimal buckets
+    (``num_buckets``, token budget inside each) and packing (rows of ``capacity`` tokens, default
+    ``max_tokens``). Imbalance is measured at ``world_size`` with a shuffled batch order, and with
+    ``balance=True`` for the padless samplers.
+
+    Cost: one plan per strategy, plus two sampler schedules per padless strategy.
     """
+    from .planners.buckets import BucketSampler, plan_buckets
     from .planners.budget import TokenBudgetSampler, plan_token_budget
+    from .planners.exact import ExactLengthSampler, plan_exact_length
+    from .planners.packing import PackingSampler, plan_packing
 
     lens = lengths_of(lengths)
     sizes = sizes_of(lens)
+    if sizes.size == 0:
+        raise ValueError("lengths are empty: nothing to report")
+    longest = int(sizes.max())
+    if longest > max_tokens:
+        raise ValueError(
+            f"max_tokens must be at least the longest sequence ({longest}), got {max_tokens}"
+        )
+    capacity = max_tokens if capacity is None else capacity
     warm_up()
     rows: list[StrategyRow] = []
+    ws = {"world_size": world_size}
     plan, ms = _timed(lambda: random_batches(sizes.size, batch_size))
-    rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size, None))
+    rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size))
     plan, ms = _timed(lambda: group_by_length_batches(sizes, batch_size))
-    rows.append(
-        _row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size, None)
-    )
-    if int(sizes.max()) <= max_tokens:
-        plan, ms = _timed(lambda: plan_token_budget(lens, max_tokens=max_tokens))
-        bal = TokenBudgetSampler(lens, max_tokens=max_tokens, world_size=world_size, balance=True)
-        rows.append(
-            _row(
-                "token_budget",
-                f"max_tokens={max_tokens}",
-                plan,
-                ms,
-                lens,
-                world_size,
-                bal.stats()["imbalance"],
-            )
-        )
+    rows.append(_row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size))
+    budget = {"max_tokens": max_tokens}
+    plan, ms = _timed(lambda: plan_token_budget(lens, **budget))
+    bal = _sampler(TokenBudgetSampler, lens, **budget, **ws)
+    rows.append(_row("token_budget", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
+    plan, ms = _timed(lambda: plan_exact_length(lens, **budget))
+    bal = _sampler(ExactLengthSampler, lens, **budget, **ws)
+    rows.append(_row("exact_length", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
+    k = min(num_buckets, int(np.unique(sizes).size))
+    plan, ms = _timed(lambda: plan_buckets(lens, num_buckets=k, **budget))
+    bal = _sampler(BucketSampler, lens, num_buckets=k, **budget, **ws)
+    rows.append(_row("buckets", f"k={k}, max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
+    if longest <= capacity:
+        pack_lens = sizes if lens.ndim == 2 else lens
+        plan, ms = _timed(lambda: plan_packing(pack_lens, capacity=capacity))
+        bal = _sampler(PackingSampler, pack_lens, capacity=capacity, **ws)
+        row = _row("packing", f"capacity={capacity}", plan, ms, pack_lens, world_size, bal)
+        if lens.ndim == 2:
+            row.note = "(on max over fields) "
+        rows.append(row)
     best = min(rows, key=lambda r: r.padding_pct)
     for r in rows:
-        if r is best:
-            r.note = "least padding"
-        elif best.padding_pct > 0:
-            r.note = f"{r.padding_pct / best.padding_pct:.0f}x the padding of {best.strategy}"
+        if r.padding_pct <= best.padding_pct:
+            r.note += "least padding" if r is best else f"as little padding as {best.strategy}"
         else:
-            r.note = f"{r.padding_pct:.1f} points more padding than {best.strategy}"
+            extra = (100.0 - best.padding_pct) / max(100.0 - r.padding_pct, 1e-9) - 1.0
+            r.note += f"{100 * extra:.1f}% more token slots than {best.strategy}"
     return rows

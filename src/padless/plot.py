@@ -1,0 +1,82 @@
+"""The PNG of ``padless report --plot``: length histogram, padding and imbalance per strategy."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .lengths import lengths_of, sizes_of
+from .report import StrategyRow
+
+
+def plot_report(
+    lengths: Any,
+    rows: Sequence[StrategyRow],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "",
+    world_size: int = 8,
+) -> None:
+    """Write a three-panel PNG: length histogram, padding % and imbalance per strategy.
+
+    Needs matplotlib (``pip install 'padless[cli]'``). Written under a temporary name, then renamed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "--plot needs the optional package 'matplotlib': pip install 'padless[cli]'"
+        ) from exc
+    sizes = sizes_of(lengths_of(lengths))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    ax = axes[0]
+    lo, hi = int(sizes.min()), int(sizes.max())
+    bins: Any = np.arange(lo, hi + 2) - 0.5 if hi - lo <= 160 else 80
+    ax.hist(sizes, bins=bins, color="#4c72b0")
+    ax.set_title(f"sequence lengths (N={sizes.size:,})")
+    ax.set_xlabel("tokens per sequence")
+    ax.set_ylabel("sequences")
+    for q, style in ((50, "--"), (99, ":")):
+        v = float(np.percentile(sizes, q))
+        ax.axvline(v, color="k", linestyle=style, linewidth=1, label=f"p{q} = {v:g}")
+    ax.legend()
+    names = [r.strategy for r in rows]
+    ypos = np.arange(len(rows))
+    ax = axes[1]
+    pads = [r.padding_pct for r in rows]
+    bars = ax.barh(ypos, pads, color="#dd8452")
+    ax.set_yticks(ypos, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("padding (% of token slots)")
+    ax.set_title("padding per strategy (lower is better)")
+    ax.bar_label(bars, labels=[f"{p:.2f}%" for p in pads], padding=3)
+    ax.set_xlim(0, max(pads + [1.0]) * 1.25)
+    ax = axes[2]
+    plain = [r.imbalance or 1.0 for r in rows]
+    bal = [r.imbalance_balanced if r.imbalance_balanced is not None else np.nan for r in rows]
+    ax.barh(ypos - 0.2, plain, height=0.4, color="#55a868", label="shuffled order")
+    ax.barh(ypos + 0.2, bal, height=0.4, color="#8172b3", label="balance=True")
+    ax.set_yticks(ypos, names)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="k", linewidth=1)
+    ax.set_xlim(0.95, max(plain + [1.1]) * 1.05)
+    ax.set_xlabel(f"straggler imbalance at world size {world_size} (1 = perfect)")
+    ax.set_title("slowest rank / mean rank per step")
+    ax.legend(loc="lower right")
+    fig.suptitle(f"padless report: {title}" if title else "padless report")
+    fig.tight_layout()
+    target = os.fspath(path)
+    tmp = f"{target}.tmp-{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, target)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)

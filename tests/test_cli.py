@@ -1,0 +1,157 @@
+"""The padless command through its real entry point (subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import padless
+
+PADLESS = str(Path(sys.executable).with_name("padless"))
+
+
+def run(*args, env=None, check=True):
+    proc = subprocess.run(
+        [PADLESS, *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_help_is_fast_and_clear():
+    t0 = time.perf_counter()
+    out = run("--help").stdout
+    assert time.perf_counter() - t0 < 2.0  # measured ~0.05 s; the bound leaves room for CI noise
+    for sub in ("report", "plan", "shuffle"):
+        assert sub in out
+        assert "usage: padless " + sub in run(sub, "--help").stdout
+
+
+def test_help_imports_nothing_heavy():
+    code = "import sys, padless.cli; print(int(any(m in sys.modules for m in ('numba', 'torch'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
+
+
+def test_report_json_agrees_with_library():
+    data = json.loads(run("report", "--json", "--max-tokens", "2048").stdout)
+    lengths = padless.builtin_corpus()
+    assert data["lengths"]["count"] == lengths.size
+    assert data["lengths"]["max"] == int(lengths.max())
+    rows = {r["strategy"]: r for r in data["strategies"]}
+    assert set(rows) == {
+        "random",
+        "group_by_length",
+        "token_budget",
+        "exact_length",
+        "buckets",
+        "packing",
+    }
+    plan = padless.plan_token_budget(lengths, max_tokens=2048)
+    st = plan.stats(lengths)
+    assert rows["token_budget"]["batches"] == st.batches
+    assert rows["token_budget"]["padding_pct"] == pytest.approx(100 * st.padding_fraction)
+    assert rows["exact_length"]["padding_pct"] == 0.0
+    assert rows["token_budget"]["imbalance_balanced"] < 1.05
+
+
+def test_report_table_and_plot(tmp_path):
+    png = tmp_path / "r.png"
+    out = run("report", "--plot", png).stdout
+    assert "token_budget" in out and "least padding" in out
+    assert png.stat().st_size > 10_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_on_every_input_kind(tmp_path):
+    np.save(tmp_path / "l.npy", np.array([3, 5, 8, 13] * 10))
+    np.savez(tmp_path / "p.npz", en=np.arange(1, 41), es=np.arange(2, 42))
+    np.save(tmp_path / "tok.npy", np.arange(100, dtype=np.uint16))
+    np.save(tmp_path / "off.npy", np.array([0, 10, 30, 60, 100]))
+    (tmp_path / "a.en").write_text("a b c\nd e\nf\n" * 5)
+    (tmp_path / "a.es").write_text("x\ny z\nw v u t\n" * 5)
+    cases = [
+        (["l.npy"], [], 40),
+        (["p.npz"], ["--fields", "en,es"], 40),
+        (["tok.npy"], ["--offsets", tmp_path / "off.npy"], 4),
+        (["a.en"], [], 15),
+        (["a.en", "a.es"], [], 15),
+        (["a.en"], ["--tokenizer", "chars"], 15),
+    ]
+    for files, extra, count in cases:
+        paths = [tmp_path / f for f in files]
+        data = json.loads(run("report", *paths, *extra, "--json").stdout)
+        assert data["lengths"]["count"] == count
+    data = json.loads(
+        run("report", tmp_path / "a.en", "a.es", "--json", check=False).stdout or "{}"
+    )
+    assert data == {}  # a.es relative to the wrong folder: an error, not a report
+
+
+def test_report_on_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = pa.array([[1] * k for k in (3, 7, 2, 9)], type=pa.list_(pa.int32()))
+    pq.write_table(
+        pa.table({"input_ids": ids, "text": ["a", "b", "c", "d"]}), tmp_path / "t.parquet"
+    )
+    data = json.loads(
+        run("report", tmp_path / "t.parquet", "--column", "input_ids", "--json").stdout
+    )
+    assert data["lengths"]["max"] == 9 and data["lengths"]["tokens"] == 21
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["report", "/nonexistent.txt"], "no such file"),
+        (["report", "--max-tokens", "0"], "--max-tokens must be a positive int, got 0"),
+        (["plan", "-o", "/tmp/x.npz"], "needs --max-tokens"),
+        (["plan", "--strategy", "packing", "-o", "/tmp/x.npz"], "needs --capacity"),
+    ],
+)
+def test_errors_are_clear(args, message):
+    proc = run(*args, check=False)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreadable_and_empty_inputs(tmp_path):
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    proc = run("report", tmp_path / "bad.npy", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (tmp_path / "empty.txt").write_bytes(b"")
+    proc = run("report", tmp_path / "empty.txt", check=False)
+    assert proc.returncode == 2 and "no sequences" in proc.stderr
+
+
+def test_missing_optional_dependency_names_the_extra(tmp_path):
+    blocker = tmp_path / "block" / "pyarrow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for the test')\n")
+    (tmp_path / "t.parquet").write_bytes(b"PAR1")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "block")}
+    proc = run("report", tmp_path / "t.parquet", env=env, check=False)
+    assert proc.returncode == 2
+    assert "padless[arrow]" in proc.stderr
+
+
+def test_plan_saves_what_batchplan_loads(tmp_path):
+    out = tmp_path / "plan.npz"
+    line = run("plan", "--max-tokens", "4096", "--seed", "3", "-o", out).stdout
+    info = json.loads(line)
+    plan = padless.BatchPlan.load(out)
+    expected = padless.plan_token_budget(padless.builtin_corpus(), max_tokens=4096, seed=3)
+    assert plan == expected and info["batches"] == len(expected)
+    run("plan", "--strategy", "exact_length", "--batch-size", "32", "--epochs", "2", "-o", out)
+    e0 = padless.BatchPlan.load(tmp_path / "plan-epoch0.npz")
+    e1 = padless.BatchPlan.load(tmp_path / "plan-epoch1.npz")
+    assert e0 != e1 and sorted(e0.indices.tolist()) == sorted(e1.indices.tolist())
