@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def _need(module: str, extra: str, what: str) -> Any:
 def _open_text(path: Path) -> IO[bytes]:
     name = path.name.lower()
     if name.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if name.endswith(".zst") or name.endswith(".zstd"):
         zstd = _need("zstandard", "text", f"reading {path.name}")
         return io.BufferedReader(zstd.ZstdDecompressor().stream_reader(open(path, "rb")))
@@ -179,7 +179,9 @@ def lengths_from_text(
     if not src.is_file():
         raise FileNotFoundError(f"no such file: {src}")
     parts: list[np.ndarray] = []
-    counter = None if tokenizer in ("whitespace", "chars", "bytes") else _tokenizer_counter(tokenizer)
+    counter = (
+        None if tokenizer in ("whitespace", "chars", "bytes") else _tokenizer_counter(tokenizer)
+    )
     with _open_text(src) as fh:
         for chunk in _byte_chunks(fh, progress):
             if counter is None:
@@ -217,9 +219,7 @@ def _arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray
             empty = pc.equal(pc.binary_length(flat), 0)
             counts = pc.list_value_length(pieces).to_numpy(zero_copy_only=False)
             parents = pc.list_parent_indices(pieces).to_numpy(zero_copy_only=False)
-            drop = np.bincount(
-                parents[empty.to_numpy(zero_copy_only=False)], minlength=counts.size
-            )
+            drop = np.bincount(parents[empty.to_numpy(zero_copy_only=False)], minlength=counts.size)
             return (counts - drop).astype(np.int64)
         else:
             counter = _tokenizer_counter(tok)
@@ -296,7 +296,9 @@ def lengths_from_arrow(
     if src.is_dir():
         files = _hf_dataset_files(src, split)
         parts = [
-            _arrow_lengths(_pick_column(_read_arrow_table(f, None), column, where), tokenizer, where)
+            _arrow_lengths(
+                _pick_column(_read_arrow_table(f, None), column, where), tokenizer, where
+            )
             for f in files
         ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -369,7 +371,10 @@ def lengths_from_file(
     suffix = src.suffix.lower()
     if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
         return lengths_from_arrow(
-            src, column=column, tokenizer=None if tokenizer == "whitespace" else tokenizer, split=split
+            src,
+            column=column,
+            tokenizer=None if tokenizer == "whitespace" else tokenizer,
+            split=split,
         )
     if not src.is_file():
         raise FileNotFoundError(f"no such file: {src}")

@@ -92,7 +92,9 @@ def budget_sweep(lengths: Any, budgets: list[int]) -> list[dict[str, Any]]:
     warm_up()
     out = []
     for budget in budgets:
-        plan, ms = _timed(lambda b=budget: plan_token_budget(lens, max_tokens=b, oversize="skip"))
+        plan, ms = _timed(
+            lambda b=budget: plan_token_budget(lens, max_tokens=b, oversize="skip")  # type: ignore[misc]
+        )
         st = plan.stats(lens)
         out.append(
             {
@@ -215,12 +217,12 @@ def compare_strategies(
     capacity = max_tokens if capacity is None else capacity
     warm_up()
     rows: list[StrategyRow] = []
-    ws = {"world_size": world_size}
+    ws: dict[str, Any] = {"world_size": world_size}
     plan, ms = _timed(lambda: random_batches(sizes.size, batch_size))
     rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size))
     plan, ms = _timed(lambda: group_by_length_batches(sizes, batch_size))
     rows.append(_row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size))
-    budget = {"max_tokens": max_tokens}
+    budget: dict[str, Any] = {"max_tokens": max_tokens}
     plan, ms = _timed(lambda: plan_token_budget(lens, **budget))
     bal = _sampler(TokenBudgetSampler, lens, **budget, **ws)
     rows.append(_row("token_budget", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
