@@ -196,7 +196,8 @@ class _FreshStream:
 
     Cycle ``c`` of mixture epoch ``e`` is the sampler's epoch ``e · num_batches + c``. Such
     numbers never collide: one mixture epoch cannot start more cycles of a corpus than it has
-    batches. Cycle lengths are learned by planning, lazily, in order.
+    batches. Cycle lengths are learned by planning, lazily, in order; the plans of cycle 0 and of
+    the latest cycle used are kept (so ``stats()`` before iterating costs no re-planning).
     """
 
     def __init__(self, name: str, sub: PlanSampler, first_epoch: int) -> None:
@@ -205,8 +206,11 @@ class _FreshStream:
         self.first_epoch = first_epoch
         self.starts = [0]  # starts[c] = position of cycle c's first batch; one extra at the end
         self.orders: list[np.ndarray] = []
-        self.plan_cycle = -1
-        self.plan: BatchPlan | None = None
+        self.plans: dict[int, BatchPlan] = {}  # cycle 0 (for the tail repeats) and the latest
+
+    def _keep(self, cycle: int, plan: BatchPlan) -> None:
+        self.plans = {c: p for c, p in self.plans.items() if c == 0}
+        self.plans[cycle] = plan
 
     def _grow(self, position: int) -> None:
         while self.starts[-1] <= position:
@@ -220,16 +224,17 @@ class _FreshStream:
                 )
             self.orders.append(order)
             self.starts.append(self.starts[-1] + len(plan))
-            self.plan_cycle, self.plan = cycle, plan
+            self._keep(cycle, plan)
 
     def batch(self, position: int) -> np.ndarray:
         self._grow(position)
         cycle = bisect.bisect_right(self.starts, position) - 1
-        if cycle != self.plan_cycle or self.plan is None:
-            self.plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
-            self.plan_cycle = cycle
+        plan = self.plans.get(cycle)
+        if plan is None:
+            plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
+            self._keep(cycle, plan)
         b = int(self.orders[cycle][position - self.starts[cycle]])
-        return self.plan.indices[self.plan.offsets[b] : self.plan.offsets[b + 1]]
+        return plan.indices[plan.offsets[b] : plan.offsets[b + 1]]
 
     def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         if count == 0:
@@ -473,7 +478,9 @@ class MixtureSampler:
     ``__len__`` plans nothing beyond what the default ``num_batches`` needs (each corpus's
     epoch 0). Resume recomputes the epoch's draws and the sampler epochs around the position; no
     batch is replayed. ``stats()`` and :meth:`epoch_schedule` plan every sampler epoch the
-    mixture epoch touches. Memory: two int64 per global batch, plus each corpus's current plan.
+    mixture epoch touches. Memory: about 9 bytes per global batch, plus per corpus the plans of
+    at most two of its epochs (the first of this mixture epoch and the current one) and the batch
+    order of every epoch it started.
 
     >>> from padless.planners.budget import TokenBudgetSampler
     >>> a = TokenBudgetSampler([3, 5, 2, 7, 4, 6], max_tokens=8)
