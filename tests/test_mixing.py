@@ -625,3 +625,30 @@ def test_corpus_with_an_empty_epoch_is_reported():
     mix = MixtureSampler(subs, weights=[1, 1], num_batches=5)
     with pytest.raises(ValueError, match="corpus 'a' has an epoch with no batches"):
         list(mix)
+
+
+def test_stateful_loader_with_prefetching_workers():
+    """Resume behind a DataLoader whose worker prefetches: the delivered count decides."""
+    torch = pytest.importorskip("torch")
+    from padless.torch import StatefulLoader, mixture_dataset
+
+    def make():
+        mix = small_mix(num_batches=20, seed=6)
+        data = {n: list(range(size)) for n, size in zip(mix.names, mix.corpus_sizes, strict=True)}
+        ds = mixture_dataset(data, mix)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_sampler=mix, num_workers=1, prefetch_factor=4, collate_fn=list
+        )
+        return mix, StatefulLoader(loader)
+
+    mix, loader = make()
+    full = list(loader)
+    mix, loader = make()
+    it = iter(loader)
+    head = [next(it) for _ in range(7)]
+    state = loader.state_dict()
+    assert state["position"] == 7 and mix._yielded > 7  # the worker ran ahead
+    del it
+    _, resumed = make()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
