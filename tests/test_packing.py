@@ -313,6 +313,7 @@ def test_oversize_error_names_index_and_length():
         ({"capacity": 8.0}, TypeError, "capacity must be an int, got float"),
         ({"capacity": True}, TypeError, "capacity must be an int, got bool"),
         ({"capacity": None}, TypeError, "capacity must be an int, got None"),
+        ({"capacity": 2**28 + 1}, ValueError, "capacity must be <= 268435456.*got 268435457"),
         ({"capacity": 8, "max_per_row": 0}, ValueError, "max_per_row must be a positive int"),
         ({"capacity": 8, "rows_per_batch": 0}, ValueError, "rows_per_batch must be a positive"),
         ({"capacity": 8, "oversize": "skip"}, ValueError, "oversize must be one of 'error'"),

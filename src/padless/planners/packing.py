@@ -39,6 +39,18 @@ from ..sampler import PlanSampler
 from ._order import length_order
 
 OVERSIZE = ("error", "split", "truncate", "drop")
+MAX_CAPACITY = 1 << 28  # the open-row table holds one int64 per unit of capacity (2 GiB here)
+
+
+def check_capacity(capacity: Any) -> int:
+    """Check a packing capacity: a positive int no larger than :data:`MAX_CAPACITY`."""
+    capacity = positive("capacity", capacity)
+    if capacity > MAX_CAPACITY:
+        raise ValueError(
+            f"capacity must be <= {MAX_CAPACITY} (planning keeps 8 bytes per unit of capacity), "
+            f"got {capacity}"
+        )
+    return capacity
 
 
 class PackedPlan(BatchPlan):
@@ -358,9 +370,10 @@ def plan_packing(
         capacity), ``rows``, ``real_tokens`` and the oversize report.
 
     Cost: O(N + max length) for the counting sort, then O(log_64 capacity) per placement (a
-    64-ary bit tree over remaining spaces with a stack of open rows per remaining space), and a
-    few O(N) passes; memory about 10 int64 words per sequence. About 1.5× a stable argsort of
-    the lengths for N = 10^7.
+    64-ary bit tree over remaining spaces, with a stack of open rows per remaining space), then
+    one scatter of the entries into their rows: within 2× of ``np.argsort(kind="stable")`` of
+    the lengths at N = 10^7 (``benchmarks/bench_packing.py``). Memory: about 8 int64 words per
+    sequence plus 8 bytes per unit of capacity (capacity is limited to 2^28).
 
     >>> plan = plan_packing([6, 2, 5, 3, 7, 1], capacity=8, rows_per_batch=2)
     >>> [[r.tolist() for r in plan.batch_rows(b)] for b in range(len(plan))]
@@ -369,7 +382,7 @@ def plan_packing(
     1.0
     """
     lens = lengths_of(lengths)
-    capacity = positive("capacity", capacity)
+    capacity = check_capacity(capacity)
     max_per_row = positive_or_none("max_per_row", max_per_row)
     rows_per_batch = positive("rows_per_batch", rows_per_batch)
     check_choice("oversize", oversize, OVERSIZE)
@@ -609,7 +622,7 @@ class PackingSampler(PlanSampler):
             drop_last=drop_last,
             balance=balance,
         )
-        self.capacity = positive("capacity", capacity)
+        self.capacity = check_capacity(capacity)
         self.max_per_row = positive_or_none("max_per_row", max_per_row)
         self.rows_per_batch = positive("rows_per_batch", rows_per_batch)
         self.oversize = check_choice("oversize", oversize, OVERSIZE)
