@@ -172,7 +172,7 @@ def zip_lengths(corpora: Sequence[Any]) -> ZippedLengths:
 
 
 # ---------------------------------------------------------------------------------------- mixture
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MixtureSchedule:
     """One mixture epoch's global batch schedule (all ranks, before sharding).
 
@@ -862,8 +862,11 @@ class MixtureSampler:
         """Continue from ``state`` at the next iteration: no replay of batches.
 
         The state may come from another world size (elastic resume). The input is not modified.
-        Cost: the next iteration recomputes the epoch's corpus draws and plans the sampler epochs
-        it resumes in.
+        Cost: the next iteration recomputes the epoch's corpus draws (O(num_batches)) and, per
+        corpus, plans its sampler epochs of this mixture epoch up to the one it resumes in (their
+        batch counts locate the position): at most what computing the epoch from scratch costs,
+        typically one or two plans per corpus. Non-shuffling corpora also redraw the per-corpus
+        counts of earlier mixture epochs (O(epoch × corpora), no planning).
         """
         checked = check_state(state, expected_fingerprint=self._fingerprint_now())
         if checked["seed"] != self.seed:
