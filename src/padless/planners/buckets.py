@@ -77,8 +77,8 @@ def bucket_boundaries(lengths: Any, k: int, *, method: str = "optimal") -> np.nd
 
     Cost: O(N + max length) for the histogram (np.unique, O(N log N), when sizes are sparse
     and huge); then for "optimal" O(k · L · log L) time and O(k · L) memory over the L distinct
-    sizes (divide-and-conquer DP, exact integers): about 1 ms for L = 5,000 and k = 16, and about
-    1 s for L = 10^6.
+    sizes (divide-and-conquer DP, exact integers): a few ms for L = 5,000 and k = 16, about 1 s
+    for L = 10^6.
 
     >>> bucket_boundaries([1, 1, 1, 2, 9, 10, 10], 3).tolist()
     [1, 2]
@@ -214,8 +214,8 @@ def plan_buckets(
     Each bucket is shuffled from (seed, epoch) and cut into batches of one size per bucket: a
     fixed ``batch_size``, or ``max_tokens // (bucket's longest size)`` rounded down to
     ``multiple_of``, so no batch costs more than max_tokens even padded to the bucket's longest
-    member. A bucket's last batch may be smaller (nothing is dropped). Batches come bucket by
-    bucket, shortest bucket first.
+    member (a sequence longer than max_tokens gets a batch of its own). A bucket's last batch may
+    be smaller (nothing is dropped). Batches come bucket by bucket, shortest bucket first.
 
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields).
