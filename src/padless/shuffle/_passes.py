@@ -1,0 +1,487 @@
+"""The file side of the two-pass bucket shuffle: reading, bucket files, recursion, the writer thread.
+
+Pass 1 reads the source in chunks; the engine sends every record to one of K buckets chosen
+uniformly at random and the writer thread appends each bucket's slice to its temporary file while
+the next chunk is scattered. Pass 2 loads one bucket at a time, permutes it in memory and hands the
+pieces of the result to the writer, in bucket order. A bucket that comes out too large for memory
+is shuffled the same way (recursively). Given the bucket sizes, the split into buckets is a
+uniformly random partition and each bucket gets a uniformly random order, so the output is a
+uniformly random permutation of the input.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ._engines import Engine, Piece
+
+# A bucket is planned at this fraction of what fits, leaving room for random fluctuation.
+FILL = 0.85
+MAX_BUCKETS = 512
+KICK_BYTES = 32 << 20
+_SCAN = 64 * 1024
+
+
+def _write_all(fd: int, data: Any) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write less than asked)."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _max_buckets() -> int:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not on Linux
+        return MAX_BUCKETS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_BUCKETS
+    return max(2, min(MAX_BUCKETS, (soft - 64) // 2))
+
+
+class WriteError(OSError):
+    """A write failed in the writer thread; carries the path that could not be written."""
+
+
+class Writer:
+    """One background thread that performs writes in submission order.
+
+    ``submit`` returns a ticket; ``wait(ticket)`` returns once that write and all earlier ones are
+    done. A failure is kept and raised in the submitting thread at its next call; later writes are
+    skipped. Data handed to ``submit`` must stay untouched until its ticket is done.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[Callable[[Any], None], Any, str]] = deque()
+        self._cond = threading.Condition()
+        self.submitted = 0
+        self._done = 0
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name="padless-shuffle-writer", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                func, data, what = self._items.popleft()
+            if self.error is None:
+                try:
+                    func(data)
+                except OSError as exc:
+                    code = exc.errno if exc.errno is not None else errno.EIO
+                    reason = exc.strerror or str(exc)
+                    self.error = WriteError(code, f"{reason} while writing {what}")
+                except BaseException as exc:  # handed to the main thread
+                    self.error = exc
+            with self._cond:
+                self._done += 1
+                self._cond.notify_all()
+
+    def check(self) -> None:
+        """Raise the failure of an earlier write, if any."""
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, func: Callable[[Any], None], data: Any, what: str) -> int:
+        """Queue ``func(data)``; ``what`` names the file for error messages."""
+        self.check()
+        with self._cond:
+            self._items.append((func, data, what))
+            self.submitted += 1
+            self._cond.notify_all()
+            return self.submitted
+
+    def wait(self, ticket: int) -> None:
+        """Block until write ``ticket`` (and every earlier one) is done."""
+        with self._cond:
+            while self._done < ticket:
+                self._cond.wait()
+        self.check()
+
+    def drain(self) -> None:
+        """Block until every submitted write is done."""
+        self.wait(self.submitted)
+
+    def close(self) -> None:
+        """Stop the thread after the write in progress; pending writes are dropped."""
+        with self._cond:
+            self._stop = True
+            self._items.clear()
+            self._cond.notify_all()
+        self._thread.join()
+
+
+class Sink:
+    """The output side: one target, or shards that each receive an equal share of the records.
+
+    Targets are objects with ``write(view)`` and ``name``. ``begin(total)`` fixes the shares: shard
+    i gets ``total * (i + 1) // n - total * i // n`` records. ``write`` runs in the writer thread.
+    """
+
+    def __init__(self, targets: list[Any], record_size: int | None) -> None:
+        self.targets = targets
+        self.record_size = record_size
+        self.left: list[int] = []
+        self.current = 0
+        self.bytes = 0
+
+    def begin(self, total: int) -> None:
+        n = len(self.targets)
+        self.left = [total * (i + 1) // n - total * i // n for i in range(n)]
+        self.current = 0
+
+    @property
+    def name(self) -> str:
+        return self.targets[self.current].name
+
+    def write(self, data: np.ndarray) -> None:
+        self.bytes += len(data)
+        pos = 0
+        end = len(data)
+        last = len(self.targets) - 1
+        while pos < end:
+            while self.current < last and self.left[self.current] == 0:
+                self.current += 1
+            target = self.targets[self.current]
+            if self.current == last:
+                target.write(data[pos:])
+                return
+            need = self.left[self.current]
+            if self.record_size is not None:
+                take = min(end - pos, need * self.record_size)
+                self.left[self.current] -= take // self.record_size
+            else:
+                block = data[pos : pos + _SCAN * 16]
+                marks = np.flatnonzero(block == 10)
+                if len(marks) < need:
+                    take = len(block)
+                    self.left[self.current] -= len(marks)
+                else:
+                    take = int(marks[need - 1]) + 1
+                    self.left[self.current] = 0
+            target.write(data[pos : pos + take])
+            pos += take
+
+
+def _last_newline(buf: np.ndarray, lo: int, hi: int) -> int:
+    """Position of the last newline in ``buf[lo:hi]``, or -1."""
+    b = hi
+    while b > lo:
+        a = max(lo, b - _SCAN)
+        hits = np.flatnonzero(buf[a:b] == 10)
+        if len(hits):
+            return a + int(hits[-1])
+        b = a
+    return -1
+
+
+def _first_newline(buf: np.ndarray, lo: int, hi: int) -> int:
+    """Position of the first newline in ``buf[lo:hi]``, or -1."""
+    a = lo
+    while a < hi:
+        b = min(hi, a + _SCAN)
+        hits = np.flatnonzero(buf[a:b] == 10)
+        if len(hits):
+            return a + int(hits[0])
+        a = b
+    return -1
+
+
+def _move_left(buf: np.ndarray, lo: int, hi: int) -> None:
+    """Move ``buf[lo:hi]`` to the front of ``buf`` (memmove: no temporary copy)."""
+    view = buf.data
+    view[: hi - lo] = view[lo:hi]
+
+
+def _read_into(f: Any, buf: np.ndarray, at: int, n: int, name: str) -> None:
+    """Read exactly ``n`` bytes of ``f`` into ``buf[at:at + n]``."""
+    view = buf.data[at : at + n]
+    while len(view):
+        got = f.readinto(view)
+        if not got:
+            raise OSError(errno.EIO, f"{name} ended early: it changed while being shuffled")
+        view = view[got:]
+
+
+class Shuffler:
+    """One shuffle run: the buffers, the bucket files and the random streams."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        work_dir: str,
+        seeds: np.random.SeedSequence,
+        writer: Writer,
+        progress: Any,
+    ) -> None:
+        self.engine = engine
+        self.X, self.Y = engine.buffers()
+        self.work_dir = work_dir
+        self.seeds = seeds
+        self.writer = writer
+        self.progress = progress
+        self.buckets = 0
+        self.depth = 0
+        self.added_newline = False
+        self.open_fds: set[int] = set()
+        self._ids = itertools.count()
+        self._max_buckets = _max_buckets()
+
+    # ----------------------------------------------------------------------- helpers
+
+    def _seed(self) -> np.random.SeedSequence:
+        return self.seeds.spawn(1)[0]
+
+    def close_files(self) -> None:
+        """Close every bucket file still open (call only once the writer has stopped)."""
+        for fd in list(self.open_fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            self.open_fds.discard(fd)
+
+    def _emit(self, pieces: Iterable[Piece], sink: Sink) -> None:
+        for buf, a, b in pieces:
+            self.writer.submit(sink.write, buf[a:b], sink.name)
+            self.progress.update(b - a)
+
+    def _num_buckets(self, size: int, count: int) -> int:
+        per_bucket = max(1.0, self.engine.bucket_bytes(size, count) * FILL)
+        return int(min(self._max_buckets, max(2, np.ceil(size / per_bucket))))
+
+    def _estimate_count(self, path: str, size: int) -> int:
+        r = self.engine.record_size
+        if r is not None:
+            return size // r
+        probe = min(size, 1 << 20)
+        with open(path, "rb", buffering=0) as f:
+            _read_into(f, self.X, 0, probe, path)
+        found = int(np.count_nonzero(self.X[:probe] == 10))
+        return max(1, int(np.ceil(size * found / probe)))
+
+    # ----------------------------------------------------------------------- the run
+
+    def run(self, path: str, size: int, sink: Sink) -> int:
+        """Shuffle the file ``path`` (``size`` bytes) into ``sink``; return the record count."""
+        if size == 0:
+            sink.begin(0)
+            return 0
+        estimate = self._estimate_count(path, size)
+        if self.engine.fits(size + 1, estimate):
+            done = self._whole(path, size, sink)
+            if done is not None:
+                return done
+        return self._buckets(path, size, estimate, sink, depth=0)
+
+    def _whole(self, path: str, size: int, sink: Sink) -> int | None:
+        engine, X = self.engine, self.X
+        with open(path, "rb", buffering=0) as f:
+            _read_into(f, X, 0, size, path)
+        end = size
+        if engine.lines and X[end - 1] != 10:
+            X[end] = 10
+            end += 1
+            self.added_newline = True
+        count = (
+            engine.count_lines(X, 0, end) if engine.lines else end // int(engine.record_size or 1)
+        )
+        if not engine.fits(end, count):
+            return None
+        self.progress.update(size)
+        sink.begin(count)
+        self._emit(engine.permute(X, self.Y, 0, end, count, self._seed()), sink)
+        self.writer.drain()
+        return count
+
+    def _buckets(self, path: str, size: int, count: int, sink: Sink, depth: int) -> int:
+        """Shuffle ``path`` through bucket files into ``sink`` (depth > 0: ``path`` is a bucket)."""
+        engine = self.engine
+        if depth > 48:  # pragma: no cover - would need astronomically bad luck
+            raise RuntimeError("bucket recursion did not converge")
+        self.depth = max(self.depth, depth)
+        k = self._num_buckets(size, count)
+        self.buckets += k
+        tag = next(self._ids)
+        names = [os.path.join(self.work_dir, f"bucket-{depth}-{tag}-{i}") for i in range(k)]
+        fds: list[int] = []
+        for name in names:
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600
+            )
+            self.open_fds.add(fd)
+            fds.append(fd)
+        sizes, counts = self._pass_one(path, size, fds, names, top=depth == 0)
+        for fd in fds:
+            os.close(fd)
+            self.open_fds.discard(fd)
+        if depth > 0:
+            os.unlink(path)  # the parent bucket is no longer needed
+        total = int(counts.sum())
+        if depth == 0:
+            sink.begin(total)
+        for i in range(k):
+            b, n, name = int(sizes[i]), int(counts[i]), names[i]
+            if b == 0:
+                os.unlink(name)
+            elif engine.fits(b, n):
+                self.writer.drain()  # the buffers may still be being written
+                with open(name, "rb", buffering=0) as f:
+                    _read_into(f, self.X, 0, b, name)
+                os.unlink(name)
+                self._emit(engine.permute(self.X, self.Y, 0, b, n, self._seed()), sink)
+            elif n == 1:
+                self._copy_through(name, b, sink)
+                os.unlink(name)
+            else:
+                self.progress.add_total(b)
+                self._buckets(name, b, n, sink, depth + 1)
+        self.writer.drain()
+        return total
+
+    def _copy_through(self, path: str, size: int, sink: Sink) -> None:
+        """Stream one record that is larger than memory straight to the output."""
+        chunk = self.engine.chunk
+        with open(path, "rb", buffering=0) as f:
+            for at in range(0, size, chunk):
+                n = min(chunk, size - at)
+                self.writer.drain()
+                _read_into(f, self.X, 0, n, path)
+                self.writer.submit(sink.write, self.X[:n], sink.name)
+                self.progress.update(n)
+        self.writer.drain()
+
+    def _pass_one(
+        self, path: str, size: int, fds: list[int], names: list[str], top: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        engine, X, Y, writer = self.engine, self.X, self.Y, self.writer
+        k = len(fds)
+        sizes = np.zeros(k, np.int64)
+        counts = np.zeros(k, np.int64)
+        chunk = engine.chunk
+        room = chunk - 8 if engine.lines else chunk  # lines: keep a byte for an added newline
+        writers = [_FdWrite(fd) for fd in fds]
+        tickets = [0, 0]
+        half = 0
+        carry = 0
+        remaining = size
+        giant: np.random.Generator | None = None
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                want = min(room - carry, remaining)
+                _read_into(f, X, carry, want, path)
+                remaining -= want
+                self.progress.update(want)
+                m = carry + want
+                if m == 0:
+                    break
+                last = remaining == 0
+                end = m
+                if engine.lines:
+                    if last:
+                        if X[m - 1] != 10:
+                            X[m] = 10
+                            end = m = m + 1
+                            self.added_newline = True
+                    else:
+                        end = _last_newline(X, 0, m) + 1
+                        if end == 0:  # one line longer than a chunk: stream it to its bucket
+                            if giant is None:
+                                giant = np.random.default_rng(self._seed())
+                            carry, remaining = self._giant_line(
+                                f, m, remaining, writers, names, sizes, counts, giant, path
+                            )
+                            continue
+                writer.wait(tickets[half])
+                for starts, got in engine.scatter(X, 0, end, Y, half * chunk, k, self._seed()):
+                    for i in range(k):
+                        a, b = int(starts[i]), int(starts[i + 1])
+                        if b > a:
+                            writer.submit(writers[i], Y[a:b], names[i])
+                    sizes += np.diff(starts)
+                    counts += got
+                tickets[half] = writer.submitted
+                half ^= 1
+                carry = m - end
+                if carry:
+                    _move_left(X, end, m)
+                if last:
+                    break
+        writer.drain()
+        return sizes, counts
+
+    def _giant_line(
+        self,
+        f: Any,
+        m: int,
+        remaining: int,
+        writers: list[_FdWrite],
+        names: list[str],
+        sizes: np.ndarray,
+        counts: np.ndarray,
+        rng: np.random.Generator,
+        path: str,
+    ) -> tuple[int, int]:
+        """Send a line longer than a chunk to one uniformly random bucket, piece by piece."""
+        X, writer = self.X, self.writer
+        room = self.engine.chunk - 8
+        i = int(rng.integers(len(writers)))
+        writer.drain()
+        writer.submit(writers[i], X[:m], names[i])
+        writer.drain()
+        sizes[i] += m
+        while True:
+            if remaining == 0:  # the file ends inside the line: close it with a newline
+                X[0] = 10
+                writer.submit(writers[i], X[:1], names[i])
+                writer.drain()
+                sizes[i] += 1
+                counts[i] += 1
+                self.added_newline = True
+                return 0, 0
+            got = min(room, remaining)
+            _read_into(f, X, 0, got, path)
+            remaining -= got
+            self.progress.update(got)
+            p = _first_newline(X, 0, got)
+            if p < 0:
+                writer.submit(writers[i], X[:got], names[i])
+                writer.drain()
+                sizes[i] += got
+                continue
+            writer.submit(writers[i], X[: p + 1], names[i])
+            writer.drain()
+            sizes[i] += p + 1
+            counts[i] += 1
+            _move_left(X, p + 1, got)
+            return got - p - 1, remaining
+
+
+class _FdWrite:
+    """``_write_all`` bound to one descriptor (looked up at call time, so tests can replace it)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __call__(self, data: Any) -> None:
+        _write_all(self.fd, data)
