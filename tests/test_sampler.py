@@ -262,3 +262,12 @@ def test_consumed_counts_what_the_loop_received():
 def test_bad_sampler_arguments(kwargs, exc, message):
     with pytest.raises(exc, match=message):
         make([5, 1], **kwargs)
+
+
+def test_state_after_set_epoch_starts_the_new_epoch_at_zero():
+    s = make(np.arange(1, 50))
+    list(s)
+    assert s.state_dict()["position"] == len(s)  # saved at the end of epoch 0
+    s.set_epoch(1)
+    state = s.state_dict()
+    assert (state["epoch"], state["position"]) == (1, 0)
