@@ -27,6 +27,41 @@ def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
     return np.clip(np.round(raw), 1, 1024).astype(np.int64)
 
 
+def measure(n: int, repeat: int, greedy_pass: Callable) -> None:
+    import padless
+
+    lengths = lognormal_lengths(n)
+    t_argsort = best_of(lambda: np.argsort(lengths, kind="stable"), max(2, repeat // 2))
+    t_sort = best_of(lambda: np.sort(lengths), repeat)
+    t_plan = best_of(
+        lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8),
+        repeat,
+    )
+    sorted_order = np.argsort(lengths, kind="stable")
+    sorted_sizes = np.ascontiguousarray(lengths[sorted_order])
+    random_order = np.random.default_rng(1).permutation(n)
+    random_sizes = np.ascontiguousarray(lengths[random_order])
+    t_pass_sorted = best_of(lambda: greedy_pass(sorted_order, sorted_sizes), repeat)
+    t_pass_random = best_of(lambda: greedy_pass(random_order, random_sizes), repeat)
+    print(
+        f"\nN = {n:,} lognormal lengths (mean {lengths.mean():.1f}), max_tokens 4096, multiple_of 8"
+    )
+    print(f"  np.argsort(kind='stable')   {t_argsort * 1e3:8.1f} ms")
+    print(f"  np.sort                     {t_sort * 1e3:8.1f} ms")
+    print(
+        f"  plan_token_budget end-to-end {t_plan * 1e3:7.1f} ms  "
+        f"= {t_plan / t_argsort:.3f} x stable argsort (target <= 0.3)"
+    )
+    print(
+        f"  greedy pass, sorted order   {t_pass_sorted * 1e3:8.1f} ms  "
+        f"= {t_pass_sorted / t_sort:.3f} x np.sort (target <= 1.0)"
+    )
+    print(
+        f"  greedy pass, random order   {t_pass_random * 1e3:8.1f} ms  "
+        f"= {t_pass_random / t_sort:.3f} x np.sort (target <= 2.0)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -45,34 +80,7 @@ def main() -> None:
         return padless.BatchPlan(order, np.concatenate([[0], ends]))
 
     for n in args.sizes:
-        lengths = lognormal_lengths(n)
-        t_argsort = best_of(lambda: np.argsort(lengths, kind="stable"), max(2, args.repeat // 2))
-        t_sort = best_of(lambda: np.sort(lengths), args.repeat)
-        t_plan = best_of(
-            lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8),
-            args.repeat,
-        )
-        sorted_order = np.argsort(lengths, kind="stable")
-        sorted_sizes = np.ascontiguousarray(lengths[sorted_order])
-        random_order = np.random.default_rng(1).permutation(n)
-        random_sizes = np.ascontiguousarray(lengths[random_order])
-        t_pass_sorted = best_of(lambda: greedy_pass(sorted_order, sorted_sizes), args.repeat)
-        t_pass_random = best_of(lambda: greedy_pass(random_order, random_sizes), args.repeat)
-        print(f"\nN = {n:,} lognormal lengths (mean {lengths.mean():.1f}), max_tokens 4096, multiple_of 8")
-        print(f"  np.argsort(kind='stable')   {t_argsort * 1e3:8.1f} ms")
-        print(f"  np.sort                     {t_sort * 1e3:8.1f} ms")
-        print(
-            f"  plan_token_budget end-to-end {t_plan * 1e3:7.1f} ms  "
-            f"= {t_plan / t_argsort:.3f} x stable argsort (target <= 0.3)"
-        )
-        print(
-            f"  greedy pass, sorted order   {t_pass_sorted * 1e3:8.1f} ms  "
-            f"= {t_pass_sorted / t_sort:.3f} x np.sort (target <= 1.0)"
-        )
-        print(
-            f"  greedy pass, random order   {t_pass_random * 1e3:8.1f} ms  "
-            f"= {t_pass_random / t_sort:.3f} x np.sort (target <= 2.0)"
-        )
+        measure(n, args.repeat, greedy_pass)
 
 
 if __name__ == "__main__":

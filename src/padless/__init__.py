@@ -19,6 +19,12 @@ _EXPORTS = {
     "plan_token_budget": "padless.planners.budget",
     "TokenBudgetSampler": "padless.planners.budget",
     "PlanSampler": "padless.sampler",
+    "plan_exact_length": "padless.planners.exact",
+    "ExactLengthSampler": "padless.planners.exact",
+    "plan_buckets": "padless.planners.buckets",
+    "bucket_boundaries": "padless.planners.buckets",
+    "BucketSampler": "padless.planners.buckets",
+    "LMStream": "padless.stream",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -30,7 +36,13 @@ if TYPE_CHECKING:
     from .plan import PlanStats as PlanStats
     from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
     from .planners.budget import plan_token_budget as plan_token_budget
+    from .planners.buckets import BucketSampler as BucketSampler
+    from .planners.buckets import bucket_boundaries as bucket_boundaries
+    from .planners.buckets import plan_buckets as plan_buckets
+    from .planners.exact import ExactLengthSampler as ExactLengthSampler
+    from .planners.exact import plan_exact_length as plan_exact_length
     from .sampler import PlanSampler as PlanSampler
+    from .stream import LMStream as LMStream
 
 
 def __getattr__(name: str) -> Any:
