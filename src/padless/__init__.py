@@ -34,11 +34,11 @@ if TYPE_CHECKING:
     from .lengths import lengths_of as lengths_of
     from .plan import BatchPlan as BatchPlan
     from .plan import PlanStats as PlanStats
-    from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
-    from .planners.budget import plan_token_budget as plan_token_budget
     from .planners.buckets import BucketSampler as BucketSampler
     from .planners.buckets import bucket_boundaries as bucket_boundaries
     from .planners.buckets import plan_buckets as plan_buckets
+    from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
+    from .planners.budget import plan_token_budget as plan_token_budget
     from .planners.exact import ExactLengthSampler as ExactLengthSampler
     from .planners.exact import plan_exact_length as plan_exact_length
     from .sampler import PlanSampler as PlanSampler
