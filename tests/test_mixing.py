@@ -652,3 +652,47 @@ def test_stateful_loader_with_prefetching_workers():
     _, resumed = make()
     resumed.load_state_dict(state)
     assert head + list(resumed) == full
+
+
+def _strategies():
+    """Every padless sampler strategy present, over one corpus, built with world_size=1."""
+    from importlib import import_module
+
+    makers = {"budget": lambda x, **kw: budget(x, **kw)}
+    for module, cls, kw in [
+        ("padless.planners.exact", "ExactLengthSampler", {"batch_size": 3}),
+        ("padless.planners.buckets", "BucketSampler", {"num_buckets": 2, "batch_size": 3}),
+        ("padless.planners.packing", "PackingSampler", {"capacity": 16, "oversize": "drop"}),
+    ]:
+        try:
+            klass = getattr(import_module(module), cls)
+        except (ImportError, AttributeError):
+            continue
+        makers[cls] = lambda x, klass=klass, kw=kw, **more: klass(x, **kw, **more)
+    return makers
+
+
+def test_every_strategy_mixes():
+    makers = _strategies()
+    lens = corpora((30, 12, 5), seed=2)
+    subs = {
+        name: make(x, seed=k)
+        for k, ((name, make), x) in enumerate(zip(makers.items(), itertools.cycle(lens)))
+    }
+    mix = MixtureSampler(subs, temperature=INF, num_batches=25, seed=1)
+    assert list(mix) == expected_batches(mix)
+    half = MixtureSampler(subs, temperature=INF, num_batches=25, seed=1)
+    it = iter(half)
+    head = list(itertools.islice(it, 11))
+    state = half.state_dict()
+    again = MixtureSampler(subs, temperature=INF, num_batches=25, seed=1)
+    again.load_state_dict(state)
+    assert head + list(again) == list(mix)
+
+
+def test_split_pieces_are_refused():
+    packing = pytest.importorskip("padless.planners.packing")
+    sub = packing.PackingSampler([9, 2, 3], capacity=4, oversize="split")
+    mix = MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
+    with pytest.raises(ValueError, match="corpus 'a'.*oversize='split'"):
+        list(mix)

@@ -191,6 +191,18 @@ class MixtureSchedule:
         return int(self.corpus.shape[0])
 
 
+def _epoch_plan(name: str, sub: PlanSampler, epoch: int) -> tuple[BatchPlan, np.ndarray]:
+    """A corpus sampler's plan and batch order for one of its epochs, checked for mixing."""
+    plan, order = sub.epoch_plan(epoch)
+    if plan.info.get("split"):
+        raise ValueError(
+            f"corpus {name!r}: its sampler cuts long sequences into pieces (oversize='split') "
+            "and yields piece codes, which have no index in the mixture's ConcatDataset; use "
+            "oversize='truncate' or 'drop' for a corpus in a MixtureSampler"
+        )
+    return plan, order
+
+
 class _FreshStream:
     """A shuffling corpus's batches in one mixture epoch: fresh sampler epochs laid end to end.
 
@@ -216,7 +228,7 @@ class _FreshStream:
         while self.starts[-1] <= position:
             cycle = len(self.orders)
             epoch = self.first_epoch + cycle
-            plan, order = self.sub.epoch_plan(epoch)
+            plan, order = _epoch_plan(self.name, self.sub, epoch)
             if len(plan) == 0:
                 raise ValueError(
                     f"corpus {self.name!r} has an epoch with no batches (its sampler's epoch "
@@ -231,7 +243,7 @@ class _FreshStream:
         cycle = bisect.bisect_right(self.starts, position) - 1
         plan = self.plans.get(cycle)
         if plan is None:
-            plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
+            plan, _ = _epoch_plan(self.name, self.sub, self.first_epoch + cycle)
             self._keep(cycle, plan)
         b = int(self.orders[cycle][position - self.starts[cycle]])
         return plan.indices[plan.offsets[b] : plan.offsets[b + 1]]
@@ -273,7 +285,7 @@ class _FixedStream:
         self.name = name
         self.sub = sub
         self.start = start
-        self.plan, self.order = sub.epoch_plan(0)
+        self.plan, self.order = _epoch_plan(name, sub, 0)
         self.length = len(self.plan)
         if self.length == 0:
             raise ValueError(
