@@ -372,10 +372,10 @@ def shuffle_file(
                     size, record_size, "standard input" if from_stdin else src_name
                 )
         engine = _engines.make_engine(_engines.choose_engine(budget, size), record_size, budget)
-        if record_size is not None and engine.cap < 4 * record_size:
+        if record_size is not None and engine.cap < 2 * record_size:
             raise ValueError(
-                f"memory={memory!r} is too small for record_size={record_size}: a bucket must "
-                f"hold a few records; give memory of at least {8 * record_size + (8 << 20)} bytes"
+                f"memory={memory!r} is too small for record_size={record_size}: a buffer must "
+                f"hold at least two records; give memory of at least {-(-16 * record_size // 3)}"
             )
         if to_stdout:
             targets = [_StreamTarget(sys.stdout.buffer)]

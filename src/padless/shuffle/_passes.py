@@ -373,6 +373,7 @@ class Shuffler:
         self, path: str, size: int, fds: list[int], names: list[str], top: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         engine, X, Y, writer = self.engine, self.X, self.Y, self.writer
+        writer.drain()  # both buffers may still hold output being written
         k = len(fds)
         sizes = np.zeros(k, np.int64)
         counts = np.zeros(k, np.int64)

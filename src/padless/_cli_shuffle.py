@@ -1,0 +1,90 @@
+"""``padless shuffle``: shuffle a file bigger than memory, uniformly and safely."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``shuffle`` options to ``parser``.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_arguments(p)
+    >>> p.parse_args(["in.bin", "out.bin", "--record-size", "16"]).memory
+    '1G'
+    """
+    parser.add_argument("src", metavar="SRC", help="file to shuffle, or - for standard input")
+    parser.add_argument("dst", metavar="DST", help="file to write, or - for standard output")
+    kind = parser.add_mutually_exclusive_group(required=True)
+    kind.add_argument(
+        "--record-size", type=int, metavar="N", help="fixed-size binary records of N bytes"
+    )
+    kind.add_argument(
+        "--lines", action="store_true", help="shuffle lines (any bytes; a newline is added last)"
+    )
+    parser.add_argument(
+        "--memory",
+        default="1G",
+        metavar="SIZE",
+        help="memory budget, e.g. 512M or 4G (binary units; default 1G)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, metavar="S", help="seed (default: a fresh one, reported)"
+    )
+    parser.add_argument(
+        "--tmp-dir",
+        default=None,
+        metavar="DIR",
+        help="where temporary bucket files go (default: DST's directory); needs about the "
+        "input's size free",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="write N files DST.00000-of-0000N ... whose concatenation is the shuffle",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on success (no summary, no bar)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``padless shuffle`` with parsed ``args``; return the exit status."""
+    from .shuffle import shuffle_file
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = shuffle_file(
+            args.src,
+            args.dst,
+            record_size=args.record_size,
+            lines=bool(args.lines),
+            memory=args.memory,
+            seed=args.seed,
+            tmp_dir=args.tmp_dir,
+            progress=not args.quiet,
+            shards=args.shards,
+        )
+    for warning in caught:
+        print(f"padless shuffle: warning: {warning.message}", file=sys.stderr)
+    if not args.quiet:
+        kind = "lines" if args.lines else "records"
+        reuse = "" if args.seed is not None else f" (reproduce with --seed {result.seed})"
+        where = "memory" if result.buckets == 0 else f"{result.buckets} bucket files"
+        print(
+            f"padless shuffle: {result.records:,} {kind}, {result.bytes / 1e6:,.1f} MB in "
+            f"{result.seconds:.2f} s ({result.mb_per_s:,.0f} MB/s) via {where}; "
+            f"seed {result.seed}{reuse}",
+            file=sys.stderr,
+        )
+        if len(result.outputs) > 1:
+            print(
+                f"padless shuffle: wrote {len(result.outputs)} shards: {result.outputs[0]} ... "
+                f"{result.outputs[-1]}",
+                file=sys.stderr,
+            )
+    return 0

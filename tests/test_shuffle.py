@@ -1,0 +1,640 @@
+"""Tests of padless.shuffle: permutation, uniformity, determinism, safety, memory, kernels."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from padless.shuffle import _engines, _passes, parse_memory, shard_paths, shuffle_file
+
+ENGINES = ["numpy", "numba"]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Force one engine whatever the budget (numba then works with small budgets too)."""
+    name = str(request.param)
+    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: name)
+    return name
+
+
+def rand_bytes(n: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def records(data: bytes, r: int) -> list[bytes]:
+    return sorted(data[i : i + r] for i in range(0, len(data), r))
+
+
+def make_lines(n: int, seed: int = 0, max_len: int = 120) -> list[bytes]:
+    """Lines of random bytes, 0x00 and 0xFF included, some with CRLF endings."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, length in enumerate(rng.integers(0, max_len, n)):
+        body = rng.integers(0, 256, int(length), dtype=np.uint8).tobytes().replace(b"\n", b"\xff")
+        out.append(body + (b"\r\n" if i % 7 == 0 else b"\n"))
+    return out
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Lines with their newline, split on b"\\n" only (``bytes.splitlines`` also splits on \\r)."""
+    assert data.endswith(b"\n") or not data
+    return sorted(part + b"\n" for part in data.split(b"\n")[:-1])
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def names(*folders: Path) -> set[str]:
+    return {f"{d}/{p}" for d in folders for p in os.listdir(d)}
+
+
+# --------------------------------------------------------------------------- permutation
+
+
+@pytest.mark.parametrize("record_size, n", [(16, 1), (16, 5000), (16, 200_000), (3, 150_000)])
+def test_records_are_permuted(tmp_path: Path, engine: str, record_size: int, n: int) -> None:
+    data = rand_bytes(record_size * n, seed=n)
+    src = write(tmp_path / "in.bin", data)
+    res = shuffle_file(src, tmp_path / "out.bin", record_size=record_size, memory="1M", seed=3)
+    out = (tmp_path / "out.bin").read_bytes()
+    assert records(out, record_size) == records(data, record_size)
+    assert res.records == n and res.bytes == len(data) and res.engine == engine
+    if n > 1000:
+        assert out != data
+    if n * record_size > 1 << 20:
+        assert res.buckets >= 2
+    assert sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
+
+
+@pytest.mark.parametrize("n", [1, 3000, 60_000])
+def test_lines_are_permuted_with_any_bytes(tmp_path: Path, engine: str, n: int) -> None:
+    lines = make_lines(n, seed=n)
+    data = b"".join(lines)
+    assert b"\x00" in data and b"\xff" in data or n == 1
+    src = write(tmp_path / "in.txt", data)
+    res = shuffle_file(src, tmp_path / "out.txt", lines=True, memory="1M", seed=5)
+    out = (tmp_path / "out.txt").read_bytes()
+    assert split_lines(out) == split_lines(data) == sorted(lines)  # CRLF kept, \r untouched
+    assert res.records == n and len(out) == len(data)
+    if n > 100:
+        assert out != data
+    if len(data) > 1 << 20:
+        assert res.buckets >= 2
+
+
+def test_crlf_and_bare_cr_kept(tmp_path: Path, engine: str) -> None:
+    data = b"a\r\nb\rc\n\r\n\n\x00\xff\r\n"
+    src = write(tmp_path / "in.txt", data)
+    shuffle_file(src, tmp_path / "out.txt", lines=True, seed=1)
+    out = (tmp_path / "out.txt").read_bytes()
+    assert sorted(out.split(b"\n")) == sorted(data.split(b"\n"))
+    assert out.count(b"\r\n") == data.count(b"\r\n")
+
+
+@pytest.mark.parametrize("kind", ["records", "lines"])
+def test_empty_file(tmp_path: Path, engine: str, kind: str) -> None:
+    src = write(tmp_path / "in", b"")
+    kw: dict = {"record_size": 8} if kind == "records" else {"lines": True}
+    res = shuffle_file(src, tmp_path / "out", seed=0, **kw)
+    assert (tmp_path / "out").read_bytes() == b""
+    assert res.records == 0 and res.bytes == 0
+
+
+def test_last_line_without_newline_gets_one(tmp_path: Path, engine: str) -> None:
+    src = write(tmp_path / "in.txt", b"x\ny\nlast")
+    with pytest.warns(UserWarning, match="no newline"):
+        res = shuffle_file(src, tmp_path / "out.txt", lines=True, seed=2)
+    out = (tmp_path / "out.txt").read_bytes()
+    assert sorted(out.split(b"\n")[:-1]) == [b"last", b"x", b"y"] and out.endswith(b"\n")
+    assert res.bytes == 9 and (tmp_path / "in.txt").read_bytes() == b"x\ny\nlast"
+
+
+def test_last_line_without_newline_through_buckets(tmp_path: Path, engine: str) -> None:
+    lines = make_lines(30_000, seed=4)
+    data = b"".join(lines) + b"tail-without-newline"
+    src = write(tmp_path / "in.txt", data)
+    with pytest.warns(UserWarning, match="no newline"):
+        res = shuffle_file(src, tmp_path / "out.txt", lines=True, memory="1M", seed=2)
+    out = (tmp_path / "out.txt").read_bytes()
+    assert res.buckets >= 2
+    assert sorted(out.split(b"\n")) == sorted((data + b"\n").split(b"\n"))
+
+
+def test_no_warning_when_newline_present(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.txt", b"a\nb\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shuffle_file(src, tmp_path / "out.txt", lines=True, seed=0)
+
+
+def test_lines_longer_than_a_chunk(tmp_path: Path, engine: str) -> None:
+    # With memory=1M a chunk is well under 1 MB: these lines are streamed to their buckets.
+    rng = np.random.default_rng(9)
+    giants = [b"G" * 1_500_000 + b"\n", b"H" * 700_000 + b"\n"]
+    small = make_lines(2000, seed=9)
+    parts = small[:1000] + [giants[0]] + small[1000:] + [giants[1]]
+    data = b"".join(parts) + b"I" * 900_000  # and one at the end, without newline
+    src = write(tmp_path / "in.txt", data)
+    with pytest.warns(UserWarning, match="no newline"):
+        res = shuffle_file(
+            src, tmp_path / "out.txt", lines=True, memory="1M", seed=int(rng.integers(99))
+        )
+    out = (tmp_path / "out.txt").read_bytes()
+    assert sorted(out.split(b"\n")) == sorted((data + b"\n").split(b"\n"))
+    assert res.records == 2003
+
+
+def test_many_empty_lines(tmp_path: Path, engine: str) -> None:
+    data = b"\n" * 400_000 + b"x\n"
+    src = write(tmp_path / "in.txt", data)
+    res = shuffle_file(src, tmp_path / "out.txt", lines=True, memory="1M", seed=1)
+    out = (tmp_path / "out.txt").read_bytes()
+    assert len(out) == len(data) and out.count(b"\n") == 400_001 and out != data
+    assert res.records == 400_001
+
+
+def test_recursion_when_a_bucket_outgrows_memory(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_passes, "MAX_BUCKETS", 2)
+    data = rand_bytes(16 * 250_000, seed=1)
+    src = write(tmp_path / "in.bin", data)
+    res = shuffle_file(src, tmp_path / "out.bin", record_size=16, memory="1M", seed=4)
+    assert res.depth >= 1
+    assert records((tmp_path / "out.bin").read_bytes(), 16) == records(data, 16)
+    lines = make_lines(40_000, seed=2)
+    src = write(tmp_path / "in.txt", b"".join(lines))
+    res = shuffle_file(src, tmp_path / "out.txt", lines=True, memory="1M", seed=4)
+    assert res.depth >= 1
+    assert split_lines((tmp_path / "out.txt").read_bytes()) == sorted(lines)
+    assert sorted(os.listdir(tmp_path)) == ["in.bin", "in.txt", "out.bin", "out.txt"]
+
+
+# --------------------------------------------------------------------------- uniformity
+
+
+def _perm_counts(positions: list[tuple[int, ...]]) -> np.ndarray:
+    table: dict[tuple[int, ...], int] = {}
+    for p in positions:
+        table[p] = table.get(p, 0) + 1
+    return np.array(list(table.values()))
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_every_permutation_of_four_equally_likely_through_buckets(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four 100 KB records with memory=1M: they go through bucket files each run.
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not what is tested here
+    r = 100 * 1024
+    blocks = [bytes([i]) * r for i in range(4)]
+    src = write(tmp_path / "in.bin", b"".join(blocks))
+    dst = tmp_path / "out.bin"
+    trials = 960
+    seen = []
+    buckets = 0
+    for seed in range(trials):
+        res = shuffle_file(src, dst, record_size=r, memory="1M", seed=seed)
+        buckets += res.buckets
+        with open(dst, "rb") as f:
+            seen.append(_firsts(f, r))
+    assert buckets >= 2 * trials  # the bucket path, not the in-memory one
+    counts = _perm_counts(seen)
+    assert len(counts) == 24
+    assert stats.chisquare(counts).pvalue > 0.01
+
+
+def _firsts(f, r: int) -> tuple[int, ...]:
+    out = []
+    for _ in range(4):
+        out.append(f.read(r)[0])
+    return tuple(out)
+
+
+@pytest.mark.parametrize("kind", ["records", "lines"])
+def test_numba_permute_is_uniform_over_sub_buckets(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # Tiny sub-buckets so the in-memory permutation goes through its scatter + per-sub-bucket
+    # Fisher-Yates path even for four items.
+    monkeypatch.setattr(_engines, "SUB_BYTES", 16)
+    eng = _engines.NumbaEngine(16 if kind == "records" else None, 1 << 20)
+    X, Y = eng.buffers()
+    items = [bytes([65 + i]) * 15 + (b"\n" if kind == "lines" else bytes([i])) for i in range(4)]
+    seen = []
+    for seed in range(2400):
+        X[:64] = np.frombuffer(b"".join(items), np.uint8)
+        out = b"".join(bytes(buf[a:b]) for buf, a, b in eng.permute(X, Y, 0, 64, 4, _seed(seed)))
+        seen.append(tuple(out[i * 16] for i in range(4)))
+    counts = _perm_counts(seen)
+    assert len(counts) == 24 and stats.chisquare(counts).pvalue > 0.01
+
+
+def _seed(i: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([i, 0, 7])
+
+
+def test_positions_independent_of_input_order(tmp_path: Path, engine: str) -> None:
+    """χ² on the (input decile × output decile) table and Spearman ρ, through buckets."""
+    n = 100_000
+    ids = np.arange(n, dtype=np.int64)
+    src = write(tmp_path / "in.bin", ids.tobytes())
+    res = shuffle_file(src, tmp_path / "out.bin", record_size=8, memory="1M", seed=11)
+    assert res.buckets >= 2
+    out = np.fromfile(tmp_path / "out.bin", dtype=np.int64)
+    table = np.zeros((10, 10), np.int64)
+    np.add.at(table, (out * 10 // n, np.arange(n) * 10 // n), 1)
+    assert stats.chi2_contingency(table).pvalue > 0.01
+    assert abs(stats.spearmanr(out, np.arange(n)).statistic) < 0.02
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+@pytest.mark.parametrize("kind", ["records", "lines"])
+def test_same_seed_same_bytes(tmp_path: Path, engine: str, kind: str) -> None:
+    if kind == "records":
+        data, kw = rand_bytes(16 * 100_000, seed=2), {"record_size": 16}
+    else:
+        data, kw = b"".join(make_lines(20_000, seed=2)), {"lines": True}
+    src = write(tmp_path / "in", data)
+    a = shuffle_file(src, tmp_path / "a", memory="1M", seed=42, **kw)
+    shuffle_file(src, tmp_path / "b", memory="1M", seed=42, **kw)
+    shuffle_file(src, tmp_path / "c", memory="1M", seed=43, **kw)
+    assert a.buckets >= 2
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+    assert (tmp_path / "a").read_bytes() != (tmp_path / "c").read_bytes()
+
+
+def test_fresh_seed_is_reported_and_reproduces(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.bin", rand_bytes(8 * 5000))
+    first = shuffle_file(src, tmp_path / "a", record_size=8)
+    second = shuffle_file(src, tmp_path / "b", record_size=8)
+    assert isinstance(first.seed, int) and first.seed >= 0 and first.seed != second.seed
+    again = shuffle_file(src, tmp_path / "c", record_size=8, seed=first.seed)
+    assert again.seed == first.seed
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "c").read_bytes()
+
+
+# --------------------------------------------------------------------------- safety
+
+
+def test_src_equal_dst(tmp_path: Path, engine: str) -> None:
+    data = rand_bytes(16 * 100_000, seed=5)
+    path = write(tmp_path / "data.bin", data)
+    res = shuffle_file(path, path, record_size=16, memory="1M", seed=1)
+    out = path.read_bytes()
+    assert res.buckets >= 2 and out != data and records(out, 16) == records(data, 16)
+    assert os.listdir(tmp_path) == ["data.bin"]
+
+
+def test_src_is_never_modified(tmp_path: Path) -> None:
+    data = b"".join(make_lines(5000, seed=1))
+    src = write(tmp_path / "in.txt", data)
+    os.chmod(src, 0o444)
+    before = os.stat(src)
+    shuffle_file(src, tmp_path / "out.txt", lines=True, memory="1M", seed=1)
+    after = os.stat(src)
+    assert src.read_bytes() == data
+    assert (before.st_mtime_ns, before.st_size, before.st_ino) == (
+        after.st_mtime_ns,
+        after.st_size,
+        after.st_ino,
+    )
+
+
+def test_existing_dst_keeps_its_permissions(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.bin", rand_bytes(800))
+    dst = write(tmp_path / "out.bin", b"old")
+    os.chmod(dst, 0o640)
+    shuffle_file(src, dst, record_size=8, seed=0)
+    assert (os.stat(dst).st_mode & 0o777) == 0o640 and len(dst.read_bytes()) == 800
+
+
+def test_trailing_bytes_refused_before_writing(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.bin", b"x" * 1003)
+    dst = write(tmp_path / "out.bin", b"previous")
+    with pytest.raises(ValueError, match=r"record_size=16.*1003 bytes.*62 records and 11 trailing"):
+        shuffle_file(src, dst, record_size=16, seed=0)
+    assert dst.read_bytes() == b"previous" and sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
+
+
+class _Failing:
+    """Replacement for ``_passes._write_all`` that fails after ``allowed`` calls."""
+
+    def __init__(self, allowed: int, exc: BaseException) -> None:
+        self.allowed = allowed
+        self.calls = 0
+        self.exc = exc
+        self.real = _passes._write_all
+
+    def __call__(self, fd: int, data: object) -> None:
+        self.calls += 1
+        if self.calls > self.allowed:
+            raise self.exc
+        self.real(fd, data)
+
+
+@pytest.mark.parametrize("allowed", [0, 3, 40, 10_000])
+def test_full_disk_leaves_nothing_behind(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, allowed: int
+) -> None:
+    """ENOSPC in pass 1 (bucket files) or pass 2 (the output): a clear error, dst untouched."""
+    data = rand_bytes(16 * 120_000, seed=3)
+    src = write(tmp_path / "in.bin", data)
+    dst = write(tmp_path / "out.bin", b"keep me")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    failing = _Failing(allowed, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    monkeypatch.setattr(_passes, "_write_all", failing)
+    threads = threading.active_count()
+    if allowed < 10_000:
+        with pytest.raises(OSError, match="No space left on device") as info:
+            shuffle_file(src, dst, record_size=16, memory="1M", seed=0, tmp_dir=tmp)
+        assert info.value.errno == errno.ENOSPC
+        assert "left unchanged" in str(info.value) and "temporary files were removed" in str(
+            info.value
+        )
+        assert dst.read_bytes() == b"keep me"
+    else:
+        shuffle_file(src, dst, record_size=16, memory="1M", seed=0, tmp_dir=tmp)
+        assert records(dst.read_bytes(), 16) == records(data, 16)
+    assert src.read_bytes() == data
+    assert names(tmp_path, tmp) == {f"{tmp_path}/in.bin", f"{tmp_path}/out.bin", f"{tmp_path}/tmp"}
+    assert threading.active_count() == threads
+
+
+def test_failure_in_output_write_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = write(tmp_path / "in.bin", rand_bytes(16 * 1000))
+    failing = _Failing(0, OSError(errno.EIO, "Input/output error"))
+    monkeypatch.setattr(_passes, "_write_all", failing)
+    with pytest.raises(OSError, match=r"Input/output error while writing output .*out\.bin"):
+        shuffle_file(src, tmp_path / "out.bin", record_size=16, seed=0)
+    assert os.listdir(tmp_path) == ["in.bin"]
+
+
+@pytest.mark.parametrize("where", ["pass1", "pass2", "write"])
+def test_interrupt_leaves_nothing_behind(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    data = rand_bytes(16 * 120_000, seed=6)
+    src = write(tmp_path / "in.bin", data)
+    dst = write(tmp_path / "out.bin", b"keep me")
+    calls = {"n": 0}
+    if where == "write":
+        monkeypatch.setattr(_passes, "_write_all", _Failing(20, KeyboardInterrupt()))
+    else:
+        target = "scatter" if where == "pass1" else "permute"
+        cls = _engines.NumpyEngine if engine == "numpy" else _engines.NumbaEngine
+        real = getattr(cls, target)
+
+        def interrupted(self, *args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, target, interrupted)
+    threads = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        shuffle_file(src, dst, record_size=16, memory="1M", seed=0)
+    assert dst.read_bytes() == b"keep me" and src.read_bytes() == data
+    assert sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
+    assert threading.active_count() == threads
+
+
+# --------------------------------------------------------------------------- shards
+
+
+@pytest.mark.parametrize("kind", ["records", "lines"])
+def test_shards_concatenate_to_the_shuffle(tmp_path: Path, engine: str, kind: str) -> None:
+    if kind == "records":
+        data, kw = rand_bytes(16 * 100_003, seed=8), {"record_size": 16}
+    else:
+        data, kw = b"".join(make_lines(20_003, seed=8)), {"lines": True}
+    src = write(tmp_path / "in", data)
+    whole = shuffle_file(src, tmp_path / "whole", memory="1M", seed=9, **kw)
+    res = shuffle_file(src, tmp_path / "part", memory="1M", seed=9, shards=4, **kw)
+    paths = shard_paths(tmp_path / "part", 4)
+    assert list(res.outputs) == paths and paths[0].endswith("part.00000-of-00004")
+    parts = [Path(p).read_bytes() for p in paths]
+    assert b"".join(parts) == (tmp_path / "whole").read_bytes()
+    sizes = [len(p) // 16 if kind == "records" else p.count(b"\n") for p in parts]
+    assert sum(sizes) == whole.records and max(sizes) - min(sizes) <= 1
+
+
+def test_more_shards_than_records(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.txt", b"a\nb\n")
+    shuffle_file(src, tmp_path / "o", lines=True, seed=0, shards=3)
+    parts = [Path(p).read_bytes() for p in shard_paths(tmp_path / "o", 3)]
+    assert sorted(parts) == [b"", b"a\n", b"b\n"]
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        ({}, ValueError, "record_size .* or lines=True, got neither"),
+        ({"record_size": 8, "lines": True}, ValueError, "either record_size or lines=True"),
+        ({"record_size": 0}, ValueError, "record_size must be a positive int, got 0"),
+        ({"record_size": 2.0}, TypeError, "record_size must be an int"),
+        ({"lines": 1}, TypeError, "lines must be a bool"),
+        ({"lines": True, "memory": "lots"}, ValueError, "memory must be a size .* got 'lots'"),
+        ({"lines": True, "memory": 1000}, ValueError, "memory must be at least 1M"),
+        ({"lines": True, "memory": 1.5}, TypeError, "memory must be an int"),
+        ({"lines": True, "seed": -1}, ValueError, "seed must be a non-negative int, got -1"),
+        ({"lines": True, "seed": True}, TypeError, "seed must be an int"),
+        ({"lines": True, "shards": 0}, ValueError, "shards must be a positive int, got 0"),
+        ({"lines": True, "tmp_dir": "/no/such/dir"}, ValueError, "tmp_dir must be an existing"),
+        ({"lines": True, "progress": "yes"}, TypeError, "progress must be a bool"),
+        ({"record_size": 1 << 20, "memory": "1M"}, ValueError, "too small for record_size"),
+    ],
+)
+def test_bad_arguments(tmp_path: Path, kwargs: dict, exc: type, pattern: str) -> None:
+    src = write(tmp_path / "in", b"")
+    with pytest.raises(exc, match=pattern):
+        shuffle_file(src, tmp_path / "out", **kwargs)
+    assert os.listdir(tmp_path) == ["in"]
+
+
+def test_bad_paths(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        shuffle_file(tmp_path / "missing", tmp_path / "out", lines=True)
+    with pytest.raises(IsADirectoryError):
+        shuffle_file(tmp_path, tmp_path / "out", lines=True)
+    src = write(tmp_path / "in", b"a\n")
+    with pytest.raises(FileNotFoundError, match="directory of dst does not exist"):
+        shuffle_file(src, tmp_path / "no" / "out", lines=True)
+    with pytest.raises(ValueError, match="shards must be 1 when dst is '-'"):
+        shuffle_file(src, "-", lines=True, shards=2)
+    with pytest.raises(TypeError, match="src must be a path"):
+        shuffle_file(3, tmp_path / "out", lines=True)  # type: ignore[arg-type]
+    assert os.listdir(tmp_path) == ["in"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("1M", 1 << 20), ("512M", 512 << 20), ("1.5G", 3 << 29), ("2gib", 2 << 30), ("4 MB", 4 << 20)],
+)
+def test_parse_memory(text: str, expected: int) -> None:
+    assert parse_memory(text) == expected
+
+
+def test_engine_choice() -> None:
+    assert _engines.choose_engine(512 << 20, 2 << 30) == "numba"
+    assert _engines.choose_engine(64 << 20, 2 << 30) == "numpy"
+    assert _engines.choose_engine(1 << 30, 1 << 20) == "numpy"
+
+
+# --------------------------------------------------------------------------- memory budget
+
+_RSS_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    def hwm():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM"):
+                    return int(line.split()[1]) * 1024
+    import padless
+    base = hwm()
+    from padless.shuffle import shuffle_file
+    kind, src, dst, memory = sys.argv[1:5]
+    kw = {"lines": True} if kind == "lines" else {"record_size": int(kind)}
+    res = shuffle_file(src, dst, memory=memory, seed=1, **kw)
+    print(hwm() - base, res.engine, res.buckets)
+    """
+)
+
+
+def _peak_above_import(*args: str) -> tuple[int, str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_SCRIPT, *args], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return int(out[0]), out[1], int(out[2])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_memory_budget_small(tmp_path: Path) -> None:
+    """numpy engine: a 48 MB file of records and one of lines, with a 16 MB budget."""
+    budget = 16 << 20
+    src = tmp_path / "rec.bin"
+    rng = np.random.default_rng(0)
+    rng.integers(0, 1 << 62, 6 << 20, dtype=np.int64).tofile(src)
+    peak, engine, buckets = _peak_above_import("16", str(src), str(tmp_path / "o"), "16M")
+    assert engine == "numpy" and buckets >= 3
+    assert peak <= 1.1 * budget + (64 << 20), peak
+    lines = tmp_path / "lines.txt"
+    lengths = np.clip(rng.lognormal(np.log(60), 0.7, 700_000), 1, 2000).astype(np.int64)
+    body = rng.integers(97, 123, int(lengths.sum()), dtype=np.uint8)
+    body[np.cumsum(lengths) - 1] = 10
+    body.tofile(lines)
+    peak, engine, buckets = _peak_above_import("lines", str(lines), str(tmp_path / "o"), "16M")
+    assert engine == "numpy" and buckets >= 3
+    assert peak <= 1.1 * budget + (64 << 20), peak
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_memory_budget_numba(tmp_path: Path) -> None:
+    """numba engine: a 160 MB file with a 256 MB budget (the kernels' own memory included)."""
+    budget = 256 << 20
+    src = tmp_path / "rec.bin"
+    np.random.default_rng(0).integers(0, 1 << 62, 20 << 20, dtype=np.int64).tofile(src)
+    small = write(tmp_path / "warm.bin", rand_bytes(16 * 1000))
+    # Compile (or load) the kernels first, in another process: the budget is for cached kernels.
+    warm = "import sys; from padless.shuffle import _engines as e; e.choose_engine = lambda b, s: 'numba'; "
+    warm += "from padless.shuffle import shuffle_file as f; f(sys.argv[1], sys.argv[2], record_size=16, seed=0)"
+    subprocess.run([sys.executable, "-c", warm, str(small), str(tmp_path / "w")], check=True)
+    peak, engine, buckets = _peak_above_import("16", str(src), str(tmp_path / "o"), "256M")
+    assert engine == "numba" and buckets >= 2
+    assert peak <= 1.1 * budget + (64 << 20), peak
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def test_kernels_match_references() -> None:
+    from padless._kernels import SplitMix
+    from padless.shuffle import _kernels as k
+
+    rng = np.random.default_rng(0)
+    for dtype, width, n, num in [
+        (np.uint64, 2, 500, 7),
+        (np.uint8, 3, 400, 5),
+        (np.uint32, 1, 300, 1),
+    ]:
+        src = rng.integers(0, 200, n * width + 10).astype(dtype)
+        dst, ref = np.zeros_like(src), np.zeros_like(src)
+        starts, counts = np.empty(num + 1, np.int64), np.empty(num, np.int64)
+        starts_r, counts_r = np.empty(num + 1, np.int64), np.empty(num, np.int64)
+        k.scatter_records(src, 5, 5 + n * width, width, num, np.uint64(99), dst, 3, starts, counts)
+        k.scatter_records_reference(
+            src, 5, 5 + n * width, width, num, 99, ref, 3, starts_r, counts_r
+        )
+        assert np.array_equal(dst, ref) and np.array_equal(starts, starts_r)
+        assert np.array_equal(counts, counts_r) and counts.sum() == n
+        state = np.array([12345], np.uint64)
+        out, out_r = np.zeros_like(src), np.zeros_like(src)
+        perm = np.empty(int(counts.max()) + 1, np.int32)
+        k.permute_records(dst, out, width, starts, 0, num, state, perm)
+        gen = SplitMix(12345)
+        k.permute_records_reference(dst, out_r, width, starts, 0, num, gen)
+        assert np.array_equal(out, out_r) and int(state[0]) == gen.state
+    text = b"".join(make_lines(300, seed=1)) + b"\n"
+    buf = np.zeros(len(text) + 40, np.uint8)
+    buf[3 : 3 + len(text)] = np.frombuffer(text, np.uint8)
+    b64 = buf.view(np.uint64)
+    lo, hi = 3, 3 + len(text)
+    assert k.count_lines(buf, b64, lo, hi) == k.count_lines_reference(buf, lo, hi) == 301
+    for num in (1, 6):
+        dst, ref = np.zeros_like(buf), np.zeros_like(buf)
+        starts, counts = np.empty(num + 1, np.int64), np.empty(num, np.int64)
+        starts_r, counts_r = np.empty(num + 1, np.int64), np.empty(num, np.int64)
+        k.scatter_lines(buf, b64, lo, hi, num, np.uint64(5), dst, 1, starts, counts)
+        k.scatter_lines_reference(buf, lo, hi, num, 5, ref, 1, starts_r, counts_r)
+        assert np.array_equal(dst, ref) and np.array_equal(starts, starts_r)
+        assert np.array_equal(counts, counts_r)
+        line_starts = np.empty(int(counts.max()) + 2, np.int64)
+        perm = np.empty(int(counts.max()) + 2, np.int32)
+        out, out_r = np.zeros_like(buf), np.zeros_like(buf)
+        state = np.array([777], np.uint64)
+        k.permute_lines(dst, dst.view(np.uint64), out, starts, 0, num, state, line_starts, perm)
+        gen = SplitMix(777)
+        k.permute_lines_reference(dst, out_r, starts, 0, num, gen)
+        assert np.array_equal(out, out_r) and int(state[0]) == gen.state
+
+
+def test_progress_bar_draws_only_on_a_tty() -> None:
+    import io
+
+    from padless._progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    quiet, loud = io.StringIO(), Tty()
+    for stream in (quiet, loud):
+        bar = Progress(2_000_000, label="t", stream=stream, min_interval=0.0)
+        bar.update(1_000_000)
+        bar.add_total(1_000_000)
+        bar.close()
+        assert bar.done == 1_000_000 and bar.total == 3_000_000
+    assert quiet.getvalue() == ""
+    assert "50.0%" in loud.getvalue() and "MB/s" in loud.getvalue()
+    assert loud.getvalue().endswith("\r")
