@@ -1,0 +1,152 @@
+"""Tests of ``padless shuffle`` through the installed entry point, in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from padless.shuffle import shuffle_file
+
+PADLESS = shutil.which("padless", path=os.path.dirname(sys.executable)) or "padless"
+
+
+def padless(*args: str, stdin: bytes | None = None, cwd: Path | None = None):
+    return subprocess.run(
+        [PADLESS, "shuffle", *args], input=stdin, capture_output=True, cwd=cwd, timeout=120
+    )
+
+
+def lines_file(path: Path, n: int = 2000, seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    data = b"".join(
+        rng.integers(0, 256, int(k), dtype=np.uint8).tobytes().replace(b"\n", b"\x00") + b"\n"
+        for k in rng.integers(0, 80, n)
+    )
+    path.write_bytes(data)
+    return data
+
+
+def test_records_file_to_file(tmp_path: Path) -> None:
+    data = np.arange(10_000, dtype=np.int64).tobytes()
+    (tmp_path / "in.bin").write_bytes(data)
+    proc = padless("in.bin", "out.bin", "--record-size", "8", "--seed", "5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = np.fromfile(tmp_path / "out.bin", dtype=np.int64)
+    assert sorted(out) == list(range(10_000)) and not np.array_equal(out, np.arange(10_000))
+    assert b"10,000 records" in proc.stderr and b"seed 5" in proc.stderr
+    assert b"reproduce" not in proc.stderr  # the seed was given
+    assert proc.stdout == b""
+
+
+def test_fresh_seed_is_printed_and_reproduces(tmp_path: Path) -> None:
+    data = lines_file(tmp_path / "in.txt")
+    proc = padless("in.txt", "a.txt", "--lines", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seed = proc.stderr.split(b"--seed ")[1].split(b")")[0].decode()
+    again = padless("in.txt", "b.txt", "--lines", "--seed", seed, cwd=tmp_path)
+    assert again.returncode == 0
+    assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
+    assert sorted((tmp_path / "a.txt").read_bytes().split(b"\n")) == sorted(data.split(b"\n"))
+
+
+def test_stdin_to_stdout_matches_the_api(tmp_path: Path) -> None:
+    data = lines_file(tmp_path / "in.txt", seed=3)
+    proc = padless("-", "-", "--lines", "--seed", "9", "--memory", "1M", stdin=data, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shuffle_file(tmp_path / "in.txt", tmp_path / "api.txt", lines=True, seed=9, memory="1M")
+    assert proc.stdout == (tmp_path / "api.txt").read_bytes() != data
+    assert sorted(os.listdir(tmp_path)) == ["api.txt", "in.txt"]
+
+
+def test_missing_final_newline_warns(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_bytes(b"a\nb\nc")
+    proc = padless("in.txt", "out.txt", "--lines", "--seed", "0", "-q", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert b"warning: the last line of 'in.txt' had no newline" in proc.stderr
+    assert sorted((tmp_path / "out.txt").read_bytes().split(b"\n")) == [b"", b"a", b"b", b"c"]
+
+
+def test_quiet_prints_nothing(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_bytes(b"a\nb\n")
+    proc = padless("in.txt", "out.txt", "--lines", "-q", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == b"" and proc.stdout == b""
+
+
+def test_trailing_bytes_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "in.bin").write_bytes(b"z" * 35)
+    (tmp_path / "out.bin").write_bytes(b"old")
+    proc = padless("in.bin", "out.bin", "--record-size", "16", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert b"padless shuffle: error:" in proc.stderr and b"3 trailing bytes" in proc.stderr
+    assert (tmp_path / "out.bin").read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_bytes(b"a\n")
+    neither = padless("in.txt", "out.txt", cwd=tmp_path)
+    assert neither.returncode == 2 and b"--record-size --lines is required" in neither.stderr
+    both = padless("in.txt", "out.txt", "--lines", "--record-size", "4", cwd=tmp_path)
+    assert both.returncode == 2 and b"not allowed with" in both.stderr
+    memory = padless("in.txt", "out.txt", "--lines", "--memory", "big", cwd=tmp_path)
+    assert memory.returncode == 2 and b"memory must be a size" in memory.stderr
+    missing = padless("nope.txt", "out.txt", "--lines", cwd=tmp_path)
+    assert missing.returncode == 2 and b"No such file" in missing.stderr
+    assert os.listdir(tmp_path) == ["in.txt"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_device_on_stdout(tmp_path: Path) -> None:
+    lines_file(tmp_path / "in.txt")
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [PADLESS, "shuffle", "in.txt", "-", "--lines", "--tmp-dir", str(tmp_path)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert proc.returncode == 2
+    assert b"No space left on device while writing standard output" in proc.stderr
+    assert os.listdir(tmp_path) == ["in.txt"]
+
+
+def test_shards(tmp_path: Path) -> None:
+    data = lines_file(tmp_path / "in.txt", n=1001)
+    proc = padless("in.txt", "out.txt", "--lines", "--shards", "3", "--seed", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    parts = [(tmp_path / f"out.txt.{i:05d}-of-00003").read_bytes() for i in range(3)]
+    assert [p.count(b"\n") for p in parts] == [333, 334, 334]
+    assert sorted(b"".join(parts).split(b"\n")) == sorted(data.split(b"\n"))
+    assert b"3 shards" in proc.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_interrupt_exits_130_and_cleans_up(tmp_path: Path) -> None:
+    src = tmp_path / "in.bin"
+    np.random.default_rng(0).integers(0, 1 << 62, 8 << 20, dtype=np.int64).tofile(src)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.Popen(
+        [PADLESS, "shuffle", str(src), str(tmp_path / "out.bin"), "--record-size", "8"]
+        + ["--memory", "2M", "--tmp-dir", str(work), "-q"],
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not os.listdir(work) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)  # wait until bucket files exist
+    assert proc.poll() is None, "finished before it could be interrupted"
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err
+    assert os.listdir(work) == [] and sorted(os.listdir(tmp_path)) == ["in.bin", "work"]
