@@ -48,7 +48,9 @@ def test_text_across_chunk_boundaries(tmp_path, monkeypatch):
 
     monkeypatch.setattr(R, "_CHUNK", 7)
     rs = np.random.default_rng(0)
-    lines = [" ".join("w" * int(k) for k in rs.integers(1, 6, rs.integers(0, 8))) for _ in range(200)]
+    lines = [
+        " ".join("w" * int(k) for k in rs.integers(1, 6, rs.integers(0, 8))) for _ in range(200)
+    ]
     path = write_text(tmp_path / "b.txt", lines)
     assert lengths_from_text(path).tolist() == expected("whitespace", lines)
     assert lengths_from_text(path, tokenizer="bytes").tolist() == expected("bytes", lines)
@@ -87,7 +89,11 @@ def test_sentencepiece_tokenizer(tmp_path):
 
     corpus = write_text(tmp_path / "corpus.txt", ["hello world this is a test"] * 50 + ["abc def"])
     spm.SentencePieceTrainer.train(
-        input=str(corpus), model_prefix=str(tmp_path / "m"), vocab_size=20, hard_vocab_limit=False, minloglevel=2
+        input=str(corpus),
+        model_prefix=str(tmp_path / "m"),
+        vocab_size=20,
+        hard_vocab_limit=False,
+        minloglevel=2,
     )
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
     lines = ["hello world", "", "a test abc"]
@@ -152,7 +158,10 @@ def test_arrow_and_parquet(tmp_path):
 
     table = _table()
     pq.write_table(table, tmp_path / "t.parquet")
-    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+    with (
+        pa.OSFile(str(tmp_path / "t.arrow"), "wb") as sink,
+        pa.ipc.new_file(sink, table.schema) as w,
+    ):
         w.write_table(table)
     for name in ("t.parquet", "t.arrow"):
         path = tmp_path / name

@@ -25,6 +25,9 @@ _EXPORTS = {
     "bucket_boundaries": "padless.planners.buckets",
     "BucketSampler": "padless.planners.buckets",
     "LMStream": "padless.stream",
+    "MixtureSampler": "padless.mixing",
+    "zip_lengths": "padless.mixing",
+    "ZippedLengths": "padless.mixing",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -32,6 +35,9 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .lengths import builtin_corpus as builtin_corpus
     from .lengths import lengths_of as lengths_of
+    from .mixing import MixtureSampler as MixtureSampler
+    from .mixing import ZippedLengths as ZippedLengths
+    from .mixing import zip_lengths as zip_lengths
     from .plan import BatchPlan as BatchPlan
     from .plan import PlanStats as PlanStats
     from .planners.buckets import BucketSampler as BucketSampler
