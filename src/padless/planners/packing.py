@@ -580,9 +580,18 @@ class PackingSampler(PlanSampler):
     wrap the dataset with :meth:`pieces`, since pieces are yielded as codes
     ``index + piece · N``::
 
+        from padless.torch import collate_packed
+
         sampler = PackingSampler(lengths, capacity=4096, rows_per_batch=8)
-        collate = functools.partial(collate_packed, capacity=4096, flatten=True)
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+        loader = DataLoader(dataset, batch_sampler=sampler,
+                            collate_fn=collate_packed(4096, flatten=True))
+        for batch in loader:  # batch["cu_seqlens"], batch["max_seqlen"] -> flash_attn_varlen_func
+            ...
+
+        # sequences longer than capacity, cut into pieces:
+        sampler = PackingSampler(lengths, capacity=4096, oversize="split")
+        loader = DataLoader(sampler.pieces(dataset), batch_sampler=sampler,
+                            collate_fn=collate_packed(4096))
 
     Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
     the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,
