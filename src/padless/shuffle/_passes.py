@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import mmap
 import os
 import threading
 from collections import deque
@@ -27,6 +28,9 @@ from ._engines import Engine, Piece
 FILL = 0.85
 MAX_BUCKETS = 512
 KICK_BYTES = 32 << 20
+# Pass 1 maps windows of the source instead of copying them into a buffer (Linux, macOS).
+USE_MMAP = hasattr(mmap, "MAP_SHARED") and hasattr(mmap, "PROT_READ")
+_MAP_FLAGS = getattr(mmap, "MAP_SHARED", 0) | getattr(mmap, "MAP_POPULATE", 0)
 _SCAN = 64 * 1024
 
 
@@ -205,12 +209,6 @@ def _first_newline(buf: np.ndarray, lo: int, hi: int) -> int:
     return -1
 
 
-def _move_left(buf: np.ndarray, lo: int, hi: int) -> None:
-    """Move ``buf[lo:hi]`` to the front of ``buf`` (memmove: no temporary copy)."""
-    view = buf.data
-    view[: hi - lo] = view[lo:hi]
-
-
 def _read_into(f: Any, buf: np.ndarray, at: int, n: int, name: str) -> None:
     """Read exactly ``n`` bytes of ``f`` into ``buf[at:at + n]``."""
     view = buf.data[at : at + n]
@@ -242,6 +240,8 @@ class Shuffler:
         self.depth = 0
         self.added_newline = False
         self.open_fds: set[int] = set()
+        self.pending: np.ndarray | None = None  # the buffer whose output may not be written yet
+        self._streamed = 0
         self._ids = itertools.count()
         self._max_buckets = _max_buckets()
 
@@ -260,8 +260,10 @@ class Shuffler:
             self.open_fds.discard(fd)
 
     def _emit(self, pieces: Iterable[Piece], sink: Sink) -> None:
+        """Hand each piece to the writer; remember which buffer still holds pending output."""
         for buf, a, b in pieces:
             self.writer.submit(sink.write, buf[a:b], sink.name)
+            self.pending = buf
             self.progress.update(b - a)
 
     def _num_buckets(self, size: int, count: int) -> int:
@@ -343,11 +345,14 @@ class Shuffler:
             if b == 0:
                 os.unlink(name)
             elif engine.fits(b, n):
-                self.writer.drain()  # the buffers may still be being written
+                # Read into the buffer that holds no pending output, while the writer thread
+                # finishes writing the previous bucket from the other one.
+                free, other = (self.Y, self.X) if self.pending is self.X else (self.X, self.Y)
                 with open(name, "rb", buffering=0) as f:
-                    _read_into(f, self.X, 0, b, name)
+                    _read_into(f, free, 0, b, name)
                 os.unlink(name)
-                self._emit(engine.permute(self.X, self.Y, 0, b, n, self._seed()), sink)
+                self.writer.drain()
+                self._emit(engine.permute(free, other, 0, b, n, self._seed()), sink)
             elif n == 1:
                 self._copy_through(name, b, sink)
                 os.unlink(name)
@@ -368,51 +373,78 @@ class Shuffler:
                 self.writer.submit(sink.write, self.X[:n], sink.name)
                 self.progress.update(n)
         self.writer.drain()
+        self.pending = None
 
     def _pass_one(
         self, path: str, size: int, fds: list[int], names: list[str], top: bool
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Scatter the records of ``path`` over the bucket files ``fds``; return bytes and counts.
+
+        Each step maps a window of the file (no copy; the last window is read into X instead, to
+        add a missing final newline) and the engine scatters its whole records into one half of
+        Y while the writer thread writes the other half to the bucket files.
+        """
         engine, X, Y, writer = self.engine, self.X, self.Y, self.writer
         writer.drain()  # both buffers may still hold output being written
+        self.pending = None
         k = len(fds)
         sizes = np.zeros(k, np.int64)
         counts = np.zeros(k, np.int64)
         chunk = engine.chunk
         room = chunk - 8 if engine.lines else chunk  # lines: keep a byte for an added newline
+        step = 1 if engine.lines else int(engine.record_size or 1)
         writers = [_FdWrite(fd) for fd in fds]
         tickets = [0, 0]
         half = 0
-        carry = 0
-        remaining = size
         giant: np.random.Generator | None = None
+        pos = 0
         with open(path, "rb", buffering=0) as f:
-            while True:
-                want = min(room - carry, remaining)
-                _read_into(f, X, carry, want, path)
-                remaining -= want
-                self.progress.update(want)
-                m = carry + want
-                if m == 0:
-                    break
-                last = remaining == 0
-                end = m
+            while pos < size:
+                hi = min(size, pos + room)
+                window: mmap.mmap | None = None
+                if USE_MMAP and hi < size:
+                    base = pos - pos % mmap.ALLOCATIONGRANULARITY
+                    hi = base + (hi - base) // 8 * 8  # a whole number of 8-byte words
+                    if hi - pos >= step:
+                        window = mmap.mmap(
+                            f.fileno(),
+                            hi - base,
+                            flags=_MAP_FLAGS,
+                            prot=mmap.PROT_READ,
+                            offset=base,
+                        )
+                if window is not None:
+                    src = np.frombuffer(window, np.uint8)
+                else:
+                    hi = min(size, pos + room)
+                    base = pos
+                    f.seek(pos)
+                    _read_into(f, X, 0, hi - pos, path)
+                    src = X
+                lo, end = pos - base, hi - base
                 if engine.lines:
-                    if last:
-                        if X[m - 1] != 10:
-                            X[m] = 10
-                            end = m = m + 1
+                    if hi == size and window is None:
+                        if src[end - 1] != 10:
+                            X[end] = 10
+                            end += 1
                             self.added_newline = True
                     else:
-                        end = _last_newline(X, 0, m) + 1
+                        end = _last_newline(src, lo, end) + 1
                         if end == 0:  # one line longer than a chunk: stream it to its bucket
+                            del src
+                            if window is not None:
+                                window.close()
                             if giant is None:
                                 giant = np.random.default_rng(self._seed())
-                            carry, remaining = self._giant_line(
-                                f, m, remaining, writers, names, sizes, counts, giant, path
-                            )
+                            i = int(giant.integers(k))
+                            pos = self._stream_line(f, pos, size, writers[i], names[i])
+                            sizes[i] += self._streamed
+                            counts[i] += 1
                             continue
+                else:
+                    end = lo + (end - lo) // step * step
                 writer.wait(tickets[half])
-                for starts, got in engine.scatter(X, 0, end, Y, half * chunk, k, self._seed()):
+                for starts, got in engine.scatter(src, lo, end, Y, half * chunk, k, self._seed()):
                     for i in range(k):
                         a, b = int(starts[i]), int(starts[i + 1])
                         if b > a:
@@ -421,59 +453,44 @@ class Shuffler:
                     counts += got
                 tickets[half] = writer.submitted
                 half ^= 1
-                carry = m - end
-                if carry:
-                    _move_left(X, end, m)
-                if last:
-                    break
+                self.progress.update(min(end, hi - base) - lo)
+                pos = base + end
+                del src
+                if window is not None:
+                    window.close()
         writer.drain()
         return sizes, counts
 
-    def _giant_line(
-        self,
-        f: Any,
-        m: int,
-        remaining: int,
-        writers: list[_FdWrite],
-        names: list[str],
-        sizes: np.ndarray,
-        counts: np.ndarray,
-        rng: np.random.Generator,
-        path: str,
-    ) -> tuple[int, int]:
-        """Send a line longer than a chunk to one uniformly random bucket, piece by piece."""
+    def _stream_line(self, f: Any, pos: int, size: int, write: _FdWrite, name: str) -> int:
+        """Copy the line starting at ``pos`` to one bucket file piece by piece; return its end.
+
+        Sets ``self._streamed`` to the bytes written (one more than read if the file ended
+        without a newline, which is then added).
+        """
         X, writer = self.X, self.writer
         room = self.engine.chunk - 8
-        i = int(rng.integers(len(writers)))
         writer.drain()
-        writer.submit(writers[i], X[:m], names[i])
-        writer.drain()
-        sizes[i] += m
-        while True:
-            if remaining == 0:  # the file ends inside the line: close it with a newline
-                X[0] = 10
-                writer.submit(writers[i], X[:1], names[i])
-                writer.drain()
-                sizes[i] += 1
-                counts[i] += 1
-                self.added_newline = True
-                return 0, 0
-            got = min(room, remaining)
-            _read_into(f, X, 0, got, path)
-            remaining -= got
-            self.progress.update(got)
-            p = _first_newline(X, 0, got)
-            if p < 0:
-                writer.submit(writers[i], X[:got], names[i])
-                writer.drain()
-                sizes[i] += got
-                continue
-            writer.submit(writers[i], X[: p + 1], names[i])
+        f.seek(pos)
+        written = 0
+        while pos < size:
+            n = min(room, size - pos)
+            _read_into(f, X, 0, n, name)
+            p = _first_newline(X, 0, n)
+            take = n if p < 0 else p + 1
+            writer.submit(write, X[:take], name)
             writer.drain()
-            sizes[i] += p + 1
-            counts[i] += 1
-            _move_left(X, p + 1, got)
-            return got - p - 1, remaining
+            written += take
+            pos += take
+            self.progress.update(take)
+            if p >= 0:
+                self._streamed = written
+                return pos
+        X[0] = 10  # the file ends inside the line: close it with a newline
+        writer.submit(write, X[:1], name)
+        writer.drain()
+        self.added_newline = True
+        self._streamed = written + 1
+        return pos
 
 
 class _FdWrite:
