@@ -25,6 +25,10 @@ _EXPORTS = {
     "bucket_boundaries": "padless.planners.buckets",
     "BucketSampler": "padless.planners.buckets",
     "LMStream": "padless.stream",
+    "plan_packing": "padless.planners.packing",
+    "PackedPlan": "padless.planners.packing",
+    "PackingSampler": "padless.planners.packing",
+    "PieceDataset": "padless.planners.packing",
     "MixtureSampler": "padless.mixing",
     "zip_lengths": "padless.mixing",
     "ZippedLengths": "padless.mixing",
@@ -47,6 +51,10 @@ if TYPE_CHECKING:
     from .planners.budget import plan_token_budget as plan_token_budget
     from .planners.exact import ExactLengthSampler as ExactLengthSampler
     from .planners.exact import plan_exact_length as plan_exact_length
+    from .planners.packing import PackedPlan as PackedPlan
+    from .planners.packing import PackingSampler as PackingSampler
+    from .planners.packing import PieceDataset as PieceDataset
+    from .planners.packing import plan_packing as plan_packing
     from .sampler import PlanSampler as PlanSampler
     from .stream import LMStream as LMStream
 

@@ -100,6 +100,8 @@ class BatchPlan:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BatchPlan):
             return NotImplemented
+        if type(other) is not type(self):
+            return False  # a packed plan and a plain one are different things, both ways round
         return (
             np.array_equal(self.indices, other.indices)
             and np.array_equal(self.offsets, other.offsets)

@@ -131,6 +131,10 @@ class PlanSampler:
     def _costs(self, plan: BatchPlan) -> np.ndarray:
         return padded_costs(plan, self.sizes)
 
+    def _values(self, plan: BatchPlan) -> np.ndarray:
+        """What batches yield, parallel to ``plan.indices`` (the indices themselves by default)."""
+        return plan.indices
+
     # ------------------------------------------------------------------ schedule
     def _schedule(self, epoch: int) -> _Epoch:
         if self._cache is not None and self._cache.epoch == epoch:
@@ -195,7 +199,7 @@ class PlanSampler:
         self._iterating = True
         plan = sched.plan
         ids = self._slot_batches(sched, self._rank_slots(len(plan), start, self.rank))
-        offsets, indices = plan.offsets, plan.indices
+        offsets, indices = plan.offsets, self._values(plan)
         try:
             for b in ids.tolist():
                 self._yielded += 1

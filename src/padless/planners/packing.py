@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -665,18 +665,11 @@ class PackingSampler(PlanSampler):
         np.cumsum(plan.piece_lengths, out=csum[1:])
         return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
 
-    def __iter__(self) -> Iterator[list[int]]:
-        sched = self._schedule(self.epoch)
-        plan = sched.plan
-        if not isinstance(plan, PackedPlan) or not plan.info.get("split"):
-            yield from super().__iter__()
-            return
-        # split pieces: yield codes instead of indices, batch for batch as the base walks them
-        start = self._pending if self._pending is not None else 0
-        ids = self._slot_batches(sched, self._rank_slots(len(plan), start, self.rank)).tolist()
-        codes, offsets = plan.codes, plan.offsets
-        for _, b in zip(super().__iter__(), ids, strict=True):
-            yield codes[offsets[b] : offsets[b + 1]].tolist()
+    def _values(self, plan: BatchPlan) -> np.ndarray:
+        # split pieces are yielded as codes (index + piece · N); otherwise codes == indices
+        if isinstance(plan, PackedPlan) and plan.info.get("split"):
+            return plan.codes
+        return plan.indices
 
     def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> PieceDataset:
         """Wrap ``dataset`` so the codes this sampler yields give back pieces (see PieceDataset).
