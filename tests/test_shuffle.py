@@ -638,3 +638,49 @@ def test_progress_bar_draws_only_on_a_tty() -> None:
     assert quiet.getvalue() == ""
     assert "50.0%" in loud.getvalue() and "MB/s" in loud.getvalue()
     assert loud.getvalue().endswith("\r")
+
+
+# --------------------------------------------------------------------------- odd paths
+
+
+def test_dst_symlink_is_followed(tmp_path: Path) -> None:
+    target = write(tmp_path / "data.txt", b"a\nb\nc\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target.name)
+    shuffle_file(link, link, lines=True, seed=0)
+    assert link.is_symlink() and split_lines(target.read_bytes()) == [b"a\n", b"b\n", b"c\n"]
+    assert sorted(os.listdir(tmp_path)) == ["data.txt", "link.txt"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_device_dst_is_written_in_place(tmp_path: Path) -> None:
+    src = write(tmp_path / "in.txt", b"a\nb\n")
+    res = shuffle_file(src, "/dev/null", lines=True, seed=0)
+    assert res.bytes == 4 and not os.path.isfile("/dev/null")
+    assert os.listdir(tmp_path) == ["in.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("extra", [b"", b"xyz"])
+def test_pipe_source_is_spooled(tmp_path: Path, extra: bytes) -> None:
+    data = np.arange(50_000, dtype=np.int64).tobytes() + extra
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as f:
+            f.write(data)
+
+    thread = threading.Thread(target=feed)
+    thread.start()
+    try:
+        if extra:
+            with pytest.raises(ValueError, match="400003 bytes .*3 trailing bytes"):
+                shuffle_file(fifo, tmp_path / "out", record_size=8, memory="1M", seed=0)
+        else:
+            res = shuffle_file(fifo, tmp_path / "out", record_size=8, memory="1M", seed=0)
+            out = np.fromfile(tmp_path / "out", np.int64)
+            assert res.buckets >= 2 and sorted(out) == list(range(50_000))
+    finally:
+        thread.join()
+    assert sorted(os.listdir(tmp_path)) == (["pipe"] if extra else ["out", "pipe"])

@@ -30,7 +30,7 @@ SPOOL_CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class ShuffleResult:
-    """What :func:`shuffle_file` did.
+    """Report what :func:`shuffle_file` did.
 
     Attributes:
         seed: the seed used (drawn fresh when none was given); pass it again to reproduce.
@@ -41,6 +41,9 @@ class ShuffleResult:
         outputs: the files written (``("-",)`` for stdout), in concatenation order.
         engine: ``"numba"`` or ``"numpy"`` (see :func:`shuffle_file`).
         depth: levels of bucket recursion below the first (0 when no bucket outgrew memory).
+
+    >>> ShuffleResult(1, 4, 4_000_000, 2, 0.5, ("out.bin",), "numpy", 0).mb_per_s
+    8.0
     """
 
     seed: int
@@ -119,10 +122,14 @@ class _FileTarget:
         _passes._write_all(self.fd, data)
         self.written += len(data)
         if self.written - self.kicked >= _passes.KICK_BYTES and hasattr(os, "posix_fadvise"):
-            # Start writing these pages to disk now rather than all at the final fsync.
-            os.posix_fadvise(
-                self.fd, self.kicked, self.written - self.kicked, os.POSIX_FADV_DONTNEED
-            )
+            # Start writing these pages to disk now rather than all at the final fsync (Linux
+            # starts writeback of dirty pages on DONTNEED); only a speed-up, so errors are ignored.
+            try:
+                os.posix_fadvise(
+                    self.fd, self.kicked, self.written - self.kicked, os.POSIX_FADV_DONTNEED
+                )
+            except OSError:  # pragma: no cover - file systems that refuse the advice
+                pass
             self.kicked = self.written
 
     def commit(self) -> None:
@@ -152,16 +159,16 @@ class _FileTarget:
 
 
 class _StreamTarget:
-    """Standard output."""
+    """Standard output, or an existing device or pipe given as ``dst`` (written in place)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, name: str = "standard output") -> None:
         self.stream = stream
         try:
             stream.flush()
             self.fd: int | None = stream.fileno()
         except (OSError, ValueError, AttributeError):
             self.fd = None
-        self.name = "standard output"
+        self.name = name
         self.final = "-"
 
     def write(self, data: np.ndarray) -> None:
@@ -176,6 +183,9 @@ class _StreamTarget:
 
     def discard(self) -> None:
         pass
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 def shard_paths(dst: str | os.PathLike[str], shards: int) -> list[str]:
@@ -215,7 +225,8 @@ def _spool(stream: BinaryIO, folder: str, progress: Progress) -> tuple[str, int]
                 break
             _passes._write_all(out.fileno(), block)
             size += len(block)
-            progress.add_total(2 * len(block))
+            progress.add_total(3 * len(block))
+            progress.update(len(block))
     return path, size
 
 
@@ -331,6 +342,7 @@ def shuffle_file(
         size = info.st_size
         if not stream_src and record_size is not None and size % record_size:
             raise _trailing_error(size, record_size, f"src {src_name!r}")
+    device = False
     if to_stdout:
         out_dir = ""
         finals: list[str] = []
@@ -338,10 +350,13 @@ def shuffle_file(
         out_dir = os.path.dirname(os.path.abspath(dst_name))
         if not os.path.isdir(out_dir):
             raise FileNotFoundError(errno.ENOENT, "the directory of dst does not exist", out_dir)
-        finals = [os.path.abspath(p) for p in shard_paths(dst_name, shards)]
+        # A symbolic link is followed: the file it points to is replaced, as `sort -o` does.
+        finals = [os.path.realpath(p) for p in shard_paths(dst_name, shards)]
         for path in finals:
             if os.path.isdir(path):
                 raise IsADirectoryError(errno.EISDIR, "dst is a directory", path)
+        # An existing device or pipe (/dev/null, a FIFO) is written in place, not replaced.
+        device = shards == 1 and os.path.exists(finals[0]) and not os.path.isfile(finals[0])
     if tmp_dir is None:
         tmp_root = tempfile.gettempdir() if to_stdout else out_dir
     else:
@@ -379,6 +394,8 @@ def shuffle_file(
             )
         if to_stdout:
             targets = [_StreamTarget(sys.stdout.buffer)]
+        elif device:
+            targets = [_StreamTarget(open(finals[0], "wb", buffering=0), finals[0])]
         else:
             for path in finals:
                 targets.append(_FileTarget(path))
@@ -390,13 +407,14 @@ def shuffle_file(
         writer.drain()
         for target in targets:
             target.commit()
-        if not to_stdout:
+        if not to_stdout and not device:
             _fsync_dir(out_dir)
         committed = True
     except OSError as exc:
-        kept = "standard output may hold part of the output" if to_stdout else (
-            f"{dst_name!r} was left unchanged"
-        )  # fmt: skip
+        if to_stdout or device:
+            kept = f"{'standard output' if to_stdout else dst_name} may hold part of the output"
+        else:
+            kept = f"{dst_name!r} was left unchanged"
         code = exc.errno if exc.errno is not None else errno.EIO
         where = f": {exc.filename!r}" if exc.filename else ""
         raise type(exc)(
@@ -408,9 +426,11 @@ def shuffle_file(
         if shuffler is not None:
             shuffler.close_files()
         bar.close()
-        if not committed:
-            for target in targets:
+        for target in targets:
+            if not committed:
                 target.discard()
+            if device:
+                target.close()
         if work_dir is not None:
             shutil.rmtree(work_dir, ignore_errors=True)
     if shuffler is None:  # pragma: no cover - the try block either sets it or raises
