@@ -145,25 +145,60 @@ def shuffle_runs_reference(values: np.ndarray, starts: np.ndarray, key: int) -> 
 # --------------------------------------------------------------------------- hashing
 
 
+@njit(cache=True, inline="always")
+def _mix64(z):  # pragma: no cover - compiled
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
 @njit(cache=True)
 def hash_ints(values, seed):  # pragma: no cover - compiled
-    """64-bit hash of an int64 array (splitmix-mixed, order-sensitive); ~1 ns per value."""
-    h = np.uint64(seed) ^ np.uint64(values.shape[0])
-    for i in range(values.shape[0]):
-        z = np.uint64(values[i]) + h + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        h = z ^ (z >> np.uint64(31))
-    return h
+    """64-bit hash of an int64 array (order-sensitive), four independent lanes; ~0.3 ns per value.
+
+    Lane j chains the values at positions i ≡ j (mod 4); the lanes are then mixed in order.
+    """
+    n = values.shape[0]
+    base = np.uint64(seed) ^ np.uint64(n)
+    h0 = base
+    h1 = base + _GOLDEN
+    h2 = base + _MIX1
+    h3 = base + _MIX2
+    quads = n // 4
+    for q in range(quads):
+        i = 4 * q
+        h0 = _mix64(np.uint64(values[i]) + h0 + _GOLDEN)
+        h1 = _mix64(np.uint64(values[i + 1]) + h1 + _GOLDEN)
+        h2 = _mix64(np.uint64(values[i + 2]) + h2 + _GOLDEN)
+        h3 = _mix64(np.uint64(values[i + 3]) + h3 + _GOLDEN)
+    for i in range(4 * quads, n):
+        h0 = _mix64(np.uint64(values[i]) + h0 + _GOLDEN)
+    h = _mix64(h0 + _GOLDEN)
+    h = _mix64(h ^ h1)
+    h = _mix64(h ^ h2)
+    return _mix64(h ^ h3)
 
 
 def hash_ints_reference(values: np.ndarray, seed: int) -> int:
-    h = (seed ^ len(values)) & _MASK64
-    for v in values.tolist():
-        z = (v + h + 0x9E3779B97F4A7C15) & _MASK64
+    def mix(z: int) -> int:
+        z &= _MASK64
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h = z ^ (z >> 31)
+        return z ^ (z >> 31)
+
+    vals = [v & _MASK64 for v in values.tolist()]
+    n = len(vals)
+    base = (seed ^ n) & _MASK64
+    lanes = [base, base + 0x9E3779B97F4A7C15, base + 0xBF58476D1CE4E5B9, base + 0x94D049BB133111EB]
+    lanes = [x & _MASK64 for x in lanes]
+    quads = n // 4
+    for i in range(4 * quads):
+        lanes[i % 4] = mix(vals[i] + lanes[i % 4] + 0x9E3779B97F4A7C15)
+    for i in range(4 * quads, n):
+        lanes[0] = mix(vals[i] + lanes[0] + 0x9E3779B97F4A7C15)
+    h = mix(lanes[0] + 0x9E3779B97F4A7C15)
+    for lane in lanes[1:]:
+        h = mix(h ^ lane)
     return h
 
 

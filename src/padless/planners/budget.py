@@ -34,6 +34,8 @@ def oversize_filter(
     sizes: np.ndarray, limit: int, oversize: str, what: str = "max_tokens"
 ) -> np.ndarray:
     """Indices whose size is over ``limit``; raise for ``oversize="error"``."""
+    if sizes.size == 0 or int(sizes.max()) <= limit:
+        return np.zeros(0, dtype=np.int64)
     too_long = np.flatnonzero(sizes > limit)
     if too_long.size and oversize == "error":
         i = int(too_long[0])
@@ -86,19 +88,35 @@ def plan_token_budget(
     check_seed(seed, "seed")
     check_seed(epoch, "epoch")
     sizes = sizes_of(lens)
-    n = sizes.shape[0]
-    if order is None:
+    walk = None if order is None else _check_order(order, sizes.shape[0])
+    skipped = np.zeros(0, dtype=np.int64)
+    if max_tokens is not None:
+        skipped = oversize_filter(sizes, max_tokens, oversize)
+    return _budget_plan(
+        lens, sizes, skipped, max_tokens, max_sentences, multiple_of, walk, seed, epoch
+    )
+
+
+def _budget_plan(
+    lens: np.ndarray,
+    sizes: np.ndarray,
+    skipped: np.ndarray,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    multiple_of: int,
+    walk: np.ndarray | None,
+    seed: int,
+    epoch: int,
+) -> BatchPlan:
+    """The plan from checked arguments (samplers call this once per epoch, checks done once)."""
+    if walk is None:
         walk, starts = length_order(lens, seed, epoch)
         walk_sizes = sorted_sizes(lens, walk, starts)
     else:
-        walk = _check_order(order, n)
         walk_sizes = np.ascontiguousarray(sizes[walk])
-    skipped = np.zeros(0, dtype=np.int64)
-    if max_tokens is not None and n:
-        skipped = oversize_filter(sizes, max_tokens, oversize)
-        if skipped.size:
-            keep = walk_sizes <= max_tokens
-            walk, walk_sizes = walk[keep], walk_sizes[keep]
+    if skipped.size and max_tokens is not None:
+        keep = walk_sizes <= max_tokens
+        walk, walk_sizes = walk[keep], walk_sizes[keep]
     ends = K.budget_ends(walk_sizes, max_tokens or 0, max_sentences or 0, multiple_of)
     offsets = np.empty(ends.size + 1, dtype=np.int64)
     offsets[0] = 0
@@ -146,8 +164,9 @@ class TokenBudgetSampler(PlanSampler):
         self.max_sentences = positive_or_none("max_sentences", max_sentences)
         self.multiple_of = positive("multiple_of", multiple_of)
         self.oversize = check_choice("oversize", oversize, ("error", "skip"))
-        if self.max_tokens is not None and self.oversize == "error":
-            oversize_filter(self.sizes, self.max_tokens, "error")
+        self._skipped = np.zeros(0, dtype=np.int64)
+        if self.max_tokens is not None:
+            self._skipped = oversize_filter(self.sizes, self.max_tokens, self.oversize)
 
     def _config(self) -> dict[str, Any]:
         return {
@@ -158,12 +177,14 @@ class TokenBudgetSampler(PlanSampler):
         }
 
     def _plan(self, epoch: int) -> BatchPlan:
-        return plan_token_budget(
+        return _budget_plan(
             self.lengths,
-            max_tokens=self.max_tokens,
-            max_sentences=self.max_sentences,
-            multiple_of=self.multiple_of,
-            oversize=self.oversize,
-            seed=self.seed,
-            epoch=epoch,
+            self.sizes,
+            self._skipped,
+            self.max_tokens,
+            self.max_sentences,
+            self.multiple_of,
+            None,
+            self.seed,
+            epoch,
         )
