@@ -20,7 +20,7 @@ the input size, so a run stays reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class Engine:
     """What the driver needs from an engine; see the module docstring."""
 
     name = "engine"
+    # True when ``permute_stream`` exists: records arrive from the file window by window.
+    streams = False
+    window = 0
 
     def __init__(self, record_size: int | None, cap: int, chunk: int) -> None:
         self.record_size = record_size
@@ -104,6 +107,12 @@ class Engine:
     ) -> Iterator[Piece]:  # fmt: skip
         raise NotImplementedError
 
+    def permute_stream(
+        self, windows: Iterable[tuple[np.ndarray, int, int]], nbytes: int, dst: np.ndarray,
+        out: np.ndarray, seed: np.random.SeedSequence, before_output: Callable[[], None],
+    ) -> Iterator[Piece]:  # fmt: skip
+        raise NotImplementedError
+
 
 # --------------------------------------------------------------------------- numba
 
@@ -119,12 +128,15 @@ class NumbaEngine(Engine):
     """Compiled kernels; memory: the two buffers only."""
 
     name = "numba"
+    # Bytes of a bucket file mapped at a time when its records stream into their sub-buckets.
+    window = 16 * MiB
 
     def __init__(self, record_size: int | None, budget: int) -> None:
         # Chosen only when the budget exceeds the reserve by far; the fallback keeps a forced
         # engine (tests) working with small budgets.
         work = budget - NUMBA_RESERVE if budget >= 2 * NUMBA_RESERVE else budget
-        cap = work * 15 // 32  # two buffers, and 1/16 of the budget for the small change
+        # Two buffers, and 1/16 of the budget for the mapped window and the small change.
+        cap = work * 15 // 32
         super().__init__(record_size, cap, cap // 2)
         from . import _kernels
 
@@ -132,6 +144,8 @@ class NumbaEngine(Engine):
         if record_size is not None:
             self.word = _word_dtype(record_size)
             self.width = record_size // self.word.itemsize
+            self.streams = True
+            self.window = max(NumbaEngine.window, 2 * record_size)
 
     def count_lines(self, buf: np.ndarray, lo: int, hi: int) -> int:
         return int(self.k.count_lines(buf, buf.view(np.uint64), lo, hi))
@@ -166,11 +180,47 @@ class NumbaEngine(Engine):
         (starts, counts), *_ = self.scatter(
             buf, lo, hi, tmp, lo, num_sub, np.random.SeedSequence(int(scatter_key))
         )
-        state = np.array([permute_key], np.uint64)
+        # ... then a uniform permutation inside each sub-bucket (tmp -> buf), piece by piece.
+        yield from self._permute_sub_buckets(tmp, buf, starts, counts, permute_key)
+
+    def permute_stream(
+        self, windows: Iterable[tuple[np.ndarray, int, int]], nbytes: int, dst: np.ndarray,
+        out: np.ndarray, seed: np.random.SeedSequence, before_output: Callable[[], None],
+    ) -> Iterator[Piece]:  # fmt: skip
+        """Permute records that arrive in windows (``(array, lo, hi)``, whole records, in order).
+
+        The records go straight from each window into their sub-buckets in ``dst`` (no copy of
+        the whole region first), then are permuted into ``out``; ``before_output`` runs before
+        ``out`` is written. Same output, for the same seed, as :meth:`permute` on the region.
+        Records only.
+        """
+        scatter_key, permute_key = seed.generate_state(2, np.uint64)
+        w = self.word.itemsize
+        num_sub = max(1, -(-nbytes // SUB_BYTES))
+        counts = np.empty(num_sub, np.int64)
+        self.k.count_labels(nbytes // int(self.record_size or 1), num_sub, scatter_key, counts)
+        starts = np.zeros(num_sub + 1, np.int64)
+        np.cumsum(counts * self.width, out=starts[1:])
+        fill = starts[:-1].copy()
+        state = np.array([scatter_key], np.uint64)
+        dst_words = dst.view(self.word)
+        for src, lo, hi in windows:
+            self.k.place_records(
+                src.view(self.word), lo // w, hi // w, self.width, num_sub, state, dst_words, fill
+            )
+        before_output()
+        yield from self._permute_sub_buckets(dst, out, starts * w, counts, permute_key)
+
+    def _permute_sub_buckets(
+        self, src_buf: np.ndarray, out: np.ndarray, starts: np.ndarray, counts: np.ndarray,
+        key: np.uint64,
+    ) -> Iterator[Piece]:  # fmt: skip
+        num_sub = len(counts)
+        buf, tmp = out, src_buf
+        state = np.array([key], np.uint64)
         largest = int(counts.max()) if num_sub else 0
         perm = np.empty(largest + 1, np.int32)
         per_piece = max(1, PIECE_BYTES // SUB_BYTES)
-        # ... then a uniform permutation inside each sub-bucket (tmp -> buf), piece by piece.
         if self.lines:
             line_starts = np.empty(largest + 1, np.int64)
             tmp64 = tmp.view(np.uint64)

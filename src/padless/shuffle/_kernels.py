@@ -152,6 +152,66 @@ def scatter_records_reference(
 
 
 @njit(cache=True, nogil=True)
+def count_labels(n, num_buckets, key, counts):  # pragma: no cover - compiled
+    """Count how many of the first ``n`` labels of stream ``key`` fall in each bucket.
+
+    With :func:`place_records`, the streaming form of :func:`scatter_records`: the counts fix
+    where each bucket starts, then the records can arrive window by window.
+    """
+    for k in range(num_buckets):
+        counts[k] = 0
+    state = np.uint64(key)
+    for _ in range(n):
+        state, b = _draw(state, num_buckets)
+        counts[b] += 1
+
+
+def count_labels_reference(n: int, num_buckets: int, key: int, counts: np.ndarray) -> None:
+    gen = SplitMix(key)
+    labels = [gen.below(num_buckets) for _ in range(n)]
+    counts[:] = np.bincount(np.array(labels, dtype=np.int64), minlength=num_buckets)
+
+
+@njit(cache=True, nogil=True)
+def place_records(src, lo, hi, width, num_buckets, state, dst, fill):  # pragma: no cover - compiled
+    """Copy each record of ``src[lo:hi]`` to ``dst[fill[b]]`` for its label b; advance ``fill``.
+
+    Labels continue the stream in ``state`` (one-element uint64 array, updated), so calling it
+    on consecutive windows gives the same result as one :func:`scatter_records` call.
+    """
+    n = (hi - lo) // width
+    rng = state[0]
+    if width == 2:
+        for i in range(n):
+            rng, b = _draw(rng, num_buckets)
+            p = fill[b]
+            fill[b] = p + 2
+            q = lo + 2 * i
+            dst[p] = src[q]
+            dst[p + 1] = src[q + 1]
+    else:
+        for i in range(n):
+            rng, b = _draw(rng, num_buckets)
+            p = fill[b]
+            fill[b] = p + width
+            q = lo + i * width
+            for t in range(width):
+                dst[p + t] = src[q + t]
+    state[0] = rng
+
+
+def place_records_reference(
+    src: np.ndarray, lo: int, hi: int, width: int, num_buckets: int, gen: SplitMix,
+    dst: np.ndarray, fill: np.ndarray,
+) -> None:  # fmt: skip
+    for i in range((hi - lo) // width):
+        b = gen.below(num_buckets)
+        p = int(fill[b])
+        dst[p : p + width] = src[lo + i * width : lo + (i + 1) * width]
+        fill[b] = p + width
+
+
+@njit(cache=True, nogil=True)
 def permute_records(
     src, dst, width, sub_starts, first, last, state, perm
 ):  # pragma: no cover - compiled

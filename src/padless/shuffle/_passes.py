@@ -17,7 +17,7 @@ import mmap
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -348,6 +348,15 @@ class Shuffler:
                 # Read into the buffer that holds no pending output, while the writer thread
                 # finishes writing the previous bucket from the other one.
                 free, other = (self.Y, self.X) if self.pending is self.X else (self.X, self.Y)
+                if engine.streams and USE_MMAP:
+                    with open(name, "rb", buffering=0) as f:
+                        windows = self._windows(f, b, engine.window)
+                        pieces = engine.permute_stream(
+                            windows, b, free, other, self._seed(), self.writer.drain
+                        )
+                        self._emit(pieces, sink)
+                    os.unlink(name)
+                    continue
                 with open(name, "rb", buffering=0) as f:
                     _read_into(f, free, 0, b, name)
                 os.unlink(name)
@@ -361,6 +370,30 @@ class Shuffler:
                 self._buckets(name, b, n, sink, depth + 1)
         self.writer.drain()
         return total
+
+    def _windows(self, f: Any, size: int, window: int) -> Iterator[tuple[np.ndarray, int, int]]:
+        """Map ``f`` window by window: yield ``(array, lo, hi)`` holding whole records.
+
+        Each mapping is closed when the next window is asked for (or at the end).
+        """
+        step = int(self.engine.record_size or 1)
+        pos = 0
+        while pos < size:
+            base = pos - pos % mmap.ALLOCATIONGRANULARITY
+            end = pos + (min(size, base + window) - pos) // step * step
+            mapping = mmap.mmap(
+                f.fileno(), end - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
+            )
+            array = np.frombuffer(mapping, np.uint8)
+            try:
+                yield array, pos - base, end - base
+            finally:
+                del array
+                try:
+                    mapping.close()
+                except BufferError:  # pragma: no cover - a traceback still holds the array
+                    pass
+            pos = end
 
     def _copy_through(self, path: str, size: int, sink: Sink) -> None:
         """Stream one record that is larger than memory straight to the output."""
