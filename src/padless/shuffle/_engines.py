@@ -154,7 +154,16 @@ class NumbaEngine(Engine):
         self, src: np.ndarray, lo: int, hi: int, dst: np.ndarray, dst_lo: int, num_buckets: int,
         seed: np.random.SeedSequence,
     ) -> list[Segment]:  # fmt: skip
-        key = seed.generate_state(1, np.uint64)[0]
+        return [
+            self._scatter(
+                src, lo, hi, dst, dst_lo, num_buckets, seed.generate_state(1, np.uint64)[0]
+            )
+        ]
+
+    def _scatter(
+        self, src: np.ndarray, lo: int, hi: int, dst: np.ndarray, dst_lo: int, num_buckets: int,
+        key: np.uint64,
+    ) -> Segment:  # fmt: skip
         starts = np.empty(num_buckets + 1, np.int64)
         counts = np.empty(num_buckets, np.int64)
         if self.lines:
@@ -168,7 +177,7 @@ class NumbaEngine(Engine):
                 dst.view(self.word), dst_lo // w, starts, counts,
             )  # fmt: skip
             starts *= w
-        return [(starts, counts)]
+        return starts, counts
 
     def permute(
         self, buf: np.ndarray, tmp: np.ndarray, lo: int, hi: int, count: int,
@@ -177,9 +186,7 @@ class NumbaEngine(Engine):
         scatter_key, permute_key = seed.generate_state(2, np.uint64)
         num_sub = max(1, -(-(hi - lo) // SUB_BYTES))
         # Uniform scatter into cache-sized sub-buckets (buf -> tmp) ...
-        (starts, counts), *_ = self.scatter(
-            buf, lo, hi, tmp, lo, num_sub, np.random.SeedSequence(int(scatter_key))
-        )
+        starts, counts = self._scatter(buf, lo, hi, tmp, lo, num_sub, scatter_key)
         # ... then a uniform permutation inside each sub-bucket (tmp -> buf), piece by piece.
         yield from self._permute_sub_buckets(tmp, buf, starts, counts, permute_key)
 
