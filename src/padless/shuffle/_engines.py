@@ -6,7 +6,9 @@ Both engines offer the same two steps over a byte buffer:
 * ``scatter``: send each record (or line) of a region to a uniformly random bucket, grouping the
   buckets contiguously in a second buffer (pass 1 of the two-pass shuffle);
 * ``permute``: put the records of a region in uniformly random order (pass 2), yielding pieces of
-  the final order as soon as they are ready so the writer thread can write them meanwhile.
+  the final order as soon as they are ready so the writer thread can write them meanwhile
+  (``permute_stream``, numba and fixed-size records only: the same, with the records arriving in
+  mapped windows of the bucket file rather than from a buffer they were first copied into).
 
 The numba engine splits a region into cache-sized sub-buckets (a uniform scatter, then a
 Fisher-Yates permutation inside each sub-bucket; together a uniform permutation) and needs no

@@ -1,12 +1,17 @@
 """The file side of the two-pass bucket shuffle: reading, bucket files, recursion, the writer thread.
 
-Pass 1 reads the source in chunks; the engine sends every record to one of K buckets chosen
-uniformly at random and the writer thread appends each bucket's slice to its temporary file while
-the next chunk is scattered. Pass 2 loads one bucket at a time, permutes it in memory and hands the
-pieces of the result to the writer, in bucket order. A bucket that comes out too large for memory
-is shuffled the same way (recursively). Given the bucket sizes, the split into buckets is a
-uniformly random partition and each bucket gets a uniformly random order, so the output is a
-uniformly random permutation of the input.
+Pass 1 maps the source window by window (no copy); the engine sends every record to one of K
+buckets chosen uniformly at random, grouping them in one half of a buffer, and the writer thread
+appends each bucket's slice to its temporary file while the next window is scattered into the other
+half. Pass 2 takes one bucket at a time, permutes it in memory and hands the pieces of the result
+to the writer, in bucket order; it reads each bucket into the buffer that holds no pending output,
+so the read overlaps the writing of the previous bucket (the numba engine streams fixed-size
+records from mapped windows of the bucket file straight into their sub-buckets instead). A bucket
+that comes out too large for memory is shuffled the same way (recursively); one that holds a
+single record larger than memory (a very long line) is copied through.
+
+Given the bucket sizes, the split into buckets is a uniformly random partition and each bucket
+gets a uniformly random order, so the output is a uniformly random permutation of the input.
 """
 
 from __future__ import annotations
@@ -331,7 +336,7 @@ class Shuffler:
             )
             self.open_fds.add(fd)
             fds.append(fd)
-        sizes, counts = self._pass_one(path, size, fds, names, top=depth == 0)
+        sizes, counts = self._pass_one(path, size, fds, names)
         for fd in fds:
             os.close(fd)
             self.open_fds.discard(fd)
@@ -409,7 +414,7 @@ class Shuffler:
         self.pending = None
 
     def _pass_one(
-        self, path: str, size: int, fds: list[int], names: list[str], top: bool
+        self, path: str, size: int, fds: list[int], names: list[str]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scatter the records of ``path`` over the bucket files ``fds``; return bytes and counts.
 
