@@ -151,7 +151,7 @@ def bench_file(kind: str, src: str, work: str, memory: str, runs: int) -> list[d
         row = {
             "tool": name,
             "wall": statistics.median(walls),
-            "walls": walls,
+            "walls": inner or walls,  # padless: the call itself; the process is in the note
             "peak": statistics.median(peaks),
             "size": size,
         }
@@ -186,7 +186,8 @@ def table(kind: str, rows: list[dict], budget: int) -> str:
     lines.append("")
     lines.append(
         f"padless: {size / pad['wall'] / 1e6:,.0f} MB/s counting the whole process (interpreter,"
-        f" imports, numba kernels loaded from cache); engine {info['engine']}, "
+        f" imports, numba kernels loaded from cache: {pad['wall']:.2f} s median); "
+        f"engine {info['engine']}, "
         f"{info['buckets']} buckets, depth {info['depth']}; peak (worst run) {pad['above'] / MiB:,.0f}"
         f" MiB above `import padless` ({info['base'] / MiB:.0f} MiB) against the allowed 1.1 × {budget / MiB:,.0f} MiB + 64 MiB = "
         f"{allowed / MiB:,.0f} MiB."
