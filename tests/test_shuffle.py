@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from padless.shuffle import _engines, _passes, parse_memory, shard_paths, shuffle_file
@@ -723,3 +725,64 @@ def test_streamed_records_match_the_in_memory_permutation(monkeypatch: pytest.Mo
     pieces = eng.permute_stream(windows, len(data), A, B, seed, lambda: called.append(1))
     got = b"".join(bytes(b[x:y]) for b, x, y in pieces)
     assert got == expected and called == [1] and records(got, 16) == records(data.tobytes(), 16)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture is constant
+@given(data=st.binary(max_size=3000), seed=st.integers(0, 2**63 - 1))
+def test_any_bytes_as_lines_property(tmp_path_factory, engine: str, data: bytes, seed: int) -> None:
+    folder = tmp_path_factory.mktemp("p")
+    src = write(folder / "in", data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = shuffle_file(src, folder / "out", lines=True, seed=seed)
+        again = shuffle_file(src, folder / "again", lines=True, seed=seed)
+    expected = data if data.endswith(b"\n") or not data else data + b"\n"
+    out = (folder / "out").read_bytes()
+    assert split_lines(out) == split_lines(expected) and res.records == expected.count(b"\n")
+    assert len(caught) == 2 * (expected != data)
+    assert (folder / "again").read_bytes() == out and again.seed == seed
+
+
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+    total=st.integers(0, 200),
+    record_size=st.sampled_from([None, 1, 3]),
+)
+def test_sink_shares_property(sizes: list[int], total: int, record_size: int | None) -> None:
+    """Shards get total*(i+1)//n - total*i//n records, wherever the pieces are cut."""
+
+    class Collect:
+        def __init__(self) -> None:
+            self.data = b""
+            self.name = "t"
+
+        def write(self, data: np.ndarray) -> None:
+            self.data += bytes(data)
+
+    n = len(sizes)
+    targets = [Collect() for _ in range(n)]
+    sink = _passes.Sink(targets, record_size)
+    sink.begin(total)
+    rec = (
+        (lambda i: b"%02d\n" % (i % 100))
+        if record_size is None
+        else (lambda i: bytes([i % 251]) * record_size)
+    )
+    stream = b"".join(rec(i) for i in range(total))
+    # Pieces from the engines hold whole records; lines may be cut anywhere.
+    unit = 3 if record_size is None else record_size
+    gen = np.random.default_rng(len(stream))
+    if record_size is None:
+        cuts = gen.integers(0, len(stream) + 1, 3)
+    else:
+        cuts = gen.integers(0, total + 1, 3) * record_size
+    for a, b in zip([0, *sorted(cuts)], [*sorted(cuts), len(stream)], strict=True):
+        sink.write(np.frombuffer(stream[a:b], np.uint8))
+    assert b"".join(t.data for t in targets) == stream
+    assert [len(t.data) // unit for t in targets] == [
+        total * (i + 1) // n - total * i // n for i in range(n)
+    ]

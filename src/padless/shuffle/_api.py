@@ -376,7 +376,10 @@ def shuffle_file(
         work_dir = tempfile.mkdtemp(prefix=".padless-shuffle-", dir=tmp_root)
         src_path = src_name
         if stream_src:
-            source: Any = sys.stdin.buffer if from_stdin else open(src_name, "rb")
+            stdin = getattr(sys.stdin, "buffer", None)
+            if from_stdin and stdin is None:
+                raise ValueError("src '-' needs a binary standard input (sys.stdin.buffer)")
+            source: Any = stdin if from_stdin else open(src_name, "rb")
             try:
                 src_path, size = _spool(source, work_dir, bar)
             finally:
@@ -393,7 +396,10 @@ def shuffle_file(
                 f"hold at least two records; give memory of at least {-(-16 * record_size // 3)}"
             )
         if to_stdout:
-            targets = [_StreamTarget(sys.stdout.buffer)]
+            stdout = getattr(sys.stdout, "buffer", None)
+            if stdout is None:
+                raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
+            targets = [_StreamTarget(stdout)]
         elif device:
             targets = [_StreamTarget(open(finals[0], "wb", buffering=0), finals[0])]
         else:
