@@ -31,7 +31,9 @@ from ._engines import Engine, Piece
 
 # A bucket is planned at this fraction of what fits, leaving room for random fluctuation.
 FILL = 0.85
-MAX_BUCKETS = 512
+# At most this many bucket files per level (more data recurses). A constant, so that the output
+# does not depend on the open-files limit; ``_raise_open_files_limit`` makes room for them.
+MAX_BUCKETS = 256
 KICK_BYTES = 32 << 20
 # Pass 1 maps windows of the source instead of copying them into a buffer (Linux, macOS).
 USE_MMAP = hasattr(mmap, "MAP_SHARED") and hasattr(mmap, "PROT_READ")
@@ -47,16 +49,17 @@ def _write_all(fd: int, data: Any) -> None:
         view = view[written:]
 
 
-def _max_buckets() -> int:
+def _raise_open_files_limit(needed: int) -> None:
+    """Raise the soft limit on open files to ``needed`` if it is lower (up to the hard limit)."""
     try:
         import resource
 
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not on Linux
-        return MAX_BUCKETS
-    if soft == resource.RLIM_INFINITY:
-        return MAX_BUCKETS
-    return max(2, min(MAX_BUCKETS, (soft - 64) // 2))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX, or not allowed
+        pass
 
 
 class WriteError(OSError):
@@ -248,7 +251,6 @@ class Shuffler:
         self.pending: np.ndarray | None = None  # the buffer whose output may not be written yet
         self._streamed = 0
         self._ids = itertools.count()
-        self._max_buckets = _max_buckets()
 
     # ----------------------------------------------------------------------- helpers
 
@@ -273,7 +275,7 @@ class Shuffler:
 
     def _num_buckets(self, size: int, count: int) -> int:
         per_bucket = max(1.0, self.engine.bucket_bytes(size, count) * FILL)
-        return int(min(self._max_buckets, max(2, np.ceil(size / per_bucket))))
+        return int(min(MAX_BUCKETS, max(2, np.ceil(size / per_bucket))))
 
     def _estimate_count(self, path: str, size: int) -> int:
         r = self.engine.record_size
@@ -326,6 +328,7 @@ class Shuffler:
             raise RuntimeError("bucket recursion did not converge")
         self.depth = max(self.depth, depth)
         k = self._num_buckets(size, count)
+        _raise_open_files_limit(k + 256)
         self.buckets += k
         tag = next(self._ids)
         names = [os.path.join(self.work_dir, f"bucket-{depth}-{tag}-{i}") for i in range(k)]
@@ -438,23 +441,19 @@ class Shuffler:
         pos = 0
         with open(path, "rb", buffering=0) as f:
             while pos < size:
+                # Step boundaries depend only on the data and the chunk size (not on whether
+                # the window is mapped or read), so the output does not either.
                 hi = min(size, pos + room)
+                if hi < size and hi - hi % 8 - pos >= step:
+                    hi -= hi % 8  # a mapped window is a whole number of 8-byte words
                 window: mmap.mmap | None = None
-                if USE_MMAP and hi < size:
+                if USE_MMAP and hi < size and hi % 8 == 0:
                     base = pos - pos % mmap.ALLOCATIONGRANULARITY
-                    hi = base + (hi - base) // 8 * 8  # a whole number of 8-byte words
-                    if hi - pos >= step:
-                        window = mmap.mmap(
-                            f.fileno(),
-                            hi - base,
-                            flags=_MAP_FLAGS,
-                            prot=mmap.PROT_READ,
-                            offset=base,
-                        )
-                if window is not None:
+                    window = mmap.mmap(
+                        f.fileno(), hi - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
+                    )
                     src = np.frombuffer(window, np.uint8)
                 else:
-                    hi = min(size, pos + room)
                     base = pos
                     f.seek(pos)
                     _read_into(f, X, 0, hi - pos, path)
