@@ -75,3 +75,26 @@ def test_hash_ints_sees_order_and_size():
     a = np.arange(10, dtype=np.int64)
     assert K.hash_ints(a, 0) != K.hash_ints(a[::-1].copy(), 0)
     assert K.hash_ints(a, 0) != K.hash_ints(a[:9], 0)
+
+
+def _padding(sizes, ends):
+    start, pad = 0, 0
+    for end in ends:
+        pad += (end - start) * int(sizes[end - 1]) - int(sizes[start:end].sum())
+        start = end
+    return pad
+
+
+@given(arrays(np.int64, st.integers(0, 11), elements=st.integers(1, 9)), st.integers(9, 40))
+def test_least_padding_ends_is_optimal(sizes, budget):
+    sizes = np.sort(sizes)
+    caps = np.maximum(1, budget // sizes).astype(np.int64)
+    ends = K.least_padding_ends(sizes, caps)
+    assert (len(ends), _padding(sizes, ends)) == K.least_padding_ends_reference(sizes, caps)
+    # never more batches than the greedy, never more padding
+    greedy = K.capped_ends(sizes, caps)
+    assert len(ends) == len(greedy)
+    assert _padding(sizes, ends) <= _padding(sizes, greedy)
+    bounds = np.concatenate([[0], ends])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        assert 0 < hi - lo <= caps[hi - 1]

@@ -606,6 +606,72 @@ def capped_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
+def least_padding_ends(sizes, caps):  # pragma: no cover - compiled
+    """Batch ends over items sorted by size: fewest batches, then least padding among those.
+
+    A batch ``[i, j)`` is allowed when ``j - i <= caps[j - 1]`` (the cap of its longest, last item)
+    and pads ``(j - i) · sizes[j - 1] − Σ sizes[i:j]``. Dynamic programming over prefixes with
+    (count, padding) compared lexicographically; ties keep the earliest cut. The greedy
+    (:func:`capped_ends`) gives the same count but cuts wherever a batch fills, often mid-run of a
+    length; this moves cuts to length changes. O(n · max cap) time, O(n) memory.
+    """
+    n = sizes.shape[0]
+    csum = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        csum[i + 1] = csum[i] + sizes[i]
+    best_count = np.zeros(n + 1, np.int64)
+    best_pad = np.zeros(n + 1, np.int64)
+    back = np.zeros(n + 1, np.int64)
+    for j in range(1, n + 1):
+        top = sizes[j - 1]
+        lo = j - caps[j - 1]
+        if lo < 0:
+            lo = 0
+        if lo > j - 1:
+            lo = j - 1
+        bc = np.int64(-1)
+        bp = np.int64(0)
+        bi = np.int64(j - 1)
+        for i in range(lo, j):
+            c = best_count[i] + 1
+            pad = best_pad[i] + (j - i) * top - (csum[j] - csum[i])
+            if bc < 0 or c < bc or (c == bc and pad < bp):
+                bc = c
+                bp = pad
+                bi = i
+        best_count[j] = bc
+        best_pad[j] = bp
+        back[j] = bi
+    count = best_count[n]
+    ends = np.empty(count, np.int64)
+    j = n
+    for b in range(count - 1, -1, -1):
+        ends[b] = j
+        j = back[j]
+    return ends
+
+
+def least_padding_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> tuple[int, int]:
+    """(fewest batches, least padding among them) by exhaustive search over cut sets (tiny n)."""
+    n = len(sizes)
+    if n == 0:
+        return 0, 0
+    best: tuple[int, int] | None = None
+    for mask in range(1 << (n - 1)):
+        cuts = [i + 1 for i in range(n - 1) if mask >> i & 1] + [n]
+        start, pad, ok = 0, 0, True
+        for end in cuts:
+            if end - start > int(caps[end - 1]):
+                ok = False
+                break
+            pad += (end - start) * int(sizes[end - 1]) - int(sizes[start:end].sum())
+            start = end
+        if ok and (best is None or (len(cuts), pad) < best):
+            best = (len(cuts), pad)
+    return best if best is not None else (0, 0)
+
+
+@njit(cache=True)
 def optimal_cuts(values, counts, k):  # pragma: no cover - compiled
     """Split sorted distinct ``values`` (with ``counts``) into ``min(k, L)`` contiguous groups that
     minimise Σ group count × group max; return the index of each group's last value but the last.

@@ -167,6 +167,10 @@ def size_rule(
     return SizeRule(batch_size, max_tokens, schedule, multiple_of)
 
 
+# pooled leftovers × largest batch size up to which "merge" runs the least-padding DP (~0.1 s)
+_DP_WORK = 100_000_000
+
+
 def leftover_mode(leftovers: Any, include_partial: Any) -> tuple[str, bool]:
     """Check ``leftovers`` and ``include_partial``; return the effective mode and the flag."""
     leftovers = check_choice("leftovers", leftovers, LEFTOVERS)
@@ -224,7 +228,13 @@ def _exact_plan(
             # pads both fields less (3.8% against 6.2% on the built-in en+es pairs)
             by_size = np.argsort(run_len[leftover_run], kind="stable")
             leftover, leftover_run = leftover[by_size], leftover_run[by_size]
-        merged_ends = K.capped_ends(run_len[leftover_run], run_size[leftover_run])
+        pool_sizes, pool_caps = run_len[leftover_run], run_size[leftover_run]
+        if include_partial and leftover.size * int(pool_caps.max(initial=0)) <= _DP_WORK:
+            # fewest batches, then least padding: cuts move to length changes
+            merged_ends = K.least_padding_ends(pool_sizes, pool_caps)
+        else:
+            # greedy: every pooled batch but the last is full (what include_partial=False needs)
+            merged_ends = K.capped_ends(pool_sizes, pool_caps)
         if not include_partial and merged_ends.size:
             lo = int(merged_ends[-2]) if merged_ends.size > 1 else 0
             tail_run = leftover_run[lo:]
@@ -282,7 +292,10 @@ def plan_exact_length(
             smaller batch (nothing lost), "drop" leaves its items out (listed in
             ``plan.skipped``), "merge" pools the leftovers of all lengths, in length order (2-D:
             by size, the max over fields), into batches that hold at most the batch size of their
-            longest member (a little padding, full batches; they come after the exact batches).
+            longest member: as few batches as the greedy fill makes, with the cuts placed where
+            they pad least (a dynamic programme, O(pooled items × largest batch size), up to
+            1e8 steps; beyond that, or with include_partial=False, the greedy fill). A little
+            padding, nearly full batches; they come after the exact batches.
         multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
         seed, epoch: the within-length shuffle, so batch membership changes between epochs.
 
