@@ -29,6 +29,8 @@ _EXPORTS = {
     "PackedPlan": "padless.planners.packing",
     "PackingSampler": "padless.planners.packing",
     "PieceDataset": "padless.planners.packing",
+    "shuffle_file": "padless.shuffle",
+    "ShuffleResult": "padless.shuffle",
     "MixtureSampler": "padless.mixing",
     "zip_lengths": "padless.mixing",
     "ZippedLengths": "padless.mixing",
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
     from .planners.packing import PieceDataset as PieceDataset
     from .planners.packing import plan_packing as plan_packing
     from .sampler import PlanSampler as PlanSampler
+    from .shuffle import ShuffleResult as ShuffleResult
+    from .shuffle import shuffle_file as shuffle_file
     from .stream import LMStream as LMStream
 
 
