@@ -43,6 +43,7 @@ class Tiny(torch.nn.Module):
 def worker(rank, world, drop_last, init_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(0)
+    torch.set_num_threads(1)
     # skewed lengths: many short, a few very long
     lengths = np.concatenate([np.full(150, 3), np.full(20, 60), [200, 250, 256]])
     sampler = TokenBudgetSampler(lengths, max_tokens=256, drop_last=drop_last, **dist_kwargs())
@@ -63,6 +64,7 @@ def worker(rank, world, drop_last, init_file):
     result = {"rank": rank, "steps": steps, "len": len(sampler), "sum": int(total)}
     with open(f"{init_file}.rank{rank}.json", "w") as fh:
         json.dump(result, fh)
+    dist.barrier()  # nobody tears the group down while a peer still talks to it
     dist.destroy_process_group()
 
 

@@ -374,7 +374,7 @@ def test_resume_refusals():
         LMStream(positions(901), **kw).load_state_dict(state)
     with pytest.raises(ValueError, match="fingerprint"):
         LMStream(positions(900), batch_size=3, num_steps=5).load_state_dict(state)
-    with pytest.raises(ValueError, match="seed=0, this stream has seed=1"):
+    with pytest.raises(ValueError, match="seed=0, this LMStream has seed=1"):
         LMStream(positions(900), seed=1, **kw).load_state_dict(state)
     with pytest.raises(ValueError, match=r"state\['position'\] must be <="):
         stream.load_state_dict({**state, "position": 10**6})

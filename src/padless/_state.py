@@ -60,3 +60,120 @@ def check_state(state: Any, *, expected_fingerprint: str, what: str = "state") -
     return {
         k: (v if isinstance(v, str) else int(v)) for k, v in state.items() if k in STATE_KEYS
     } | {k: v for k, v in state.items() if k not in STATE_KEYS}
+
+
+class Resumable:
+    """Epoch, tail policy and global-position bookkeeping shared by samplers and streams.
+
+    A subclass sets ``seed``, ``epoch``, ``world_size`` and ``drop_last``, calls
+    :meth:`_reset_position` in ``__init__``, implements ``_fingerprint_now()``, starts each
+    iteration with :meth:`_begin_iteration`, counts ``self._yielded += 1`` per batch and clears
+    ``self._iterating`` when the iteration ends. Positions are global: batch slots consumed in the
+    epoch over all ranks, so a state loads at another world size.
+    """
+
+    seed: int
+    epoch: int
+    world_size: int
+    drop_last: bool
+    _pending: int | None
+    _start: int
+    _yielded: int
+    _iterating: bool
+
+    def _reset_position(self) -> None:
+        self._pending = None  # global position loaded, used by the next iteration
+        self._start = 0  # global start position of the current (or last) iteration
+        self._yielded = 0  # batches this rank yielded in that iteration
+        self._iterating = False
+
+    def _fingerprint_now(self) -> str:
+        raise NotImplementedError
+
+    def _next_start(self) -> int:
+        """Global position the next iteration starts from."""
+        return self._pending if self._pending is not None else 0
+
+    def _begin_iteration(self) -> int:
+        """Start an iteration at the loaded position (then forget it); return that position."""
+        start = self._next_start()
+        self._pending = None
+        self._start = start
+        self._yielded = 0
+        self._iterating = True
+        return start
+
+    def _steps(self, total: int, start: int) -> int:
+        """Steps (batches per rank) left from global position ``start`` of ``total`` slots."""
+        left = max(total - start, 0)
+        if self.drop_last:
+            return left // self.world_size
+        return -(-left // self.world_size)
+
+    def _rank_slots(self, total: int, start: int, rank: int) -> np.ndarray:
+        """Global slots of ``rank``; slots past the end wrap to the epoch's first slots."""
+        slots = start + np.arange(self._steps(total, start), dtype=np.int64) * self.world_size
+        slots += rank
+        return np.where(slots < total, slots, (slots - total) % max(total, 1))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration yields.
+
+        A loaded position survives only for its own epoch; another epoch starts at position 0.
+        """
+        from ._check import check_seed
+
+        epoch = check_seed(epoch, "epoch")
+        if epoch != self.epoch:
+            self._pending = None
+            self._start = 0
+            self._yielded = 0
+        self.epoch = epoch
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Return a tiny JSON-safe state from which ``load_state_dict`` resumes exactly.
+
+        Args:
+            consumed: batches the training loop has *received* from the current iteration. Pass
+                it when a DataLoader prefetches (``padless.torch.StatefulLoader`` does it for
+                you); by default the batches yielded so far are counted.
+
+        ``position`` is global: batch slots consumed in this epoch over all ranks.
+        """
+        from ._check import check_int
+
+        if self._pending is not None and not self._iterating:
+            position = self._pending
+        else:
+            count = self._yielded
+            if consumed is not None:
+                count = check_int("consumed", consumed, minimum=0) or 0
+                if count > self._yielded:
+                    raise ValueError(
+                        f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
+                    )
+            position = self._start + count * self.world_size
+        return {
+            "version": STATE_VERSION,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": int(position),
+            "world_size": self.world_size,
+            "fingerprint": self._fingerprint_now(),
+        }
+
+    def _checked_state(self, state: Any) -> dict[str, Any]:
+        """Check ``state`` against this object (fingerprint, seed) without changing anything."""
+        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
+        if checked["seed"] != self.seed:
+            raise ValueError(
+                f"state was saved with seed={checked['seed']}, this {type(self).__name__} has "
+                f"seed={self.seed}"
+            )
+        return checked
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration: O(1), no replay; the input is not changed."""
+        checked = self._checked_state(state)
+        self.epoch = checked["epoch"]
+        self._pending = checked["position"]

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _rng
 from ._check import check_bool, check_choice, check_int, check_seed, positive_or_none
-from ._state import STATE_VERSION, check_state, fingerprint
+from ._state import Resumable, fingerprint
 from .lengths import lengths_of
 from .plan import BatchPlan
 from .sampler import PlanSampler, check_ranks
@@ -429,7 +429,7 @@ def stratified_counts(p: np.ndarray, total: int, gen: np.random.Generator) -> np
     return base + np.bincount(picked, minlength=p.size).astype(np.int64)
 
 
-class MixtureSampler:
+class MixtureSampler(Resumable):
     """Batch sampler mixing per-corpus padless samplers; each batch comes from one corpus.
 
     Each mixture epoch has ``num_batches`` global batches. The corpus of each is drawn at random
@@ -581,10 +581,7 @@ class MixtureSampler:
         self.rank, self.world_size = check_ranks(rank, world_size)
         self.drop_last = check_bool("drop_last", drop_last)
         self.epoch = 0
-        self._pending: int | None = None
-        self._start = 0
-        self._yielded = 0
-        self._iterating = False
+        self._reset_position()
         self._cache: _MixEpoch | None = None
         self._before: list[np.ndarray] = [np.zeros(len(self.names), dtype=np.int64)]
         self._fingerprint: str | None = None
@@ -714,40 +711,14 @@ class MixtureSampler:
             self.names, self.corpus_offsets, mix.choice.astype(np.int64), sub_epoch, batch
         )
 
-    def _steps(self, total: int, start: int) -> int:
-        left = max(total - start, 0)
-        if self.drop_last:
-            return left // self.world_size
-        return -(-left // self.world_size)
-
-    def _rank_slots(self, total: int, start: int, rank: int) -> np.ndarray:
-        """Global slots of ``rank``; slots past the end wrap to the epoch's first slots."""
-        steps = self._steps(total, start)
-        slots = start + np.arange(steps, dtype=np.int64) * self.world_size + rank
-        return np.where(slots < total, slots, (slots - total) % max(total, 1))
-
     # ------------------------------------------------------------------ sampler protocol
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration plans; a loaded position survives only for its epoch."""
-        epoch = check_seed(epoch, "epoch")
-        if epoch != self.epoch:
-            self._pending = None
-            self._start = 0
-            self._yielded = 0
-        self.epoch = epoch
-
     def __len__(self) -> int:
         """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        start = self._pending if self._pending is not None else 0
-        return self._steps(self.num_batches, start)
+        return self._steps(self.num_batches, self._next_start())
 
     def __iter__(self) -> Iterator[list[int]]:
         mix = self._mix(self.epoch)
-        start = self._pending if self._pending is not None else 0
-        self._pending = None
-        self._start = start
-        self._yielded = 0
-        self._iterating = True
+        start = self._begin_iteration()
         slots = self._rank_slots(mix.choice.shape[0], start, self.rank)
         corpora = mix.choice[slots].tolist()
         positions = mix.occ[slots].tolist()
@@ -840,36 +811,6 @@ class MixtureSampler:
             self._fingerprint = fingerprint(config)
         return self._fingerprint
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Return a tiny JSON-safe state from which :meth:`load_state_dict` resumes exactly.
-
-        Same keys and meaning as :meth:`padless.sampler.PlanSampler.state_dict`: ``position``
-        counts global batch slots consumed in this epoch over all ranks.
-
-        Args:
-            consumed: batches the training loop has received from the current iteration (pass it
-                when a DataLoader prefetches); by default the batches yielded are counted.
-        """
-        if self._pending is not None and not self._iterating:
-            position = self._pending
-        else:
-            count = self._yielded
-            if consumed is not None:
-                count = check_int("consumed", consumed, minimum=0) or 0
-                if count > self._yielded:
-                    raise ValueError(
-                        f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
-                    )
-            position = self._start + count * self.world_size
-        return {
-            "version": STATE_VERSION,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "position": int(position),
-            "world_size": self.world_size,
-            "fingerprint": self._fingerprint_now(),
-        }
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration: no replay of batches.
 
@@ -880,10 +821,4 @@ class MixtureSampler:
         typically one or two plans per corpus. Non-shuffling corpora also redraw the per-corpus
         counts of earlier mixture epochs (O(epoch × corpora), no planning).
         """
-        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
-        if checked["seed"] != self.seed:
-            raise ValueError(
-                f"state was saved with seed={checked['seed']}, this sampler has seed={self.seed}"
-            )
-        self.epoch = checked["epoch"]
-        self._pending = checked["position"]
+        super().load_state_dict(state)

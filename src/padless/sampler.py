@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from . import _rng
-from ._check import check_bool, check_int, check_seed, non_negative, positive
-from ._state import STATE_VERSION, check_state, fingerprint
+from ._check import check_bool, check_seed, non_negative, positive
+from ._state import Resumable, fingerprint
 from .lengths import lengths_of, sizes_of
 from .plan import BatchPlan
 
@@ -79,7 +79,7 @@ class _Epoch:
         self.costs = costs
 
 
-class PlanSampler:
+class PlanSampler(Resumable):
     """Base of every padless batch sampler (for ``DataLoader(batch_sampler=...)``).
 
     Subclasses implement :meth:`_plan` (a pure planner call for one epoch) and :meth:`_config`
@@ -114,10 +114,7 @@ class PlanSampler:
         self.drop_last = check_bool("drop_last", drop_last)
         self.balance = check_bool("balance", balance)
         self.epoch = 0
-        self._pending: int | None = None  # global position loaded, used by the next __iter__
-        self._start = 0  # global start position of the current iteration
-        self._yielded = 0  # batches this rank yielded in the current iteration
-        self._iterating = False
+        self._reset_position()
         self._cache: _Epoch | None = None
         self._fingerprint: str | None = None
 
@@ -151,21 +148,6 @@ class PlanSampler:
         self._cache = _Epoch(epoch, plan, order, costs)
         return self._cache
 
-    def _steps(self, total: int, start: int) -> int:
-        left = max(total - start, 0)
-        if self.drop_last:
-            return left // self.world_size
-        return -(-left // self.world_size)
-
-    def _slot_batches(self, sched: _Epoch, slots: np.ndarray) -> np.ndarray:
-        """Plan batch ids for global slots; slots past the end wrap to the epoch's first batches."""
-        total = sched.order.shape[0]
-        return sched.order[np.where(slots < total, slots, (slots - total) % max(total, 1))]
-
-    def _rank_slots(self, total: int, start: int, rank: int) -> np.ndarray:
-        steps = self._steps(total, start)
-        return start + np.arange(steps, dtype=np.int64) * self.world_size + rank
-
     def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
         """Return an epoch's global plan and its batch order (all ranks, before sharding).
 
@@ -175,30 +157,15 @@ class PlanSampler:
         return sched.plan, sched.order
 
     # ------------------------------------------------------------------ sampler protocol
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration plans; a loaded position survives only for its epoch."""
-        epoch = check_seed(epoch, "epoch")
-        if epoch != self.epoch:
-            self._pending = None
-            self._start = 0
-            self._yielded = 0
-        self.epoch = epoch
-
     def __len__(self) -> int:
         """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        sched = self._schedule(self.epoch)
-        start = self._pending if self._pending is not None else 0
-        return self._steps(len(sched.plan), start)
+        return self._steps(len(self._schedule(self.epoch).plan), self._next_start())
 
     def __iter__(self) -> Iterator[list[int]]:
         sched = self._schedule(self.epoch)
-        start = self._pending if self._pending is not None else 0
-        self._pending = None
-        self._start = start
-        self._yielded = 0
-        self._iterating = True
+        start = self._begin_iteration()
         plan = sched.plan
-        ids = self._slot_batches(sched, self._rank_slots(len(plan), start, self.rank))
+        ids = sched.order[self._rank_slots(len(plan), start, self.rank)]
         offsets, indices = plan.offsets, self._values(plan)
         try:
             for b in ids.tolist():
@@ -235,8 +202,8 @@ class PlanSampler:
             sched.costs = self._costs(sched.plan)
         total = len(sched.plan)
         steps = self._steps(total, 0)
-        slots = np.arange(steps * self.world_size, dtype=np.int64)
-        costs = sched.costs[self._slot_batches(sched, slots)].reshape(steps, self.world_size)
+        slots = np.arange(steps * self.world_size, dtype=np.int64) % max(total, 1)  # tail wraps
+        costs = sched.costs[sched.order[slots]].reshape(steps, self.world_size)
         costs = costs.astype(np.float64)
         means = costs.mean(axis=1) if steps else np.zeros(0)
         ok = means > 0
@@ -272,45 +239,9 @@ class PlanSampler:
             self._fingerprint = fingerprint(config)
         return self._fingerprint
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Return a tiny JSON-safe state from which :meth:`load_state_dict` resumes exactly.
-
-        Args:
-            consumed: batches the training loop has *received* from the current iteration. Pass
-                it when a DataLoader prefetches (``padless.torch.StatefulLoader`` does it for
-                you); by default the batches this sampler has yielded are counted.
-
-        ``position`` is global: batch slots consumed in this epoch over all ranks.
-        """
-        if self._pending is not None and not self._iterating:
-            position = self._pending
-        else:
-            count = self._yielded
-            if consumed is not None:
-                count = check_int("consumed", consumed, minimum=0) or 0
-                if count > self._yielded:
-                    raise ValueError(
-                        f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
-                    )
-            position = self._start + count * self.world_size
-        return {
-            "version": STATE_VERSION,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "position": int(position),
-            "world_size": self.world_size,
-            "fingerprint": self._fingerprint_now(),
-        }
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration: O(1), no replay of batches.
 
         The state may come from another world size (elastic resume). The input is not modified.
         """
-        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
-        if checked["seed"] != self.seed:
-            raise ValueError(
-                f"state was saved with seed={checked['seed']}, this sampler has seed={self.seed}"
-            )
-        self.epoch = checked["epoch"]
-        self._pending = checked["position"]
+        super().load_state_dict(state)

@@ -26,8 +26,8 @@ import numpy as np
 
 from . import _kernels as K
 from . import _rng
-from ._check import check_bool, check_choice, check_int, check_seed, non_negative, positive
-from ._state import STATE_VERSION, check_state, fingerprint
+from ._check import check_bool, check_choice, check_seed, non_negative, positive
+from ._state import Resumable, fingerprint
 
 __all__ = ["LMStream"]
 
@@ -144,7 +144,7 @@ def _open_tokens(tokens: Any, dtype: Any, populate: bool) -> tuple[np.ndarray, s
     return arr, None
 
 
-class LMStream:
+class LMStream(Resumable):
     """Cut one long token corpus into language-model batches ``(x, y)``, y being x shifted by one.
 
     Iteration yields fresh ``(x, y)`` arrays of shape ``(rows, columns)`` and dtype ``out_dtype``
@@ -259,10 +259,7 @@ class LMStream:
                 f"{need} tokens, got {self.num_tokens}"
             )
         self.epoch = 0
-        self._pending: int | None = None  # global position loaded, used by the next __iter__
-        self._start = 0  # global start position of the current (or last) iteration
-        self._yielded = 0  # batches this rank yielded in that iteration
-        self._iterating = False
+        self._reset_position()
         self._geometry_epoch = -1
         self._geometry_cache: tuple[int, int, int, np.ndarray] | None = None
         self._fingerprint: str | None = None
@@ -311,12 +308,6 @@ class LMStream:
     def offset(self) -> int:
         """The offset ``o`` of the current epoch."""
         return self._geometry()[0]
-
-    def _steps(self, total: int, start: int) -> int:
-        left = max(total - start, 0)
-        if self.drop_last:
-            return left // self.world_size
-        return -(-left // self.world_size)
 
     @property
     def repeated(self) -> int:
@@ -370,24 +361,10 @@ class LMStream:
         }
 
     # ------------------------------------------------------------------ protocol
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration yields.
-
-        A loaded position survives only for its own epoch; selecting another epoch resets the
-        position to 0.
-        """
-        epoch = check_seed(epoch, "epoch")
-        if epoch != self.epoch:
-            self._pending = None
-            self._start = 0
-            self._yielded = 0
-        self.epoch = epoch
-
     def __len__(self) -> int:
         """Batches this rank yields in the next iteration of the current epoch (exact)."""
         _, _, total, _ = self._geometry()
-        start = self._pending if self._pending is not None else 0
-        return self._steps(total, start)
+        return self._steps(total, self._next_start())
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         return self._iter_with(_numpy_empty)
@@ -395,10 +372,8 @@ class LMStream:
     def _iter_with(self, empty: Empty) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield this rank's batches; ``empty((2, rows, cols), dtype)`` allocates each pair."""
         o, units, total, keys = self._geometry()
-        start = self._pending if self._pending is not None else 0
-        self._pending = None
-        self._start = start
-        self._yielded = 0
+        start = self._begin_iteration()
+        self._iterating = False  # set again when the generator below starts
         steps = self._steps(total, start)
         return self._generate(o, units, total, keys, start, steps, empty)
 
@@ -455,67 +430,27 @@ class LMStream:
             self._fingerprint = fingerprint(config, head, tail)
         return self._fingerprint
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Return a tiny JSON-safe state from which :meth:`load_state_dict` resumes exactly.
-
-        Args:
-            consumed: batches the training loop has *received* from the current iteration; pass
-                it when batches are prefetched. By default the batches yielded are counted.
-
-        ``position`` is global: batch slots of this epoch consumed over all ranks (batches of this
-        rank × world_size, from the iteration's start).
-
-        >>> import numpy as np
-        >>> s = LMStream(np.arange(100), batch_size=2, num_steps=5)
-        >>> batches = iter(s); _ = next(batches)
-        >>> s.state_dict()["position"]
-        1
-        """
-        if self._pending is not None and not self._iterating:
-            position = self._pending
-        else:
-            count = self._yielded
-            if consumed is not None:
-                count = check_int("consumed", consumed, minimum=0) or 0
-                if count > self._yielded:
-                    raise ValueError(
-                        f"consumed must be <= the {self._yielded} batches yielded so far, "
-                        f"got {count}"
-                    )
-            position = self._start + count * self.world_size
-        return {
-            "version": STATE_VERSION,
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "position": int(position),
-            "world_size": self.world_size,
-            "fingerprint": self._fingerprint_now(),
-        }
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration: O(1), no replay; ``state`` is not changed.
 
         A random-mode state may come from another world size; a sequential-mode one may not.
         """
-        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
-        if checked["seed"] != self.seed:
-            raise ValueError(
-                f"state was saved with seed={checked['seed']}, this stream has seed={self.seed}"
-            )
+        checked = self._checked_state(state)
         if self.mode == "sequential" and checked["world_size"] != self.world_size:
             raise ValueError(
                 f"state['world_size'] must equal world_size={self.world_size} in sequential mode "
                 f"(the streams depend on it), got {checked['world_size']}"
             )
-        self.epoch = checked["epoch"]
+        previous, self.epoch = self.epoch, checked["epoch"]
         _, _, total, _ = self._geometry()
         saved_world = checked["world_size"]
         # the last step may run past the epoch's batches when it is completed with repeats
         limit = total if self.drop_last else -(-total // saved_world) * saved_world
         if checked["position"] > limit:
+            self.epoch = previous
             raise ValueError(
-                f"state['position'] must be <= the {limit} batch slots of epoch {self.epoch}, "
-                f"got {checked['position']}"
+                f"state['position'] must be <= the {limit} batch slots of epoch "
+                f"{checked['epoch']}, got {checked['position']}"
             )
         self._pending = checked["position"]
         self._start = checked["position"]
