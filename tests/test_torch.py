@@ -103,3 +103,10 @@ def test_ddp_two_processes_equal_steps(tmp_path, drop_last):
     assert len(steps) == 1 and steps == {rows[0]["len"]}
     assert rows[0]["sum"] == 2 * rows[0]["steps"]
     assert rows[0]["steps"] > 0
+
+
+def test_collate_padded_pickles_for_spawned_workers():
+    import pickle
+
+    collate = pickle.loads(pickle.dumps(collate_padded(3, multiple_of=2, fields=["src"])))
+    assert collate([{"src": [1]}])["src"].tolist() == [[1, 3]]

@@ -12,6 +12,7 @@ import numpy as np
 from . import _rng
 from .lengths import lengths_of, sizes_of
 from .plan import BatchPlan
+from .sampler import step_imbalance
 
 
 @dataclass
@@ -55,22 +56,6 @@ def length_summary(lengths: Any) -> dict[str, Any]:
         "p99": float(q[2]),
         "max": int(sizes.max()),
     }
-
-
-def step_imbalance(costs: np.ndarray, world_size: int) -> float:
-    """Mean over steps of (max rank cost ÷ mean rank cost) for batches dealt in the given order.
-
-    The last, incomplete step is completed with the first batches (padless's default tail).
-    """
-    b = costs.shape[0]
-    if b == 0:
-        return 1.0
-    steps = -(-b // world_size)
-    slots = np.arange(steps * world_size) % b
-    table = costs[slots].reshape(steps, world_size).astype(np.float64)
-    means = table.mean(axis=1)
-    ok = means > 0
-    return float((table.max(axis=1)[ok] / means[ok]).mean()) if ok.any() else 1.0
 
 
 def warm_up() -> None:

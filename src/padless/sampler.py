@@ -46,6 +46,28 @@ def padded_costs(plan: BatchPlan, sizes: np.ndarray) -> np.ndarray:
     return longest * plan.sizes
 
 
+def step_imbalance(costs: np.ndarray, world_size: int, steps: int | None = None) -> float:
+    """Mean over steps of (max rank cost ÷ mean rank cost) for batches dealt out in order.
+
+    Global batch j goes to rank j mod world_size at step j div world_size. ``steps`` defaults to
+    enough steps for every batch; slots past the end wrap to the first batches (the default tail
+    policy), fewer steps drop the tail. 1.0 means no rank ever waits.
+
+    >>> step_imbalance(np.array([4, 4, 2, 6]), 2)
+    1.25
+    """
+    b = costs.shape[0]
+    if steps is None:
+        steps = -(-b // world_size)
+    if b == 0 or steps == 0:
+        return 1.0
+    slots = np.arange(steps * world_size) % b
+    table = costs[slots].reshape(steps, world_size).astype(np.float64)
+    means = table.mean(axis=1)
+    ok = means > 0
+    return float((table.max(axis=1)[ok] / means[ok]).mean()) if ok.any() else 1.0
+
+
 def balanced_order(
     costs: np.ndarray, world_size: int, gen: np.random.Generator | None
 ) -> np.ndarray:
@@ -202,12 +224,6 @@ class PlanSampler(Resumable):
             sched.costs = self._costs(sched.plan)
         total = len(sched.plan)
         steps = self._steps(total, 0)
-        slots = np.arange(steps * self.world_size, dtype=np.int64) % max(total, 1)  # tail wraps
-        costs = sched.costs[sched.order[slots]].reshape(steps, self.world_size)
-        costs = costs.astype(np.float64)
-        means = costs.mean(axis=1) if steps else np.zeros(0)
-        ok = means > 0
-        ratio = costs.max(axis=1)[ok] / means[ok] if steps else np.zeros(0)
         out: dict[str, Any] = {
             "epoch": self.epoch,
             "batches": total,
@@ -216,7 +232,7 @@ class PlanSampler(Resumable):
             "world_size": self.world_size,
             "repeated": self.repeated,
             "dropped": self.dropped,
-            "imbalance": float(ratio.mean()) if ratio.size else 1.0,
+            "imbalance": step_imbalance(sched.costs[sched.order], self.world_size, steps),
         }
         out.update(sched.plan.stats(self.lengths).as_dict())
         out.update(sched.plan.info)

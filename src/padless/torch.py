@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,9 +63,33 @@ def _pad(seqs: list[torch.Tensor], pad_id: int, multiple_of: int) -> tuple[torch
     return ids, mask, lengths
 
 
+class PaddedCollate:
+    """Collate function built by :func:`collate_padded` (a picklable callable, for any worker)."""
+
+    def __init__(self, pad_id: int, multiple_of: int, fields: list[str] | None) -> None:
+        self.pad_id = pad_id
+        self.multiple_of = multiple_of
+        self.fields = fields
+
+    def __call__(self, samples: list[Any]) -> dict[str, torch.Tensor]:
+        if self.fields is None:
+            seqs = [_as_ids(s, f"sample [{i}]") for i, s in enumerate(samples)]
+            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of)
+            return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
+        out: dict[str, torch.Tensor] = {}
+        for f, name in enumerate(self.fields):
+            seqs = []
+            for i, s in enumerate(samples):
+                part = s[name] if isinstance(s, Mapping) else s[f]
+                seqs.append(_as_ids(part, f"field {name!r} of sample [{i}]"))
+            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of)
+            out[name], out[f"{name}_mask"], out[f"{name}_lengths"] = ids, mask, lengths
+        return out
+
+
 def collate_padded(
     pad_id: int, *, multiple_of: int = 1, fields: Sequence[str] | None = None
-) -> Callable[[list[Any]], dict[str, torch.Tensor]]:
+) -> PaddedCollate:
     """Make a collate function that right-pads token sequences to the batch's longest.
 
     Args:
@@ -76,8 +100,9 @@ def collate_padded(
             that order.
 
     Returns:
-        A function mapping a list of samples to ``{"input_ids", "attention_mask", "lengths"}``,
-        or with fields to ``{name: ids, name + "_mask": mask, name + "_lengths": lengths}`` each.
+        A picklable function mapping a list of samples to ``{"input_ids", "attention_mask",
+        "lengths"}``, or with fields to ``{name: ids, name + "_mask": mask, name + "_lengths":
+        lengths}`` for each field.
 
     >>> out = collate_padded(0, multiple_of=4)([[5, 6, 7], [8]])
     >>> out["input_ids"].tolist(), out["attention_mask"].tolist()
@@ -88,23 +113,7 @@ def collate_padded(
     names = None if fields is None else [str(f) for f in fields]
     if names is not None and not names:
         raise ValueError("fields must name at least one field, got an empty sequence")
-
-    def collate(samples: list[Any]) -> dict[str, torch.Tensor]:
-        if names is None:
-            seqs = [_as_ids(s, f"sample [{i}]") for i, s in enumerate(samples)]
-            ids, mask, lengths = _pad(seqs, pad_id, multiple_of)
-            return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
-        out: dict[str, torch.Tensor] = {}
-        for f, name in enumerate(names):
-            seqs = []
-            for i, s in enumerate(samples):
-                part = s[name] if isinstance(s, Mapping) else s[f]
-                seqs.append(_as_ids(part, f"field {name!r} of sample [{i}]"))
-            ids, mask, lengths = _pad(seqs, pad_id, multiple_of)
-            out[name], out[f"{name}_mask"], out[f"{name}_lengths"] = ids, mask, lengths
-        return out
-
-    return collate
+    return PaddedCollate(pad_id, multiple_of, names)
 
 
 # --------------------------------------------------------------------------- resumable loading
