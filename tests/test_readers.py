@@ -207,3 +207,16 @@ def test_saved_hf_dataset_and_dataset_dict(tmp_path):
 def test_missing_file():
     with pytest.raises(FileNotFoundError, match="no such file"):
         lengths_from_file("/nonexistent/file.txt")
+
+
+def test_progress_reports_bytes_and_lines(tmp_path, monkeypatch):
+    import padless.readers as R
+
+    monkeypatch.setattr(R, "_CHUNK", 64)
+    lines = [f"line {i} " + "x " * (i % 7) for i in range(100)]
+    path = write_text(tmp_path / "p.txt", lines)
+    seen = []
+    got = lengths_from_text(path, progress=lambda b, n: seen.append((b, n)))
+    assert len(seen) > 1
+    assert sum(b for b, _ in seen) == path.stat().st_size
+    assert sum(n for _, n in seen) == got.size == 100

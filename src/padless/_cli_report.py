@@ -56,8 +56,20 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     from ._progress import Progress
     from .readers import lengths_from_files
 
-    total = sum(Path(p).stat().st_size for p in args.inputs if Path(p).is_file())
+    total = 0
+    for path in map(Path, args.inputs):
+        if path.is_file():
+            packed = path.suffix.lower() in (".gz", ".zst", ".zstd")
+            total += path.stat().st_size * (4 if packed else 1)  # text size, roughly
     bar = Progress(total, label="reading", enabled=total > (4 << 20))
+    lines = 0
+
+    def progress(nbytes: int, nlines: int) -> None:
+        nonlocal lines
+        lines += nlines
+        bar.label = f"reading {lines:,} lines"
+        bar.update(nbytes)
+
     try:
         lengths = lengths_from_files(
             args.inputs,
@@ -66,7 +78,7 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
             column=args.column,
             offsets=args.offsets,
             split=args.split,
-            progress=bar.update,
+            progress=progress,
         )
     finally:
         bar.close()

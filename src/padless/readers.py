@@ -59,13 +59,11 @@ def _open_text(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _byte_chunks(fh: IO[bytes], progress: Callable[[int], None] | None) -> Iterator[bytes]:
+def _byte_chunks(fh: IO[bytes]) -> Iterator[bytes]:
     """Chunks of whole lines (each ends with a newline, except possibly the very last one)."""
     carry = b""
     while True:
         block = fh.read(_CHUNK)
-        if progress is not None:
-            progress(len(block))
         if not block:
             if carry:
                 yield carry
@@ -156,7 +154,7 @@ def lengths_from_text(
     path: PathLike,
     *,
     tokenizer: str = "whitespace",
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Count tokens per line of a text file (plain, ``.gz`` or ``.zst``).
 
@@ -164,6 +162,7 @@ def lengths_from_text(
     ``chars`` (Unicode code points), ``bytes``, ``spm:MODEL`` (sentencepiece) or
     ``hf:tokenizer.json`` (Hugging Face ``tokenizers``, with the tokenizer's special tokens).
     A ``\\r\\n`` terminator is not counted; a last line without a newline counts as a line.
+    ``progress(text_bytes, lines)`` is called after each chunk (decompressed bytes for .gz/.zst).
 
     Cost: whitespace/chars/bytes are vectorised over 8 MB chunks (hundreds of MB/s, memory about
     10x the chunk); model tokenizers run in batches of 4096 lines through their batch APIs.
@@ -183,13 +182,16 @@ def lengths_from_text(
         None if tokenizer in ("whitespace", "chars", "bytes") else _tokenizer_counter(tokenizer)
     )
     with _open_text(src) as fh:
-        for chunk in _byte_chunks(fh, progress):
+        for chunk in _byte_chunks(fh):
+            before = len(parts)
             if counter is None:
                 parts.append(_count_chunk(chunk, tokenizer))
-                continue
-            lines = _decode_lines(chunk)
-            for lo in range(0, len(lines), _TEXT_BATCH):
-                parts.append(counter(lines[lo : lo + _TEXT_BATCH]))
+            else:
+                lines = _decode_lines(chunk)
+                for lo in range(0, len(lines), _TEXT_BATCH):
+                    parts.append(counter(lines[lo : lo + _TEXT_BATCH]))
+            if progress is not None:
+                progress(len(chunk), sum(p.size for p in parts[before:]))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -355,7 +357,7 @@ def lengths_from_file(
     column: str | None = None,
     offsets: PathLike | None = None,
     split: str | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """Read lengths from one file or folder, choosing the reader by its kind.
 
