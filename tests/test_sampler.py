@@ -215,10 +215,14 @@ def test_elastic_resume_8_to_4_to_16():
 def test_mismatched_state_is_refused_with_reason():
     lengths = np.arange(1, 50)
     state = make(lengths).state_dict()
-    with pytest.raises(ValueError, match="fingerprint"):
+    with pytest.raises(ValueError, match="the data differ") as info:
         make(lengths[::-1].copy()).load_state_dict(state)
-    with pytest.raises(ValueError, match="fingerprint"):
+    assert "settings" not in str(info.value)
+    with pytest.raises(ValueError, match="the settings differ") as info:
         make(lengths, max_tokens=65).load_state_dict(state)
+    assert "data differ" not in str(info.value)
+    with pytest.raises(ValueError, match="data differ .* and the settings differ"):
+        make(lengths[:-1].copy(), max_tokens=65).load_state_dict(state)
     with pytest.raises(ValueError, match="seed"):
         make(lengths, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="missing keys"):

@@ -13,26 +13,49 @@ STATE_VERSION = 1
 STATE_KEYS = ("version", "seed", "epoch", "position", "world_size", "fingerprint")
 
 
-def fingerprint(config: Mapping[str, Any], *arrays: np.ndarray) -> str:
-    """Hash of a config (JSON-safe values) and arrays (dtype, shape and bytes), 16 hex digits.
-
-    Cost: one pass over the arrays' bytes (blake2b, about 1 GB/s).
-    """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(json.dumps(dict(config), sort_keys=True, default=str).encode())
-    for arr in arrays:
-        a = np.ascontiguousarray(arr)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(cast(Any, a).data)
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=4)
+    for part in parts:
+        h.update(part)
     return h.hexdigest()
 
 
-def config_digest(config: Mapping[str, Any]) -> dict[str, str]:
-    """Per-key short digests, so a mismatch can say which setting differs."""
-    return {
-        k: hashlib.blake2b(json.dumps(v, default=str).encode(), digest_size=4).hexdigest()
-        for k, v in sorted(config.items())
-    }
+def fingerprint(
+    config: Mapping[str, Any], *arrays: np.ndarray, data: Mapping[str, Any] | None = None
+) -> str:
+    """Two-part hash ``"<data>-<settings>"``, 8 hex digits each, so a mismatch can say which differs.
+
+    The data part covers ``data`` (JSON-safe summaries such as a length hash) and ``arrays``
+    (dtype, shape and bytes); the settings part covers ``config``.
+
+    Cost: one pass over the arrays' bytes (blake2b, about 1 GB/s).
+
+    >>> a = fingerprint({"max_tokens": 8}, data={"n": 3})
+    >>> b = fingerprint({"max_tokens": 9}, data={"n": 3})
+    >>> a.split("-")[0] == b.split("-")[0], a == b
+    (True, False)
+    """
+    blobs = [json.dumps(dict(data or {}), sort_keys=True, default=str).encode()]
+    for arr in arrays:
+        a = np.ascontiguousarray(arr)
+        blobs.append(f"{a.dtype.str}{a.shape}".encode())
+        blobs.append(bytes(cast(Any, a).data))
+    settings = json.dumps(dict(config), sort_keys=True, default=str).encode()
+    return f"{_digest(*blobs)}-{_digest(settings)}"
+
+
+def _mismatch(saved: Any, expected: str) -> str:
+    """Say which part of a fingerprint differs."""
+    got = str(saved).split("-")
+    want = expected.split("-")
+    if len(got) != 2 or len(want) != 2:
+        return "it was saved by another kind of sampler or another padless version"
+    reasons = []
+    if got[0] != want[0]:
+        reasons.append("the data differ (other lengths or tokens)")
+    if got[1] != want[1]:
+        reasons.append("the settings differ (class, batch size or budget, shuffle, balance...)")
+    return " and ".join(reasons)
 
 
 def check_state(state: Any, *, expected_fingerprint: str, what: str = "state") -> dict[str, Any]:
@@ -54,8 +77,8 @@ def check_state(state: Any, *, expected_fingerprint: str, what: str = "state") -
         raise ValueError(f"{what}['world_size'] must be a positive int, got {state['world_size']}")
     if state["fingerprint"] != expected_fingerprint:
         raise ValueError(
-            f"{what} was saved for other lengths or settings: fingerprint "
-            f"{state['fingerprint']!r} != {expected_fingerprint!r}"
+            f"{what} does not fit: {_mismatch(state['fingerprint'], expected_fingerprint)} "
+            f"(fingerprint {state['fingerprint']!r} != {expected_fingerprint!r})"
         )
     return {
         k: (v if isinstance(v, str) else int(v)) for k, v in state.items() if k in STATE_KEYS

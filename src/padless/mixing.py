@@ -799,16 +799,17 @@ class MixtureSampler(Resumable):
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:
+            parts = [sub.state_dict()["fingerprint"].split("-") for sub in self._subs]
             config = {
                 "class": type(self).__name__,
                 "names": list(self.names),
-                "samplers": [sub.state_dict()["fingerprint"] for sub in self._subs],
+                "samplers": [p[1] for p in parts],
                 "sampler_seeds": [sub.seed for sub in self._subs],
                 "p": [float(x) for x in self.p],
                 "num_batches": self._num_batches_arg,
                 "draw": self.draw,
             }
-            self._fingerprint = fingerprint(config)
+            self._fingerprint = fingerprint(config, data={"corpora": [p[0] for p in parts]})
         return self._fingerprint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -250,9 +250,11 @@ class PlanSampler(Resumable):
             }
             from ._kernels import hash_ints
 
-            config["lengths_shape"] = list(self.lengths.shape)
-            config["lengths_hash"] = int(hash_ints(self.lengths.reshape(-1), 0))
-            self._fingerprint = fingerprint(config)
+            data = {
+                "lengths_shape": list(self.lengths.shape),
+                "lengths_hash": int(hash_ints(self.lengths.reshape(-1), 0)),
+            }
+            self._fingerprint = fingerprint(config, data=data)
         return self._fingerprint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

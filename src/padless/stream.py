@@ -422,12 +422,12 @@ class LMStream(Resumable):
                 "batch_size": self.batch_size,
                 "num_steps": self.num_steps,
                 "drop_last": self.drop_last,
-                "num_tokens": self.num_tokens,
             }
             k = FINGERPRINT_SAMPLE
             head = np.asarray(self._tokens[:k], dtype=np.int64)
             tail = np.asarray(self._tokens[-k:], dtype=np.int64)
-            self._fingerprint = fingerprint(config, head, tail)
+            data = {"num_tokens": self.num_tokens}
+            self._fingerprint = fingerprint(config, head, tail, data=data)
         return self._fingerprint
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
