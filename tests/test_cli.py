@@ -155,3 +155,24 @@ def test_plan_saves_what_batchplan_loads(tmp_path):
     e0 = padless.BatchPlan.load(tmp_path / "plan-epoch0.npz")
     e1 = padless.BatchPlan.load(tmp_path / "plan-epoch1.npz")
     assert e0 != e1 and sorted(e0.indices.tolist()) == sorted(e1.indices.tolist())
+
+
+def test_report_on_compressed_text_and_saved_dataset(tmp_path):
+    import gzip
+
+    import pyarrow as pa
+
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"a b c\nd e\n" * 20))
+    data = json.loads(run("report", tmp_path / "a.txt.gz", "--json").stdout)
+    assert data["lengths"]["count"] == 40 and data["lengths"]["tokens"] == 100
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    table = pa.table({"input_ids": pa.array([[1] * k for k in range(1, 31)])})
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    (folder / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
+    data = json.loads(run("report", folder, "--column", "input_ids", "--json").stdout)
+    assert data["lengths"]["count"] == 30 and data["lengths"]["max"] == 30
