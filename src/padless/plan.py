@@ -32,6 +32,22 @@ class PlanStats:
         """Return the figures as a JSON-safe dict."""
         return asdict(self)
 
+    @classmethod
+    def of(cls, batch_sizes: np.ndarray, entries: int, real: int, padded: int) -> PlanStats:
+        """Build the figures from batch sizes, entry count, real tokens and padded slots."""
+        nb = int(batch_sizes.size)
+        return cls(
+            batches=nb,
+            sentences=int(entries),
+            real_tokens=int(real),
+            padded_slots=int(padded),
+            padding_fraction=(1.0 - real / padded) if padded else 0.0,
+            min_sentences=int(batch_sizes.min()) if nb else 0,
+            median_sentences=float(np.median(batch_sizes)) if nb else 0.0,
+            max_sentences=int(batch_sizes.max()) if nb else 0,
+            mean_sentences=float(batch_sizes.mean()) if nb else 0.0,
+        )
+
 
 def _as_int64_vector(name: str, value: Any) -> np.ndarray:
     arr = np.asarray(value)
@@ -168,16 +184,4 @@ class BatchPlan:
         for f in range(picked.shape[1]):
             column = np.ascontiguousarray(picked[:, f])
             padded += int((segment_max(column, self.offsets) * sizes).sum())
-        real = int(picked.sum())
-        nb = len(self)
-        return PlanStats(
-            batches=nb,
-            sentences=int(self.indices.size),
-            real_tokens=real,
-            padded_slots=padded,
-            padding_fraction=(1.0 - real / padded) if padded else 0.0,
-            min_sentences=int(sizes.min()) if nb else 0,
-            median_sentences=float(np.median(sizes)) if nb else 0.0,
-            max_sentences=int(sizes.max()) if nb else 0,
-            mean_sentences=float(sizes.mean()) if nb else 0.0,
-        )
+        return PlanStats.of(sizes, self.indices.size, int(picked.sum()), padded)

@@ -170,21 +170,8 @@ class PackedPlan(BatchPlan):
             raise ValueError(
                 f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
             )
-        sizes = self.sizes
-        nb = len(self)
-        real = self.real_tokens
         padded = self.num_rows * self.capacity
-        return PlanStats(
-            batches=nb,
-            sentences=int(self.indices.size),
-            real_tokens=real,
-            padded_slots=padded,
-            padding_fraction=(1.0 - real / padded) if padded else 0.0,
-            min_sentences=int(sizes.min()) if nb else 0,
-            median_sentences=float(np.median(sizes)) if nb else 0.0,
-            max_sentences=int(sizes.max()) if nb else 0,
-            mean_sentences=float(sizes.mean()) if nb else 0.0,
-        )
+        return PlanStats.of(self.sizes, self.indices.size, self.real_tokens, padded)
 
     # ------------------------------------------------------------------ protocol
     def __eq__(self, other: object) -> bool:
