@@ -20,22 +20,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
-    """The lengths of benchmarks/bench_plan.py: lognormal(ln 23, 0.55), mean about 27, in [1, 1024]."""
-    rs = np.random.default_rng(seed)
-    raw = rs.lognormal(mean=np.log(23.0), sigma=0.55, size=n)
-    return np.clip(np.round(raw), 1, 1024).astype(np.int64)
+from _common import best_of, lognormal_lengths
 
 
 def hf_group_by_length(sizes: np.ndarray, batch_size: int, seed: int = 0):

@@ -13,26 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
-from collections.abc import Callable
 
 import numpy as np
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
-    """The planning benchmark's distribution: lognormal, median 23, mean ≈ 27, clipped [1, 1024]."""
-    rs = np.random.default_rng(seed)
-    raw = rs.lognormal(mean=np.log(23.0), sigma=0.55, size=n)
-    return np.clip(np.round(raw), 1, 1024).astype(np.int64)
+from _common import best_of, lognormal_lengths
 
 
 def long_lengths(n: int, capacity: int, seed: int = 1) -> np.ndarray:

@@ -6,9 +6,9 @@ Run: .venv/bin/python benchmarks/bench_resume.py [--n 10000000] [--world-size 8]
 from __future__ import annotations
 
 import argparse
-import time
+from collections.abc import Callable
 
-import numpy as np
+from _common import best_of, lognormal_lengths
 
 
 def main() -> None:
@@ -19,18 +19,12 @@ def main() -> None:
 
     import padless
 
-    rs = np.random.default_rng(0)
-    lengths = np.clip(np.round(rs.lognormal(np.log(23.0), 0.55, args.n)), 1, 1024).astype(np.int64)
+    lengths = lognormal_lengths(args.n)
     kw = {"max_tokens": 4096, "multiple_of": 8, "world_size": args.world_size, "rank": 3}
     padless.TokenBudgetSampler(lengths[:1000], **kw)  # load kernels
 
-    def best(fn, repeat: int = 3) -> float:
-        out = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            out = min(out, time.perf_counter() - t0)
-        return out
+    def best(fn: Callable[[], object]) -> float:
+        return best_of(fn, 3)
 
     t_plan = best(lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8))
 

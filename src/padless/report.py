@@ -133,16 +133,16 @@ def _row(
     ms: float,
     lens: np.ndarray,
     world_size: int,
-    balanced: Any = None,
+    sampler: tuple[Any, dict[str, Any]] | None = None,
 ) -> StrategyRow:
-    """Figures of one plan; ``balanced`` is a sampler built with balance=True (or None)."""
+    """Figures of one plan; ``sampler`` is (sampler class, its keyword arguments) or None."""
     from .sampler import padded_costs
 
     st = plan.stats(lens)
-    if balanced is not None:
-        unbalanced = type(balanced)(lens, **{**balanced.report_kwargs, "balance": False})
-        imbalance = float(unbalanced.stats()["imbalance"])
-        imbalance_bal: float | None = float(balanced.stats()["imbalance"])
+    if sampler is not None:
+        cls, kwargs = sampler
+        imbalance = float(cls(lens, balance=False, **kwargs).stats()["imbalance"])
+        imbalance_bal: float | None = float(cls(lens, balance=True, **kwargs).stats()["imbalance"])
     else:
         costs = padded_costs(plan, sizes_of(lens))
         order = _rng.rng(0, 0, _rng.BATCH_ORDER).permutation(len(plan))
@@ -158,12 +158,6 @@ def _row(
         imbalance_balanced=imbalance_bal,
         plan_ms=ms,
     )
-
-
-def _sampler(cls: Any, lens: np.ndarray, **kwargs: Any) -> Any:
-    sampler = cls(lens, balance=True, **kwargs)
-    sampler.report_kwargs = kwargs
-    return sampler
 
 
 def compare_strategies(
@@ -209,19 +203,19 @@ def compare_strategies(
     rows.append(_row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size))
     budget: dict[str, Any] = {"max_tokens": max_tokens}
     plan, ms = _timed(lambda: plan_token_budget(lens, **budget))
-    bal = _sampler(TokenBudgetSampler, lens, **budget, **ws)
+    bal: tuple[Any, dict[str, Any]] = (TokenBudgetSampler, {**budget, **ws})
     rows.append(_row("token_budget", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
     plan, ms = _timed(lambda: plan_exact_length(lens, **budget))
-    bal = _sampler(ExactLengthSampler, lens, **budget, **ws)
+    bal = (ExactLengthSampler, {**budget, **ws})
     rows.append(_row("exact_length", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
     k = min(num_buckets, int(np.unique(sizes).size))
     plan, ms = _timed(lambda: plan_buckets(lens, num_buckets=k, **budget))
-    bal = _sampler(BucketSampler, lens, num_buckets=k, **budget, **ws)
+    bal = (BucketSampler, {"num_buckets": k, **budget, **ws})
     rows.append(_row("buckets", f"k={k}, max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
     if longest <= capacity:
         pack_lens = sizes if lens.ndim == 2 else lens
         plan, ms = _timed(lambda: plan_packing(pack_lens, capacity=capacity))
-        bal = _sampler(PackingSampler, pack_lens, capacity=capacity, **ws)
+        bal = (PackingSampler, {"capacity": capacity, **ws})
         row = _row("packing", f"capacity={capacity}", plan, ms, pack_lens, world_size, bal)
         if lens.ndim == 2:
             row.note = "(on max over fields) "

@@ -71,3 +71,19 @@ def test_plan_is_a_pure_function(lengths, seed, epoch):
     a = plan_token_budget(lengths, max_tokens=100, seed=seed, epoch=epoch)
     b = plan_token_budget(lengths.copy(), max_tokens=100, seed=seed, epoch=epoch)
     assert a == b
+
+
+@given(lengths_1d, st.integers(1, 80), caps, multiples, st.integers(0, 3))
+def test_sorted_runs_path_equals_per_position_path(
+    lengths, max_tokens, max_sentences, multiple, seed
+):
+    # the default order batches straight from the counting sort's runs; walking the same order
+    # given explicitly goes through per-position sizes: both must cut the same batches
+    kw = {"max_tokens": max_tokens, "max_sentences": max_sentences, "multiple_of": multiple}
+    plan = plan_token_budget(lengths, oversize="skip", seed=seed, **kw)
+    again = plan_token_budget(lengths, oversize="skip", order=plan.indices, **kw)
+    assert plan == again
+    assert np.array_equal(
+        np.sort(np.concatenate([plan.indices, plan.skipped])), np.arange(lengths.size)
+    )
+    assert np.array_equal(plan.skipped, np.flatnonzero(lengths > max_tokens))

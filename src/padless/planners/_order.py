@@ -60,9 +60,13 @@ def length_order(
     return order, starts
 
 
-def sorted_sizes(lengths: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """``sizes_of(lengths)[order]`` for an order from :func:`length_order`, without a gather (1-D)."""
-    if lengths.ndim == 1 and starts.size - 1 == (int(lengths.max()) + 1 if lengths.size else 1):
-        return np.repeat(np.arange(starts.size - 1, dtype=np.int64), np.diff(starts))
-    sizes = lengths if lengths.ndim == 1 else lengths.max(axis=1)
-    return np.ascontiguousarray(sizes[order])
+def run_sizes(lengths: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray | None:
+    """The size of every run of an order from :func:`length_order`, when 1-D runs are lengths.
+
+    Runs are indexed by the length itself when the last (longest) run's index is that length;
+    then run k holds length k (an O(1) check, no pass over the lengths). None otherwise (2-D, or
+    lengths ranked because they were too sparse): gather per-position sizes instead.
+    """
+    if lengths.ndim == 1 and (order.size == 0 or int(lengths[order[-1]]) == starts.size - 2):
+        return np.arange(starts.size - 1, dtype=np.int64)
+    return None

@@ -11,7 +11,7 @@ from .._check import check_choice, check_seed, positive, positive_or_none
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
-from ._order import length_order, sorted_sizes
+from ._order import length_order, run_sizes
 
 
 def _check_order(order: Any, n: int) -> np.ndarray:
@@ -109,19 +109,26 @@ def _budget_plan(
     epoch: int,
 ) -> BatchPlan:
     """The plan from checked arguments (samplers call this once per epoch, checks done once)."""
+    limits = (max_tokens or 0, max_sentences or 0, multiple_of)
+    values = None
     if walk is None:
         walk, starts = length_order(lens, seed, epoch)
-        walk_sizes = sorted_sizes(lens, walk, starts)
+        values = run_sizes(lens, walk, starts)
+    if values is not None:
+        # sorted 1-D lengths: runs give every size (no per-position array); too-long ones are
+        # the last runs
+        if skipped.size:
+            runs = int(np.searchsorted(values, limits[0], side="right"))
+            values, starts = values[:runs], starts[: runs + 1]
+            walk = walk[: starts[-1]]
+        ends = K.budget_ends_runs(values, starts, *limits)
     else:
         walk_sizes = np.ascontiguousarray(sizes[walk])
-    if skipped.size and max_tokens is not None:
-        keep = walk_sizes <= max_tokens
-        walk, walk_sizes = walk[keep], walk_sizes[keep]
-    ends = K.budget_ends(walk_sizes, max_tokens or 0, max_sentences or 0, multiple_of)
-    offsets = np.empty(ends.size + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends
-    return BatchPlan(walk, offsets, skipped=skipped)
+        if skipped.size:
+            keep = walk_sizes <= limits[0]
+            walk, walk_sizes = walk[keep], walk_sizes[keep]
+        ends = K.budget_ends(walk_sizes, *limits)
+    return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=skipped)
 
 
 class TokenBudgetSampler(PlanSampler):
