@@ -206,7 +206,7 @@ def hash_ints_reference(values: np.ndarray, seed: int) -> int:
 
 
 @njit(cache=True)
-def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_tokens, max_sentences, multiple):  # fmt: skip  # noqa: E501  # pragma: no cover
+def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_tokens, max_sentences, multiple):  # fmt: skip  # pragma: no cover
     """One item of the greedy rule; returns the new (closed, start, cut, batch_max, tail_max).
 
     The open batch ``[start, cut)`` grows by a tail ``[cut, pos]``; the tail joins it whenever
