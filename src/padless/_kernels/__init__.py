@@ -1,0 +1,86 @@
+"""Compiled hot loops, one module per family, each kernel with a plain reference beside it.
+
+Every ``@njit`` function has a ``*_reference`` twin written in plain Python/numpy; the tests prove
+they agree on random inputs and near the int64 limits. Kernels compile on first call and are
+cached on disk (``cache=True``), so ``import padless`` compiles nothing.
+
+==============  ================================================================================
+``rng``         splitmix64 streams, exact bounded draws (``random_below``), ``hash_ints``
+``order``       ``counting_order`` (stable counting sort), ``shuffle_runs`` (tie-break shuffles)
+``budget``      ``budget_ends``/``budget_ends_runs``: fairseq's greedy token-budget rule
+``segments``    ``segment_max``: per-batch figures of a plan
+``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
+``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
+``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
+``feistel``     ``feistel_permute`` and the LM-stream row gathers
+==============  ================================================================================
+
+Callers import from this package (``from padless import _kernels as K``), never from a family
+module, so families can move without edits elsewhere.
+
+Numba's on-disk cache checks only the timestamp of the file that defines a kernel: after editing
+a helper that other files inline (``rng._below``, ``rng._mix64``, the ``_sat`` helpers), delete
+the ``__pycache__/*.nbi``/``*.nbc`` files of this package so the kernels that use it recompile.
+"""
+
+from .buckets import optimal_cuts, optimal_cuts_reference
+from .budget import budget_ends, budget_ends_reference, budget_ends_runs
+from .exact import (
+    capped_ends,
+    capped_ends_reference,
+    exact_split,
+    exact_split_reference,
+    least_padding_ends,
+    least_padding_ends_reference,
+)
+from .feistel import (
+    FEISTEL_ROUNDS,
+    feistel_permute,
+    feistel_permute_reference,
+    feistel_round_keys,
+    lm_gather,
+    lm_gather_reference,
+    lm_random_batch,
+    lm_random_batch_reference,
+)
+from .order import counting_order, counting_order_reference, shuffle_runs, shuffle_runs_reference
+from .packing import best_fit_rows, best_fit_rows_reference, scatter_rows, scatter_rows_reference
+from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
+from .segments import segment_max, segment_max_reference
+
+__all__ = [
+    "FEISTEL_ROUNDS",
+    "SplitMix",
+    "best_fit_rows",
+    "best_fit_rows_reference",
+    "budget_ends",
+    "budget_ends_reference",
+    "budget_ends_runs",
+    "capped_ends",
+    "capped_ends_reference",
+    "counting_order",
+    "counting_order_reference",
+    "exact_split",
+    "exact_split_reference",
+    "feistel_permute",
+    "feistel_permute_reference",
+    "feistel_round_keys",
+    "hash_ints",
+    "hash_ints_reference",
+    "least_padding_ends",
+    "least_padding_ends_reference",
+    "lm_gather",
+    "lm_gather_reference",
+    "lm_random_batch",
+    "lm_random_batch_reference",
+    "optimal_cuts",
+    "optimal_cuts_reference",
+    "random_below",
+    "random_below_reference",
+    "scatter_rows",
+    "scatter_rows_reference",
+    "segment_max",
+    "segment_max_reference",
+    "shuffle_runs",
+    "shuffle_runs_reference",
+]

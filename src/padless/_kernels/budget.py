@@ -1,0 +1,117 @@
+"""Token-budget batching: fairseq's greedy rule over sizes in order, or over runs of one size."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_tokens, max_sentences, multiple):  # fmt: skip  # pragma: no cover
+    """One item of the greedy rule; returns the new (closed, start, cut, batch_max, tail_max).
+
+    The open batch ``[start, cut)`` grows by a tail ``[cut, pos]``; the tail joins it whenever
+    the union is small (< multiple) or a multiple of ``multiple``. When batch + tail would break
+    a limit (0 = none), the batch closes and the tail opens the next one; if the tail alone
+    (with the new item) breaks max_tokens, the tail without the new item closes too.
+    """
+    if s > tail_max:
+        tail_max = s
+    count = pos + 1 - start
+    longest = batch_max if batch_max > tail_max else tail_max
+    over = (max_sentences > 0 and count > max_sentences) or (
+        max_tokens > 0 and count * longest > max_tokens
+    )
+    if over:
+        ends[closed] = cut
+        closed += 1
+        if max_tokens > 0 and tail_max * (pos + 1 - cut) > max_tokens:
+            ends[closed] = pos
+            closed += 1
+            tail_max = s
+            start = pos
+        else:
+            start = cut
+        cut = pos + 1
+        batch_max = tail_max
+        tail_max = 0
+    elif count < multiple or count % multiple == 0:
+        cut = pos + 1
+        batch_max = longest
+        tail_max = 0
+    return closed, start, cut, batch_max, tail_max
+
+
+@njit(cache=True)
+def budget_ends_runs(values, starts, max_tokens, max_sentences, multiple):  # pragma: no cover
+    """Greedy token-budget batching (fairseq's rule, see :func:`_budget_step`); batch ends.
+
+    Positions ``starts[r]:starts[r+1]`` all have size ``values[r]`` (a length-sorted order from a
+    counting sort needs no per-position size array); an empty ``starts`` means one position per
+    value, i.e. ``values`` are the sizes in order. ``max_tokens``/``max_sentences`` of 0 mean
+    "no limit".
+    """
+    per_item = starts.shape[0] == 0
+    n = values.shape[0] if per_item else starts[starts.shape[0] - 1]
+    ends = np.empty(n + 1, np.int64)  # pages past the batch count are never touched
+    closed, start, cut, batch_max, tail_max = 0, 0, 0, values.dtype.type(0), values.dtype.type(0)
+    if per_item:
+        for pos in range(n):
+            closed, start, cut, batch_max, tail_max = _budget_step(
+                pos, values[pos], ends, closed, start, cut, batch_max, tail_max,
+                max_tokens, max_sentences, multiple,
+            )  # fmt: skip
+    else:
+        for r in range(starts.shape[0] - 1):
+            s = values[r]
+            for pos in range(starts[r], starts[r + 1]):
+                closed, start, cut, batch_max, tail_max = _budget_step(
+                    pos, s, ends, closed, start, cut, batch_max, tail_max,
+                    max_tokens, max_sentences, multiple,
+                )  # fmt: skip
+    if cut > start:
+        ends[closed] = cut
+        closed += 1
+    if n > cut:
+        ends[closed] = n
+        closed += 1
+    return ends[:closed].copy()
+
+
+_NO_RUNS = np.zeros(0, np.int64)
+
+
+def budget_ends(
+    sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+) -> np.ndarray:
+    """:func:`budget_ends_runs` over per-position ``sizes`` (already in order)."""
+    return budget_ends_runs(sizes, _NO_RUNS, max_tokens, max_sentences, multiple)
+
+
+def budget_ends_reference(
+    sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+) -> np.ndarray:
+    """The same rule written with Python lists, one batch and one tail at a time."""
+
+    def cost(items: list[int]) -> int:
+        return len(items) * max(int(sizes[i]) for i in items) if items else 0
+
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    tail: list[int] = []
+    for pos in range(len(sizes)):
+        tail.append(pos)
+        union = batch + tail
+        too_many = max_sentences > 0 and len(union) > max_sentences
+        too_big = max_tokens > 0 and cost(union) > max_tokens
+        if too_many or too_big:
+            batches.append(batch)
+            if max_tokens > 0 and cost(tail) > max_tokens:
+                batches.append(tail[:-1])
+                tail = tail[-1:]
+            batch, tail = tail, []
+        elif len(union) < multiple or len(union) % multiple == 0:
+            batch, tail = union, []
+    batches.extend(part for part in (batch, tail) if part)
+    ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+    return ends if len(ends) else np.zeros(0, np.int64)
