@@ -25,12 +25,8 @@ from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
-from .._kernels import SplitMix
+from .._kernels.rng import _GOLDEN, _MASK32, _MIX1, _MIX2, SplitMix
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_MASK32 = np.uint64(0xFFFFFFFF)
 _NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
 _LOW_BITS = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
