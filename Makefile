@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test fuzz venv lint bench clean
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -28,6 +28,9 @@ lint: $(VENV)/.test
 
 test: lint
 	$(PY) -m pytest
+
+fuzz: $(VENV)/.test
+	PADLESS_HYPOTHESIS=fuzz $(PY) -m pytest tests -k "properties or every or hostile or fuzz or elastic" -p no:cacheprovider
 
 bench: $(VENV)/.test
 	$(PY) benchmarks/bench_plan.py

@@ -4,13 +4,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+# `make test`: fixed examples (derandomized), so every run of the suite checks the same cases.
 settings.register_profile(
     "padless",
     max_examples=int(os.environ.get("PADLESS_EXAMPLES", "60")),
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("padless")
+# `make fuzz`: the same properties with random seeds and many more examples.
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("PADLESS_EXAMPLES", "1000")),
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=list(HealthCheck),
+)
+settings.load_profile(os.environ.get("PADLESS_HYPOTHESIS", "padless"))
 
 
 @pytest.fixture(scope="session")

@@ -103,7 +103,7 @@ def test_every_index_once_one_length_per_batch_sizes_follow_the_rule(case):
     )
     # merged batches hold at most the size of their longest member; with include_partial=False
     # each but the last was closed because the next leftover (in pool order) did not fit (greedy);
-    # otherwise there are as few as greedy makes, with no more padding
+    # otherwise there are no more than greedy makes, with no more padding
     pool = [b.tolist() for b in list(plan)[len(plan) - merged :]]
     for j, b in enumerate(pool):
         longest = max(size_of(lens, i) for i in b)
@@ -116,7 +116,7 @@ def test_every_index_once_one_length_per_batch_sizes_follow_the_rule(case):
         sizes = np.array([size_of(lens, i) for i in flat], dtype=np.int64)
         caps = np.array([expected_size(int(x), **rule) for x in sizes], dtype=np.int64)
         greedy = K.capped_ends(sizes, caps)
-        assert len(pool) == len(greedy)
+        assert len(pool) <= len(greedy)  # no more batches than greedy...
 
         def pad(batches):
             return sum(len(b) * max(sizes[b]) - sizes[b].sum() for b in batches)
@@ -127,7 +127,7 @@ def test_every_index_once_one_length_per_batch_sizes_follow_the_rule(case):
         for b in pool:
             ours.append(np.arange(at, at + len(b)))
             at += len(b)
-        assert pad(ours) <= pad(greedy_batches)
+        assert pad(ours) <= pad(greedy_batches)  # ...and no more padding
     if mode == "merge" and not kw["include_partial"]:
         dropped = sorted(set(plan.skipped.tolist()) - set(too_long))
         assert len(dropped) == plan.info["dropped_leftovers"]
@@ -306,7 +306,7 @@ def test_zero_lengths_work_without_max_tokens():
         ({"batch_size": 2.5}, TypeError, "batch_size must be an int"),
         ({"batch_size": True}, TypeError, "batch_size must be an int"),
         ({"batch_sizes": {}}, ValueError, "at least one"),
-        ({"batch_sizes": [(1, 2)]}, TypeError, "batch_sizes must be a dict"),
+        ({"batch_sizes": [1, 2]}, TypeError, "batch_sizes must be a dict"),
         ({"batch_sizes": {1: 0}}, ValueError, "batch_sizes[1] must be a positive int, got 0"),
         ({"batch_sizes": {-1: 4}}, ValueError, "non-negative lengths, got -1"),
         ({"batch_sizes": {"1": 4}}, TypeError, "keys must be int lengths"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -20,6 +21,7 @@ from padless.mixing import (
 )
 from padless.plan import BatchPlan
 from padless.planners.budget import TokenBudgetSampler, plan_token_budget
+from padless.planners.spec import Planner, Spec
 from padless.sampler import PlanSampler
 
 INF = float("inf")
@@ -56,20 +58,26 @@ def expected_batches(mix, epoch=None):
     return out
 
 
-class ChunkSampler(PlanSampler):
+@dataclasses.dataclass(frozen=True)
+class Chunks(Spec):
     """A minimal other strategy: consecutive chunks of ``size`` in a seed/epoch-dependent order."""
 
-    def __init__(self, lengths, size, **kw):
-        super().__init__(lengths, **kw)
-        self.size = size
+    size: int = 1
+    name = "chunks"
 
-    def _config(self):
-        return {"size": self.size}
+    def bind(self, lengths):
+        return _ChunkPlanner(self, lengths)
 
-    def _plan(self, epoch):
+
+class _ChunkPlanner(Planner):
+    def plan(self, seed, epoch):
         n = self.sizes.shape[0]
-        order = np.random.default_rng([self.seed, epoch]).permutation(n)
-        return BatchPlan(order, np.r_[np.arange(0, n, self.size), n])
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+        return BatchPlan(order, np.r_[np.arange(0, n, self.spec.size), n])
+
+
+def ChunkSampler(lengths, size, **kw):  # noqa: N802 - reads as the sampler it builds
+    return PlanSampler(lengths, Chunks(size), **kw)
 
 
 # ---------------------------------------------------------------------------------------- zip
@@ -557,7 +565,7 @@ def test_state_is_refused_for_other_settings():
         small_mix(sub_kw={"seed": 1}).load_state_dict(state)
     with pytest.raises(ValueError, match="seed=0"):
         small_mix(seed=1).load_state_dict(state)
-    assert set(state) == {"version", "seed", "epoch", "position", "world_size", "fingerprint"}
+    assert set(state) == {"version", "seed", "epoch", "position", "world_size", "fingerprint", "drop_last"}
 
 
 def test_fingerprint_does_not_depend_on_resolving_num_batches():

@@ -316,7 +316,7 @@ def test_oversize_error_names_index_and_length():
         ({"capacity": 2**28 + 1}, ValueError, "capacity must be <= 268435456.*got 268435457"),
         ({"capacity": 8, "max_per_row": 0}, ValueError, "max_per_row must be a positive int"),
         ({"capacity": 8, "rows_per_batch": 0}, ValueError, "rows_per_batch must be a positive"),
-        ({"capacity": 8, "oversize": "skip"}, ValueError, "oversize must be one of 'error'"),
+        ({"capacity": 8, "oversize": "discard"}, ValueError, "oversize must be one of 'error'"),
         ({"capacity": 8, "seed": -1}, ValueError, "seed must be a non-negative int, got -1"),
         ({"capacity": 8, "epoch": 1.5}, TypeError, "epoch must be an int"),
     ],
@@ -528,7 +528,7 @@ def test_balance_uses_real_tokens():
     lengths = np.random.default_rng(5).integers(1, 300, 2000)
     s = make(lengths, capacity=512, rows_per_batch=2, balance=True, world_size=4)
     plan, _ = s.epoch_plan(0)
-    costs = s._costs(plan)
+    costs = s.planner.costs(plan)
     assert costs.sum() == lengths.sum()
     assert costs.tolist() == [
         int(plan.piece_lengths[a:b].sum())

@@ -235,7 +235,7 @@ def test_state_is_small_json_and_input_not_mutated():
     s = make(np.arange(1, 50), world_size=2)
     next(iter(s))
     state = s.state_dict()
-    assert set(state) == {"version", "seed", "epoch", "position", "world_size", "fingerprint"}
+    assert set(state) == {"version", "seed", "epoch", "position", "world_size", "fingerprint", "drop_last"}
     assert json.loads(json.dumps(state)) == state
     frozen = copy.deepcopy(state)
     make(np.arange(1, 50), world_size=4).load_state_dict(state)

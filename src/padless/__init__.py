@@ -17,6 +17,15 @@ _EXPORTS = {
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
     "plan_token_budget": "padless.planners.budget",
+    "TokenBudget": "padless.planners.budget",
+    "ExactLength": "padless.planners.exact",
+    "Buckets": "padless.planners.buckets",
+    "Packing": "padless.planners.packing",
+    "Spec": "padless.planners.spec",
+    "spec_from_dict": "padless.planners.spec",
+    "spec_to_dict": "padless.planners.spec",
+    "strategies": "padless.planners",
+    "get_strategy": "padless.planners",
     "TokenBudgetSampler": "padless.planners.budget",
     "PlanSampler": "padless.sampler",
     "plan_exact_length": "padless.planners.exact",
@@ -46,17 +55,26 @@ if TYPE_CHECKING:
     from .mixing import zip_lengths as zip_lengths
     from .plan import BatchPlan as BatchPlan
     from .plan import PlanStats as PlanStats
+    from .planners import get_strategy as get_strategy
+    from .planners import strategies as strategies
+    from .planners.buckets import Buckets as Buckets
     from .planners.buckets import BucketSampler as BucketSampler
     from .planners.buckets import bucket_boundaries as bucket_boundaries
     from .planners.buckets import plan_buckets as plan_buckets
+    from .planners.budget import TokenBudget as TokenBudget
     from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
     from .planners.budget import plan_token_budget as plan_token_budget
+    from .planners.exact import ExactLength as ExactLength
     from .planners.exact import ExactLengthSampler as ExactLengthSampler
     from .planners.exact import plan_exact_length as plan_exact_length
     from .planners.packing import PackedPlan as PackedPlan
+    from .planners.packing import Packing as Packing
     from .planners.packing import PackingSampler as PackingSampler
     from .planners.packing import PieceDataset as PieceDataset
     from .planners.packing import plan_packing as plan_packing
+    from .planners.spec import Spec as Spec
+    from .planners.spec import spec_from_dict as spec_from_dict
+    from .planners.spec import spec_to_dict as spec_to_dict
     from .sampler import PlanSampler as PlanSampler
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
@@ -64,6 +82,8 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "readers":  # a submodule: padless.readers.lengths_from_file after import padless
+        return import_module("padless.readers")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'padless' has no attribute {name!r}")

@@ -45,6 +45,24 @@ def positive_or_none(name: str, value: Any) -> int | None:
     return check_int(name, value, minimum=1, allow_none=True)
 
 
+MAX_BUDGET = 1 << 62  # budgets (tokens, sentences, cost units) stay below this: no int64 wrap
+
+
+def budget_or_none(name: str, value: Any) -> int | None:
+    """Check an optional positive budget no larger than :data:`MAX_BUDGET` (2**62)."""
+    out = check_int(name, value, minimum=1, allow_none=True)
+    if out is not None and out > MAX_BUDGET:
+        raise ValueError(f"{name} must be <= 2**62 (budgets are int64 sums), got {out}")
+    return out
+
+
+def budget(name: str, value: Any) -> int:
+    """Check a required positive budget no larger than :data:`MAX_BUDGET` (2**62)."""
+    if value is None:
+        raise TypeError(f"{name} must be an int, got None")
+    return cast(int, budget_or_none(name, value))
+
+
 def non_negative(name: str, value: Any) -> int:
     """Check a required non-negative int."""
     return cast(int, check_int(name, value, minimum=0))

@@ -20,6 +20,7 @@ LM_OFFSET = 5
 LM_ORDER = 6
 FILE_SHUFFLE = 7
 BALANCE = 8
+REBALANCE = 9  # elastic resume: re-balancing the batches left at a new world size
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
+
+from ._schedule import position_limit, rank_slots, steps_left, tail_counts
 
 STATE_VERSION = 1
 STATE_KEYS = ("version", "seed", "epoch", "position", "world_size", "fingerprint")
@@ -86,33 +88,50 @@ def check_state(state: Any, *, expected_fingerprint: str, what: str = "state") -
 
 
 class Resumable:
-    """Epoch, tail policy and global-position bookkeeping shared by samplers and streams.
+    """Epoch, position and iteration loop shared by every padless sampler and stream.
 
-    A subclass sets ``seed``, ``epoch``, ``world_size`` and ``drop_last``, calls
-    :meth:`_reset_position` in ``__init__``, implements ``_fingerprint_now()``, starts each
-    iteration with :meth:`_begin_iteration`, counts ``self._yielded += 1`` per batch and clears
-    ``self._iterating`` when the iteration ends. Positions are global: batch slots consumed in the
-    epoch over all ranks, so a state loads at another world size.
+    A subclass sets ``seed``, ``epoch``, ``rank``, ``world_size`` and ``drop_last``, calls
+    :meth:`_reset_position` in ``__init__`` and supplies three things: ``_total()`` (batch slots
+    in the current epoch), ``_batch_at(slot)`` (the batch at a global slot) and
+    ``_fingerprint_now()``. The loop, the counting, the tail policy and the state live here.
+    Positions are global (batch slots consumed in the epoch over all ranks), so a state loads at
+    another world size. A subclass whose order depends on the world size sets ``_elastic =
+    True``: it then keeps ``_history``, the ``(world_size, position)`` parts of the epoch run at
+    other world sizes (see :func:`padless._schedule.elastic_order`).
     """
 
     seed: int
     epoch: int
+    rank: int
     world_size: int
     drop_last: bool
+    _elastic: bool = False
     _pending: int | None
     _start: int
     _yielded: int
     _iterating: bool
+    _history: tuple[tuple[int, int], ...]
 
     def _reset_position(self) -> None:
         self._pending = None  # global position loaded, used by the next iteration
         self._start = 0  # global start position of the current (or last) iteration
         self._yielded = 0  # batches this rank yielded in that iteration
         self._iterating = False
+        self._history = ()
 
+    # ------------------------------------------------------------------ for subclasses
     def _fingerprint_now(self) -> str:
         raise NotImplementedError
 
+    def _total(self) -> int:
+        """Batch slots of the current epoch (all ranks, before the tail policy)."""
+        raise NotImplementedError
+
+    def _batch_at(self, slot: int) -> Any:
+        """The batch at global ``slot`` (``0 <= slot < _total()``) of the current epoch."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ iteration
     def _next_start(self) -> int:
         """Global position the next iteration starts from."""
         return self._pending if self._pending is not None else 0
@@ -128,16 +147,37 @@ class Resumable:
 
     def _steps(self, total: int, start: int) -> int:
         """Steps (batches per rank) left from global position ``start`` of ``total`` slots."""
-        left = max(total - start, 0)
-        if self.drop_last:
-            return left // self.world_size
-        return -(-left // self.world_size)
+        return steps_left(total, start, self.world_size, self.drop_last)
 
-    def _rank_slots(self, total: int, start: int, rank: int) -> np.ndarray:
-        """Global slots of ``rank``; slots past the end wrap to the epoch's first slots."""
-        slots = start + np.arange(self._steps(total, start), dtype=np.int64) * self.world_size
-        slots += rank
-        return np.where(slots < total, slots, (slots - total) % max(total, 1))
+    def _run(self, batch_at: Callable[[int], Any]) -> Iterator[Any]:
+        """This rank's batches of the current epoch from the loaded position."""
+        total = self._total()
+        start = self._begin_iteration()
+        slots = rank_slots(total, start, self.rank, self.world_size, self.drop_last)
+        try:
+            for slot in slots.tolist():
+                batch = batch_at(slot)
+                self._yielded += 1
+                yield batch
+        finally:
+            self._iterating = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(self._batch_at)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the next iteration of the current epoch (exact)."""
+        return self._steps(self._total(), self._next_start())
+
+    @property
+    def repeated(self) -> int:
+        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch)."""
+        return tail_counts(self._total(), self.world_size, self.drop_last)[0]
+
+    @property
+    def dropped(self) -> int:
+        """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
+        return tail_counts(self._total(), self.world_size, self.drop_last)[1]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration yields.
@@ -151,8 +191,10 @@ class Resumable:
             self._pending = None
             self._start = 0
             self._yielded = 0
+            self._history = ()
         self.epoch = epoch
 
+    # ------------------------------------------------------------------ state
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Return a tiny JSON-safe state from which ``load_state_dict`` resumes exactly.
 
@@ -176,27 +218,82 @@ class Resumable:
                         f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
                     )
             position = self._start + count * self.world_size
-        return {
+        state: dict[str, Any] = {
             "version": STATE_VERSION,
             "seed": self.seed,
             "epoch": self.epoch,
             "position": int(position),
             "world_size": self.world_size,
             "fingerprint": self._fingerprint_now(),
+            "drop_last": self.drop_last,
         }
+        if self._history:
+            state["elastic"] = [list(part) for part in self._history]
+        return state
 
     def _checked_state(self, state: Any) -> dict[str, Any]:
-        """Check ``state`` against this object (fingerprint, seed) without changing anything."""
+        """Check ``state`` against this object (fingerprint, seed, tail policy), changing nothing."""
         checked = check_state(state, expected_fingerprint=self._fingerprint_now())
         if checked["seed"] != self.seed:
             raise ValueError(
                 f"state was saved with seed={checked['seed']}, this {type(self).__name__} has "
                 f"seed={self.seed}"
             )
+        saved_drop = checked.get("drop_last", self.drop_last)
+        if not isinstance(saved_drop, bool) or saved_drop != self.drop_last:
+            raise ValueError(
+                f"state was saved with drop_last={saved_drop!r}, this {type(self).__name__} has "
+                f"drop_last={self.drop_last} (the tail policy decides which batches remain)"
+            )
+        checked["elastic"] = _check_history(checked.get("elastic", []))
         return checked
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next iteration: O(1), no replay; the input is not changed."""
+        """Continue from ``state`` at the next iteration: O(1), no replay; the input is not changed.
+
+        The state may come from another world size (elastic resume). A position past the end
+        of its epoch is refused.
+        """
         checked = self._checked_state(state)
-        self.epoch = checked["epoch"]
-        self._pending = checked["position"]
+        history = checked["elastic"]
+        saved_world, position = checked["world_size"], checked["position"]
+        if self._elastic and saved_world != self.world_size:
+            history = (*history, (saved_world, position))
+        elif not self._elastic:
+            history = ()
+        previous = (self.epoch, self._history)
+        self.epoch, self._history = checked["epoch"], history
+        try:
+            total = self._total()
+        except Exception:
+            self.epoch, self._history = previous
+            raise
+        limit = position_limit(total, saved_world, self.drop_last)
+        if position > limit:
+            self.epoch, self._history = previous
+            raise ValueError(
+                f"state['position'] must be <= {limit}, the end of epoch {checked['epoch']} "
+                f"({total} batches at world_size={saved_world}, drop_last={self.drop_last}), "
+                f"got {position}"
+            )
+        self._pending = position
+        self._start = position
+        self._yielded = 0
+
+
+def _check_history(value: Any) -> tuple[tuple[int, int], ...]:
+    """Check the ``elastic`` entry of a state: a list of ``[world_size, position]`` pairs."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(
+            f"state['elastic'] must be a list of [world_size, position] pairs, got {value!r}"
+        )
+    out = []
+    for part in value:
+        ok = isinstance(part, (list, tuple)) and len(part) == 2
+        ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in part)
+        if not ok or part[0] < 1 or part[1] < 0:
+            raise ValueError(
+                f"state['elastic'] must hold [world_size >= 1, position >= 0] pairs, got {part!r}"
+            )
+        out.append((int(part[0]), int(part[1])))
+    return tuple(out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -711,44 +711,18 @@ class MixtureSampler(Resumable):
             self.names, self.corpus_offsets, mix.choice.astype(np.int64), sub_epoch, batch
         )
 
-    # ------------------------------------------------------------------ sampler protocol
-    def __len__(self) -> int:
-        """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        return self._steps(self.num_batches, self._next_start())
+    # ------------------------------------------------------------------ Resumable hooks
+    def _total(self) -> int:
+        return self.num_batches
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _batch_at(self, slot: int) -> list[int]:
         mix = self._mix(self.epoch)
-        start = self._begin_iteration()
-        slots = self._rank_slots(mix.choice.shape[0], start, self.rank)
-        corpora = mix.choice[slots].tolist()
-        positions = mix.occ[slots].tolist()
-        offsets = self.corpus_offsets
-        streams = mix.streams
-        try:
-            for k, o in zip(corpora, positions, strict=True):
-                local = streams[k].batch(o)
-                self._yielded += 1
-                yield (local + offsets[k]).tolist()
-        finally:
-            self._iterating = False
+        k = int(mix.choice[slot])
+        local = mix.streams[k].batch(int(mix.occ[slot]))
+        out: list[int] = (local + self.corpus_offsets[k]).tolist()
+        return out
 
-    # ------------------------------------------------------------------ tail and figures
-    @property
-    def repeated(self) -> int:
-        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch)."""
-        total = self.num_batches
-        if self.drop_last:
-            return 0
-        return self._steps(total, 0) * self.world_size - total
-
-    @property
-    def dropped(self) -> int:
-        """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
-        total = self.num_batches
-        if not self.drop_last:
-            return 0
-        return total - self._steps(total, 0) * self.world_size
-
+    # ------------------------------------------------------------------ figures
     def stats(self) -> dict[str, Any]:
         """Figures of the current epoch's full schedule (from position 0), per corpus too.
 

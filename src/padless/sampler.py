@@ -1,12 +1,16 @@
-"""Batch samplers: epochs, shuffled batch order, equal rank shards, and O(1) exact resume.
+"""The one batch sampler: epochs, shuffled batch order, equal rank shards, O(1) exact resume.
 
-Every sampler is a thin wrapper around a pure planner. For an epoch it computes the global plan
-(identical on every rank, no communication), orders its batches (shuffled from its own random
-stream, or grouped into cost-balanced steps), and hands rank ``r`` the global slots
-``p + s·world_size + r`` for steps ``s = 0, 1, …`` from the start position ``p``.
+:class:`PlanSampler` takes lengths and a planner spec (``TokenBudget``, ``ExactLength``,
+``Buckets``, ``Packing``…). For an epoch it computes the global plan (identical on every rank,
+no communication), orders its batches (shuffled from its own random stream, or grouped into
+cost-balanced steps), and hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
+``s = 0, 1, …`` from the start position ``p``. The slot arithmetic and the balancing are pure
+functions in :mod:`padless._schedule`; the loop and the state live in
+:class:`padless._state.Resumable`.
 
 Positions are **global**: the number of global batch slots consumed (steps × world_size). A state
-saved at one world size can therefore be loaded at another (elastic resume).
+saved at one world size can therefore be loaded at another (elastic resume); with
+``balance=True`` the batches not yet delivered are re-balanced for the new world size.
 
 Tail policy when the batches left do not fill the last step: ``drop_last=False`` completes it with
 the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops the incomplete step
@@ -15,111 +19,89 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from . import _rng
-from ._check import check_bool, check_seed, non_negative, positive
+from ._check import check_bool, check_seed
+from ._schedule import (
+    balanced_order,
+    check_ranks,
+    elastic_order,
+    padded_costs,
+    step_imbalance,
+)
 from ._state import Resumable, fingerprint
-from .lengths import lengths_of, sizes_of
+from .lengths import lengths_of
 from .plan import BatchPlan
 
+if TYPE_CHECKING:
+    from .planners.spec import Planner, Spec
 
-def check_ranks(rank: Any, world_size: Any) -> tuple[int, int]:
-    """Check ``0 <= rank < world_size``."""
-    world_size = positive("world_size", world_size)
-    rank = non_negative("rank", rank)
-    if rank >= world_size:
-        raise ValueError(f"rank must be < world_size={world_size}, got {rank}")
-    return rank, world_size
+__all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
 
-def padded_costs(plan: BatchPlan, sizes: np.ndarray) -> np.ndarray:
-    """Padded cost of each batch: count × longest size."""
-    from ._kernels import segment_max
+class SamplerOptions(TypedDict, total=False):
+    """Keywords every sampler takes (see :class:`PlanSampler`)."""
 
-    if len(plan) == 0:
-        return np.zeros(0, dtype=np.int64)
-    longest = segment_max(np.ascontiguousarray(sizes[plan.indices]), plan.offsets)
-    return longest * plan.sizes
-
-
-def step_imbalance(costs: np.ndarray, world_size: int, steps: int | None = None) -> float:
-    """Mean over steps of (max rank cost ÷ mean rank cost) for batches dealt out in order.
-
-    Global batch j goes to rank j mod world_size at step j div world_size. ``steps`` defaults to
-    enough steps for every batch; slots past the end wrap to the first batches (the default tail
-    policy), fewer steps drop the tail. 1.0 means no rank ever waits.
-
-    >>> step_imbalance(np.array([4, 4, 2, 6]), 2)
-    1.25
-    """
-    b = costs.shape[0]
-    if steps is None:
-        steps = -(-b // world_size)
-    if b == 0 or steps == 0:
-        return 1.0
-    slots = np.arange(steps * world_size) % b
-    table = costs[slots].reshape(steps, world_size).astype(np.float64)
-    means = table.mean(axis=1)
-    ok = means > 0
-    return float((table.max(axis=1)[ok] / means[ok]).mean()) if ok.any() else 1.0
-
-
-def balanced_order(
-    costs: np.ndarray, world_size: int, gen: np.random.Generator | None
-) -> np.ndarray:
-    """Order batches so each step of ``world_size`` holds batches of similar cost.
-
-    Batches are sorted by cost (ties in random order), cut into steps of ``world_size``; complete
-    steps are shuffled (when ``gen`` is given) and the incomplete step, the cheapest, goes last.
-    """
-    b = costs.shape[0]
-    pre = gen.permutation(b) if gen is not None else np.arange(b)
-    by_cost = pre[np.argsort(-costs[pre], kind="stable")]
-    full = b // world_size
-    steps = by_cost[: full * world_size].reshape(full, world_size)
-    if gen is not None and full > 1:
-        steps = steps[gen.permutation(full)]
-        steps = gen.permuted(steps, axis=1)
-    return np.concatenate([steps.ravel(), by_cost[full * world_size :]]).astype(np.int64)
+    shuffle: bool
+    seed: int
+    rank: int
+    world_size: int
+    drop_last: bool
+    balance: bool
 
 
 class _Epoch:
     """One epoch's global schedule: the plan and the order of its batches."""
 
-    __slots__ = ("epoch", "plan", "order", "costs")
+    __slots__ = ("key", "plan", "order", "costs", "values")
 
     def __init__(
-        self, epoch: int, plan: BatchPlan, order: np.ndarray, costs: np.ndarray | None
+        self,
+        key: tuple[Any, ...],
+        plan: BatchPlan,
+        order: np.ndarray,
+        costs: np.ndarray | None,
+        values: np.ndarray,
     ) -> None:
-        self.epoch = epoch
+        self.key = key
         self.plan = plan
         self.order = order
         self.costs = costs
+        self.values = values
 
 
 class PlanSampler(Resumable):
-    """Base of every padless batch sampler (for ``DataLoader(batch_sampler=...)``).
+    """Batch sampler over any planner spec, for ``DataLoader(batch_sampler=...)``.
 
-    Subclasses implement :meth:`_plan` (a pure planner call for one epoch) and :meth:`_config`
-    (their settings, JSON-safe, for the fingerprint); they may override :meth:`_costs`.
+    Yields lists of Python ints (dataset indices; split packing pieces as codes, see
+    :class:`padless.Packing`).
 
     Args:
         lengths: (N,) or (N, F) lengths.
+        spec: a planner spec (``padless.TokenBudget(max_tokens=4096)``…), see
+            :func:`padless.strategies`.
         shuffle: shuffle batch order each epoch, and let batch membership vary by epoch. With
             False, every epoch uses the epoch-0 plan in plan order.
         seed: non-negative int; all randomness derives from (seed, epoch, stream).
         rank, world_size: this process's shard; every rank yields the same number of batches.
         drop_last: drop the incomplete last step instead of completing it with repeats.
-        balance: group batches into steps of similar padded cost to cut straggler wait.
+        balance: group batches into steps of similar cost to cut straggler wait.
+
+    >>> from padless import TokenBudget
+    >>> s = PlanSampler([3, 5, 2, 7, 4, 4], TokenBudget(max_tokens=10), seed=1, world_size=2)
+    >>> len(s), sorted(i for b in s for i in b)
+    (2, [1, 4, 5])
     """
+
+    _elastic = True  # balanced steps depend on the world size
 
     def __init__(
         self,
         lengths: Any,
+        spec: Spec,
         *,
         shuffle: bool = True,
         seed: int = 0,
@@ -128,46 +110,70 @@ class PlanSampler(Resumable):
         drop_last: bool = False,
         balance: bool = False,
     ) -> None:
-        self.lengths = lengths_of(lengths)
-        self.sizes = sizes_of(self.lengths)
+        from .planners.spec import Spec
+
+        if not isinstance(spec, Spec):
+            raise TypeError(
+                f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
+                f"got {type(spec).__name__}"
+            )
         self.shuffle = check_bool("shuffle", shuffle)
         self.seed = check_seed(seed, "seed")
         self.rank, self.world_size = check_ranks(rank, world_size)
         self.drop_last = check_bool("drop_last", drop_last)
         self.balance = check_bool("balance", balance)
+        self.spec = spec
+        self.planner: Planner = spec.bind(lengths_of(lengths))
         self.epoch = 0
         self._reset_position()
         self._cache: _Epoch | None = None
         self._fingerprint: str | None = None
 
-    # ------------------------------------------------------------------ for subclasses
-    def _plan(self, epoch: int) -> BatchPlan:
-        raise NotImplementedError
+    @property
+    def lengths(self) -> np.ndarray:
+        """The checked (N,) or (N, F) int64 lengths."""
+        return self.planner.lengths
 
-    def _config(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @property
+    def sizes(self) -> np.ndarray:
+        """One size per sequence (the max over fields for (N, F) lengths)."""
+        return self.planner.sizes
 
-    def _costs(self, plan: BatchPlan) -> np.ndarray:
-        return padded_costs(plan, self.sizes)
-
-    def _values(self, plan: BatchPlan) -> np.ndarray:
-        """What batches yield, parallel to ``plan.indices`` (the indices themselves by default)."""
-        return plan.indices
+    def __getattr__(self, name: str) -> Any:
+        # the spec's settings (sampler.max_tokens, sampler.capacity...) and what the planner
+        # resolved from the lengths (sampler.boundaries...) read as attributes
+        if name.startswith("_") or "planner" not in self.__dict__:
+            raise AttributeError(name)
+        for owner in (self.__dict__["planner"], self.__dict__["spec"]):
+            if hasattr(owner, name):
+                return getattr(owner, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, epoch: int) -> _Epoch:
-        if self._cache is not None and self._cache.epoch == epoch:
+        history = self._history if epoch == self.epoch and self.balance else ()
+        key = (epoch, history)
+        if self._cache is not None and self._cache.key == key:
             return self._cache
-        plan = self._plan(epoch if self.shuffle else 0)
-        costs = self._costs(plan) if self.balance else None  # computed lazily otherwise
+        if self._cache is not None and self._cache.key[0] == epoch:
+            plan, costs = self._cache.plan, self._cache.costs
+        else:
+            plan = self.planner.plan(self.seed, epoch if self.shuffle else 0)
+            costs = None
+        if self.balance and costs is None:
+            costs = self.planner.costs(plan)
         gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
-        if costs is not None:
-            order = balanced_order(costs, self.world_size, gen)
+        if costs is not None and self.balance:
+            first = history[0][0] if history else self.world_size
+            order = balanced_order(costs, first, gen)
+            if history:
+                again = _rng.rng(self.seed, epoch, _rng.REBALANCE) if self.shuffle else None
+                order = elastic_order(order, costs, history, self.world_size, again)
         elif gen is not None:
             order = gen.permutation(len(plan)).astype(np.int64)
         else:
             order = np.arange(len(plan), dtype=np.int64)
-        self._cache = _Epoch(epoch, plan, order, costs)
+        self._cache = _Epoch(key, plan, order, costs, self.planner.values(plan))
         return self._cache
 
     def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
@@ -178,54 +184,34 @@ class PlanSampler(Resumable):
         sched = self._schedule(check_seed(epoch, "epoch"))
         return sched.plan, sched.order
 
-    # ------------------------------------------------------------------ sampler protocol
-    def __len__(self) -> int:
-        """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        return self._steps(len(self._schedule(self.epoch).plan), self._next_start())
+    # ------------------------------------------------------------------ Resumable hooks
+    def _total(self) -> int:
+        return len(self._schedule(self.epoch).plan)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _batch_at(self, slot: int) -> list[int]:
         sched = self._schedule(self.epoch)
-        start = self._begin_iteration()
-        plan = sched.plan
-        ids = sched.order[self._rank_slots(len(plan), start, self.rank)]
-        offsets, indices = plan.offsets, self._values(plan)
-        try:
-            for b in ids.tolist():
-                self._yielded += 1
-                yield indices[offsets[b] : offsets[b + 1]].tolist()
-        finally:
-            self._iterating = False
+        b = sched.order[slot]
+        offsets = sched.plan.offsets
+        out: list[int] = sched.values[offsets[b] : offsets[b + 1]].tolist()
+        return out
 
-    # ------------------------------------------------------------------ tail accounting
-    @property
-    def repeated(self) -> int:
-        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch)."""
-        total = len(self._schedule(self.epoch).plan)
-        if self.drop_last or total == 0:
-            return 0
-        return self._steps(total, 0) * self.world_size - total
-
-    @property
-    def dropped(self) -> int:
-        """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
-        total = len(self._schedule(self.epoch).plan)
-        if not self.drop_last:
-            return 0
-        return total - self._steps(total, 0) * self.world_size
-
+    # ------------------------------------------------------------------ figures
     def stats(self) -> dict[str, Any]:
         """Figures of the current epoch's full schedule (from position 0).
 
         ``imbalance`` is the straggler figure: the mean over steps of max rank cost ÷ mean rank
-        cost (1.0 is perfect), with padded cost count × longest per batch.
+        cost (1.0 is perfect), with the planner's cost per batch (padded tokens count × longest;
+        real tokens for packing). ``repeated``/``dropped`` are the tail policy's batch counts;
+        the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
         """
         sched = self._schedule(self.epoch)
         if sched.costs is None:
-            sched.costs = self._costs(sched.plan)
+            sched.costs = self.planner.costs(sched.plan)
         total = len(sched.plan)
         steps = self._steps(total, 0)
         out: dict[str, Any] = {
             "epoch": self.epoch,
+            "strategy": self.spec.name,
             "batches": total,
             "steps": steps,
             "batches_per_rank": steps,
@@ -234,19 +220,32 @@ class PlanSampler(Resumable):
             "dropped": self.dropped,
             "imbalance": step_imbalance(sched.costs[sched.order], self.world_size, steps),
         }
-        out.update(sched.plan.stats(self.lengths).as_dict())
-        out.update(sched.plan.info)
-        out["skipped"] = int(sched.plan.skipped.size)
+        figures = {**sched.plan.stats(self.lengths).as_dict(), **sched.plan.info}
+        figures["skipped"] = int(sched.plan.skipped.size)
+        for k, v in figures.items():
+            out[f"plan_{k}" if k in out else k] = v
         return out
+
+    def collate(self, **options: Any) -> Any:
+        """A collate function for this sampler's batches (``padless.torch``), settings filled in.
+
+        Packing specs give ``collate_packed(capacity, max_per_row=...)`` (so capacity is typed
+        once); the others give ``collate_padded``. ``options`` go to that function
+        (``pad_id=``, ``flatten=``, ``multiple_of=``...).
+        """
+        from . import torch as pt
+
+        make = getattr(self.planner, "collate", None)
+        return make(**options) if make is not None else pt.collate_padded(**options)
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:
             config = {
-                "class": type(self).__name__,
+                "class": self.spec.sampler_name or type(self).__name__,
                 "shuffle": self.shuffle,
                 "balance": self.balance,
-                **self._config(),
+                **self.planner.config(),
             }
             from ._kernels import hash_ints
 
@@ -257,9 +256,9 @@ class PlanSampler(Resumable):
             self._fingerprint = fingerprint(config, data=data)
         return self._fingerprint
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next iteration: O(1), no replay of batches.
-
-        The state may come from another world size (elastic resume). The input is not modified.
-        """
-        super().load_state_dict(state)
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.spec.describe()}, n={self.lengths.shape[0]}, "
+            f"rank={self.rank}, world_size={self.world_size}, seed={self.seed}, "
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}, balance={self.balance})"
+        )

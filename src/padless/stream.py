@@ -250,6 +250,7 @@ class LMStream(Resumable):
                 "use out_dtype='int64'"
             )
         self.num_tokens = int(self._tokens.shape[0])
+        self._signed = self._tokens.dtype.kind == "i"
         need = self.min_tokens
         if self.num_tokens < need:
             raise ValueError(
@@ -310,14 +311,6 @@ class LMStream(Resumable):
         return self._geometry()[0]
 
     @property
-    def repeated(self) -> int:
-        """Batches that repeat the epoch's first ones to complete the last step (all ranks)."""
-        _, _, total, _ = self._geometry()
-        if self.drop_last:
-            return 0
-        return self._steps(total, 0) * self.world_size - total
-
-    @property
     def dropped(self) -> int:
         """Whole batches left out by ``drop_last=True`` this epoch (all ranks).
 
@@ -360,58 +353,51 @@ class LMStream(Resumable):
             "coverage": targets / possible if possible > 0 else 0.0,
         }
 
-    # ------------------------------------------------------------------ protocol
-    def __len__(self) -> int:
-        """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        _, _, total, _ = self._geometry()
-        return self._steps(total, self._next_start())
+    # ------------------------------------------------------------------ Resumable hooks
+    def _total(self) -> int:
+        return self._geometry()[2]
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        return self._iter_with(_numpy_empty)
+    def _batch_at(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._make_batch(slot, _numpy_empty)
 
-    def _iter_with(self, empty: Empty) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield this rank's batches; ``empty((2, rows, cols), dtype)`` allocates each pair."""
-        o, units, total, keys = self._geometry()
-        start = self._begin_iteration()
-        self._iterating = False  # set again when the generator below starts
-        steps = self._steps(total, start)
-        return self._generate(o, units, total, keys, start, steps, empty)
+    def batches(self, empty: Empty | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Iterate as ``iter(stream)`` does, each ``(x, y)`` pair the two halves of ``empty(...)``.
 
-    def _generate(
-        self,
-        o: int,
-        units: int,
-        total: int,
-        keys: np.ndarray,
-        start: int,
-        steps: int,
-        empty: Empty,
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        ``empty((2, rows, columns), dtype)`` must return a fresh writable C-contiguous numpy
+        array of that shape and dtype (e.g. a pinned torch tensor's ``.numpy()``, as
+        ``padless.torch.lm_tensors`` does); the compiled gather writes the batch straight into
+        it. None allocates with numpy.
+
+        >>> s = LMStream(np.arange(40), batch_size=2, num_steps=4)
+        >>> x, y = next(s.batches(lambda shape, dtype: np.zeros(shape, dtype)))
+        >>> bool((y == x + 1).all())
+        True
+        """
+        allocate = _numpy_empty if empty is None else empty
+        return self._run(lambda slot: self._make_batch(slot, allocate))
+
+    def _make_batch(self, slot: int, empty: Empty) -> tuple[np.ndarray, np.ndarray]:
+        o, units, _, keys = self._geometry()
         src, out = self._tokens, self.out_dtype
-        t, b, w, r = self.num_steps, self.batch_size, self.world_size, self.rank
-        self._iterating = True
-        try:
-            if self.mode == "random":
-                for s in range(steps):
-                    slot = start + s * w + r
-                    j = slot if slot < total else (slot - total) % total
-                    first = j * b
-                    rows = min(b, units - first)
-                    x, y = empty((2, rows, t), out)
-                    K.lm_random_batch(src, first, units, o, keys, x, y)
-                    self._yielded += 1
-                    yield x, y
-            else:
-                starts = o + (r * b + np.arange(b, dtype=np.int64)) * units
-                for s in range(steps):
-                    col = ((start + s * w) // w) * t
-                    cols = min(t, units - col)
-                    x, y = empty((2, b, cols), out)
-                    K.lm_gather(src, starts + col, x, y)
-                    self._yielded += 1
-                    yield x, y
-        finally:
-            self._iterating = False
+        t, b = self.num_steps, self.batch_size
+        if self.mode == "random":
+            first = slot * b
+            rows = min(b, units - first)
+            x, y = empty((2, rows, t), out)
+            K.lm_random_batch(src, first, units, o, keys, x, y)
+        else:
+            rows0 = self.rank * b + np.arange(b, dtype=np.int64)
+            col = (slot // self.world_size) * t
+            cols = min(t, units - col)
+            x, y = empty((2, b, cols), out)
+            K.lm_gather(src, o + rows0 * units + col, x, y)
+        if self._signed and x.size and min(int(x.min()), int(y.min())) < 0:
+            bad = int(min(int(x.min()), int(y.min())))
+            raise ValueError(
+                f"tokens must be non-negative token ids, got {bad} in the batch at slot {slot} "
+                f"of epoch {self.epoch}"
+            )
+        return x, y
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
@@ -441,20 +427,7 @@ class LMStream(Resumable):
                 f"state['world_size'] must equal world_size={self.world_size} in sequential mode "
                 f"(the streams depend on it), got {checked['world_size']}"
             )
-        previous, self.epoch = self.epoch, checked["epoch"]
-        _, _, total, _ = self._geometry()
-        saved_world = checked["world_size"]
-        # the last step may run past the epoch's batches when it is completed with repeats
-        limit = total if self.drop_last else -(-total // saved_world) * saved_world
-        if checked["position"] > limit:
-            self.epoch = previous
-            raise ValueError(
-                f"state['position'] must be <= the {limit} batch slots of epoch "
-                f"{checked['epoch']}, got {checked['position']}"
-            )
-        self._pending = checked["position"]
-        self._start = checked["position"]
-        self._yielded = 0
+        super().load_state_dict(state)
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -226,7 +226,7 @@ def lm_tensors(
         made.append(pair)
         return pair.numpy()
 
-    for _x, _y in stream._iter_with(pinned_empty):
+    for _x, _y in stream.batches(pinned_empty):
         pair = made.pop()
         yield pair[0], pair[1]
 

@@ -7,17 +7,24 @@ A sequence's size is its length, or for (N, F) lengths its max over fields (fair
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import check_choice, check_seed, positive, positive_or_none
+from .._check import budget_or_none, check_choice, positive, positive_or_none
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from .exact import round_size
+from .spec import Planner, Spec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..sampler import SamplerOptions
 
 METHODS = ("optimal", "quantile")
 
@@ -186,7 +193,7 @@ def _sizing(
 ) -> tuple[np.ndarray | None, int | None, int | None, int | None, int]:
     cuts = None if boundaries is None else _check_boundaries(boundaries)
     num_buckets = positive_or_none("num_buckets", num_buckets)
-    max_tokens = positive_or_none("max_tokens", max_tokens)
+    max_tokens = budget_or_none("max_tokens", max_tokens)
     batch_size = positive_or_none("batch_size", batch_size)
     multiple_of = positive("multiple_of", multiple_of)
     if (cuts is None) == (num_buckets is None):
@@ -244,24 +251,82 @@ def plan_buckets(
     >>> [sorted(lens[b].tolist()) for b in plan]
     [[2, 2, 3], [8, 9, 10]]
     """
-    cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
-        boundaries, num_buckets, max_tokens, batch_size, multiple_of
-    )
-    check_seed(seed, "seed")
-    check_seed(epoch, "epoch")
-    lens = lengths_of(lengths)
-    if cuts is None:
-        cuts = bucket_boundaries(lens, num_buckets or 1)
-    return _bucket_plan(sizes_of(lens), cuts, max_tokens, batch_size, multiple_of, seed, epoch)
+    spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of)
+    return spec.plan(lengths, seed=seed, epoch=epoch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Buckets(Spec):
+    """Length buckets: batches form within a bucket and pad to at most its longest member.
+
+    Settings as :func:`plan_buckets`; ``boundaries`` are kept as a tuple of ints. With
+    ``num_buckets`` the boundaries are fitted to the lengths when the spec is bound (exact
+    dynamic programme, minimum padded slots) and kept by the planner (``sampler.boundaries``).
+
+    >>> Buckets(boundaries=[3], batch_size=3).plan([2, 9, 3, 8, 2, 10]).sizes.tolist()
+    [3, 3]
+    """
+
+    boundaries: Any = None
+    num_buckets: int | None = None
+    max_tokens: int | None = None
+    batch_size: int | None = None
+    multiple_of: int = 1
+
+    name = "buckets"
+    sampler_name = "BucketSampler"
+
+    def __post_init__(self) -> None:
+        cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
+            self.boundaries, self.num_buckets, self.max_tokens, self.batch_size, self.multiple_of
+        )
+        settings = {
+            "boundaries": None if cuts is None else tuple(int(c) for c in cuts),
+            "num_buckets": num_buckets,
+            "max_tokens": max_tokens,
+            "batch_size": batch_size,
+            "multiple_of": multiple_of,
+        }
+        for k, v in settings.items():
+            object.__setattr__(self, k, v)
+
+    def bind(self, lengths: np.ndarray) -> BucketPlanner:
+        return BucketPlanner(self, lengths)
+
+
+class BucketPlanner(Planner):
+    """:class:`Buckets` bound to lengths: boundaries resolved (fitted) and checked once."""
+
+    spec: Buckets
+
+    def __init__(self, spec: Buckets, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        if spec.boundaries is not None:
+            cuts = np.array(spec.boundaries, dtype=np.int64)
+        else:
+            cuts = bucket_boundaries(lengths, spec.num_buckets or 1)
+        self.boundaries = cuts
+        if spec.max_tokens is not None:
+            _check_nonempty(self.sizes, *_bucket_figures(*_histogram(self.sizes), cuts))
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        s = self.spec
+        return _bucket_plan(
+            self.sizes, self.boundaries, s.max_tokens, s.batch_size, s.multiple_of, seed, epoch
+        )
+
+    def config(self) -> dict[str, Any]:
+        return {**self.spec.as_dict(), "boundaries": self.boundaries.tolist()}
 
 
 class BucketSampler(PlanSampler):
-    """Batch sampler over :func:`plan_buckets` batches.
+    """Batch sampler over :class:`Buckets` batches.
 
-    With ``num_buckets`` the boundaries are chosen once, here (minimum padded slots), and kept
-    in ``self.boundaries``. Batch membership changes with the epoch (each bucket is reshuffled)
-    and the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for
-    ranks, tail policy, balance and resume.
+    ``PlanSampler(lengths, Buckets(...), ...)`` with today's keywords. With ``num_buckets`` the
+    boundaries are chosen once, here (minimum padded slots), and kept in ``self.boundaries``.
+    Batch membership changes with the epoch (each bucket is reshuffled) and the batch order is
+    shuffled per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and
+    resume.
 
     >>> s = BucketSampler([5, 1, 2, 9, 8, 1, 2, 7], num_buckets=2, batch_size=4, seed=1)
     >>> s.boundaries.tolist(), sorted(i for b in s for i in b)
@@ -277,47 +342,7 @@ class BucketSampler(PlanSampler):
         max_tokens: int | None = None,
         batch_size: int | None = None,
         multiple_of: int = 1,
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        balance: bool = False,
+        **options: Unpack[SamplerOptions],
     ) -> None:
-        cuts, self.num_buckets, self.max_tokens, self.batch_size, self.multiple_of = _sizing(
-            boundaries, num_buckets, max_tokens, batch_size, multiple_of
-        )
-        super().__init__(
-            lengths,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            balance=balance,
-        )
-        if cuts is None:
-            cuts = bucket_boundaries(self.lengths, self.num_buckets or 1)
-        self.boundaries = cuts
-        if self.max_tokens is not None:
-            _check_nonempty(self.sizes, *_bucket_figures(*_histogram(self.sizes), cuts))
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "boundaries": self.boundaries.tolist(),
-            "num_buckets": self.num_buckets,
-            "max_tokens": self.max_tokens,
-            "batch_size": self.batch_size,
-            "multiple_of": self.multiple_of,
-        }
-
-    def _plan(self, epoch: int) -> BatchPlan:
-        return _bucket_plan(
-            self.sizes,
-            self.boundaries,
-            self.max_tokens,
-            self.batch_size,
-            self.multiple_of,
-            self.seed,
-            epoch,
-        )
+        spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of)
+        super().__init__(lengths, spec, **options)

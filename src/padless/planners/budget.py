@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _kernels as K
-from .._check import check_choice, check_seed, positive, positive_or_none
-from ..lengths import lengths_of, sizes_of
+from .._check import budget_or_none, check_choice, check_seed, positive
+from ..lengths import lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
+from .spec import Planner, Spec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..sampler import SamplerOptions
+
+OVERSIZE = ("error", "drop")
+OVERSIZE_ALIASES = {"skip": "drop"}
+
+
+def check_oversize(value: Any, choices: tuple[str, ...]) -> str:
+    """Check an ``oversize`` policy; ``"skip"`` is accepted as another word for ``"drop"``."""
+    if isinstance(value, str) and value in OVERSIZE_ALIASES:
+        value = OVERSIZE_ALIASES[value]
+    return check_choice("oversize", value, choices)
 
 
 def _check_order(order: Any, n: int) -> np.ndarray:
@@ -27,6 +44,15 @@ def _check_order(order: Any, n: int) -> np.ndarray:
     if lo < 0 or hi >= n:
         bad = lo if lo < 0 else hi
         raise ValueError(f"order must hold indices in [0, {n}), got {bad}")
+    seen = np.zeros(n, dtype=np.bool_)
+    seen[arr] = True
+    if int(seen.sum()) != arr.size:
+        counts = np.bincount(arr, minlength=n)
+        dup = int(np.flatnonzero(counts > 1)[0])
+        raise ValueError(
+            f"order must hold each index at most once (so every index is planned once), "
+            f"got index {dup} {int(counts[dup])} times"
+        )
     return arr
 
 
@@ -41,9 +67,108 @@ def oversize_filter(
         i = int(too_long[0])
         raise ValueError(
             f"index {i} has length {int(sizes[i])}, which exceeds {what}={limit} "
-            f'(pass oversize="skip" to leave such items out)'
+            f'(pass oversize="drop" to leave such items out)'
         )
     return too_long
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenBudget(Spec):
+    """Token-budget batching, batch for batch as fairseq's ``batch_by_size``.
+
+    Walks the sequences in length order (ties broken at random per epoch) and closes a batch
+    when one more would cost more than ``max_tokens`` padded tokens (count × longest) or hold
+    more than ``max_sentences``; sizes are multiples of ``multiple_of`` except small batches and
+    the last one. See :func:`plan_token_budget` for the full rule.
+
+    Args:
+        max_tokens: padded-token budget per batch (<= 2**62), or None for no budget.
+        max_sentences: most sequences per batch, or None for no cap.
+        multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
+        oversize: "error" raises for a sequence longer than max_tokens; "drop" (or its alias
+            "skip") leaves it out and lists it in ``plan.skipped``.
+
+    >>> spec = TokenBudget(max_tokens=9)
+    >>> [b.tolist() for b in spec.plan([5, 3, 3, 8, 1])]
+    [[4, 2, 1], [0], [3]]
+    """
+
+    max_tokens: int | None = None
+    max_sentences: int | None = None
+    multiple_of: int = 1
+    oversize: str = "error"
+
+    name = "token_budget"
+    sampler_name = "TokenBudgetSampler"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_tokens", budget_or_none("max_tokens", self.max_tokens))
+        object.__setattr__(
+            self, "max_sentences", budget_or_none("max_sentences", self.max_sentences)
+        )
+        object.__setattr__(self, "multiple_of", positive("multiple_of", self.multiple_of))
+        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
+
+    def bind(self, lengths: np.ndarray) -> BudgetPlanner:
+        return BudgetPlanner(self, lengths)
+
+    def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0, order: Any = None) -> BatchPlan:
+        """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
+        if order is None:
+            return super().plan(lengths, seed=seed, epoch=epoch)
+        lens = lengths_of(lengths)
+        check_seed(seed, "seed")
+        check_seed(epoch, "epoch")
+        planner = self.bind(lens)
+        return planner.plan_order(_check_order(order, lens.shape[0]))
+
+
+class BudgetPlanner(Planner):
+    """:class:`TokenBudget` bound to lengths (sequences over the budget found once)."""
+
+    spec: TokenBudget
+
+    def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        self.skipped = np.zeros(0, dtype=np.int64)
+        if spec.max_tokens is not None:
+            self.skipped = oversize_filter(self.sizes, spec.max_tokens, spec.oversize)
+
+    def _limits(self) -> tuple[int, int, int]:
+        s = self.spec
+        return (s.max_tokens or 0, s.max_sentences or 0, s.multiple_of)
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        limits = self._limits()
+        walk, starts = length_order(self.lengths, seed, epoch)
+        values = run_sizes(self.lengths, walk, starts)
+        if values is None:
+            return self.plan_order(walk)
+        # sorted 1-D lengths: runs give every size (no per-position array); too-long ones are
+        # the last runs
+        if self.skipped.size:
+            runs = int(np.searchsorted(values, limits[0], side="right"))
+            values, starts = values[:runs], starts[: runs + 1]
+            walk = walk[: starts[-1]]
+        ends = K.budget_ends_runs(values, starts, *limits)
+        return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
+
+    def plan_order(self, walk: np.ndarray) -> BatchPlan:
+        """Plan a given walk (checked indices), skipping the sequences over the budget."""
+        limits = self._limits()
+        walk_sizes = np.ascontiguousarray(self.sizes[walk])
+        if self.skipped.size:
+            keep = walk_sizes <= limits[0]
+            walk, walk_sizes = walk[keep], walk_sizes[keep]
+        ends = K.budget_ends(walk_sizes, *limits)
+        return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
+
+    def config(self) -> dict[str, Any]:
+        # "skip" is the word states were fingerprinted with before "drop" became the one word
+        cfg = self.spec.as_dict()
+        if cfg["oversize"] == "drop":
+            cfg["oversize"] = "skip"
+        return cfg
 
 
 def plan_token_budget(
@@ -68,10 +193,10 @@ def plan_token_budget(
         max_tokens: padded-token budget per batch, or None for no budget.
         max_sentences: most sequences per batch, or None for no cap.
         multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
-        order: indices to walk; None sorts by length (2-D: last field, then the first) with ties
+        order: indices to walk, each at most once; None sorts by length (2-D: last field, then the first) with ties
             broken at random from (seed, epoch), so batch membership changes between epochs.
-        oversize: "error" raises for a sequence longer than max_tokens; "skip" leaves it out and
-            records it in ``plan.skipped``.
+        oversize: "error" raises for a sequence longer than max_tokens; "drop" (or "skip")
+            leaves it out and records it in ``plan.skipped``.
         seed, epoch: pick the tie-break stream when ``order`` is None.
 
     Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory.
@@ -80,63 +205,17 @@ def plan_token_budget(
     >>> [b.tolist() for b in plan]
     [[4, 2, 1], [0], [3]]
     """
-    lens = lengths_of(lengths)
-    max_tokens = positive_or_none("max_tokens", max_tokens)
-    max_sentences = positive_or_none("max_sentences", max_sentences)
-    multiple_of = positive("multiple_of", multiple_of)
-    check_choice("oversize", oversize, ("error", "skip"))
-    check_seed(seed, "seed")
-    check_seed(epoch, "epoch")
-    sizes = sizes_of(lens)
-    walk = None if order is None else _check_order(order, sizes.shape[0])
-    skipped = np.zeros(0, dtype=np.int64)
-    if max_tokens is not None:
-        skipped = oversize_filter(sizes, max_tokens, oversize)
-    return _budget_plan(
-        lens, sizes, skipped, max_tokens, max_sentences, multiple_of, walk, seed, epoch
-    )
-
-
-def _budget_plan(
-    lens: np.ndarray,
-    sizes: np.ndarray,
-    skipped: np.ndarray,
-    max_tokens: int | None,
-    max_sentences: int | None,
-    multiple_of: int,
-    walk: np.ndarray | None,
-    seed: int,
-    epoch: int,
-) -> BatchPlan:
-    """The plan from checked arguments (samplers call this once per epoch, checks done once)."""
-    limits = (max_tokens or 0, max_sentences or 0, multiple_of)
-    values = None
-    if walk is None:
-        walk, starts = length_order(lens, seed, epoch)
-        values = run_sizes(lens, walk, starts)
-    if values is not None:
-        # sorted 1-D lengths: runs give every size (no per-position array); too-long ones are
-        # the last runs
-        if skipped.size:
-            runs = int(np.searchsorted(values, limits[0], side="right"))
-            values, starts = values[:runs], starts[: runs + 1]
-            walk = walk[: starts[-1]]
-        ends = K.budget_ends_runs(values, starts, *limits)
-    else:
-        walk_sizes = np.ascontiguousarray(sizes[walk])
-        if skipped.size:
-            keep = walk_sizes <= limits[0]
-            walk, walk_sizes = walk[keep], walk_sizes[keep]
-        ends = K.budget_ends(walk_sizes, *limits)
-    return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=skipped)
+    spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize)
+    return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
 
 
 class TokenBudgetSampler(PlanSampler):
-    """Batch sampler over :func:`plan_token_budget` batches (fairseq semantics, never drops data).
+    """Batch sampler over :class:`TokenBudget` batches (fairseq semantics, never drops data).
 
-    Batch membership changes with the epoch (random tie-break among equal lengths) and the batch
-    order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks, tail policy,
-    balance and resume.
+    ``PlanSampler(lengths, TokenBudget(...), ...)`` with today's keywords. Batch membership
+    changes with the epoch (random tie-break among equal lengths) and the batch order is
+    shuffled per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and
+    resume.
 
     >>> s = TokenBudgetSampler([3, 5, 2, 7, 4, 4], max_tokens=10, seed=1)
     >>> sorted(i for batch in s for i in batch)
@@ -151,47 +230,7 @@ class TokenBudgetSampler(PlanSampler):
         max_sentences: int | None = None,
         multiple_of: int = 1,
         oversize: str = "error",
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        balance: bool = False,
+        **options: Unpack[SamplerOptions],
     ) -> None:
-        super().__init__(
-            lengths,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            balance=balance,
-        )
-        self.max_tokens = positive_or_none("max_tokens", max_tokens)
-        self.max_sentences = positive_or_none("max_sentences", max_sentences)
-        self.multiple_of = positive("multiple_of", multiple_of)
-        self.oversize = check_choice("oversize", oversize, ("error", "skip"))
-        self._skipped = np.zeros(0, dtype=np.int64)
-        if self.max_tokens is not None:
-            self._skipped = oversize_filter(self.sizes, self.max_tokens, self.oversize)
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.max_tokens,
-            "max_sentences": self.max_sentences,
-            "multiple_of": self.multiple_of,
-            "oversize": self.oversize,
-        }
-
-    def _plan(self, epoch: int) -> BatchPlan:
-        return _budget_plan(
-            self.lengths,
-            self.sizes,
-            self._skipped,
-            self.max_tokens,
-            self.max_sentences,
-            self.multiple_of,
-            None,
-            self.seed,
-            epoch,
-        )
+        spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize)
+        super().__init__(lengths, spec, **options)

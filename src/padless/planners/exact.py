@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import check_bool, check_choice, check_seed, positive, positive_or_none
-from ..lengths import lengths_of, sizes_of
+from .._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order
+from .spec import Planner, Spec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..sampler import SamplerOptions
 
 LEFTOVERS = ("partial", "drop", "merge")
 _MODES = {"partial": 0, "drop": 1, "merge": 2}
@@ -115,6 +121,10 @@ class SizeRule:
 
 
 def _check_schedule(batch_sizes: Any) -> list[tuple[int, int]]:
+    if isinstance(batch_sizes, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in batch_sizes
+    ):
+        batch_sizes = dict(batch_sizes)  # [(length, size), ...], as as_dict() writes it
     if not isinstance(batch_sizes, Mapping):
         raise TypeError(
             "batch_sizes must be a dict {length: batch size}, "
@@ -143,7 +153,7 @@ def size_rule(
     ``batch_size`` may accompany ``batch_sizes``: it is then the size below the smallest key.
     """
     batch_size = positive_or_none("batch_size", batch_size)
-    max_tokens = positive_or_none("max_tokens", max_tokens)
+    max_tokens = budget_or_none("max_tokens", max_tokens)
     schedule = None if batch_sizes is None else _check_schedule(batch_sizes)
     multiple_of = positive("multiple_of", multiple_of)
     given = [
@@ -321,23 +331,97 @@ def plan_exact_length(
     >>> [lens[b].tolist() for b in drop], drop.info["dropped_leftovers"]
     ([[3, 3], [5, 5]], 2)
     """
-    rule = size_rule(batch_size, max_tokens, batch_sizes, multiple_of)
-    max_length = positive_or_none("max_length", max_length)
-    mode, include_partial = leftover_mode(leftovers, include_partial)
-    check_seed(seed, "seed")
-    check_seed(epoch, "epoch")
-    lens = lengths_of(lengths)
-    sizes = sizes_of(lens)
-    rule.check_lengths(sizes, None if max_length is None else sizes <= max_length)
-    return _exact_plan(lens, sizes, rule, max_length, mode, include_partial, seed, epoch)
+    spec = ExactLength(
+        batch_size, max_tokens, batch_sizes, max_length, include_partial, leftovers, multiple_of
+    )
+    return spec.plan(lengths, seed=seed, epoch=epoch)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactLength(Spec):
+    """Exact-length batching: every batch holds one length (one length tuple), so no padding.
+
+    Settings as :func:`plan_exact_length`. ``batch_sizes`` is kept as sorted ``(length, size)``
+    pairs (a dict is accepted), and ``include_partial=False`` with ``leftovers="partial"`` is
+    kept as ``leftovers="drop"``, what it means.
+
+    >>> ExactLength(batch_size=2).plan([3, 5, 3, 3, 5, 2]).sizes.tolist()
+    [1, 2, 1, 2]
+    """
+
+    batch_size: int | None = None
+    max_tokens: int | None = None
+    batch_sizes: Any = None
+    max_length: int | None = None
+    include_partial: bool = True
+    leftovers: str = "partial"
+    multiple_of: int = 1
+    _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
+
+    name = "exact_length"
+    sampler_name = "ExactLengthSampler"
+
+    def __post_init__(self) -> None:
+        rule = size_rule(self.batch_size, self.max_tokens, self.batch_sizes, self.multiple_of)
+        leftovers, include_partial = leftover_mode(self.leftovers, self.include_partial)
+        schedule = rule.schedule
+        settings = {
+            "batch_size": rule.batch_size,
+            "max_tokens": rule.max_tokens,
+            "batch_sizes": None if schedule is None else tuple(schedule),
+            "max_length": positive_or_none("max_length", self.max_length),
+            "include_partial": include_partial,
+            "leftovers": leftovers,
+            "multiple_of": rule.multiple_of,
+            "_rule": rule,
+        }
+        for k, v in settings.items():
+            object.__setattr__(self, k, v)
+
+    def bind(self, lengths: np.ndarray) -> ExactPlanner:
+        return ExactPlanner(self, lengths)
+
+
+class ExactPlanner(Planner):
+    """:class:`ExactLength` bound to lengths (lengths the sizing cannot batch refused once)."""
+
+    spec: ExactLength
+
+    def __init__(self, spec: ExactLength, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        kept = None if spec.max_length is None else self.sizes <= spec.max_length
+        spec._rule.check_lengths(self.sizes, kept)
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        s = self.spec
+        return _exact_plan(
+            self.lengths,
+            self.sizes,
+            s._rule,
+            s.max_length,
+            s.leftovers,
+            s.include_partial,
+            seed,
+            epoch,
+        )
+
+    def config(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            **s._rule.config(),
+            "max_length": s.max_length,
+            "leftovers": s.leftovers,
+            "include_partial": s.include_partial,
+        }
 
 
 class ExactLengthSampler(PlanSampler):
-    """Batch sampler over :func:`plan_exact_length` batches: no padding at all.
+    """Batch sampler over :class:`ExactLength` batches: no padding at all.
 
-    Batch membership changes with the epoch (each length group is reshuffled) and the batch
-    order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks, tail policy,
-    balance and resume. Sizing options are checked against the lengths here, up front.
+    ``PlanSampler(lengths, ExactLength(...), ...)`` with today's keywords. Batch membership
+    changes with the epoch (each length group is reshuffled) and the batch order is shuffled
+    per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and resume.
+    Sizing options are checked against the lengths here, up front.
 
     >>> s = ExactLengthSampler([4, 2, 4, 2, 4, 7], batch_size=2, seed=3)
     >>> sorted(len(set([4, 2, 4, 2, 4, 7][i] for i in b)) for b in s)
@@ -357,44 +441,9 @@ class ExactLengthSampler(PlanSampler):
         include_partial: bool = True,
         leftovers: str = "partial",
         multiple_of: int = 1,
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        balance: bool = False,
+        **options: Unpack[SamplerOptions],
     ) -> None:
-        self.rule = size_rule(batch_size, max_tokens, batch_sizes, multiple_of)
-        self.max_length = positive_or_none("max_length", max_length)
-        self.leftovers, self.include_partial = leftover_mode(leftovers, include_partial)
-        super().__init__(
-            lengths,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            balance=balance,
+        spec = ExactLength(
+            batch_size, max_tokens, batch_sizes, max_length, include_partial, leftovers, multiple_of
         )
-        kept = None if self.max_length is None else self.sizes <= self.max_length
-        self.rule.check_lengths(self.sizes, kept)
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            **self.rule.config(),
-            "max_length": self.max_length,
-            "leftovers": self.leftovers,
-            "include_partial": self.include_partial,
-        }
-
-    def _plan(self, epoch: int) -> BatchPlan:
-        return _exact_plan(
-            self.lengths,
-            self.sizes,
-            self.rule,
-            self.max_length,
-            self.leftovers,
-            self.include_partial,
-            self.seed,
-            epoch,
-        )
+        super().__init__(lengths, spec, **options)

@@ -23,20 +23,28 @@ How the pieces fit together:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import check_choice, check_seed, positive, positive_or_none
-from ..lengths import lengths_of, sizes_of
+from .._check import positive, positive_or_none
+from ..lengths import lengths_of
 from ..plan import BatchPlan, PlanStats, _as_int64_vector
 from ..sampler import PlanSampler
 from ._order import length_order
+from .budget import check_oversize
+from .spec import Planner, Spec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..sampler import SamplerOptions
 
 OVERSIZE = ("error", "split", "truncate", "drop")
 MAX_CAPACITY = 1 << 28  # the open-row table holds one int64 per unit of capacity (2 GiB here)
@@ -368,14 +376,20 @@ def plan_packing(
     >>> plan.efficiency
     1.0
     """
-    lens = lengths_of(lengths)
-    capacity = check_capacity(capacity)
-    max_per_row = positive_or_none("max_per_row", max_per_row)
-    rows_per_batch = positive("rows_per_batch", rows_per_batch)
-    check_choice("oversize", oversize, OVERSIZE)
-    check_seed(seed, "seed")
-    check_seed(epoch, "epoch")
-    sizes = sizes_of(lens)
+    spec = Packing(capacity, max_per_row, rows_per_batch, oversize)
+    return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
+
+
+def _pack(
+    sizes: np.ndarray,
+    capacity: int,
+    max_per_row: int | None,
+    rows_per_batch: int,
+    oversize: str,
+    seed: int,
+    epoch: int,
+) -> PackedPlan:
+    """Best-fit decreasing over checked sizes (see :func:`plan_packing`)."""
     n = int(sizes.shape[0])
     item_seq, item_piece, item_size, skipped, report = _items(sizes, capacity, oversize)
 
@@ -556,29 +570,100 @@ class PieceDataset:
 # ---------------------------------------------------------------------------------- sampler
 
 
+@dataclasses.dataclass(frozen=True)
+class Packing(Spec):
+    """Sequence packing: best-fit decreasing into rows of ``capacity`` tokens, batches of rows.
+
+    Settings as :func:`plan_packing`. A sampler over this spec yields each batch's items row
+    after row in canonical order (see the module docstring), split pieces as codes
+    ``index + piece · N``; ``sampler.collate()`` builds the matching
+    ``padless.torch.collate_packed`` with this spec's ``capacity`` and ``max_per_row``.
+
+    >>> Packing(capacity=8, rows_per_batch=2).plan([6, 2, 5, 3, 7, 1]).num_rows
+    3
+    """
+
+    capacity: int
+    max_per_row: int | None = None
+    rows_per_batch: int = 1
+    oversize: str = "error"
+
+    name = "packing"
+    sampler_name = "PackingSampler"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capacity", check_capacity(self.capacity))
+        object.__setattr__(self, "max_per_row", positive_or_none("max_per_row", self.max_per_row))
+        object.__setattr__(self, "rows_per_batch", positive("rows_per_batch", self.rows_per_batch))
+        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
+
+    def bind(self, lengths: np.ndarray) -> PackPlanner:
+        return PackPlanner(self, lengths)
+
+
+class PackPlanner(Planner):
+    """:class:`Packing` bound to lengths (a sequence over capacity refused once, if asked)."""
+
+    spec: Packing
+
+    def __init__(self, spec: Packing, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        if spec.oversize == "error":
+            oversize_error(self.sizes, spec.capacity)
+
+    def plan(self, seed: int, epoch: int) -> PackedPlan:
+        s = self.spec
+        return _pack(
+            self.sizes, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
+        )
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Packed cost of each batch: the real tokens it holds."""
+        if not isinstance(plan, PackedPlan):
+            raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
+        csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
+        np.cumsum(plan.piece_lengths, out=csum[1:])
+        return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+
+    def values(self, plan: BatchPlan) -> np.ndarray:
+        # split pieces are yielded as codes (index + piece · N); otherwise codes == indices
+        if isinstance(plan, PackedPlan) and plan.info.get("split"):
+            return plan.codes
+        return plan.indices
+
+    def config(self) -> dict[str, Any]:
+        return self.spec.as_dict()
+
+    def collate(self, **options: Any) -> Any:
+        """``padless.torch.collate_packed`` with this spec's capacity and max_per_row."""
+        from ..torch import collate_packed
+
+        s = self.spec
+        return collate_packed(s.capacity, max_per_row=s.max_per_row, **options)
+
+
 class PackingSampler(PlanSampler):
     """Batch sampler over :func:`plan_packing` batches of packed rows.
 
-    Each batch is a list of Python ints: the batch's rows one after the other, rows in the order
-    they were opened, each row's sequences longest first. Feed the items to
-    ``padless.torch.collate_packed`` with the same ``capacity`` (and ``max_per_row``): it cuts the
+    ``PlanSampler(lengths, Packing(...), ...)`` with today's keywords. Each batch is a list of
+    Python ints: the batch's rows one after the other, rows in the order they were opened, each
+    row's sequences longest first. Feed the items to ``sampler.collate()`` (that is
+    ``padless.torch.collate_packed`` with this sampler's ``capacity`` and ``max_per_row``): it cuts the
     list back into the planned rows next fit (see :func:`next_fit_rows`) and builds ``input_ids``,
     ``cu_seqlens``, ``position_ids``, labels... With ``oversize="split"`` (or ``"truncate"``)
     wrap the dataset with :meth:`pieces`, since pieces are yielded as codes
     ``index + piece · N``::
 
-        from padless.torch import collate_packed
-
         sampler = PackingSampler(lengths, capacity=4096, rows_per_batch=8)
         loader = DataLoader(dataset, batch_sampler=sampler,
-                            collate_fn=collate_packed(4096, flatten=True))
+                            collate_fn=sampler.collate(flatten=True))
         for batch in loader:  # batch["cu_seqlens"], batch["max_seqlen"] -> flash_attn_varlen_func
             ...
 
         # sequences longer than capacity, cut into pieces:
         sampler = PackingSampler(lengths, capacity=4096, oversize="split")
         loader = DataLoader(sampler.pieces(dataset), batch_sampler=sampler,
-                            collate_fn=collate_packed(4096))
+                            collate_fn=sampler.collate())
 
     Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
     the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,
@@ -602,61 +687,11 @@ class PackingSampler(PlanSampler):
         max_per_row: int | None = None,
         rows_per_batch: int = 1,
         oversize: str = "error",
-        shuffle: bool = True,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        drop_last: bool = False,
-        balance: bool = False,
+        **options: Unpack[SamplerOptions],
     ) -> None:
-        super().__init__(
-            lengths,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            drop_last=drop_last,
-            balance=balance,
-        )
-        self.capacity = check_capacity(capacity)
-        self.max_per_row = positive_or_none("max_per_row", max_per_row)
-        self.rows_per_batch = positive("rows_per_batch", rows_per_batch)
-        self.oversize = check_choice("oversize", oversize, OVERSIZE)
-        if self.oversize == "error":
-            oversize_error(self.sizes, self.capacity)
-
-    def _config(self) -> dict[str, Any]:
-        return {
-            "capacity": self.capacity,
-            "max_per_row": self.max_per_row,
-            "rows_per_batch": self.rows_per_batch,
-            "oversize": self.oversize,
-        }
-
-    def _plan(self, epoch: int) -> PackedPlan:
-        return plan_packing(
-            self.lengths,
-            capacity=self.capacity,
-            max_per_row=self.max_per_row,
-            rows_per_batch=self.rows_per_batch,
-            oversize=self.oversize,
-            seed=self.seed,
-            epoch=epoch,
-        )
-
-    def _costs(self, plan: BatchPlan) -> np.ndarray:
-        """Packed cost of each batch: the real tokens it holds."""
-        if not isinstance(plan, PackedPlan):
-            raise TypeError(f"PackingSampler plans must be PackedPlan, got {type(plan).__name__}")
-        csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
-        np.cumsum(plan.piece_lengths, out=csum[1:])
-        return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
-
-    def _values(self, plan: BatchPlan) -> np.ndarray:
-        # split pieces are yielded as codes (index + piece · N); otherwise codes == indices
-        if isinstance(plan, PackedPlan) and plan.info.get("split"):
-            return plan.codes
-        return plan.indices
+        spec = Packing(capacity, max_per_row, rows_per_batch, oversize)
+        super().__init__(lengths, spec, **options)
+        self.spec: Packing = spec
 
     def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> PieceDataset:
         """Wrap ``dataset`` so the codes this sampler yields give back pieces (see PieceDataset).
@@ -667,5 +702,5 @@ class PackingSampler(PlanSampler):
         [(1, 2), (3, 4), (5,), (6,)]
         """
         return PieceDataset(
-            dataset, capacity=self.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
+            dataset, capacity=self.spec.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
         )

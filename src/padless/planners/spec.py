@@ -1,0 +1,150 @@
+"""Planner specs: one frozen, validated, JSON-safe config object per batching strategy.
+
+A spec says *how* to batch (``TokenBudget(max_tokens=4096)``); it is checked once, when it is
+made, and then used by every consumer: ``spec.plan(lengths)`` for one plan,
+:class:`padless.PlanSampler` for epochs, ranks and resume, windowed plans, streams, the CLI and
+the report. ``spec.bind(lengths)`` checks what depends on the lengths (a sequence over the
+budget, boundaries fitted to them) once and returns a :class:`Planner` that plans any
+``(seed, epoch)`` from then on.
+
+Adding a strategy: one module with a spec subclass and its planner, one line in
+:func:`padless.planners.strategies`, and its factory in the contract tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .._check import check_seed
+from .._schedule import padded_costs
+from ..plan import BatchPlan
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
+    """The user-given fields of a spec (not those it derives in ``__post_init__``)."""
+    return [f for f in dataclasses.fields(spec) if f.init]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """Base of the planner specs (frozen dataclasses, validated in ``__post_init__``).
+
+    Subclasses set ``name`` (the registry key) and ``sampler_name`` (the sampler class whose
+    state fingerprints they share, so ``PlanSampler(L, TokenBudget(...))`` and
+    ``TokenBudgetSampler(L, ...)`` save interchangeable states), and implement :meth:`bind`.
+    """
+
+    name: ClassVar[str] = ""
+    sampler_name: ClassVar[str] = ""
+
+    def bind(self, lengths: np.ndarray) -> Planner:
+        """Check the (N,) or (N, F) int64 lengths against this spec; return their planner."""
+        raise NotImplementedError
+
+    def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0) -> BatchPlan:
+        """Plan ``lengths`` for one ``(seed, epoch)``.
+
+        Cost: see the strategy's ``plan_*`` function.
+        """
+        from ..lengths import lengths_of
+
+        lens = lengths_of(lengths)
+        check_seed(seed, "seed")
+        check_seed(epoch, "epoch")
+        return self.bind(lens).plan(seed, epoch)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-safe dict: ``type(spec)(**spec.as_dict()) == spec``.
+
+        >>> from padless import TokenBudget
+        >>> TokenBudget(max_tokens=4096).as_dict()["max_tokens"]
+        4096
+        """
+        return {f.name: _json_safe(getattr(self, f.name)) for f in _settings(self)}
+
+    def describe(self) -> str:
+        """One line: the strategy name and its settings that differ from the defaults."""
+        parts = []
+        for f in _settings(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                parts.append(f"{f.name}={_json_safe(value)}")
+        return f"{self.name}({', '.join(parts)})"
+
+
+class Planner:
+    """A spec bound to checked lengths: plans any ``(seed, epoch)`` with no checks left to do.
+
+    ``costs`` gives the balancing cost of each batch (padded tokens by default), ``values`` what
+    a sampler yields for a plan (its indices by default), ``config`` the settings that go into
+    a sampler's state fingerprint.
+    """
+
+    def __init__(self, spec: Spec, lengths: np.ndarray) -> None:
+        from ..lengths import sizes_of
+
+        self.spec = spec
+        self.lengths = lengths
+        self.sizes = sizes_of(lengths)
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        raise NotImplementedError
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Padded cost of each batch: count × longest size."""
+        return padded_costs(plan, self.sizes)
+
+    def values(self, plan: BatchPlan) -> np.ndarray:
+        """What a sampler yields, parallel to ``plan.indices`` (the indices themselves)."""
+        return plan.indices
+
+    def config(self) -> dict[str, Any]:
+        """JSON-safe settings for state fingerprints."""
+        return self.spec.as_dict()
+
+
+def spec_from_dict(data: Mapping[str, Any]) -> Spec:
+    """Rebuild a spec from ``{"strategy": name, **settings}`` (what :func:`spec_to_dict` gives).
+
+    >>> from padless import Packing
+    >>> spec_from_dict(spec_to_dict(Packing(capacity=512))) == Packing(capacity=512)
+    True
+    """
+    from . import strategies
+
+    if not isinstance(data, Mapping):
+        raise TypeError(f"spec must be a dict, got {type(data).__name__}")
+    settings = dict(data)
+    name = settings.pop("strategy", None)
+    registry = strategies()
+    if name not in registry:
+        raise ValueError(f"spec['strategy'] must be one of {sorted(registry)}, got {name!r}")
+    cls = registry[name]
+    known = {f.name for f in _settings(cls)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown settings {unknown} for strategy {name!r}; known: {sorted(known)}"
+        )
+    return cls(**settings)
+
+
+def spec_to_dict(spec: Spec) -> dict[str, Any]:
+    """``{"strategy": spec.name, **spec.as_dict()}``: a JSON-safe record of a spec."""
+    if not isinstance(spec, Spec):
+        raise TypeError(
+            f"spec must be a padless spec (e.g. TokenBudget), got {type(spec).__name__}"
+        )
+    return {"strategy": spec.name, **spec.as_dict()}
