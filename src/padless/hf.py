@@ -1,0 +1,465 @@
+"""Hugging Face glue: padless samplers inside ``transformers.Trainer`` (and TRL's trainers), and
+padding-free batches in the format HF models accept.
+
+The only padless module that imports ``transformers`` and ``accelerate``.
+
+- :class:`PadlessTrainerMixin`: mix into any ``Trainer`` subclass
+  (``class MyTrainer(PadlessTrainerMixin, Trainer)``, or TRL's ``SFTTrainer``) and pass
+  ``batch_sampler=`` a padless sampler. The Trainer then trains on exactly that sampler's batches, in
+  its order, with your ``data_collator``; accelerate does not deal them out again; every process
+  runs the same number of steps; the sampler's state goes into every checkpoint and
+  ``trainer.train(resume_from_checkpoint=...)`` continues with exactly the batches the
+  uninterrupted run would have used.
+- :class:`PaddingFreeCollator`: ``input_ids``, ``labels`` and ``position_ids`` restarting at every
+  sequence, as ``transformers.DataCollatorWithFlattening`` emits them, flat ``(1, total)`` or in the
+  ``(rows, capacity)`` layout of a :class:`padless.PackingSampler` batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
+from typing import Any, cast
+
+from ._check import check_bool, check_int, positive_or_none
+from .torch import PackedCollate
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "padless_sampler.json"
+"""Name of the file each checkpoint folder gets: the sampler state to continue from (JSON)."""
+
+_SAMPLER_API = ("__iter__", "__len__", "set_epoch", "state_dict", "load_state_dict")
+
+
+def _check_sampler(sampler: Any) -> Any:
+    missing = [name for name in _SAMPLER_API if not hasattr(sampler, name)]
+    missing += [name for name in ("rank", "world_size", "epoch") if not hasattr(sampler, name)]
+    if missing:
+        raise TypeError(
+            "batch_sampler must be a padless sampler (TokenBudgetSampler, PackingSampler, "
+            f"MixtureSampler...); {type(sampler).__name__} lacks {missing}"
+        )
+    return sampler
+
+
+# --------------------------------------------------------------------------- batches for the Trainer
+
+
+class TrainerBatches:
+    """The batch sampler a :class:`PadlessTrainerMixin` hands the DataLoader.
+
+    It yields the padless sampler's batches unchanged and holds the number of batches per epoch
+    fixed: the Trainer sizes every epoch from the first one (``len(dataloader)``), so an epoch of
+    another length would be cut short or leave an optimizer step half accumulated. ``set_epoch``
+    therefore refuses an epoch whose length differs, before any batch of it is used. (Samplers over
+    one length per item plan the same number of batches every epoch.)
+
+    Args:
+        sampler: the padless sampler.
+    """
+
+    def __init__(self, sampler: Any) -> None:
+        self.padless_sampler = _check_sampler(sampler)
+        self.length = len(sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.padless_sampler)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch; a ``ValueError`` if it has another number of batches than the first."""
+        sampler = self.padless_sampler
+        sampler.set_epoch(epoch)
+        got = len(sampler)
+        if got != self.length:
+            raise ValueError(
+                f"epoch {epoch} of the batch_sampler has {got} batches per process, the first epoch "
+                f"had {self.length}; transformers.Trainer needs the same number every epoch (it "
+                "sizes epochs and accumulation steps from the first). Plan with one length per "
+                "item, or drive the sampler from your own loop"
+            )
+
+
+# --------------------------------------------------------------------------- the Trainer mixin
+
+
+class PadlessTrainerMixin:
+    """Train a ``transformers.Trainer`` (or TRL trainer) on a padless sampler's batches.
+
+    Mix it in *before* the Trainer class and pass the sampler as ``batch_sampler=``::
+
+        from transformers import Trainer, TrainingArguments
+        from padless import TokenBudgetSampler
+        from padless.hf import PadlessTrainerMixin
+
+        class PadlessTrainer(PadlessTrainerMixin, Trainer):
+            pass
+
+        args = TrainingArguments("out", num_train_epochs=3, save_steps=500)
+        sampler = TokenBudgetSampler(lengths, max_tokens=16384, seed=args.seed,
+                                     rank=args.process_index, world_size=args.world_size)
+        trainer = PadlessTrainer(model=model, args=args, train_dataset=dataset,
+                                 data_collator=collator, batch_sampler=sampler)
+        trainer.train()                                   # or resume_from_checkpoint=True
+
+    What it does:
+
+    - **No second sharding.** The sampler already gives each process its own batches, so the
+      ``BatchSamplerShard`` that ``accelerator.prepare`` wraps around a batch sampler is made a
+      pass-through (what transformers does for its own rank-aware ``BatchRebalanceSampler``);
+      ``dispatch_batches=True`` or ``split_batches=True`` are refused with a ``ValueError``.
+      ``per_device_train_batch_size``, ``group_by_length`` and ``dataloader_drop_last`` do not
+      apply: the sampler decides.
+    - **Epochs.** The Trainer's epoch reaches the sampler's ``set_epoch``; every epoch must have
+      the same number of batches (see :class:`TrainerBatches`).
+    - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
+      the batches trained so far (written by the process that writes the checkpoint).
+    - **Resume.** ``train(resume_from_checkpoint=...)`` loads that state (refusing, with a
+      ``ValueError``, one saved for other data, settings or seed) and checks it against the
+      Trainer's own count (global step, accumulation), which must agree; the Trainer then skips
+      the epoch's first batches as usual, and since it skips batch *indices* (accelerate's
+      ``SkipBatchSampler``) no skipped sample is loaded. The run continues with exactly the
+      uninterrupted run's batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted
+      epoch restarts from its first batch.
+
+    The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
+    ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
+    a resume replays the skipped batches' index lists (no data).
+    """
+
+    def __init__(self, *args: Any, batch_sampler: Any, **kwargs: Any) -> None:
+        sampler = _check_sampler(batch_sampler)
+        super().__init__(*args, **kwargs)
+        trainer: Any = self
+        procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
+        if (sampler.world_size, sampler.rank) != (procs, index):
+            raise ValueError(
+                f"batch_sampler must shard for this process: it has rank={sampler.rank}, "
+                f"world_size={sampler.world_size}, but this is process {index} of {procs}; build it "
+                "with rank=args.process_index, world_size=args.world_size"
+            )
+        self.padless_sampler = sampler
+        self._padless_batches = TrainerBatches(sampler)
+        self._padless_resume: str | None = None
+
+    # ------------------------------------------------------------------ data
+    def get_train_dataloader(self) -> Any:
+        """The DataLoader over the padless batches, prepared by accelerate without re-sharding."""
+        from accelerate.data_loader import BatchSamplerShard, DataLoaderDispatcher
+        from torch.utils.data import DataLoader
+
+        trainer: Any = self
+        if trainer.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        args = trainer.args
+        dataset, collator = trainer.train_dataset, trainer.data_collator
+        try:
+            import datasets
+
+            is_arrow = isinstance(dataset, datasets.Dataset)
+        except ImportError:  # pragma: no cover - datasets comes with transformers' Trainer
+            is_arrow = False
+        if is_arrow:
+            dataset = trainer._remove_unused_columns(dataset, description="training")
+        else:
+            collator = trainer._get_collator_with_removed_columns(collator, description="training")
+        batches = self._padless_batches
+        if self._padless_resume is not None:
+            self._padless_restore(self._padless_resume)
+        workers = args.dataloader_num_workers
+        params: dict[str, Any] = {
+            "collate_fn": collator,
+            "num_workers": workers,
+            "pin_memory": args.dataloader_pin_memory,
+            "persistent_workers": bool(args.dataloader_persistent_workers and workers),
+            "worker_init_fn": _worker_init(workers, args.process_index),
+        }
+        if workers:
+            params["prefetch_factor"] = args.dataloader_prefetch_factor
+        prepared = trainer.accelerator.prepare(DataLoader(dataset, batch_sampler=batches, **params))
+        if isinstance(prepared, DataLoaderDispatcher):
+            raise ValueError(
+                "PadlessTrainerMixin needs accelerator_config dispatch_batches=False: with "
+                "dispatch_batches=True process 0 would read its own shard and split it among all"
+            )
+        inner = getattr(prepared, "batch_sampler", None)
+        if isinstance(inner, BatchSamplerShard) and inner.batch_sampler is batches:
+            if inner.split_batches:  # pragma: no cover - prepare refuses it first (no batch_size)
+                raise ValueError("PadlessTrainerMixin needs accelerator_config split_batches=False")
+            inner.num_processes, inner.process_index = 1, 0  # pass-through: already sharded
+        elif inner is not batches:
+            raise ValueError(
+                "accelerate replaced the padless batch sampler by "
+                f"{type(inner).__name__}; PadlessTrainerMixin needs the default accelerator_config"
+            )
+        return prepared
+
+    # ------------------------------------------------------------------ state
+    def _padless_steps(self) -> tuple[int, int]:
+        """(batches per epoch, optimizer steps per epoch) as the Trainer counts them."""
+        trainer: Any = self
+        per_epoch = self._padless_batches.length
+        accumulate = trainer.args.gradient_accumulation_steps
+        return per_epoch, max(math.ceil(per_epoch / accumulate), 1)
+
+    def padless_state(self) -> dict[str, Any]:
+        """The sampler state after the batches of ``self.state.global_step`` optimizer steps.
+
+        This is what checkpoints hold. At an epoch's end it is the finished epoch (position past
+        its last batch); loading it continues with the next epoch.
+        """
+        trainer: Any = self
+        sampler = self.padless_sampler
+        per_epoch, steps = self._padless_steps()
+        step = trainer.state.global_step
+        epoch, done = divmod(step, steps)
+        if done == 0 and step > 0 and sampler.epoch == epoch - 1:
+            return dict(sampler.state_dict(consumed=per_epoch))
+        if sampler.epoch != epoch:
+            raise RuntimeError(
+                f"the batch_sampler is at epoch {sampler.epoch} but the Trainer at epoch {epoch} "
+                f"(global step {step}); was set_epoch called from outside the Trainer?"
+            )
+        consumed = min(done * trainer.args.gradient_accumulation_steps, per_epoch)
+        return dict(sampler.state_dict(consumed=consumed))
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        trainer: Any = self
+        if not trainer.args.should_save:
+            return
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(
+            trainer._get_output_dir(trial=trial),
+            f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}",
+        )
+        _write_json(os.path.join(folder, STATE_FILE), self.padless_state())
+
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``Trainer.train``; a checkpoint to resume from also restores the sampler (see the class)."""
+        path: Any = resume_from_checkpoint
+        if path is True:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            path = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+        self._padless_resume = None if path is None or path is False else os.fspath(path)
+        try:
+            return super().train(  # type: ignore[misc]
+                resume_from_checkpoint=resume_from_checkpoint,
+                trial=trial,
+                ignore_keys_for_eval=ignore_keys_for_eval,
+                **kwargs,
+            )
+        finally:
+            self._padless_resume = None
+
+    def _padless_restore(self, checkpoint: str) -> None:
+        """Put the sampler at the start of the epoch the Trainer resumes (it then skips ahead)."""
+        trainer: Any = self
+        sampler = self.padless_sampler
+        try:
+            with open(os.path.join(checkpoint, "trainer_state.json")) as fh:
+                step = int(json.load(fh)["global_step"])
+        except FileNotFoundError:
+            return  # not a Trainer checkpoint: the Trainer starts from scratch, so do we
+        per_epoch, steps = self._padless_steps()
+        epoch, done = divmod(step, steps)
+        skip = done * trainer.args.gradient_accumulation_steps
+        try:
+            with open(os.path.join(checkpoint, STATE_FILE)) as fh:
+                saved = json.load(fh)
+        except FileNotFoundError:
+            logger.warning(
+                "%s has no %s (written without padless?): resuming the sampler at epoch %d from "
+                "the Trainer's step count alone",
+                checkpoint,
+                STATE_FILE,
+                epoch,
+            )
+            sampler.set_epoch(epoch)
+            return
+        try:
+            sampler.load_state_dict(saved)  # checks data, settings and seed
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"cannot resume the batch_sampler from {checkpoint}: {err}") from None
+        if saved["world_size"] != sampler.world_size:
+            raise ValueError(
+                f"cannot resume from {checkpoint} exactly: it was written by "
+                f"{saved['world_size']} processes, this run has {sampler.world_size}; the Trainer "
+                "counts batches per process"
+            )
+        saved_epoch, saved_done = saved["epoch"], saved["position"] // saved["world_size"]
+        if saved_done >= per_epoch:
+            saved_epoch, saved_done = saved_epoch + 1, 0
+        if (saved_epoch, saved_done) != (epoch, skip):
+            raise ValueError(
+                f"cannot resume from {checkpoint} exactly: its sampler state is epoch "
+                f"{saved_epoch} after {saved_done} batches, the Trainer's global step {step} means "
+                f"epoch {epoch} after {skip} batches; were gradient_accumulation_steps or the "
+                "sampler's batches per epoch changed?"
+            )
+        # the Trainer skips the first `skip` batches of this epoch itself: start it from 0
+        sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
+
+
+def _worker_init(workers: int, rank: int) -> Any:
+    from transformers.trainer_utils import seed_worker
+
+    if not workers:
+        return None
+    if len(inspect.signature(seed_worker).parameters) >= 3:
+        return partial(seed_worker, num_workers=workers, rank=rank)
+    return seed_worker  # pragma: no cover - transformers 4.x
+
+
+def _write_json(path: str, data: Mapping[str, Any]) -> None:
+    """Write JSON under a temporary name, then rename: never a partial file under ``path``."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(dict(data), fh)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+# --------------------------------------------------------------------------- padding-free batches
+
+
+_FLAT_ROW = 1 << 62
+
+
+class PaddingFreeCollator:
+    """Collate HF features into a padding-free batch: sequences back to back, positions restarting.
+
+    The output is what ``transformers.DataCollatorWithFlattening`` emits and HF models accept for
+    padding-free training: ``input_ids`` and ``labels`` (the token ids, or each feature's own
+    ``labels``, with ``separator_id`` at every sequence's first position) and ``position_ids``
+    restarting at ``position_start`` for every sequence. Optionally ``cu_seq_lens_q`` /
+    ``cu_seq_lens_k`` (int32) and ``max_length_q`` / ``max_length_k`` (flash-attention varlen
+    kwargs) and ``seq_idx`` (int32). Models using transformers' mask functions (Llama, Qwen,
+    Mistral...) derive an exact block-diagonal causal mask from ``position_ids`` with eager and
+    sdpa attention (train with ``use_cache=False``); flash attention uses the kwargs.
+
+    Args:
+        capacity: None for one flat ``(1, total)`` row (any padless sampler). With a
+            :class:`padless.PackingSampler`, its ``capacity`` gives ``(rows, capacity)`` tensors
+            cut into its planned rows, each row's padding tail a sequence of its own with labels
+            ``separator_id``.
+        max_per_row, rows: as for :func:`padless.torch.collate_packed` (2-D layout only).
+        flash_attn_kwargs: add ``cu_seq_lens_q/k`` and ``max_length_q/k``.
+        seq_idx: add ``seq_idx``.
+        position_start: first position id of every sequence (2 for RoBERTa-like models).
+        separator_id: label at each sequence's first position and on padding.
+        pad_id: token id of padding (2-D layout only).
+
+    Features are mappings with ``input_ids`` (and optionally ``labels`` of the same length);
+    other keys are ignored. Cost: one concatenation of the batch's tokens (two with labels).
+
+    >>> collate = PaddingFreeCollator()
+    >>> out = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    >>> out["input_ids"].tolist(), out["position_ids"].tolist()
+    ([[5, 6, 7, 8, 9]], [[0, 1, 2, 0, 1]])
+    >>> out["labels"].tolist()
+    [[-100, 6, 7, -100, 9]]
+    """
+
+    def __init__(
+        self,
+        capacity: int | None = None,
+        *,
+        max_per_row: int | None = None,
+        rows: int | None = None,
+        flash_attn_kwargs: bool = False,
+        seq_idx: bool = False,
+        position_start: int = 0,
+        separator_id: int = -100,
+        pad_id: int = 0,
+    ) -> None:
+        self.capacity = positive_or_none("capacity", capacity)
+        self.flash_attn_kwargs = check_bool("flash_attn_kwargs", flash_attn_kwargs)
+        self.seq_idx = check_bool("seq_idx", seq_idx)
+        self.separator_id = check_int("separator_id", separator_id)
+        flat = self.capacity is None
+        row = self.capacity or _FLAT_ROW  # one flat row: no sequence is too long for it
+        sep = cast(int, self.separator_id)
+        if flat and (max_per_row is not None or rows is not None):
+            raise ValueError(
+                "max_per_row and rows describe the (rows, capacity) layout; pass capacity too, "
+                f"got capacity=None with max_per_row={max_per_row!r}, rows={rows!r}"
+            )
+        self._ids = PackedCollate(
+            row,
+            max_per_row=max_per_row,
+            rows=rows,
+            flatten=flat,
+            position_start=position_start,
+            pad_id=pad_id,
+            ignore_index=sep,
+        )
+        self._labels = PackedCollate(
+            row,
+            max_per_row=max_per_row,
+            rows=rows,
+            flatten=flat,
+            pad_id=sep,
+            ignore_index=sep,
+        )
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        ids: list[Any] = []
+        labels: list[Any] = []
+        for i, feature in enumerate(features):
+            if not isinstance(feature, Mapping) or "input_ids" not in feature:
+                raise TypeError(
+                    f"features [{i}] must be a mapping with 'input_ids', got {type(feature).__name__}"
+                )
+            ids.append(feature["input_ids"])
+            if "labels" in feature:
+                labels.append(feature["labels"])
+        if labels and len(labels) != len(ids):
+            raise ValueError("either every feature has 'labels' or none does")
+        packed = self._ids(ids)
+        out: dict[str, Any] = {
+            "input_ids": packed["input_ids"],
+            "labels": packed["labels"],
+            "position_ids": packed["position_ids"],
+        }
+        if labels:
+            for i, (a, b) in enumerate(zip(ids, labels, strict=True)):
+                if len(a) != len(b):
+                    raise ValueError(
+                        f"features [{i}] has {len(a)} input_ids but {len(b)} labels; they must match"
+                    )
+            out["labels"] = self._labels(labels)["labels"]
+        if self.flash_attn_kwargs:
+            out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = packed["cu_seqlens"]
+            out["max_length_q"] = out["max_length_k"] = packed["max_seqlen"]
+        if self.seq_idx:
+            out["seq_idx"] = packed["seq_idx"]
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"PaddingFreeCollator(capacity={self.capacity}, flash_attn_kwargs="
+            f"{self.flash_attn_kwargs}, seq_idx={self.seq_idx}, separator_id={self.separator_id})"
+        )
+
+
+__all__ = ["STATE_FILE", "PaddingFreeCollator", "PadlessTrainerMixin", "TrainerBatches"]

@@ -1,0 +1,198 @@
+"""Train a tiny Llama with ``PadlessTrainerMixin`` and record every batch; resume from checkpoints.
+
+Imported by tests/test_hf.py (one process) and launched by it under
+``accelerate launch --cpu --num_processes 2 tests/_hf_train.py OUT_DIR``: each rank then writes
+OUT_DIR/rank<r>.json with the batches of an uninterrupted run, of runs resumed from a mid-epoch
+and an epoch-end checkpoint, and of the bare sampler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+from transformers.utils import logging as hf_logging
+
+from padless import TokenBudgetSampler
+from padless.hf import PaddingFreeCollator, PadlessTrainerMixin
+
+VOCAB = 48
+torch.set_num_threads(1)  # tiny model: threads only contend
+hf_logging.disable_progress_bar()
+hf_logging.set_verbosity_error()
+
+
+class SaveAt(TrainerCallback):
+    """Save checkpoints after exactly these global steps (saving every step is slow)."""
+
+    def __init__(self, steps: Any) -> None:
+        self.steps = set(steps)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if state.global_step in self.steps:
+            control.should_save = True
+        return control
+
+
+def corpus(n: int = 96, seed: int = 0) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """Long-tailed token lengths (2..40) and HF-style features that carry their index."""
+    rs = np.random.default_rng(seed)
+    lengths = np.minimum(rs.lognormal(2.2, 0.6, n).astype(np.int64) + 2, 40)
+    data = [
+        {"input_ids": rs.integers(1, VOCAB, int(k)).tolist(), "index": i}
+        for i, k in enumerate(lengths)
+    ]
+    return lengths, data
+
+
+class WithIndex:
+    """Collate with the user's collator and carry the items' indices along (to record them)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        out = dict(self.inner(features))
+        out["index"] = torch.tensor([f["index"] for f in features])
+        return out
+
+
+class RecordingTrainer(PadlessTrainerMixin, Trainer):
+    """A padless Trainer that records, per micro-batch, the step, the items and the loss."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.record: list[dict[str, Any]] = []
+
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        index = inputs.pop("index").tolist()
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.record.append(
+            {
+                "step": self.state.global_step,
+                "epoch": self.padless_sampler.epoch,
+                "index": index,
+                "loss": float(loss),
+            }
+        )
+        return loss
+
+
+def tiny_model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def training_args(out: str, **overrides: Any) -> TrainingArguments:
+    kwargs: dict[str, Any] = {
+        "num_train_epochs": 2,
+        "gradient_accumulation_steps": 2,
+        "learning_rate": 3e-3,
+        "optim": "adamw_torch",
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "remove_unused_columns": False,
+        "seed": 0,
+        "disable_tqdm": True,
+    }
+    kwargs.update(overrides)
+    return TrainingArguments(out, **kwargs)
+
+
+def make_sampler(
+    lengths: np.ndarray, args: TrainingArguments, cls: Any = TokenBudgetSampler, **kw: Any
+) -> Any:
+    settings: dict[str, Any] = {"seed": 1}
+    if cls is TokenBudgetSampler:
+        settings["max_tokens"] = 104  # 14 batches: 7 per process of 2
+    settings.update(kw)
+    return cls(lengths, rank=args.process_index, world_size=args.world_size, **settings)
+
+
+def train(
+    out: str,
+    *,
+    resume: str | None = None,
+    collator: Any = None,
+    sampler_cls: Any = TokenBudgetSampler,
+    sampler_kw: dict[str, Any] | None = None,
+    save_at: Any = (),
+    **overrides: Any,
+) -> tuple[RecordingTrainer, list[dict[str, Any]]]:
+    """One run (fresh model, fresh sampler); returns the trainer and its record."""
+    lengths, data = corpus()
+    args = training_args(out, **overrides)
+    sampler = make_sampler(lengths, args, sampler_cls, **(sampler_kw or {}))
+    trainer = RecordingTrainer(
+        model=tiny_model(),
+        args=args,
+        train_dataset=data,
+        data_collator=WithIndex(collator or PaddingFreeCollator()),
+        batch_sampler=sampler,
+        callbacks=[SaveAt(save_at)],
+    )
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, trainer.record
+
+
+def bare_batches(
+    lengths: np.ndarray, args: TrainingArguments, epochs: int, **kw: Any
+) -> list[list[list[int]]]:
+    """What the bare sampler yields on this rank, epoch by epoch."""
+    sampler = make_sampler(lengths, args, **kw)
+    out = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        out.append([list(b) for b in sampler])
+    return out
+
+
+def main(out: str) -> None:
+    full_dir = os.path.join(out, "full")
+    per_epoch = len(make_sampler(corpus()[0], training_args(full_dir)))
+    steps = -(-per_epoch // 2)  # optimizer steps per epoch (accumulating 2 batches)
+    trainer, full = train(full_dir, save_at=(steps, steps + 1))
+    assert trainer._padless_steps() == (per_epoch, steps), trainer._padless_steps()
+    rank = trainer.args.process_index
+    result: dict[str, Any] = {
+        "rank": rank,
+        "world": trainer.args.world_size,
+        "steps_per_epoch": steps,
+        "repeated": trainer.padless_sampler.repeated,
+        "full": full,
+        "bare": bare_batches(corpus()[0], trainer.args, 2),
+        "resumed": {},
+    }
+    for step in (steps + 1, steps):  # mid-epoch 1, and the end of epoch 0
+        ckpt = os.path.join(full_dir, f"checkpoint-{step}")
+        _, record = train(os.path.join(out, f"resume{step}"), resume=ckpt)
+        result["resumed"][str(step)] = record
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+        json.dump(result, fh)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,300 @@
+"""padless.hf: the Trainer mixin with the real transformers/accelerate (tiny Llama, CPU), one and two
+processes, and the padding-free collator against transformers' own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from transformers import DataCollatorWithFlattening  # noqa: E402
+
+from padless import PackingSampler, TokenBudgetSampler  # noqa: E402
+from padless.hf import STATE_FILE, PaddingFreeCollator, TrainerBatches  # noqa: E402
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import _hf_train as hft  # noqa: E402
+
+
+def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
+    """Run cmd in its own process group; on timeout kill that whole group (workers included)."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"{cmd} timed out after {timeout} s:\n{out[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+# --------------------------------------------------------------------------- collator
+
+
+def _features(seed, n, labels=False):
+    rs = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ids = rs.integers(1, hft.VOCAB, rs.integers(1, 12)).tolist()
+        f = {"input_ids": ids}
+        if labels:
+            f["labels"] = [t if rs.random() < 0.7 else -100 for t in ids]
+        out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_flat_collator_matches_datacollatorwithflattening(labels):
+    ours = PaddingFreeCollator(flash_attn_kwargs=True, seq_idx=True)
+    theirs = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_seq_idx=True)
+    for seed in range(5):
+        feats = _features(seed, 7, labels)
+        a, b = ours(feats), theirs(feats)
+        assert set(a) == set(b)
+        for key in a:
+            if isinstance(b[key], torch.Tensor):
+                assert a[key].dtype == b[key].dtype, key
+                assert a[key].tolist() == b[key].tolist(), key
+            else:
+                assert a[key] == b[key], key
+
+
+def test_row_collator_cuts_packing_batches_into_planned_rows():
+    lengths = np.random.default_rng(3).integers(1, 30, 200)
+    sampler = PackingSampler(lengths, capacity=32, rows_per_batch=4, seed=0)
+    feats = [{"input_ids": list(range(1, n + 1))} for n in lengths]
+    collate = PaddingFreeCollator(32, rows=4, flash_attn_kwargs=True)
+    for batch in sampler:
+        out = collate([feats[i] for i in batch])
+        ids, pos, lab = out["input_ids"], out["position_ids"], out["labels"]
+        assert ids.shape == pos.shape == lab.shape == (4, 32)
+        # every real token: position = token - 1 (tokens count up from 1 in every sequence)
+        real = ids != 0
+        assert torch.equal(pos[real], ids[real] - 1)
+        assert int(real.sum()) == int(lengths[batch].sum())
+        assert (lab[~real] == -100).all() and (lab[pos == 0] == -100).all()
+        cu = out["cu_seq_lens_q"]
+        assert cu.dtype == torch.int32 and int(cu[-1]) == 4 * 32
+
+
+def test_collator_errors():
+    with pytest.raises(ValueError, match="pass capacity too"):
+        PaddingFreeCollator(rows=2)
+    with pytest.raises(TypeError, match="mapping with 'input_ids'"):
+        PaddingFreeCollator()([[1, 2]])
+    with pytest.raises(ValueError, match="3 input_ids but 2 labels"):
+        PaddingFreeCollator()([{"input_ids": [1, 2, 3], "labels": [1, 2]}])
+    with pytest.raises(ValueError, match="every feature has 'labels' or none"):
+        PaddingFreeCollator()([{"input_ids": [1], "labels": [1]}, {"input_ids": [2]}])
+    with pytest.raises(TypeError, match="flash_attn_kwargs must be a bool"):
+        PaddingFreeCollator(flash_attn_kwargs=1)
+
+
+def test_packed_batch_loss_is_the_loss_of_the_separate_sequences():
+    """HF's sdpa path turns restarting position_ids into an exact block-diagonal causal mask."""
+    model = hft.tiny_model().eval()
+    feats = _features(11, 6)
+    with torch.no_grad():
+        total = count = 0.0
+        for f in feats:
+            ids = torch.tensor([f["input_ids"]])
+            if ids.shape[1] < 2:
+                continue
+            n = ids.shape[1] - 1
+            total += float(model(input_ids=ids, labels=ids).loss) * n
+            count += n
+        alone = total / count
+        for collate in (PaddingFreeCollator(), PaddingFreeCollator(24)):
+            batch = collate(feats)
+            packed = float(model(**batch).loss)
+            assert packed == pytest.approx(alone, rel=1e-5)
+
+
+# --------------------------------------------------------------------------- one process
+
+
+def _indices(record):
+    return [r["index"] for r in record]
+
+
+def test_trainer_uses_exactly_the_sampler_batches_and_resumes_exactly(tmp_path):
+    kw = {"sampler_kw": {"max_tokens": 112}}  # 13 batches per epoch: the last step accumulates 1
+    lengths = hft.corpus()[0]
+    per_epoch = len(TokenBudgetSampler(lengths, max_tokens=112, seed=1))
+    assert per_epoch == 13
+    steps = 7
+    marks = (3, steps, steps + 2)  # mid-epoch 0, end of epoch 0, mid-epoch 1
+    trainer, full = hft.train(str(tmp_path / "full"), save_at=marks, **kw)
+    bare = hft.bare_batches(lengths, trainer.args, 2, max_tokens=112)
+    assert _indices(full) == bare[0] + bare[1]
+    for epoch in range(2):  # every item once per epoch
+        seen = sorted(i for r in full if r["epoch"] == epoch for i in r["index"])
+        assert seen == list(range(len(lengths)))
+    state = json.loads((tmp_path / "full" / f"checkpoint-{steps + 2}" / STATE_FILE).read_text())
+    assert (state["epoch"], state["position"]) == (1, 4)  # 2 steps x 2 batches into epoch 1
+    for mark in marks:
+        _, resumed = hft.train(
+            str(tmp_path / f"resume{mark}"),
+            resume=str(tmp_path / "full" / f"checkpoint-{mark}"),
+            **kw,
+        )
+        tail = [r for r in full if r["step"] >= mark]
+        assert _indices(resumed) == _indices(tail), mark
+        assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in tail], abs=1e-6)
+
+
+def test_resume_true_and_ignore_data_skip(tmp_path):
+    out = str(tmp_path / "run")
+    _, full = hft.train(out, save_at=(5,), max_steps=5)
+    # resume_from_checkpoint=True finds checkpoint-5; max_steps=9 continues to step 9
+    _, resumed = hft.train(out, resume=True, max_steps=9)
+    _, ref = hft.train(str(tmp_path / "ref"), max_steps=9)
+    assert _indices(full + resumed) == _indices(ref)
+    # ignore_data_skip: the interrupted epoch restarts from its first batch (HF semantics)
+    _, again = hft.train(
+        str(tmp_path / "again"),
+        resume=str(Path(out) / "checkpoint-5"),
+        ignore_data_skip=True,
+        max_steps=6,
+    )
+    per_epoch = len(hft.make_sampler(hft.corpus()[0], hft.training_args(out)))
+    epoch = 5 // -(-per_epoch // 2)
+    assert (
+        again[0]["index"] == hft.bare_batches(hft.corpus()[0], hft.training_args(out), 2)[epoch][0]
+    )
+
+
+def test_packing_sampler_with_row_collator_trains(tmp_path):
+    lengths = hft.corpus()[0]
+    trainer, record = hft.train(
+        str(tmp_path / "pack"),
+        collator=PaddingFreeCollator(48, rows=2),
+        sampler_cls=PackingSampler,
+        sampler_kw={"capacity": 48, "rows_per_batch": 2},
+        max_steps=3,
+        gradient_accumulation_steps=1,
+    )
+    sampler = PackingSampler(lengths, capacity=48, rows_per_batch=2, seed=1)
+    assert _indices(record) == [list(b) for b in sampler][:3]
+    assert all(np.isfinite(r["loss"]) for r in record)
+
+
+def test_refuses_checkpoint_of_other_settings_and_wrong_shards(tmp_path):
+    out = str(tmp_path / "a")
+    hft.train(out, save_at=(2,), max_steps=2)
+    with pytest.raises(ValueError, match="settings differ"):
+        hft.train(
+            str(tmp_path / "b"),
+            resume=str(Path(out) / "checkpoint-2"),
+            sampler_kw={"max_tokens": 120},
+            max_steps=3,
+        )
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        hft.train(
+            str(tmp_path / "c"),
+            resume=str(Path(out) / "checkpoint-2"),
+            gradient_accumulation_steps=1,
+            max_steps=3,
+        )
+    lengths, data = hft.corpus()
+    args = hft.training_args(str(tmp_path / "d"))
+    with pytest.raises(ValueError, match="rank=args.process_index, world_size=args.world_size"):
+        hft.RecordingTrainer(
+            model=hft.tiny_model(),
+            args=args,
+            train_dataset=data,
+            data_collator=PaddingFreeCollator(),
+            batch_sampler=TokenBudgetSampler(lengths, max_tokens=64, world_size=2),
+        )
+    with pytest.raises(TypeError, match="must be a padless sampler"):
+        hft.RecordingTrainer(model=hft.tiny_model(), args=args, batch_sampler=[[0, 1]])
+
+
+def test_dispatch_batches_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="dispatch_batches=False"):
+        hft.train(str(tmp_path / "x"), max_steps=1, accelerator_config={"dispatch_batches": True})
+
+
+class GrowingBudget:
+    """A user's own sampler (padless protocol) whose budget grows with the epoch: fewer batches."""
+
+    rank, world_size = 0, 1
+
+    def __init__(self, lengths):
+        self.lengths, self.epoch = lengths, 0
+
+    def _sampler(self):
+        return TokenBudgetSampler(self.lengths, max_tokens=16 * (1 + self.epoch), shuffle=False)
+
+    def __iter__(self):
+        return iter(self._sampler())
+
+    def __len__(self):
+        return len(self._sampler())
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def state_dict(self, consumed=None):
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state):
+        self.epoch = state["epoch"]
+
+
+def test_epoch_of_another_length_is_refused_before_use():
+    batches = TrainerBatches(GrowingBudget(np.full(40, 4)))
+    assert len(batches) == 10
+    batches.set_epoch(0)
+    with pytest.raises(ValueError, match="epoch 1 of the batch_sampler has 5 batches"):
+        batches.set_epoch(1)
+
+
+# --------------------------------------------------------------------------- two processes
+
+
+def test_two_processes_torchrun(tmp_path):
+    """torchrun (gloo, CPU), 2 processes: the mixin's batches, shards and resume."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent / "src"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = run_group([*cmd, str(HERE / "_hf_train.py"), str(tmp_path)], timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    n = len(hft.corpus()[0])
+    for r, res in enumerate(ranks):
+        assert (res["rank"], res["world"], res["repeated"]) == (r, 2, 0)
+        assert _indices(res["full"]) == [b for epoch in res["bare"] for b in epoch]
+    a, b = ranks[0]["full"], ranks[1]["full"]
+    assert len(a) == len(b)  # equal steps
+    for epoch in range(2):
+        mine = [tuple(x["index"]) for x in a if x["epoch"] == epoch]
+        theirs = [tuple(x["index"]) for x in b if x["epoch"] == epoch]
+        assert not set(mine) & set(theirs)  # no batch on both processes
+        seen = sorted(i for batch in mine + theirs for i in batch)
+        assert seen == list(range(n))  # every index once per epoch
+    for res in ranks:
+        assert set(res["resumed"]) == {str(res["steps_per_epoch"]), str(res["steps_per_epoch"] + 1)}
+        for mark, resumed in res["resumed"].items():
+            tail = [x for x in res["full"] if x["step"] >= int(mark)]
+            assert _indices(resumed) == _indices(tail)
+            assert [x["loss"] for x in resumed] == pytest.approx(
+                [x["loss"] for x in tail], abs=1e-6
+            )
