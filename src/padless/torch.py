@@ -146,12 +146,14 @@ class StatefulLoader:
         self.loader = loader
         self.sampler = sampler
         self.delivered = 0
+        self._epoch = getattr(sampler, "epoch", None)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         self.delivered = 0
+        self._epoch = getattr(self.sampler, "epoch", None)
         for batch in self.loader:
             self.delivered += 1
             yield batch
@@ -161,27 +163,29 @@ class StatefulLoader:
         self.sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return the sampler state at the batches delivered to the loop."""
+        """Return the sampler state at the batches delivered to the loop.
+
+        Also right after ``set_epoch`` (a start-of-epoch checkpoint): the new epoch has
+        delivered nothing yet, so the state is that epoch's start.
+        """
+        if getattr(self.sampler, "epoch", None) != self._epoch:
+            return dict(self.sampler.state_dict())  # no batch of this epoch delivered yet
         return dict(self.sampler.state_dict(consumed=self.delivered))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the sampler from ``state`` at the next iteration."""
         self.sampler.load_state_dict(state)
+        self.delivered = 0
+        self._epoch = getattr(self.sampler, "epoch", None)
 
 
 # --------------------------------------------------------------------------- LM streams
-# Self-contained imports so this section does not depend on edits at the top of the file.
-from collections.abc import Iterator as _Iterator  # noqa: E402
-from typing import Any as _Any  # noqa: E402
-
-import numpy as _np  # noqa: E402
-
 _LM_TORCH_DTYPES = {"int64": torch.int64, "int32": torch.int32, "uint16": torch.uint16}
 
 
 def lm_tensors(
-    stream: _Any, *, pin_memory: bool = False
-) -> _Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    stream: Any, *, pin_memory: bool = False
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield the ``(x, y)`` batches of a :class:`padless.stream.LMStream` as CPU tensors.
 
     Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
@@ -221,7 +225,7 @@ def lm_tensors(
         return
     made: list[torch.Tensor] = []
 
-    def pinned_empty(shape: tuple[int, int, int], dtype: _np.dtype) -> _np.ndarray:
+    def pinned_empty(shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
         pair = torch.empty(shape, dtype=_LM_TORCH_DTYPES[dtype.name], pin_memory=True)
         made.append(pair)
         return pair.numpy()
@@ -239,13 +243,11 @@ def _pinned_memory_available() -> bool:
 
 
 # --------------------------------------------------------------------------- multi-corpus mixtures
-# Self-contained imports so this section does not depend on edits at the top of the file.
-from collections.abc import Mapping as _Mapping  # noqa: E402
 
 
 def mixture_dataset(
-    datasets: _Mapping[str, _Any], sampler: _Any = None
-) -> torch.utils.data.ConcatDataset[_Any]:
+    datasets: Mapping[str, Any], sampler: Any = None
+) -> torch.utils.data.ConcatDataset[Any]:
     """Build the ``ConcatDataset`` whose indices are a ``MixtureSampler``'s global indices.
 
     Corpora are concatenated in the sampler's order (its ``samplers`` dict's order), or in the
@@ -267,7 +269,7 @@ def mixture_dataset(
     >>> [ds[i] for i in range(3)]
     ['a0', 'a1', 'b0']
     """
-    if not isinstance(datasets, _Mapping):
+    if not isinstance(datasets, Mapping):
         raise TypeError(
             f"datasets must be a dict corpus name -> dataset, got {type(datasets).__name__}"
         )
@@ -405,7 +407,7 @@ class PackedCollate:
 
 
 def collate_packed(
-    capacity: int,
+    capacity: Any,
     *,
     max_per_row: int | None = None,
     rows: int | None = None,
@@ -460,7 +462,19 @@ def collate_packed(
     ([0, 6, 8, 13, 14, 16], 6)
     >>> out["position_ids"][1].tolist(), out["labels"][1].tolist()
     ([0, 1, 2, 3, 4, 0, 0, 1], [-100, 14, 15, 16, 17, -100, -100, -100])
+
+    ``capacity`` may also be the ``Packing`` spec or the packing sampler itself, so capacity and
+    ``max_per_row`` are never typed twice (``sampler.collate(...)`` does this); a
+    ``max_per_row`` given beside it must then agree.
     """
+    spec = getattr(capacity, "spec", capacity)
+    if hasattr(spec, "capacity") and hasattr(spec, "max_per_row"):
+        if max_per_row is not None and max_per_row != spec.max_per_row:
+            raise ValueError(
+                f"max_per_row must match the packing spec's max_per_row={spec.max_per_row}, "
+                f"got {max_per_row}"
+            )
+        capacity, max_per_row = spec.capacity, spec.max_per_row
     return PackedCollate(
         capacity,
         max_per_row=max_per_row,
