@@ -2,10 +2,13 @@
 
 import gzip
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from padless import lengths_of
 from padless.readers import (
@@ -16,6 +19,18 @@ from padless.readers import (
 )
 
 LINES = ["the quick  brown fox", "", "  jumps\tover ", "the lazy dog\r", "héllo wörld ✓", "x"]
+
+
+def write_packed(path: Path, raw: bytes) -> Path:
+    """Write ``raw`` as is, gzip- or zstd-compressed by the path's suffix."""
+    if path.name.endswith(".gz"):
+        raw = gzip.compress(raw)
+    elif path.name.endswith(".zst"):
+        import zstandard
+
+        raw = zstandard.ZstdCompressor().compress(raw)
+    path.write_bytes(raw)
+    return path
 
 
 def write_text(path: Path, lines=LINES, final_newline=True) -> Path:
@@ -43,17 +58,22 @@ def test_text_counts_match_python(tmp_path, mode, final_newline):
     assert lengths_from_text(path, tokenizer=mode).tolist() == expected(mode)
 
 
-def test_text_across_chunk_boundaries(tmp_path, monkeypatch):
+@pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".txt.zst"])
+def test_text_across_piece_boundaries(tmp_path, monkeypatch, suffix):
     import padless.readers as R
 
-    monkeypatch.setattr(R, "_CHUNK", 7)
+    monkeypatch.setattr(R, "_CHUNK", 7)  # streamed pieces (.gz/.zst)
+    monkeypatch.setattr(R, "_MAPPED_PIECE", 5)  # mapped pieces, when progress is asked for
     rs = np.random.default_rng(0)
     lines = [
-        " ".join("w" * int(k) for k in rs.integers(1, 6, rs.integers(0, 8))) for _ in range(200)
+        " ".join("w" * int(k) for k in rs.integers(1, 6, rs.integers(0, 8))) + "\r" * (i % 3 == 0)
+        for i in range(200)
     ]
-    path = write_text(tmp_path / "b.txt", lines)
-    assert lengths_from_text(path).tolist() == expected("whitespace", lines)
-    assert lengths_from_text(path, tokenizer="bytes").tolist() == expected("bytes", lines)
+    path = write_packed(tmp_path / f"b{suffix}", ("\n".join(lines) + "\n").encode())
+    for mode in ("whitespace", "bytes", "chars"):
+        want = expected(mode, lines)
+        assert lengths_from_text(path, tokenizer=mode).tolist() == want
+        assert lengths_from_text(path, tokenizer=mode, progress=lambda b, n: None).tolist() == want
 
 
 def test_compressed_text(tmp_path):
@@ -212,7 +232,7 @@ def test_missing_file():
 def test_progress_reports_bytes_and_lines(tmp_path, monkeypatch):
     import padless.readers as R
 
-    monkeypatch.setattr(R, "_CHUNK", 64)
+    monkeypatch.setattr(R, "_MAPPED_PIECE", 64)
     lines = [f"line {i} " + "x " * (i % 7) for i in range(100)]
     path = write_text(tmp_path / "p.txt", lines)
     seen = []
@@ -220,3 +240,226 @@ def test_progress_reports_bytes_and_lines(tmp_path, monkeypatch):
     assert len(seen) > 1
     assert sum(b for b, _ in seen) == path.stat().st_size
     assert sum(n for _, n in seen) == got.size == 100
+
+
+# --------------------------------------------------------------------------- compiled counter
+
+
+MODES = ("whitespace", "chars", "bytes")
+
+
+def kernel_counts(pieces: list[bytes], mode: str, capacity: int = 8) -> list[int]:
+    """Feed ``pieces`` to the compiled counter as one text, growing the output as the reader does."""
+    from padless import _text_kernels as TK
+
+    m = TK.MODES[mode]
+    state, flags = TK.new_state(m), np.zeros(TK.BLOCK, np.uint8)
+    out, n, last = np.empty(capacity, np.int64), 0, None
+    for piece in pieces:
+        arr = np.frombuffer(piece, np.uint8)
+        done = 0
+        while True:
+            used, n, nul = TK.count_lines(arr[done:], m, out, n, state, flags)
+            assert nul == -1
+            done += used
+            if done == arr.size:
+                break
+            out = np.concatenate([out[:n], np.empty(out.size + TK.BLOCK + 8, np.int64)])
+        if piece:
+            last = piece[-1]
+    tail = TK.finish(m, state, last)
+    return out[:n].tolist() + ([] if tail is None else [tail])
+
+
+def reference(data: bytes, mode: str) -> list[int]:
+    from padless import _text_kernels as TK
+
+    return TK.count_lines_reference(data, TK.MODES[mode])
+
+
+# text-like bytes: whitespace, newlines, CR, UTF-8 lead and continuation bytes, anything but NUL
+text_bytes = st.binary(max_size=300).map(lambda b: b.replace(b"\0", b"\n")) | st.lists(
+    st.sampled_from(
+        [
+            b" ",
+            b"\t",
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\x0b",
+            b"\x0c",
+            b"a",
+            b"\xc3\xa9",
+            b"\xe2\x9c\x93",
+            b"\x80",
+            b"\xff",
+        ]
+    ),
+    max_size=200,
+).map(b"".join)
+
+
+@given(text_bytes, st.lists(st.integers(0, 300), max_size=4), st.sampled_from(MODES))
+def test_kernel_matches_reference_on_any_split(data, cuts, mode):
+    bounds = [0, *sorted(min(c, len(data)) for c in cuts), len(data)]
+    pieces = [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    assert kernel_counts(pieces, mode) == reference(data, mode)
+
+
+def test_reference_is_bytes_split_per_line():
+    data = b"a b\r\n\n  x\t\x0by \r\nlast"
+    assert reference(data, "whitespace") == [len(x.split()) for x in data.split(b"\n")]
+    assert reference("é a\r\n".encode(), "chars") == [3]
+    assert reference("é a\r\n".encode(), "bytes") == [4]
+
+
+def test_kernel_blocks_and_growth_on_long_input():
+    from padless import _text_kernels as TK
+
+    rs = np.random.default_rng(3)
+    alphabet = np.frombuffer(b"ab \t\n\r\xc3\xa9", np.uint8)
+    data = alphabet[rs.integers(0, alphabet.size, 5 * TK.BLOCK + 13)].tobytes()
+    for mode in MODES:
+        want = reference(data, mode)
+        assert kernel_counts([data], mode) == want
+        assert kernel_counts([data[: TK.BLOCK - 1], data[TK.BLOCK - 1 :]], mode) == want
+
+
+def test_kernel_stops_at_the_first_nul():
+    from padless import _text_kernels as TK
+
+    for mode in MODES:
+        m = TK.MODES[mode]
+        buf = np.frombuffer(b"a b\nc\0d\0", np.uint8)
+        out = np.empty(TK.BLOCK + 16, np.int64)
+        _, n, nul = TK.count_lines(buf, m, out, 0, TK.new_state(m), np.zeros(TK.BLOCK, np.uint8))
+        assert nul == 5
+
+
+# --------------------------------------------------------------------------- text files
+
+
+@given(text_bytes, st.sampled_from(MODES), st.sampled_from([".txt", ".gz", ".zst"]))
+def test_text_files_count_like_bytes_split(data, mode, suffix):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_packed(Path(tmp) / f"t{suffix}", data)
+        assert lengths_from_text(path, tokenizer=mode).tolist() == reference(data, mode)
+
+
+@pytest.mark.parametrize(
+    ("raw", "words", "nbytes"),
+    [
+        (b"a b\r\nc\r\n", [2, 1], [3, 1]),  # CRLF
+        (b"a b\nc", [2, 1], [3, 1]),  # no final newline
+        (b"a b\r", [2], [3]),  # a last \r, no newline
+        (b"\n\n\nx\n\n", [0, 0, 0, 1, 0], [0, 0, 0, 1, 0]),  # empty lines
+        (b"\r\n", [0], [0]),
+        (b"", [], []),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".txt.zst"])
+def test_line_ends(tmp_path, raw, words, nbytes, suffix):
+    path = write_packed(tmp_path / f"e{suffix}", raw)
+    assert lengths_from_text(path).tolist() == words
+    assert lengths_from_text(path, tokenizer="bytes").tolist() == nbytes
+
+
+def test_many_short_lines_grow_the_output(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_bytes(b"x\n\n" * 100_000)
+    got = lengths_from_text(path)
+    assert got.dtype == np.int64 and got.shape == (200_000,)
+    assert got[::2].min() == 1 and got[1::2].max() == 0
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+def test_compressed_text_is_streamed_in_pieces(tmp_path, monkeypatch, suffix):
+    import padless.readers as R
+
+    monkeypatch.setattr(R, "_CHUNK", 1000)
+    raw = b"".join(b"w " * (i % 9) + b"\n" for i in range(3000))
+    path = write_packed(tmp_path / f"s.txt{suffix}", raw)
+    pieces = []
+    got = lengths_from_text(path, progress=lambda b, n: pieces.append(b))
+    assert got.tolist() == reference(raw, "whitespace")
+    assert sum(pieces) == len(raw) and len(pieces) > 10 and max(pieces) <= 1000
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".txt.zst"])
+@pytest.mark.parametrize("tokenizer", ["whitespace", "bytes", "hf"])
+def test_binary_file_is_refused_naming_file_and_offset(tmp_path, suffix, tokenizer):
+    path = write_packed(tmp_path / f"bin{suffix}", b"ok line\n" * 3 + b"ab\0cd\n")
+    if tokenizer == "hf":
+        tokenizer = f"hf:{word_tokenizer(tmp_path)}"
+    with pytest.raises(ValueError, match="looks binary") as info:
+        lengths_from_text(path, tokenizer=tokenizer)
+    assert str(path) in str(info.value) and "offset 26" in str(info.value)
+
+
+def test_folder_passed_as_text_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is a folder, not a text file") as info:
+        lengths_from_text(tmp_path)
+    assert str(tmp_path) in str(info.value)
+    with pytest.raises(TypeError, match="path must be a str or a pathlib.Path"):
+        lengths_from_text(3)
+
+
+def word_tokenizer(tmp_path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "ok": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    return tmp_path / "tok.json"
+
+
+# --------------------------------------------------------------------------- bad files
+
+
+def test_corrupt_files_are_refused_naming_the_file(tmp_path):
+    import padless
+
+    for name, raw in [
+        ("bad.npy", b"not an array"),
+        (
+            "trunc.npy",
+            b"\x93NUMPY\x01\x00v\x00{'descr': '<i8', 'fortran_order': False, 'shape': (9,), }",
+        ),
+        ("bad.npz", b"PK\x03\x04 broken zip"),
+        ("bad.arrow", b"garbage bytes"),
+        ("bad.feather", b""),
+        ("bad.parquet", b"PAR1 not really"),
+    ]:
+        path = tmp_path / name
+        path.write_bytes(raw)
+        with pytest.raises(ValueError) as info:
+            padless.lengths_of(path)
+        assert str(path) in str(info.value), name
+    np.save(tmp_path / "obj.npy", np.array([1, "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="obj.npy is not a readable .npy"):
+        lengths_from_file(tmp_path / "obj.npy")
+
+
+def test_values_read_from_files_are_range_checked(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    np.save(tmp_path / "big.npy", np.array([1, 2**40]))
+    with pytest.raises(ValueError, match=r"big.npy: lengths must be .* at position \[1\]"):
+        lengths_from_file(tmp_path / "big.npy")
+    pq.write_table(pa.table({"n": pa.array([3, -1], pa.int64())}), tmp_path / "neg.parquet")
+    with pytest.raises(ValueError, match=r"neg.parquet: lengths must be .*-1 at position \[1\]"):
+        lengths_from_arrow(tmp_path / "neg.parquet", column="n")
+    pq.write_table(pa.table({"n": pa.array([2**63], pa.uint64())}), tmp_path / "u.parquet")
+    with pytest.raises(ValueError, match="9223372036854775808 at position"):
+        lengths_from_arrow(tmp_path / "u.parquet", column="n")
+
+
+def test_bad_tokenizer_models_are_refused_naming_the_file(tmp_path):
+    path = write_text(tmp_path / "a.txt")
+    bad = tmp_path / "garbage.model"
+    bad.write_bytes(b"\x00garbage")
+    for spec in (f"spm:{bad}", f"hf:{bad}"):
+        with pytest.raises(ValueError) as info:
+            lengths_from_text(path, tokenizer=spec)
+        assert str(bad) in str(info.value)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 _SEQUENCE_TYPES = (list, tuple, np.ndarray, range)
+
+MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): sums of 2**31 of them fit int64
+_RULE = "whole numbers in [0, 2**31)"
+_TEXT_HINT = (
+    "for a text file pass a pathlib.Path or call padless.readers.lengths_from_text(path); "
+    "for text in memory, tokenize it first"
+)
 
 
 def _first_bad(mask: np.ndarray) -> tuple[int, ...]:
@@ -32,33 +40,53 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
     if arr.dtype == np.bool_:
         raise TypeError("lengths must be integers, got booleans")
     if arr.dtype.kind in "iu":
-        if arr.dtype.kind == "i" and arr.size:
-            negative = arr < 0
-            if negative.any():
-                pos = _first_bad(negative)
-                raise ValueError(
-                    f"lengths must be non-negative, got {arr[pos].item()} at position {_where(pos)}"
-                )
-        if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-            raise ValueError("lengths do not fit in int64")
+        if arr.size and (int(arr.max()) >= MAX_LENGTH or int(arr.min()) < 0):
+            _raise_first_bad((arr < 0) | (arr >= MAX_LENGTH), arr)
         return np.ascontiguousarray(arr, dtype=np.int64)
     if arr.dtype.kind == "f":
         if arr.size:
-            bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.floor(arr))
+            # NaN fails every comparison, so it lands in `bad` too
+            bad = ~((arr >= 0) & (arr < MAX_LENGTH) & (arr == np.floor(arr)))
             if bad.any():
-                pos = _first_bad(bad)
-                raise ValueError(
-                    "lengths must be non-negative whole numbers, "
-                    f"got {arr[pos].item()!r} at position {_where(pos)}"
-                )
+                _raise_first_bad(bad, arr)
         return np.ascontiguousarray(arr, dtype=np.int64)
     if arr.dtype == object:
+        if arr.ndim != 1:
+            raise TypeError(
+                f"lengths must be a numeric array, got a {arr.ndim}-D array of Python objects"
+            )
         return _from_list(list(arr))
+    if arr.dtype.kind in "SU":
+        raise TypeError(f"lengths_of got text (dtype {arr.dtype}); {_TEXT_HINT}")
     raise TypeError(f"lengths must be integers, got dtype {arr.dtype}")
 
 
-def _is_scalar_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+def _raise_first_bad(mask: np.ndarray, arr: np.ndarray) -> None:
+    pos = _first_bad(mask)
+    value = arr[pos].item()
+    raise ValueError(f"lengths must be {_RULE}, got {value!r} at position {_where(pos)}")
+
+
+def _check_count(x: Any, i: int) -> None:
+    """Check one count of a list of counts (any Python or numpy int or float)."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"lengths must be integers, got bool {x!r} at position [{i}]")
+    if isinstance(x, (int, np.integer)):
+        if 0 <= x < MAX_LENGTH:
+            return
+    elif isinstance(x, (float, np.floating)):
+        if 0 <= x < MAX_LENGTH and math.floor(x) == x:
+            return
+    elif isinstance(x, _SEQUENCE_TYPES):
+        raise ValueError(f"ragged nesting: position [{i}] is a sequence among counts")
+    elif isinstance(x, (str, bytes)):
+        raise TypeError(f"lengths must be integers, got text {x!r:.60} at position [{i}]")
+    else:
+        raise TypeError(
+            f"lengths must be integers, got {type(x).__name__} {x!r:.60} at position [{i}]"
+        )
+    shown = x.item() if isinstance(x, np.generic) else x
+    raise ValueError(f"lengths must be {_RULE}, got {shown!r} at position [{i}]")
 
 
 def _token_count(item: Any, where: str) -> int:
@@ -82,23 +110,13 @@ def _from_list(items: Sequence[Any]) -> np.ndarray:
     first = items[0]
     if isinstance(first, (str, bytes)):
         raise TypeError(
-            "lengths_of got text; tokenize it first or use padless.lengths_from_text "
-            f"(item [0] is {type(first).__name__})"
+            f"lengths_of got text (item [0] is {type(first).__name__} {first!r:.40}); {_TEXT_HINT}"
         )
     if not isinstance(first, _SEQUENCE_TYPES):
-        # a list of counts
+        # a list of counts: each is checked here, so the conversion below cannot fail or wrap
         for i, x in enumerate(items):
-            if isinstance(x, (bool, np.bool_)):
-                raise TypeError(f"lengths must be integers, got bool {x!r} at position [{i}]")
-            if isinstance(x, _SEQUENCE_TYPES):
-                raise ValueError(f"ragged nesting: position [{i}] is a sequence among counts")
-            if not _is_scalar_int(x):
-                if isinstance(x, (float, np.floating)):
-                    break  # handled by the array path, which names the position
-                raise TypeError(
-                    f"lengths must be integers, got {type(x).__name__} {x!r} at position [{i}]"
-                )
-        return _from_array(np.asarray(items))
+            _check_count(x, i)
+        return np.asarray(items, dtype=np.int64)
     # a list of sequences: token lists, or tuples of token lists (multi-field)
     multi = (
         len(first) > 0
@@ -133,35 +151,78 @@ def lengths_of(x: Any) -> np.ndarray:
 
     Accepts a numpy array of lengths ((N,) or (N, F) per-field lengths), a list of ints, a list of
     token sequences (lists or arrays), a list of tuples of token sequences (one per field, e.g.
-    source and target), or a ``pathlib.Path`` to a file that :func:`padless.readers.lengths_from_file`
-    reads (.npy, .npz, text, Arrow/Parquet, a saved ``datasets`` folder). Lengths must be
-    non-negative whole numbers (0 is allowed).
+    source and target), or a ``pathlib.Path`` to a file that
+    :func:`padless.readers.lengths_from_file` reads (.npy, .npz, text, Arrow/Parquet, a saved
+    ``datasets`` folder; a ``str`` is refused, as it could be text as well as a path).
+
+    Supported range: lengths are whole numbers in [0, 2**31) (0 is allowed). Integer and float
+    input outside it (negative, >= 2**31, NaN, inf, fractions, Python ints of any size) is refused
+    up front, never wrapped or clipped, so sums of up to 2**32 lengths fit in int64.
 
     Raises:
-        TypeError: booleans, text or non-numeric values.
-        ValueError: negatives, NaN, fractions, ragged nesting or >2-D input; the message names the
-            first bad position and value.
+        TypeError: booleans, text (a ``str``, ``bytes``, a list of strings), a dict, or
+            non-numeric values.
+        ValueError: a value outside the range, ragged nesting or >2-D input; the message names
+            the first bad position and value.
+
+    Cost: O(N) vectorised for arrays; one Python pass over the items for lists.
 
     >>> lengths_of([[1, 2, 3], [4]]).tolist()
     [3, 1]
     >>> lengths_of(np.array([[3, 4], [5, 6]])).shape
     (2, 2)
+    >>> lengths_of(np.array([2.0**31]))
+    Traceback (most recent call last):
+    ...
+    ValueError: lengths must be whole numbers in [0, 2**31), got 2147483648.0 at position [0]
     """
     if isinstance(x, np.ndarray):
         return _from_array(x)
     if isinstance(x, os.PathLike):
-        from .readers import lengths_from_file
+        from .readers import lengths_from_file  # readers imports this module, never the reverse
 
         return lengths_from_file(x)
     if isinstance(x, (list, tuple)):
         return _from_list(x)
+    if isinstance(x, str):
+        raise TypeError(_str_message(x))
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        raise TypeError(f"lengths_of got {type(x).__name__}; {_TEXT_HINT}")
+    if isinstance(x, Mapping):
+        keys = list(x.keys())
+        first = f"d[{keys[0]!r}]" if keys else "d[KEY]"
+        raise TypeError(
+            f"lengths_of got a {type(x).__name__} with keys {keys[:6]!r:.80}; pass one field's "
+            f"lengths (lengths_of({first})) or stack fields into an (N, F) array"
+        )
     if hasattr(x, "__array__"):
         return _from_array(np.asarray(x))
-    if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
+    if not hasattr(x, "__len__"):
         raise TypeError(
             f"lengths_of expects an array or a list of sequences, got {type(x).__name__}"
         )
     return _from_list(list(x))
+
+
+def _str_message(x: str) -> str:
+    shown = f"{x!r:.80}"
+    try:
+        is_dir = os.path.isdir(x)
+        is_file = not is_dir and os.path.isfile(x)
+    except (OSError, ValueError):  # not a path at all (NUL bytes, too long)
+        is_dir = is_file = False
+    if is_dir:
+        return (
+            f"lengths_of got a str naming the folder {shown}; a saved datasets folder is read "
+            f"with lengths_of(pathlib.Path({shown})) or padless.readers.lengths_from_arrow(path, "
+            "column=...); a folder of text files is read file by file"
+        )
+    kind = "naming a file " if is_file else ""
+    return (
+        f"lengths_of got a str {kind}{shown}; to read a file pass a pathlib.Path "
+        f"(lengths_of(pathlib.Path({shown}))) or call padless.readers.lengths_from_file(path) "
+        "(text: padless.readers.lengths_from_text(path, tokenizer=...))"
+    )
 
 
 def sizes_of(lengths: np.ndarray) -> np.ndarray:
@@ -184,7 +245,15 @@ def builtin_corpus(fields: str | Sequence[str] = "en") -> np.ndarray:
     """
     from importlib.resources import files
 
-    names = [fields] if isinstance(fields, str) else list(fields)
+    if isinstance(fields, str):
+        names = [fields]
+    elif isinstance(fields, (list, tuple)) and all(isinstance(f, str) for f in fields):
+        names = list(fields)
+    else:
+        raise TypeError(
+            "fields must be a str or a list of str (en, es, en_web), "
+            f"got {type(fields).__name__} {fields!r:.60}"
+        )
     path = files("padless").joinpath("data/bible-en-es.lengths.npz")
     with path.open("rb") as fh, np.load(fh) as data:
         unknown = [f for f in names if f not in data.files]

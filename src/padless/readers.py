@@ -1,15 +1,18 @@
 """Read sequence lengths from files: arrays, token corpora, text, Arrow/Parquet, saved HF datasets.
 
 Nothing here makes a Python pass over rows where the format gives lengths directly: text is
-counted with vectorised numpy over byte chunks, Arrow list columns give lengths from their offsets,
-and tokenizers are called through their batch APIs.
+counted by one compiled pass over the memory-mapped (or streamed, decompressed) bytes, Arrow list
+columns give lengths from their offsets, and tokenizers are called through their batch APIs.
+
+This module depends on :mod:`padless.lengths` (for the checks of what it reads); ``lengths_of``
+imports it only inside the call, when given a path, so the two never import each other at load.
 """
 
 from __future__ import annotations
 
 import gzip
-import io
 import json
+import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -17,17 +20,15 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from .lengths import lengths_of
+from .lengths import lengths_of  # one way only: lengths imports this module lazily, for paths
 
 PathLike = str | os.PathLike[str]
 
 TOKENIZERS = ("whitespace", "chars", "bytes", "spm:MODEL", "hf:TOKENIZER.json")
-_CHUNK = 8 << 20  # bytes of text per vectorised step
+_CHUNK = 8 << 20  # bytes of text per streamed piece (decompressed)
+_MAPPED_PIECE = 64 << 20  # bytes of a mapped file per progress report
 _TEXT_BATCH = 4096  # lines per tokenizer batch call
-
-# ASCII whitespace, as bytes.split() sees it
-_SPACE = np.zeros(256, dtype=bool)
-_SPACE[[9, 10, 11, 12, 13, 32]] = True
+_TEXT_MODES = {"whitespace": 0, "chars": 1, "bytes": 2}  # as in _text_kernels (imports numba)
 
 
 class MissingDependency(ImportError):
@@ -48,59 +49,187 @@ def _need(module: str, extra: str, what: str) -> Any:
 
 # --------------------------------------------------------------------------- text
 
+_COMPRESSED = (".gz", ".zst", ".zstd")
+
 
 def _open_text(path: Path) -> IO[bytes]:
+    """A binary stream of the text: decompressed on the fly for .gz/.zst (never whole in RAM)."""
     name = path.name.lower()
     if name.endswith(".gz"):
         return cast(IO[bytes], gzip.open(path, "rb"))
     if name.endswith(".zst") or name.endswith(".zstd"):
         zstd = _need("zstandard", "text", f"reading {path.name}")
-        return io.BufferedReader(zstd.ZstdDecompressor().stream_reader(open(path, "rb")))
+        raw = open(path, "rb")
+        try:
+            return cast(IO[bytes], zstd.ZstdDecompressor().stream_reader(raw, closefd=True))
+        except BaseException:
+            raw.close()
+            raise
     return open(path, "rb")
 
 
-def _byte_chunks(fh: IO[bytes]) -> Iterator[bytes]:
-    """Chunks of whole lines (each ends with a newline, except possibly the very last one)."""
+def _as_path(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path must be a str or a pathlib.Path, got {type(path).__name__} {path!r:.60}"
+        )
+    return Path(path)
+
+
+def _text_path(path: PathLike, what: str) -> Path:
+    """Check that ``path`` names a readable text source (a file, a pipe), not a folder."""
+    src = _as_path(path)
+    if src.is_dir():
+        raise ValueError(
+            f"{src} is a folder, not a text file: {what} reads one text file (one sequence per "
+            "line); a saved datasets folder is read by lengths_from_file(path, column=...)"
+        )
+    if not src.exists():
+        raise FileNotFoundError(f"no such file: {src}")
+    return src
+
+
+def _binary_error(src: Path, offset: int) -> ValueError:
+    where = "of the decompressed text" if src.name.lower().endswith(_COMPRESSED) else "in the file"
+    return ValueError(
+        f"{src} looks binary, not text: a NUL byte at offset {offset} {where}; "
+        "lengths_from_text reads text, one sequence per line (arrays of lengths: .npy/.npz; "
+        "Arrow/Parquet: lengths_from_arrow)"
+    )
+
+
+class _LineCounter:
+    """Feeds pieces of text to the compiled counter, growing the output as lines come."""
+
+    def __init__(self, mode: int, capacity: int) -> None:
+        from . import _text_kernels  # numba: loaded only when text is counted
+
+        self.tk = _text_kernels
+        self.mode = mode
+        self.state = self.tk.new_state(mode)
+        self.flags = np.zeros(self.tk.BLOCK, dtype=np.uint8)
+        self.out = np.empty(max(capacity, 4 * self.tk.BLOCK), dtype=np.int64)
+        self.lines = 0
+        self.offset = 0  # bytes fed so far
+        self.last: int | None = None  # the last byte fed
+
+    def feed(self, piece: np.ndarray) -> int:
+        """Count the lines that end in ``piece``; return the NUL's offset in the text or -1."""
+        done = 0
+        size = piece.shape[0]
+        while True:
+            used, self.lines, nul = self.tk.count_lines(
+                piece[done:], self.mode, self.out, self.lines, self.state, self.flags
+            )
+            if nul >= 0:
+                return self.offset + done + nul
+            done += used
+            if done == size:
+                break
+            grown = np.empty(2 * self.out.shape[0], dtype=np.int64)
+            grown[: self.lines] = self.out[: self.lines]
+            self.out = grown
+        if size:
+            self.last = int(piece[size - 1])
+        self.offset += size
+        return -1
+
+    def result(self) -> np.ndarray:
+        tail = self.tk.finish(self.mode, self.state, self.last)
+        out = self.out[: self.lines + (tail is not None)].copy()
+        if tail is not None:
+            out[-1] = tail
+        return out
+
+
+def _count_mapped(
+    src: Path, counter: _LineCounter, progress: Callable[[int, int], None] | None
+) -> bool:
+    """Count a plain file through a read-only memory map; False if it cannot be mapped."""
+    try:
+        fh = open(src, "rb")
+    except OSError:
+        return False
+    with fh:
+        try:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # empty file, a pipe, a device
+            return False
+        data: np.ndarray | None = None
+        try:
+            if hasattr(mapped, "madvise"):
+                mapped.madvise(mmap.MADV_SEQUENTIAL)
+            data = np.frombuffer(mapped, dtype=np.uint8)
+            step = _MAPPED_PIECE if progress is not None else max(1, data.shape[0])
+            for lo in range(0, data.shape[0], step):
+                before = counter.lines
+                nul = counter.feed(data[lo : lo + step])
+                if nul >= 0:
+                    raise _binary_error(src, nul)
+                if progress is not None:
+                    progress(min(step, data.shape[0] - lo), counter.lines - before)
+        finally:
+            data = None  # release the buffer before closing the mapping
+            try:
+                mapped.close()
+            except BufferError:  # a view is still alive (in a traceback); it closes with it
+                pass
+    return True
+
+
+def _count_streamed(
+    src: Path, counter: _LineCounter, progress: Callable[[int, int], None] | None
+) -> None:
+    """Count a compressed file (or anything unmappable) piece by piece as it decompresses."""
+    block = bytearray(_CHUNK)
+    view = np.frombuffer(block, dtype=np.uint8)
+    with _open_text(src) as fh:
+        while True:
+            got = fh.readinto(block)  # type: ignore[attr-defined]
+            if not got:
+                break
+            before = counter.lines
+            nul = counter.feed(view[:got])
+            if nul >= 0:
+                raise _binary_error(src, nul)
+            if progress is not None:
+                progress(got, counter.lines - before)
+
+
+def _count_text(src: Path, mode: int, progress: Callable[[int, int], None] | None) -> np.ndarray:
+    compressed = src.name.lower().endswith(_COMPRESSED)
+    size = src.stat().st_size if src.is_file() else 0
+    # a first guess at the lines (about 128 bytes each); the output doubles when it fills up
+    counter = _LineCounter(mode, (size * (4 if compressed else 1)) // 128)
+    if compressed or not _count_mapped(src, counter, progress):
+        _count_streamed(src, counter, progress)
+    return counter.result()
+
+
+def _byte_chunks(fh: IO[bytes], src: Path) -> Iterator[bytes]:
+    """Chunks of whole lines (each ends with a newline, except possibly the very last one).
+
+    Refuses binary input: a NUL byte raises, naming the file and the offset.
+    """
     carry = b""
+    offset = 0  # text offset of the start of `carry`
     while True:
         block = fh.read(_CHUNK)
         if not block:
             if carry:
                 yield carry
             return
+        nul = block.find(b"\0")
+        if nul >= 0:
+            raise _binary_error(src, offset + len(carry) + nul)
         data = carry + block
         cut = data.rfind(b"\n")
         if cut < 0:
             carry = data
             continue
         carry = data[cut + 1 :]
+        offset += cut + 1
         yield data[: cut + 1]
-
-
-def _count_chunk(data: bytes, mode: str) -> np.ndarray:
-    """Per-line counts for a chunk of whole lines (the last may lack its newline)."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    if buf[-1] != 10:
-        buf = np.append(buf, np.uint8(10))
-    ends = np.flatnonzero(buf == 10)
-    if mode == "whitespace":
-        space = _SPACE[buf]
-        starts = ~space
-        starts[1:] &= space[:-1]
-        marks = starts
-    elif mode == "chars":
-        marks = (buf & 0xC0) != 0x80
-        marks[ends] = False
-    else:  # bytes
-        marks = np.ones(buf.size, dtype=bool)
-        marks[ends] = False
-    if mode != "whitespace":
-        # a CRLF terminator is not part of the line
-        cr = ends[(ends > 0)]
-        cr = cr[buf[cr - 1] == 13] - 1
-        marks[cr] = False
-    total = np.cumsum(marks, dtype=np.int64)[ends]
-    return np.diff(total, prepend=0)
 
 
 def _decode_lines(data: bytes) -> list[str]:
@@ -112,7 +241,11 @@ def _decode_lines(data: bytes) -> list[str]:
 
 
 def _tokenizer_counter(tokenizer: str) -> Callable[[list[str]], np.ndarray]:
-    """A batch function: list of texts -> token counts, for spm:/hf: tokenizers."""
+    """A batch function: list of texts -> token counts, for spm:/hf: tokenizers.
+
+    Each call is one batch call of the tokenizer, which spreads the batch over its own threads
+    (sentencepiece: ``num_threads=-1``, all cores; ``tokenizers``: its Rayon pool).
+    """
     kind, _, model = tokenizer.partition(":")
     if not model:
         raise ValueError(f"tokenizer {tokenizer!r} needs a model path: {kind}:PATH")
@@ -120,19 +253,26 @@ def _tokenizer_counter(tokenizer: str) -> Callable[[list[str]], np.ndarray]:
         raise FileNotFoundError(f"tokenizer model not found: {model}")
     if kind == "spm":
         spm = _need("sentencepiece", "spm", "--tokenizer spm:")
-        sp = spm.SentencePieceProcessor(model_file=model)
+        try:
+            sp = spm.SentencePieceProcessor(model_file=model)
+        except Exception as exc:  # sentencepiece raises RuntimeError/OSError with its own text
+            raise ValueError(f"{model} is not a sentencepiece model ({exc})") from exc
 
         def count_spm(texts: list[str]) -> np.ndarray:
-            return np.fromiter((len(ids) for ids in sp.encode(texts)), np.int64, len(texts))
+            return np.fromiter(map(len, sp.encode(texts)), np.int64, len(texts))
 
         return count_spm
     if kind == "hf":
         tk = _need("tokenizers", "hf", "--tokenizer hf:")
-        tok = tk.Tokenizer.from_file(model)
+        try:
+            tok = tk.Tokenizer.from_file(model)
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            raise ValueError(f"{model} is not a Hugging Face tokenizer.json ({exc})") from exc
+        # the same ids as encode_batch, without computing character offsets
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
 
         def count_hf(texts: list[str]) -> np.ndarray:
-            encs = tok.encode_batch(texts)
-            return np.fromiter((len(e.ids) for e in encs), np.int64, len(texts))
+            return np.fromiter(map(len, encode(texts)), np.int64, len(texts))
 
         return count_hf
     raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
@@ -142,7 +282,7 @@ def check_tokenizer(tokenizer: str) -> str:
     """Validate a tokenizer spec (without loading a model)."""
     if not isinstance(tokenizer, str):
         raise TypeError(f"tokenizer must be a str, got {type(tokenizer).__name__}")
-    if tokenizer in ("whitespace", "chars", "bytes"):
+    if tokenizer in _TEXT_MODES:
         return tokenizer
     kind, sep, _ = tokenizer.partition(":")
     if sep and kind in ("spm", "hf"):
@@ -158,14 +298,17 @@ def lengths_from_text(
 ) -> np.ndarray:
     """Count tokens per line of a text file (plain, ``.gz`` or ``.zst``).
 
-    Tokenizers: ``whitespace`` (ASCII whitespace, the counts of ``len(line.split())`` on bytes),
-    ``chars`` (Unicode code points), ``bytes``, ``spm:MODEL`` (sentencepiece) or
-    ``hf:tokenizer.json`` (Hugging Face ``tokenizers``, with the tokenizer's special tokens).
-    A ``\\r\\n`` terminator is not counted; a last line without a newline counts as a line.
-    ``progress(text_bytes, lines)`` is called after each chunk (decompressed bytes for .gz/.zst).
+    Tokenizers: ``whitespace`` (ASCII whitespace: ``len(line.split())`` of the line's bytes),
+    ``chars`` (UTF-8 characters: bytes that do not continue a sequence, so ``len(line.decode())``
+    for valid UTF-8), ``bytes``, ``spm:MODEL`` (sentencepiece) or ``hf:tokenizer.json`` (Hugging
+    Face ``tokenizers``, with the tokenizer's special tokens). Lines end at ``\\n``; a ``\\r``
+    before it is not counted; a last line without a newline counts as a line. A file holding a NUL
+    byte is binary and refused (the error names the offset). ``progress(text_bytes, lines)`` is
+    called after each piece (decompressed bytes for .gz/.zst).
 
-    Cost: whitespace/chars/bytes are vectorised over 8 MB chunks (hundreds of MB/s, memory about
-    10x the chunk); model tokenizers run in batches of 4096 lines through their batch APIs.
+    Cost: whitespace/chars/bytes are one compiled pass over the memory-mapped file (GB/s, memory:
+    8 bytes per line); .gz/.zst are decompressed in 8 MB pieces, never whole. Model tokenizers
+    take 4096-line batches through their batch APIs, on the tokenizer's own threads.
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
@@ -174,25 +317,19 @@ def lengths_from_text(
     [3, 0, 2]
     """
     tokenizer = check_tokenizer(tokenizer)
-    src = Path(path)
-    if not src.is_file():
-        raise FileNotFoundError(f"no such file: {src}")
+    src = _text_path(path, "lengths_from_text")
+    if tokenizer in _TEXT_MODES:
+        return lengths_of(_count_text(src, _TEXT_MODES[tokenizer], progress))
+    counter = _tokenizer_counter(tokenizer)
     parts: list[np.ndarray] = []
-    counter = (
-        None if tokenizer in ("whitespace", "chars", "bytes") else _tokenizer_counter(tokenizer)
-    )
     with _open_text(src) as fh:
-        for chunk in _byte_chunks(fh):
-            before = len(parts)
-            if counter is None:
-                parts.append(_count_chunk(chunk, tokenizer))
-            else:
-                lines = _decode_lines(chunk)
-                for lo in range(0, len(lines), _TEXT_BATCH):
-                    parts.append(counter(lines[lo : lo + _TEXT_BATCH]))
+        for chunk in _byte_chunks(fh, src):
+            lines = _decode_lines(chunk)
+            for lo in range(0, len(lines), _TEXT_BATCH):
+                parts.append(counter(lines[lo : lo + _TEXT_BATCH]))
             if progress is not None:
-                progress(len(chunk), sum(p.size for p in parts[before:]))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                progress(len(chunk), len(lines))
+    return lengths_of(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------- arrow
@@ -234,7 +371,7 @@ def _arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray
         raise ValueError(
             f"{where}: column type {kind} holds no lengths (need a list, string or integer column)"
         )
-    return np.asarray(out.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return _checked(out.to_numpy(zero_copy_only=False), where)
 
 
 def _pick_column(table: Any, column: str | None, where: str) -> Any:
@@ -252,14 +389,22 @@ def _read_arrow_table(path: Path, columns: list[str] | None) -> Any:
     pa = _need("pyarrow", "arrow", f"reading {path.name}")
     if path.suffix.lower() == ".parquet":
         pq = _need("pyarrow.parquet", "arrow", f"reading {path.name}")
-        return pq.read_table(path, columns=columns)
+        try:
+            return pq.read_table(path, columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise ValueError(f"{path} is not a readable Parquet file ({exc})") from exc
     source = pa.memory_map(str(path), "r")
     try:
-        table = pa.ipc.open_file(source).read_all()
-    except pa.ArrowInvalid:
-        source.seek(0)
-        table = pa.ipc.open_stream(source).read_all()
-    return table
+        try:
+            return pa.ipc.open_file(source).read_all()
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(
+            f"{path} is not an Arrow IPC file or stream (.arrow/.feather, as datasets saves) "
+            f"({exc})"
+        ) from exc
 
 
 def _hf_dataset_files(folder: Path, split: str | None) -> list[Path]:
@@ -293,7 +438,7 @@ def lengths_from_arrow(
 
     Cost: reads the chosen column (memory-mapped for Arrow IPC files), O(rows) vectorised.
     """
-    src = Path(path)
+    src = _as_path(path)
     where = str(src)
     if src.is_dir():
         files = _hf_dataset_files(src, split)
@@ -329,23 +474,58 @@ def _lengths_from_offsets(offsets: Any, where: str, tokens: int | None = None) -
         raise ValueError(f"{where}: offsets must start at 0 and never decrease")
     if tokens is not None and off[-1] != tokens:
         raise ValueError(f"{where}: offsets end at {off[-1]} but the corpus holds {tokens} tokens")
-    return np.diff(off)
+    return _checked(np.diff(off), where)
+
+
+def _checked(values: Any, where: str) -> np.ndarray:
+    """``lengths_of`` of values read from a file, its errors prefixed with the file."""
+    try:
+        return lengths_of(np.asarray(values))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from exc
+
+
+def _load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
+    """``np.load`` of a .npy, its failures (not .npy, truncated, pickled objects) naming the file."""
+    try:
+        arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path} is not a readable .npy array ({exc})") from exc
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{path} is not a .npy array (it holds an archive: name it .npz)")
+    return arr
 
 
 def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as data:
+    import zipfile
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path} is not a readable .npz archive ({exc})") from exc
+    if not hasattr(data, "files"):
+        raise ValueError(f"{path} is not a .npz archive (it holds one array: name it .npy)")
+    with data:
         names = list(data.files)
+
+        def column(name: str) -> np.ndarray:
+            try:
+                values = data[name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+                raise ValueError(f"{path}: array {name!r} is not readable ({exc})") from exc
+            return _checked(values, f"{path} [{name}]")
+
         if fields:
             unknown = [f for f in fields if f not in names]
             if unknown:
                 raise ValueError(f"fields must be among {names} in {path}, got {list(fields)}")
-            cols = [lengths_of(data[f]) for f in fields]
+            cols = [column(f) for f in fields]
             return cols[0] if len(cols) == 1 else np.stack(cols, axis=1)
         if "offsets" in names:
             tokens = data["tokens"].shape[0] if "tokens" in names else None
             return _lengths_from_offsets(data["offsets"], str(path), tokens)
         if len(names) == 1:
-            return lengths_of(data[names[0]])
+            return column(names[0])
         raise ValueError(f"{path} holds arrays {names}; choose with fields= (--fields en,es)")
 
 
@@ -369,7 +549,7 @@ def lengths_from_file(
       :func:`lengths_from_arrow` with ``column`` (and ``split`` for a DatasetDict).
     - anything else: a text file, one sequence per line, :func:`lengths_from_text`.
     """
-    src = Path(path)
+    src = _as_path(path)
     suffix = src.suffix.lower()
     if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
         return lengths_from_arrow(
@@ -378,13 +558,13 @@ def lengths_from_file(
             tokenizer=None if tokenizer == "whitespace" else tokenizer,
             split=split,
         )
-    if not src.is_file():
+    if not src.exists():
         raise FileNotFoundError(f"no such file: {src}")
     if suffix == ".npy":
-        arr = np.load(src, mmap_mode="r", allow_pickle=False)
+        arr = _load_npy(src, mmap_mode="r")
         if offsets is None:
-            return lengths_of(np.asarray(arr))
-        off = np.load(Path(offsets), allow_pickle=False)
+            return _checked(arr, str(src))
+        off = _load_npy(Path(offsets))
         return _lengths_from_offsets(off, str(offsets), int(arr.shape[0]))
     if suffix == ".npz":
         return _lengths_from_npz(src, fields)
