@@ -11,7 +11,7 @@ import pytest
 
 from padless import _kernels as K
 from padless import _rng
-from padless.stream import LMStream
+from padless.lm import LMStream
 
 # --------------------------------------------------------------------------- helpers
 

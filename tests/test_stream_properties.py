@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import _kernels as K
-from padless.stream import LMStream
+from padless.lm import LMStream
 
 
 @st.composite

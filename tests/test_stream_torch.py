@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from padless.stream import LMStream  # noqa: E402
+from padless.lm import LMStream  # noqa: E402
 from padless.torch import _pinned_memory_available, lm_tensors  # noqa: E402
 
 

@@ -33,7 +33,7 @@ _EXPORTS = {
     "plan_buckets": "padless.planners.buckets",
     "bucket_boundaries": "padless.planners.buckets",
     "BucketSampler": "padless.planners.buckets",
-    "LMStream": "padless.stream",
+    "LMStream": "padless.lm",
     "plan_packing": "padless.planners.packing",
     "PackedPlan": "padless.planners.packing",
     "PackingSampler": "padless.planners.packing",
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from .sampler import PlanSampler as PlanSampler
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
-    from .stream import LMStream as LMStream
+    from .lm import LMStream as LMStream
 
 
 def __getattr__(name: str) -> Any:

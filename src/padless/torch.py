@@ -186,7 +186,7 @@ _LM_TORCH_DTYPES = {"int64": torch.int64, "int32": torch.int32, "uint16": torch.
 def lm_tensors(
     stream: Any, *, pin_memory: bool = False
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield the ``(x, y)`` batches of a :class:`padless.stream.LMStream` as CPU tensors.
+    """Yield the ``(x, y)`` batches of a :class:`padless.lm.LMStream` as CPU tensors.
 
     Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
     copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
@@ -202,14 +202,14 @@ def lm_tensors(
     Cost: as iterating the stream; pinning adds the host allocator's bookkeeping per batch.
 
     >>> import numpy as np
-    >>> from padless.stream import LMStream
+    >>> from padless.lm import LMStream
     >>> s = LMStream(np.arange(64), batch_size=2, num_steps=4)
     >>> x, y = next(lm_tensors(s))
     >>> x.dtype, tuple(x.shape), bool((y == x + 1).all())
     (torch.int64, (2, 4), True)
     """
     from ._check import check_bool as _check_bool
-    from .stream import LMStream
+    from .lm import LMStream
 
     if not isinstance(stream, LMStream):
         raise TypeError(f"stream must be a padless LMStream, got {type(stream).__name__}")
