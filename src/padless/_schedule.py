@@ -84,14 +84,16 @@ def tail_counts(total: int, world_size: int, drop_last: bool) -> tuple[int, int]
 def position_limit(total: int, world_size: int, drop_last: bool) -> int:
     """The largest global position an iteration at ``world_size`` can end at.
 
-    A completed last step may run past ``total`` by less than ``world_size`` (the repeats).
+    A completed last step may run past ``total`` by less than ``world_size`` (the repeats; an
+    iteration resumed at another world size may start anywhere, so the bound is
+    ``total + world_size - 1``).
 
     >>> position_limit(10, 4, False), position_limit(10, 4, True)
-    (12, 10)
+    (13, 10)
     """
-    if drop_last:
+    if drop_last or total == 0:
         return total
-    return -(-total // world_size) * world_size
+    return total + world_size - 1
 
 
 def padded_costs(plan: Any, sizes: np.ndarray) -> np.ndarray:

@@ -95,9 +95,10 @@ class Resumable:
     in the current epoch), ``_batch_at(slot)`` (the batch at a global slot) and
     ``_fingerprint_now()``. The loop, the counting, the tail policy and the state live here.
     Positions are global (batch slots consumed in the epoch over all ranks), so a state loads at
-    another world size. A subclass whose order depends on the world size sets ``_elastic =
-    True``: it then keeps ``_history``, the ``(world_size, position)`` parts of the epoch run at
-    other world sizes (see :func:`padless._schedule.elastic_order`).
+    another world size. ``_history`` keeps the ``(world_size, position)`` parts of the epoch run
+    at other world sizes: a subclass whose order depends on the world size (balanced steps)
+    re-balances what is left from it (see :func:`padless._schedule.elastic_order`), and it
+    bounds the positions a state may hold.
     """
 
     seed: int
@@ -105,7 +106,6 @@ class Resumable:
     rank: int
     world_size: int
     drop_last: bool
-    _elastic: bool = False
     _pending: int | None
     _start: int
     _yielded: int
@@ -257,10 +257,8 @@ class Resumable:
         checked = self._checked_state(state)
         history = checked["elastic"]
         saved_world, position = checked["world_size"], checked["position"]
-        if self._elastic and saved_world != self.world_size:
+        if saved_world != self.world_size:
             history = (*history, (saved_world, position))
-        elif not self._elastic:
-            history = ()
         previous = (self.epoch, self._history)
         self.epoch, self._history = checked["epoch"], history
         try:
@@ -268,12 +266,14 @@ class Resumable:
         except Exception:
             self.epoch, self._history = previous
             raise
-        limit = position_limit(total, saved_world, self.drop_last)
+        # an earlier part of the epoch, at a wider world size, may have run into the repeats
+        widest = max([saved_world, *(w for w, _ in checked["elastic"])])
+        limit = position_limit(total, widest, self.drop_last)
         if position > limit:
             self.epoch, self._history = previous
             raise ValueError(
                 f"state['position'] must be <= {limit}, the end of epoch {checked['epoch']} "
-                f"({total} batches at world_size={saved_world}, drop_last={self.drop_last}), "
+                f"({total} batches at world_size={widest}, drop_last={self.drop_last}), "
                 f"got {position}"
             )
         self._pending = position

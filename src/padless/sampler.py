@@ -96,8 +96,6 @@ class PlanSampler(Resumable):
     (2, [1, 4, 5])
     """
 
-    _elastic = True  # balanced steps depend on the world size
-
     def __init__(
         self,
         lengths: Any,

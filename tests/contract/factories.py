@@ -1,0 +1,111 @@
+"""The samplers the contract suite runs: one factory each. A new sampler adds one entry here.
+
+A factory builds a sampler from the common options (``shuffle``, ``seed``, ``rank``,
+``world_size``, ``drop_last`` and, where ``balance`` is true, ``balance``). ``key`` turns one
+yielded batch into something hashable; ``units`` (optional) lists the dataset units a batch
+covers, for the "every unit exactly once per epoch" check; ``elastic`` says whether a state
+loads at another world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import padless
+from padless.mixing import MixtureSampler
+
+LENGTHS = np.random.default_rng(7).lognormal(3.5, 0.8, 600).astype(np.int64).clip(1, 300)
+PAIRS = np.stack([LENGTHS, (LENGTHS * 1.1).astype(np.int64).clip(1, 300)], axis=1)
+TOKENS = np.arange(5_000, dtype=np.int64)
+
+
+def _list_key(batch: Any) -> Any:
+    return tuple(batch)
+
+
+def _lm_key(batch: Any) -> Any:
+    x, y = batch
+    return (x.shape, x.tobytes(), y.tobytes())
+
+
+def _lm_units(batch: Any) -> list[int]:
+    return batch[1].ravel().tolist()  # target tokens: each once per epoch
+
+
+@dataclass(frozen=True)
+class Factory:
+    name: str
+    make: Callable[..., Any]
+    balance: bool = True
+    elastic: bool = True
+    key: Callable[[Any], Any] = _list_key
+    units: Callable[[Any], list[int]] | None = list
+    all_units: Callable[[Any], list[int]] | None = None  # None: every index of LENGTHS
+
+    def __call__(self, **options: Any) -> Any:
+        if not self.balance:
+            options.pop("balance", None)
+        return self.make(**options)
+
+
+def _mixture(**options: Any) -> MixtureSampler:
+    subs = {
+        "a": padless.TokenBudgetSampler(LENGTHS[:300], max_tokens=500, seed=1),
+        "b": padless.PackingSampler(LENGTHS[300:], capacity=400, seed=2),
+    }
+    return MixtureSampler(subs, temperature=2.0, num_batches=40, **options)
+
+
+FACTORIES = [
+    Factory("token_budget", lambda **o: padless.TokenBudgetSampler(LENGTHS, max_tokens=600, **o)),
+    Factory(
+        "token_budget_pairs",
+        lambda **o: padless.TokenBudgetSampler(PAIRS, max_tokens=700, multiple_of=2, **o),
+    ),
+    Factory("exact_length", lambda **o: padless.ExactLengthSampler(LENGTHS, batch_size=3, **o)),
+    Factory(
+        "exact_length_merge",
+        lambda **o: padless.ExactLengthSampler(LENGTHS, max_tokens=400, leftovers="merge", **o),
+    ),
+    Factory(
+        "buckets", lambda **o: padless.BucketSampler(LENGTHS, num_buckets=4, max_tokens=600, **o)
+    ),
+    Factory(
+        "packing",
+        lambda **o: padless.PackingSampler(LENGTHS, capacity=256, rows_per_batch=2, **o),
+    ),
+    Factory(
+        "packing_split",
+        lambda **o: padless.PackingSampler(LENGTHS, capacity=64, oversize="split", **o),
+        units=None,  # piece codes, checked by the packing tests
+    ),
+    Factory(
+        "plan_sampler_spec",
+        lambda **o: padless.PlanSampler(LENGTHS, padless.TokenBudget(max_tokens=900), **o),
+    ),
+    Factory("mixture", _mixture, balance=False, units=None),
+    Factory(
+        "lm_random",
+        lambda **o: padless.LMStream(TOKENS, batch_size=4, num_steps=16, **o),
+        balance=False,
+        key=_lm_key,
+        units=_lm_units,
+        all_units=lambda s: list(
+            range(s.offset + 1, s.offset + 1 + (len(TOKENS) - 1 - s.offset) // 16 * 16)
+        ),
+    ),
+    Factory(
+        "lm_sequential",
+        lambda **o: padless.LMStream(TOKENS, batch_size=2, num_steps=16, mode="sequential", **o),
+        balance=False,
+        elastic=False,
+        key=_lm_key,
+        units=None,
+    ),
+]
+
+BY_NAME = {f.name: f for f in FACTORIES}
