@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._sat import mul_exceeds
+
 
 @njit(cache=True)
 def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_tokens, max_sentences, multiple):  # fmt: skip  # pragma: no cover
@@ -14,18 +16,19 @@ def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_toke
     the union is small (< multiple) or a multiple of ``multiple``. When batch + tail would break
     a limit (0 = none), the batch closes and the tail opens the next one; if the tail alone
     (with the new item) breaks max_tokens, the tail without the new item closes too.
+    Costs (count × longest) are compared with :func:`mul_exceeds`, so they never wrap around.
     """
     if s > tail_max:
         tail_max = s
     count = pos + 1 - start
     longest = batch_max if batch_max > tail_max else tail_max
     over = (max_sentences > 0 and count > max_sentences) or (
-        max_tokens > 0 and count * longest > max_tokens
+        max_tokens > 0 and mul_exceeds(count, longest, max_tokens)
     )
     if over:
         ends[closed] = cut
         closed += 1
-        if max_tokens > 0 and tail_max * (pos + 1 - cut) > max_tokens:
+        if max_tokens > 0 and mul_exceeds(pos + 1 - cut, tail_max, max_tokens):
             ends[closed] = pos
             closed += 1
             tail_max = s
@@ -91,7 +94,10 @@ def budget_ends(
 def budget_ends_reference(
     sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
 ) -> np.ndarray:
-    """The same rule written with Python lists, one batch and one tail at a time."""
+    """The same rule written with Python lists, one batch and one tail at a time.
+
+    Costs are exact Python ints, so they cannot wrap around (the kernel's rule).
+    """
 
     def cost(items: list[int]) -> int:
         return len(items) * max(int(sizes[i]) for i in items) if items else 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._sat import INT64_MAX, mul_exceeds, sat, sat_add
+
 
 @njit(cache=True)
 def exact_split(order, starts, run_size, mode):  # pragma: no cover - compiled
@@ -53,8 +55,8 @@ def exact_split(order, starts, run_size, mode):  # pragma: no cover - compiled
         pos = k
         k += stop - lo
         while pos < k:
-            pos += size
-            ends[b] = pos if pos < k else k
+            pos = pos + size if size < k - pos else k  # pos + size could pass INT64_MAX
+            ends[b] = pos
             b += 1
         for i in range(stop, hi):
             rest[q] = order[i]
@@ -148,29 +150,17 @@ def capped_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def least_padding_ends(sizes, caps):  # pragma: no cover - compiled
-    """Batch ends over items sorted by size: fewest batches, then least padding among those.
-
-    A batch ``[i, j)`` is allowed when ``j - i <= caps[j - 1]`` (the cap of its longest, last item)
-    and pads ``(j - i) · sizes[j - 1] − Σ sizes[i:j]``. Dynamic programming over prefixes with
-    (count, padding) compared lexicographically; ties keep the earliest cut. The greedy
-    (:func:`capped_ends`) gives the same count but cuts wherever a batch fills, often mid-run of a
-    length; this moves cuts to length changes. O(n · max cap) time, O(n) memory.
-    """
+def _least_padding_dp(sizes, caps, best_count, best_pad, back):  # pragma: no cover - compiled
+    """Fill the prefix tables of :func:`least_padding_ends` with exact int64 arithmetic (the
+    caller makes sure no total passes ``INT64_MAX``): the best last batch ``[i, j)`` for each j,
+    the earliest i on ties."""
     n = sizes.shape[0]
     csum = np.zeros(n + 1, np.int64)
     for i in range(n):
         csum[i + 1] = csum[i] + sizes[i]
-    best_count = np.zeros(n + 1, np.int64)
-    best_pad = np.zeros(n + 1, np.int64)
-    back = np.zeros(n + 1, np.int64)
     for j in range(1, n + 1):
         top = sizes[j - 1]
-        lo = j - caps[j - 1]
-        if lo < 0:
-            lo = 0
-        if lo > j - 1:
-            lo = j - 1
+        lo = min(max(j - caps[j - 1], 0), j - 1)
         bc = np.int64(-1)
         bp = np.int64(0)
         bi = np.int64(j - 1)
@@ -184,6 +174,56 @@ def least_padding_ends(sizes, caps):  # pragma: no cover - compiled
         best_count[j] = bc
         best_pad[j] = bp
         back[j] = bi
+
+
+@njit(cache=True)
+def _least_padding_dp_saturating(sizes, caps, best_count, best_pad, back):  # pragma: no cover
+    """:func:`_least_padding_dp` with paddings summed item by item, saturating at INT64_MAX."""
+    n = sizes.shape[0]
+    for j in range(1, n + 1):
+        top = sizes[j - 1]
+        lo = min(max(j - caps[j - 1], 0), j - 1)
+        bc = np.int64(-1)
+        bp = np.int64(0)
+        bi = np.int64(j - 1)
+        window = np.int64(0)  # padding of the batch [i, j)
+        for i in range(j - 1, lo - 1, -1):  # last cuts first, so "<=" keeps the earliest tie
+            window = sat_add(window, top - sizes[i])
+            c = best_count[i] + 1
+            pad = sat_add(best_pad[i], window)
+            if bc < 0 or c < bc or (c == bc and pad <= bp):
+                bc = c
+                bp = pad
+                bi = i
+        best_count[j] = bc
+        best_pad[j] = bp
+        back[j] = bi
+
+
+@njit(cache=True)
+def least_padding_ends(sizes, caps):  # pragma: no cover - compiled
+    """Batch ends over items sorted by size: fewest batches, then least padding among those.
+
+    A batch ``[i, j)`` is allowed when ``j - i <= caps[j - 1]`` (the cap of its longest, last item)
+    and pads ``(j - i) · sizes[j - 1] − Σ sizes[i:j]``. Dynamic programming over prefixes with
+    (count, padding) compared lexicographically; ties keep the earliest cut. The greedy
+    (:func:`capped_ends`) gives the same count but cuts wherever a batch fills, often mid-run of a
+    length; this moves cuts to length changes. O(n · max cap) time, O(n) memory.
+
+    Paddings are exact below ``INT64_MAX`` and saturate there (never wrap): when n × the largest
+    size could pass it, paddings are summed item by item with saturating adds (about 2× slower).
+    """
+    n = sizes.shape[0]
+    biggest = np.int64(0)
+    for i in range(n):
+        biggest = max(biggest, sizes[i])
+    best_count = np.zeros(n + 1, np.int64)
+    best_pad = np.zeros(n + 1, np.int64)
+    back = np.zeros(n + 1, np.int64)
+    if mul_exceeds(n, biggest, INT64_MAX):
+        _least_padding_dp_saturating(sizes, caps, best_count, best_pad, back)
+    else:
+        _least_padding_dp(sizes, caps, best_count, best_pad, back)
     count = best_count[n]
     ends = np.empty(count, np.int64)
     j = n
@@ -194,7 +234,10 @@ def least_padding_ends(sizes, caps):  # pragma: no cover - compiled
 
 
 def least_padding_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> tuple[int, int]:
-    """(fewest batches, least padding among them) by exhaustive search over cut sets (tiny n)."""
+    """(fewest batches, least padding among them) by exhaustive search over cut sets (tiny n).
+
+    Exact Python ints; the padding is reported as ``min(padding, INT64_MAX)`` (the kernel's rule).
+    """
     n = len(sizes)
     if n == 0:
         return 0, 0
@@ -206,8 +249,8 @@ def least_padding_ends_reference(sizes: np.ndarray, caps: np.ndarray) -> tuple[i
             if end - start > int(caps[end - 1]):
                 ok = False
                 break
-            pad += (end - start) * int(sizes[end - 1]) - int(sizes[start:end].sum())
+            pad += sum(int(sizes[end - 1]) - int(s) for s in sizes[start:end])
             start = end
         if ok and (best is None or (len(cuts), pad) < best):
             best = (len(cuts), pad)
-    return best if best is not None else (0, 0)
+    return (best[0], sat(best[1])) if best is not None else (0, 0)
