@@ -1,6 +1,5 @@
 """ExactLengthSampler and BucketSampler on the sampler base: ranks, tail policy, epochs, resume."""
 
-import json
 from collections import Counter
 
 import numpy as np
@@ -75,48 +74,6 @@ def test_equal_counts_for_world_sizes_1_to_9(name, n):
                 for r in range(world)
             }
             assert len(counts) == 1
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("world", [1, 3])
-def test_resume_at_every_position_equals_uninterrupted(name, world):
-    lengths = np.random.default_rng(1).integers(1, 30, 90)
-    for rank in range(world):
-        full = list(make(name, lengths, rank=rank, world_size=world, seed=4))
-        for k in range(len(full) + 1):
-            s1 = make(name, lengths, rank=rank, world_size=world, seed=4)
-            it = iter(s1)
-            got = [next(it) for _ in range(k)]
-            state = json.loads(json.dumps(s1.state_dict()))
-            s2 = make(name, lengths, rank=rank, world_size=world, seed=4)
-            s2.load_state_dict(state)
-            assert len(s2) == len(full) - k
-            assert got + list(s2) == full
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_elastic_resume_8_to_4_to_16(name):
-    lengths = np.random.default_rng(3).integers(1, 40, 900)
-    plan, order = make(name, lengths).epoch_plan(0)
-    total = len(plan)
-    consumed = []
-    state = None
-    for world, steps in ((8, 2), (4, 3), (16, None)):
-        samplers = [make(name, lengths, rank=r, world_size=world) for r in range(world)]
-        if state is not None:
-            for s in samplers:
-                s.load_state_dict(state)
-        its = [iter(s) for s in samplers]
-        for _ in range(len(samplers[0]) if steps is None else steps):
-            for it in its:  # ranks in lockstep: one global step
-                consumed.append(next(it))
-        states = [s.state_dict() for s in samplers]
-        assert all(x == states[0] for x in states)
-        state = states[0]
-    expected = [plan[b].tolist() for b in order]
-    assert total > 8 * 2 + 4 * 3
-    assert consumed[:total] == expected
-    assert consumed[total:] == expected[: len(consumed) - total]  # the tail repeats
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -149,7 +149,7 @@ def test_zip_feeds_planners_and_samplers():
         ([], ValueError, "at least one corpus"),
         ([[1, 2], []], ValueError, r"corpora\[1\] is empty"),
         ([np.array([1, 2]), np.array([[1, 2]])], ValueError, "same fields"),
-        ([[1, -2]], ValueError, r"corpora\[0\].*non-negative"),
+        ([[1, -2]], ValueError, r"corpora\[0\].*whole numbers in \[0, 2\*\*31\)"),
         (np.array([[1, 2], [3, 4]]), TypeError, "list of lengths"),
         ("abc", TypeError, "list of lengths"),
         ({"a": [1]}, TypeError, "list of lengths"),
@@ -509,18 +509,6 @@ def test_resume_at_every_position(epoch, shuffle):
         assert head + tail == full, p
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_resume_every_step_with_ranks(world_size):
-    def make(rank):
-        return lambda: small_mix(num_batches=20, seed=3, rank=rank, world_size=world_size)
-
-    for rank in range(world_size):
-        full = list(make(rank)())
-        for p in range(len(full) + 1):
-            head, tail = _resume_tail(make(rank), p)
-            assert head + tail == full
-
-
 def test_resume_with_consumed_behind_prefetch():
     def make():
         return small_mix(num_batches=20, seed=3)
@@ -528,23 +516,6 @@ def test_resume_with_consumed_behind_prefetch():
     full = list(make())
     head, tail = _resume_tail(make, 9, consumed=6)
     assert head == full[:9] and tail == full[6:]
-
-
-def test_elastic_resume_across_world_sizes():
-    full = expected_batches(small_mix(num_batches=30, seed=4))
-    old = small_mix(num_batches=30, seed=4, rank=1, world_size=2)
-    it = iter(old)
-    list(itertools.islice(it, 5))  # 5 steps of 2 ranks = 10 global slots
-    state = old.state_dict()
-    assert state["position"] == 10
-    new = [small_mix(num_batches=30, seed=4, rank=r, world_size=3) for r in range(3)]
-    for s in new:
-        s.load_state_dict(state)
-    outs = [list(s) for s in new]
-    assert {len(o) for o in outs} == {7}  # 20 slots left over 3 ranks, last step completed
-    for r, out in enumerate(outs):
-        for s, batch in enumerate(out):
-            assert batch == full[(10 + s * 3 + r) % 30]
 
 
 def test_state_after_full_epoch_and_set_epoch():
@@ -565,7 +536,15 @@ def test_state_is_refused_for_other_settings():
         small_mix(sub_kw={"seed": 1}).load_state_dict(state)
     with pytest.raises(ValueError, match="seed=0"):
         small_mix(seed=1).load_state_dict(state)
-    assert set(state) == {"version", "seed", "epoch", "position", "world_size", "fingerprint", "drop_last"}
+    assert set(state) == {
+        "version",
+        "seed",
+        "epoch",
+        "position",
+        "world_size",
+        "fingerprint",
+        "drop_last",
+    }
 
 
 def test_fingerprint_does_not_depend_on_resolving_num_batches():

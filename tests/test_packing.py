@@ -1,7 +1,6 @@
 """Packing: the best-fit kernel, plan_packing, PackedPlan, PieceDataset and PackingSampler."""
 
 import hashlib
-import json
 from collections import Counter
 
 import numpy as np
@@ -330,7 +329,7 @@ def test_bad_arguments(kwargs, exc, message):
 
 
 def test_bad_lengths():
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match=r"whole numbers in \[0, 2\*\*31\)"):
         plan_packing([3, -1], capacity=8)
     with pytest.raises(TypeError, match="integers"):
         plan_packing([True, False], capacity=8)
@@ -551,61 +550,6 @@ def test_shuffle_false_and_epochs():
     e0 = list(moving)
     moving.set_epoch(1)
     assert list(moving) != e0
-
-
-@pytest.mark.parametrize("world", [1, 3])
-def test_resume_at_every_position(world):
-    lengths = np.random.default_rng(1).integers(1, 120, 200)
-    kw = {"capacity": 128, "rows_per_batch": 2, "seed": 4, "world_size": world}
-    for rank in range(world):
-        full = list(make(lengths, rank=rank, **kw))
-        assert len(full) >= 8
-        for k in range(len(full) + 1):
-            s1 = make(lengths, rank=rank, **kw)
-            it = iter(s1)
-            got = [next(it) for _ in range(k)]
-            state = s1.state_dict()
-            s2 = make(lengths, rank=rank, **kw)
-            s2.load_state_dict(json.loads(json.dumps(state)))
-            assert len(s2) == len(full) - k
-            assert got + list(s2) == full
-
-
-def test_resume_with_split_codes():
-    lengths = np.random.default_rng(2).integers(1, 200, 80)
-    kw = {"capacity": 64, "oversize": "split", "seed": 9}
-    full = list(make(lengths, **kw))
-    for k in (0, 1, len(full) // 2, len(full)):
-        s1 = make(lengths, **kw)
-        it = iter(s1)
-        got = [next(it) for _ in range(k)]
-        s2 = make(lengths, **kw)
-        s2.load_state_dict(s1.state_dict())
-        assert got + list(s2) == full
-
-
-def test_elastic_resume_8_to_4_to_16():
-    lengths = np.random.default_rng(3).integers(1, 100, 1500)
-    kw = {"capacity": 256, "rows_per_batch": 2}
-    plan, order = make(lengths, **kw).epoch_plan(0)
-    total = len(plan)
-    consumed = []
-    state = None
-    for world, steps in ((8, 2), (4, 3), (16, None)):
-        samplers = [make(lengths, rank=r, world_size=world, **kw) for r in range(world)]
-        if state is not None:
-            for s in samplers:
-                s.load_state_dict(state)
-        its = [iter(s) for s in samplers]
-        for _ in range(len(samplers[0]) if steps is None else steps):
-            for it in its:
-                consumed.append(next(it))
-        states = [s.state_dict() for s in samplers]
-        assert all(x == states[0] for x in states)
-        state = states[0]
-    expected = [plan[b].tolist() for b in order]
-    assert consumed[:total] == expected
-    assert consumed[total:] == expected[: len(consumed) - total]
 
 
 def test_state_refuses_other_packing_settings():

@@ -110,13 +110,13 @@ def test_determinism_across_processes():
 
 
 # ------------------------------------------------------------------ resume
+@pytest.mark.parametrize(("world", "drop_last"), [(1, False), (3, False), (2, True)])
 @pytest.mark.parametrize("balance", [False, True])
 @pytest.mark.parametrize("f", ALL)
-def test_resume_at_every_position(f: Factory, balance: bool):
+def test_resume_at_every_position(f: Factory, balance: bool, world: int, drop_last: bool):
     if balance and not f.balance:
         pytest.skip("no balance option")
-    world = 2
-    opts = {"balance": balance, "drop_last": False}
+    opts = {"balance": balance, "drop_last": drop_last}
     full = epoch_batches(f, world, 1, **opts)
     steps = len(full[0])
     for k in range(steps + 1):
