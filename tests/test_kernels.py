@@ -98,3 +98,27 @@ def test_least_padding_ends_is_optimal(sizes, budget):
     bounds = np.concatenate([[0], ends])
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         assert 0 < hi - lo <= caps[hi - 1]
+
+
+# the families split out of the old _kernels.py; kernels whose reference has another name
+_FAMILIES = ["rng", "order", "budget", "segments", "exact", "buckets", "packing", "feistel"]
+_REFERENCE_OF = {"budget_ends_runs": "budget_ends_reference"}
+
+
+def test_every_kernel_is_cached_and_has_a_reference_beside_it():
+    import importlib
+
+    from numba.core.registry import CPUDispatcher
+
+    seen = 0
+    for family in _FAMILIES:
+        module = importlib.import_module(f"{K.__name__}.{family}")
+        for name, obj in vars(module).items():
+            if not isinstance(obj, CPUDispatcher) or obj.py_func.__module__ != module.__name__:
+                continue
+            seen += 1
+            assert type(obj._cache).__name__ == "FunctionCache", f"{module.__name__}.{name}"
+            if not name.startswith("_"):
+                twin = _REFERENCE_OF.get(name, f"{name}_reference")
+                assert callable(getattr(module, twin, None)), f"{module.__name__}.{name}"
+    assert seen >= 20
