@@ -22,6 +22,7 @@ FILE_SHUFFLE = 7
 BALANCE = 8
 REBALANCE = 9  # elastic resume: re-balancing the batches left at a new world size
 STREAM_ORDER = 10  # StreamBatcher: order of each round's batches (child per shard, round)
+WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per window)
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
