@@ -36,13 +36,17 @@ def check_int(
 
 
 def positive(name: str, value: Any) -> int:
-    """Check a required positive int."""
-    return cast(int, check_int(name, value, minimum=1))
+    """Check a required positive int (sizes and counts: at most 2**62, so kernels never wrap)."""
+    return cast(int, budget_or_none(name, value)) if value is not None else _none(name)
 
 
 def positive_or_none(name: str, value: Any) -> int | None:
-    """Check an optional positive int."""
-    return check_int(name, value, minimum=1, allow_none=True)
+    """Check an optional positive int (at most 2**62)."""
+    return budget_or_none(name, value)
+
+
+def _none(name: str) -> int:
+    raise TypeError(f"{name} must be an int, got None")
 
 
 MAX_BUDGET = 1 << 62  # budgets (tokens, sentences, cost units) stay below this: no int64 wrap
@@ -52,7 +56,7 @@ def budget_or_none(name: str, value: Any) -> int | None:
     """Check an optional positive budget no larger than :data:`MAX_BUDGET` (2**62)."""
     out = check_int(name, value, minimum=1, allow_none=True)
     if out is not None and out > MAX_BUDGET:
-        raise ValueError(f"{name} must be <= 2**62 (budgets are int64 sums), got {out}")
+        raise ValueError(f"{name} must be <= 2**62 (sizes and budgets stay in int64 arithmetic), got {out}")
     return out
 
 
