@@ -21,6 +21,8 @@ _EXPORTS = {
     "ExactLength": "padless.planners.exact",
     "Buckets": "padless.planners.buckets",
     "Packing": "padless.planners.packing",
+    "FixedShapes": "padless.planners.shapes",
+    "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
@@ -72,6 +74,8 @@ if TYPE_CHECKING:
     from .planners.packing import PackingSampler as PackingSampler
     from .planners.packing import PieceDataset as PieceDataset
     from .planners.packing import plan_packing as plan_packing
+    from .planners.shapes import FixedShapes as FixedShapes
+    from .planners.shapes import shape_set as shape_set
     from .planners.spec import Spec as Spec
     from .planners.spec import spec_from_dict as spec_from_dict
     from .planners.spec import spec_to_dict as spec_to_dict

@@ -52,11 +52,21 @@ def _as_ids(sample: Any, where: str) -> torch.Tensor:
     return out.to(torch.long)
 
 
-def _pad(seqs: list[torch.Tensor], pad_id: int, multiple_of: int) -> tuple[torch.Tensor, ...]:
-    lengths = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
-    width = int(lengths.max()) if seqs else 0
-    width = -(-width // multiple_of) * multiple_of
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+def _pad(
+    seqs: list[torch.Tensor],
+    pad_id: int,
+    multiple_of: int,
+    shape: tuple[int, int] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    # shape: (rows, width) to pad to; rows past the samples are dummy rows (length 0, mask 0)
+    lengths = torch.zeros(len(seqs) if shape is None else shape[0], dtype=torch.long)
+    lengths[: len(seqs)] = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
+    if shape is None:
+        width = int(lengths.max()) if seqs else 0
+        width = -(-width // multiple_of) * multiple_of
+    else:
+        width = shape[1]
+    ids = torch.full((lengths.numel(), width), pad_id, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, : s.numel()] = s
     mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.long)
@@ -66,29 +76,63 @@ def _pad(seqs: list[torch.Tensor], pad_id: int, multiple_of: int) -> tuple[torch
 class PaddedCollate:
     """Collate function built by :func:`collate_padded` (a picklable callable, for any worker)."""
 
-    def __init__(self, pad_id: int, multiple_of: int, fields: list[str] | None) -> None:
+    def __init__(
+        self,
+        pad_id: int,
+        multiple_of: int,
+        fields: list[str] | None,
+        shapes: tuple[tuple[int, int], ...] | None = None,
+        pad_batches: bool = True,
+    ) -> None:
         self.pad_id = pad_id
         self.multiple_of = multiple_of
         self.fields = fields
+        self.shapes = shapes
+        self.pad_batches = pad_batches
+
+    def _shape(self, columns: list[list[torch.Tensor]], count: int) -> tuple[int, int] | None:
+        """The (rows, width) of this batch: its shape, found from the samples alone."""
+        if self.shapes is None:
+            return None
+        from .planners.shapes import shape_for
+
+        longest = max((t.numel() for col in columns for t in col), default=0)
+        at = shape_for(self.shapes, count, longest, self.pad_batches)
+        if at < 0:
+            raise ValueError(
+                f"the batch of {count} samples (longest {longest} tokens) fits none of the shapes "
+                f"{[list(s) for s in self.shapes]}; were the shapes and lengths the sampler's?"
+            )
+        rows, width = self.shapes[at]
+        return (rows if self.pad_batches else count), width
 
     def __call__(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         if self.fields is None:
             seqs = [_as_ids(s, f"sample [{i}]") for i, s in enumerate(samples)]
-            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of)
+            shape = self._shape([seqs], len(samples))
+            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of, shape)
             return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
-        out: dict[str, torch.Tensor] = {}
+        columns = []
         for f, name in enumerate(self.fields):
             seqs = []
             for i, s in enumerate(samples):
                 part = s[name] if isinstance(s, Mapping) else s[f]
                 seqs.append(_as_ids(part, f"field {name!r} of sample [{i}]"))
-            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of)
+            columns.append(seqs)
+        shape = self._shape(columns, len(samples))
+        out: dict[str, torch.Tensor] = {}
+        for name, seqs in zip(self.fields, columns, strict=True):
+            ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of, shape)
             out[name], out[f"{name}_mask"], out[f"{name}_lengths"] = ids, mask, lengths
         return out
 
 
 def collate_padded(
-    pad_id: int, *, multiple_of: int = 1, fields: Sequence[str] | None = None
+    pad_id: int,
+    *,
+    multiple_of: int = 1,
+    fields: Sequence[str] | None = None,
+    shapes: Any = None,
 ) -> PaddedCollate:
     """Make a collate function that right-pads token sequences to the batch's longest.
 
@@ -98,6 +142,15 @@ def collate_padded(
         fields: None when each sample is one token sequence; else the field names (e.g.
             ``("source", "target")``) when each sample is a mapping with those keys or a tuple in
             that order.
+        shapes: pad every batch to a static shape instead: a list of ``(batch_size, length)``
+            pairs, or a :class:`padless.FixedShapes` spec (or its sampler). A batch of ``c``
+            samples, the longest ``m`` tokens (over all fields), takes the shape the planner
+            tagged it with (:func:`padless.planners.shapes.shape_for`: the fewest slots among
+            the shapes with ``length >= m`` and ``batch_size >= c``); every field is padded to
+            that length, and rows are added up to that batch size (dummy rows: ``pad_id``
+            tokens, an all-zero mask, length 0) unless the spec has ``pad_batches=False``; a
+            plain list always adds them. A batch no shape holds raises ValueError. Not with
+            ``multiple_of`` (the shape fixes the width).
 
     Returns:
         A picklable function mapping a list of samples to ``{"input_ids", "attention_mask",
@@ -107,13 +160,27 @@ def collate_padded(
     >>> out = collate_padded(0, multiple_of=4)([[5, 6, 7], [8]])
     >>> out["input_ids"].tolist(), out["attention_mask"].tolist()
     ([[5, 6, 7, 0], [8, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0]])
+    >>> out = collate_padded(0, shapes=[(3, 4), (1, 8)])([[5, 6, 7], [8]])
+    >>> out["input_ids"].tolist(), out["lengths"].tolist()
+    ([[5, 6, 7, 0], [8, 0, 0, 0], [0, 0, 0, 0]], [3, 1, 0])
     """
     pad_id = check_int("pad_id", pad_id) or 0
     multiple_of = positive("multiple_of", multiple_of)
     names = None if fields is None else [str(f) for f in fields]
     if names is not None and not names:
         raise ValueError("fields must name at least one field, got an empty sequence")
-    return PaddedCollate(pad_id, multiple_of, names)
+    if shapes is None:
+        return PaddedCollate(pad_id, multiple_of, names)
+    from .planners.shapes import FixedShapes, check_shapes
+
+    if multiple_of != 1:
+        raise ValueError(
+            f"multiple_of must be 1 with shapes (each shape's length is the width), got {multiple_of}"
+        )
+    spec = getattr(shapes, "spec", shapes)
+    if isinstance(spec, FixedShapes):
+        return PaddedCollate(pad_id, 1, names, spec.shapes, spec.pad_batches)
+    return PaddedCollate(pad_id, 1, names, check_shapes(shapes), True)
 
 
 # --------------------------------------------------------------------------- resumable loading

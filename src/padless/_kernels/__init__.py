@@ -9,6 +9,7 @@ cached on disk (``cache=True``), so ``import padless`` compiles nothing.
 ``order``       ``counting_order`` (stable counting sort), ``shuffle_runs`` (tie-break shuffles)
 ``budget``      ``budget_ends``/``budget_ends_runs``: fairseq's greedy token-budget rule
 ``segments``    ``segment_max``: per-batch figures of a plan
+``shapes``      ``shape_ends``, ``pick_shapes``, ``static_cuts``: static (batch size, length) shapes
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
 ``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
@@ -47,6 +48,14 @@ from .order import counting_order, counting_order_reference, shuffle_runs, shuff
 from .packing import best_fit_rows, best_fit_rows_reference, scatter_rows, scatter_rows_reference
 from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
 from .segments import segment_max, segment_max_reference
+from .shapes import (
+    pick_shapes,
+    pick_shapes_reference,
+    shape_ends,
+    shape_ends_reference,
+    static_cuts,
+    static_cuts_reference,
+)
 
 __all__ = [
     "FEISTEL_ROUNDS",
@@ -75,12 +84,18 @@ __all__ = [
     "lm_random_batch_reference",
     "optimal_cuts",
     "optimal_cuts_reference",
+    "pick_shapes",
+    "pick_shapes_reference",
     "random_below",
     "random_below_reference",
     "scatter_rows",
     "scatter_rows_reference",
     "segment_max",
     "segment_max_reference",
+    "shape_ends",
+    "shape_ends_reference",
     "shuffle_runs",
     "shuffle_runs_reference",
+    "static_cuts",
+    "static_cuts_reference",
 ]

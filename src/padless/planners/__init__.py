@@ -18,6 +18,7 @@ _REGISTRY = {
     "exact_length": ("padless.planners.exact", "ExactLength"),
     "buckets": ("padless.planners.buckets", "Buckets"),
     "packing": ("padless.planners.packing", "Packing"),
+    "fixed_shapes": ("padless.planners.shapes", "FixedShapes"),
 }
 
 

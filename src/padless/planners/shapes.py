@@ -1,0 +1,510 @@
+"""Static shapes: every batch in one of a few fixed (batch size, length) shapes.
+
+Compiled training (``torch.compile``, CUDA graphs, XLA) recompiles, or refuses, on each new input
+shape. :class:`FixedShapes` batches sequences into shapes the user lists, so a model compiles
+once per shape; :func:`shape_set` picks the shapes that waste the fewest slots.
+
+The rules, in one place:
+
+- **Batching** (fairseq's ``batch_fixed_shapes_fast`` rule): walk the sequences in order (by
+  default by length, ties broken at random per epoch); the next sequence joins the open batch
+  when some shape holds one more sequence at the batch's new longest length, else the batch
+  closes and the sequence opens the next one.
+- **The batch's shape** is a function of the batch alone, its count ``c`` and its longest
+  sequence ``m`` (the longest over fields for (N, F) lengths): among the shapes with
+  ``length >= m`` and ``batch_size >= c``, the one with the fewest padded slots, ``batch_size ×
+  length`` with ``pad_batches=True`` (else ``length``); ties go to the shorter, then to the
+  smaller batch size. The planner tags each batch with it (:attr:`ShapedPlan.shape_of`), and the
+  collate (``padless.torch.collate_padded(pad_id, shapes=...)`` or ``sampler.collate(...)``)
+  finds the same shape from the samples it receives, with no channel from sampler to workers.
+- **Padding**: a batch pads every sequence to its shape's length and, with ``pad_batches=True``,
+  adds dummy rows up to the shape's batch size; :meth:`ShapedPlan.stats` counts those slots
+  (dummy rows included) as padding.
+
+Where this differs from fairseq: fairseq forgets the length of the sequence that opens a batch
+(the sequence that fit no shape with the previous batch), and puts a sequence longer than every
+shape into a batch (after closing an empty one when it comes first). Its batches can then break
+every shape given. padless counts that length, and refuses a too-long sequence (or drops it with
+``oversize="drop"``). Wherever fairseq's batches all fit a shape, the batches are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _kernels as K
+from .._check import _is_int, budget, check_bool, check_seed, positive
+from ..lengths import lengths_of, sizes_of
+from ..plan import BatchPlan, PlanStats, _as_int64_vector
+from ._order import length_order
+from .buckets import _histogram
+from .budget import _check_order, check_oversize, oversize_filter
+from .exact import round_size
+from .spec import Planner, Spec
+
+OVERSIZE = ("error", "drop")
+MAX_SHAPE_SIDE = 1 << 31  # rows and lengths stay below this, so rows × length fits int64
+MAX_SHAPE_SET_TOKENS = 1 << 40  # shape_set's budget: k batches' worth of slots stay in int64
+MAX_DP_CELLS = 1 << 28  # shape_set's table: (shapes + 1) × (distinct lengths + 1) int32
+
+
+def check_shapes(shapes: Any, name: str = "shapes") -> tuple[tuple[int, int], ...]:
+    """Check a list of ``(batch_size, length)`` pairs; return them sorted by (length, batch_size).
+
+    >>> check_shapes([(8, 128), (32, 32)])
+    ((32, 32), (8, 128))
+    """
+    if isinstance(shapes, np.ndarray):
+        shapes = shapes.tolist()
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
+        raise TypeError(
+            f"{name} must be a list of (batch_size, length) pairs, got {type(shapes).__name__}"
+        )
+    if not shapes:
+        raise ValueError(f"{name} must hold at least one (batch_size, length) pair, got none")
+    out = []
+    for i, pair in enumerate(shapes):
+        if isinstance(pair, np.ndarray):
+            pair = pair.tolist()
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise TypeError(f"{name}[{i}] must be a (batch_size, length) pair, got {pair!r:.60}")
+        rows, length = pair
+        for what, value in (("batch_size", rows), ("length", length)):
+            if not _is_int(value):
+                raise TypeError(
+                    f"{name}[{i}] {what} must be an int, got {type(value).__name__} {value!r}"
+                )
+            if not 1 <= int(value) < MAX_SHAPE_SIDE:
+                raise ValueError(f"{name}[{i}] {what} must be in [1, 2**31), got {int(value)}")
+        out.append((int(rows), int(length)))
+    ordered = sorted(out, key=lambda s: (s[1], s[0]))
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if a == b:
+            raise ValueError(f"{name} must not repeat a shape, got {a} twice")
+    return tuple(ordered)
+
+
+def shape_for(
+    shapes: Sequence[tuple[int, int]], count: int, longest: int, pad_batches: bool = True
+) -> int:
+    """Index of the shape a batch of ``count`` sequences, the longest ``longest``, takes (-1: none).
+
+    ``shapes`` as :func:`check_shapes` returns them. The rule (see the module docstring): the
+    fewest padded slots among the shapes that hold the batch, ``batch_size × length`` with
+    ``pad_batches`` (else ``length``), ties to the shorter then the smaller batch size.
+    Cost: O(number of shapes).
+
+    >>> shapes = check_shapes([(16, 32), (8, 64), (2, 128)])
+    >>> shape_for(shapes, 5, 40), shape_for(shapes, 9, 40), shape_for(shapes, 1, 200)
+    (1, -1, -1)
+    """
+    best, at = 0, -1
+    for s, (rows, length) in enumerate(shapes):
+        if rows >= count and length >= longest:
+            cost = rows * length if pad_batches else length
+            if at < 0 or cost < best:
+                best, at = cost, s
+    return at
+
+
+class ShapedPlan(BatchPlan):
+    """A plan whose every batch is tagged with one of a few fixed shapes.
+
+    Batch ``b`` is padded to ``shapes[shape_of[b]]``: its sequences to that length and, with
+    ``pad_batches``, its rows up to that batch size.
+
+    Args:
+        indices, offsets, skipped, info: as :class:`padless.BatchPlan`.
+        shapes: (k, 2) int64 ``(batch_size, length)`` rows, sorted by length.
+        shape_of: int64 index into ``shapes`` per batch.
+        pad_batches: whether a short batch is padded with dummy rows up to its batch size.
+
+    >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
+    ([[3, 0], [2], [1]], [[2, 4], [2, 4], [1, 8]])
+    """
+
+    __slots__ = ("shapes", "shape_of", "pad_batches")
+
+    def __init__(
+        self,
+        indices: Any,
+        offsets: Any,
+        *,
+        shapes: Any,
+        shape_of: Any,
+        pad_batches: bool = True,
+        skipped: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(indices, offsets, skipped=skipped, info=info)
+        self.shapes = np.array(check_shapes(shapes), dtype=np.int64).reshape(-1, 2)
+        self.shape_of = _as_int64_vector("shape_of", shape_of)
+        self.pad_batches = check_bool("pad_batches", pad_batches)
+        if self.shape_of.size != len(self):
+            raise ValueError(
+                f"shape_of must hold one shape per batch ({len(self)}), got {self.shape_of.size}"
+            )
+        if self.shape_of.size and (
+            self.shape_of.min() < 0 or self.shape_of.max() >= self.shapes.shape[0]
+        ):
+            bad = int(self.shape_of[(self.shape_of < 0) | (self.shape_of >= len(self.shapes))][0])
+            raise ValueError(f"shape_of must index the {len(self.shapes)} shapes, got {bad}")
+        rows = self.shapes[self.shape_of, 0]
+        over = np.flatnonzero(self.sizes > rows)
+        if over.size:
+            b = int(over[0])
+            raise ValueError(
+                f"batch {b} holds {int(self.sizes[b])} sequences, more than its shape's "
+                f"batch size {int(rows[b])}"
+            )
+
+    @property
+    def batch_shapes(self) -> np.ndarray:
+        """The ``(batch_size, length)`` of every batch, (batches, 2) int64."""
+        return self.shapes[self.shape_of]
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Rows each batch occupies: its shape's batch size with ``pad_batches``, else its count."""
+        return self.shapes[self.shape_of, 0] if self.pad_batches else self.sizes
+
+    @property
+    def dummy_rows(self) -> int:
+        """Rows added to short batches (0 without ``pad_batches``)."""
+        return int((self.rows - self.sizes).sum())
+
+    def stats(self, lengths: Any) -> PlanStats:
+        """Padding figures with every batch at its shape (dummy rows are padding slots).
+
+        ``padded_slots`` is Σ rows × shape length (per field for (N, F) lengths), rows being the
+        shape's batch size with ``pad_batches``. Raises ValueError when a batch's longest
+        sequence in ``lengths`` is longer than its shape (lengths other than the plan's).
+
+        Cost: O(len(indices)) time, one gather of the planned lengths.
+
+        >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+        >>> plan.stats([3, 7, 4, 1]).padded_slots  # 2·4 + 2·4 + 1·8
+        24
+        """
+        lens = lengths_of(lengths)
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
+            raise ValueError(f"plan indices fall outside lengths of size {lens.shape[0]}")
+        picked = lens[self.indices]
+        fields = 1 if picked.ndim == 1 else picked.shape[1]
+        sizes = np.ascontiguousarray(sizes_of(picked))
+        longest = K.segment_max(sizes, self.offsets)
+        width = self.shapes[self.shape_of, 1]
+        over = np.flatnonzero(longest > width)
+        if over.size:
+            b = int(over[0])
+            raise ValueError(
+                f"batch {b} has a sequence of length {int(longest[b])}, longer than its shape's "
+                f"length {int(width[b])}: were these lengths the plan's?"
+            )
+        padded = int((self.rows * width).sum()) * fields
+        return PlanStats.of(self.sizes, self.indices.size, int(picked.sum()), padded)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        # what a saved plan holds beside the plain arrays (for BatchPlan.save)
+        return {
+            "indices": self.indices,
+            "offsets": self.offsets,
+            "skipped": self.skipped,
+            "shapes": self.shapes,
+            "shape_of": self.shape_of,
+            "pad_batches": np.array(self.pad_batches),
+        }
+
+    @classmethod
+    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> ShapedPlan:
+        missing = {"indices", "offsets", "shapes", "shape_of", "pad_batches"} - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a shaped plan: missing {sorted(missing)}")
+        skipped = data["skipped"] if "skipped" in data.files else None
+        return cls(
+            data["indices"],
+            data["offsets"],
+            shapes=data["shapes"],
+            shape_of=data["shape_of"],
+            pad_batches=bool(data["pad_batches"]),
+            skipped=skipped,
+            info=meta.get("info"),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchPlan):
+            return NotImplemented
+        if not isinstance(other, ShapedPlan):
+            return False
+        return (
+            BatchPlan.__eq__(self, other) is True
+            and np.array_equal(self.shapes, other.shapes)
+            and np.array_equal(self.shape_of, other.shape_of)
+            and self.pad_batches == other.pad_batches
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedShapes(Spec):
+    """Static-shape batching: every batch fits one of ``shapes`` and is tagged with it.
+
+    See the module docstring for the batching rule (fairseq's, with its two faults mended), the
+    rule that picks a batch's shape and what counts as padding.
+
+    Args:
+        shapes: ``(batch_size, length)`` pairs: a batch holds at most ``batch_size`` sequences
+            no longer than ``length`` (the longest over fields for (N, F) lengths). Kept sorted
+            by length; e.g. from :func:`shape_set`.
+        pad_batches: a batch short of its shape's batch size is padded with dummy rows (the
+            collate adds them, with an all-zero attention mask, and :meth:`ShapedPlan.stats`
+            counts them as padding); False pads the length only.
+        oversize: "error" raises for a sequence longer than every shape; "drop" leaves it out
+            and lists it in ``plan.skipped``.
+
+    ``plan(lengths, seed=, epoch=, order=)`` walks ``order`` (indices, each at most once) when
+    given, else the length order (2-D: last field, then the first) with ties broken at random
+    per (seed, epoch). Samplers, ranks, balance and resume: ``PlanSampler(lengths,
+    FixedShapes(...))``; ``sampler.collate(pad_id=0)`` pads each batch to its shape.
+
+    Cost: O(N + max length) time and O(N) memory (counting sort, one compiled greedy pass, one
+    O(shapes) look-up per batch).
+
+    >>> spec = FixedShapes([(4, 8), (2, 16)])
+    >>> plan = spec.plan([5, 12, 3, 7, 16, 2])
+    >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
+    ([[5, 2, 0, 3], [1, 4]], [[4, 8], [2, 16]])
+    """
+
+    shapes: Any
+    pad_batches: bool = True
+    oversize: str = "error"
+
+    name = "fixed_shapes"
+    sampler_name = "FixedShapes"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shapes", check_shapes(self.shapes))
+        object.__setattr__(self, "pad_batches", check_bool("pad_batches", self.pad_batches))
+        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
+
+    def bind(self, lengths: np.ndarray) -> ShapesPlanner:
+        return ShapesPlanner(self, lengths)
+
+    def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0, order: Any = None) -> ShapedPlan:
+        """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
+        lens = lengths_of(lengths)
+        check_seed(seed, "seed")
+        check_seed(epoch, "epoch")
+        planner = self.bind(lens)
+        if order is None:
+            return planner.plan(seed, epoch)
+        return planner.plan_order(_check_order(order, lens.shape[0]))
+
+    def shape_of(self, count: int, longest: int) -> tuple[int, int] | None:
+        """The ``(batch_size, length)`` a batch of ``count`` sequences, the longest ``longest``,
+        pads to; None when no shape holds it.
+
+        >>> FixedShapes([(4, 8), (2, 16)]).shape_of(3, 10) is None
+        True
+        >>> FixedShapes([(4, 8), (2, 16)]).shape_of(2, 10)
+        (2, 16)
+        """
+        at = shape_for(self.shapes, count, longest, self.pad_batches)
+        return None if at < 0 else self.shapes[at]
+
+
+class ShapesPlanner(Planner):
+    """:class:`FixedShapes` bound to lengths (sequences longer than every shape found once)."""
+
+    spec: FixedShapes
+
+    def __init__(self, spec: FixedShapes, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        table = np.array(spec.shapes, dtype=np.int64)
+        self.shape_rows = np.ascontiguousarray(table[:, 0])
+        self.shape_lengths = np.ascontiguousarray(table[:, 1])
+        # distinct lengths, and the most rows of any shape at least that long
+        self.tiers = np.unique(self.shape_lengths)
+        first = np.searchsorted(self.shape_lengths, self.tiers, side="left")
+        per_tier = np.maximum.reduceat(self.shape_rows, first)
+        self.caps = np.ascontiguousarray(np.maximum.accumulate(per_tier[::-1])[::-1])
+        top = int(self.tiers[-1])
+        self.skipped = oversize_filter(self.sizes, top, spec.oversize, "the longest shape length")
+
+    def plan(self, seed: int, epoch: int) -> ShapedPlan:
+        walk, _ = length_order(self.lengths, seed, epoch)
+        return self.plan_order(walk)
+
+    def plan_order(self, walk: np.ndarray) -> ShapedPlan:
+        """Plan a given walk (checked indices), leaving out the sequences longer than every shape."""
+        sizes = np.ascontiguousarray(self.sizes[walk])
+        if self.skipped.size:
+            keep = sizes <= self.tiers[-1]
+            walk, sizes = walk[keep], sizes[keep]
+        ends, longest = K.shape_ends(sizes, self.tiers, self.caps)
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        counts = np.diff(offsets)
+        pad = self.spec.pad_batches
+        shape_of = K.pick_shapes(counts, longest, self.shape_rows, self.shape_lengths, pad)
+        used = np.bincount(shape_of, minlength=self.shape_rows.size)
+        rows = self.shape_rows[shape_of]
+        info = {
+            "shapes": [list(s) for s in self.spec.shapes],
+            "pad_batches": pad,
+            "shape_batches": used.tolist(),
+            "dummy_rows": int((rows - counts).sum()) if pad else 0,
+        }
+        return ShapedPlan(
+            walk,
+            offsets,
+            shapes=self.spec.shapes,
+            shape_of=shape_of,
+            pad_batches=pad,
+            skipped=self.skipped,
+            info=info,
+        )
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Padded slots of each batch at its shape (rows × shape length)."""
+        if isinstance(plan, ShapedPlan):
+            return (plan.rows * plan.shapes[plan.shape_of, 1]).astype(np.int64)
+        return super().costs(plan)
+
+    def collate(self, **options: Any) -> Any:
+        """``padless.torch.collate_padded(shapes=<this spec>, **options)``: pads to the shapes."""
+        from ..torch import collate_padded
+
+        if "shapes" in options:
+            raise ValueError(
+                "shapes must not be passed to sampler.collate(): the sampler's FixedShapes "
+                f"spec gives them, got shapes={options['shapes']!r:.60}"
+            )
+        return collate_padded(shapes=self.spec, **options)
+
+
+# --------------------------------------------------------------------------- shape sets
+
+
+def _histogram_for_shapes(
+    lengths: Any, max_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sizes' histogram for shape planning (empty sequences count as length 1), and real tokens."""
+    lens = lengths_of(lengths)
+    sizes = sizes_of(lens)
+    if sizes.size == 0:
+        raise ValueError("lengths must hold at least one sequence to choose shapes for")
+    over = np.flatnonzero(sizes > max_tokens)
+    if over.size:
+        i = int(over[0])
+        raise ValueError(
+            f"index {i} has length {int(sizes[i])}, which exceeds max_tokens={max_tokens}: "
+            "no shape of at least one row can hold it"
+        )
+    values, counts = _histogram(np.maximum(sizes, 1))
+    return values, counts, lens
+
+
+def shape_set(
+    lengths: Any, k: int, *, max_tokens: int, multiple_of: int = 1
+) -> list[tuple[int, int]]:
+    """Choose at most ``k`` static ``(batch_size, length)`` shapes that pad the fewest slots.
+
+    Shape ``s`` of length ``L`` has ``batch_size = max_tokens // L`` rounded down to a multiple of
+    ``multiple_of`` (a size below ``multiple_of`` stays as it is, at least 1, as
+    :class:`padless.Buckets` does). The shape lengths split the sorted sizes into groups; each
+    group's cost is its sequences rounded up to whole batches of its shape, times the shape's
+    length (dummy rows included). An exact dynamic programme over the distinct sizes minimises
+    the total; fewer shapes win ties. Feed the result to :class:`FixedShapes`, whose batches
+    then pad to these shapes (``FixedShapes`` also lets a short group's last batch take the next
+    group's first sequences when the next shape has room, which only saves slots in practice).
+
+    Args:
+        lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields); empty
+            sequences count as length 1.
+        k: the most shapes (compiled graphs) wanted.
+        max_tokens: token budget per batch, <= 2**40; every size must be <= max_tokens.
+        multiple_of: batch sizes are rounded down to a multiple of this.
+
+    Returns:
+        The shapes as ``(batch_size, length)`` tuples, by increasing length (batch sizes then
+        do not increase). Fewer than ``k`` when there are fewer distinct sizes or when fewer
+        shapes pad less. The last length is the longest size, so every sequence fits.
+
+    Raises:
+        TypeError, ValueError: non-positive ``k``/``multiple_of``, ``max_tokens`` out of range,
+            empty lengths, a size over ``max_tokens``, a table over 2**28 cells (k × distinct
+            sizes).
+
+    Cost: O(N + max length) for the histogram, then O(k · L²) time at worst and O(k · L) memory
+    over the L distinct sizes; the DP's scans stop early (a lower bound), so in practice a few ms
+    for L = 100 to 250 and k <= 16 (see benchmarks/bench_shapes.py).
+
+    >>> shape_set([3, 3, 3, 4, 9, 10, 10, 12], 2, max_tokens=24)
+    [(6, 4), (2, 12)]
+    >>> shape_set([3, 3, 3, 4, 9, 10, 10, 12], 2, max_tokens=24, multiple_of=4)
+    [(4, 4), (2, 12)]
+    """
+    k = positive("k", k)
+    max_tokens = budget("max_tokens", max_tokens)
+    if max_tokens > MAX_SHAPE_SET_TOKENS:
+        raise ValueError(f"max_tokens must be <= 2**40 for shape_set, got {max_tokens}")
+    multiple_of = positive("multiple_of", multiple_of)
+    values, counts, _ = _histogram_for_shapes(lengths, max_tokens)
+    groups = min(k, values.size)
+    if (groups + 1) * (values.size + 1) > MAX_DP_CELLS:
+        raise ValueError(
+            f"k must be at most {MAX_DP_CELLS // (values.size + 1) - 1} for {values.size} distinct "
+            f"lengths (the table holds (k + 1) × (lengths + 1) <= 2**28 cells), got {k}"
+        )
+    rows = round_size(max_tokens // values, multiple_of)
+    cuts = K.static_cuts(values, counts, rows, groups)
+    ends = np.append(cuts, values.size - 1)
+    return [(int(rows[e]), int(values[e])) for e in ends]
+
+
+def shape_curve(
+    lengths: Any, ks: Sequence[int], *, max_tokens: int, multiple_of: int = 1
+) -> list[dict[str, Any]]:
+    """Padding of :func:`shape_set` shapes against the number of shapes ``k`` (compile count).
+
+    For each ``k`` the shapes are chosen and the lengths planned with ``FixedShapes(shapes)``
+    (seed 0, epoch 0; the figures do not depend on the seed): ``padded_slots`` includes the
+    dummy rows. Meant for ``padless report`` (a "static shapes (k)" row) and its plot.
+
+    Returns:
+        One dict per ``k``: ``k``, ``shapes`` (the list), ``batches``, ``real_tokens``,
+        ``padded_slots``, ``padding_fraction``, ``dummy_rows``.
+
+    Cost: :func:`shape_set` plus one O(N + max length) plan per ``k``.
+
+    >>> [(r["k"], len(r["shapes"])) for r in shape_curve([3, 3, 4, 9, 12], [1, 2], max_tokens=24)]
+    [(1, 1), (2, 2)]
+    """
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence):
+        raise TypeError(f"ks must be a list of ints, got {type(ks).__name__}")
+    ks = [positive(f"ks[{i}]", k) for i, k in enumerate(ks)]
+    lens = lengths_of(lengths)
+    out = []
+    for k in ks:
+        shapes = shape_set(lens, k, max_tokens=max_tokens, multiple_of=multiple_of)
+        plan = FixedShapes(shapes).plan(lens)
+        st = plan.stats(lens)
+        out.append(
+            {
+                "k": k,
+                "shapes": [list(s) for s in shapes],
+                "batches": st.batches,
+                "real_tokens": st.real_tokens,
+                "padded_slots": st.padded_slots,
+                "padding_fraction": st.padding_fraction,
+                "dummy_rows": plan.dummy_rows,
+            }
+        )
+    return out
