@@ -145,3 +145,13 @@ def test_epochs_change_membership_and_seed_epoch_do_not_add():
 def test_padding_on_builtin_corpus_is_tiny():
     st = plan_token_budget(builtin_corpus(), max_tokens=4096).stats(builtin_corpus())
     assert st.padding_fraction < 0.01  # random batches of 64 waste about 55%
+
+
+def test_order_with_duplicate_indices_is_refused():
+    """Issue 13.6: "every index exactly once" must hold for a given order too."""
+    with pytest.raises(
+        ValueError, match=r"order must hold each index at most once.*index 2 2 times"
+    ):
+        plan_token_budget([3, 4, 5, 6], max_tokens=20, order=[0, 2, 2, 3])
+    plan = plan_token_budget([3, 4, 5, 6], max_tokens=20, order=[3, 1])  # a subset is fine
+    assert sorted(plan.indices.tolist()) == [1, 3]

@@ -466,3 +466,21 @@ def test_stats_and_repr():
     assert stats["coverage"] == 1.0 and stats["batches_per_rank"] == len(stream)
     assert stats["targets"] == ((1000 - stream.offset) // 7) * 7
     assert "mode='random'" in repr(stream) and "tokens=1001" in repr(stream)
+
+
+def test_negative_token_ids_are_refused():
+    """Issue 13.7: a corpus with a negative id fails clearly when that batch is made."""
+    tokens = np.arange(200, dtype=np.int32)
+    tokens[50] = -3
+    stream = LMStream(tokens, batch_size=2, num_steps=8, mode="sequential", drop_last=False)
+    with pytest.raises(ValueError, match="tokens must be non-negative token ids, got -3"):
+        list(stream)
+
+
+def test_tail_and_oversize_counts_have_two_keys():
+    """Issue 13.7: the tail policy's "dropped" and a plan's own "dropped" do not overwrite."""
+    from padless import PackingSampler
+
+    s = PackingSampler([5, 30, 6, 7, 2], capacity=8, oversize="drop", world_size=2, drop_last=True)
+    st = s.stats()
+    assert st["dropped"] == s.dropped and st["plan_dropped"] == 1

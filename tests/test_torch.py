@@ -110,3 +110,22 @@ def test_collate_padded_pickles_for_spawned_workers():
 
     collate = pickle.loads(pickle.dumps(collate_padded(3, multiple_of=2, fields=["src"])))
     assert collate([{"src": [1]}])["src"].tolist() == [[1, 3]]
+
+
+def test_stateful_loader_state_at_the_start_of_the_next_epoch():
+    """Issue 13.2: a checkpoint after set_epoch(next), before the first batch, is that epoch's start."""
+    from padless import TokenBudgetSampler
+    from padless.torch import StatefulLoader
+
+    sampler = TokenBudgetSampler(np.arange(1, 40), max_tokens=60, seed=0)
+    loader = StatefulLoader(DataLoader(range(39), batch_sampler=sampler))
+    assert len(list(loader)) == len(sampler)
+    loader.set_epoch(1)
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (1, 0)
+    again = StatefulLoader(
+        DataLoader(range(39), batch_sampler=TokenBudgetSampler(np.arange(1, 40), max_tokens=60))
+    )
+    again.load_state_dict(state)
+    sampler.set_epoch(1)
+    assert [b.tolist() for b in again] == [b.tolist() for b in loader]
