@@ -4,9 +4,6 @@ processes, and the padding-free collator against transformers' own."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,26 +22,7 @@ from padless.hf import STATE_FILE, PaddingFreeCollator, TrainerBatches  # noqa: 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import _hf_train as hft  # noqa: E402
-
-
-def run_group(cmd: list[str], timeout: float, **kw) -> subprocess.CompletedProcess:
-    """Run cmd in its own process group; on timeout kill that whole group (workers included)."""
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        **kw,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"{cmd} timed out after {timeout} s:\n{out[-3000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
-
+from _procs import torchrun  # noqa: E402
 
 # --------------------------------------------------------------------------- collator
 
@@ -273,10 +251,7 @@ def test_epoch_of_another_length_is_refused_before_use():
 
 def test_two_processes_torchrun(tmp_path):
     """torchrun (gloo, CPU), 2 processes: the mixin's batches, shards and resume."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parent / "src"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = run_group([*cmd, str(HERE / "_hf_train.py"), str(tmp_path)], timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout[-4000:]
+    torchrun("_hf_train.py", tmp_path)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     n = len(hft.corpus()[0])
     for r, res in enumerate(ranks):

@@ -1,0 +1,150 @@
+"""Train a tiny LightningModule on padless batches through ``LightningBatches``; resume from checkpoints.
+
+Imported by tests/test_lightning.py (one process) and launched by it under torchrun with 2
+processes (``Trainer(accelerator="cpu", devices=2, strategy="ddp")``, gloo): each rank writes
+OUT_DIR/rank<r>.json with the batches of an uninterrupted run, of runs resumed from checkpoints
+(mid-epoch and at an epoch's end), and of the bare sampler.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from padless import TokenBudgetSampler
+from padless.lightning import LightningBatches
+from padless.torch import StatefulLoader
+
+torch.set_num_threads(1)
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore")
+
+N = 160
+LENGTHS = np.random.default_rng(0).integers(1, 50, N)
+SETTINGS = {"max_tokens": 300, "seed": 4}
+
+
+class Tiny(pl.LightningModule):
+    """A one-weight model that records the batches it trains on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(1, 1)
+        self.record: list[dict[str, Any]] = []
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        loss = self.lin(batch.float()[:, None] / N).pow(2).mean()
+        self.record.append(
+            {"step": self.global_step, "epoch": self.current_epoch, "index": batch.tolist()}
+        )
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Data(pl.LightningDataModule):
+    """The recipe: the sampler is built once the Trainer knows this process's rank."""
+
+    def __init__(self, loader: str = "torchdata", workers: int = 0) -> None:
+        super().__init__()
+        self.loader, self.workers = loader, workers
+
+    def train_dataloader(self) -> Any:
+        sampler = TokenBudgetSampler(
+            LENGTHS, rank=self.trainer.global_rank, world_size=self.trainer.world_size, **SETTINGS
+        )
+        batches = LightningBatches(sampler)
+        if self.loader == "torchdata":
+            return StatefulDataLoader(
+                torch.arange(N), batch_sampler=batches, num_workers=self.workers,
+                collate_fn=torch.stack,
+            )  # fmt: skip
+        return StatefulLoader(
+            torch.utils.data.DataLoader(
+                torch.arange(N), batch_sampler=batches, num_workers=self.workers,
+                collate_fn=torch.stack,
+            )
+        )  # fmt: skip
+
+
+def fit(
+    out: str,
+    *,
+    ckpt: str | None = None,
+    every: int = 0,
+    devices: int = 1,
+    max_steps: int = -1,
+    **kw: Any,
+) -> list[dict[str, Any]]:
+    model = Tiny()
+    callbacks = []
+    if every:
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=out, every_n_train_steps=every, save_top_k=-1, filename="{step}"
+            )
+        )
+    trainer = pl.Trainer(
+        default_root_dir=out,
+        max_epochs=2,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        use_distributed_sampler=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(every),
+        callbacks=callbacks,
+    )
+    trainer.fit(model, datamodule=Data(**kw), ckpt_path=ckpt)
+    return model.record
+
+
+def bare(rank: int, world: int, epochs: int) -> list[list[int]]:
+    sampler = TokenBudgetSampler(LENGTHS, rank=rank, world_size=world, **SETTINGS)
+    out = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        out.extend(list(b) for b in sampler)
+    return out
+
+
+def main(out: str) -> None:
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    per_epoch = len(TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS))
+    result: dict[str, Any] = {"rank": rank, "world": world, "per_epoch": per_epoch, "n": N}
+    result["repeated"] = TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS).repeated
+    result["bare"] = bare(rank, world, 2)
+    full_dir = os.path.join(out, "full")
+    result["full"] = fit(full_dir, every=per_epoch // 2, devices=world)
+    result["resumed"] = {}
+    for step in (per_epoch, per_epoch + per_epoch // 2):  # an epoch's end; mid-epoch 1
+        ckpt = os.path.join(full_dir, f"step={step}.ckpt")
+        result["resumed"][str(step)] = fit(os.path.join(out, f"r{step}"), ckpt=ckpt, devices=world)
+    # a plain DataLoader with 2 workers in padless.torch.StatefulLoader, stopped mid-epoch 0
+    kw: dict[str, Any] = {"devices": world, "loader": "torch", "workers": 2}
+    step = per_epoch // 2
+    torch_dir = os.path.join(out, "torch")
+    result["torch_first"] = fit(torch_dir, every=step, max_steps=step, **kw)
+    ckpt = os.path.join(torch_dir, f"step={step}.ckpt")
+    result["torch_resumed"] = {str(step): fit(os.path.join(out, "tr"), ckpt=ckpt, **kw)}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+        json.dump(result, fh)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
