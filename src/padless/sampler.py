@@ -38,6 +38,7 @@ from .plan import BatchPlan
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
+    from .windows import WindowedSchedule
 
 __all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
@@ -51,6 +52,7 @@ class SamplerOptions(TypedDict, total=False):
     world_size: int
     drop_last: bool
     balance: bool
+    window: int | None
 
 
 class _Epoch:
@@ -89,6 +91,9 @@ class PlanSampler(Resumable):
         rank, world_size: this process's shard; every rank yields the same number of batches.
         drop_last: drop the incomplete last step instead of completing it with repeats.
         balance: group batches into steps of similar cost to cut straggler wait.
+        window: plan the epoch in windows of about this many items (see
+            :mod:`padless.windows`): bounded memory for corpora of any size, e.g. a memory-mapped
+            ``.npy`` of lengths; ``len()`` then costs one counting pass per epoch (cached).
 
     >>> from padless import TokenBudget
     >>> s = PlanSampler([3, 5, 2, 7, 4, 4], TokenBudget(max_tokens=10), seed=1, world_size=2)
@@ -107,6 +112,7 @@ class PlanSampler(Resumable):
         world_size: int = 1,
         drop_last: bool = False,
         balance: bool = False,
+        window: int | None = None,
     ) -> None:
         from .planners.spec import Spec
 
@@ -121,7 +127,19 @@ class PlanSampler(Resumable):
         self.drop_last = check_bool("drop_last", drop_last)
         self.balance = check_bool("balance", balance)
         self.spec = spec
-        self.planner: Planner = spec.bind(lengths_of(lengths))
+        self.window = window
+        self._windowed: WindowedSchedule | None = None
+        if window is None:
+            self.planner: Planner = spec.bind(lengths_of(lengths))
+        else:
+            from .windows import WindowedPlanner, WindowedSchedule
+
+            windowed = WindowedPlanner(spec, lengths, window)
+            self.window = windowed.window
+            self.planner = windowed  # type: ignore[assignment]
+            self._windowed = WindowedSchedule(
+                windowed, shuffle=self.shuffle, seed=self.seed, balance=self.balance
+            )
         self.epoch = 0
         self._reset_position()
         self._cache: _Epoch | None = None
@@ -179,14 +197,24 @@ class PlanSampler(Resumable):
 
         Cost: one plan computation (cached for the latest epoch).
         """
+        if self._windowed is not None:
+            raise ValueError(
+                "epoch_plan needs the whole epoch's plan in memory; a windowed sampler "
+                f"(window={self.window}) plans one window at a time: use "
+                "sampler.planner.plans(seed, epoch) for the window plans"
+            )
         sched = self._schedule(check_seed(epoch, "epoch"))
         return sched.plan, sched.order
 
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
+        if self._windowed is not None:
+            return self._windowed.total(self.epoch)
         return len(self._schedule(self.epoch).plan)
 
     def _batch_at(self, slot: int) -> list[int]:
+        if self._windowed is not None:
+            return self._windowed.batch_at(self.epoch, self._history, self.world_size, slot)
         sched = self._schedule(self.epoch)
         b = sched.order[slot]
         offsets = sched.plan.offsets
@@ -201,7 +229,10 @@ class PlanSampler(Resumable):
         cost (1.0 is perfect), with the planner's cost per batch (padded tokens count × longest;
         real tokens for packing). ``repeated``/``dropped`` are the tail policy's batch counts;
         the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
+        A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass).
         """
+        if self._windowed is not None:
+            return self._windowed.stats(self)
         sched = self._schedule(self.epoch)
         if sched.costs is None:
             sched.costs = self.planner.costs(sched.plan)
@@ -258,5 +289,7 @@ class PlanSampler(Resumable):
         return (
             f"{type(self).__name__}({self.spec.describe()}, n={self.lengths.shape[0]}, "
             f"rank={self.rank}, world_size={self.world_size}, seed={self.seed}, "
-            f"shuffle={self.shuffle}, drop_last={self.drop_last}, balance={self.balance})"
+            f"shuffle={self.shuffle}, drop_last={self.drop_last}, balance={self.balance}"
+            + ("" if self.window is None else f", window={self.window}")
+            + ")"
         )

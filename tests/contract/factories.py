@@ -87,6 +87,13 @@ FACTORIES = [
         "plan_sampler_spec",
         lambda **o: padless.PlanSampler(LENGTHS, padless.TokenBudget(max_tokens=900), **o),
     ),
+    Factory(
+        "windowed",  # windows of 128 items (5 windows), epochs change their members
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.TokenBudget(max_tokens=600), window=128, **o
+        ),
+        all_units=lambda s: list(range(LENGTHS.shape[0])),  # no plan of the whole epoch
+    ),
     Factory("mixture", _mixture, balance=False, units=None),
     Factory(
         "lm_random",

@@ -1,0 +1,823 @@
+"""Windowed plans: plan a corpus of any size one window at a time, in bounded memory.
+
+A global plan holds the whole corpus at once (an order array of 8 bytes per item, and for
+packing several more). :func:`plan_windows` plans the epoch as a sequence of windows of about
+``window`` items instead: each window is planned exactly as the spec plans those items
+(``spec.plan(lengths[items])``), with global indices, and nothing of size N is ever allocated,
+so the lengths may be a read-only memory-mapped ``.npy`` file (int32 or int64, (N,) or (N, F))
+of a billion items or more.
+
+**Which items share a window.** The positions ``0 … N−1`` are cut into blocks of at most 4096
+consecutive items (at least 16 blocks per window, so small windows mix too), and a window is
+``blocks_per_window`` blocks picked by a keyed bijection of the block numbers (a Feistel
+network, computed on the fly: no permutation array). Before cutting, the positions are rotated
+by a random offset. Both the key and the offset come from ``(seed, epoch)``, so:
+
+- two items ``d`` positions apart share a block (and so a window) with probability
+  ``max(0, 1 − d / block)`` in an epoch (the rotation moves the block boundaries);
+- two items in different blocks share a window with probability
+  ``(blocks_per_window − 1) / (num_blocks − 1)``, about ``window / N``, independently from one
+  epoch to the next: over E epochs any two items meet with probability ``1 − (1 − window/N)^E``.
+
+A window is read block by block: runs of thousands of consecutive lengths, so a file larger than
+the page cache is read almost sequentially.
+
+**What it costs.** A window plan is as good as a global plan of a corpus of ``window`` items with
+the same length distribution: token-budget padding and packing efficiency depend on the length
+histogram, which a window of 10^6 random items samples closely (figures in BENCHMARKS.md,
+"Windowed plans"). Strategies that keep per-group leftovers (exact length, buckets) have one
+partial batch per group per window instead of per epoch.
+
+**Samplers.** ``PlanSampler(lengths, spec, window=W)`` (and every named sampler, through
+``window=``) runs the windows one after the other, each window's batches in a shuffled order,
+with every sampler's guarantees: equal steps on every rank, the tail policy, ``balance`` (within
+each window), ``len()`` (one counting pass over the lengths per epoch, cached), O(1) state dicts,
+exact and elastic resume (a restore counts the windows' batches and plans one window).
+
+Windows plan in parallel threads (``threads``; the compiled token-budget and packing planners
+release the GIL); every window's plan depends only on ``(seed, epoch, window number)``, never on
+the thread count.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from . import _kernels as K
+from . import _rng
+from ._check import check_int, check_seed, positive
+from ._kernels import windows as KW
+from ._schedule import balanced_order, elastic_order
+from .lengths import MAX_LENGTH, lengths_of, sizes_of
+from .plan import BatchPlan, PlanStats
+
+if TYPE_CHECKING:
+    from .planners.spec import Planner, Spec
+    from .sampler import PlanSampler
+
+__all__ = ["WindowLayout", "WindowedPlanner", "plan_windows"]
+
+BLOCK = 4096  # most items per block: 16 KB of int32 lengths read in one run
+MIN_BLOCKS = 16  # fewest blocks per window (smaller windows get smaller blocks)
+CHUNK = 1 << 20  # rows per chunk of the checking pass
+MAX_THREADS = 8
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------- layout
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowLayout:
+    """How N items are cut into blocks and windows (the same for every epoch).
+
+    ``blocks_per_window = max(ceil(window / 4096), min(16, window))`` blocks of
+    ``block = window // blocks_per_window`` items make a window, so a window holds
+    ``blocks_per_window · block`` items (``window`` rounded down to a multiple of the block),
+    except the last window and the one holding the last, shorter block.
+
+    >>> layout = WindowLayout(1_000_000, 10_000)
+    >>> layout.block, layout.blocks_per_window, layout.num_windows
+    (625, 16, 100)
+    >>> items = layout.items(3, seed=0, epoch=1)
+    >>> items.size, int(items.min()) >= 0, np.unique(items).size
+    (10000, True, 10000)
+    """
+
+    n: int
+    window: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", check_int("n", self.n, minimum=0))
+        object.__setattr__(self, "window", positive("window", self.window))
+
+    @property
+    def blocks_per_window(self) -> int:
+        return max(-(-self.window // BLOCK), min(MIN_BLOCKS, self.window))
+
+    @property
+    def block(self) -> int:
+        return self.window // self.blocks_per_window
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.n // self.block)
+
+    @property
+    def num_windows(self) -> int:
+        return -(-self.num_blocks // self.blocks_per_window)
+
+    def membership(self, seed: int, epoch: int) -> Membership:
+        """The epoch's block bijection and rotation."""
+        return Membership(self, seed, epoch)
+
+    def items(self, w: int, *, seed: int = 0, epoch: int = 0) -> np.ndarray:
+        """Global ids of window ``w``'s items in ``(seed, epoch)``, block after block."""
+        return self.membership(seed, epoch).items(w)
+
+    def share_probability(self, distance: int) -> float:
+        """Probability that two items ``distance`` positions apart share a window in an epoch.
+
+        Exact for N a multiple of the window (up to the bijection being a random one).
+
+        >>> round(WindowLayout(1600, 160).share_probability(800), 4)
+        0.0949
+        """
+        d = min(distance % max(self.n, 1), self.n - distance % max(self.n, 1))
+        same_block = max(0.0, 1.0 - d / self.block)
+        other = (self.blocks_per_window - 1) / max(self.num_blocks - 1, 1)
+        return same_block + (1.0 - same_block) * other
+
+
+class Membership:
+    """Which blocks make each window in one ``(seed, epoch)``: a keyed bijection of the blocks."""
+
+    __slots__ = ("layout", "round_keys", "rotation")
+
+    def __init__(self, layout: WindowLayout, seed: int, epoch: int) -> None:
+        gen = _rng.rng(seed, epoch, _rng.WINDOWS)
+        self.layout = layout
+        self.round_keys = K.feistel_round_keys(int(gen.integers(0, 2**63)))
+        self.rotation = int(gen.integers(0, max(layout.n, 1)))
+
+    def blocks(self, w: int) -> np.ndarray:
+        lay = self.layout
+        k, nb = lay.blocks_per_window, lay.num_blocks
+        ids = np.arange(w * k, min((w + 1) * k, nb), dtype=np.int64)
+        if ids.size == 0:
+            return ids
+        return K.feistel_permute(ids, nb, self.round_keys)
+
+    def items(self, w: int) -> np.ndarray:
+        lay = self.layout
+        if not 0 <= w < lay.num_windows:
+            raise ValueError(f"window must be in [0, {lay.num_windows}), got {w}")
+        return KW.window_items(lay.n, lay.block, self.rotation, self.blocks(w))
+
+
+def child_sequence(seed: int, epoch: int, stream: int, w: int) -> np.random.SeedSequence:
+    """Child ``w`` of the stream ``(seed, epoch, stream)``: ``seed_sequence(...).spawn(w + 1)[w]``."""
+    parent = _rng.seed_sequence(seed, epoch, stream)
+    return np.random.SeedSequence(parent.entropy, spawn_key=(w,), pool_size=parent.pool_size)
+
+
+def window_seed(seed: int, epoch: int, w: int) -> int:
+    """The seed window ``w`` is planned with (at epoch 0 of that seed)."""
+    state = child_sequence(seed, epoch, _rng.WINDOWS, w).generate_state(1, np.uint64)
+    return int(state[0])
+
+
+# ---------------------------------------------------------------------------------- lengths
+
+
+def _source(lengths: Any) -> np.ndarray:
+    """The lengths as an (N,) or (N, F) integer array, without a copy when they are one already.
+
+    A ``pathlib.Path`` to a ``.npy`` file is memory-mapped read-only. Anything else goes
+    through :func:`padless.lengths_of` (an int64 array in memory).
+    """
+    if isinstance(lengths, os.PathLike) and os.fspath(lengths).endswith(".npy"):
+        try:
+            mapped = np.load(lengths, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError):
+            return lengths_of(lengths)  # its error names what is wrong with the file
+        lengths = mapped
+    if (
+        isinstance(lengths, np.ndarray)
+        and lengths.dtype.kind in "iu"
+        and lengths.dtype.itemsize <= (8 if lengths.dtype.kind == "i" else 4)
+        and lengths.dtype.isnative
+        and lengths.ndim in (1, 2)
+        and not (lengths.ndim == 2 and lengths.shape[1] == 0 and lengths.shape[0] > 0)
+    ):
+        return lengths
+    return lengths_of(lengths)
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)]
+
+
+def _threads(threads: Any) -> int:
+    if threads is None:
+        return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+    return positive("threads", threads)
+
+
+def _in_order(fn: Callable[[int], T], count: int, threads: int) -> Iterator[T]:
+    """``fn(0), fn(1), …`` computed by ``threads`` threads, at most ``threads + 1`` ahead."""
+    if threads <= 1 or count <= 1:
+        for i in range(count):
+            yield fn(i)
+        return
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="padless-window")
+    pending: OrderedDict[int, Future[T]] = OrderedDict()
+    try:
+        nxt = 0
+        for i in range(count):
+            while nxt < count and nxt <= i + threads:
+                pending[nxt] = pool.submit(fn, nxt)
+                nxt += 1
+            yield pending.pop(i).result()
+    finally:
+        for fut in pending.values():
+            fut.cancel()
+        pool.shutdown(wait=True)
+
+
+def _bad_position(rows: np.ndarray, lo: int, one_d: bool) -> str:
+    bad = (rows < 0) | (rows >= MAX_LENGTH)
+    i, f = (int(v) for v in np.argwhere(bad)[0])
+    value = rows[i, f].item()
+    where = f"[{lo + i}]" if one_d else f"[{lo + i}, {f}]"
+    return f"lengths must be whole numbers in [0, 2**31), got {value!r} at position {where}"
+
+
+_INDEX = re.compile(r"index (\d+)")
+
+
+def _shift_index(message: str, lo: int) -> str:
+    """A planner's message about a chunk starting at ``lo``, with its first index made global."""
+    return _INDEX.sub(lambda m: f"index {lo + int(m.group(1))}", message, count=1)
+
+
+# ---------------------------------------------------------------------------------- planner
+
+
+class WindowedPlanner:
+    """A spec bound to (memory-mapped) lengths, planning window by window.
+
+    Checks the lengths and the spec once, in one pass over the lengths in chunks (the lengths'
+    range, the spec's rules such as ``oversize="error"``; :class:`padless.Buckets` with
+    ``num_buckets`` gets boundaries fitted to the whole corpus' histogram), and then plans any
+    window of any ``(seed, epoch)``. Token budget and packing over (N,) lengths run fused
+    compiled kernels that read the lengths straight from the mapped file; every other case
+    gathers the window's lengths and calls the spec's own planner.
+
+    Cost: the checking pass reads the lengths once (about 1 ns per item, in threads); memory is
+    O(window) per thread, never O(N) (except :attr:`sizes` of (N, F) lengths, computed on
+    demand).
+    """
+
+    def __init__(self, spec: Spec, lengths: Any, window: Any, *, threads: Any = None) -> None:
+        from .planners.spec import Spec
+
+        if not isinstance(spec, Spec):
+            raise TypeError(
+                f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
+                f"got {type(spec).__name__}"
+            )
+        self.window = positive("window", window)
+        self.threads = _threads(threads)
+        src = _source(lengths)
+        self.lengths = src
+        self.n = int(src.shape[0])
+        self.fields = 1 if src.ndim == 1 else int(src.shape[1])
+        self._rows = src.reshape(self.n, self.fields) if src.ndim == 1 else src
+        self.layout = WindowLayout(self.n, self.window)
+        self.size_min, self.size_max = self._scan()
+        self.spec = spec
+        self.window_spec = self._resolve(spec)
+        self._check_spec()
+        empty = np.zeros((0,) if src.ndim == 1 else (0, self.fields), dtype=np.int64)
+        self.template: Planner = self.window_spec.bind(empty)
+        self._fast = self._fast_path()
+
+    # ------------------------------------------------------------------ checks
+    def _scan(self) -> tuple[int, int]:
+        chunks = _chunks(self.n)
+        results = list(
+            _in_order(
+                lambda c: KW.scan_lengths(self._rows[slice(*chunks[c])]), len(chunks), self.threads
+            )
+        )
+        size_min, size_max = 0, 0
+        self._arg_min = self._arg_max = -1
+        for (lo, hi), (low, high, s_lo, a_lo, s_hi, a_hi) in zip(chunks, results, strict=True):
+            if low < 0 or high >= MAX_LENGTH:
+                rows = np.asarray(self._rows[lo:hi])
+                raise ValueError(_bad_position(rows, lo, self.lengths.ndim == 1))
+            if self._arg_min < 0 or s_lo < size_min:
+                size_min, self._arg_min = int(s_lo), lo + int(a_lo)
+            if self._arg_max < 0 or s_hi > size_max:
+                size_max, self._arg_max = int(s_hi), lo + int(a_hi)
+        return size_min, size_max
+
+    def _int64(self, rows: np.ndarray) -> np.ndarray:
+        out = np.asarray(rows, dtype=np.int64)
+        return out.reshape(-1) if self.lengths.ndim == 1 else out
+
+    def _resolve(self, spec: Spec) -> Spec:
+        from .planners.buckets import Buckets
+
+        if isinstance(spec, Buckets) and spec.num_buckets is not None:
+            cuts = self._fit_boundaries(spec.num_buckets)
+            return dataclasses.replace(spec, boundaries=tuple(cuts.tolist()), num_buckets=None)
+        return spec
+
+    def _fit_boundaries(self, k: int) -> np.ndarray:
+        """``bucket_boundaries(lengths, k)`` from the histogram, built chunk by chunk."""
+        from .planners.buckets import _histogram
+
+        values_parts, count_parts = [], []
+        for lo, hi in _chunks(self.n):
+            sizes = sizes_of(self._int64(self._rows[lo:hi]))
+            v, c = _histogram(sizes)
+            values_parts.append(v)
+            count_parts.append(c)
+        if not values_parts:
+            return np.zeros(0, np.int64)
+        values, inverse = np.unique(np.concatenate(values_parts), return_inverse=True)
+        counts = np.bincount(inverse.ravel(), weights=np.concatenate(count_parts)).astype(np.int64)
+        if values.size <= 1 or k == 1:
+            return np.zeros(0, np.int64)
+        return values[K.optimal_cuts(values.astype(np.int64), counts, k)]
+
+    def _check_spec(self) -> None:
+        """Bind the spec to the smallest and the largest sequence: every rule a spec checks at
+        bind time holds for all sequences when it holds for those two. On failure, find the
+        first offending sequence chunk by chunk and name its position in the whole array."""
+        from .planners.buckets import Buckets
+
+        if self.n == 0:
+            return
+        spec = self.window_spec
+        if isinstance(spec, Buckets) and spec.max_tokens is not None and self.size_min == 0:
+            raise ValueError(
+                f"lengths must be positive for windowed buckets with max_tokens: index "
+                f"{self._arg_min} has length 0, and a window whose bucket holds only empty "
+                "sequences has no token cost to budget; drop empty sequences first, or pass "
+                "batch_size instead"
+            )
+        probe = self._int64(self._rows[[self._arg_min, self._arg_max]])
+        try:
+            spec.bind(probe)
+        except ValueError:
+            for lo, hi in _chunks(self.n):
+                try:
+                    spec.bind(self._int64(self._rows[lo:hi]))
+                except ValueError as e:
+                    raise ValueError(_shift_index(str(e), lo)) from None
+            raise
+
+    def _fast_path(self) -> str | None:
+        from .planners.budget import TokenBudget
+        from .planners.packing import Packing
+
+        if self.fields != 1 or self.n == 0:
+            return None
+        span = self.size_max + 1
+        if span > 2 * self.window + (1 << 16):
+            return None  # sparse huge lengths: the spec's planner ranks them
+        spec = self.window_spec
+        if type(spec) is TokenBudget:
+            return "budget"
+        if type(spec) is Packing and self.size_max <= spec.capacity:
+            return "packing"
+        return None
+
+    # ------------------------------------------------------------------ Planner protocol
+    @property
+    def sizes(self) -> np.ndarray:
+        """One size per sequence: the lengths themselves for (N,), the max over fields for
+        (N, F) (computed now: N int64)."""
+        if self.lengths.ndim == 1:
+            return self.lengths
+        return sizes_of(self._int64(self._rows))
+
+    @property
+    def num_windows(self) -> int:
+        return self.layout.num_windows
+
+    def config(self) -> dict[str, Any]:
+        """The window spec's settings and the window, for state fingerprints."""
+        return {**self.template.config(), "window": self.window}
+
+    def values(self, plan: BatchPlan) -> np.ndarray:
+        return self.template.values(plan)
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Balancing cost of each batch of a window plan (the spec's planner's rule)."""
+        from .planners.packing import PackedPlan
+
+        if isinstance(plan, PackedPlan):
+            return self.template.costs(plan)
+        if len(plan) == 0:
+            return np.zeros(0, dtype=np.int64)
+        sizes = sizes_of(KW.gather_rows(self._rows, plan.indices))
+        longest = K.segment_max(np.ascontiguousarray(sizes), plan.offsets)
+        return longest * plan.sizes
+
+    def __getattr__(self, name: str) -> Any:
+        # what the bound spec resolved (boundaries...) and its collate
+        if name.startswith("_") or "template" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["template"], name)
+
+    # ------------------------------------------------------------------ planning
+    def plan_window(self, member: Membership, w: int, seed: int, epoch: int) -> BatchPlan:
+        """Window ``w``'s plan (global indices): the spec's plan of its items, seeded per window."""
+        lay = self.layout
+        sub = window_seed(seed, epoch, w)
+        blocks = member.blocks(w)
+        if self._fast == "budget":
+            return self._budget(member, blocks, sub)
+        if self._fast == "packing":
+            return self._packing(member, blocks, sub)
+        items = KW.window_items(lay.n, lay.block, member.rotation, blocks)
+        local = self.window_spec.bind(self._int64(KW.gather_rows(self._rows, items))).plan(sub, 0)
+        return _to_global(local, items, self.n)
+
+    def count_window(self, member: Membership, w: int, seed: int, epoch: int) -> int:
+        """Number of batches of :meth:`plan_window` (cheaper for token budget and packing)."""
+        lay = self.layout
+        blocks = member.blocks(w)
+        sizes = self._rows[:, 0]
+        span = self.size_max + 1
+        if self._fast == "budget":
+            s = self.window_spec
+            args = (s.max_tokens or 0, s.max_sentences or 0, s.multiple_of)  # type: ignore[attr-defined]
+            limit = min(span - 1, s.max_tokens or span)  # type: ignore[attr-defined]
+            return int(
+                KW.budget_window_count(
+                    sizes, lay.n, lay.block, member.rotation, blocks, span, limit, *args
+                )
+            )
+        if self._fast == "packing":
+            s = self.window_spec
+            rows = KW.pack_window_count(
+                sizes, lay.n, lay.block, member.rotation, blocks, span,
+                s.capacity, s.max_per_row or 0,  # type: ignore[attr-defined]
+            )  # fmt: skip
+            per = s.rows_per_batch  # type: ignore[attr-defined]
+            return int(-(-int(rows) // per))
+        return len(self.plan_window(member, w, seed, epoch))
+
+    def _budget(self, member: Membership, blocks: np.ndarray, sub: int) -> BatchPlan:
+        s = self.window_spec
+        lay = self.layout
+        span = self.size_max + 1
+        limit = min(span - 1, s.max_tokens or span)  # type: ignore[attr-defined]
+        key = _rng.key(sub, 0, _rng.TIE_BREAK)
+        order, kept, ends = KW.budget_window(
+            self._rows[:, 0], lay.n, lay.block, member.rotation, blocks, span, key, limit,
+            s.max_tokens or 0, s.max_sentences or 0, s.multiple_of,  # type: ignore[attr-defined]
+        )  # fmt: skip
+        kept = int(kept)
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        return BatchPlan(order[:kept], offsets, skipped=np.sort(order[kept:]))
+
+    def _packing(self, member: Membership, blocks: np.ndarray, sub: int) -> BatchPlan:
+        from .planners.packing import PackedPlan
+
+        s = self.window_spec
+        capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch  # type: ignore[attr-defined]
+        lay = self.layout
+        span = self.size_max + 1
+        key = _rng.key(sub, 0, _rng.TIE_BREAK)
+        order, visits, num_rows = KW.pack_window_rows(
+            self._rows[:, 0], lay.n, lay.block, member.rotation, blocks, span, key,
+            capacity, max_per_row or 0,
+        )  # fmt: skip
+        num_rows = int(num_rows)
+        # the packing planner's row order: shuffled, rows of a batch in the order they opened
+        final = _rng.rng(sub, 0, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
+        if per > 1:
+            full = num_rows // per * per
+            final[:full].reshape(-1, per).sort(axis=1)
+            final[full:].sort()
+        rank = np.empty(num_rows, dtype=np.int64)
+        rank[final] = np.arange(num_rows, dtype=np.int64)
+        indices, piece_len, row_bounds = KW.pack_window_scatter(order, visits, rank)
+        del order, visits
+        num_batches = -(-num_rows // per)
+        row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, num_rows)
+        real = int(piece_len.sum())
+        info: dict[str, Any] = {
+            "capacity": capacity,
+            "rows": num_rows,
+            "rows_per_batch": per,
+            "max_per_row": max_per_row,
+            "real_tokens": real,
+            "efficiency": real / (num_rows * capacity) if num_rows else 1.0,
+            "oversize": s.oversize,  # type: ignore[attr-defined]
+            "oversize_count": 0,
+            "split": 0,
+            "pieces": 0,
+            "truncated": 0,
+            "dropped": 0,
+            "tokens_lost": 0,
+        }
+        return PackedPlan(
+            indices,
+            row_bounds,
+            row_offsets,
+            np.zeros(indices.size, dtype=np.int64),
+            piece_len,
+            capacity=capacity,
+            num_sequences=self.n,
+            info=info,
+        )
+
+    def plans(self, seed: int, epoch: int, threads: int | None = None) -> Iterator[BatchPlan]:
+        """Every window's plan of ``(seed, epoch)``, in window order (planned in threads)."""
+        member = self.layout.membership(seed, epoch)
+        return _in_order(
+            lambda w: self.plan_window(member, w, seed, epoch),
+            self.num_windows,
+            self.threads if threads is None else threads,
+        )
+
+    def counts(self, seed: int, epoch: int, threads: int | None = None) -> np.ndarray:
+        """Batches of every window of ``(seed, epoch)`` (one counting pass, in threads)."""
+        member = self.layout.membership(seed, epoch)
+        out = _in_order(
+            lambda w: self.count_window(member, w, seed, epoch),
+            self.num_windows,
+            self.threads if threads is None else threads,
+        )
+        return np.fromiter(out, dtype=np.int64, count=self.num_windows)
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        raise ValueError(
+            "a windowed planner plans one window at a time (there is no plan of the whole epoch "
+            "in memory): use plans(seed, epoch) or padless.plan_windows"
+        )
+
+
+def _to_global(plan: BatchPlan, items: np.ndarray, n: int) -> BatchPlan:
+    """A window's plan with its local positions replaced by the items' global ids."""
+    from .planners.packing import PackedPlan
+
+    out = copy.copy(plan)
+    out.indices = items[plan.indices]
+    out.skipped = np.sort(items[plan.skipped])
+    if isinstance(plan, PackedPlan) and isinstance(out, PackedPlan):
+        out.rows = BatchPlan(out.indices, plan.rows.offsets)
+        out.num_sequences = n
+    return out
+
+
+# ---------------------------------------------------------------------------------- public
+
+
+def plan_windows(
+    lengths: Any,
+    spec: Spec,
+    *,
+    window: int,
+    seed: int = 0,
+    epoch: int = 0,
+    threads: int | None = None,
+) -> Iterator[BatchPlan]:
+    """Plan an epoch window by window: an iterator of per-window plans with global indices.
+
+    Window ``w`` is planned exactly as ``spec.plan(lengths[items_w], seed=s_w)`` plans its items
+    (``s_w`` derived from ``(seed, epoch, w)``), so its batches, their order and ``plan.info``
+    are what the spec gives for those items; indices (and ``plan.skipped``) are global. Which
+    items make each window changes with the epoch; see the module docstring for the mixing
+    and :class:`WindowLayout` for the layout. Together the windows cover every sequence once
+    (planned or skipped).
+
+    Args:
+        lengths: (N,) or (N, F) lengths: any integer numpy array (used without a copy), e.g. a
+            read-only ``np.load(path, mmap_mode="r")`` of an int32 ``.npy``; a ``pathlib.Path``
+            to a ``.npy`` file (memory-mapped); or anything :func:`padless.lengths_of` takes.
+        spec: a planner spec (``padless.TokenBudget(max_tokens=4096)``...).
+        window: about how many items a window holds (rounded down to a multiple of its block).
+        seed, epoch: the window membership and every window's randomness.
+        threads: windows planned at once (default: the CPU count, at most 8); the plans do not
+            depend on it.
+
+    Raises:
+        TypeError, ValueError: as the spec's planner (named with global indices), for lengths
+            outside [0, 2**31), a bad ``window``, ``seed``, ``epoch`` or ``threads``.
+
+    Cost: one checking pass over the lengths when called (range and the spec's rules), then
+    per window O(window + max length) time; memory O(window) per thread (no array of N items is
+    allocated). Token budget and packing over (N,) lengths read the mapped lengths straight
+    from their blocks (figures: BENCHMARKS.md, "Windowed plans").
+
+    >>> from padless import TokenBudget
+    >>> lengths = np.arange(1, 101) % 17 + 1
+    >>> plans = list(plan_windows(lengths, TokenBudget(max_tokens=64), window=40, seed=1))
+    >>> len(plans), sorted(int(i) for p in plans for i in p.indices) == list(range(100))
+    (3, True)
+    """
+    check_seed(seed, "seed")
+    check_seed(epoch, "epoch")
+    planner = WindowedPlanner(spec, lengths, window, threads=threads)
+    return planner.plans(seed, epoch)
+
+
+# ---------------------------------------------------------------------------------- sampler
+
+
+class WindowedSchedule:
+    """A windowed :class:`padless.PlanSampler`'s epochs: window counts and one window's batches.
+
+    Global slot ``s`` of an epoch is batch ``s − cum[w]`` of window ``w`` (``cum`` the running
+    total of the windows' batch counts), in that window's order: shuffled from the window's
+    own stream, or balanced within the window (elastic re-balancing of each window's batches
+    not yet delivered). Holds the counts (one int per window) and the last two windows' plans.
+    """
+
+    def __init__(self, planner: WindowedPlanner, *, shuffle: bool, seed: int, balance: bool):
+        self.planner = planner
+        self.shuffle = shuffle
+        self.seed = seed
+        self.balance = balance
+        self._cum: tuple[int, np.ndarray] | None = None
+        self._windows: OrderedDict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+
+    def _plan_epoch(self, epoch: int) -> int:
+        return epoch if self.shuffle else 0
+
+    def cumulative(self, epoch: int) -> np.ndarray:
+        """``cum[w]``: the first global slot of window ``w`` (``cum[-1]`` the epoch's batches)."""
+        pe = self._plan_epoch(epoch)
+        if self._cum is None or self._cum[0] != pe:
+            counts = self.planner.counts(self.seed, pe)
+            cum = np.zeros(counts.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=cum[1:])
+            self._cum = (pe, cum)
+        return self._cum[1]
+
+    def total(self, epoch: int) -> int:
+        return int(self.cumulative(epoch)[-1])
+
+    def window_order(
+        self,
+        plan: BatchPlan,
+        w: int,
+        epoch: int,
+        history: tuple[tuple[int, int], ...],
+        world_size: int,
+        first_slot: int,
+        costs: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The order of window ``w``'s batches in the epoch's slots (as ``PlanSampler`` orders a
+        global plan, with the history's positions made local to the window)."""
+        b = len(plan)
+        gen = None
+        if self.shuffle:
+            gen = np.random.default_rng(child_sequence(self.seed, epoch, _rng.BATCH_ORDER, w))
+        if self.balance:
+            if costs is None:
+                costs = self.planner.costs(plan)
+            first = history[0][0] if history else world_size
+            order = balanced_order(costs, first, gen)
+            if history:
+                again = None
+                if self.shuffle:
+                    seq = child_sequence(self.seed, epoch, _rng.REBALANCE, w)
+                    again = np.random.default_rng(seq)
+                local = tuple((ws, min(max(p - first_slot, 0), b)) for ws, p in history)
+                order = elastic_order(order, costs, local, world_size, again)
+            return order
+        if gen is not None:
+            return gen.permutation(b).astype(np.int64)
+        return np.arange(b, dtype=np.int64)
+
+    def _window(
+        self, epoch: int, w: int, history: tuple[tuple[int, int], ...], world_size: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = (epoch, w, history if self.balance else (), world_size if self.balance else 0)
+        hit = self._windows.get(key)
+        if hit is not None:
+            self._windows.move_to_end(key)
+            return hit
+        pe = self._plan_epoch(epoch)
+        cum = self.cumulative(epoch)
+        member = self.planner.layout.membership(self.seed, pe)
+        plan = self.planner.plan_window(member, w, self.seed, pe)
+        order = self.window_order(plan, w, epoch, history, world_size, int(cum[w]))
+        entry = (self.planner.values(plan), plan.offsets, order)
+        self._windows[key] = entry
+        while len(self._windows) > 2:
+            self._windows.popitem(last=False)
+        return entry
+
+    def batch_at(
+        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
+    ) -> list[int]:
+        cum = self.cumulative(epoch)
+        w = int(np.searchsorted(cum, slot, side="right")) - 1
+        values, offsets, order = self._window(epoch, w, history, world_size)
+        b = order[slot - int(cum[w])]
+        out: list[int] = values[offsets[b] : offsets[b + 1]].tolist()
+        return out
+
+    def stats(self, sampler: PlanSampler) -> dict[str, Any]:
+        """:meth:`PlanSampler.stats` of a windowed sampler: one planning pass over the windows."""
+        epoch = sampler.epoch
+        world = sampler.world_size
+        pe = self._plan_epoch(epoch)
+        cum = self.cumulative(epoch)
+        total = int(cum[-1])
+        steps = sampler._steps(total, 0)
+        planner = self.planner
+        sizes_hist = np.zeros(1, dtype=np.int64)
+        entries = real = padded = skipped = 0
+        head = np.zeros(0, dtype=np.int64)
+        ratio_sum, ok_steps = 0.0, 0
+        carry = np.zeros(0, dtype=np.int64)
+        for w, plan in enumerate(planner.plans(self.seed, pe)):
+            fig = _local_stats(plan, KW.gather_rows(planner._rows, plan.indices), planner)
+            entries += fig.sentences
+            real += fig.real_tokens
+            padded += fig.padded_slots
+            skipped += int(plan.skipped.size)
+            counts = np.bincount(plan.sizes)
+            if counts.size > sizes_hist.size:
+                counts[: sizes_hist.size] += sizes_hist
+                sizes_hist = counts
+            else:
+                sizes_hist[: counts.size] += counts
+            costs = planner.costs(plan)
+            history = sampler._history if self.balance else ()
+            order = self.window_order(plan, w, epoch, history, world, int(cum[w]), costs)
+            slot_costs = np.concatenate([carry, costs[order]])
+            if head.size < world:
+                head = np.concatenate([head, slot_costs[: world - head.size]])
+            full = slot_costs.size // world * world
+            if full:
+                part = _step_ratio_sum(slot_costs[:full], world)
+                ratio_sum += part[0]
+                ok_steps += part[1]
+            carry = slot_costs[full:]
+        done = total // world
+        if steps > done and carry.size:  # the last step, completed with the epoch's first batches
+            last = np.concatenate([carry, head[np.arange(world - carry.size) % total]])
+            part = _step_ratio_sum(last, world)
+            ratio_sum += part[0]
+            ok_steps += part[1]
+        imbalance = ratio_sum / ok_steps if ok_steps else 1.0
+        batches = int(sizes_hist.sum())
+        figures = PlanStats(
+            batches=batches,
+            sentences=int(entries),
+            real_tokens=int(real),
+            padded_slots=int(padded),
+            padding_fraction=(1.0 - real / padded) if padded else 0.0,
+            min_sentences=int(np.flatnonzero(sizes_hist)[0]) if batches else 0,
+            median_sentences=_hist_median(sizes_hist),
+            max_sentences=int(np.flatnonzero(sizes_hist)[-1]) if batches else 0,
+            mean_sentences=float(entries / batches) if batches else 0.0,
+        ).as_dict()
+        figures["skipped"] = skipped
+        out: dict[str, Any] = {
+            "epoch": epoch,
+            "strategy": sampler.spec.name,
+            "batches": total,
+            "steps": steps,
+            "batches_per_rank": steps,
+            "world_size": world,
+            "repeated": sampler.repeated,
+            "dropped": sampler.dropped,
+            "imbalance": imbalance,
+            "window": planner.window,
+            "windows": planner.num_windows,
+        }
+        for k, v in figures.items():
+            out[f"plan_{k}" if k in out else k] = v
+        return out
+
+
+def _step_ratio_sum(costs: np.ndarray, world: int) -> tuple[float, int]:
+    """Σ over full steps of max ÷ mean rank cost (steps of zero cost left out), and their count."""
+    table = costs.reshape(-1, world).astype(np.float64)
+    means = table.mean(axis=1)
+    ok = means > 0
+    return float((table.max(axis=1)[ok] / means[ok]).sum()), int(ok.sum())
+
+
+def _hist_median(hist: np.ndarray) -> float:
+    total = int(hist.sum())
+    if total == 0:
+        return 0.0
+    csum = np.cumsum(hist)
+    lo = int(np.searchsorted(csum, (total - 1) // 2, side="right"))
+    hi = int(np.searchsorted(csum, total // 2, side="right"))
+    return (lo + hi) / 2
+
+
+def _local_stats(plan: BatchPlan, rows: np.ndarray, planner: WindowedPlanner) -> PlanStats:
+    """``plan.stats`` over the gathered lengths of its entries (a copy of the plan indexing them)."""
+    local = copy.copy(plan)
+    m = plan.indices.size
+    local.indices = np.arange(m, dtype=np.int64)
+    if hasattr(local, "num_sequences"):
+        local.num_sequences = m  # type: ignore[attr-defined]
+    lens = rows.reshape(-1) if planner.lengths.ndim == 1 else rows
+    return local.stats(lens)
