@@ -94,6 +94,12 @@ FACTORIES = [
         ),
         all_units=lambda s: list(range(LENGTHS.shape[0])),  # no plan of the whole epoch
     ),
+    Factory(
+        "fixed_shapes",
+        lambda **o: padless.PlanSampler(
+            PAIRS, padless.FixedShapes([(8, 40), (3, 120), (2, 330)]), **o
+        ),
+    ),
     Factory("mixture", _mixture, balance=False, units=None),
     Factory(
         "lm_random",
