@@ -69,3 +69,78 @@ def test_stats_of_empty_plan():
 def test_stats_rejects_indices_outside_lengths():
     with pytest.raises(ValueError, match="outside"):
         BatchPlan([0, 5], [0, 2]).stats([1, 2])
+
+
+# ------------------------------------------------------------------ saved files (issue 13)
+
+
+def test_save_writes_exactly_the_path_given(tmp_path):
+    from padless import plan_packing
+
+    plain = BatchPlan([1, 0], [0, 1, 2])
+    packed = plan_packing([5, 3, 3, 8, 1], capacity=8)
+    for name, plan in (("plain", plain), ("packed.bin", packed)):
+        plan.save(tmp_path / name)
+        assert BatchPlan.load(tmp_path / name) == plan
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["packed.bin", "plain"]
+
+
+def test_load_returns_the_type_that_was_saved(tmp_path):
+    from padless import PackedPlan, TokenBudget, plan_packing
+
+    packed = plan_packing([5, 3, 3, 8, 1], capacity=8, rows_per_batch=2)
+    packed.save(tmp_path / "packed.npz")
+    back = BatchPlan.load(tmp_path / "packed.npz")
+    assert type(back) is PackedPlan and back == packed and back.capacity == 8
+    assert back.batch_rows(0)[0].tolist() == packed.batch_rows(0)[0].tolist()
+    plain = TokenBudget(max_tokens=8).plan([5, 3, 3, 8, 1])
+    plain.save(tmp_path / "plain.npz", spec=TokenBudget(max_tokens=8))
+    back = BatchPlan.load(tmp_path / "plain.npz")
+    assert type(back) is BatchPlan and back == plain
+    assert back.info["spec"] == {
+        "strategy": "token_budget",
+        "max_tokens": 8,
+        "max_sentences": None,
+        "multiple_of": 1,
+        "oversize": "error",
+    }
+    with pytest.raises(ValueError, match="not a padless packing plan: it holds a BatchPlan"):
+        PackedPlan.load(tmp_path / "plain.npz")
+
+
+def test_load_reads_plans_saved_before_the_record(tmp_path):
+    np.savez(tmp_path / "old.npz", indices=[2, 0, 1], offsets=[0, 2, 3], skipped=[4])
+    assert BatchPlan.load(tmp_path / "old.npz") == BatchPlan([2, 0, 1], [0, 2, 3], skipped=[4])
+
+
+def test_load_refuses_records_naming_foreign_classes(tmp_path):
+    import json
+
+    record = json.dumps({"type": "Popen", "module": "subprocess"})
+    np.savez(tmp_path / "x.npz", indices=[0], offsets=[0, 1], padless_plan=np.array(record))
+    with pytest.raises(ValueError, match="unknown type"):
+        BatchPlan.load(tmp_path / "x.npz")
+    (tmp_path / "t.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a padless plan"):
+        BatchPlan.load(tmp_path / "t.npz")
+
+
+def test_save_keeps_the_old_file_when_writing_fails(tmp_path):
+    plan = BatchPlan([1, 0], [0, 1, 2])
+    plan.save(tmp_path / "p.npz")
+    before = (tmp_path / "p.npz").read_bytes()
+
+    class DiskFull:
+        def __array__(self, dtype=None, copy=None):
+            raise OSError(28, "No space left on device")
+
+    class Unwritable(BatchPlan):
+        __slots__ = ()
+
+        def _arrays(self):  # the second array fails half way through the archive
+            return {"indices": self.indices, "offsets": DiskFull()}
+
+    with pytest.raises(OSError, match="could not write plan output .*p.npz.*No space left"):
+        Unwritable([0], [0, 1]).save(tmp_path / "p.npz")
+    assert (tmp_path / "p.npz").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]

@@ -2,12 +2,80 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from importlib import import_module
 from typing import Any
 
 import numpy as np
+
+PLAN_FORMAT = "padless-plan-1"
+PLAN_MARKER = "padless_plan"  # the archive member holding the JSON record of a saved plan
+# saved type name -> (module, class); plans saved before the record are told apart by their arrays
+_PLAN_TYPES = {
+    "BatchPlan": ("padless.plan", "BatchPlan"),
+    "PackedPlan": ("padless.planners.packing", "PackedPlan"),
+}
+_PLAN_ARRAYS = {"indices", "offsets", "skipped"}
+_PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON-safe: {type(value).__name__}")
+
+
+def plan_meta(data: Any) -> dict[str, Any]:
+    """The JSON record of a saved plan, from an opened ``.npz`` (``{}`` for an old plain plan).
+
+    Plans saved before the record existed are recognised by their arrays.
+    """
+    names = set(data.files)
+    if PLAN_MARKER in names:
+        try:
+            meta = json.loads(str(data[PLAN_MARKER]))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"the {PLAN_MARKER} record is not readable JSON ({exc})") from exc
+        if not isinstance(meta, dict):
+            raise ValueError(f"the {PLAN_MARKER} record must be a JSON object, got {meta!r}")
+        return meta
+    if _PACKED_ARRAYS <= names:
+        return {"type": "PackedPlan"}
+    return {}
+
+
+def _saved_type(meta: dict[str, Any], where: str) -> type[BatchPlan]:
+    """The plan class a saved record names (only padless's own modules are imported)."""
+    name = str(meta.get("type", "BatchPlan"))
+    module = meta.get("module")
+    if module is None and name in _PLAN_TYPES:
+        module, name = _PLAN_TYPES[name]
+    if not isinstance(module, str) or not (module == "padless" or module.startswith("padless.")):
+        raise ValueError(f"{where} holds a plan of unknown type {name!r} (module {module!r})")
+    try:
+        found = getattr(import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{where} holds a plan of unknown type {module}.{name}") from exc
+    if not (isinstance(found, type) and issubclass(found, BatchPlan)):
+        raise ValueError(f"{where} holds a plan of unknown type {module}.{name}")
+    return found
+
+
+def is_saved_plan(names: Any) -> bool:
+    """Whether an ``.npz`` with these member names is a plan written by :meth:`BatchPlan.save`.
+
+    >>> is_saved_plan(["indices", "offsets", "skipped"]), is_saved_plan(["tokens", "offsets"])
+    (True, False)
+    """
+    names = set(names)
+    if PLAN_MARKER in names:
+        return True
+    return {"indices", "offsets"} <= names and names <= _PLAN_ARRAYS | _PACKED_ARRAYS
 
 
 @dataclass(frozen=True)
@@ -138,28 +206,85 @@ class BatchPlan:
         return np.diff(self.offsets)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the plan to ``path`` (``.npz``); written under a temporary name, then renamed."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The arrays :meth:`save` writes (subclasses add theirs)."""
+        return {"indices": self.indices, "offsets": self.offsets, "skipped": self.skipped}
+
+    @classmethod
+    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> BatchPlan:
+        """Rebuild a plan from the arrays of a saved file (``data`` maps names to arrays)."""
+        missing = {"indices", "offsets"} - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a padless plan: missing {sorted(missing)}")
+        skipped = data["skipped"] if "skipped" in data.files else None
+        return cls(data["indices"], data["offsets"], skipped=skipped, info=meta.get("info"))
+
+    def save(self, path: str | os.PathLike[str], *, spec: Any = None) -> None:
+        """Write the plan to exactly ``path`` (an ``.npz`` archive; no suffix is added).
+
+        ``spec`` (a padless spec such as ``TokenBudget(...)``) is recorded beside the arrays;
+        :meth:`load` gives it back as ``plan.info["spec"]`` (a :func:`spec_to_dict` record).
+        A regular file is written under a temporary name and renamed into place; a device or a
+        pipe is written in place.
+
+        Cost: one write of the plan's arrays.
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "plan.bin")
+        >>> BatchPlan([1, 0], [0, 1, 2]).save(path)
+        >>> sorted(os.listdir(os.path.dirname(path))), BatchPlan.load(path)[0].tolist()
+        (['plan.bin'], [1])
+        """
+        from ._output import write_exactly
+
+        kind = type(self)
+        meta: dict[str, Any] = {
+            "format": PLAN_FORMAT,
+            "type": kind.__name__,
+            "module": kind.__module__,
+        }
+        if spec is not None:
+            from .planners.spec import spec_to_dict
+
+            meta["spec"] = spec_to_dict(spec)
         try:
-            np.savez(tmp, indices=self.indices, offsets=self.offsets, skipped=self.skipped)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            meta["info"] = json.loads(json.dumps(self.info, default=_json_default))
+        except (TypeError, ValueError):
+            pass  # info that is not JSON-safe is not saved
+        arrays: dict[str, Any] = {**self._arrays(), PLAN_MARKER: np.array(json.dumps(meta))}
+        write_exactly(path, lambda f: np.savez(f, **arrays), what="plan output")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BatchPlan:
-        """Read a plan written by :meth:`save`."""
-        with np.load(os.fspath(path), allow_pickle=False) as data:
-            missing = {"indices", "offsets"} - set(data.files)
-            if missing:
+        """Read a plan written by :meth:`save`, as the type it was saved as.
+
+        ``BatchPlan.load`` of a packing plan returns a :class:`padless.PackedPlan`;
+        ``PackedPlan.load`` of a plain plan is refused. The recorded spec, if any, is in
+        ``plan.info["spec"]``.
+
+        Cost: one read of the plan's arrays.
+        """
+        import zipfile
+
+        where = os.fspath(path)
+        try:
+            data = np.load(where, allow_pickle=False)
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{where} is not a padless plan (not a readable .npz: {exc})") from exc
+        if not hasattr(data, "files"):
+            raise ValueError(f"{where} is not a padless plan (it holds one array, not an archive)")
+        with data:
+            meta = plan_meta(data)
+            plan_type = _saved_type(meta, where)
+            if not issubclass(plan_type, cls):
+                wanted = "packing plan" if cls.__name__ == "PackedPlan" else cls.__name__
                 raise ValueError(
-                    f"{os.fspath(path)} is not a padless plan: missing {sorted(missing)}"
+                    f"{where} is not a padless {wanted}: it holds a {plan_type.__name__}"
                 )
-            skipped = data["skipped"] if "skipped" in data.files else None
-            return cls(data["indices"], data["offsets"], skipped=skipped)
+            plan = plan_type._from_arrays(data, meta, where)
+        if meta.get("spec") is not None:
+            plan.info["spec"] = meta["spec"]
+        return plan
 
     # ------------------------------------------------------------------ figures
     def stats(self, lengths: Any) -> PlanStats:

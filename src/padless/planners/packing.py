@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -206,57 +205,35 @@ class PackedPlan(BatchPlan):
             f"skipped={self.skipped.size})"
         )
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the plan to ``path`` (``.npz``); written under a temporary name, then renamed."""
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        try:
-            np.savez(
-                tmp,
-                indices=self.indices,
-                offsets=self.offsets,
-                skipped=self.skipped,
-                row_bounds=self.rows.offsets,
-                row_offsets=self.row_offsets,
-                piece_start=self.piece_start,
-                piece_stop=self.piece_stop,
-                packing=np.array(
-                    json.dumps(
-                        {
-                            "capacity": self.capacity,
-                            "num_sequences": self.num_sequences,
-                            "info": self.info,
-                        }
-                    )
-                ),
-            )
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+    def _arrays(self) -> dict[str, np.ndarray]:
+        meta = {"capacity": self.capacity, "num_sequences": self.num_sequences, "info": self.info}
+        return {
+            **super()._arrays(),
+            "row_bounds": self.rows.offsets,
+            "row_offsets": self.row_offsets,
+            "piece_start": self.piece_start,
+            "piece_stop": self.piece_stop,
+            "packing": np.array(json.dumps(meta)),
+        }
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> PackedPlan:
-        """Read a plan written by :meth:`save`."""
-        with np.load(os.fspath(path), allow_pickle=False) as data:
-            need = {"indices", "row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
-            missing = need - set(data.files)
-            if missing:
-                raise ValueError(
-                    f"{os.fspath(path)} is not a padless packing plan: missing {sorted(missing)}"
-                )
-            meta = json.loads(str(data["packing"]))
-            return cls(
-                data["indices"],
-                data["row_bounds"],
-                data["row_offsets"],
-                data["piece_start"],
-                data["piece_stop"],
-                capacity=meta["capacity"],
-                num_sequences=meta["num_sequences"],
-                skipped=data["skipped"] if "skipped" in data.files else None,
-                info=meta["info"],
-            )
+    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PackedPlan:
+        need = {"indices", "row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
+        missing = need - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a padless packing plan: missing {sorted(missing)}")
+        packing = json.loads(str(data["packing"]))
+        return cls(
+            data["indices"],
+            data["row_bounds"],
+            data["row_offsets"],
+            data["piece_start"],
+            data["piece_stop"],
+            capacity=packing["capacity"],
+            num_sequences=packing["num_sequences"],
+            skipped=data["skipped"] if "skipped" in data.files else None,
+            info=packing["info"],
+        )
 
 
 # ---------------------------------------------------------------------------------- planner

@@ -1,0 +1,157 @@
+"""Files the user names: written exactly at that name, never half-written under it.
+
+A regular file (or a new name) is written under a temporary name in the same folder, flushed to
+disk and renamed into place, so a crash leaves the old file or nothing. Anything else that exists
+at the name — a device such as ``/dev/null``, a pipe — is written in place and never replaced. No
+suffix is ever added to the name given. Errors name the user's path or folder, never a temporary
+file.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from typing import Any, BinaryIO, cast
+
+
+class _Sequential:
+    """A device or pipe opened for writing, seen as a stream with no position.
+
+    A character device answers ``tell()`` with 0 whatever was written, which misleads writers
+    that seek back (``zipfile`` rewrites its headers); without a position they write straight
+    through (``zipfile`` then uses data descriptors).
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def write(self, data: Any) -> int:
+        return int(self._raw.write(data))
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def read(self, *args: Any) -> bytes:  # present so writers take this for a file object
+        raise io.UnsupportedOperation("not readable")
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        raise io.UnsupportedOperation("a device or pipe has no position")
+
+    def seek(self, *args: Any) -> int:
+        raise io.UnsupportedOperation("a device or pipe has no position")
+
+
+def _name(path: str | os.PathLike[str], what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a path, got {type(path).__name__} {path!r}")
+    target = os.fspath(path)
+    if not isinstance(target, str) or not target:
+        raise ValueError(f"{what} must be a non-empty path, got {target!r}")
+    return target
+
+
+def check_output(path: str | os.PathLike[str], what: str = "output") -> str:
+    """Check up front that ``path`` can name an output file; return it as a ``str``.
+
+    Refuses a folder and a path whose folder does not exist, naming them.
+
+    >>> check_output("/", "plot")
+    Traceback (most recent call last):
+    ...
+    IsADirectoryError: plot '/' is a folder: name a file (inside it, or elsewhere)
+    """
+    target = _name(path, what)
+    if os.path.isdir(target):
+        raise IsADirectoryError(
+            f"{what} {target!r} is a folder: name a file (inside it, or elsewhere)"
+        )
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"the folder of {what} {target!r} does not exist: {folder}")
+    return target
+
+
+def _reworded(exc: OSError, what: str, target: str) -> OSError:
+    reason = exc.strerror or str(exc)
+    hint = " (the device or disk is full)" if exc.errno == errno.ENOSPC else ""
+    # a closed pipe at the user's path is an error to report, not the CLI's quiet `| head` case
+    kind = OSError if isinstance(exc, BrokenPipeError) else type(exc)
+    out = kind(f"could not write {what} {target!r}: {reason}{hint}")
+    out.errno = exc.errno
+    return out
+
+
+def write_exactly(
+    path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, what: str = "output"
+) -> str:
+    """Call ``write(file)`` to fill the file at exactly ``path``; return the path written.
+
+    A symbolic link is followed (the file it points to is replaced, as ``sort -o`` does). An
+    existing device or pipe is opened and written in place; a regular file or a new name is
+    written to a hidden temporary file beside it, fsynced and renamed over it, keeping an existing
+    file's permissions. On error the temporary file is removed and the error names ``path``.
+
+    Cost: one write of the content, one fsync and one rename for regular files.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "plan")
+    >>> os.path.basename(write_exactly(p, lambda f: f.write(b"x")))
+    'plan'
+    """
+    target = check_output(path, what)
+    real = os.path.realpath(target)
+    try:
+        info: os.stat_result | None = os.stat(real)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        if stat.S_ISDIR(info.st_mode):  # a link to a folder
+            raise IsADirectoryError(f"{what} {target!r} is a folder: name a file")
+        try:
+            with open(real, "wb") as stream:
+                write(cast(BinaryIO, _Sequential(stream)))
+        except OSError as exc:
+            raise _reworded(exc, what, target) from exc
+        return target
+    folder, base = os.path.split(real)
+    tmp = ""
+    try:
+        fd = -1
+        for _ in range(100):
+            tmp = os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.padless-out")
+            try:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+                fd = os.open(tmp, flags, 0o666)
+                break
+            except FileExistsError:  # pragma: no cover - 32 random bits collided
+                continue
+        with os.fdopen(fd, "wb") as stream:
+            write(stream)
+            stream.flush()
+            if info is not None and hasattr(os, "fchmod"):
+                os.fchmod(stream.fileno(), stat.S_IMODE(info.st_mode))
+            os.fsync(stream.fileno())
+        os.replace(tmp, real)
+        tmp = ""
+    except OSError as exc:
+        raise _reworded(exc, what, target) from exc
+    finally:
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return target
