@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ class StrategyRow:
     imbalance_balanced: float | None
     plan_ms: float
     note: str = ""
+    spec: dict[str, Any] | None = None  # spec_to_dict of a padless strategy; None for baselines
 
     def as_dict(self) -> dict[str, Any]:
         """Return the row as a JSON-safe dict."""
@@ -133,21 +135,24 @@ def _row(
     ms: float,
     lens: np.ndarray,
     world_size: int,
-    sampler: tuple[Any, dict[str, Any]] | None = None,
+    spec: Any = None,
 ) -> StrategyRow:
-    """Figures of one plan; ``sampler`` is (sampler class, its keyword arguments) or None."""
-    from .sampler import padded_costs
+    """Figures of one plan; with a padless ``spec`` the imbalance comes from its sampler."""
+    from .planners.spec import spec_to_dict
+    from .sampler import PlanSampler, padded_costs
 
     st = plan.stats(lens)
-    if sampler is not None:
-        cls, kwargs = sampler
-        imbalance = float(cls(lens, balance=False, **kwargs).stats()["imbalance"])
-        imbalance_bal: float | None = float(cls(lens, balance=True, **kwargs).stats()["imbalance"])
+    imbalance_bal: float | None = None
+    if spec is not None:
+        figures = [
+            PlanSampler(lens, spec, world_size=world_size, balance=b).stats()["imbalance"]
+            for b in (False, True)
+        ]
+        imbalance, imbalance_bal = float(figures[0]), float(figures[1])
     else:
         costs = padded_costs(plan, sizes_of(lens))
         order = _rng.rng(0, 0, _rng.BATCH_ORDER).permutation(len(plan))
         imbalance = step_imbalance(costs[order], world_size)
-        imbalance_bal = None
     return StrategyRow(
         strategy=name,
         setting=setting,
@@ -157,7 +162,73 @@ def _row(
         imbalance=imbalance,
         imbalance_balanced=imbalance_bal,
         plan_ms=ms,
+        spec=None if spec is None else spec_to_dict(spec),
     )
+
+
+def report_specs(
+    *,
+    max_tokens: int,
+    capacity: int,
+    num_buckets: int,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """One spec per registered strategy, for the report: ``(specs, not_run)``.
+
+    Each spec takes the report's shared settings it has a field for (``max_tokens``,
+    ``capacity``, ``num_buckets``), then ``settings[name]`` on top. A strategy that cannot be
+    built from these (a required setting not given) is listed in ``not_run`` with the reason,
+    unless the caller gave settings for it, which must then be valid.
+
+    >>> specs, _ = report_specs(max_tokens=4096, capacity=512, num_buckets=8)
+    >>> specs["packing"].capacity, specs["buckets"].num_buckets
+    (512, 8)
+    """
+    from .planners import strategies
+
+    shared = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": num_buckets}
+    settings = dict(settings or {})
+    registry = strategies()
+    unknown = sorted(set(settings) - set(registry))
+    if unknown:
+        raise ValueError(
+            f"settings name unknown strategies {unknown}; known: {', '.join(registry)}"
+        )
+    specs: dict[str, Any] = {}
+    not_run: list[dict[str, str]] = []
+    for name, cls in registry.items():
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        kwargs = {f.name: shared[f.name] for f in fields if f.name in shared}
+        kwargs.update(settings.get(name, {}))
+        required = [
+            f.name
+            for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [k for k in required if k not in kwargs]
+        if missing and name not in settings:
+            reason = f"needs {', '.join(missing)} (e.g. --set {name}.{missing[0]}=VALUE)"
+            not_run.append({"strategy": name, "reason": reason})
+            continue
+        try:
+            specs[name] = cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            if name in settings:
+                raise type(exc)(f"{name}: {exc}") from exc
+            not_run.append({"strategy": name, "reason": str(exc)})
+    return specs, not_run
+
+
+def _setting(spec: Any, shared: Mapping[str, Any]) -> str:
+    """The settings of ``spec`` that the report chose or the user changed, as ``k=v, ...``."""
+    out = []
+    for f in dataclasses.fields(spec):
+        if not f.init:
+            continue
+        value = spec.as_dict()[f.name]
+        if f.name in shared or value != f.default:
+            out.append(f"{f.name}={value}")
+    return ", ".join(out)
 
 
 def compare_strategies(
@@ -168,21 +239,47 @@ def compare_strategies(
     world_size: int = 8,
     capacity: int | None = None,
     num_buckets: int = 8,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[StrategyRow]:
     """Plan one epoch with every strategy and return one row of figures each.
 
-    Strategies: random fixed-size batches, HF ``group_by_length``, token budget (fairseq order),
-    exact length (``max_tokens // L`` per length, partial leftovers kept), optimal buckets
-    (``num_buckets``, token budget inside each) and packing (rows of ``capacity`` tokens, default
-    ``max_tokens``). Imbalance is measured at ``world_size`` with a shuffled batch order, and with
-    ``balance=True`` for the padless samplers.
+    Rows: random fixed-size batches and HF ``group_by_length`` (``batch_size`` each), then one
+    row per registered strategy (:func:`padless.strategies`; token budget, exact length, optimal
+    buckets, packing today) built by :func:`report_specs` from ``max_tokens``, ``capacity``
+    (default ``max_tokens``), ``num_buckets`` (at most the number of distinct lengths) and
+    ``settings`` (``{"packing": {"max_per_row": 8}}``). A strategy whose plan is refused for
+    these lengths (e.g. a sequence longer than ``capacity``) gets no row; see
+    :func:`compare_report` for the reasons. Imbalance is measured at ``world_size`` with a
+    shuffled batch order, and with ``balance=True`` for the padless strategies.
 
     Cost: one plan per strategy, plus two sampler schedules per padless strategy.
     """
-    from .planners.buckets import BucketSampler, plan_buckets
-    from .planners.budget import TokenBudgetSampler, plan_token_budget
-    from .planners.exact import ExactLengthSampler, plan_exact_length
-    from .planners.packing import PackingSampler, plan_packing
+    return compare_report(
+        lengths,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        world_size=world_size,
+        capacity=capacity,
+        num_buckets=num_buckets,
+        settings=settings,
+    )[0]
+
+
+def compare_report(
+    lengths: Any,
+    *,
+    max_tokens: int = 4096,
+    batch_size: int = 64,
+    world_size: int = 8,
+    capacity: int | None = None,
+    num_buckets: int = 8,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[StrategyRow], list[dict[str, str]]]:
+    """:func:`compare_strategies` plus the strategies that got no row and why.
+
+    Cost: as :func:`compare_strategies`.
+    """
+    from .plan import BatchPlan as _Plan
 
     lens = lengths_of(lengths)
     sizes = sizes_of(lens)
@@ -194,31 +291,27 @@ def compare_strategies(
             f"max_tokens must be at least the longest sequence ({longest}), got {max_tokens}"
         )
     capacity = max_tokens if capacity is None else capacity
+    k = min(num_buckets, int(np.unique(sizes).size))
+    specs, not_run = report_specs(
+        max_tokens=max_tokens, capacity=capacity, num_buckets=k, settings=settings
+    )
+    shared = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": k}
     warm_up()
     rows: list[StrategyRow] = []
-    ws: dict[str, Any] = {"world_size": world_size}
+    plan: _Plan
     plan, ms = _timed(lambda: random_batches(sizes.size, batch_size))
     rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size))
     plan, ms = _timed(lambda: group_by_length_batches(sizes, batch_size))
     rows.append(_row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size))
-    budget: dict[str, Any] = {"max_tokens": max_tokens}
-    plan, ms = _timed(lambda: plan_token_budget(lens, **budget))
-    bal: tuple[Any, dict[str, Any]] = (TokenBudgetSampler, {**budget, **ws})
-    rows.append(_row("token_budget", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
-    plan, ms = _timed(lambda: plan_exact_length(lens, **budget))
-    bal = (ExactLengthSampler, {**budget, **ws})
-    rows.append(_row("exact_length", f"max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
-    k = min(num_buckets, int(np.unique(sizes).size))
-    plan, ms = _timed(lambda: plan_buckets(lens, num_buckets=k, **budget))
-    bal = (BucketSampler, {"num_buckets": k, **budget, **ws})
-    rows.append(_row("buckets", f"k={k}, max_tokens={max_tokens}", plan, ms, lens, world_size, bal))
-    if longest <= capacity:
-        pack_lens = sizes if lens.ndim == 2 else lens
-        plan, ms = _timed(lambda: plan_packing(pack_lens, capacity=capacity))
-        bal = (PackingSampler, {"capacity": capacity, **ws})
-        row = _row("packing", f"capacity={capacity}", plan, ms, pack_lens, world_size, bal)
-        if lens.ndim == 2:
-            row.note = "(on max over fields) "
+    for name, spec in specs.items():
+        try:
+            plan, ms = _timed(lambda s=spec: s.plan(lens))  # type: ignore[misc]
+        except ValueError as exc:
+            not_run.append({"strategy": name, "reason": str(exc)})
+            continue
+        row = _row(name, _setting(spec, shared), plan, ms, lens, world_size, spec)
+        if lens.ndim == 2 and type(plan) is not _Plan:
+            row.note = "(on max over fields) "  # packed rows count tokens, not fields
         rows.append(row)
     best = min(rows, key=lambda r: r.padding_pct)
     for r in rows:
@@ -227,4 +320,4 @@ def compare_strategies(
         else:
             extra = (100.0 - best.padding_pct) / max(100.0 - r.padding_pct, 1e-9) - 1.0
             r.note += f"{100 * extra:.1f}% more token slots than {best.strategy}"
-    return rows
+    return rows, not_run

@@ -1,20 +1,30 @@
-"""The ``padless`` command. Subcommands load their modules lazily so ``padless --help`` is fast."""
+"""The ``padless`` command. Subcommands load their modules lazily so ``padless --help`` is fast.
+
+Layout: ``inputs`` (options and reading shared by the subcommands that read lengths),
+``settings`` (``--set key=value`` parsed by a spec's field types), ``report``, ``plot``,
+``plan`` and ``shuffle``; each subcommand module has ``add_arguments(parser)`` and ``run(args)``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import import_module
 
 # name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": (
-        "padless._cli_report",
+        "padless.cli.report",
         "compare batching strategies on a corpus (default: built-in)",
     ),
-    "plan": ("padless._cli_plan", "compute and save the batch plan of one or more epochs"),
-    "shuffle": ("padless._cli_shuffle", "shuffle a file bigger than memory, uniformly and safely"),
+    "plan": ("padless.cli.plan", "compute and save the batch plan of one or more epochs"),
+    "shuffle": ("padless.cli.shuffle", "shuffle a file bigger than memory, uniformly and safely"),
 }
+
+# exit status when standard output is closed early (``padless report --json | head``): what a
+# tool killed by SIGPIPE reports, with no message
+BROKEN_PIPE_STATUS = 141
 
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
@@ -24,7 +34,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         description="Plan training batches for variable-length sequences with as little padding "
         "as possible.",
     )
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"padless {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -33,6 +43,16 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         if name == load:
             import_module(module).add_arguments(p)
     return parser
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device so the interpreter's final flush cannot fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no real stdout
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     module = import_module(SUBCOMMANDS[args.command][0])
     try:
-        return int(module.run(args) or 0)
+        status = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at exit
+        return status
     except KeyboardInterrupt:
         print("padless: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of standard output went away (| head): stop quietly, as cat or grep do
+        _silence_stdout()
+        return BROKEN_PIPE_STATUS
     except (ValueError, TypeError, OSError, ImportError) as exc:
         print(f"padless {args.command}: error: {exc}", file=sys.stderr)
         return 2

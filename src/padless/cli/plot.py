@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .lengths import lengths_of, sizes_of
-from .report import StrategyRow
+from ..lengths import lengths_of, sizes_of
+from ..report import StrategyRow
+
+FORMATS = ("png", "svg", "pdf")
 
 
 def plot_report(
@@ -20,10 +22,17 @@ def plot_report(
     title: str = "",
     world_size: int = 8,
 ) -> None:
-    """Write a three-panel PNG: length histogram, padding % and imbalance per strategy.
+    """Write a three-panel figure: length histogram, padding % and imbalance per strategy.
 
-    Needs matplotlib (``pip install 'padless[cli]'``). Written under a temporary name, then renamed.
+    Needs matplotlib (``pip install 'padless[cli]'``). The format follows the suffix (``.svg``,
+    ``.pdf``; PNG otherwise). Written at exactly ``path``: a regular file under a temporary name,
+    then renamed; a device or pipe in place, never replaced. A missing folder is named up front.
+
+    Cost: one matplotlib figure (about a second).
     """
+    from .._output import check_output, write_exactly
+
+    target = check_output(path, "plot")
     try:
         import matplotlib
 
@@ -71,12 +80,9 @@ def plot_report(
     ax.legend(loc="lower right")
     fig.suptitle(f"padless report: {title}" if title else "padless report")
     fig.tight_layout()
-    target = os.fspath(path)
-    tmp = f"{target}.tmp-{os.getpid()}.png"
+    suffix = os.path.splitext(target)[1].lower().lstrip(".")
+    kind = suffix if suffix in FORMATS else "png"
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, target)
+        write_exactly(target, lambda f: fig.savefig(f, format=kind, dpi=110), what="plot")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)

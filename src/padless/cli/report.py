@@ -1,36 +1,22 @@
-"""``padless report``: compare batching strategies on a corpus."""
+"""``padless report``: compare batching strategies on a corpus.
+
+One row per registered strategy (:func:`padless.strategies`) besides two baselines; each spec
+takes the shared options it has a field for (``--max-tokens``, ``--capacity``,
+``--num-buckets``) and ``--set STRATEGY.KEY=VALUE`` on top.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-INPUT_HELP = (
-    "lengths .npy/.npz, a token .npy with --offsets, text files (one sequence per line; .gz/.zst), "
-    "Arrow/Parquet files or a saved datasets folder; several files side by side give (N, F) "
-    "lengths (e.g. train.en train.es). None: the built-in corpus"
-)
-
-
-def add_input_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by the subcommands that read lengths."""
-    parser.add_argument("--fields", help="npz arrays to use, comma-separated (e.g. en,es)")
-    parser.add_argument(
-        "--tokenizer",
-        default="whitespace",
-        help="for text: whitespace (default), chars, bytes, spm:MODEL or hf:tokenizer.json",
-    )
-    parser.add_argument("--column", help="Arrow/Parquet/datasets column (e.g. input_ids)")
-    parser.add_argument("--split", help="split of a saved DatasetDict (default train)")
-    parser.add_argument("--offsets", help="document offsets .npy for a token-id .npy corpus")
+from .inputs import add_input_arguments, check_output_paths, load_lengths
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``padless report``."""
-    parser.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
     add_input_arguments(parser)
     parser.add_argument("--max-tokens", type=int, default=4096, help="token budget (default 4096)")
     parser.add_argument("--batch-size", type=int, default=64, help="fixed batch size (default 64)")
@@ -41,50 +27,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--capacity", type=int, default=None, help="packing row capacity (default: --max-tokens)"
     )
     parser.add_argument("--num-buckets", type=int, default=8, help="buckets (default 8)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="STRATEGY.KEY=VALUE",
+        help="a setting of one strategy's spec on top of the shared ones, e.g. --set "
+        "packing.max_per_row=8 or --set buckets.boundaries=12,40,100",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG summary to FILE.png")
-
-
-def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
-    """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
-    from .lengths import builtin_corpus
-
-    if not args.inputs:
-        if args.fields:
-            return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"
-        return builtin_corpus(), "built-in corpus (bible en, 29,814 verses, BPE 8k)"
-    from ._progress import Progress
-    from .readers import lengths_from_files
-
-    total = 0
-    for path in map(Path, args.inputs):
-        if path.is_file():
-            packed = path.suffix.lower() in (".gz", ".zst", ".zstd")
-            total += path.stat().st_size * (4 if packed else 1)  # text size, roughly
-    bar = Progress(total, label="reading", enabled=total > (4 << 20))
-    lines = 0
-
-    def progress(nbytes: int, nlines: int) -> None:
-        nonlocal lines
-        lines += nlines
-        bar.label = f"reading {lines:,} lines"
-        bar.update(nbytes)
-
-    try:
-        lengths = lengths_from_files(
-            args.inputs,
-            tokenizer=args.tokenizer,
-            fields=args.fields.split(",") if args.fields else None,
-            column=args.column,
-            offsets=args.offsets,
-            split=args.split,
-            progress=progress,
-        )
-    finally:
-        bar.close()
-    if lengths.shape[0] == 0:
-        raise ValueError(f"no sequences in {', '.join(args.inputs)}")
-    return lengths, ", ".join(args.inputs)
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a summary figure to exactly FILE (PNG; SVG or PDF by suffix); a device or "
+        "pipe is written in place",
+    )
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -94,20 +51,62 @@ def _check_options(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value}")
 
 
+def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
+    """``["packing.max_per_row=8"]`` → ``{"packing": {"max_per_row": 8}}``, parsed by field type.
+
+    >>> strategy_settings(["buckets.boundaries=12,40", "packing.oversize=drop"])
+    {'buckets': {'boundaries': [12, 40]}, 'packing': {'oversize': 'drop'}}
+    """
+    from ..planners import strategies
+    from .settings import merge_given, parse_value, setting_fields, split_assignment
+
+    registry = strategies()
+    per: dict[str, list[tuple[str, str, str]]] = {}
+    for text in assignments:
+        target, value = split_assignment(text)
+        name, dot, key = target.partition(".")
+        if not dot or not key:
+            raise ValueError(f"--set takes STRATEGY.KEY=VALUE, got {text!r}")
+        if name not in registry:
+            raise ValueError(
+                f"--set {text!r}: unknown strategy {name!r}; known: {', '.join(registry)}"
+            )
+        per.setdefault(name, []).append((key, "--set", value))
+    out: dict[str, dict[str, Any]] = {}
+    for name, sources in per.items():
+        fields = {f.name: f for f in setting_fields(registry[name])}
+        given = merge_given(sources)
+        unknown = sorted(set(given) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"--set {name}.{unknown[0]}: unknown setting {unknown[0]!r} of {name}; known: "
+                f"{', '.join(fields)}"
+            )
+        out[name] = {
+            key: parse_value(key, text, fields[key], f"--set {name}.{key}")
+            for key, (_option, text) in given.items()
+        }
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table (or JSON), and write the plot if asked."""
-    from .report import budget_sweep, compare_strategies, length_summary
+    from ..report import budget_sweep, compare_report, length_summary
 
     _check_options(args)
+    settings = strategy_settings(args.set)
+    if args.plot:
+        check_output_paths(args, [args.plot], "--plot")
     lengths, name = load_lengths(args)
     summary = length_summary(lengths)
-    rows = compare_strategies(
+    rows, not_run = compare_report(
         lengths,
         max_tokens=args.max_tokens,
         batch_size=args.batch_size,
         world_size=args.world_size,
         capacity=args.capacity,
         num_buckets=args.num_buckets,
+        settings=settings,
     )
     sweep = budget_sweep(lengths, [1024, 2048, 4096, 8192, 16384])
     if args.plot:
@@ -122,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 "strategies": [r.as_dict() for r in rows],
                 "token_budget_sweep": sweep,
                 "world_size": args.world_size,
+                "not_run": not_run,
             },
             sys.stdout,
             indent=2,
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print()
     header = (
-        f"  {'strategy':<16} {'setting':<22} {'batches':>8} {'sent/batch':>10} "
+        f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
         f"{'padding':>8} {'imbal.':>7} {'balanced':>8} {'plan':>9}  takeaway"
     )
     print(header)
@@ -146,9 +146,11 @@ def run(args: argparse.Namespace) -> int:
         bal = f"{r.imbalance_balanced:.3f}" if r.imbalance_balanced is not None else "-"
         imb = f"{r.imbalance:.3f}" if r.imbalance is not None else "-"
         print(
-            f"  {r.strategy:<16} {r.setting:<22} {r.batches:>8,} {r.mean_sentences:>10.1f} "
+            f"  {r.strategy:<16} {r.setting:<32} {r.batches:>8,} {r.mean_sentences:>10.1f} "
             f"{r.padding_pct:>7.2f}% {imb:>7} {bal:>8} {r.plan_ms:>7.1f}ms  {r.note}"
         )
+    for skipped in not_run:
+        print(f"  {skipped['strategy']:<16} not run: {skipped['reason']}")
     print("\n  token budget at several budgets (fairseq semantics, sorted by length):")
     print(f"  {'max_tokens':>10} {'batches':>8} {'sent/batch':>10} {'padding':>8} {'plan':>9}")
     for t in sweep:

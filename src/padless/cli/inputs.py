@@ -1,0 +1,136 @@
+"""Options and reading shared by the subcommands that read lengths (``report``, ``plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+INPUT_HELP = (
+    "lengths .npy/.npz, a token .npy with --offsets, text files (one sequence per line; .gz/.zst), "
+    "Arrow/Parquet files or a saved datasets folder; several files side by side give (N, F) "
+    "lengths (e.g. train.en train.es). None: the built-in corpus"
+)
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the input files and the options that say how to read them."""
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
+    parser.add_argument("--fields", help="npz arrays to use, comma-separated (e.g. en,es)")
+    parser.add_argument(
+        "--tokenizer",
+        default="whitespace",
+        help="for text: whitespace (default), chars, bytes, spm:MODEL or hf:tokenizer.json",
+    )
+    parser.add_argument("--column", help="Arrow/Parquet/datasets column (e.g. input_ids)")
+    parser.add_argument("--split", help="split of a saved DatasetDict (default train)")
+    parser.add_argument("--offsets", help="document offsets .npy for a token-id .npy corpus")
+
+
+def input_paths(args: argparse.Namespace) -> list[str]:
+    """Every file the command reads (inputs and ``--offsets``)."""
+    paths = list(args.inputs)
+    if getattr(args, "offsets", None):
+        paths.append(args.offsets)
+    return paths
+
+
+def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str) -> None:
+    """Refuse outputs that are folders, lie in missing folders, or are one of the inputs.
+
+    An output is an input when it is the same file (same device and inode, so hard links and
+    symbolic links count) or the same path.
+    """
+    from .._output import check_output
+
+    for out in outputs:
+        check_output(out, option)
+        for src in input_paths(args):
+            same = os.path.realpath(out) == os.path.realpath(src)
+            if not same and os.path.exists(out) and os.path.exists(src):
+                try:
+                    same = os.path.samefile(out, src)
+                except OSError:  # pragma: no cover - vanished between the checks
+                    same = False
+            if same:
+                raise ValueError(
+                    f"{option} {out!r} is the input {src!r}: writing it would destroy the input; "
+                    "choose another output path"
+                )
+
+
+def refuse_saved_plans(paths: list[str]) -> None:
+    """Refuse to read an ``.npz`` that is a saved padless plan as lengths.
+
+    A plan's ``offsets`` would otherwise pass for a token corpus (and its batches for sequences).
+    """
+    import zipfile
+
+    import numpy as np
+
+    from ..plan import is_saved_plan
+
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            continue
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) != _ZIP_MAGIC:
+                    continue
+            with np.load(path, allow_pickle=False) as data:
+                members = list(data.files)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+            continue  # not readable as an archive: the reader gives its own error
+        if is_saved_plan(members):
+            raise ValueError(
+                f"{path} is a padless plan (written by `padless plan` or BatchPlan.save), not "
+                "lengths: read it with padless.BatchPlan.load, and give the lengths it was made "
+                "from as input"
+            )
+
+
+def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
+    """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
+    from ..lengths import builtin_corpus
+
+    if not args.inputs:
+        if args.fields:
+            return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"
+        return builtin_corpus(), "built-in corpus (bible en, 29,814 verses, BPE 8k)"
+    from .._progress import Progress
+    from ..readers import lengths_from_files
+
+    refuse_saved_plans(input_paths(args))
+    total = 0
+    for path in map(Path, args.inputs):
+        if path.is_file():
+            packed = path.suffix.lower() in (".gz", ".zst", ".zstd")
+            total += path.stat().st_size * (4 if packed else 1)  # text size, roughly
+    bar = Progress(total, label="reading", enabled=total > (4 << 20))
+    lines = 0
+
+    def progress(nbytes: int, nlines: int) -> None:
+        nonlocal lines
+        lines += nlines
+        bar.label = f"reading {lines:,} lines"
+        bar.update(nbytes)
+
+    try:
+        lengths = lengths_from_files(
+            args.inputs,
+            tokenizer=args.tokenizer,
+            fields=args.fields.split(",") if args.fields else None,
+            column=args.column,
+            offsets=args.offsets,
+            split=args.split,
+            progress=progress,
+        )
+    finally:
+        bar.close()
+    if lengths.shape[0] == 0:
+        raise ValueError(f"no sequences in {', '.join(args.inputs)}")
+    return lengths, ", ".join(args.inputs)

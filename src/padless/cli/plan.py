@@ -1,0 +1,173 @@
+"""``padless plan``: compute one epoch's plan (or several) and save it as an ``.npz`` archive.
+
+Driven by the registry: ``--strategy NAME`` picks a spec from :func:`padless.strategies`, and
+every setting of every spec is an option (``--max-tokens``, ``--capacity``, ``--boundaries``...)
+as well as ``--set key=value``; values are read by the spec field's type (see
+:mod:`padless.cli.settings`). The spec is recorded in the saved plan and in the printed line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from .inputs import add_input_arguments, check_output_paths, load_lengths
+from .settings import (
+    build_spec,
+    describe_kinds,
+    field_kinds,
+    merge_given,
+    setting_fields,
+    split_assignment,
+)
+
+_PREFIX = "setting_"  # argparse dest of a spec setting given as its own option
+
+# defaults the command line adds where a spec has none, unless one of the listed keys is given
+CLI_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "buckets": ({"num_buckets": 8}, ("boundaries", "num_buckets")),
+}
+
+
+def _registry() -> dict[str, type]:
+    from ..planners import strategies
+
+    return dict(strategies())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of ``padless plan`` (one per setting of the registered specs)."""
+    registry = _registry()
+    add_input_arguments(parser)
+    parser.add_argument(
+        "--strategy",
+        choices=list(registry),
+        default="token_budget",
+        help="planner (default token_budget)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file, written at exactly this name (an .npz archive that "
+        "padless.BatchPlan.load reads); a device or pipe is written in place",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the strategy's spec, e.g. --set oversize=drop, --set "
+        "boundaries=12,40,100 (ints, none, true/false, comma lists or JSON)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument("--epoch", type=int, default=0, help="first epoch (default 0)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=1,
+        help="epochs to plan; >1 writes OUTPUT-epochE files (OUTPUT's suffix kept)",
+    )
+    owners: dict[str, list[str]] = {}
+    rules: dict[str, str] = {}
+    for name, cls in registry.items():
+        for f in setting_fields(cls):
+            owners.setdefault(f.name, []).append(name)
+            rules.setdefault(f.name, describe_kinds(field_kinds(f)))
+    group = parser.add_argument_group(
+        "strategy settings", "each also as --set KEY=VALUE; see the spec classes for meanings"
+    )
+    for key, names in owners.items():
+        option = "--" + key.replace("_", "-")
+        try:
+            group.add_argument(
+                option,
+                dest=_PREFIX + key,
+                default=argparse.SUPPRESS,
+                metavar="VALUE",
+                help=f"{rules[key]} ({', '.join(names)})",
+            )
+        except argparse.ArgumentError:  # a setting named like a command option: --set only
+            continue
+
+
+def _given(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    sources = [
+        (key[len(_PREFIX) :], "--" + key[len(_PREFIX) :].replace("_", "-"), str(value))
+        for key, value in vars(args).items()
+        if key.startswith(_PREFIX)
+    ]
+    for text in args.set:
+        key, value = split_assignment(text)
+        sources.append((key, "--set", value))
+    return merge_given(sources)
+
+
+def make_spec(args: argparse.Namespace) -> Any:
+    """The spec the command line describes (validated by the spec itself)."""
+    name = args.strategy
+    cls = _registry()[name]
+    given = _given(args)
+    known = [f.name for f in setting_fields(cls)]
+    where = f"--strategy {name}"
+    if not given:
+        defaults = CLI_DEFAULTS.get(name, ({}, ()))[0]
+        spec = build_spec(name, cls, {}, defaults=defaults, where=where)
+        # no setting at all: refuse a spec that would batch without any limit
+        if not defaults:
+            others = ", ".join(f"--{k.replace('_', '-')}" for k in known[1:])
+            raise ValueError(
+                f"{name} needs --{known[0].replace('_', '-')} or another of its settings "
+                f"({others}), or --set KEY=VALUE"
+            )
+        return spec
+    defaults, unless = CLI_DEFAULTS.get(name, ({}, ()))
+    if any(k in given for k in unless):
+        defaults = {}
+    return build_spec(name, cls, given, defaults=defaults, where=where)
+
+
+def _targets(output: str, first: int, epochs: int) -> list[str]:
+    if epochs == 1:
+        return [output]
+    folder, base = os.path.split(output)
+    stem, suffix = os.path.splitext(base)
+    return [os.path.join(folder, f"{stem}-epoch{e}{suffix}") for e in range(first, first + epochs)]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan the requested epochs and save each at exactly its path; print one JSON line each."""
+    from .._check import check_seed, positive
+    from ..lengths import lengths_of
+    from ..planners.spec import spec_to_dict
+
+    positive("--epochs", args.epochs)
+    check_seed(args.seed, "--seed")
+    check_seed(args.epoch, "--epoch")
+    spec = make_spec(args)
+    targets = _targets(args.output, args.epoch, args.epochs)
+    check_output_paths(args, targets, "-o/--output")
+    lengths, name = load_lengths(args)
+    lens = lengths_of(lengths)
+    planner = spec.bind(lens)
+    record = spec_to_dict(spec)
+    for e, target in zip(range(args.epoch, args.epoch + args.epochs), targets, strict=True):
+        plan = planner.plan(args.seed, e)
+        plan.save(target, spec=spec)
+        st = plan.stats(lens)
+        line = {
+            "input": name,
+            "strategy": spec.name,
+            "epoch": e,
+            "path": target,
+            "batches": st.batches,
+            "sentences": st.sentences,
+            "padding_pct": round(100 * st.padding_fraction, 4),
+            "skipped": int(plan.skipped.size),
+            "seed": args.seed,
+            "spec": record,
+        }
+        print(json.dumps(line))
+    return 0
