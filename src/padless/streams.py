@@ -1,0 +1,1178 @@
+"""Batching and packing for streams whose lengths are not known up front, resumable exactly.
+
+:class:`StreamBatcher` reads any iterable of items (a ``datasets`` streaming dataset, a
+generator, webdataset shards...) through a buffer and yields batches that follow a planner spec
+(``TokenBudget``, ``Buckets``, ``ExactLength``, ``Packing``).
+
+How the buffer works. The source is read in *chunks* of ``buffer // 4`` items. Once the buffer
+is full (after the first four chunks) every new chunk starts a *round*: the items waiting in
+the buffer and the new chunk are planned together, the batches that came out well are emitted
+(in an order shuffled from ``(seed, epoch)``) and the rest of the items wait for company from
+the next chunks. An item waits at most three rounds: in its fourth round its batch is emitted
+whatever its padding. So the buffer never holds more than ``buffer`` items, a batch only mixes
+items that lie within ``buffer`` positions of each other in the stream, and at the end of the
+stream everything left is emitted.
+
+- ``TokenBudget``: each round sorts the buffer by length and cuts it with the greedy budget rule
+  (fairseq's), so no batch is ever over ``max_tokens`` (count × longest) or ``max_sentences``.
+  A batch is emitted when it is full (one more item of its longest length would break a limit)
+  and pads at most 0.5% of its slots; other batches wait.
+- ``Buckets``: with ``num_buckets`` the boundaries are fitted once, by
+  :func:`padless.bucket_boundaries` (least padded slots, exact dynamic programme), on the first
+  buffer of lengths (the first ``buffer`` items), and then kept for every later round and epoch
+  (they go into the state). A bucket's batch size is ``max_tokens // its upper boundary`` (the
+  last bucket, unbounded above, uses the longest item it holds in the round) or ``batch_size``;
+  full batches leave oldest items first, a remainder waits, and an expired remainder leaves as
+  a smaller batch.
+- ``ExactLength``: one length (length tuple) per batch; full batches leave oldest first, the
+  leftover of each length waits for more of that length; leftovers that expire, and all
+  leftovers at the end of the stream, are handled as the spec's ``leftovers`` says (``"merge"``
+  pools them into padded batches, ``"partial"`` keeps smaller batches, ``"drop"`` drops them).
+- ``Packing``: best fit, longest first, over the buffer into rows of ``capacity`` tokens; rows
+  filled to at least 99.9% are emitted and under-filled rows wait (their items are placed
+  again with the next chunk). A batch is a list of ``rows_per_batch`` rows, each row a list of
+  items; an item longer than ``capacity`` is handled by ``oversize`` as in the planner, and
+  ``"split"``/``"truncate"`` put :class:`Piece` entries in the rows, saying which tokens of which
+  item they hold. ``batcher.collate()`` turns a batch into ``padless.torch.collate_packed``'s
+  varlen format.
+
+Resume. ``state_dict()`` is small and JSON-safe (when the source's own state is): the round, the
+batches of that round already yielded, one bit per item of the buffer saying which ones still
+wait, and for a source with the ``datasets.IterableDataset`` protocol (``state_dict()`` /
+``load_state_dict()``) its state at the oldest chunk still in the buffer. ``load_state_dict()``
+then replays at most one buffer of items (calling ``length`` only on the items that still
+wait) and the batches continue exactly as without the interruption. A plain iterable or a
+callable that re-creates the iterator is skipped from the start instead: O(position) items
+are read again (``itertools.islice``, no ``length`` calls).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _kernels as K
+from . import _rng
+from ._check import check_seed, positive
+from ._kernels.streams import budget_round
+from ._state import STATE_VERSION, _mismatch, fingerprint
+from .planners._order import group_keys
+
+__all__ = ["Piece", "StreamBatcher"]
+
+#: A buffer is read in this many chunks (a round per chunk once the buffer is full).
+CHUNKS = 4
+#: An item waits at most until ``WINDOW`` buffers of items have been read since its own.
+WINDOW = 4
+#: ``TokenBudget``: a full batch is emitted when padding is at most this fraction of its slots.
+PAD_TARGET = 0.005
+#: ``Packing``: a row is emitted when its tokens fill at least this fraction of ``capacity``.
+FILL_TARGET = 0.999
+#: Largest length accepted (lengths are int64 sums in the kernels, like ``lengths_of``).
+MAX_LENGTH = 1 << 31
+STATE_KIND = "StreamBatcher"
+_MASK64 = (1 << 64) - 1
+
+
+class Piece(NamedTuple):
+    """Tokens ``start:stop`` of ``item``: piece ``piece`` (from 0) of the ``pieces`` it was cut into.
+
+    ``Packing(oversize="split")`` cuts an item longer than ``capacity`` into pieces of
+    ``capacity`` tokens (the last one shorter); ``oversize="truncate"`` keeps one piece, the
+    first ``capacity`` tokens. :meth:`tokens` slices them out.
+
+    >>> p = Piece([1, 2, 3, 4, 5], piece=1, pieces=3, start=2, stop=4)
+    >>> p.tokens()
+    [3, 4]
+    """
+
+    item: Any
+    piece: int
+    pieces: int
+    start: int
+    stop: int
+
+    def tokens(self, key: str | None = None) -> Any:
+        """The piece's tokens: ``item[start:stop]``, or ``item[key][start:stop]`` for a mapping."""
+        part = self.item if key is None or not hasattr(self.item, "keys") else self.item[key]
+        return part[self.start : self.stop]
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _is_stateful(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(
+        getattr(obj, "load_state_dict", None)
+    )
+
+
+class _Source:
+    """Opens the source for an epoch at a position; snapshots the state of stateful ones."""
+
+    def __init__(self, source: Any) -> None:
+        self.obj = source
+        if hasattr(source, "__iter__"):
+            if _is_stateful(source):
+                self.kind = "stateful"
+            elif isinstance(source, Iterator):
+                self.kind = "oneshot"
+            else:
+                self.kind = "iterable"
+        elif callable(source):
+            self.kind = "callable"
+        else:
+            raise TypeError(
+                "source must be an iterable of items (a datasets.IterableDataset, a list, a "
+                "generator...) or a callable returning a fresh iterable, got "
+                f"{type(source).__name__}"
+            )
+        self.start_state: Any = None
+        self.loaded = False  # a state was loaded into the source: a fresh start must undo it
+        self.opened = False
+        if self.kind == "stateful":
+            try:
+                self.start_state = copy.deepcopy(source.state_dict())
+            except Exception:  # noqa: BLE001 - a source may only know its state once iterated
+                self.start_state = None
+
+    @property
+    def resumable(self) -> bool:
+        return self.kind != "oneshot"
+
+    @property
+    def cheap_resume(self) -> bool:
+        return self.kind == "stateful"
+
+    def open(self, epoch: int, state: Any, position: int) -> Iterator[Any]:
+        obj = self.obj
+        if self.kind == "oneshot":
+            if self.opened:
+                raise TypeError(
+                    "source is a one-shot iterator (e.g. a generator) that was already read; "
+                    "pass the iterable itself or a function that re-creates the iterator"
+                )
+            self.opened = True
+            return iter(obj)
+        self.opened = True
+        if self.kind == "callable":
+            it = iter(obj())
+        else:
+            set_epoch = getattr(obj, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+            if self.kind == "stateful":
+                if state is not None:
+                    obj.load_state_dict(copy.deepcopy(state))
+                    self.loaded = True
+                    return iter(obj)
+                if self.loaded and self.start_state is not None:
+                    obj.load_state_dict(copy.deepcopy(self.start_state))
+                    self.loaded = False
+                return iter(obj)
+            it = iter(obj)
+        if position:
+            next(islice(it, position, position), None)  # O(position), at C speed
+        return it
+
+    def snapshot(self) -> Any:
+        if self.kind != "stateful":
+            return None
+        return copy.deepcopy(self.obj.state_dict())
+
+
+# --------------------------------------------------------------------------- buffer entries
+
+
+def _objects(items: list[Any]) -> np.ndarray:
+    """A 1-D object array holding ``items`` as they are (no nesting into 2-D)."""
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+_NO_OBJECTS = np.zeros(0, dtype=object)
+
+
+class _Entries:
+    """Buffer entries (items or pieces) with their lengths, chunk, offset in chunk and piece.
+
+    ``items`` is an object array (gathers run at C speed). ``piece`` is -1 for an item that is
+    one entry (whole or truncated) and the piece number for the pieces of a split item. Entries
+    stay in stream order (chunk, offset, piece).
+    """
+
+    __slots__ = ("items", "lens", "sizes", "chunk", "off", "piece")
+
+    def __init__(
+        self,
+        items: np.ndarray,
+        lens: np.ndarray,
+        chunk: np.ndarray,
+        off: np.ndarray,
+        piece: np.ndarray,
+    ) -> None:
+        self.items = items
+        self.lens = lens
+        self.sizes = _sizes(lens)
+        self.chunk = chunk
+        self.off = off
+        self.piece = piece
+
+    @classmethod
+    def empty(cls, fields: int) -> _Entries:
+        z = np.zeros(0, np.int64)
+        lens = z if fields == 0 else np.zeros((0, fields), np.int64)
+        return cls(_NO_OBJECTS, lens, z, z, z)
+
+    def __len__(self) -> int:
+        return int(self.items.shape[0])
+
+    def concat(self, other: _Entries) -> _Entries:
+        if not len(self):
+            return other
+        if not len(other):
+            return self
+        return _Entries(
+            np.concatenate([self.items, other.items]),
+            np.concatenate([self.lens, other.lens]),
+            np.concatenate([self.chunk, other.chunk]),
+            np.concatenate([self.off, other.off]),
+            np.concatenate([self.piece, other.piece]),
+        )
+
+    def take(self, idx: np.ndarray) -> _Entries:
+        return _Entries(
+            self.items[idx], self.lens[idx], self.chunk[idx], self.off[idx], self.piece[idx]
+        )
+
+
+def _sizes(lens: np.ndarray) -> np.ndarray:
+    if lens.ndim == 1:
+        return lens
+    return lens.max(axis=1) if lens.shape[0] else np.zeros(0, np.int64)
+
+
+# --------------------------------------------------------------------------- round plans
+
+
+class _Round:
+    """One round's emitted batches over the buffer entries, and the entries that wait.
+
+    Batch ``b`` is entries ``order[offsets[b]:offsets[b + 1]]``; for packing, batch ``b`` is
+    rows ``row_offsets[b]:row_offsets[b + 1]`` and row ``k`` entries
+    ``order[offsets[k]:offsets[k + 1]]``. ``real``/``padded`` are per-batch figures.
+    """
+
+    __slots__ = ("order", "offsets", "row_offsets", "carry", "dropped", "real", "padded")
+
+    def __init__(
+        self,
+        order: np.ndarray,
+        offsets: np.ndarray,
+        carry: np.ndarray,
+        real: np.ndarray,
+        padded: np.ndarray,
+        row_offsets: np.ndarray | None = None,
+        dropped: int = 0,
+    ) -> None:
+        self.order = order
+        self.offsets = offsets
+        self.row_offsets = row_offsets
+        self.carry = carry
+        self.real = real
+        self.padded = padded
+        self.dropped = dropped
+
+    @property
+    def num_batches(self) -> int:
+        bounds = self.offsets if self.row_offsets is None else self.row_offsets
+        return int(bounds.size - 1)
+
+
+def _mix(z: int) -> int:
+    """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
+    from ._kernels.rng import mix64_reference
+
+    return mix64_reference(z)
+
+
+def _shuffled(n: int, key: int) -> np.ndarray:
+    """A permutation of ``range(n)`` drawn from the 64-bit ``key`` (compiled Fisher-Yates)."""
+    out = np.arange(n, dtype=np.int64)
+    if n > 1:
+        K.shuffle_runs(out, np.array([0, n], np.int64), np.uint64(key & _MASK64))
+    return out
+
+
+def _csr(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _left_out(n: int, taken: np.ndarray) -> np.ndarray:
+    """Sorted positions in ``[0, n)`` that are not in ``taken``."""
+    keep = np.ones(n, np.bool_)
+    keep[taken] = False
+    return np.flatnonzero(keep)
+
+
+def _padding(lens: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Real tokens and padded slots of each batch (2-D lengths: summed over fields)."""
+    if offsets.size <= 1:
+        z = np.zeros(0, np.int64)
+        return z, z
+    starts = offsets[:-1]
+    counts = np.diff(offsets)
+    picked = lens[order]
+    if picked.ndim == 1:
+        picked = picked[:, None]
+    real = np.add.reduceat(picked.sum(axis=1), starts) if order.size else np.zeros(0, np.int64)
+    padded = np.zeros(counts.size, np.int64)
+    for f in range(picked.shape[1]):
+        padded += counts * np.maximum.reduceat(picked[:, f], starts)
+    return real.astype(np.int64), padded
+
+
+class _Engine:
+    """What a strategy does with a buffer: which items it admits and how a round is planned."""
+
+    splits = False
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        """Mask of items to keep (None: all); raise for items the spec refuses."""
+        return None
+
+    def plan(
+        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
+    ) -> _Round:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def _too_long(sizes: np.ndarray, limit: int, what: str, where: Callable[[int], int]) -> None:
+    i = int(np.flatnonzero(sizes > limit)[0])
+    raise ValueError(
+        f"the item at stream position {where(i)} has length {int(sizes[i])}, which exceeds "
+        f"{what}={limit} (pass oversize=\"drop\" to leave such items out)"
+    )
+
+
+class _BudgetEngine(_Engine):
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.max_tokens = spec.max_tokens or 0
+        self.max_sentences = spec.max_sentences or 0
+        self.multiple = spec.multiple_of
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        if not self.max_tokens or not sizes.size or int(sizes.max()) <= self.max_tokens:
+            return None
+        if self.spec.oversize == "error":
+            _too_long(sizes, self.max_tokens, "max_tokens", where)
+        return sizes <= self.max_tokens
+
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
+        keys, span = group_keys(buf.lens)
+        order, ends, carry, real, padded = budget_round(
+            keys, span, buf.sizes, forced, self.max_tokens, self.max_sentences, self.multiple,
+            final, PAD_TARGET,
+        )  # fmt: skip
+        offsets = np.zeros(ends.size + 1, np.int64)
+        offsets[1:] = ends
+        if buf.lens.ndim == 2:  # figures over every field
+            real, padded = _padding(buf.lens, order, offsets)
+        return _Round(order, offsets, carry, real, padded)
+
+
+def _select(lens: np.ndarray, order: np.ndarray, offsets: np.ndarray, emit: np.ndarray, n: int) -> _Round:
+    """Keep the batches marked ``emit`` (in plan order); their entries leave, the rest wait."""
+    counts = np.diff(offsets)
+    if emit.all():
+        e_order, e_offsets = order, offsets
+    else:
+        e_order = order[np.repeat(emit, counts)]
+        e_offsets = _csr(counts[emit])
+    real, padded = _padding(lens, e_order, e_offsets)
+    return _Round(e_order, e_offsets, _left_out(n, e_order), real, padded)
+
+
+class _GroupEngine(_Engine):
+    """Fixed-size batches within groups (exact lengths or buckets): oldest first, remainders wait."""
+
+    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, starts, batch size per group)."""
+        raise NotImplementedError
+
+    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
+        raise NotImplementedError
+
+    def plan(
+        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
+    ) -> _Round:
+        order, starts, run_size = self.groups(buf)
+        kept, ends, rest, rest_run = K.exact_split(order, starts, run_size, 1)
+        full_order = order[:kept]
+        full_offsets = np.zeros(ends.size + 1, np.int64)
+        full_offsets[1:] = ends
+        if final:
+            late = np.ones(rest.size, np.bool_)
+        else:
+            runs = run_size.size
+            due = np.bincount(rest_run, weights=forced[rest], minlength=runs) > 0
+            late = due[rest_run]
+        out = self.expired(buf.lens, rest[late], rest_run[late])
+        e_order = np.concatenate([full_order, out.order])
+        e_offsets = np.concatenate([full_offsets, kept + out.offsets[1:]])
+        real, padded = _padding(buf.lens, e_order, e_offsets)
+        carry = np.sort(rest[~late])
+        return _Round(e_order, e_offsets, carry, real, padded, dropped=out.dropped)
+
+
+class _ExactEngine(_GroupEngine):
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.rule = spec._rule
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        keep = None
+        if self.spec.max_length is not None and sizes.size and int(sizes.max()) > self.spec.max_length:
+            keep = sizes <= self.spec.max_length
+        kept = sizes if keep is None else sizes[keep]
+        rule = self.rule
+        bad = np.zeros(0, np.int64)
+        why = ""
+        if rule.max_tokens is not None:
+            bad, why = np.flatnonzero(kept == 0), "is 0, which max_tokens cannot budget (no cost)"
+        elif rule.keys.size and rule.batch_size is None:
+            low = int(rule.keys[0])
+            bad = np.flatnonzero(kept < low)
+            why = f"is below the smallest batch_sizes key {low} and batch_size is None"
+        if bad.size:
+            i = int(bad[0]) if keep is None else int(np.flatnonzero(keep)[bad[0]])
+            raise ValueError(f"the length of the item at stream position {where(i)} {why}")
+        return keep
+
+    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keys, span = group_keys(buf.lens)
+        order, starts = K.counting_order(keys, span)
+        counts = np.diff(starts)
+        nonempty = np.flatnonzero(counts)
+        run_size = np.zeros(counts.size, np.int64)
+        run_size[nonempty] = self.rule.sizes_for(buf.sizes[order[starts[nonempty]]])
+        return order, starts, run_size
+
+    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
+        if rest.size == 0:
+            return _Round(rest, np.zeros(1, np.int64), rest, rest, rest)
+        plan = self.spec.bind(lens[rest]).plan(0, 0)  # the spec's own leftovers rule
+        z = np.zeros(0, np.int64)
+        return _Round(rest[plan.indices], plan.offsets, z, z, z, dropped=int(plan.skipped.size))
+
+
+class _BucketEngine(_GroupEngine):
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.cuts: np.ndarray | None = (
+            None if spec.boundaries is None else np.array(spec.boundaries, np.int64)
+        )
+
+    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from .planners.buckets import bucket_boundaries
+        from .planners.exact import round_size
+
+        s = self.spec
+        if self.cuts is None:  # fitted once, on the first buffer planned
+            self.cuts = bucket_boundaries(buf.sizes, s.num_buckets or 1)
+        cuts = self.cuts
+        k = cuts.size + 1
+        ids = np.searchsorted(cuts, buf.sizes, side="left").astype(np.int64)
+        order, starts = K.counting_order(ids, k)
+        if s.max_tokens is not None:
+            longest = np.empty(k, np.int64)
+            longest[:-1] = cuts
+            last = buf.sizes[ids == k - 1]
+            longest[-1] = int(last.max()) if last.size else 1
+            raw = s.max_tokens // np.maximum(longest, 1)
+        else:
+            raw = np.full(k, s.batch_size, np.int64)
+        return order, starts, round_size(raw, s.multiple_of)
+
+    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
+        # rest is grouped by bucket: each bucket's remainder is one smaller batch
+        if rest.size == 0:
+            return _Round(rest, np.zeros(1, np.int64), rest, rest, rest)
+        change = np.flatnonzero(np.diff(runs)) + 1
+        offsets = np.concatenate([[0], change, [rest.size]]).astype(np.int64)
+        z = np.zeros(0, np.int64)
+        return _Round(rest, offsets, z, z, z)
+
+    def state(self) -> dict[str, Any]:
+        return {"boundaries": None if self.cuts is None else self.cuts.tolist()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        cuts = state.get("boundaries")
+        if cuts is not None:
+            self.cuts = np.array(cuts, np.int64)
+
+
+class _PackEngine(_Engine):
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.capacity = spec.capacity
+        self.splits = spec.oversize == "split"
+        self.need = int(np.ceil(FILL_TARGET * spec.capacity))
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        cap = self.capacity
+        if not sizes.size or int(sizes.max()) <= cap:
+            return None
+        if self.spec.oversize == "error":
+            i = int(np.flatnonzero(sizes > cap)[0])
+            raise ValueError(
+                f"the item at stream position {where(i)} has length {int(sizes[i])}, which "
+                f'exceeds capacity={cap} (pass oversize="split", "truncate" or "drop")'
+            )
+        if self.spec.oversize == "drop":
+            return sizes <= cap
+        return None  # split / truncate: expanded into pieces
+
+    def plan(
+        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
+    ) -> _Round:
+        cap = self.capacity
+        spec = self.spec
+        n = len(buf)
+        sizes = buf.sizes
+        if cap <= 2 * n + (1 << 16):
+            order, _ = K.counting_order(cap - sizes, cap + 1)  # longest first, oldest first
+        else:
+            order = np.argsort(-sizes, kind="stable").astype(np.int64)
+        walk = np.ascontiguousarray(sizes[order])
+        row_of, num_rows = K.best_fit_rows(walk, cap, spec.max_per_row or 0)
+        used = np.bincount(row_of, weights=walk, minlength=num_rows).astype(np.int64)
+        count = np.bincount(row_of, minlength=num_rows)
+        late = np.bincount(row_of, weights=forced[order], minlength=num_rows) > 0
+        if final:
+            emit = np.ones(num_rows, np.bool_)
+        else:
+            emit = late | (used >= self.need)
+            if spec.max_per_row:
+                emit |= count >= spec.max_per_row
+        rows = np.flatnonzero(emit)
+        per = spec.rows_per_batch
+        if per > 1:
+            rows = _whole_batches(rows, late[rows], used[rows], per, final)
+        picked = rows[_shuffled(rows.size, key)]
+        num_batches = -(-picked.size // per)
+        row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, picked.size)
+        if per > 1:  # a batch lists its rows in the order they opened (what collate_packed needs)
+            for a, b in zip(row_offsets[:-1].tolist(), row_offsets[1:].tolist(), strict=True):
+                picked[a:b].sort()
+        rank = np.full(num_rows, picked.size, np.int64)
+        rank[picked] = np.arange(picked.size, dtype=np.int64)
+        rank[rank == picked.size] = picked.size + np.arange(num_rows - picked.size)
+        values, _, bounds = K.scatter_rows(row_of, rank, order, walk)
+        placed = int(bounds[picked.size])
+        e_order = values[:placed]
+        offsets = bounds[: picked.size + 1].copy()
+        carry = np.sort(values[placed:])
+        real = np.add.reduceat(used[picked], row_offsets[:-1]) if picked.size else np.zeros(0, np.int64)
+        padded = np.diff(row_offsets) * cap
+        return _Round(e_order, offsets, carry, real.astype(np.int64), padded, row_offsets)
+
+
+def _whole_batches(
+    rows: np.ndarray, late: np.ndarray, used: np.ndarray, per: int, final: bool
+) -> np.ndarray:
+    """Rows to emit as whole batches of ``per`` rows: every late row, then the fullest others.
+
+    Rows left over wait (their items are placed again). A short batch is made only for late
+    rows that do not fill a whole batch with the others, and at the end of the stream.
+    """
+    if final:
+        return rows
+    num = rows.size // per
+    need = int(late.sum())
+    if need > num * per:
+        num = -(-need // per)
+    take = min(rows.size, num * per)
+    rank = np.lexsort((-used, ~late))  # late first, then fullest
+    return np.sort(rows[rank[:take]])
+
+
+_ENGINES = {
+    "token_budget": _BudgetEngine,
+    "exact_length": _ExactEngine,
+    "buckets": _BucketEngine,
+    "packing": _PackEngine,
+}
+
+
+# --------------------------------------------------------------------------- the batcher
+
+
+class _Live:
+    """Where the running (or last) iteration stands, for ``state_dict``."""
+
+    __slots__ = ("epoch", "round", "emitted", "first", "snapshot", "carry_in", "done", "start",
+                 "cached")  # fmt: skip
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.round = -1
+        self.emitted = 0
+        self.first = 0
+        self.snapshot: Any = None
+        self.carry_in: _Entries | None = None
+        self.done = False
+        self.start: dict[str, Any] | None = None
+        self.cached: tuple[str, int, list[list[int]]] | None = None
+
+    def bits(self, chunk: int) -> tuple[str, int, list[list[int]]]:
+        """The waiting items as a bit mask over the chunks ``first..round-1`` (once per round)."""
+        if self.cached is None:
+            span = (self.round - self.first) * chunk
+            mask = np.zeros(span, np.uint8)
+            pieces: list[list[int]] = []
+            pend = self.carry_in
+            if pend is not None and len(pend):
+                where = (pend.chunk - self.first) * chunk + pend.off
+                mask[where] = 1
+                split = np.flatnonzero(pend.piece >= 0)
+                pieces = [[int(where[i]), int(pend.piece[i])] for i in split.tolist()]
+            packed = zlib.compress(np.packbits(mask).tobytes(), 6)
+            text = base64.b64encode(packed).decode("ascii")
+            self.cached = (text, span, pieces)
+        return self.cached
+
+
+class StreamBatcher:
+    """Batches (or packed rows) from a stream of items whose lengths are not known up front.
+
+    Iterating yields lists of items (``Packing``: lists of ``rows_per_batch`` rows, each a list
+    of items or :class:`Piece`); see the module docstring for how the buffer forms them. Every
+    item comes out exactly once per epoch (``oversize="drop"``, ``max_length`` and
+    ``leftovers="drop"`` leave some out and count them in :meth:`stats`).
+
+    Args:
+        source: the items. An iterable is iterated once per epoch (its ``set_epoch`` is called
+            when it has one, e.g. a shuffled ``datasets.IterableDataset``); a callable is called
+            for a fresh iterable each epoch; a one-shot iterator (a generator) serves one epoch
+            and cannot be resumed. A source with ``state_dict()``/``load_state_dict()`` (the
+            ``datasets.IterableDataset`` protocol) resumes in O(buffer); others are skipped from
+            the start, O(position).
+        spec: ``TokenBudget``, ``Buckets``, ``ExactLength`` or ``Packing``.
+        buffer: the most items held; also how far apart in the stream two items of a batch
+            can be. At least 4 (read in chunks of ``buffer // 4``).
+        length: maps an item to its length (an int) or per-field lengths (a tuple of ints, e.g.
+            source and target); ``int`` for streams of lengths. Lengths lie in [0, 2**31).
+        seed: non-negative int; each round's batch order comes from ``(seed, epoch)``.
+
+    Cost: per item, one ``length`` call and about a dozen compiled or vectorised steps over the
+    buffer (each item is planned in at most four rounds); memory: ``buffer`` items, their
+    lengths and a few int64 per item. ``state_dict()`` is O(1) (the bit mask, ``buffer / 6``
+    characters, is built once per round); ``load_state_dict()`` is O(1) and the next iteration
+    replays at most ``buffer`` items of a stateful source.
+
+    >>> from padless import TokenBudget
+    >>> lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5]
+    >>> batcher = StreamBatcher(lengths, TokenBudget(max_tokens=10), buffer=4, length=int)
+    >>> batches = list(batcher)
+    >>> sorted(x for b in batches for x in b) == sorted(lengths)
+    True
+    >>> all(len(b) * max(b) <= 10 for b in batches)
+    True
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any] | Callable[[], Iterable[Any]],
+        spec: Any,
+        *,
+        buffer: int = 10_000,
+        length: Callable[[Any], Any] = len,
+        seed: int = 0,
+    ) -> None:
+        from .planners.spec import Spec, spec_to_dict
+
+        if not isinstance(spec, Spec):
+            raise TypeError(
+                "spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
+                f"got {type(spec).__name__}"
+            )
+        if spec.name not in _ENGINES:
+            raise ValueError(
+                f"spec must be one of the strategies {sorted(_ENGINES)} for a stream, got {spec.name!r}"
+            )
+        buffer = positive("buffer", buffer)
+        if buffer < CHUNKS:
+            raise ValueError(f"buffer must be an int >= {CHUNKS} (it is read in {CHUNKS} chunks), got {buffer}")
+        if not callable(length):
+            raise TypeError(f"length must be a callable item -> int or tuple of ints, got {type(length).__name__}")
+        self.spec = spec
+        self.buffer = buffer
+        self.chunk = buffer // CHUNKS
+        self.wait = CHUNKS * WINDOW - 1  # rounds an item may wait
+        self.length = length
+        self.seed = check_seed(seed, "seed")
+        self.epoch = 0
+        self._source = _Source(source)
+        self._engine: _Engine = _ENGINES[spec.name](spec)
+        self._shard = (0, 1)
+        self._spec_dict = spec_to_dict(spec)
+        self._fields: int | None = None
+        self._loaded: dict[str, Any] | None = None
+        self._live: _Live | None = None
+        self._stats = self._zero_stats()
+
+    # ------------------------------------------------------------------ public
+    @property
+    def source(self) -> Any:
+        """The source as given."""
+        return self._source.obj
+
+    @property
+    def boundaries(self) -> np.ndarray | None:
+        """``Buckets``: the boundaries in use (fitted on the first buffer with num_buckets)."""
+        return getattr(self._engine, "cuts", None)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration yields (a loaded state of another epoch is dropped)."""
+        epoch = check_seed(epoch, "epoch")
+        if epoch != self.epoch:
+            self._loaded = None
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        state, self._loaded = self._loaded, None
+        live = _Live(self.epoch)
+        live.start = state  # what state_dict() says until the first batch is yielded
+        self._live = live
+        return self._run(live, state)
+
+    def collate(self, **options: Any) -> Any:
+        """A collate function for this batcher's batches (needs torch).
+
+        ``Packing``: ``padless.torch.collate_packed``'s output (rows, ``cu_seqlens``,
+        ``position_ids``...) from a batch of rows, pieces sliced; the other specs:
+        ``padless.torch.collate_padded(**options)``.
+        """
+        from ._torch_streams import stream_collate
+
+        return stream_collate(self.spec, **options)
+
+    def stats(self) -> dict[str, Any]:
+        """Figures of the current (or last) iteration: batches, items, padding, rounds...
+
+        ``padding_fraction`` is 1 − real tokens ÷ padded slots (packing: rows × capacity);
+        ``skipped`` counts items left out (oversize "drop", ``max_length``, dropped leftovers).
+        Counted from where the iteration started (a resumed run counts from the restore).
+        """
+        out = dict(self._stats)
+        padded = out["padded_slots"]
+        out["padding_fraction"] = 1.0 - out["real_tokens"] / padded if padded else 0.0
+        if self.spec.name == "packing":
+            out["efficiency"] = out["real_tokens"] / padded if padded else 1.0
+        return out
+
+    # ------------------------------------------------------------------ state
+    def _fingerprint(self) -> str:
+        config = {
+            "class": STATE_KIND,
+            "spec": self._spec_dict,
+            "buffer": self.buffer,
+            "chunks": CHUNKS,
+        }
+        return fingerprint(config, data={"shard": list(self._shard)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-safe state from which ``load_state_dict`` continues exactly.
+
+        It says where the current iteration stands (after the batches yielded so far), or
+        what the next iteration will do when none runs. JSON-safe when the source's own state
+        is.
+        """
+        if self._loaded is not None:
+            return copy.deepcopy(self._loaded)
+        live = self._live
+        base: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "kind": STATE_KIND,
+            "fingerprint": self._fingerprint(),
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "round": -1,
+            "emitted": 0,
+            "first": 0,
+            "position": 0,
+            "source": None,
+            "waiting": "",
+            "waiting_bits": 0,
+            "pieces": [],
+            "done": False,
+            **self._engine.state(),
+        }
+        if live is None or live.epoch != self.epoch:
+            return base
+        if live.start is not None:
+            return copy.deepcopy(live.start)
+        if live.done:
+            base["done"] = True
+            return base
+        if live.round < 0:
+            return base
+        text, span, pieces = live.bits(self.chunk)
+        base.update(
+            {
+                "round": live.round,
+                "emitted": live.emitted,
+                "first": live.first,
+                "position": live.first * self.chunk,
+                "source": copy.deepcopy(live.snapshot),
+                "waiting": text,
+                "waiting_bits": span,
+                "pieces": pieces,
+            }
+        )
+        return base
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration (the input is not changed).
+
+        Cost: O(1) here; the next iteration replays at most ``buffer`` items of a stateful
+        source, or skips ``state["position"]`` items of another one.
+        """
+        checked = self._check(state)
+        if checked["round"] >= 0 and not checked["done"] and not self._source.resumable:
+            raise TypeError(
+                "source is a one-shot iterator (e.g. a generator), which cannot be read again to "
+                "resume; pass the iterable itself or a function that re-creates the iterator"
+            )
+        self._engine.load(checked)
+        self.epoch = checked["epoch"]
+        self._loaded = checked
+
+    def _check(self, state: Any) -> dict[str, Any]:
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        need = ("version", "kind", "fingerprint", "seed", "epoch", "round", "emitted", "first",
+                "position", "source", "waiting", "waiting_bits", "pieces", "done")  # fmt: skip
+        missing = [k for k in need if k not in state]
+        if missing:
+            raise ValueError(f"state is missing keys {missing}")
+        if state["kind"] != STATE_KIND or state["version"] != STATE_VERSION:
+            raise ValueError(
+                f"state must come from a {STATE_KIND} of this padless (kind {STATE_KIND!r}, "
+                f"version {STATE_VERSION}), got kind {state['kind']!r}, version {state['version']!r}"
+            )
+        want = self._fingerprint()
+        if state["fingerprint"] != want:
+            raise ValueError(
+                f"state does not fit: {_mismatch(state['fingerprint'], want)} "
+                f"(fingerprint {state['fingerprint']!r} != {want!r})"
+            )
+        for k, low in (("seed", 0), ("epoch", 0), ("round", -1), ("emitted", 0), ("first", 0),
+                       ("position", 0), ("waiting_bits", 0)):  # fmt: skip
+            v = state[k]
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"state[{k!r}] must be an int >= {low}, got {v!r}")
+        if state["seed"] != self.seed:
+            raise ValueError(
+                f"state was saved with seed={state['seed']}, this StreamBatcher has seed={self.seed}"
+            )
+        r, first = int(state["round"]), int(state["first"])
+        if r >= 0 and not (max(0, r - self.wait) == first and state["position"] == first * self.chunk
+                           and state["waiting_bits"] == (r - first) * self.chunk):  # fmt: skip
+            raise ValueError(
+                f"state is inconsistent: round {r}, first chunk {first}, position "
+                f"{state['position']}, {state['waiting_bits']} bits for chunks of {self.chunk}"
+            )
+        if not isinstance(state["waiting"], str) or not isinstance(state["pieces"], list):
+            raise ValueError("state['waiting'] must be a str and state['pieces'] a list")
+        if not isinstance(state["done"], bool):
+            raise ValueError(f"state['done'] must be a bool, got {state['done']!r}")
+        return copy.deepcopy(dict(state))
+
+    # ------------------------------------------------------------------ reading
+    @staticmethod
+    def _zero_stats() -> dict[str, Any]:
+        return {
+            "batches": 0,
+            "items": 0,
+            "entries": 0,
+            "real_tokens": 0,
+            "padded_slots": 0,
+            "skipped": 0,
+            "rounds": 0,
+            "peak_buffer": 0,
+        }
+
+    def _lengths(self, items: list[Any], base: int) -> np.ndarray:
+        """Checked int64 lengths of ``items`` (at stream positions ``base``, ``base + 1``...)."""
+        fields = self._fields
+        if not items:
+            return np.zeros(0, np.int64) if not fields else np.zeros((0, fields), np.int64)
+        arr = None
+        raw: list[Any] = items
+        if self.length is int and not fields:  # a stream of int lengths: no call per item
+            try:
+                arr = np.fromiter(items, np.int64, len(items))  # int() semantics
+            except (TypeError, ValueError, OverflowError):
+                arr = None
+        if arr is None:
+            raw = list(map(self.length, items))
+            try:
+                arr = np.array(raw)
+            except (ValueError, OverflowError):
+                self._bad_length(raw, base)
+        if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or arr.shape[-1] == 0:
+            self._bad_length(raw, base)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        got = 0 if arr.ndim == 1 else int(arr.shape[1])
+        if fields is None:
+            self._fields = fields = got
+        if got != fields:
+            self._bad_length(raw, base)
+        if int(arr.min()) < 0 or int(arr.max()) >= MAX_LENGTH:
+            self._bad_length(raw, base)
+        return np.ascontiguousarray(arr, dtype=np.int64)
+
+    def _bad_length(self, raw: list[Any], base: int) -> None:
+        """Raise for the first length that is not an int (tuple) in [0, 2**31)."""
+        fields = self._fields
+
+        def is_int(x: Any) -> bool:
+            return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+        for i, v in enumerate(raw):
+            parts = list(v) if isinstance(v, (tuple, list)) else [v]
+            shape_ok = (fields is None and len(parts) > 0) or (
+                len(parts) == max(fields or 0, 1) and isinstance(v, (tuple, list)) == bool(fields)
+            ) or (fields == 0 and isinstance(v, (tuple, list)) and len(parts) == 1)
+            if not shape_ok or not all(is_int(x) for x in parts):
+                want = "an int" if not fields else f"a tuple of {fields} ints"
+                if fields is None:
+                    want = "an int or a tuple of ints"
+                raise TypeError(
+                    f"length(item) must return {want} (the same kind for every item), got "
+                    f"{type(v).__name__} {v!r:.60} at stream position {base + i}"
+                )
+            if not all(0 <= x < MAX_LENGTH for x in parts):
+                raise ValueError(
+                    f"length(item) at stream position {base + i} must lie in [0, 2**31), got {v!r:.60}"
+                )
+        raise TypeError(
+            f"length(item) must return ints or tuples of ints of one size, got {raw[:3]!r:.80}..."
+        )
+
+    def _entries(self, items: list[Any], chunk: int) -> _Entries:
+        """Buffer entries for the items of a new chunk (oversize items refused, dropped or cut)."""
+        base = chunk * self.chunk
+        n = len(items)
+        lens = self._lengths(items, base)
+        sizes = _sizes(lens)
+        engine = self._engine
+
+        def where(i: int) -> int:
+            return base + i
+
+        keep = engine.admit(sizes, where)
+        offs = np.arange(n, dtype=np.int64)
+        if isinstance(engine, _PackEngine) and n and int(sizes.max()) > engine.capacity:
+            return self._pieces(items, sizes, chunk, offs)
+        if keep is not None:
+            self._stats["skipped"] += int(n - keep.sum())
+            idx = np.flatnonzero(keep)
+            items = [items[i] for i in idx.tolist()]
+            lens, offs = lens[idx], offs[idx]
+            sizes = _sizes(lens)
+        m = len(items)
+        return _Entries(_objects(items), lens, np.full(m, chunk, np.int64), offs, np.full(m, -1, np.int64))
+
+    def _pieces(self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray) -> _Entries:
+        """Packing entries when some items are longer than capacity (split, truncate or drop)."""
+        cap = self.spec.capacity
+        mode = self.spec.oversize
+        out_items: list[Any] = []
+        out_sizes: list[int] = []
+        out_off: list[int] = []
+        out_piece: list[int] = []
+        for item, size, off in zip(items, sizes.tolist(), offs.tolist(), strict=True):
+            if size <= cap:
+                out_items.append(item)
+                out_sizes.append(size)
+                out_off.append(off)
+                out_piece.append(-1)
+            elif mode == "drop":
+                self._stats["skipped"] += 1
+            elif mode == "truncate":
+                out_items.append(Piece(item, 0, 1, 0, cap))
+                out_sizes.append(cap)
+                out_off.append(off)
+                out_piece.append(-1)
+            else:  # split
+                count = -(-size // cap)
+                for k in range(count):
+                    stop = min(size, (k + 1) * cap)
+                    out_items.append(Piece(item, k, count, k * cap, stop))
+                    out_sizes.append(stop - k * cap)
+                    out_off.append(off)
+                    out_piece.append(k)
+        arr = np.array(out_sizes, dtype=np.int64)
+        m = len(out_items)
+        return _Entries(_objects(out_items), arr, np.full(m, chunk, np.int64),
+                        np.array(out_off, dtype=np.int64), np.array(out_piece, dtype=np.int64))  # fmt: skip
+
+    # ------------------------------------------------------------------ the loop
+    def _round_key(self, base: int, rnd: int) -> int:
+        """Round ``rnd``'s 64-bit key, from the epoch's (seed, epoch, STREAM_ORDER) key."""
+        return _mix(base + _mix((self._shard[0] << 32) + rnd + 1))
+
+    def _replay(self, it: Iterator[Any], state: dict[str, Any], snaps: dict[int, Any]) -> _Entries:
+        """Read chunks ``first..round-1`` again and keep the items that were waiting."""
+        c = self.chunk
+        first, rnd = state["first"], state["round"]
+        span = state["waiting_bits"]
+        try:
+            raw = zlib.decompress(base64.b64decode(state["waiting"].encode("ascii"), validate=True))
+        except (ValueError, zlib.error) as err:
+            raise ValueError(f"state['waiting'] must be the mask state_dict() wrote: {err}") from None
+        bits = np.unpackbits(np.frombuffer(raw, np.uint8))
+        if not span <= bits.size < span + 8:
+            raise ValueError(f"state['waiting'] must hold {span} bits, got {bits.size}")
+        wanted: set[tuple[int, int]] = set()
+        for pair in state["pieces"]:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)):
+                raise ValueError(f"state['pieces'] must hold [item, piece] int pairs, got {pair!r}")
+            wanted.add((pair[0], pair[1]))
+        pend = _Entries.empty(self._fields or 0)
+        for k in range(first, rnd):
+            items = list(islice(it, c))
+            if len(items) < c:
+                raise ValueError(
+                    f"the source ended {len(items)} items into chunk {k} while replaying to the "
+                    f"saved position (chunks of {c} items): it holds fewer items than when the "
+                    "state was saved"
+                )
+            if self._source.cheap_resume:
+                snaps[k + 1] = self._source.snapshot()
+            lo = (k - first) * c
+            offs = np.flatnonzero(bits[lo : lo + c]).astype(np.int64)
+            chosen = [items[i] for i in offs.tolist()]
+            lens = self._lengths(chosen, k * c)
+            m = len(chosen)
+            got = _Entries(_objects(chosen), lens, np.full(m, k, np.int64), offs,
+                           np.full(m, -1, np.int64))  # fmt: skip
+            engine = self._engine
+            if isinstance(engine, _PackEngine) and m and int(got.sizes.max()) > engine.capacity:
+                saved = self._stats["skipped"]
+                got = self._pieces(chosen, got.sizes, k, offs)
+                self._stats["skipped"] = saved
+                # of a split item only the listed pieces were waiting
+                keep = [p < 0 or (lo + o, p) in wanted
+                        for o, p in zip(got.off.tolist(), got.piece.tolist(), strict=True)]  # fmt: skip
+                got = got.take(np.flatnonzero(np.array(keep, np.bool_)))
+            pend = pend.concat(got)
+        return pend
+
+    def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> _Round:
+        """Plan round ``rnd``: items ``wait`` rounds old must leave, and so many of the oldest
+        that the items left waiting fit in the buffer beside the next chunk."""
+        room = self.buffer - self.chunk
+        limit = rnd - self.wait
+        while True:
+            plan = self._engine.plan(buf, buf.chunk <= limit, final, key)
+            excess = plan.carry.size - room
+            if excess <= 0:
+                return plan
+            ages = buf.chunk[plan.carry] - (limit + 1)
+            cum = np.cumsum(np.bincount(ages, minlength=rnd - limit))
+            limit += 1 + int(np.searchsorted(cum, excess))
+
+    def _run(self, live: _Live, state: dict[str, Any] | None) -> Iterator[Any]:
+        epoch = live.epoch
+        self._stats = stats = self._zero_stats()
+        if state is not None and state["done"]:
+            live.done = True
+            return
+        c, wait, src = self.chunk, self.wait, self._source
+        base_key = int(_rng.key(self.seed, epoch, _rng.STREAM_ORDER))
+        snaps: dict[int, Any] = {}
+        if state is None or state["round"] < 0:
+            rnd, skip = 0, 0
+            it = src.open(epoch, None, 0)
+            snaps[0] = None
+            pend = _Entries.empty(self._fields or 0)
+        else:
+            rnd, skip, first = state["round"], state["emitted"], state["first"]
+            it = src.open(epoch, state["source"], 0 if src.cheap_resume else state["position"])
+            snaps[first] = state["source"]
+            pend = self._replay(it, state, snaps)
+        while True:
+            items = list(islice(it, c))
+            final = len(items) < c
+            stats["items"] += len(items)
+            new = self._entries(items, rnd)
+            if src.cheap_resume:
+                snaps[rnd + 1] = src.snapshot()
+            if rnd < CHUNKS - 1 and not final:  # filling the buffer
+                pend = pend.concat(new)
+                rnd += 1
+                continue
+            buf = pend.concat(new)
+            stats["rounds"] += 1
+            stats["peak_buffer"] = max(stats["peak_buffer"], len(buf))
+            key = self._round_key(base_key, rnd)
+            plan = self._plan(buf, rnd, final, key)
+            stats["skipped"] += plan.dropped
+            perm = _shuffled(plan.num_batches, _mix(key ^ 0x5EED))
+            live.round, live.emitted, live.first = rnd, skip, max(0, rnd - wait)
+            live.snapshot = snaps.get(live.first)
+            live.carry_in, live.cached = pend, None
+            live.start = None
+            pend = buf.take(plan.carry)
+            flat = buf.items[plan.order]  # leaving entries, batch after batch
+            bounds = plan.offsets.tolist()
+            row_offsets = None if plan.row_offsets is None else plan.row_offsets.tolist()
+            real, padded = plan.real.tolist(), plan.padded.tolist()
+            for j, b in enumerate(perm[skip:].tolist(), start=skip):
+                if row_offsets is None:
+                    batch: Any = flat[bounds[b] : bounds[b + 1]].tolist()
+                    stats["entries"] += len(batch)
+                else:
+                    lo, hi = row_offsets[b], row_offsets[b + 1]
+                    batch = [flat[bounds[k] : bounds[k + 1]].tolist() for k in range(lo, hi)]
+                    stats["entries"] += bounds[hi] - bounds[lo]
+                stats["batches"] += 1
+                stats["real_tokens"] += real[b]
+                stats["padded_slots"] += padded[b]
+                live.emitted = j + 1
+                yield batch
+            skip = 0
+            if final:
+                break
+            rnd += 1
+            for k in [k for k in snaps if k < rnd - wait]:
+                del snaps[k]
+        live.done = True
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamBatcher({self.spec.describe()}, buffer={self.buffer}, seed={self.seed}, "
+            f"epoch={self.epoch})"
+        )
