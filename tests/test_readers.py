@@ -463,3 +463,40 @@ def test_bad_tokenizer_models_are_refused_naming_the_file(tmp_path):
         with pytest.raises(ValueError) as info:
             lengths_from_text(path, tokenizer=spec)
         assert str(bad) in str(info.value)
+
+
+def test_tokenizer_batches_come_back_in_order(tmp_path, monkeypatch):
+    import padless.readers as R
+
+    monkeypatch.setattr(R, "_TEXT_BATCH", 7)
+    monkeypatch.setattr(R, "_CHUNK", 50)
+    lines = [" ".join(["ok"] * (i % 11)) + " x" * (i % 3) for i in range(300)]
+    path = write_text(tmp_path / "many.txt", lines)
+    model = word_tokenizer(tmp_path)
+    seen = []
+    got = lengths_from_text(
+        path, tokenizer=f"hf:{model}", progress=lambda b, n: seen.append((b, n))
+    )
+    assert got.tolist() == [len(line.split()) for line in lines]
+    assert sum(b for b, _ in seen) == path.stat().st_size and sum(n for _, n in seen) == 300
+
+
+def test_text_from_a_pipe_is_streamed(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    raw = b"a b c\n\nd\r\n" * 5000 + b"tail"
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(raw)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        got = lengths_from_text(fifo)
+    finally:
+        writer.join(timeout=30)
+    assert got.tolist() == reference(raw, "whitespace")

@@ -28,6 +28,7 @@ TOKENIZERS = ("whitespace", "chars", "bytes", "spm:MODEL", "hf:TOKENIZER.json")
 _CHUNK = 8 << 20  # bytes of text per streamed piece (decompressed)
 _MAPPED_PIECE = 64 << 20  # bytes of a mapped file per progress report
 _TEXT_BATCH = 4096  # lines per tokenizer batch call
+_IN_FLIGHT = 3  # tokenizer batches submitted and not yet collected
 _TEXT_MODES = {"whitespace": 0, "chars": 1, "bytes": 2}  # as in _text_kernels (imports numba)
 
 
@@ -198,10 +199,11 @@ def _count_streamed(
 
 def _count_text(src: Path, mode: int, progress: Callable[[int, int], None] | None) -> np.ndarray:
     compressed = src.name.lower().endswith(_COMPRESSED)
-    size = src.stat().st_size if src.is_file() else 0
+    regular = src.is_file()  # pipes and devices are read once, as a stream
+    size = src.stat().st_size if regular else 0
     # a first guess at the lines (about 128 bytes each); the output doubles when it fills up
     counter = _LineCounter(mode, (size * (4 if compressed else 1)) // 128)
-    if compressed or not _count_mapped(src, counter, progress):
+    if compressed or not regular or not _count_mapped(src, counter, progress):
         _count_streamed(src, counter, progress)
     return counter.result()
 
@@ -308,7 +310,8 @@ def lengths_from_text(
 
     Cost: whitespace/chars/bytes are one compiled pass over the memory-mapped file (GB/s, memory:
     8 bytes per line); .gz/.zst are decompressed in 8 MB pieces, never whole. Model tokenizers
-    take 4096-line batches through their batch APIs, on the tokenizer's own threads.
+    take 4096-line batches through their batch APIs, on the tokenizer's own threads (two batches
+    at a time, so that reading and counting overlap the encoding).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
@@ -320,16 +323,49 @@ def lengths_from_text(
     src = _text_path(path, "lengths_from_text")
     if tokenizer in _TEXT_MODES:
         return lengths_of(_count_text(src, _TEXT_MODES[tokenizer], progress))
-    counter = _tokenizer_counter(tokenizer)
+    parts = _count_tokens(src, _tokenizer_counter(tokenizer), progress)
+    return lengths_of(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _count_tokens(
+    src: Path,
+    counter: Callable[[list[str]], np.ndarray],
+    progress: Callable[[int, int], None] | None,
+) -> list[np.ndarray]:
+    """Token counts of the lines of ``src``, batch by batch, in order.
+
+    Two threads call the tokenizer, so that while one batch is in the tokenizer's own threads
+    (which run without the GIL) the other's results are turned into Python objects and counted,
+    and the file is read and decoded meanwhile. At most :data:`_IN_FLIGHT` batches wait.
+    """
+    from collections import deque
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     parts: list[np.ndarray] = []
-    with _open_text(src) as fh:
+    # each entry: a batch's future, and the text bytes and lines to report when it is done
+    pending: deque[tuple[Future[np.ndarray], int, int]] = deque()
+
+    def collect(keep: int) -> None:
+        while len(pending) > keep:
+            future, nbytes, nlines = pending.popleft()
+            parts.append(future.result())
+            if progress is not None and nbytes:
+                progress(nbytes, nlines)
+
+    with (
+        _open_text(src) as fh,
+        ThreadPoolExecutor(2, thread_name_prefix="padless-tokenize") as pool,
+    ):
         for chunk in _byte_chunks(fh, src):
             lines = _decode_lines(chunk)
-            for lo in range(0, len(lines), _TEXT_BATCH):
-                parts.append(counter(lines[lo : lo + _TEXT_BATCH]))
-            if progress is not None:
-                progress(len(chunk), len(lines))
-    return lengths_of(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+            starts = range(0, len(lines), _TEXT_BATCH)
+            for lo in starts:
+                last = lo == starts[-1]
+                batch = lines[lo : lo + _TEXT_BATCH]
+                pending.append((pool.submit(counter, batch), len(chunk) * last, len(lines) * last))
+                collect(_IN_FLIGHT)
+        collect(0)
+    return parts
 
 
 # --------------------------------------------------------------------------- arrow
