@@ -16,7 +16,6 @@ from hypothesis.extra.numpy import arrays
 import padless
 from padless import _kernels as K
 from padless import _rng
-from padless._kernels import windows as KW
 from padless.planners import strategies
 from padless.windows import (
     WindowedPlanner,
@@ -27,6 +26,7 @@ from padless.windows import (
     window_seed,
 )
 
+KW = K.windows
 RNG = np.random.default_rng(11)
 LENS = np.clip(RNG.lognormal(3.2, 0.7, 3000), 1, 400).astype(np.int32)
 PAIRS = np.stack([LENS, np.clip(LENS * 1.2, 1, 420).astype(np.int32)], axis=1)

@@ -55,10 +55,11 @@ import numpy as np
 from . import _kernels as K
 from . import _rng
 from ._check import check_int, check_seed, positive
-from ._kernels import windows as KW
 from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, lengths_of, sizes_of
 from .plan import BatchPlan, PlanStats
+
+KW = K.windows
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
