@@ -45,6 +45,7 @@ _EXPORTS = {
     "MixtureSampler": "padless.mixing",
     "zip_lengths": "padless.mixing",
     "ZippedLengths": "padless.mixing",
+    "plan_windows": "padless.windows",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
     from .lm import LMStream as LMStream
+    from .windows import plan_windows as plan_windows
 
 
 def __getattr__(name: str) -> Any:
