@@ -470,9 +470,16 @@ def lengths_from_arrow(
 
     List columns (e.g. ``input_ids``) give lengths from their offsets, with no pass over rows;
     string columns are measured with ``tokenizer`` (default whitespace); integer columns are taken
-    as lengths. Needs ``pyarrow`` (``pip install 'padless[arrow]'``).
+    as lengths (all checked by :func:`padless.lengths_of`; errors name the file). Needs
+    ``pyarrow`` (``pip install 'padless[arrow]'``).
 
     Cost: reads the chosen column (memory-mapped for Arrow IPC files), O(rows) vectorised.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4]], "text": ["a b", "c"]}), p)
+    >>> lengths_from_arrow(p, column="input_ids").tolist(), lengths_from_arrow(p, column="text").tolist()
+    ([3, 1], [2, 1])
     """
     src = _as_path(path)
     where = str(src)
@@ -584,6 +591,17 @@ def lengths_from_file(
     - ``.arrow``/``.feather``/``.parquet`` files and saved ``datasets`` folders:
       :func:`lengths_from_arrow` with ``column`` (and ``split`` for a DatasetDict).
     - anything else: a text file, one sequence per line, :func:`lengths_from_text`.
+
+    Values read are checked as :func:`padless.lengths_of` checks them; a file that is not what its
+    name says (a corrupt .npy, a non-Arrow .arrow, binary "text") raises ``ValueError`` naming it.
+
+    Cost: that of the reader chosen; .npy files are memory-mapped.
+
+    >>> import os, tempfile, numpy as np
+    >>> d = tempfile.mkdtemp()
+    >>> np.save(os.path.join(d, "l.npy"), np.array([3, 1, 4]))
+    >>> lengths_from_file(os.path.join(d, "l.npy")).tolist()
+    [3, 1, 4]
     """
     src = _as_path(path)
     suffix = src.suffix.lower()
@@ -608,7 +626,18 @@ def lengths_from_file(
 
 
 def lengths_from_files(paths: Sequence[PathLike], **kwargs: Any) -> np.ndarray:
-    """Read several files side by side (e.g. ``train.en train.es``) as (N, F) lengths."""
+    """Read several files side by side (e.g. ``train.en train.es``) as (N, F) lengths.
+
+    ``kwargs`` go to :func:`lengths_from_file` for every file; the files must hold as many
+    sequences each. Cost: one read per file.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> for name, text in (("t.en", "a b\\nc\\n"), ("t.es", "x\\ny z w\\n")):
+    ...     _ = open(os.path.join(d, name), "w").write(text)
+    >>> lengths_from_files([os.path.join(d, "t.en"), os.path.join(d, "t.es")]).tolist()
+    [[2, 1], [1, 3]]
+    """
     if not paths:
         raise ValueError("paths must name at least one file")
     cols = [lengths_from_file(p, **kwargs) for p in paths]
