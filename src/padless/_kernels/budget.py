@@ -121,3 +121,70 @@ def budget_ends_reference(
     batches.extend(part for part in (batch, tail) if part)
     ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
     return ends if len(ends) else np.zeros(0, np.int64)
+
+
+@njit(cache=True)
+def budget_order(order, sizes, max_tokens, max_sentences, multiple, skip_over):  # pragma: no cover
+    """Check a given walk, gather its sizes and run the greedy rule, in one pass.
+
+    ``order`` must hold indices into ``sizes``, each at most once. With ``skip_over``, items
+    larger than ``max_tokens`` are left out of the walk. Returns ``(status, walk, ends)``:
+    ``status`` is 0, or ``-1 - k`` for an index out of range at position k, or ``-1 - n - k``
+    (n = len(order)) for an index seen before at position k; then walk and ends are empty.
+    """
+    n_items = sizes.shape[0]
+    n = order.shape[0]
+    seen = np.zeros(n_items, np.uint8)
+    walk = np.empty(n, np.int64)
+    ends = np.empty(n + 1, np.int64)
+    empty = np.zeros(0, np.int64)
+    closed, start, cut, batch_max, tail_max = 0, 0, 0, sizes.dtype.type(0), sizes.dtype.type(0)
+    m = 0
+    for k in range(n):
+        i = order[k]
+        if i < 0 or i >= n_items:
+            return -1 - k, empty, empty
+        if seen[i]:
+            return -1 - n - k, empty, empty
+        seen[i] = 1
+        s = sizes[i]
+        if skip_over and s > max_tokens:
+            continue
+        walk[m] = i
+        closed, start, cut, batch_max, tail_max = _budget_step(
+            m, s, ends, closed, start, cut, batch_max, tail_max,
+            max_tokens, max_sentences, multiple,
+        )  # fmt: skip
+        m += 1
+    if cut > start:
+        ends[closed] = cut
+        closed += 1
+    if m > cut:
+        ends[closed] = m
+        closed += 1
+    return 0, walk[:m].copy(), ends[:closed].copy()
+
+
+def budget_order_reference(
+    order: np.ndarray,
+    sizes: np.ndarray,
+    max_tokens: int,
+    max_sentences: int,
+    multiple: int,
+    skip_over: bool,
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """:func:`budget_order` as separate steps: check, filter, gather, greedy reference."""
+    n = len(order)
+    seen: set[int] = set()
+    walk = []
+    for k, i in enumerate(int(x) for x in order):
+        if not 0 <= i < len(sizes):
+            return -1 - k, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if i in seen:
+            return -1 - n - k, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        seen.add(i)
+        if not (skip_over and sizes[i] > max_tokens):
+            walk.append(i)
+    arr = np.array(walk, dtype=np.int64)
+    ends = budget_ends_reference(sizes[arr], max_tokens, max_sentences, multiple)
+    return 0, arr, ends

@@ -31,29 +31,20 @@ def check_oversize(value: Any, choices: tuple[str, ...]) -> str:
     return check_choice("oversize", value, choices)
 
 
-def _check_order(order: Any, n: int) -> np.ndarray:
+def _order_array(order: Any) -> np.ndarray:
+    """``order`` as a 1-D integer array (range and repeats are checked by the compiled pass)."""
     arr = np.asarray(order)
     if arr.ndim != 1:
         raise ValueError(f"order must be a 1-D array of indices, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if not np.issubdtype(arr.dtype, np.integer):
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"order must hold integer indices, got dtype {arr.dtype}")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= n:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"order must hold indices in [0, {n}), got {bad}")
-    seen = np.zeros(n, dtype=np.bool_)
-    seen[arr] = True
-    if int(seen.sum()) != arr.size:
-        counts = np.bincount(arr, minlength=n)
-        dup = int(np.flatnonzero(counts > 1)[0])
-        raise ValueError(
-            f"order must hold each index at most once (so every index is planned once), "
-            f"got index {dup} {int(counts[dup])} times"
-        )
-    return arr
+    if arr.dtype not in (np.int64, np.int32):
+        if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+            raise ValueError(f"order must hold indices in [0, n), got {int(arr.max())}")
+        arr = arr.astype(np.int64)
+    return np.ascontiguousarray(arr)
 
 
 def oversize_filter(
@@ -119,8 +110,7 @@ class TokenBudget(Spec):
         lens = lengths_of(lengths)
         check_seed(seed, "seed")
         check_seed(epoch, "epoch")
-        planner = self.bind(lens)
-        return planner.plan_order(_check_order(order, lens.shape[0]))
+        return self.bind(lens).plan_order(_order_array(order))
 
 
 class BudgetPlanner(Planner):
@@ -153,14 +143,25 @@ class BudgetPlanner(Planner):
         ends = K.budget_ends_runs(values, starts, *limits)
         return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
 
-    def plan_order(self, walk: np.ndarray) -> BatchPlan:
-        """Plan a given walk (checked indices), skipping the sequences over the budget."""
-        limits = self._limits()
-        walk_sizes = np.ascontiguousarray(self.sizes[walk])
-        if self.skipped.size:
-            keep = walk_sizes <= limits[0]
-            walk, walk_sizes = walk[keep], walk_sizes[keep]
-        ends = K.budget_ends(walk_sizes, *limits)
+    def plan_order(self, order: np.ndarray) -> BatchPlan:
+        """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
+        gathers the sizes, leaves out the sequences over the budget and cuts the batches."""
+        status, walk, ends = K.budget_order(
+            order, self.sizes, *self._limits(), self.skipped.size > 0
+        )
+        if status < 0:
+            n = order.shape[0]
+            k = -1 - status
+            if k < n:
+                raise ValueError(
+                    f"order must hold indices in [0, {self.sizes.shape[0]}), "
+                    f"got {int(order[k])} at position {k}"
+                )
+            k -= n
+            raise ValueError(
+                "order must hold each index at most once (so every index is planned once), "
+                f"got index {int(order[k])} again at position {k}"
+            )
         return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
 
     def config(self) -> dict[str, Any]:
