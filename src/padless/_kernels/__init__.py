@@ -7,7 +7,7 @@ cached on disk (``cache=True``), so ``import padless`` compiles nothing.
 ==============  ================================================================================
 ``rng``         splitmix64 streams, exact bounded draws (``random_below``), ``hash_ints``
 ``order``       ``counting_order`` (stable counting sort), ``shuffle_runs`` (tie-break shuffles)
-``budget``      ``budget_ends``/``budget_ends_runs``: fairseq's greedy token-budget rule
+``budget``      ``budget_ends``/``budget_ends_runs``/``budget_order``: fairseq's greedy rule
 ``segments``    ``segment_max``: per-batch figures of a plan
 ``shapes``      ``shape_ends``, ``pick_shapes``, ``static_cuts``: static (batch size, length) shapes
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
@@ -26,7 +26,13 @@ the ``__pycache__/*.nbi``/``*.nbc`` files of this package so the kernels that us
 
 from . import windows as windows  # windowed plans: K.windows.budget_window, pack_window_rows...
 from .buckets import optimal_cuts, optimal_cuts_reference
-from .budget import budget_ends, budget_ends_reference, budget_ends_runs
+from .budget import (
+    budget_ends,
+    budget_ends_reference,
+    budget_ends_runs,
+    budget_order,
+    budget_order_reference,
+)
 from .exact import (
     capped_ends,
     capped_ends_reference,
