@@ -36,6 +36,7 @@ _EXPORTS = {
     "bucket_boundaries": "padless.planners.buckets",
     "BucketSampler": "padless.planners.buckets",
     "LMStream": "padless.lm",
+    "StreamBatcher": "padless.streams",
     "plan_packing": "padless.planners.packing",
     "PackedPlan": "padless.planners.packing",
     "PackingSampler": "padless.planners.packing",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
     from .lm import LMStream as LMStream
+    from .streams import StreamBatcher as StreamBatcher
     from .windows import plan_windows as plan_windows
 
 

@@ -201,33 +201,45 @@ _NO_OBJECTS = np.zeros(0, dtype=object)
 class _Entries:
     """Buffer entries (items or pieces) with their lengths, chunk, offset in chunk and piece.
 
-    ``items`` is an object array (gathers run at C speed). ``piece`` is -1 for an item that is
-    one entry (whole or truncated) and the piece number for the pieces of a split item. Entries
-    stay in stream order (chunk, offset, piece).
+    ``items`` is an object array (gathers run at C speed); ``meta`` holds per entry its chunk,
+    its offset in the chunk and its piece: -1 for an item that is one entry (whole or
+    truncated), else the piece number of a split item. Entries stay in stream order.
     """
 
-    __slots__ = ("items", "lens", "sizes", "chunk", "off", "piece")
+    __slots__ = ("items", "lens", "sizes", "meta")
 
-    def __init__(
-        self,
-        items: np.ndarray,
-        lens: np.ndarray,
-        chunk: np.ndarray,
-        off: np.ndarray,
-        piece: np.ndarray,
-    ) -> None:
+    def __init__(self, items: np.ndarray, lens: np.ndarray, meta: np.ndarray) -> None:
         self.items = items
         self.lens = lens
         self.sizes = _sizes(lens)
-        self.chunk = chunk
-        self.off = off
-        self.piece = piece
+        self.meta = meta
+
+    @classmethod
+    def make(
+        cls, items: list[Any], lens: np.ndarray, chunk: int, off: np.ndarray, piece: Any = -1
+    ) -> _Entries:
+        meta = np.empty((len(items), 3), np.int64)
+        meta[:, 0] = chunk
+        meta[:, 1] = off
+        meta[:, 2] = piece
+        return cls(_objects(items), lens, meta)
 
     @classmethod
     def empty(cls, fields: int) -> _Entries:
-        z = np.zeros(0, np.int64)
-        lens = z if fields == 0 else np.zeros((0, fields), np.int64)
-        return cls(_NO_OBJECTS, lens, z, z, z)
+        lens = np.zeros(0, np.int64) if fields == 0 else np.zeros((0, fields), np.int64)
+        return cls(_NO_OBJECTS, lens, np.zeros((0, 3), np.int64))
+
+    @property
+    def chunk(self) -> np.ndarray:
+        return self.meta[:, 0]
+
+    @property
+    def off(self) -> np.ndarray:
+        return self.meta[:, 1]
+
+    @property
+    def piece(self) -> np.ndarray:
+        return self.meta[:, 2]
 
     def __len__(self) -> int:
         return int(self.items.shape[0])
@@ -240,15 +252,11 @@ class _Entries:
         return _Entries(
             np.concatenate([self.items, other.items]),
             np.concatenate([self.lens, other.lens]),
-            np.concatenate([self.chunk, other.chunk]),
-            np.concatenate([self.off, other.off]),
-            np.concatenate([self.piece, other.piece]),
+            np.concatenate([self.meta, other.meta]),
         )
 
     def take(self, idx: np.ndarray) -> _Entries:
-        return _Entries(
-            self.items[idx], self.lens[idx], self.chunk[idx], self.off[idx], self.piece[idx]
-        )
+        return _Entries(self.items[idx], self.lens[idx], self.meta[idx])
 
 
 def _sizes(lens: np.ndarray) -> np.ndarray:
@@ -351,9 +359,7 @@ class _Engine:
         """Mask of items to keep (None: all); raise for items the spec refuses."""
         return None
 
-    def plan(
-        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
-    ) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
         raise NotImplementedError
 
     def state(self) -> dict[str, Any]:
@@ -367,7 +373,7 @@ def _too_long(sizes: np.ndarray, limit: int, what: str, where: Callable[[int], i
     i = int(np.flatnonzero(sizes > limit)[0])
     raise ValueError(
         f"the item at stream position {where(i)} has length {int(sizes[i])}, which exceeds "
-        f"{what}={limit} (pass oversize=\"drop\" to leave such items out)"
+        f'{what}={limit} (pass oversize="drop" to leave such items out)'
     )
 
 
@@ -398,7 +404,9 @@ class _BudgetEngine(_Engine):
         return _Round(order, offsets, carry, real, padded)
 
 
-def _select(lens: np.ndarray, order: np.ndarray, offsets: np.ndarray, emit: np.ndarray, n: int) -> _Round:
+def _select(
+    lens: np.ndarray, order: np.ndarray, offsets: np.ndarray, emit: np.ndarray, n: int
+) -> _Round:
     """Keep the batches marked ``emit`` (in plan order); their entries leave, the rest wait."""
     counts = np.diff(offsets)
     if emit.all():
@@ -420,9 +428,7 @@ class _GroupEngine(_Engine):
     def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
         raise NotImplementedError
 
-    def plan(
-        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
-    ) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
         order, starts, run_size = self.groups(buf)
         kept, ends, rest, rest_run = K.exact_split(order, starts, run_size, 1)
         full_order = order[:kept]
@@ -449,7 +455,11 @@ class _ExactEngine(_GroupEngine):
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
         keep = None
-        if self.spec.max_length is not None and sizes.size and int(sizes.max()) > self.spec.max_length:
+        if (
+            self.spec.max_length is not None
+            and sizes.size
+            and int(sizes.max()) > self.spec.max_length
+        ):
             keep = sizes <= self.spec.max_length
         kept = sizes if keep is None else sizes[keep]
         rule = self.rule
@@ -550,9 +560,7 @@ class _PackEngine(_Engine):
             return sizes <= cap
         return None  # split / truncate: expanded into pieces
 
-    def plan(
-        self, buf: _Entries, forced: np.ndarray, final: bool, key: int
-    ) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
         cap = self.capacity
         spec = self.spec
         n = len(buf)
@@ -590,7 +598,11 @@ class _PackEngine(_Engine):
         e_order = values[:placed]
         offsets = bounds[: picked.size + 1].copy()
         carry = np.sort(values[placed:])
-        real = np.add.reduceat(used[picked], row_offsets[:-1]) if picked.size else np.zeros(0, np.int64)
+        real = (
+            np.add.reduceat(used[picked], row_offsets[:-1])
+            if picked.size
+            else np.zeros(0, np.int64)
+        )
         padded = np.diff(row_offsets) * cap
         return _Round(e_order, offsets, carry, real.astype(np.int64), padded, row_offsets)
 
@@ -720,9 +732,13 @@ class StreamBatcher:
             )
         buffer = positive("buffer", buffer)
         if buffer < CHUNKS:
-            raise ValueError(f"buffer must be an int >= {CHUNKS} (it is read in {CHUNKS} chunks), got {buffer}")
+            raise ValueError(
+                f"buffer must be an int >= {CHUNKS} (it is read in {CHUNKS} chunks), got {buffer}"
+            )
         if not callable(length):
-            raise TypeError(f"length must be a callable item -> int or tuple of ints, got {type(length).__name__}")
+            raise TypeError(
+                f"length must be a callable item -> int or tuple of ints, got {type(length).__name__}"
+            )
         self.spec = spec
         self.buffer = buffer
         self.chunk = buffer // CHUNKS
@@ -961,9 +977,14 @@ class StreamBatcher:
 
         for i, v in enumerate(raw):
             parts = list(v) if isinstance(v, (tuple, list)) else [v]
-            shape_ok = (fields is None and len(parts) > 0) or (
-                len(parts) == max(fields or 0, 1) and isinstance(v, (tuple, list)) == bool(fields)
-            ) or (fields == 0 and isinstance(v, (tuple, list)) and len(parts) == 1)
+            shape_ok = (
+                (fields is None and len(parts) > 0)
+                or (
+                    len(parts) == max(fields or 0, 1)
+                    and isinstance(v, (tuple, list)) == bool(fields)
+                )
+                or (fields == 0 and isinstance(v, (tuple, list)) and len(parts) == 1)
+            )
             if not shape_ok or not all(is_int(x) for x in parts):
                 want = "an int" if not fields else f"a tuple of {fields} ints"
                 if fields is None:
@@ -993,18 +1014,21 @@ class StreamBatcher:
 
         keep = engine.admit(sizes, where)
         offs = np.arange(n, dtype=np.int64)
-        if isinstance(engine, _PackEngine) and n and int(sizes.max()) > engine.capacity:
-            return self._pieces(items, sizes, chunk, offs)
+        if isinstance(engine, _PackEngine):  # packing needs only sizes
+            if n and int(sizes.max()) > engine.capacity:
+                return self._pieces(items, sizes, chunk, offs)
+            lens = sizes
         if keep is not None:
             self._stats["skipped"] += int(n - keep.sum())
             idx = np.flatnonzero(keep)
             items = [items[i] for i in idx.tolist()]
             lens, offs = lens[idx], offs[idx]
             sizes = _sizes(lens)
-        m = len(items)
-        return _Entries(_objects(items), lens, np.full(m, chunk, np.int64), offs, np.full(m, -1, np.int64))
+        return _Entries.make(items, lens, chunk, offs)
 
-    def _pieces(self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray) -> _Entries:
+    def _pieces(
+        self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray
+    ) -> _Entries:
         """Packing entries when some items are longer than capacity (split, truncate or drop)."""
         cap = self.spec.capacity
         mode = self.spec.oversize
@@ -1034,9 +1058,8 @@ class StreamBatcher:
                     out_off.append(off)
                     out_piece.append(k)
         arr = np.array(out_sizes, dtype=np.int64)
-        m = len(out_items)
-        return _Entries(_objects(out_items), arr, np.full(m, chunk, np.int64),
-                        np.array(out_off, dtype=np.int64), np.array(out_piece, dtype=np.int64))  # fmt: skip
+        return _Entries.make(out_items, arr, chunk, np.array(out_off, np.int64),
+                             np.array(out_piece, np.int64))  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
     def _round_key(self, base: int, rnd: int) -> int:
@@ -1051,13 +1074,17 @@ class StreamBatcher:
         try:
             raw = zlib.decompress(base64.b64decode(state["waiting"].encode("ascii"), validate=True))
         except (ValueError, zlib.error) as err:
-            raise ValueError(f"state['waiting'] must be the mask state_dict() wrote: {err}") from None
+            raise ValueError(
+                f"state['waiting'] must be the mask state_dict() wrote: {err}"
+            ) from None
         bits = np.unpackbits(np.frombuffer(raw, np.uint8))
         if not span <= bits.size < span + 8:
             raise ValueError(f"state['waiting'] must hold {span} bits, got {bits.size}")
         wanted: set[tuple[int, int]] = set()
         for pair in state["pieces"]:
-            if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)):
+            if not (
+                isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)
+            ):
                 raise ValueError(f"state['pieces'] must hold [item, piece] int pairs, got {pair!r}")
             wanted.add((pair[0], pair[1]))
         pend = _Entries.empty(self._fields or 0)
@@ -1076,9 +1103,10 @@ class StreamBatcher:
             chosen = [items[i] for i in offs.tolist()]
             lens = self._lengths(chosen, k * c)
             m = len(chosen)
-            got = _Entries(_objects(chosen), lens, np.full(m, k, np.int64), offs,
-                           np.full(m, -1, np.int64))  # fmt: skip
             engine = self._engine
+            if isinstance(engine, _PackEngine):
+                lens = _sizes(lens)
+            got = _Entries.make(chosen, lens, k, offs)
             if isinstance(engine, _PackEngine) and m and int(got.sizes.max()) > engine.capacity:
                 saved = self._stats["skipped"]
                 got = self._pieces(chosen, got.sizes, k, offs)

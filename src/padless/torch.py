@@ -553,3 +553,6 @@ def collate_packed(
         key=key,
         truncate=truncate,
     )
+
+
+from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401

@@ -1,0 +1,339 @@
+"""PyTorch glue for streams: :class:`StreamDataset`, :class:`StopTogether` and the stream collates.
+
+Exported from :mod:`padless.torch`. This module imports torch; :mod:`padless.streams` does not.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
+from typing import Any
+
+import torch
+
+from ._check import check_int, check_seed, positive
+from .streams import Piece, StreamBatcher
+
+__all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
+
+
+# --------------------------------------------------------------------------- collate
+
+
+class StreamPackedCollate:
+    """Collate for ``StreamBatcher`` packing batches: rows of items or pieces → varlen tensors.
+
+    Flattens the rows (they come in the order they were opened, each longest first, so
+    ``collate_packed``'s next-fit cut gives back exactly these rows), slices :class:`Piece`
+    entries to their tokens, and returns ``collate_packed``'s dict (``input_ids``,
+    ``cu_seqlens``, ``position_ids``, ``labels``...). Picklable, for DataLoader workers.
+    """
+
+    def __init__(self, inner: Any, key: str) -> None:
+        self.inner = inner
+        self.key = key
+
+    def __call__(self, batch: list[list[Any]]) -> dict[str, Any]:
+        if not isinstance(batch, list) or not all(isinstance(row, list) for row in batch):
+            raise TypeError(
+                "a packing batch must be a list of rows (lists of items), as StreamBatcher "
+                f"yields it, got {type(batch).__name__}"
+            )
+        samples = []
+        for row in batch:
+            for x in row:
+                samples.append(x.tokens(self.key) if isinstance(x, Piece) else x)
+        out: dict[str, Any] = self.inner(samples)
+        if not self.inner.flatten and out["input_ids"].shape[0] != len(batch):
+            raise ValueError(
+                f"the batch's {len(batch)} rows came back as {out['input_ids'].shape[0]}: were the "
+                "items' token counts the lengths the batcher saw?"
+            )
+        return out
+
+    def __repr__(self) -> str:
+        return f"StreamPackedCollate({self.inner!r})"
+
+
+def stream_collate(spec: Any, **options: Any) -> Callable[[Any], Any]:
+    """The collate for a stream's batches: packed rows for ``Packing``, padded otherwise.
+
+    ``Packing``: ``collate_packed(spec, **options)`` applied to the flattened rows (pieces
+    sliced); other specs: ``collate_padded(**options)`` (``pad_id`` is required there).
+
+    >>> from padless import Packing
+    >>> out = stream_collate(Packing(capacity=4))([[[1, 2, 3], [4]], ])
+    >>> out["input_ids"].tolist(), out["cu_seqlens"].tolist()
+    ([[1, 2, 3, 4]], [0, 3, 4])
+    """
+    from .torch import collate_packed, collate_padded
+
+    if getattr(spec, "name", None) == "packing":
+        key = options.get("key", "input_ids")
+        return StreamPackedCollate(collate_packed(spec, **options), key)
+    return collate_padded(**options)
+
+
+# --------------------------------------------------------------------------- source splits
+
+
+def _is_hf_iterable(source: Any) -> bool:
+    return type(source).__module__.startswith("datasets.") and hasattr(source, "n_shards")
+
+
+class _Strided:
+    """Items ``index, index + count, ...`` of a source (an iterable or a callable giving one).
+
+    Every worker reads the whole source and keeps its share (like ``datasets`` does for a
+    source with too few shards); ``set_epoch`` is forwarded.
+    """
+
+    def __init__(self, source: Any, index: int, count: int) -> None:
+        self.source = source
+        self.index = index
+        self.count = count
+
+    def set_epoch(self, epoch: int) -> None:
+        set_epoch = getattr(self.source, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        src = self.source
+        if callable(src) and not hasattr(src, "__iter__"):
+            src = src()
+        return islice(iter(src), self.index, None, self.count)
+
+
+# --------------------------------------------------------------------------- dataset
+
+
+class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """A torch ``IterableDataset`` of :class:`padless.StreamBatcher` batches, split over workers and ranks.
+
+    Use it with ``DataLoader(ds, batch_size=None, num_workers=k, collate_fn=ds.collate(...))``.
+    Each DataLoader worker of each rank batches its own share of the source:
+
+    - a ``datasets.IterableDataset`` is split by its own sharding: ``split_dataset_by_node``
+      over the ranks (whole shards when their number divides by the world size), then
+      ``datasets`` hands each worker its shards (give it at least ``world_size × k`` shards to
+      keep every worker busy); resume is O(buffer);
+    - any other source (iterable, or a callable re-creating it) is read in full by every worker,
+      each keeping every ``world_size × k``-th item; resume skips from the start (O(position)).
+
+    Resume: ``state_dict()``/``load_state_dict()`` hold the batcher state of this process. With
+    workers, use torchdata's ``StatefulDataLoader``: it saves each worker's state with the
+    batches the loop received and restores them, so a resumed run gets exactly the batches the
+    uninterrupted one would have. Call ``set_epoch(e)`` before each epoch (workers must not be
+    persistent, as they take the epoch when they start).
+
+    Ranks see different numbers of batches (their shards differ): under ``torch.distributed``
+    wrap the loader in :func:`stop_together` so every rank stops at the same step.
+
+    Args:
+        source, spec, buffer, length, seed: see :class:`padless.StreamBatcher`.
+        rank, world_size: this process's rank; by default from ``torch.distributed`` (0 and 1
+            when it is not initialized).
+
+    >>> from padless import TokenBudget
+    >>> ds = StreamDataset(list(range(1, 9)), TokenBudget(max_tokens=8), buffer=4, length=int)
+    >>> sorted(x for batch in torch.utils.data.DataLoader(ds, batch_size=None) for x in batch)
+    [1, 2, 3, 4, 5, 6, 7, 8]
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any] | Callable[[], Iterable[Any]],
+        spec: Any,
+        *,
+        buffer: int = 10_000,
+        length: Callable[[Any], Any] = len,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        from ._schedule import check_ranks
+        from .torch import dist_rank_world
+
+        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed)  # checks the settings
+        auto_rank, auto_world = dist_rank_world()
+        self.rank, self.world_size = check_ranks(
+            auto_rank if rank is None else rank, auto_world if world_size is None else world_size
+        )
+        self.source = source
+        self.spec = spec
+        self.buffer = buffer
+        self.length = length
+        self.seed = seed
+        self.epoch = 0
+        self._pending: dict[str, Any] | None = None
+        self._batcher: StreamBatcher | None = None
+        self._worker: tuple[int, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_batcher"] = None  # each process builds its own over its share
+        state["_worker"] = None
+        return state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration yields."""
+        epoch = check_seed(epoch, "epoch")
+        if epoch != self.epoch:
+            self._pending = None
+        self.epoch = epoch
+
+    def collate(self, **options: Any) -> Callable[[Any], Any]:
+        """:func:`stream_collate` for this dataset's spec."""
+        return stream_collate(self.spec, **options)
+
+    def _shard(self) -> tuple[int, int, int]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return worker, workers, self.rank * workers + worker
+
+    def _make(self) -> StreamBatcher:
+        worker, workers, shard = self._shard()
+        if self._batcher is not None and self._worker == (worker, workers):
+            return self._batcher
+        total = self.world_size * workers
+        source: Any = self.source
+        if _is_hf_iterable(source):
+            if self.world_size > 1:
+                from datasets.distributed import split_dataset_by_node
+
+                source = split_dataset_by_node(source, rank=self.rank, world_size=self.world_size)
+            # datasets gives each DataLoader worker its own shards when iterated in one
+        elif total > 1:
+            source = _Strided(source, shard, total)
+        batcher = StreamBatcher(
+            source, self.spec, buffer=self.buffer, length=self.length, seed=self.seed
+        )
+        batcher._shard = (shard, total)
+        self._batcher, self._worker = batcher, (worker, workers)
+        return batcher
+
+    def __iter__(self) -> Iterator[Any]:
+        batcher = self._make()
+        batcher.set_epoch(self.epoch)
+        if self._pending is not None:
+            batcher.load_state_dict(self._pending)
+            self._pending = None
+        return iter(batcher)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of this process's batcher (a worker's, inside a DataLoader worker)."""
+        if self._pending is not None:
+            return copy.deepcopy(self._pending)
+        batcher = self._make()
+        if batcher.epoch != self.epoch:
+            batcher.set_epoch(self.epoch)
+        return batcher.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state`` at the next iteration (checked then)."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        epoch = state.get("epoch")
+        self.epoch = check_seed(epoch, "state['epoch']")
+        self._pending = copy.deepcopy(dict(state))
+
+
+# --------------------------------------------------------------------------- distributed stop
+
+
+class StopTogether:
+    """Iterate ``loader`` so that every rank of ``torch.distributed`` stops at the same step.
+
+    Every ``every`` steps the ranks agree, by one ``all_reduce`` of one int (MIN), on how many
+    batches all of them still have: each rank pulls up to ``every`` batches ahead, and all
+    deliver the smallest count; when a rank runs out, every rank stops after that many. Batches
+    a rank pulled but could not deliver are counted in ``left_over``. Without an initialized
+    process group (or with one process) it is ``loader`` itself.
+
+    ``state_dict()``/``load_state_dict()`` forward to the loader (a ``StatefulDataLoader``),
+    giving its state at the batches delivered so far: with ``every > 1`` the loader's state is
+    saved before each batch pulled ahead (one ``loader.state_dict()`` per batch).
+
+    Cost: one all_reduce of one int per ``every`` steps (benchmarks/bench_streams.py measures
+    it), ``every`` batches held ahead.
+    """
+
+    def __init__(self, loader: Iterable[Any], *, every: int = 1, group: Any = None) -> None:
+        self.loader = loader
+        self.every = positive("every", every)
+        self.group = group
+        self.left_over = 0
+        self.steps = 0
+        self._states: list[Any] = []
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def _distributed(self) -> bool:
+        dist = torch.distributed
+        return bool(
+            dist.is_available() and dist.is_initialized() and dist.get_world_size(self.group) > 1
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        self.left_over = 0
+        self.steps = 0
+        if not self._distributed():
+            for batch in self.loader:
+                self.steps += 1
+                yield batch
+            return
+        dist = torch.distributed
+        device = torch.device("cpu")
+        if dist.get_backend(self.group) == "nccl":
+            device = torch.device("cuda", torch.cuda.current_device())
+        snapshot = self.every > 1 and callable(getattr(self.loader, "state_dict", None))
+        it = iter(self.loader)
+        ended = False
+        while not ended:
+            queue: list[Any] = []
+            states: list[Any] = []
+            while len(queue) < self.every:
+                state = self.loader.state_dict() if snapshot else None  # type: ignore[attr-defined]
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    ended = True
+                    break
+                queue.append(batch)
+                states.append(state)
+            count = torch.tensor([len(queue)], dtype=torch.int64, device=device)
+            dist.all_reduce(count, op=dist.ReduceOp.MIN, group=self.group)
+            agreed = int(count.item())
+            self._states, self._next = states[:agreed], 0
+            for batch in queue[:agreed]:
+                self._next += 1
+                self.steps += 1
+                yield batch
+            if agreed < self.every:
+                self.left_over = len(queue) - agreed
+                ended = True
+        self._states, self._next = [], 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state at the batches delivered so far."""
+        if self._next < len(self._states) and self._states[self._next] is not None:
+            return copy.deepcopy(self._states[self._next])
+        return self.loader.state_dict()  # type: ignore[attr-defined, no-any-return]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Forward to the loader."""
+        self.loader.load_state_dict(state)  # type: ignore[attr-defined]
+
+
+def stop_together(loader: Iterable[Any], *, every: int = 1, group: Any = None) -> StopTogether:
+    """Wrap ``loader`` so every rank stops at the same step (see :class:`StopTogether`).
+
+    >>> [b for b in stop_together([[1], [2]])]  # no process group: the loader as it is
+    [[1], [2]]
+    """
+    every = check_int("every", every, minimum=1) or 1
+    return StopTogether(loader, every=every, group=group)
