@@ -371,7 +371,7 @@ def test_shape_kernels_are_cached_and_have_references():
             assert type(obj._cache).__name__ == "FunctionCache", name
             if not name.startswith("_"):
                 assert callable(getattr(module, f"{name}_reference", None)), name
-    assert seen == 4
+    assert seen == 11
 
 
 # --------------------------------------------------------------------------- shape_set
@@ -403,22 +403,110 @@ def brute_static(sizes, k, max_tokens, multiple_of):
     return best
 
 
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=40), st.integers(1, 5), st.data())
-def test_shape_set_is_optimal_for_the_static_cost(sizes, k, data):
+def histogram_of(sizes, max_tokens, multiple_of):
+    values, counts = np.unique(np.maximum(sizes, 1), return_counts=True)
+    rows = round_size(max_tokens // values, multiple_of)
+    return values.astype(np.int64), counts.astype(np.int64), rows
+
+
+def plan_slots(sizes, shapes):
+    return FixedShapes(shapes).plan(sizes).stats(sizes).padded_slots
+
+
+small_cases = st.tuples(
+    st.lists(st.integers(0, 30), min_size=1, max_size=40), st.integers(1, 5), st.integers(1, 3)
+)
+
+
+@given(small_cases, st.data())
+def test_static_cuts_is_optimal_for_the_per_group_cost(case, data):
+    sizes, k, multiple_of = case
     sizes = np.array(sizes, dtype=np.int64)
     max_tokens = data.draw(st.integers(max(int(sizes.max()), 1), 120))
-    multiple_of = data.draw(st.integers(1, 3))
+    values, counts, rows = histogram_of(sizes, max_tokens, multiple_of)
+    ends = [*K.static_cuts(values, counts, rows, k).tolist(), values.size - 1]
+    shapes = [(int(rows[e]), int(values[e])) for e in ends]
+    assert len(shapes) <= k
+    assert static_cost(sizes, shapes) == brute_static(sizes, k, max_tokens, multiple_of)
+
+
+@given(small_cases, st.data())
+def test_shape_set_is_optimal_for_the_plan_cost(case, data):
+    sizes, k, multiple_of = case
+    sizes = np.array(sizes, dtype=np.int64)
+    max_tokens = data.draw(st.integers(max(int(sizes.max()), 1), 120))
     shapes = shape_set(sizes, k, max_tokens=max_tokens, multiple_of=multiple_of)
     assert 1 <= len(shapes) <= k
     assert [n for _, n in shapes] == sorted({n for _, n in shapes})
     assert shapes[-1][1] == max(int(sizes.max()), 1)
     for rows, length in shapes:
         assert rows == round_size(max_tokens // length, multiple_of)
-        assert rows * length <= max_tokens or rows == 1 or rows < multiple_of
-    assert static_cost(sizes, shapes) == brute_static(sizes, k, max_tokens, multiple_of)
-    # and FixedShapes plans every sequence into them
-    plan = FixedShapes(shapes).plan(sizes)
-    assert plan.indices.size == sizes.size
+    values = np.unique(np.maximum(sizes, 1)).tolist()
+    best = min(
+        plan_slots(sizes, shapes_at(sizes, cuts, max_tokens, multiple_of))
+        for m in range(min(k, len(values)))
+        for cuts in itertools.combinations(values[:-1], m)
+    )
+    assert plan_slots(sizes, shapes) == best
+
+
+@given(small_cases, st.data())
+def test_shaped_cost_is_the_plan_cost(case, data):
+    sizes, k, multiple_of = case
+    sizes = np.array(sizes, dtype=np.int64)
+    max_tokens = data.draw(st.integers(max(int(sizes.max()), 1), 120))
+    values, counts, rows = histogram_of(sizes, max_tokens, multiple_of)
+    cuts = data.draw(st.sets(st.integers(0, values.size - 1), max_size=k))
+    ends = np.array(sorted(cuts | {values.size - 1}), dtype=np.int64)
+    shapes = [(int(rows[e]), int(values[e])) for e in ends]
+    got = K.shaped_cost(values, counts, rows, ends)
+    assert got == K.shaped_cost_reference(values, counts, rows, ends)
+    assert got == plan_slots(np.maximum(sizes, 1), shapes)
+
+
+@given(small_cases, st.data())
+def test_carry_cuts_matches_reference_for_any_bound(case, data):
+    sizes, k, multiple_of = case
+    sizes = np.array(sizes, dtype=np.int64)
+    max_tokens = data.draw(st.integers(max(int(sizes.max()), 1), 120))
+    values, counts, rows = histogram_of(sizes, max_tokens, multiple_of)
+    ref_ends, ref_cost = K.carry_cuts_reference(values, counts, rows, k)
+    assert K.shaped_cost(values, counts, rows, ref_ends) == ref_cost
+    loose = ref_cost + data.draw(st.sampled_from([0, 1, 50, 2**40]))
+    ends = K.carry_cuts(values, counts, rows, k, loose)
+    assert ends.size <= k and ends[-1] == values.size - 1 and np.all(np.diff(ends) > 0)
+    assert K.shaped_cost(values, counts, rows, ends) == ref_cost
+
+
+@given(small_cases, st.data())
+def test_polish_matches_reference_and_never_worsens(case, data):
+    sizes, k, multiple_of = case
+    sizes = np.array(sizes, dtype=np.int64)
+    max_tokens = data.draw(st.integers(max(int(sizes.max()), 1), 120))
+    values, counts, rows = histogram_of(sizes, max_tokens, multiple_of)
+    cuts = data.draw(st.sets(st.integers(0, values.size - 1), max_size=k))
+    start = np.array(sorted(cuts | {values.size - 1}), dtype=np.int64)
+    ends, cost = K.polish_ends(values, counts, rows, start)
+    ref_ends, ref_cost = K.polish_ends_reference(values, counts, rows, start)
+    assert ends.tolist() == ref_ends.tolist() and cost == ref_cost
+    assert cost == K.shaped_cost(values, counts, rows, ends)
+    assert cost <= K.shaped_cost(values, counts, rows, start) and ends.size <= start.size
+
+
+def test_fallback_without_the_exact_table_is_never_worse_than_its_starts(monkeypatch):
+    from padless.planners import shapes as mod
+
+    lens = padless.builtin_corpus()[:8000]
+    exact = shape_set(lens, 6, max_tokens=2048)
+    monkeypatch.setattr(mod, "MAX_CARRY_WORK", 0)
+    fallback = shape_set(lens, 6, max_tokens=2048)
+    ours = plan_slots(lens, fallback)
+    assert plan_slots(lens, exact) <= ours
+    for method in ("quantile", "optimal"):
+        cuts = bucket_boundaries(lens, 6, method=method)
+        assert ours <= plan_slots(lens, shapes_at(lens, cuts, 2048))
+    static = shapes_at(lens, [], 2048)
+    assert ours <= plan_slots(lens, static)
 
 
 @given(st.integers(0, 2**20), st.integers(1, 12))
@@ -426,10 +514,10 @@ def test_shape_set_never_worse_than_quantile_or_bucket_shapes(seed, k):
     rng = np.random.default_rng(seed)
     sizes = np.clip(np.rint(rng.lognormal(3, 0.8, int(rng.integers(1, 2000)))), 1, 512)
     sizes = sizes.astype(np.int64)
-    ours = static_cost(sizes, shape_set(sizes, k, max_tokens=1024))
+    ours = plan_slots(sizes, shape_set(sizes, k, max_tokens=1024))
     for method in ("quantile", "optimal"):
         cuts = bucket_boundaries(sizes, k, method=method)
-        assert ours <= static_cost(sizes, shapes_at(sizes, cuts, 1024))
+        assert ours <= plan_slots(sizes, shapes_at(sizes, cuts, 1024))
 
 
 def test_shape_set_goals_on_the_builtin_corpus():

@@ -9,7 +9,7 @@ cached on disk (``cache=True``), so ``import padless`` compiles nothing.
 ``order``       ``counting_order`` (stable counting sort), ``shuffle_runs`` (tie-break shuffles)
 ``budget``      ``budget_ends``/``budget_ends_runs``/``budget_order``: fairseq's greedy rule
 ``segments``    ``segment_max``: per-batch figures of a plan
-``shapes``      ``shape_ends``, ``pick_shapes``, ``static_cuts``: static (batch size, length) shapes
+``shapes``      ``shape_ends``, ``pick_shapes``, ``carry_cuts``, ``static_cuts``, ``polish_ends``
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
 ``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
@@ -56,10 +56,16 @@ from .packing import best_fit_rows, best_fit_rows_reference, scatter_rows, scatt
 from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
 from .segments import segment_max, segment_max_reference
 from .shapes import (
+    carry_cuts,
+    carry_cuts_reference,
     pick_shapes,
     pick_shapes_reference,
+    polish_ends,
+    polish_ends_reference,
     shape_ends,
     shape_ends_reference,
+    shaped_cost,
+    shaped_cost_reference,
     static_cuts,
     static_cuts_reference,
 )
@@ -74,6 +80,8 @@ __all__ = [
     "budget_ends_runs",
     "capped_ends",
     "capped_ends_reference",
+    "carry_cuts",
+    "carry_cuts_reference",
     "counting_order",
     "counting_order_reference",
     "exact_split",
@@ -93,6 +101,8 @@ __all__ = [
     "optimal_cuts_reference",
     "pick_shapes",
     "pick_shapes_reference",
+    "polish_ends",
+    "polish_ends_reference",
     "random_below",
     "random_below_reference",
     "scatter_rows",
@@ -101,6 +111,8 @@ __all__ = [
     "segment_max_reference",
     "shape_ends",
     "shape_ends_reference",
+    "shaped_cost",
+    "shaped_cost_reference",
     "shuffle_runs",
     "shuffle_runs_reference",
     "static_cuts",

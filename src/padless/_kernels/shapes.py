@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -233,3 +235,359 @@ def static_cuts_reference(
             j = i
         m -= 1
     return np.array(cuts[::-1], dtype=np.int64)
+
+
+@njit(cache=True)
+def _closing_slots(count, s, ends, rows, values):  # pragma: no cover - compiled
+    """Slots of a batch of ``count`` whose longest is group ``s``'s length: the cheapest shape
+    from ``s`` on that holds ``count`` rows (rows do not increase along the shapes)."""
+    best = np.int64(-1)
+    for t in range(s, ends.shape[0]):
+        r = rows[ends[t]]
+        if r < count:
+            break
+        slots = r * values[ends[t]]
+        if best < 0 or slots < best:
+            best = slots
+    return best
+
+
+@njit(cache=True)
+def _cost_of_ends(csum, values, rows, ends):  # pragma: no cover - compiled
+    cost = np.int64(0)
+    c = np.int64(0)
+    start = 0
+    for s in range(ends.shape[0]):
+        e = ends[s]
+        n = csum[e + 1] - csum[start]
+        r = rows[e]
+        if c > 0 and c + 1 > r:
+            cost += _closing_slots(c, s - 1, ends, rows, values)
+            c = 0
+        total = c + n
+        full = (total - 1) // r
+        cost += full * r * values[e]
+        c = total - full * r
+        start = e + 1
+    if c > 0:
+        cost += _closing_slots(c, ends.shape[0] - 1, ends, rows, values)
+    return cost
+
+
+@njit(cache=True)
+def _prefix(counts):  # pragma: no cover - compiled
+    csum = np.zeros(counts.shape[0] + 1, np.int64)
+    for j in range(counts.shape[0]):
+        csum[j + 1] = csum[j] + counts[j]
+    return csum
+
+
+@njit(cache=True)
+def shaped_cost(values, counts, rows, ends):  # pragma: no cover - compiled
+    """Padded slots (dummy rows included) of the FixedShapes plan of a length-sorted walk.
+
+    The shapes are ``(rows[e], values[e])`` for the group ends ``e`` in ``ends`` (ascending, the
+    last ``len(values) − 1``), rows not increasing. Group by group: the open batch carries
+    into the next group when one more row fits there, else it closes at its cheapest shape;
+    full batches of a group cost rows × length. O(L + groups · shapes) time.
+    """
+    return _cost_of_ends(_prefix(counts), values, rows, ends)
+
+
+def shaped_cost_reference(
+    values: np.ndarray, counts: np.ndarray, rows: np.ndarray, ends: np.ndarray
+) -> int:
+    """Plain :func:`shaped_cost`: walk item by item with :func:`shape_ends_reference`'s rule."""
+    shapes = [(int(rows[e]), int(values[e])) for e in ends]
+    sizes = np.repeat(np.asarray(values, dtype=np.int64), np.asarray(counts, dtype=np.int64))
+    tiers = np.array([n for _, n in shapes], dtype=np.int64)
+    caps = np.array([max(b for b, n in shapes if n >= t) for t in tiers], dtype=np.int64)
+    cut, longest = shape_ends_reference(sizes, tiers, caps)
+    counts_per_batch = np.diff(np.concatenate([[0], cut]))
+    total = 0
+    for c, m in zip(counts_per_batch.tolist(), longest.tolist(), strict=True):
+        total += min(b * n for b, n in shapes if b >= c and n >= m)
+    return total
+
+
+@njit(cache=True)
+def polish_ends(values, counts, rows, ends):  # pragma: no cover - compiled
+    """Improve group ends against :func:`shaped_cost` by local moves; return (ends, cost).
+
+    Repeats passes until none improves: move each interior end to every position between its
+    neighbours, then drop each interior end (one shape fewer), keeping any strict improvement.
+    The result never costs more than the input. O(passes · L · shapes²) time.
+    """
+    csum = _prefix(counts)
+    cur = ends.copy()
+    best = _cost_of_ends(csum, values, rows, cur)
+    improved = True
+    while improved:
+        improved = False
+        for t in range(cur.shape[0] - 1):
+            lo = cur[t - 1] + 1 if t > 0 else 0
+            hi = cur[t + 1] - 1
+            keep = cur[t]
+            for p in range(lo, hi + 1):
+                if p == keep:
+                    continue
+                cur[t] = p
+                c = _cost_of_ends(csum, values, rows, cur)
+                if c < best:
+                    best = c
+                    keep = p
+                    improved = True
+            cur[t] = keep
+        t = 0
+        while t < cur.shape[0] - 1:
+            fewer = np.concatenate((cur[:t], cur[t + 1 :]))
+            c = _cost_of_ends(csum, values, rows, fewer)
+            if c < best:
+                best = c
+                cur = fewer
+                improved = True
+            else:
+                t += 1
+    return cur, best
+
+
+def polish_ends_reference(
+    values: np.ndarray, counts: np.ndarray, rows: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Plain :func:`polish_ends`, the same moves in the same order, costs from the reference."""
+    cur = [int(e) for e in ends]
+
+    def cost(e: list[int]) -> int:
+        return shaped_cost_reference(values, counts, rows, np.array(e, dtype=np.int64))
+
+    best = cost(cur)
+    improved = True
+    while improved:
+        improved = False
+        for t in range(len(cur) - 1):
+            lo = cur[t - 1] + 1 if t > 0 else 0
+            keep = cur[t]
+            for p in range(lo, cur[t + 1]):
+                if p == keep:
+                    continue
+                c = cost(cur[:t] + [p] + cur[t + 1 :])
+                if c < best:
+                    best, keep, improved = c, p, True
+            cur[t] = keep
+        t = 0
+        while t < len(cur) - 1:
+            c = cost(cur[:t] + cur[t + 1 :])
+            if c < best:
+                best, improved = c, True
+                del cur[t]
+            else:
+                t += 1
+    return np.array(cur, dtype=np.int64), best
+
+
+@njit(cache=True)
+def _carry_offsets(csum, rows):  # pragma: no cover - compiled
+    """Offsets of the carry states of every group end: end ``j`` (values ``< j`` planned) has one
+    state per open-batch count ``1..min(rows[j − 1], items so far)``."""
+    n = rows.shape[0]
+    off = np.zeros(n + 2, np.int64)
+    for j in range(1, n + 1):
+        cap = rows[j - 1] if rows[j - 1] < csum[j] else csum[j]
+        off[j + 1] = off[j] + cap
+    return off
+
+
+@njit(cache=True)
+def carry_cuts(values, counts, rows, k, bound):  # pragma: no cover - compiled
+    """Group ends for at most ``k`` shapes minimising :func:`shaped_cost` exactly.
+
+    DP over (groups used, group end j, open-batch count c): the plan's greedy walk, group by
+    group, is fully described by the count of the batch left open at a group's end (its longest
+    is that group's length). From each state the next group ``[i, j)`` either takes the open
+    batch (when one more row fits its shape) or closes it first; a closed batch pads to its own
+    group's shape, or to the next one when that holds exactly as many rows for fewer slots (the
+    cheapest shape that holds it: rows do not increase along the shapes). The closing branch
+    needs only the cheapest state with at least ``rows[j − 1]`` open rows (a suffix minimum), so
+    the work is O(k · Σ_j min(rows_j, rows_i) over pairs i < j) and the table O(k · states),
+    states = Σ_j min(rows_j, items up to j). Ties keep fewer shapes. Returns ascending ends.
+
+    ``bound`` is the cost of any feasible set of ends (at most ``k`` groups): states and groups
+    that cannot end below it are skipped. A state's closed batches plus every later token at
+    its own length is a lower bound on where it can end, and for a start ``i`` that bound only
+    grows with the end ``j`` (longer groups pad more), so each start's scan stops early. With a
+    bound near the optimum this prunes most of the work; the result is the same for any valid
+    bound.
+    """
+    n = values.shape[0]
+    groups = min(k, n)
+    csum = _prefix(counts)
+    tokens = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        tokens[j + 1] = tokens[j] + counts[j] * values[j]
+    off = _carry_offsets(csum, rows)
+    total_states = off[n + 1]
+    inf = np.int64(1) << np.int64(62)
+    cost = np.full((groups + 1, total_states), inf, np.int64)
+    from_i = np.full((groups + 1, total_states), -1, np.int32)
+    from_c = np.zeros((groups + 1, total_states), np.int32)
+    for j in range(1, n + 1):
+        r = rows[j - 1]
+        items = csum[j]
+        full = (items - 1) // r
+        c = items - full * r
+        cost[1, off[j] + c - 1] = full * r * values[j - 1]
+    widest = 1
+    for j in range(1, n + 1):
+        if off[j + 1] - off[j] > widest:
+            widest = off[j + 1] - off[j]
+    suf = np.empty(widest + 1, np.int64)
+    sufarg = np.empty(widest + 1, np.int64)
+    live_c = np.empty(widest, np.int64)
+    live_cost = np.empty(widest, np.int64)
+    for m in range(2, groups + 1):
+        for s in range(total_states):
+            cost[m, s] = cost[m - 1, s]  # at most m - 1 groups: from_i stays -1
+        for i in range(1, n):
+            ri = rows[i - 1]
+            vi = values[i - 1]
+            cap_i = off[i + 1] - off[i]
+            base = off[i]
+            suf[cap_i] = cost[m - 1, base + cap_i - 1]
+            sufarg[cap_i] = cap_i
+            for c in range(cap_i - 1, 0, -1):
+                here = cost[m - 1, base + c - 1]
+                if here <= suf[c + 1]:
+                    suf[c] = here
+                    sufarg[c] = c
+                else:
+                    suf[c] = suf[c + 1]
+                    sufarg[c] = sufarg[c + 1]
+            if suf[1] >= inf or suf[1] + tokens[n] - tokens[i] > bound:
+                continue
+            # the open counts from which some group can still end below the bound (the open
+            # batch's rows pad to at least the length they reached)
+            alive = 0
+            lowest = inf
+            for c in range(1, cap_i + 1):
+                here = cost[m - 1, base + c - 1]
+                if here < inf and here + c * vi + tokens[n] - tokens[i] <= bound:
+                    live_c[alive] = c
+                    live_cost[alive] = here
+                    alive += 1
+                    if here + c * vi < lowest:
+                        lowest = here + c * vi
+            if alive == 0:
+                continue
+            for j in range(i + 1, n + 1):
+                r = rows[j - 1]
+                v = values[j - 1]
+                items = csum[j] - csum[i]
+                if lowest + items * v + tokens[n] - tokens[j] > bound:
+                    break  # no state from i ends below the bound through j or beyond
+                # close the open batch first: any count >= r (it cannot take one more row)
+                if r <= cap_i and suf[r] < inf:
+                    val = suf[r] + ri * vi
+                    arg = sufarg[r]
+                    at_r = cost[m - 1, base + r - 1]
+                    if at_r < inf and r * v < ri * vi and at_r + r * v < val:
+                        val = at_r + r * v
+                        arg = r
+                    full = (items - 1) // r
+                    c2 = items - full * r
+                    val += full * r * v
+                    dst = off[j] + c2 - 1
+                    if val < cost[m, dst]:
+                        cost[m, dst] = val
+                        from_i[m, dst] = i
+                        from_c[m, dst] = arg
+                # or take it: counts 1..r - 1
+                rest = tokens[n] - tokens[j]
+                for q in range(alive):
+                    c = live_c[q]
+                    if c >= r:
+                        break
+                    here = live_cost[q]
+                    if here + (c + items) * v + rest > bound:
+                        continue
+                    total = c + items
+                    full = (total - 1) // r
+                    c2 = total - full * r
+                    val = here + full * r * v
+                    dst = off[j] + c2 - 1
+                    if val < cost[m, dst]:
+                        cost[m, dst] = val
+                        from_i[m, dst] = i
+                        from_c[m, dst] = c
+    best = inf
+    at = 0
+    for c in range(1, off[n + 1] - off[n] + 1):
+        if cost[groups, off[n] + c - 1] < best:
+            best = cost[groups, off[n] + c - 1]
+            at = c
+    out = np.empty(groups, np.int64)
+    num = 0
+    out[num] = n - 1
+    num += 1
+    m = groups
+    j = n
+    c = at
+    while m >= 2:
+        s = off[j] + c - 1
+        i = from_i[m, s]
+        if i >= 0:
+            out[num] = i - 1
+            num += 1
+            c = from_c[m, s]
+            j = i
+        m -= 1
+    res = np.empty(num, np.int64)
+    for q in range(num):
+        res[q] = out[num - 1 - q]
+    return res
+
+
+def carry_cuts_reference(
+    values: np.ndarray, counts: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, int]:
+    """Plain :func:`carry_cuts`: every (state, next group) pair relaxed one by one; returns the
+    ends and their cost (the closing of the last batch included)."""
+    n = len(values)
+    groups = min(k, n)
+    csum = [0]
+    for c in counts:
+        csum.append(csum[-1] + int(c))
+    # level -> {(j, open count): (cost, previous key or None)}
+    level: dict[tuple[int, int], tuple[int, Any]] = {}
+    for j in range(1, n + 1):
+        r, items = int(rows[j - 1]), csum[j]
+        full = (items - 1) // r
+        level[(j, items - full * r)] = (full * r * int(values[j - 1]), None)
+    levels = [level]
+    for _ in range(2, groups + 1):
+        prev, nxt = levels[-1], dict(levels[-1])
+        for (i, c), (val, _) in sorted(prev.items()):
+            if i == n:
+                continue
+            ri, vi = int(rows[i - 1]), int(values[i - 1])
+            for j in range(i + 1, n + 1):
+                r, v, items = int(rows[j - 1]), int(values[j - 1]), csum[j] - csum[i]
+                total, cost = c + items, val
+                if c + 1 > r:
+                    cost += min(ri * vi, r * v) if c == r else ri * vi
+                    total = items
+                full = (total - 1) // r
+                key = (j, total - full * r)
+                cost += full * r * v
+                if key not in nxt or cost < nxt[key][0]:
+                    nxt[key] = (cost, (i, c))
+        levels.append(nxt)
+    final = {key: val for key, val in levels[-1].items() if key[0] == n}
+    key = min(final, key=lambda q: (final[q][0], q[1]))
+    best = final[key][0] + int(rows[n - 1]) * int(values[n - 1])
+    ends = [n - 1]
+    for depth in range(len(levels) - 1, 0, -1):
+        _, back = levels[depth][key]
+        if back is not None and levels[depth - 1].get(key) != levels[depth][key]:
+            ends.append(back[0] - 1)
+            key = back
+    return np.array(sorted(ends), dtype=np.int64), best
