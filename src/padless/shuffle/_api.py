@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import shutil
 import stat
 import sys
@@ -13,6 +12,7 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 from .. import _rng
 from .._check import check_bool, check_seed, positive, positive_or_none
 from .._progress import Progress
-from . import _engines, _passes
+from . import _engines, _passes, _safety
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
@@ -41,6 +41,8 @@ class ShuffleResult:
         outputs: the files written (``("-",)`` for stdout), in concatenation order.
         engine: ``"numba"`` or ``"numpy"`` (see :func:`shuffle_file`).
         depth: levels of bucket recursion below the first (0 when no bucket outgrew memory).
+        stale_removed: temporary files or folders of earlier shuffles that were interrupted
+            (their process gone) and that this run removed.
 
     >>> ShuffleResult(1, 4, 4_000_000, 2, 0.5, ("out.bin",), "numpy", 0).mb_per_s
     8.0
@@ -54,6 +56,7 @@ class ShuffleResult:
     outputs: tuple[str, ...]
     engine: str
     depth: int
+    stale_removed: tuple[str, ...] = ()
 
     @property
     def mb_per_s(self) -> float:
@@ -82,7 +85,7 @@ def parse_memory(value: Any, name: str = "memory") -> int:
                 f"{name} must be a size such as '512M' or '1G' (K, M, G, T: powers of 1024), "
                 f"got {value!r}"
             )
-        nbytes = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        nbytes = int(Fraction(match.group(1)) * _UNITS[match.group(2).lower()])
     else:
         nbytes = int(value)
     if nbytes < MIN_MEMORY:
@@ -104,7 +107,7 @@ class _FileTarget:
         folder, base = os.path.split(final)
         self.fd = -1
         for _ in range(100):
-            self.path = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.padless-tmp")
+            self.path = os.path.join(folder, _safety.output_name(base))
             try:
                 self.fd = os.open(
                     self.path,
@@ -230,6 +233,18 @@ def _spool(stream: BinaryIO, folder: str, progress: Progress) -> tuple[str, int]
     return path, size
 
 
+def _make_work_dir(root: str) -> str:
+    """Create the folder of bucket files in ``root`` (private to this user)."""
+    for _ in range(100):
+        path = os.path.join(root, _safety.folder_name())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:  # pragma: no cover - 32 random bits collided
+            continue
+    raise FileExistsError(errno.EEXIST, "could not create a temporary folder", root)
+
+
 def _trailing_error(size: int, record_size: int, what: str) -> ValueError:
     whole, extra = divmod(size, record_size)
     return ValueError(
@@ -326,9 +341,11 @@ def shuffle_file(
             )
         raise ValueError("give record_size (bytes per record) or lines=True, got neither")
     budget = parse_memory(memory)
+    _safety.check_memory(budget, memory)
     seed = _fresh_seed() if seed is None else check_seed(seed)
     progress = check_bool("progress", progress)
     shards = positive("shards", shards)
+    _safety.check_open_files(shards, _passes.MAX_BUCKETS)
     for name, value in (("src", src), ("dst", dst)):
         if not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"{name} must be a path or '-', got {type(value).__name__} {value!r}")
@@ -372,95 +389,100 @@ def shuffle_file(
         if not os.path.isdir(tmp_root):
             raise ValueError(f"tmp_dir must be an existing directory, got {tmp_root!r}")
 
-    bar = Progress(2 * size, label="shuffle", enabled=progress)
-    work_dir: str | None = None
-    targets: list[Any] = []
-    writer: _passes.Writer | None = None
-    shuffler: _passes.Shuffler | None = None
-    committed = False
-    try:
-        work_dir = tempfile.mkdtemp(prefix=".padless-shuffle-", dir=tmp_root)
-        src_path = src_name
-        if stream_src:
-            stdin = getattr(sys.stdin, "buffer", None)
-            if from_stdin and stdin is None:
-                raise ValueError("src '-' needs a binary standard input (sys.stdin.buffer)")
-            source: Any = stdin if from_stdin else open(src_name, "rb")
-            try:
-                src_path, size = _spool(source, work_dir, bar)
-            finally:
-                if not from_stdin:
-                    source.close()
-            if record_size is not None and size % record_size:
-                raise _trailing_error(
-                    size, record_size, "standard input" if from_stdin else src_name
+    # Temporary files of earlier runs that were killed (their process is gone) are removed first.
+    stale = tuple(_safety.remove_stale([d for d in dict.fromkeys([out_dir, tmp_root]) if d]))
+    # SIGTERM and SIGHUP clean up like Ctrl-C does, then end the process as they would have.
+    with _safety.Signals():
+        bar = Progress(2 * size, label="shuffle", enabled=progress)
+        work_dir: str | None = None
+        targets: list[Any] = []
+        writer: _passes.Writer | None = None
+        shuffler: _passes.Shuffler | None = None
+        committed = False
+        try:
+            work_dir = _make_work_dir(tmp_root)
+            src_path = src_name
+            if stream_src:
+                stdin = getattr(sys.stdin, "buffer", None)
+                if from_stdin and stdin is None:
+                    raise ValueError("src '-' needs a binary standard input (sys.stdin.buffer)")
+                source: Any = stdin if from_stdin else open(src_name, "rb")
+                try:
+                    src_path, size = _spool(source, work_dir, bar)
+                finally:
+                    if not from_stdin:
+                        source.close()
+                if record_size is not None and size % record_size:
+                    raise _trailing_error(
+                        size, record_size, "standard input" if from_stdin else src_name
+                    )
+            engine = _engines.make_engine(_engines.choose_engine(budget, size), record_size, budget)
+            if record_size is not None and engine.cap < 2 * record_size:
+                raise ValueError(
+                    f"memory={memory!r} is too small for record_size={record_size}: a buffer must "
+                    f"hold at least two records; give memory of at least {-(-16 * record_size // 3)}"
                 )
-        engine = _engines.make_engine(_engines.choose_engine(budget, size), record_size, budget)
-        if record_size is not None and engine.cap < 2 * record_size:
-            raise ValueError(
-                f"memory={memory!r} is too small for record_size={record_size}: a buffer must "
-                f"hold at least two records; give memory of at least {-(-16 * record_size // 3)}"
+            if to_stdout:
+                stdout = getattr(sys.stdout, "buffer", None)
+                if stdout is None:
+                    raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
+                targets = [_StreamTarget(stdout)]
+            elif device:
+                targets = [_StreamTarget(open(finals[0], "wb", buffering=0), finals[0])]
+            else:
+                for path in finals:
+                    targets.append(_FileTarget(path))
+            sink = _passes.Sink(targets, record_size)
+            writer = _passes.Writer()
+            seeds = _rng.seed_sequence(seed, 0, _rng.FILE_SHUFFLE)
+            shuffler = _passes.Shuffler(engine, work_dir, seeds, writer, bar)
+            records = shuffler.run(src_path, size, sink)
+            writer.drain()
+            for target in targets:
+                target.commit()
+            if not to_stdout and not device:
+                _fsync_dir(out_dir)
+            committed = True
+        except OSError as exc:
+            if to_stdout or device:
+                kept = f"{'standard output' if to_stdout else dst_name} may hold part of the output"
+            else:
+                kept = f"{dst_name!r} was left unchanged"
+            code = exc.errno if exc.errno is not None else errno.EIO
+            where = f": {exc.filename!r}" if exc.filename else ""
+            raise type(exc)(
+                code, f"{exc.strerror or exc}{where}; {kept} and temporary files were removed"
+            ) from exc
+        finally:
+            if writer is not None:
+                writer.close()
+            if shuffler is not None:
+                shuffler.close_files()
+            bar.close()
+            for target in targets:
+                if not committed:
+                    target.discard()
+                if device:
+                    target.close()
+            if work_dir is not None:
+                shutil.rmtree(work_dir, ignore_errors=True)
+        if shuffler is None:  # pragma: no cover - the try block either sets it or raises
+            raise RuntimeError("internal error: the shuffle did not run")
+        if shuffler.added_newline:
+            where = "standard input" if from_stdin else repr(src_name)
+            warnings.warn(
+                f"the last line of {where} had no newline; one was added to the output",
+                UserWarning,
+                stacklevel=2,
             )
-        if to_stdout:
-            stdout = getattr(sys.stdout, "buffer", None)
-            if stdout is None:
-                raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
-            targets = [_StreamTarget(stdout)]
-        elif device:
-            targets = [_StreamTarget(open(finals[0], "wb", buffering=0), finals[0])]
-        else:
-            for path in finals:
-                targets.append(_FileTarget(path))
-        sink = _passes.Sink(targets, record_size)
-        writer = _passes.Writer()
-        seeds = _rng.seed_sequence(seed, 0, _rng.FILE_SHUFFLE)
-        shuffler = _passes.Shuffler(engine, work_dir, seeds, writer, bar)
-        records = shuffler.run(src_path, size, sink)
-        writer.drain()
-        for target in targets:
-            target.commit()
-        if not to_stdout and not device:
-            _fsync_dir(out_dir)
-        committed = True
-    except OSError as exc:
-        if to_stdout or device:
-            kept = f"{'standard output' if to_stdout else dst_name} may hold part of the output"
-        else:
-            kept = f"{dst_name!r} was left unchanged"
-        code = exc.errno if exc.errno is not None else errno.EIO
-        where = f": {exc.filename!r}" if exc.filename else ""
-        raise type(exc)(
-            code, f"{exc.strerror or exc}{where}; {kept} and temporary files were removed"
-        ) from exc
-    finally:
-        if writer is not None:
-            writer.close()
-        if shuffler is not None:
-            shuffler.close_files()
-        bar.close()
-        for target in targets:
-            if not committed:
-                target.discard()
-            if device:
-                target.close()
-        if work_dir is not None:
-            shutil.rmtree(work_dir, ignore_errors=True)
-    if shuffler is None:  # pragma: no cover - the try block either sets it or raises
-        raise RuntimeError("internal error: the shuffle did not run")
-    if shuffler.added_newline:
-        where = "standard input" if from_stdin else repr(src_name)
-        warnings.warn(
-            f"the last line of {where} had no newline; one was added to the output",
-            UserWarning,
-            stacklevel=2,
+        return ShuffleResult(
+            seed=seed,
+            records=records,
+            bytes=sink.bytes,
+            buckets=shuffler.buckets,
+            seconds=time.perf_counter() - started,
+            outputs=("-",) if to_stdout else tuple(finals),
+            engine=engine.name,
+            depth=shuffler.depth,
+            stale_removed=stale,
         )
-    return ShuffleResult(
-        seed=seed,
-        records=records,
-        bytes=sink.bytes,
-        buckets=shuffler.buckets,
-        seconds=time.perf_counter() - started,
-        outputs=("-",) if to_stdout else tuple(finals),
-        engine=engine.name,
-        depth=shuffler.depth,
-    )

@@ -70,18 +70,68 @@ def _draw(state, bound):  # pragma: no cover - compiled
 
 @njit(cache=True, inline="always")
 def _find_newline(b8, b64, pos):  # pragma: no cover - compiled
-    """Position of the first newline at or after ``pos``; one must exist before the buffer ends."""
+    """Position of the first newline at or after ``pos``; one must exist before ``b8`` ends.
+
+    ``b64`` views the first ``len(b64) * 8`` bytes of ``b8`` (it may be shorter than ``b8``, as
+    for a mapped window whose length is not a multiple of 8); bytes past it are read one by one.
+    """
     while pos & 7:
         if b8[pos] == 10:
             return pos
         pos += 1
     w = pos >> 3
-    while True:
+    words = b64.shape[0]
+    while w < words:
         x = b64[w] ^ _NEWLINES
         hits = (x - _LOW_BITS) & ~x & _HIGH_BITS
         if hits != 0:
             return (w << 3) + (trailing_zeros(hits) >> 3)
         w += 1
+    pos = w << 3
+    while b8[pos] != 10:
+        pos += 1
+    return pos
+
+
+@njit(cache=True, inline="always")
+def _shuffle_indices(rng, m, perm):  # pragma: no cover - compiled
+    """Fill ``perm[:m]`` with a uniform permutation (inside-out Fisher-Yates); return the state."""
+    for i in range(m):
+        rng, j = _draw(rng, i + 1)
+        perm[i] = perm[j]
+        perm[j] = i
+    return rng
+
+
+@njit(cache=True, nogil=True)
+def draw_below(state, bound):  # pragma: no cover - compiled
+    """Return one uniform int below ``bound`` from the stream in ``state`` (advanced)."""
+    rng, value = _draw(state[0], bound)
+    state[0] = rng
+    return value
+
+
+def draw_below_reference(gen: SplitMix, bound: int) -> int:
+    return gen.below(bound)
+
+
+@njit(cache=True, nogil=True)
+def shuffle_indices(m, state, perm):  # pragma: no cover - compiled
+    """Fill ``perm[:m]`` (int32) with a uniform permutation from the stream in ``state``.
+
+    Same draws as the per-sub-bucket step of :func:`permute_records` and :func:`permute_lines`,
+    so a sub-bucket too large for an output piece can be written item by item in the same order.
+    """
+    state[0] = _shuffle_indices(state[0], m, perm)
+
+
+def shuffle_indices_reference(m: int, gen: SplitMix) -> list[int]:
+    perm = [0] * m
+    for i in range(m):
+        j = gen.below(i + 1)
+        perm[i] = perm[j]
+        perm[j] = i
+    return perm
 
 
 # --------------------------------------------------------------------------- records
@@ -207,71 +257,7 @@ def place_records_reference(
         fill[b] = p + width
 
 
-@njit(cache=True, nogil=True)
-def permute_records(
-    src, dst, width, sub_starts, first, last, state, perm
-):  # pragma: no cover - compiled
-    """Permute the records of each sub-bucket ``first <= s < last`` of ``src`` into ``dst``.
-
-    Sub-bucket s is ``src[sub_starts[s]:sub_starts[s+1]]`` and goes, uniformly permuted, to the same
-    positions of ``dst``. ``perm`` (int32, at least the largest sub-bucket's record count) holds an
-    inside-out Fisher-Yates permutation; sub-buckets are cache-sized, so the gather stays in cache.
-    """
-    rng = state[0]
-    for s in range(first, last):
-        lo = sub_starts[s]
-        m = (sub_starts[s + 1] - lo) // width
-        for i in range(m):
-            rng, j = _draw(rng, i + 1)
-            perm[i] = perm[j]
-            perm[j] = i
-        if width == 2:
-            for i in range(m):
-                p = lo + 2 * i
-                q = lo + 2 * perm[i]
-                dst[p] = src[q]
-                dst[p + 1] = src[q + 1]
-        else:
-            for i in range(m):
-                p = lo + i * width
-                q = lo + perm[i] * width
-                for t in range(width):
-                    dst[p + t] = src[q + t]
-    state[0] = rng
-
-
-def permute_records_reference(
-    src: np.ndarray, dst: np.ndarray, width: int, sub_starts: np.ndarray, first: int, last: int,
-    gen: SplitMix,
-) -> None:  # fmt: skip
-    for s in range(first, last):
-        lo = int(sub_starts[s])
-        m = (int(sub_starts[s + 1]) - lo) // width
-        perm = [0] * m
-        for i in range(m):
-            j = gen.below(i + 1)
-            perm[i] = perm[j]
-            perm[j] = i
-        rows = src[lo : lo + m * width].reshape(m, width)
-        dst[lo : lo + m * width] = rows[np.array(perm, dtype=np.int64)].reshape(-1)
-
-
 # --------------------------------------------------------------------------- lines
-
-
-@njit(cache=True, nogil=True)
-def count_lines(b8, b64, lo, hi):  # pragma: no cover - compiled
-    """Number of lines in ``b8[lo:hi]``, which ends with a newline."""
-    n = 0
-    pos = lo
-    while pos < hi:
-        pos = _find_newline(b8, b64, pos) + 1
-        n += 1
-    return n
-
-
-def count_lines_reference(b8: np.ndarray, lo: int, hi: int) -> int:
-    return int(np.count_nonzero(b8[lo:hi] == 10))
 
 
 @njit(cache=True, nogil=True)
@@ -332,50 +318,169 @@ def scatter_lines_reference(
 
 
 @njit(cache=True, nogil=True)
-def permute_lines(
-    b8, b64, dst, sub_starts, first, last, state, line_starts, perm
+def scatter_window_lines(
+    b8, b64, lo, hi, num_buckets, state, lengths, dst, dst_lo, bounds, counts
 ):  # pragma: no cover - compiled
-    """Permute the lines of each sub-bucket ``first <= s < last`` of ``b8`` into ``dst``.
+    """Send each line of ``b8[lo:hi]`` to a uniformly random bucket, grouped, into ``dst``.
 
-    Sub-bucket s is ``b8[sub_starts[s]:sub_starts[s+1]]`` and goes, its lines uniformly permuted,
-    to the same byte range of ``dst``. ``line_starts`` (int64) and ``perm`` (int32) must hold one
-    more than the largest sub-bucket's line count.
+    The streaming form of :func:`scatter_lines` for pass 2: the labels continue the stream in
+    ``state``, and the lines are scanned once (their lengths kept in ``lengths``, uint32; at most
+    ``len(lengths)`` lines per call). Bucket k of this call lands in ``dst[bounds[k]:bounds[k+1]]``
+    (absolute, from ``dst_lo``), and ``counts[k]`` grows by its line count. Returns where the
+    lines done end (``hi`` unless ``lengths`` filled up first).
     """
-    rng = state[0]
-    for s in range(first, last):
-        lo = sub_starts[s]
-        hi = sub_starts[s + 1]
-        m = 0
-        pos = lo
+    room = lengths.shape[0]
+    first = state[0]
+    rng = first
+    for k in range(num_buckets + 1):
+        bounds[k] = 0
+    n = 0
+    pos = lo
+    while pos < hi and n < room:
+        end = _find_newline(b8, b64, pos) + 1
+        lengths[n] = end - pos
+        rng, b = _draw(rng, num_buckets)
+        bounds[b + 1] += end - pos
+        counts[b] += 1
+        n += 1
+        pos = end
+    bounds[0] = dst_lo
+    for k in range(num_buckets):
+        bounds[k + 1] += bounds[k]
+    fill = bounds[:num_buckets].copy()
+    rng = first
+    at = lo
+    for i in range(n):
+        rng, b = _draw(rng, num_buckets)
+        length = lengths[i]
+        _memcpy(dst, fill[b], b8, at, length)
+        fill[b] += length
+        at += length
+    state[0] = rng
+    return pos
+
+
+def scatter_window_lines_reference(
+    b8: np.ndarray, lo: int, hi: int, num_buckets: int, gen: SplitMix, room: int,
+    dst: np.ndarray, dst_lo: int, bounds: np.ndarray, counts: np.ndarray,
+) -> int:  # fmt: skip
+    lines = _split_on_newline(bytes(b8[lo:hi]))[:room]
+    labels = [gen.below(num_buckets) for _ in lines]
+    groups = [
+        [ln for ln, b in zip(lines, labels, strict=True) if b == k] for k in range(num_buckets)
+    ]
+    sizes = [sum(len(ln) for ln in g) for g in groups]
+    joined = b"".join(b"".join(g) for g in groups)
+    dst[dst_lo : dst_lo + len(joined)] = np.frombuffer(joined, np.uint8)
+    bounds[:] = dst_lo + np.concatenate([[0], np.cumsum(sizes)])
+    counts += np.array([len(g) for g in groups], dtype=np.int64)
+    return lo + sum(len(ln) for ln in lines)
+
+
+@njit(cache=True, nogil=True)
+def order_lines(b8, b64, bounds, s, state, starts):  # pragma: no cover - compiled
+    """Gather the line starts of bucket ``s`` and put them in a uniformly random order.
+
+    Bucket s is made of the pieces ``b8[bounds[r, s]:bounds[r, s+1]]`` for each row r (one row
+    per :func:`scatter_window_lines` call), in row order. The starts go to ``starts`` (int64),
+    then a Fisher-Yates shuffle (draws ``below(i + 1)`` for i = 0, 1, ...) orders them. Returns
+    the line count.
+    """
+    m = 0
+    for r in range(bounds.shape[0]):
+        pos = bounds[r, s]
+        hi = bounds[r, s + 1]
         while pos < hi:
-            line_starts[m] = pos
+            starts[m] = pos
             m += 1
             pos = _find_newline(b8, b64, pos) + 1
-        line_starts[m] = hi
-        for i in range(m):
-            rng, j = _draw(rng, i + 1)
-            perm[i] = perm[j]
-            perm[j] = i
-        out = lo
-        for i in range(m):
-            a = line_starts[perm[i]]
-            n = line_starts[perm[i] + 1] - a
-            _memcpy(dst, out, b8, a, n)
-            out += n
+    rng = state[0]
+    for i in range(m):
+        rng, j = _draw(rng, i + 1)
+        t = starts[i]
+        starts[i] = starts[j]
+        starts[j] = t
     state[0] = rng
+    return m
 
 
-def permute_lines_reference(
-    b8: np.ndarray, dst: np.ndarray, sub_starts: np.ndarray, first: int, last: int, gen: SplitMix
-) -> None:
-    for s in range(first, last):
-        lo, hi = int(sub_starts[s]), int(sub_starts[s + 1])
-        lines = _split_on_newline(bytes(b8[lo:hi]))
-        m = len(lines)
-        perm = [0] * m
-        for i in range(m):
-            j = gen.below(i + 1)
-            perm[i] = perm[j]
-            perm[j] = i
-        joined = b"".join(lines[p] for p in perm)
-        dst[lo:hi] = np.frombuffer(joined, np.uint8)
+def order_lines_reference(b8: np.ndarray, bounds: np.ndarray, s: int, gen: SplitMix) -> list[int]:
+    starts: list[int] = []
+    for r in range(bounds.shape[0]):
+        lo, hi = int(bounds[r, s]), int(bounds[r, s + 1])
+        pos = lo
+        for line in _split_on_newline(bytes(b8[lo:hi])):
+            starts.append(pos)
+            pos += len(line)
+    for i in range(len(starts)):
+        j = gen.below(i + 1)
+        starts[i], starts[j] = starts[j], starts[i]
+    return starts
+
+
+@njit(cache=True, nogil=True)
+def gather_lines(b8, b64, starts, i, m, dst, at, limit):  # pragma: no cover - compiled
+    """Copy the lines that start at ``starts[i]``, ``starts[i+1]``, ... to ``dst[at:]``.
+
+    Stops before the first line that would end past ``limit`` (or at ``m``); returns
+    ``(next i, next at)``.
+    """
+    while i < m:
+        a = starts[i]
+        n = _find_newline(b8, b64, a) + 1 - a
+        if at + n > limit:
+            break
+        _memcpy(dst, at, b8, a, n)
+        at += n
+        i += 1
+    return i, at
+
+
+def gather_lines_reference(
+    b8: np.ndarray, starts: list[int], i: int, m: int, dst: np.ndarray, at: int, limit: int
+) -> tuple[int, int]:
+    while i < m:
+        a = starts[i]
+        n = int(np.flatnonzero(b8[a:] == 10)[0]) + 1
+        if at + n > limit:
+            break
+        dst[at : at + n] = b8[a : a + n]
+        at += n
+        i += 1
+    return i, at
+
+
+@njit(cache=True, nogil=True)
+def gather_records(src, width, lo, perm, i, m, dst, at, limit):  # pragma: no cover - compiled
+    """Copy records ``lo + perm[i] * width``, ... of ``src`` to ``dst[at:]`` (word positions).
+
+    Stops before the first record that would end past ``limit`` (or at ``m``); returns
+    ``(next i, next at)``.
+    """
+    if width == 2:
+        while i < m and at + 2 <= limit:
+            q = lo + 2 * perm[i]
+            dst[at] = src[q]
+            dst[at + 1] = src[q + 1]
+            at += 2
+            i += 1
+    else:
+        while i < m and at + width <= limit:
+            q = lo + perm[i] * width
+            for t in range(width):
+                dst[at + t] = src[q + t]
+            at += width
+            i += 1
+    return i, at
+
+
+def gather_records_reference(
+    src: np.ndarray, width: int, lo: int, perm: list[int], i: int, m: int, dst: np.ndarray,
+    at: int, limit: int,
+) -> tuple[int, int]:  # fmt: skip
+    while i < m and at + width <= limit:
+        q = lo + perm[i] * width
+        dst[at : at + width] = src[q : q + width]
+        at += width
+        i += 1
+    return i, at

@@ -1,14 +1,17 @@
 """The file side of the two-pass bucket shuffle: reading, bucket files, recursion, the writer thread.
 
-Pass 1 maps the source window by window (no copy); the engine sends every record to one of K
-buckets chosen uniformly at random, grouping them in one half of a buffer, and the writer thread
-appends each bucket's slice to its temporary file while the next window is scattered into the other
-half. Pass 2 takes one bucket at a time, permutes it in memory and hands the pieces of the result
-to the writer, in bucket order; it reads each bucket into the buffer that holds no pending output,
-so the read overlaps the writing of the previous bucket (the numba engine streams fixed-size
-records from mapped windows of the bucket file straight into their sub-buckets instead). A bucket
-that comes out too large for memory is shuffled the same way (recursively); one that holds a
-single record larger than memory (a very long line) is copied through.
+An input that fits in the budget is shuffled in one pass: the numba engine streams its records
+(or lines) from mapped windows of the file straight into cache-sized sub-buckets of one buffer,
+then writes each sub-bucket in a uniformly random order through small output pieces; the numpy
+engine reads it into one buffer and permutes it into the other.
+
+Otherwise, pass 1 maps the source window by window (no copy); the engine sends every record to
+one of K buckets chosen uniformly at random, grouping them in one half of a buffer, and the writer
+thread appends each bucket's slice to its temporary file while the next window is scattered into
+the other half. Pass 2 takes one bucket at a time and shuffles it in memory as above, in bucket
+order, the writer thread writing the output of one piece (or bucket) while the next is prepared.
+A bucket that comes out too large for memory is shuffled the same way (recursively); one that holds
+a single record larger than memory (a very long line) is copied through.
 
 Given the bucket sizes, the split into buckets is a uniformly random partition and each bucket
 gets a uniformly random order, so the output is a uniformly random permutation of the input.
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._engines import Engine, Piece
+from ._engines import Engine, NumbaEngine, Piece, Source
 
 # A bucket is planned at this fraction of what fits, leaving room for random fluctuation.
 FILL = 0.85
@@ -60,6 +63,10 @@ def _raise_open_files_limit(needed: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX, or not allowed
         pass
+
+
+def _ignore(_: int) -> None:
+    pass
 
 
 class WriteError(OSError):
@@ -239,7 +246,7 @@ class Shuffler:
         progress: Any,
     ) -> None:
         self.engine = engine
-        self.X, self.Y = engine.buffers()
+        self.X = self.Y = np.empty(0, np.uint8)  # allocated once the path is known (``run``)
         self.work_dir = work_dir
         self.seeds = seeds
         self.writer = writer
@@ -249,6 +256,10 @@ class Shuffler:
         self.added_newline = False
         self.open_fds: set[int] = set()
         self.pending: np.ndarray | None = None  # the buffer whose output may not be written yet
+        self.pieces: list[np.ndarray] | None = None  # numba: the two output pieces
+        self.tickets: dict[int, int] = {}  # id(buffer) -> last write ticket that reads it
+        self.big_ticket = 0  # last write ticket that reads the big buffer Y
+        self.scratch: np.ndarray | None = None  # numba without mmap: where windows are read
         self._streamed = 0
         self._ids = itertools.count()
 
@@ -269,8 +280,11 @@ class Shuffler:
     def _emit(self, pieces: Iterable[Piece], sink: Sink) -> None:
         """Hand each piece to the writer; remember which buffer still holds pending output."""
         for buf, a, b in pieces:
-            self.writer.submit(sink.write, buf[a:b], sink.name)
+            ticket = self.writer.submit(sink.write, buf[a:b], sink.name)
             self.pending = buf
+            self.tickets[id(buf)] = ticket
+            if buf is self.Y:
+                self.big_ticket = ticket
             self.progress.update(b - a)
 
     def _num_buckets(self, size: int, count: int) -> int:
@@ -281,10 +295,10 @@ class Shuffler:
         r = self.engine.record_size
         if r is not None:
             return size // r
-        probe = min(size, 1 << 20)
+        probe = min(size, 1 << 20, self.engine.cap)
         with open(path, "rb", buffering=0) as f:
-            _read_into(f, self.X, 0, probe, path)
-        found = int(np.count_nonzero(self.X[:probe] == 10))
+            data = f.read(probe)
+        found = data.count(b"\n")
         return max(1, int(np.ceil(size * found / probe)))
 
     # ----------------------------------------------------------------------- the run
@@ -294,14 +308,26 @@ class Shuffler:
         if size == 0:
             sink.begin(0)
             return 0
+        engine = self.engine
+        if isinstance(engine, NumbaEngine):
+            if engine.fits(size + 1, 0):  # one byte for a newline that may be added
+                self.X, self.Y = engine.buffers(size)
+                return self._permute_file(path, size, sink, top=True)
+            self.X, self.Y = engine.buffers()
+            r = engine.record_size
+            return self._buckets(path, size, size // r if r else 0, sink, depth=0)
         estimate = self._estimate_count(path, size)
-        if self.engine.fits(size + 1, estimate):
+        if engine.fits(size + 1, estimate):
+            self.X, self.Y = engine.buffers(size)
             done = self._whole(path, size, sink)
             if done is not None:
                 return done
+        self.X = self.Y = np.empty(0, np.uint8)  # drop the small buffers first
+        self.X, self.Y = engine.buffers()
         return self._buckets(path, size, estimate, sink, depth=0)
 
     def _whole(self, path: str, size: int, sink: Sink) -> int | None:
+        """numpy engine: read the whole input into X, permute it into Y (None: it did not fit)."""
         engine, X = self.engine, self.X
         with open(path, "rb", buffering=0) as f:
             _read_into(f, X, 0, size, path)
@@ -321,6 +347,125 @@ class Shuffler:
         self.writer.drain()
         return count
 
+    def _permute_file(self, path: str, size: int, sink: Sink, top: bool) -> int:
+        """numba engine: shuffle the whole file ``path`` in memory, straight from mapped windows.
+
+        ``top``: ``path`` is the input itself (the output's shares are set once the count is known,
+        and a last line without a newline gets one); otherwise a bucket file.
+        """
+        engine = self.engine
+        assert isinstance(engine, NumbaEngine)
+        if self.pieces is None:
+            self.pieces = engine.piece_buffers()
+        # The big buffer may still hold output (a pass-1 half, or a giant sub-bucket) being written.
+        self.writer.wait(self.big_ticket)
+        total = 0
+
+        def begin(count: int) -> None:
+            nonlocal total
+            total = count
+            if top:
+                sink.begin(count)
+
+        with open(path, "rb", buffering=0) as f:
+            pieces = engine.permute_stream(
+                self._sources(f, size, path, top), size, self.Y, self.pieces,
+                self._seed(), begin, self._reuse, self.progress.update if top else _ignore,
+            )  # fmt: skip
+            self._emit(pieces, sink)
+        return total
+
+    def _reuse(self, piece: np.ndarray) -> None:
+        """Wait until the writer is done with ``piece`` (an output piece about to be refilled)."""
+        self.writer.wait(self.tickets.get(id(piece), 0))
+
+    def _sources(self, f: Any, size: int, path: str, top: bool) -> Iterator[Source]:
+        """The items of the file ``f``, in order, as sources for ``NumbaEngine.permute_stream``.
+
+        Windows of whole records or lines, mapped (or read into a scratch buffer where mapping is
+        not available); a line longer than a window, and a last line without a newline (``top``
+        only: bucket files always end with one), come as one ``"read"`` item each.
+        """
+        engine = self.engine
+        window = engine.window
+        r = engine.record_size
+        pos = 0
+        while pos < size:
+            if r is not None and r > window:
+                yield ("read", r, False, self._reader(f, pos, r, path))
+                pos += r
+                continue
+            hi = min(size, pos + window)
+            if r is not None:
+                hi = pos + (hi - pos) // r * r
+            array, lo, end, mapping = self._window(f, pos, hi, path)
+            try:
+                if r is not None:
+                    yield ("map", array, lo, end)
+                    pos = hi
+                    continue
+                last = _last_newline(array, lo, end)
+                if last >= 0:
+                    yield ("map", array, lo, last + 1)
+                    pos += last + 1 - lo
+                    continue
+            finally:
+                del array
+                if mapping is not None:
+                    try:
+                        mapping.close()
+                    except BufferError:  # pragma: no cover - a traceback still holds the array
+                        pass
+            # No newline in a whole window: one long line (or the unterminated last one).
+            stop = self._next_newline(f, hi, size, path)
+            add = stop < 0
+            if add and not top:  # pragma: no cover - bucket files always end with a newline
+                raise RuntimeError("internal error: a bucket file did not end with a newline")
+            stop = size if add else stop + 1
+            if add:
+                self.added_newline = True
+            yield ("read", stop - pos, add, self._reader(f, pos, stop - pos, path))
+            pos = stop
+
+    def _window(
+        self, f: Any, pos: int, hi: int, path: str
+    ) -> tuple[np.ndarray, int, int, mmap.mmap | None]:
+        """Bytes ``pos:hi`` of ``f`` as ``(array, lo, end, mapping)``: mapped, or read."""
+        if USE_MMAP:
+            base = pos - pos % mmap.ALLOCATIONGRANULARITY
+            mapping = mmap.mmap(
+                f.fileno(), hi - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
+            )
+            return np.frombuffer(mapping, np.uint8), pos - base, hi - base, mapping
+        if self.scratch is None:
+            self.scratch = np.empty(self.engine.window + 16, np.uint8)
+        f.seek(pos)
+        _read_into(f, self.scratch, 0, hi - pos, path)
+        return self.scratch, 0, hi - pos, None
+
+    def _next_newline(self, f: Any, pos: int, size: int, path: str) -> int:
+        """Position of the first newline of ``f`` at or after ``pos``, or -1."""
+        window = self.engine.window
+        while pos < size:
+            hi = min(size, pos + window)
+            array, lo, end, mapping = self._window(f, pos, hi, path)
+            found = _first_newline(array, lo, end)
+            del array
+            if mapping is not None:
+                mapping.close()
+            if found >= 0:
+                return pos + found - lo
+            pos = hi
+        return -1
+
+    @staticmethod
+    def _reader(f: Any, pos: int, length: int, path: str) -> Any:
+        def read(buf: np.ndarray, at: int) -> None:
+            f.seek(pos)
+            _read_into(f, buf, at, length, path)
+
+        return read
+
     def _buckets(self, path: str, size: int, count: int, sink: Sink, depth: int) -> int:
         """Shuffle ``path`` through bucket files into ``sink`` (depth > 0: ``path`` is a bucket)."""
         engine = self.engine
@@ -328,7 +473,6 @@ class Shuffler:
             raise RuntimeError("bucket recursion did not converge")
         self.depth = max(self.depth, depth)
         k = self._num_buckets(size, count)
-        _raise_open_files_limit(k + 256)
         self.buckets += k
         tag = next(self._ids)
         names = [os.path.join(self.work_dir, f"bucket-{depth}-{tag}-{i}") for i in range(k)]
@@ -353,18 +497,13 @@ class Shuffler:
             if b == 0:
                 os.unlink(name)
             elif engine.fits(b, n):
+                if isinstance(engine, NumbaEngine):
+                    self._permute_file(name, b, sink, top=False)
+                    os.unlink(name)
+                    continue
                 # Read into the buffer that holds no pending output, while the writer thread
                 # finishes writing the previous bucket from the other one.
                 free, other = (self.Y, self.X) if self.pending is self.X else (self.X, self.Y)
-                if engine.streams and USE_MMAP:
-                    with open(name, "rb", buffering=0) as f:
-                        windows = self._windows(f, b, engine.window)
-                        pieces = engine.permute_stream(
-                            windows, b, free, other, self._seed(), self.writer.drain
-                        )
-                        self._emit(pieces, sink)
-                    os.unlink(name)
-                    continue
                 with open(name, "rb", buffering=0) as f:
                     _read_into(f, free, 0, b, name)
                 os.unlink(name)
@@ -378,30 +517,6 @@ class Shuffler:
                 self._buckets(name, b, n, sink, depth + 1)
         self.writer.drain()
         return total
-
-    def _windows(self, f: Any, size: int, window: int) -> Iterator[tuple[np.ndarray, int, int]]:
-        """Map ``f`` window by window: yield ``(array, lo, hi)`` holding whole records.
-
-        Each mapping is closed when the next window is asked for (or at the end).
-        """
-        step = int(self.engine.record_size or 1)
-        pos = 0
-        while pos < size:
-            base = pos - pos % mmap.ALLOCATIONGRANULARITY
-            end = pos + (min(size, base + window) - pos) // step * step
-            mapping = mmap.mmap(
-                f.fileno(), end - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
-            )
-            array = np.frombuffer(mapping, np.uint8)
-            try:
-                yield array, pos - base, end - base
-            finally:
-                del array
-                try:
-                    mapping.close()
-                except BufferError:  # pragma: no cover - a traceback still holds the array
-                    pass
-            pos = end
 
     def _copy_through(self, path: str, size: int, sink: Sink) -> None:
         """Stream one record that is larger than memory straight to the output."""
