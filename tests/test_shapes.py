@@ -701,3 +701,17 @@ def test_hostile_values_get_an_error_naming_the_parameter(entry, base, param, va
         assert 1 <= len(out) <= 4 or param == "k"
     elif isinstance(out, padless.PlanSampler):
         assert sorted(i for b in out for i in b)
+
+
+def test_docs_example_compiles_once_per_shape(capsys):
+    """The example of docs/static_shapes.md (the README section) runs as written."""
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "static_shapes.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/static_shapes.md", "exec"), namespace)
+    assert 1 <= len(namespace["compiles"]) == len(namespace["seen"]) <= 4
+    assert namespace["shapes"] == padless.shape_set(padless.builtin_corpus(), 4, max_tokens=4096)
+    assert 0.0 < float(capsys.readouterr().out) < 0.3
