@@ -493,3 +493,20 @@ def test_windowed_sampler_errors_are_clear():
     assert s.max_tokens == 700 and "window=500" in repr(s)
     b = padless.BucketSampler(LENS, num_buckets=3, batch_size=8, window=500)
     assert b.boundaries.tolist() == padless.bucket_boundaries(LENS, 3).tolist()
+
+
+@given(
+    arrays(np.int64, st.integers(0, 300), elements=st.integers(0, 60)),
+    st.sampled_from([0, 1, 59, 60, 64, 100, 1000]),
+    st.sampled_from([0, 1, 2, 3, 7, 16]),
+    st.integers(0, 61),
+)
+def test_budget_a_batch_at_a_time_equals_item_by_item(sizes, max_tokens, max_sentences, runs):
+    if max_tokens:
+        runs = min(runs, max_tokens + 1)
+    starts = np.zeros(62, dtype=np.int64)
+    np.add.at(starts, sizes + 1, 1)
+    starts = np.cumsum(starts)
+    values = np.arange(runs, dtype=np.int64)
+    ref = K.budget_ends_runs(values, starts[: runs + 1], max_tokens, max_sentences, 1)
+    assert np.array_equal(KW.budget_ends_runs1(starts, runs, max_tokens, max_sentences), ref)

@@ -185,18 +185,75 @@ def window_order(sizes, n, block, rotation, blocks, span, key):  # pragma: no co
 # ---------------------------------------------------------------------------------- budget
 
 
+_NO_CAP = np.int64(1) << np.int64(62)
+
+
+@njit(cache=True, inline="always")
+def _budget_ends_runs1(starts, runs, max_tokens, max_sentences, ends):  # pragma: no cover
+    """``budget_ends_runs`` with ``multiple=1`` over runs of sizes 0, 1, …, runs − 1, a batch
+    at a time: returns the number of ends written to ``ends`` (None: just count them).
+
+    With multiple 1 every item that fits joins the batch, so the batch at an item of size s
+    closes when it would hold more than ``cap(s) = min(max_sentences, max_tokens // s)`` items
+    (sizes only grow, so s is its longest); a run then continues in batches of cap(s). An item
+    never breaks max_tokens alone (longer items are skipped before), so no tail closes alone.
+    """
+    closed = 0
+    start = 0
+    for r in range(runs):
+        p0 = starts[r]
+        p1 = starts[r + 1]
+        if p1 == p0:
+            continue
+        cap = _NO_CAP
+        if max_sentences > 0:
+            cap = max_sentences
+        if max_tokens > 0 and r > 0 and max_tokens // r < cap:
+            cap = max_tokens // r
+        pos = max(p0, start + cap)
+        while pos < p1:
+            if ends.shape[0] > 0:
+                ends[closed] = pos
+            closed += 1
+            start = pos
+            pos = start + cap
+    if starts[runs] > start:
+        if ends.shape[0] > 0:
+            ends[closed] = starts[runs]
+        closed += 1
+    return closed
+
+
+@njit(cache=True, nogil=True)
+def budget_ends_runs1(starts, runs, max_tokens, max_sentences):  # pragma: no cover - compiled
+    """Batch ends of :func:`_budget_ends_runs1` (for tests)."""
+    ends = np.empty(max(starts[runs], 1), np.int64)
+    closed = _budget_ends_runs1(starts, runs, max_tokens, max_sentences, ends)
+    return ends[:closed].copy()
+
+
+@njit(cache=True, inline="always")
+def _budget_ends(starts, runs, max_tokens, max_sentences, multiple):  # pragma: no cover
+    if multiple == 1:
+        ends = np.empty(max(starts[runs], 1), np.int64)
+        closed = _budget_ends_runs1(starts, runs, max_tokens, max_sentences, ends)
+        return ends[:closed].copy()
+    values = np.arange(runs, dtype=np.int64)
+    return budget_ends_runs(values, starts[: runs + 1], max_tokens, max_sentences, multiple)
+
+
 @njit(cache=True, nogil=True)
 def budget_window(sizes, n, block, rotation, blocks, span, key, limit, max_tokens, max_sentences, multiple):  # fmt: skip  # pragma: no cover
     """Token-budget plan of one window of 1-D ``sizes`` (all below ``span``).
 
     Returns ``(order, kept, ends)``: global ids by increasing size (ties shuffled from ``key``),
     the number of them planned (those of size <= ``limit``; the rest are skipped) and the
-    batch ends. ``budget_ends_runs`` makes the batches, as the token-budget planner does.
+    batch ends: ``budget_ends_runs``'s, as the token-budget planner makes them (a batch at a
+    time with ``multiple`` 1, :func:`_budget_ends_runs1`).
     """
     order, starts = _window_order(sizes, n, block, rotation, blocks, span, key)
     runs = min(span, limit + 1)
-    values = np.arange(runs, dtype=np.int64)
-    ends = budget_ends_runs(values, starts[: runs + 1], max_tokens, max_sentences, multiple)
+    ends = _budget_ends(starts, runs, max_tokens, max_sentences, multiple)
     return order, starts[runs], ends
 
 
@@ -205,6 +262,8 @@ def budget_window_count(sizes, n, block, rotation, blocks, span, limit, max_toke
     """Number of batches :func:`budget_window` makes (the histogram is all it needs)."""
     starts, _ = _window_histogram(sizes, n, block, rotation, blocks, span)
     runs = min(span, limit + 1)
+    if multiple == 1:
+        return _budget_ends_runs1(starts, runs, max_tokens, max_sentences, np.empty(0, np.int64))
     values = np.arange(runs, dtype=np.int64)
     ends = budget_ends_runs(values, starts[: runs + 1], max_tokens, max_sentences, multiple)
     return ends.shape[0]
