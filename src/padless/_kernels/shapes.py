@@ -501,18 +501,24 @@ def carry_cuts(values, counts, rows, k, bound):  # pragma: no cover - compiled
                         from_i[m, dst] = i
                         from_c[m, dst] = arg
                 # or take it: counts 1..r - 1
-                rest = tokens[n] - tokens[j]
+                # c + items rows: whole batches of r, then c2 = c + a (or c + a - r, one more
+                # batch) rows left open; no division per state
+                limit = bound - tokens[n] + tokens[j] - items * v
+                a = items % r
+                paid = items // r * r * v
                 for q in range(alive):
                     c = live_c[q]
                     if c >= r:
                         break
                     here = live_cost[q]
-                    if here + (c + items) * v + rest > bound:
+                    if here + c * v > limit:
                         continue
-                    total = c + items
-                    full = (total - 1) // r
-                    c2 = total - full * r
-                    val = here + full * r * v
+                    if c + a <= r:
+                        c2 = c + a
+                        val = here + paid
+                    else:
+                        c2 = c + a - r
+                        val = here + paid + r * v
                     dst = off[j] + c2 - 1
                     if val < cost[m, dst]:
                         cost[m, dst] = val
