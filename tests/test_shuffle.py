@@ -343,11 +343,15 @@ class _Failing:
         self.real(fd, data)
 
 
-@pytest.mark.parametrize("allowed", [0, 3, 40, 10_000])
+@pytest.mark.parametrize(
+    "memory, allowed",
+    [("1M", 0), ("1M", 3), ("1M", 40), ("1M", 10_000), ("64M", 0), ("64M", 10_000)],
+)
 def test_full_disk_leaves_nothing_behind(
-    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, allowed: int
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, memory: str, allowed: int
 ) -> None:
-    """ENOSPC in pass 1 (bucket files) or pass 2 (the output): a clear error, dst untouched."""
+    """ENOSPC in pass 1 (bucket files) or pass 2 (the output), or writing the output of the
+    in-memory path (64M): a clear error, dst untouched."""
     data = rand_bytes(16 * 120_000, seed=3)
     src = write(tmp_path / "in.bin", data)
     dst = write(tmp_path / "out.bin", b"keep me")
@@ -358,15 +362,16 @@ def test_full_disk_leaves_nothing_behind(
     threads = threading.active_count()
     if allowed < 10_000:
         with pytest.raises(OSError, match="No space left on device") as info:
-            shuffle_file(src, dst, record_size=16, memory="1M", seed=0, tmp_dir=tmp)
+            shuffle_file(src, dst, record_size=16, memory=memory, seed=0, tmp_dir=tmp)
         assert info.value.errno == errno.ENOSPC
         assert "left unchanged" in str(info.value) and "temporary files were removed" in str(
             info.value
         )
         assert dst.read_bytes() == b"keep me"
     else:
-        shuffle_file(src, dst, record_size=16, memory="1M", seed=0, tmp_dir=tmp)
+        res = shuffle_file(src, dst, record_size=16, memory=memory, seed=0, tmp_dir=tmp)
         assert records(dst.read_bytes(), 16) == records(data, 16)
+        assert (res.buckets == 0) == (memory == "64M")
     assert src.read_bytes() == data
     assert names(tmp_path, tmp) == {f"{tmp_path}/in.bin", f"{tmp_path}/out.bin", f"{tmp_path}/tmp"}
     assert threading.active_count() == threads
@@ -381,36 +386,144 @@ def test_failure_in_output_write_is_named(tmp_path: Path, monkeypatch: pytest.Mo
     assert os.listdir(tmp_path) == ["in.bin"]
 
 
-@pytest.mark.parametrize("where", ["pass1", "pass2", "write"])
+@pytest.mark.parametrize(
+    "path, where",
+    [("buckets", "pass1"), ("buckets", "pass2"), ("buckets", "write")]
+    + [("memory", "permute"), ("memory", "pieces"), ("memory", "write")],
+)
 def test_interrupt_leaves_nothing_behind(
-    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, path: str, where: str
 ) -> None:
+    """Ctrl-C anywhere, through buckets or in memory: dst untouched, no temporary file left.
+
+    (SIGTERM and SIGHUP take the same way out: see the command's tests, with real signals.)
+    """
     data = rand_bytes(16 * 120_000, seed=6)
     src = write(tmp_path / "in.bin", data)
     dst = write(tmp_path / "out.bin", b"keep me")
     calls = {"n": 0}
+    # Through buckets: the second call (the second bucket of pass 2); in memory: the first.
+    nth = 2 if path == "buckets" else 1
     if where == "write":
-        monkeypatch.setattr(_passes, "_write_all", _Failing(20, KeyboardInterrupt()))
+        monkeypatch.setattr(
+            _passes, "_write_all", _Failing(20 if path == "buckets" else 0, KeyboardInterrupt())
+        )
     else:
-        target = "scatter" if where == "pass1" else "permute"
-        cls = _engines.NumpyEngine if engine == "numpy" else _engines.NumbaEngine
-        if engine == "numba" and where == "pass2":
-            target = "permute_stream"  # numba records stream from the bucket file
+        numba = engine == "numba"
+        cls = _engines.NumbaEngine if numba else _engines.NumpyEngine
+        target = {"pass1": "scatter", "pass2": "permute", "permute": "permute"}.get(where, "")
+        if numba and target == "permute":
+            target = "permute_stream"  # numba streams from the file
+        if where == "pieces":  # numba: while output pieces are being filled; numpy: the same
+            cls, target = (_engines._Pieces, "flush") if numba else (cls, "permute")
         real = getattr(cls, target)
 
         def interrupted(self, *args, **kwargs):
             calls["n"] += 1
-            if calls["n"] == 2:
+            if calls["n"] == nth:
                 raise KeyboardInterrupt
             return real(self, *args, **kwargs)
 
         monkeypatch.setattr(cls, target, interrupted)
     threads = threading.active_count()
     with pytest.raises(KeyboardInterrupt):
-        shuffle_file(src, dst, record_size=16, memory="1M", seed=0)
+        shuffle_file(src, dst, record_size=16, memory="1M" if path == "buckets" else "64M", seed=0)
+    assert calls["n"] >= nth or where == "write"
     assert dst.read_bytes() == b"keep me" and src.read_bytes() == data
     assert sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
     assert threading.active_count() == threads
+
+
+# --------------------------------------------------------------------------- temporary files
+
+
+def _tag(host: str, boot: str, pid: int) -> str:
+    return f"{host}-{boot}-{pid}-0123abcd"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
+    """A run removes its own kind of leftovers whose process is gone, and nothing else."""
+    from padless.shuffle import _safety
+
+    host, boot, dead, me = _safety.HOST, _safety.BOOT, _dead_pid(), os.getpid()
+    other_host = "0" * 8 if host != "0" * 8 else "1" * 8
+    other_boot = "0" * 8 if boot != "0" * 8 else "1" * 8
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    gone = [
+        tmp_path / f".out.bin.{_tag(host, boot, dead)}.padless-tmp",  # an output being written
+        tmp_path / f".other.txt.{_tag(host, boot, dead)}.padless-tmp",
+        tmp / f".padless-shuffle-{_tag(host, boot, dead)}",  # a folder of bucket files
+        tmp_path / f".padless-shuffle-{_tag(host, other_boot, me)}",  # before a restart
+    ]
+    kept = [
+        tmp_path / f".out.bin.{_tag(host, boot, me)}.padless-tmp",  # its owner runs
+        tmp_path / f".out.bin.{_tag(other_host, boot, dead)}.padless-tmp",  # another host's
+        tmp / f".padless-shuffle-{_tag(host, boot, me)}",
+        tmp_path / ".out.bin.0123abcd.padless-tmp",  # not this pattern
+        tmp_path / f"out.bin.{_tag(host, boot, dead)}.padless-tmp",  # not hidden
+        tmp_path / f".out.bin.{_tag(host, boot, dead)}.padless-tmp.bak",
+        tmp_path / f".padless-shuffle-{_tag(host, boot, dead)}x",
+    ]
+    for path in gone + kept:
+        if "padless-shuffle" in path.name:
+            path.mkdir()
+            (path / "bucket-0-0-0").write_bytes(b"x")
+        else:
+            path.write_bytes(b"partial")
+    # A link with a stale folder's name is not followed nor removed.
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_bytes(b"k")
+    link = tmp / f".padless-shuffle-{_tag(host, boot, dead + 1 if dead < 2**22 else 1)}"
+    link.symlink_to(target)
+    src = write(tmp_path / "in.txt", b"a\nb\n")
+    res = shuffle_file(src, tmp_path / "out.bin", lines=True, seed=0, tmp_dir=tmp)
+    assert sorted(res.stale_removed) == sorted(str(p) for p in gone)
+    assert not any(os.path.lexists(p) for p in gone)
+    assert all(p.exists() for p in kept) and link.is_symlink() and (target / "keep").exists()
+    again = shuffle_file(src, tmp_path / "out.bin", lines=True, seed=0, tmp_dir=tmp)
+    assert again.stale_removed == ()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+def test_stale_temporaries_of_other_users_are_kept(tmp_path: Path) -> None:
+    from padless.shuffle import _safety
+
+    path = tmp_path / f".out.bin.{_tag(_safety.HOST, _safety.BOOT, _dead_pid())}.padless-tmp"
+    path.write_bytes(b"theirs")
+    os.chown(path, 54321, 54321)
+    src = write(tmp_path / "in.txt", b"a\n")
+    res = shuffle_file(src, tmp_path / "out.bin", lines=True, seed=0)
+    assert res.stale_removed == () and path.read_bytes() == b"theirs"
+
+
+def test_temporary_names_name_their_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While it runs, the output and the bucket folder carry this host, boot and process."""
+    from padless.shuffle import _safety
+
+    seen: set[str] = set()
+    real = _passes._write_all
+
+    def spy(fd: int, data: object) -> None:
+        seen.update(os.listdir(tmp_path))
+        real(fd, data)
+
+    monkeypatch.setattr(_passes, "_write_all", spy)
+    src = write(tmp_path / "in.bin", rand_bytes(16 * 120_000, seed=1))
+    shuffle_file(src, tmp_path / "out.bin", record_size=16, memory="1M", seed=0)
+    tag = f"{_safety.HOST}-{_safety.BOOT}-{os.getpid()}-"
+    temps = {n for n in seen if n not in ("in.bin", "out.bin")}
+    assert any(n.startswith(f".out.bin.{tag}") and n.endswith(".padless-tmp") for n in temps)
+    assert any(n.startswith(f".padless-shuffle-{tag}") for n in temps)
+    assert all(_safety.OUTPUT_PATTERN.fullmatch(n) or _safety.FOLDER_PATTERN.fullmatch(n)
+               for n in temps)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- shards
@@ -460,6 +573,9 @@ def test_more_shards_than_records(tmp_path: Path) -> None:
         ({"lines": True, "tmp_dir": "/no/such/dir"}, ValueError, "tmp_dir must be an existing"),
         ({"lines": True, "progress": "yes"}, TypeError, "progress must be a bool"),
         ({"record_size": 1 << 20, "memory": "1M"}, ValueError, "too small for record_size"),
+        ({"lines": True, "memory": "1000T"}, ValueError, r"memory='1000T' \(1000\.0T\) is more "),
+        ({"lines": True, "memory": 1 << 60}, ValueError, "is more than this machine's memory"),
+        ({"lines": True, "memory": "9" * 400}, ValueError, "is more than this machine's memory"),
     ],
 )
 def test_bad_arguments(tmp_path: Path, kwargs: dict, exc: type, pattern: str) -> None:
@@ -467,6 +583,35 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, exc: type, pattern: str) ->
     with pytest.raises(exc, match=pattern):
         shuffle_file(src, tmp_path / "out", **kwargs)
     assert os.listdir(tmp_path) == ["in"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX open-files limit")
+def test_shards_beyond_the_open_files_limit(tmp_path: Path) -> None:
+    """A clear error before anything is written (it failed with 'Too many open files')."""
+    script = textwrap.dedent(
+        """
+        import os, resource, sys
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        from padless.shuffle import shuffle_file
+        src, dst = sys.argv[1:3]
+        for shards in (10**6, 300):
+            try:
+                shuffle_file(src, dst, lines=True, seed=0, shards=shards)
+            except ValueError as exc:
+                print(exc)
+        shuffle_file(src, dst, lines=True, seed=0, shards=100)
+        print(sorted(os.listdir(os.path.dirname(dst)))[:2], len(os.listdir(os.path.dirname(dst))))
+        """
+    )
+    src = write(tmp_path / "in.txt", b"a\nb\nc\n")
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(src), str(tmp_path / "o")],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert out[0].startswith("shards=1000000 needs 1000000 output files open at once")
+    assert "limit 256, hard limit 256" in out[0] and "ulimit -n" in out[0]
+    assert out[1].startswith("shards=300 needs 300 output files")
+    assert out[2] == "['in.txt', 'o.00000-of-00100'] 101"
 
 
 def test_bad_paths(tmp_path: Path) -> None:
@@ -557,10 +702,11 @@ def test_memory_budget_numba(tmp_path: Path) -> None:
     budget = 384 << 20
     src = tmp_path / "rec.bin"
     np.random.default_rng(0).integers(0, 1 << 62, 17_500_000, dtype=np.int64).tofile(src)
-    small = write(tmp_path / "warm.bin", rand_bytes(16 * 1000))
-    # Compile (or load) the kernels first, in another process: the budget is for cached kernels.
+    small = write(tmp_path / "warm.bin", rand_bytes(16 * 100_000))
+    # Compile (or load) the kernels first, in another process, through both passes: the budget
+    # is for kernels loaded from numba's cache (the very first run compiles them).
     warm = "import sys; from padless.shuffle import _engines as e; e.choose_engine = lambda b, s: 'numba'; "
-    warm += "from padless.shuffle import shuffle_file as f; f(sys.argv[1], sys.argv[2], record_size=16, seed=0)"
+    warm += "from padless.shuffle import shuffle_file as f; f(sys.argv[1], sys.argv[2], record_size=16, seed=0, memory='1M')"
     subprocess.run([sys.executable, "-c", warm, str(small), str(tmp_path / "w")], check=True)
     peak, engine, buckets = _peak_above_entry("16", str(src), str(tmp_path / "o"), "384M")
     assert engine == "numba" and buckets >= 2

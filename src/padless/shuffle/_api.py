@@ -345,7 +345,7 @@ def shuffle_file(
     seed = _fresh_seed() if seed is None else check_seed(seed)
     progress = check_bool("progress", progress)
     shards = positive("shards", shards)
-    _safety.check_open_files(shards, _passes.MAX_BUCKETS)
+    _safety.check_open_files(shards)
     for name, value in (("src", src), ("dst", dst)):
         if not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"{name} must be a path or '-', got {type(value).__name__} {value!r}")

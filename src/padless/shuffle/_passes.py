@@ -473,6 +473,7 @@ class Shuffler:
             raise RuntimeError("bucket recursion did not converge")
         self.depth = max(self.depth, depth)
         k = self._num_buckets(size, count)
+        _raise_open_files_limit(k + 64 + len(sink.targets))
         self.buckets += k
         tag = next(self._ids)
         names = [os.path.join(self.work_dir, f"bucket-{depth}-{tag}-{i}") for i in range(k)]

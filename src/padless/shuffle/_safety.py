@@ -216,6 +216,13 @@ def machine_memory() -> int | None:
 
 
 def _size(nbytes: int) -> str:
+    """A size for messages: ``1.5G``; any int (a 400-digit one included).
+
+    >>> _size(3 << 29), _size(10**400)[:6]
+    ('1.5G', '>1024T')
+    """
+    if nbytes > 1 << 50:
+        return ">1024T"
     for unit, shift in (("T", 40), ("G", 30), ("M", 20)):
         if nbytes >= 1 << shift:
             return f"{nbytes / (1 << shift):.1f}{unit}"
@@ -244,17 +251,18 @@ def open_files_limit() -> tuple[int, int] | None:
     return soft, hard
 
 
-def check_open_files(shards: int, buckets: int, spare: int = 64) -> None:
-    """Make room for ``shards`` outputs and ``buckets`` bucket files open at once, or refuse.
+def check_open_files(shards: int, spare: int = 64) -> None:
+    """Make room for ``shards`` output files open at once (and ``spare`` more), or refuse.
 
     Raises the soft limit up to the hard one if needed; raises ``ValueError`` naming ``shards``
-    when even that is not enough.
+    when even that is not enough. (Bucket files make room for themselves when they are opened:
+    ``_passes._raise_open_files_limit``.)
     """
     limits = open_files_limit()
     if limits is None:
         return
     soft, hard = limits
-    needed = shards + buckets + spare
+    needed = shards + spare
     if needed <= soft:
         return
     import resource
@@ -267,7 +275,7 @@ def check_open_files(shards: int, buckets: int, spare: int = 64) -> None:
     if needed > target:
         shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
         raise ValueError(
-            f"shards={shards} needs {shards} output files open at once (and up to {buckets} "
-            f"bucket files), more than this process may open (limit {soft}, hard limit "
-            f"{shown}); write fewer shards, or raise the limit (ulimit -n)"
+            f"shards={shards} needs {shards} output files open at once (and a few more), more "
+            f"than this process may open (limit {soft}, hard limit {shown}); write fewer "
+            f"shards, or raise the limit (ulimit -n)"
         )
