@@ -510,3 +510,20 @@ def test_budget_a_batch_at_a_time_equals_item_by_item(sizes, max_tokens, max_sen
     values = np.arange(runs, dtype=np.int64)
     ref = K.budget_ends_runs(values, starts[: runs + 1], max_tokens, max_sentences, 1)
     assert np.array_equal(KW.budget_ends_runs1(starts, runs, max_tokens, max_sentences), ref)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16, np.int8])
+def test_narrow_integer_lengths_plan_as_int64_lengths_without_a_copy(spec, dtype):
+    """Spec.plan keeps 32-bit (or narrower) integer arrays as they are: same plans as int64."""
+    for lengths in (LENS, PAIRS):
+        narrow = np.minimum(lengths, 127).astype(dtype)
+        wide = narrow.astype(np.int64)
+        assert spec.plan(narrow, seed=3, epoch=1) == spec.plan(wide, seed=3, epoch=1)
+    from padless.planners.spec import plannable_lengths
+
+    arr = LENS.astype(np.int32)
+    assert plannable_lengths(arr) is arr
+    assert plannable_lengths(arr[::2]).dtype == np.int64  # not contiguous: the int64 copy
+    with pytest.raises(ValueError, match=r"got -1 at position \[1\]"):
+        plannable_lengths(np.array([3, -1], dtype=np.int32))

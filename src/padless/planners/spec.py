@@ -24,6 +24,26 @@ from .._schedule import padded_costs
 from ..plan import BatchPlan
 
 
+def plannable_lengths(lengths: Any) -> np.ndarray:
+    """:func:`padless.lengths_of`, except that a C-contiguous integer array of at most 32 bits
+    within the lengths' range is used as it is: planning int32 lengths makes no int64 copy."""
+    from ..lengths import MAX_LENGTH, lengths_of
+
+    if (
+        isinstance(lengths, np.ndarray)
+        and lengths.dtype.kind in "iu"
+        and lengths.dtype.itemsize <= 4
+        and lengths.dtype.isnative
+        and lengths.flags.c_contiguous
+        and lengths.ndim in (1, 2)
+        and lengths.size > 0
+        and int(lengths.min()) >= 0
+        and int(lengths.max()) < MAX_LENGTH
+    ):
+        return lengths
+    return lengths_of(lengths)
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_json_safe(v) for v in value]
@@ -58,9 +78,7 @@ class Spec:
 
         Cost: see the strategy's ``plan_*`` function.
         """
-        from ..lengths import lengths_of
-
-        lens = lengths_of(lengths)
+        lens = plannable_lengths(lengths)
         check_seed(seed, "seed")
         check_seed(epoch, "epoch")
         return self.bind(lens).plan(seed, epoch)
