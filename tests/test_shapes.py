@@ -250,14 +250,15 @@ def test_plan_equality_and_checks():
         ShapedPlan([0, 1], [0, 2], shapes=[(1, 4)], shape_of=[0])
 
 
-def test_saved_arrays_round_trip():
-    plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
-
-    class Archive(dict):
-        files = property(lambda self: list(self))
-
-    back = ShapedPlan._from_arrays(Archive(plan._arrays()), {"info": plan.info}, "x")
-    assert back == plan and back.info == plan.info
+def test_save_and_load_round_trip(tmp_path):
+    spec = FixedShapes([(2, 4), (1, 8)])
+    plan = spec.plan([3, 7, 4, 1])
+    path = tmp_path / "plan.npz"
+    plan.save(path, spec=spec)
+    back = padless.BatchPlan.load(path)
+    assert isinstance(back, ShapedPlan) and back == plan
+    assert back.batch_shapes.tolist() == plan.batch_shapes.tolist()
+    assert spec_from_dict(back.info["spec"]) == spec
 
 
 def test_spec_round_trip_registry_and_describe():

@@ -26,6 +26,8 @@ Where this differs from fairseq: fairseq forgets the length of the sequence that
 shape into a batch (after closing an empty one when it comes first). Its batches can then break
 every shape given. padless counts that length, and refuses a too-long sequence (or drops it with
 ``oversize="drop"``). Wherever fairseq's batches all fit a shape, the batches are the same.
+(fairseq also sorts its shapes by ``argsort`` positions rather than values; that changes which
+shape its search finds first, never whether one fits, so it changes no batch.)
 """
 
 from __future__ import annotations
