@@ -381,9 +381,11 @@ class WindowedPlanner:
         if span > 2 * self.window + (1 << 16):
             return None  # sparse huge lengths: the spec's planner ranks them
         spec = self.window_spec
-        if type(spec) is TokenBudget:
+        budget = ("max_tokens", "max_sentences", "multiple_of", "oversize")
+        if type(spec) is TokenBudget and _plain(spec, budget):
             return "budget"
-        if type(spec) is Packing and self.size_max <= spec.capacity:
+        packing = ("capacity", "max_per_row", "rows_per_batch", "oversize")
+        if type(spec) is Packing and _plain(spec, packing) and self.size_max <= spec.capacity:
             return "packing"
         return None
 
@@ -408,16 +410,11 @@ class WindowedPlanner:
         return self.template.values(plan)
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Balancing cost of each batch of a window plan (the spec's planner's rule)."""
-        from .planners.packing import PackedPlan
-
-        if isinstance(plan, PackedPlan):
-            return self.template.costs(plan)
-        if len(plan) == 0:
-            return np.zeros(0, dtype=np.int64)
-        sizes = sizes_of(KW.gather_rows(self._rows, plan.indices))
-        longest = K.segment_max(np.ascontiguousarray(sizes), plan.offsets)
-        return longest * plan.sizes
+        """Balancing cost of each batch of a window plan: the spec's planner's ``costs``, bound
+        to the lengths of the plan's entries."""
+        rows = KW.gather_rows(self._rows, plan.indices)
+        planner = self.window_spec.bind(self._int64(rows))
+        return planner.costs(_indexing_entries(plan))
 
     def __getattr__(self, name: str) -> Any:
         # what the bound spec resolved (boundaries...) and its collate
@@ -554,6 +551,28 @@ class WindowedPlanner:
             "a windowed planner plans one window at a time (there is no plan of the whole epoch "
             "in memory): use plans(seed, epoch) or padless.plan_windows"
         )
+
+
+def _plain(spec: Spec, known: tuple[str, ...]) -> bool:
+    """Whether every setting of ``spec`` but ``known`` is at its default (what a fused kernel
+    implements: a setting added to the spec later sends the spec to its own planner)."""
+    return all(
+        f.name in known or getattr(spec, f.name) == f.default
+        for f in dataclasses.fields(spec)
+        if f.init
+    )
+
+
+def _indexing_entries(plan: BatchPlan) -> BatchPlan:
+    """A copy of ``plan`` whose entry ``e`` is index ``e`` (over lengths gathered in plan order)."""
+    local = copy.copy(plan)
+    m = plan.indices.size
+    local.indices = np.arange(m, dtype=np.int64)
+    if hasattr(local, "num_sequences"):
+        local.num_sequences = m
+    if hasattr(local, "rows") and isinstance(local.rows, BatchPlan):
+        local.rows = BatchPlan(local.indices, local.rows.offsets)
+    return local
 
 
 def _to_global(plan: BatchPlan, items: np.ndarray, n: int) -> BatchPlan:
@@ -815,10 +834,5 @@ def _hist_median(hist: np.ndarray) -> float:
 
 def _local_stats(plan: BatchPlan, rows: np.ndarray, planner: WindowedPlanner) -> PlanStats:
     """``plan.stats`` over the gathered lengths of its entries (a copy of the plan indexing them)."""
-    local = copy.copy(plan)
-    m = plan.indices.size
-    local.indices = np.arange(m, dtype=np.int64)
-    if hasattr(local, "num_sequences"):
-        local.num_sequences = m  # type: ignore[attr-defined]
     lens = rows.reshape(-1) if planner.lengths.ndim == 1 else rows
-    return local.stats(lens)
+    return _indexing_entries(plan).stats(lens)
