@@ -750,18 +750,7 @@ def test_kernels_match_references() -> None:
         want = k.gather_records_reference(src, width, 5, perm_r, 2, n, out_r, 1, limit)
         assert tuple(int(x) for x in got) == want and np.array_equal(out, out_r)
     text = b"".join(make_lines(300, seed=1)) + b"\n"
-    buf = np.zeros(len(text) + 40, np.uint8)
-    buf[3 : 3 + len(text)] = np.frombuffer(text, np.uint8)
-    lo, hi = 3, 3 + len(text)
-    for num in (1, 6):
-        dst, ref = np.zeros_like(buf), np.zeros_like(buf)
-        starts, counts = np.empty(num + 1, np.int64), np.empty(num, np.int64)
-        starts_r, counts_r = np.empty(num + 1, np.int64), np.empty(num, np.int64)
-        k.scatter_lines(buf, buf.view(np.uint64), lo, hi, num, np.uint64(5), dst, 1, starts, counts)
-        k.scatter_lines_reference(buf, lo, hi, num, 5, ref, 1, starts_r, counts_r)
-        assert np.array_equal(dst, ref) and np.array_equal(starts, starts_r)
-        assert np.array_equal(counts, counts_r)
-    # The pass-2 kernels of lines: scatter window by window (with few length slots, so a window
+    # The kernels of lines: scatter window by window (with few length slots, so a window
     # takes several calls), order each sub-bucket, gather in that order. The buffer's length is
     # not a multiple of 8: the newline search ends byte by byte.
     odd = np.zeros(len(text) + 5, np.uint8)

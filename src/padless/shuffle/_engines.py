@@ -158,11 +158,13 @@ def _words(array: np.ndarray) -> np.ndarray:
 class NumbaEngine(Engine):
     """Compiled kernels; memory: one buffer, two output pieces and one mapped window.
 
-    Budget split (after ``NUMBA_RESERVE`` for numba itself): two output pieces and one window of
-    1/16 each (at most 16 MiB each), 1/32 of small change (index arrays, the interpreter's
-    objects, the writer thread), and the rest, ``cap``, for the buffer that holds a whole bucket.
-    Pass 1 uses the same buffer: two halves of ``chunk`` bytes for the scatter and a third for
-    plain reads, with a mapped window of ``chunk`` beside them.
+    Budget split (after ``NUMBA_RESERVE`` for numba itself): two output pieces, a third piece's
+    worth for the index of one sub-bucket's lines, and one mapped window, 1/16 of the budget each
+    (at most 16 MiB each); a quarter window for line lengths; 1/32 of small change (the
+    interpreter's objects, the writer thread); the rest, ``cap``, for the buffer that holds a
+    whole bucket (or the whole input). Pass 1 uses the same buffer: two halves of ``chunk`` bytes
+    for the scatter and a third for plain reads, with a mapped window of ``chunk`` beside them
+    (``chunk`` is at most the pieces and window together, so pass 1 needs no more than pass 2).
     """
 
     name = "numba"
@@ -186,6 +188,7 @@ class NumbaEngine(Engine):
         from . import _kernels
 
         self.k = _kernels
+        self.lengths: np.ndarray | None = None
         if record_size is not None:
             self.word = _word_dtype(record_size)
             self.width = record_size // self.word.itemsize
@@ -215,20 +218,38 @@ class NumbaEngine(Engine):
         seed: np.random.SeedSequence,
     ) -> list[Segment]:  # fmt: skip
         key = seed.generate_state(1, np.uint64)[0]
+        if self.lines:
+            # One scan of the lines (their lengths kept for the copy); a call stops early when
+            # the lengths fill up (very short lines), so a chunk may give several segments.
+            state = np.array([key], np.uint64)
+            lengths = self._lengths()
+            words = _words(src)
+            segments: list[Segment] = []
+            while lo < hi:
+                starts = np.empty(num_buckets + 1, np.int64)
+                counts = np.zeros(num_buckets, np.int64)
+                done = int(self.k.scatter_window_lines(
+                    src, words, lo, hi, num_buckets, state, lengths, dst, dst_lo, starts, counts
+                ))  # fmt: skip
+                segments.append((starts, counts))
+                dst_lo += done - lo
+                lo = done
+            return segments
         starts = np.empty(num_buckets + 1, np.int64)
         counts = np.empty(num_buckets, np.int64)
-        if self.lines:
-            self.k.scatter_lines(
-                src, _words(src), lo, hi, num_buckets, key, dst, dst_lo, starts, counts
-            )
-        else:
-            w = self.word.itemsize
-            self.k.scatter_records(
-                src.view(self.word), lo // w, hi // w, self.width, num_buckets, key,
-                dst.view(self.word), dst_lo // w, starts, counts,
-            )  # fmt: skip
-            starts *= w
+        w = self.word.itemsize
+        self.k.scatter_records(
+            src.view(self.word), lo // w, hi // w, self.width, num_buckets, key,
+            dst.view(self.word), dst_lo // w, starts, counts,
+        )  # fmt: skip
+        starts *= w
         return [(starts, counts)]
+
+    def _lengths(self) -> np.ndarray:
+        """Room for the lengths of the lines of one scan (a sixteenth of a window: 4 bytes each)."""
+        if self.lengths is None:
+            self.lengths = np.empty(max(1, self.window // 16), np.uint32)
+        return self.lengths
 
     def permute_stream(
         self, sources: Iterable[Source], nbytes: int, buf: np.ndarray, pieces: list[np.ndarray],
@@ -264,7 +285,7 @@ class NumbaEngine(Engine):
     ) -> np.ndarray:  # fmt: skip
         """Scatter the lines of ``sources`` into ``buf``; return the bounds (one row per call)."""
         state = np.array([key], np.uint64)
-        lengths = np.empty(max(1, self.window // 16), np.uint32)
+        lengths = self._lengths()
         rows: list[np.ndarray] = []
         at = 0
         for source in sources:

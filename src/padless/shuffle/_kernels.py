@@ -260,61 +260,9 @@ def place_records_reference(
 # --------------------------------------------------------------------------- lines
 
 
-@njit(cache=True, nogil=True)
-def scatter_lines(
-    b8, b64, lo, hi, num_buckets, key, dst, dst_lo, starts, counts
-):  # pragma: no cover - compiled
-    """Send each line of ``b8[lo:hi]`` (ending with a newline) to a uniformly random bucket.
-
-    Same contract as :func:`scatter_records`, with byte positions: bucket k is
-    ``dst[starts[k]:starts[k+1]]`` and holds ``counts[k]`` lines, in input order. The newline
-    search reads eight bytes at a time; lines are copied with memcpy.
-    """
-    sizes = np.zeros(num_buckets, np.int64)
-    for k in range(num_buckets):
-        counts[k] = 0
-    state = np.uint64(key)
-    pos = lo
-    while pos < hi:
-        end = _find_newline(b8, b64, pos) + 1
-        state, b = _draw(state, num_buckets)
-        sizes[b] += end - pos
-        counts[b] += 1
-        pos = end
-    starts[0] = dst_lo
-    for k in range(num_buckets):
-        starts[k + 1] = starts[k] + sizes[k]
-    fill = starts[:num_buckets].copy()
-    state = np.uint64(key)
-    pos = lo
-    while pos < hi:
-        end = _find_newline(b8, b64, pos) + 1
-        state, b = _draw(state, num_buckets)
-        _memcpy(dst, fill[b], b8, pos, end - pos)
-        fill[b] += end - pos
-        pos = end
-
-
 def _split_on_newline(data: bytes) -> list[bytes]:
     parts = data.split(b"\n")
     return [p + b"\n" for p in parts[:-1]]
-
-
-def scatter_lines_reference(
-    b8: np.ndarray, lo: int, hi: int, num_buckets: int, key: int,
-    dst: np.ndarray, dst_lo: int, starts: np.ndarray, counts: np.ndarray,
-) -> None:  # fmt: skip
-    gen = SplitMix(key)
-    lines = _split_on_newline(bytes(b8[lo:hi]))
-    labels = [gen.below(num_buckets) for _ in lines]
-    out = [
-        b"".join(ln for ln, b in zip(lines, labels, strict=True) if b == k)
-        for k in range(num_buckets)
-    ]
-    joined = b"".join(out)
-    dst[dst_lo : dst_lo + len(joined)] = np.frombuffer(joined, np.uint8)
-    counts[:] = np.bincount(np.array(labels, dtype=np.int64), minlength=num_buckets)
-    starts[:] = dst_lo + np.concatenate([[0], np.cumsum([len(o) for o in out])])
 
 
 @njit(cache=True, nogil=True)
@@ -323,9 +271,9 @@ def scatter_window_lines(
 ):  # pragma: no cover - compiled
     """Send each line of ``b8[lo:hi]`` to a uniformly random bucket, grouped, into ``dst``.
 
-    The streaming form of :func:`scatter_lines` for pass 2: the labels continue the stream in
-    ``state``, and the lines are scanned once (their lengths kept in ``lengths``, uint32; at most
-    ``len(lengths)`` lines per call). Bucket k of this call lands in ``dst[bounds[k]:bounds[k+1]]``
+    Pass 1 (a chunk, into bucket groups) and pass 2 (a window, into sub-buckets) both use it:
+    the labels continue the stream in ``state``, and the lines are scanned once (their lengths
+    kept in ``lengths``, uint32; at most ``len(lengths)`` lines per call). Bucket k of this call lands in ``dst[bounds[k]:bounds[k+1]]``
     (absolute, from ``dst_lo``), and ``counts[k]`` grows by its line count. Returns where the
     lines done end (``hi`` unless ``lengths`` filled up first).
     """
