@@ -24,6 +24,7 @@ _EXPORTS = {
     "FixedShapes": "padless.planners.shapes",
     "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
+    "Cost": "padless.cost",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
     "strategies": "padless.planners",
@@ -52,6 +53,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from .cost import Cost as Cost
     from .lengths import builtin_corpus as builtin_corpus
     from .lengths import lengths_of as lengths_of
     from .mixing import MixtureSampler as MixtureSampler

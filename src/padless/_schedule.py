@@ -30,6 +30,8 @@ __all__ = [
     "step_imbalance",
     "balanced_order",
     "elastic_order",
+    "step_mean_lengths",
+    "length_mixing",
 ]
 
 
@@ -184,3 +186,53 @@ def elastic_order(
         if rest.size:
             out[done:] = rest[balanced_order(costs[rest], width, gen)]
     return out
+
+
+def step_mean_lengths(
+    tokens: np.ndarray, counts: np.ndarray, world_size: int, steps: int | None = None
+) -> np.ndarray:
+    """Mean sequence length of each step, for batches dealt out in order.
+
+    ``tokens`` and ``counts`` are each batch's tokens and sequences, in dealing order: global
+    batch j goes to step j div world_size, the tail wrapping to the first batches as in
+    :func:`step_imbalance`. A step's mean is its tokens ÷ its sequences (0.0 for none).
+
+    >>> step_mean_lengths(np.array([10, 2, 30, 6]), np.array([2, 2, 2, 2]), 2).tolist()
+    [3.0, 9.0]
+    """
+    b = tokens.shape[0]
+    if steps is None:
+        steps = -(-b // world_size)
+    if b == 0 or steps == 0:
+        return np.zeros(0, dtype=np.float64)
+    slots = np.arange(steps * world_size) % b
+    tok = tokens[slots].reshape(steps, world_size).sum(axis=1).astype(np.float64)
+    cnt = counts[slots].reshape(steps, world_size).sum(axis=1).astype(np.float64)
+    return np.divide(tok, cnt, out=np.zeros_like(tok), where=cnt > 0)
+
+
+def length_mixing(means: np.ndarray) -> tuple[float, float]:
+    """``(trend, lag1)`` of a series of step mean lengths: how the batch order mixes lengths.
+
+    ``trend`` is the Pearson correlation between the step index and the step's mean length (a
+    length-sorted order gives ±1); ``lag1`` is the series' autocorrelation at lag 1 (HF's
+    ``group_by_length`` megabatches, sorted inside, give a sawtooth near 1). A well-mixed order
+    has both near 0. Fewer than 3 steps, or a constant series, give ``(0.0, 0.0)``.
+
+    >>> length_mixing(np.array([1.0, 2.0, 3.0, 4.0]))[0]
+    1.0
+    >>> round(length_mixing(np.array([5.0, 1.0, 5.0, 1.0, 5.0, 1.0]))[1], 3)
+    -0.833
+    """
+    x = np.asarray(means, dtype=np.float64)
+    if x.size < 3:
+        return 0.0, 0.0
+    dev = x - x.mean()
+    var = float(dev @ dev)
+    if var <= 0.0:
+        return 0.0, 0.0
+    idx = np.arange(x.size, dtype=np.float64)
+    idev = idx - idx.mean()
+    trend = float((idev @ dev) / np.sqrt(float(idev @ idev) * var))
+    lag1 = float((dev[:-1] @ dev[1:]) / var)
+    return trend, lag1

@@ -30,6 +30,9 @@ class StrategyRow:
     plan_ms: float
     note: str = ""
     spec: dict[str, Any] | None = None  # spec_to_dict of a padless strategy; None for baselines
+    real_work: float | None = None  # share of the cost (the cost model's) that is real tokens
+    length_trend: float | None = None  # corr(step index, step mean length), dealt order
+    length_lag1: float | None = None  # lag-1 autocorrelation of the step mean length
 
     def as_dict(self) -> dict[str, Any]:
         """Return the row as a JSON-safe dict."""
@@ -136,23 +139,36 @@ def _row(
     lens: np.ndarray,
     world_size: int,
     spec: Any = None,
+    cost: Any = None,
 ) -> StrategyRow:
-    """Figures of one plan; with a padless ``spec`` the imbalance comes from its sampler."""
+    """Figures of one plan; with a padless ``spec`` the imbalance comes from its sampler.
+
+    Baselines (no spec) cost ``count × cost(longest)`` per batch (padded tokens without a
+    ``cost`` model); their length mixing is that of their own batch order (HF's megabatches
+    for ``group_by_length``).
+    """
+    from ._schedule import length_mixing, step_mean_lengths
+    from .cost import padded_batch_costs, real_work
     from .planners.spec import spec_to_dict
     from .sampler import PlanSampler, padded_costs
 
     st = plan.stats(lens)
     imbalance_bal: float | None = None
     if spec is not None:
-        figures = [
-            PlanSampler(lens, spec, world_size=world_size, balance=b).stats()["imbalance"]
-            for b in (False, True)
+        runs = [
+            PlanSampler(lens, spec, world_size=world_size, balance=b).stats() for b in (False, True)
         ]
-        imbalance, imbalance_bal = float(figures[0]), float(figures[1])
+        imbalance, imbalance_bal = float(runs[0]["imbalance"]), float(runs[1]["imbalance"])
+        work, mixing = runs[0]["real_work"], (runs[0]["length_trend"], runs[0]["length_lag1"])
     else:
-        costs = padded_costs(plan, sizes_of(lens))
+        sizes = sizes_of(lens)
+        costs = padded_costs(plan, sizes) if cost is None else padded_batch_costs(cost, plan, sizes)
         order = _rng.rng(0, 0, _rng.BATCH_ORDER).permutation(len(plan))
         imbalance = step_imbalance(costs[order], world_size)
+        work = real_work(cost, plan, sizes)
+        csum = np.concatenate([[0], np.cumsum(sizes[plan.indices])])
+        tokens = csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+        mixing = length_mixing(step_mean_lengths(tokens, plan.sizes, world_size))
     return StrategyRow(
         strategy=name,
         setting=setting,
@@ -163,6 +179,9 @@ def _row(
         imbalance_balanced=imbalance_bal,
         plan_ms=ms,
         spec=None if spec is None else spec_to_dict(spec),
+        real_work=float(work),
+        length_trend=float(mixing[0]),
+        length_lag1=float(mixing[1]),
     )
 
 
@@ -172,6 +191,7 @@ def report_specs(
     capacity: int,
     num_buckets: int,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
+    cost: Any = None,
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """One spec per registered strategy, for the report: ``(specs, not_run)``.
 
@@ -187,6 +207,8 @@ def report_specs(
     from .planners import strategies
 
     shared = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": num_buckets}
+    if cost is not None:
+        shared["cost"] = cost  # a padless.Cost: every spec with a cost setting takes it
     settings = dict(settings or {})
     registry = strategies()
     unknown = sorted(set(settings) - set(registry))
@@ -225,7 +247,9 @@ def _setting(spec: Any, shared: Mapping[str, Any]) -> str:
     for f in dataclasses.fields(spec):
         if not f.init:
             continue
-        value = spec.as_dict()[f.name]
+        value = spec.as_dict().get(f.name, f.default)  # unset cost settings are left out
+        if f.name == "cost" and value == shared.get("cost"):
+            continue  # the report's own cost model, named once
         if f.name in shared or value != f.default:
             out.append(f"{f.name}={value}")
     return ", ".join(out)
@@ -240,6 +264,7 @@ def compare_strategies(
     capacity: int | None = None,
     num_buckets: int = 8,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
+    cost: Any = None,
 ) -> list[StrategyRow]:
     """Plan one epoch with every strategy and return one row of figures each.
 
@@ -250,7 +275,11 @@ def compare_strategies(
     ``settings`` (``{"packing": {"max_per_row": 8}}``). A strategy whose plan is refused for
     these lengths (e.g. a sequence longer than ``capacity``) gets no row; see
     :func:`compare_report` for the reasons. Imbalance is measured at ``world_size`` with a
-    shuffled batch order, and with ``balance=True`` for the padless strategies.
+    shuffled batch order, and with ``balance=True`` for the padless strategies. With a
+    ``cost`` model (:class:`padless.Cost`) every strategy plans, balances and is measured in
+    its units; each row also gives the share of the cost that is real work and how its
+    batch order mixes lengths (``length_trend``, ``length_lag1``; see
+    :meth:`padless.PlanSampler.stats`).
 
     Cost: one plan per strategy, plus two sampler schedules per padless strategy.
     """
@@ -262,6 +291,7 @@ def compare_strategies(
         capacity=capacity,
         num_buckets=num_buckets,
         settings=settings,
+        cost=cost,
     )[0]
 
 
@@ -274,6 +304,7 @@ def compare_report(
     capacity: int | None = None,
     num_buckets: int = 8,
     settings: Mapping[str, Mapping[str, Any]] | None = None,
+    cost: Any = None,
 ) -> tuple[list[StrategyRow], list[dict[str, str]]]:
     """:func:`compare_strategies` plus the strategies that got no row and why.
 
@@ -292,17 +323,24 @@ def compare_report(
         )
     capacity = max_tokens if capacity is None else capacity
     k = min(num_buckets, int(np.unique(sizes).size))
+    if cost is not None:
+        from .cost import as_cost
+
+        cost = as_cost(cost)
     specs, not_run = report_specs(
-        max_tokens=max_tokens, capacity=capacity, num_buckets=k, settings=settings
+        max_tokens=max_tokens, capacity=capacity, num_buckets=k, settings=settings, cost=cost
     )
-    shared = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": k}
+    shared: dict[str, Any] = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": k}
+    shared["cost"] = None if cost is None else cost.as_dict()
     warm_up()
     rows: list[StrategyRow] = []
     plan: _Plan
     plan, ms = _timed(lambda: random_batches(sizes.size, batch_size))
-    rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size))
+    rows.append(_row("random", f"batch_size={batch_size}", plan, ms, lens, world_size, cost=cost))
     plan, ms = _timed(lambda: group_by_length_batches(sizes, batch_size))
-    rows.append(_row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size))
+    rows.append(
+        _row("group_by_length", f"batch_size={batch_size}", plan, ms, lens, world_size, cost=cost)
+    )
     for name, spec in specs.items():
         try:
             plan, ms = _timed(lambda s=spec: s.plan(lens))  # type: ignore[misc]

@@ -19,6 +19,7 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
@@ -29,8 +30,10 @@ from ._schedule import (
     balanced_order,
     check_ranks,
     elastic_order,
+    length_mixing,
     padded_costs,
     step_imbalance,
+    step_mean_lengths,
 )
 from ._state import Resumable, fingerprint
 from .lengths import lengths_of
@@ -227,7 +230,13 @@ class PlanSampler(Resumable):
 
         ``imbalance`` is the straggler figure: the mean over steps of max rank cost ÷ mean rank
         cost (1.0 is perfect), with the planner's cost per batch (padded tokens count × longest;
-        real tokens for packing). ``repeated``/``dropped`` are the tail policy's batch counts;
+        real tokens for packing; in the spec's ``cost`` model when it has one, named in
+        ``cost``). ``real_work`` is the share of that cost spent on real tokens, not padding
+        (in padded tokens without a model: 1 − padding fraction). ``length_trend`` and
+        ``length_lag1`` say how the schedule mixes lengths: the correlation between the step
+        index and the step's mean sequence length, and that mean's lag-1 autocorrelation (both
+        near 0 for a shuffled order; HF's ``group_by_length`` has lag1 near 1, a sawtooth loss).
+        ``repeated``/``dropped`` are the tail policy's batch counts;
         the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
         A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass).
         """
@@ -250,10 +259,141 @@ class PlanSampler(Resumable):
             "imbalance": step_imbalance(sched.costs[sched.order], self.world_size, steps),
         }
         figures = {**sched.plan.stats(self.lengths).as_dict(), **sched.plan.info}
+        out.update(self._cost_figures(sched, steps, float(figures["padding_fraction"])))
         figures["skipped"] = int(sched.plan.skipped.size)
         for k, v in figures.items():
             out[f"plan_{k}" if k in out else k] = v
         return out
+
+    def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
+        from .cost import real_work
+        from .planners.packing import PackedPlan
+
+        plan = sched.plan
+        cost = getattr(self.spec, "cost", None)
+        if isinstance(plan, PackedPlan):
+            entry = plan.piece_lengths
+        else:
+            entry = self.sizes[plan.indices]
+        csum = np.zeros(entry.size + 1, dtype=np.int64)
+        np.cumsum(entry, out=csum[1:])
+        tokens = csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+        means = step_mean_lengths(
+            tokens[sched.order], plan.sizes[sched.order], self.world_size, steps
+        )
+        trend, lag1 = length_mixing(means)
+        return {
+            "cost": None if cost is None else cost.as_dict(),
+            "real_work": 1.0 - padding if cost is None else real_work(cost, plan, self.sizes),
+            "length_trend": trend,
+            "length_lag1": lag1,
+        }
+
+    # ------------------------------------------------------------------ loss normalisation
+    def loss_tokens(
+        self,
+        step: int,
+        *,
+        accumulation: int = 1,
+        targets: str | Callable[[np.ndarray], Any] = "shifted",
+    ) -> tuple[int, list[int]]:
+        """Target tokens of optimizer step ``step``: ``(step_total, per_micro_batch)``.
+
+        Every rank knows the global plan, so each can count every rank's targets with no
+        collective. Optimizer step ``k`` is, on each rank, its ``accumulation`` consecutive
+        batches ``k·accumulation …`` of the current iteration (the last step may hold fewer).
+        ``step_total`` counts the targets of the whole step (all ranks × all micro-batches),
+        ``per_micro_batch`` this rank's count for each of its micro-batches in that step.
+        Divide each micro-batch's *summed* loss by ``step_total`` (times the world size when
+        the gradient reduction averages, as DDP does: ``padless.torch.scale_loss``), and the
+        accumulated gradient is that of the mean loss over every real target of the step.
+
+        Args:
+            step: optimizer step within the iteration (steps count from where the current
+                iteration started, or a loaded state's position before it starts).
+            accumulation: micro-batches per optimizer step on each rank.
+            targets: targets of a sequence of length l: ``"shifted"`` l − 1 (next-token
+                prediction, labels masked at each sequence's first token, as
+                ``collate_packed`` does), ``"all"`` l, or a function mapping an int64 array
+                of lengths to the target count of each. (N, F) lengths count their last field
+                (the target side); packed pieces count as sequences of their own.
+
+        Cost: O(world_size × accumulation) batch look-ups; the first call of an epoch makes
+        one O(N) pass for ``"shifted"``/``"all"`` (cached), a function is called once per
+        batch of the step.
+
+        >>> from padless import TokenBudget
+        >>> lengths = [3, 5, 2, 7, 4, 4]
+        >>> s = PlanSampler(lengths, TokenBudget(max_tokens=10), world_size=2, rank=1)
+        >>> [[lengths[i] for i in batch] for batch in s]  # rank 0 gets [7] then [5]
+        [[4, 4], [2, 3]]
+        >>> s.loss_tokens(0, accumulation=2)  # (6 + 4) on rank 0, (3+3) + (1+2) here
+        (19, [6, 3])
+        """
+        from ._check import non_negative, positive
+
+        step = non_negative("step", step)
+        accumulation = positive("accumulation", accumulation)
+        count = _target_rule(targets)
+        total = self._total()
+        start = self._pending if self._pending is not None else self._start
+        steps = self._steps(total, start)
+        optimizer_steps = -(-steps // accumulation)
+        if step >= optimizer_steps:
+            raise ValueError(
+                f"step must be < {optimizer_steps}, the optimizer steps left in this iteration "
+                f"({steps} batches per rank from position {start}, accumulation="
+                f"{accumulation}), got {step}"
+            )
+        micro = np.arange(step * accumulation, min((step + 1) * accumulation, steps))
+        table = np.zeros((self.world_size, micro.size), dtype=np.int64)
+        for r in range(self.world_size):
+            slots = start + r + micro * self.world_size
+            slots = np.where(slots < total, slots, (slots - total) % max(total, 1))
+            for k, slot in enumerate(slots.tolist()):
+                table[r, k] = self._slot_targets(slot, targets, count)
+        return int(table.sum()), table[self.rank].tolist()
+
+    def _slot_targets(self, slot: int, targets: Any, count: Callable[[np.ndarray], int]) -> int:
+        """Targets of the batch at a global slot of the current epoch."""
+        if self._windowed is not None:
+            return count(self._window_entries(self._batch_at(slot)))
+        sched = self._schedule(self.epoch)
+        b = int(sched.order[slot])
+        lo, hi = int(sched.plan.offsets[b]), int(sched.plan.offsets[b + 1])
+        if isinstance(targets, str):
+            key = (id(sched.plan), targets)
+            cached = self.__dict__.get("_target_csum")
+            if cached is None or cached[0] != key or cached[1] is not sched.plan:
+                per = _TARGETS[targets](self._plan_entries(sched.plan))
+                csum = np.zeros(per.size + 1, dtype=np.int64)
+                np.cumsum(per, out=csum[1:])
+                self.__dict__["_target_csum"] = cached = (key, sched.plan, csum)
+            csum = cached[2]
+            return int(csum[hi] - csum[lo])
+        return count(self._plan_entries(sched.plan)[lo:hi])
+
+    def _plan_entries(self, plan: BatchPlan) -> np.ndarray:
+        """Target-side length of every entry of a plan (pieces for packing)."""
+        from .planners.packing import PackedPlan
+
+        if isinstance(plan, PackedPlan):
+            return plan.piece_lengths
+        lens = self.lengths
+        return lens[plan.indices] if lens.ndim == 1 else lens[plan.indices, -1]
+
+    def _window_entries(self, values: list[int]) -> np.ndarray:
+        """Target-side lengths of a windowed batch's yielded values (codes for packing)."""
+        codes = np.asarray(values, dtype=np.int64)
+        n = int(self.lengths.shape[0])
+        index = codes % n if n else codes
+        rows = np.asarray(self.lengths[index], dtype=np.int64)
+        if self.spec.name != "packing":
+            return rows if rows.ndim == 1 else rows[:, -1]
+        size = rows if rows.ndim == 1 else rows.max(axis=1)
+        cap = int(getattr(self.spec, "capacity", 0))
+        piece = codes // n if n else codes
+        return np.minimum(size - piece * cap, cap)
 
     def collate(self, **options: Any) -> Any:
         """A collate function for this sampler's batches (``padless.torch``), settings filled in.
@@ -293,3 +433,44 @@ class PlanSampler(Resumable):
             + ("" if self.window is None else f", window={self.window}")
             + ")"
         )
+
+
+def _shifted(lengths: np.ndarray) -> np.ndarray:
+    return np.maximum(lengths - 1, 0)
+
+
+def _all(lengths: np.ndarray) -> np.ndarray:
+    return np.asarray(lengths, dtype=np.int64)
+
+
+_TARGETS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"shifted": _shifted, "all": _all}
+
+
+def _target_rule(targets: Any) -> Callable[[np.ndarray], int]:
+    """Check ``targets`` and return a function: entry lengths -> their total target count."""
+    if isinstance(targets, str):
+        if targets not in _TARGETS:
+            raise ValueError(f"targets must be 'shifted', 'all' or a function, got {targets!r}")
+        rule = _TARGETS[targets]
+        return lambda lengths: int(rule(lengths).sum())
+    if not callable(targets):
+        raise TypeError(
+            f"targets must be 'shifted', 'all' or a function, got {type(targets).__name__}"
+        )
+
+    def counted(lengths: np.ndarray) -> int:
+        out = np.asarray(targets(lengths.copy()))
+        if out.shape != lengths.shape:
+            raise ValueError(
+                f"targets function must return one count per length (shape {lengths.shape}), "
+                f"got shape {out.shape}"
+            )
+        if out.size and (
+            out.dtype == np.bool_ or not np.issubdtype(out.dtype, np.integer) or int(out.min()) < 0
+        ):
+            raise ValueError(
+                f"targets function must return non-negative int counts, got {out[:5].tolist()}"
+            )
+        return int(out.sum())
+
+    return counted

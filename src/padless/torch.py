@@ -555,4 +555,5 @@ def collate_packed(
     )
 
 
+from ._torch_loss import scale_loss as scale_loss  # noqa: E402
 from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401

@@ -24,6 +24,7 @@ a helper that other files inline (``rng._below``, ``rng._mix64``, the ``_sat`` h
 the ``__pycache__/*.nbi``/``*.nbc`` files of this package so the kernels that use it recompile.
 """
 
+from . import cost as cost  # cost models: K.cost.budget_cost_ends, best_fit_rows_cost...
 from . import windows as windows  # windowed plans: K.windows.budget_window, pack_window_rows...
 from .buckets import optimal_cuts, optimal_cuts_reference
 from .budget import (

@@ -35,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a setting of one strategy's spec on top of the shared ones, e.g. --set "
         "packing.max_per_row=8 or --set buckets.boundaries=12,40,100",
     )
+    parser.add_argument(
+        "--cost",
+        default=None,
+        metavar="MODEL",
+        help="plan, balance and measure in a cost model: JSON coefficients, e.g. "
+        '\'{"linear": 1, "quadratic": 1e-4}\', or transformer:D_MODEL,N_LAYERS[,D_FF[,VOCAB]] '
+        "for training FLOPs (default: padded tokens)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
         "--plot",
@@ -49,6 +57,37 @@ def _check_options(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value}")
+
+
+def parse_cost(text: str | None) -> Any:
+    """``--cost``: JSON coefficients or ``transformer:D_MODEL,N_LAYERS[,D_FF[,VOCAB]]``.
+
+    >>> parse_cost('{"quadratic": 0.5}')
+    Cost(linear=1.0, quadratic=0.5, per_sequence=0.0)
+    >>> parse_cost("transformer:64,2").quadratic
+    768.0
+    """
+    from ..cost import Cost, as_cost
+
+    if text is None:
+        return None
+    kind, colon, rest = text.partition(":")
+    if colon and kind == "transformer":
+        parts = rest.split(",")
+        if not 2 <= len(parts) <= 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(
+                f"--cost transformer: takes D_MODEL,N_LAYERS[,D_FF[,VOCAB]] as ints, got {rest!r}"
+            )
+        shape = [int(p) for p in parts] + [0, 0]
+        return Cost.transformer(shape[0], shape[1], shape[2] or None, shape[3] or None)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError(
+            '--cost must be JSON coefficients such as \'{"linear": 1, "quadratic": 1e-4}\' or '
+            f"transformer:D_MODEL,N_LAYERS[,D_FF[,VOCAB]], got {text!r}"
+        ) from None
+    return as_cost(value, "--cost")
 
 
 def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
@@ -95,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     settings = strategy_settings(args.set)
+    cost = parse_cost(args.cost)
     if args.plot:
         check_output_paths(args, [args.plot], "--plot")
     lengths, name = load_lengths(args)
@@ -107,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         capacity=args.capacity,
         num_buckets=args.num_buckets,
         settings=settings,
+        cost=cost,
     )
     sweep = budget_sweep(lengths, [1024, 2048, 4096, 8192, 16384])
     if args.plot:
@@ -121,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 "strategies": [r.as_dict() for r in rows],
                 "token_budget_sweep": sweep,
                 "world_size": args.world_size,
+                "cost": None if cost is None else cost.as_dict(),
                 "not_run": not_run,
             },
             sys.stdout,
@@ -138,16 +180,21 @@ def run(args: argparse.Namespace) -> int:
     print()
     header = (
         f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
-        f"{'padding':>8} {'imbal.':>7} {'balanced':>8} {'plan':>9}  takeaway"
+        f"{'padding':>8} {'imbal.':>7} {'balanced':>8} {'work':>7} {'trend':>6} {'lag1':>6} "
+        f"{'plan':>9}  takeaway"
     )
     print(header)
     print("  " + "-" * (len(header) + 30))
     for r in rows:
         bal = f"{r.imbalance_balanced:.3f}" if r.imbalance_balanced is not None else "-"
         imb = f"{r.imbalance:.3f}" if r.imbalance is not None else "-"
+        work = f"{100 * r.real_work:.1f}%" if r.real_work is not None else "-"
+        trend = f"{r.length_trend:+.2f}" if r.length_trend is not None else "-"
+        lag1 = f"{r.length_lag1:+.2f}" if r.length_lag1 is not None else "-"
         print(
             f"  {r.strategy:<16} {r.setting:<32} {r.batches:>8,} {r.mean_sentences:>10.1f} "
-            f"{r.padding_pct:>7.2f}% {imb:>7} {bal:>8} {r.plan_ms:>7.1f}ms  {r.note}"
+            f"{r.padding_pct:>7.2f}% {imb:>7} {bal:>8} {work:>7} {trend:>6} {lag1:>6} "
+            f"{r.plan_ms:>7.1f}ms  {r.note}"
         )
     for skipped in not_run:
         print(f"  {skipped['strategy']:<16} not run: {skipped['reason']}")
@@ -162,6 +209,13 @@ def run(args: argparse.Namespace) -> int:
         "\n  padding: share of token slots that are padding (count x longest per batch; packing: "
         "rows x capacity)\n  imbal.: mean over steps of slowest/mean rank cost at world size "
         f"{args.world_size}; balanced: the same with balance=True"
+    )
+    units = "padded tokens" if cost is None else f"cost model {cost.as_dict()}"
+    print(
+        f"  costs in {units}; work: share of that cost spent on real tokens\n"
+        "  trend, lag1: correlation of step index with the step's mean length, and its lag-1 "
+        "autocorrelation\n  (near 0: lengths well mixed; group_by_length is HF's megabatch order, "
+        "a sawtooth: lag1 near 1)"
     )
     if args.plot:
         print(f"\n  plot written to {args.plot}")

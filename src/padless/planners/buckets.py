@@ -15,6 +15,7 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import budget_or_none, check_choice, positive, positive_or_none
+from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
@@ -136,16 +137,27 @@ def _bucket_figures(
     return count, longest.astype(np.int64)
 
 
-def _check_nonempty(sizes: np.ndarray, count: np.ndarray, longest: np.ndarray) -> None:
+def _check_nonempty(
+    sizes: np.ndarray, count: np.ndarray, longest: np.ndarray, what: str = "max_tokens"
+) -> None:
     """Raise when a bucket holds only empty sequences (max_tokens cannot size its batches)."""
     empty = np.flatnonzero((count > 0) & (longest == 0))
     if empty.size:
         i = int(np.flatnonzero(sizes == 0)[0])
         raise ValueError(
-            f"lengths must be positive with max_tokens: bucket {int(empty[0])} holds only "
+            f"lengths must be positive with {what}: bucket {int(empty[0])} holds only "
             f"empty sequences (length 0 at index {i}), which have no token cost to budget; "
             "drop empty sequences first, or pass batch_size instead"
         )
+
+
+def _zero_cost_budget(max_tokens: int | None, cost: Cost | None, max_cost: float | None) -> str:
+    """The budget that cannot size a bucket of empty sequences ("" when none)."""
+    if max_tokens is not None:
+        return "max_tokens"
+    if max_cost is not None and model_of(cost).per_sequence == 0:
+        return "max_cost (a cost model without per_sequence cost)"
+    return ""
 
 
 def _bucket_plan(
@@ -156,13 +168,24 @@ def _bucket_plan(
     multiple_of: int,
     seed: int,
     epoch: int,
+    cost: Cost | None = None,
+    max_cost: float | None = None,
 ) -> BatchPlan:
     """Plan over checked inputs (shared by the function and the sampler)."""
     n = sizes.shape[0]
     values, counts = _histogram(sizes)
     count, longest = _bucket_figures(values, counts, cuts)
     num = cuts.size + 1
-    if max_tokens is not None:
+    if max_cost is not None:
+        what = _zero_cost_budget(max_tokens, cost, max_cost)
+        if what:
+            _check_nonempty(sizes, count, longest, what)
+        # a batch pads to at most its bucket's longest: count × cost(longest) <= max_cost
+        raw = unit_limit(model_of(cost), longest, max_cost)
+        if max_tokens is not None:
+            raw = np.minimum(raw, max_tokens // np.maximum(longest, 1))
+        run_size = round_size(raw, multiple_of)
+    elif max_tokens is not None:
         _check_nonempty(sizes, count, longest)
         run_size = round_size(max_tokens // np.maximum(longest, 1), multiple_of)
     else:
@@ -189,7 +212,12 @@ def _bucket_plan(
 
 
 def _sizing(
-    boundaries: Any, num_buckets: Any, max_tokens: Any, batch_size: Any, multiple_of: Any
+    boundaries: Any,
+    num_buckets: Any,
+    max_tokens: Any,
+    batch_size: Any,
+    multiple_of: Any,
+    max_cost: float | None = None,
 ) -> tuple[np.ndarray | None, int | None, int | None, int | None, int]:
     cuts = None if boundaries is None else _check_boundaries(boundaries)
     num_buckets = positive_or_none("num_buckets", num_buckets)
@@ -199,7 +227,12 @@ def _sizing(
     if (cuts is None) == (num_buckets is None):
         got = "both" if cuts is not None else "neither"
         raise ValueError(f"pass exactly one of boundaries or num_buckets, got {got}")
-    if (max_tokens is None) == (batch_size is None):
+    if max_cost is not None and batch_size is not None:
+        raise ValueError(
+            "pass exactly one of max_tokens or batch_size (max_cost is a budget like "
+            "max_tokens and may join it), got max_cost and batch_size"
+        )
+    if max_cost is None and (max_tokens is None) == (batch_size is None):
         got = "both" if max_tokens is not None else "neither"
         raise ValueError(f"pass exactly one of max_tokens or batch_size, got {got}")
     return cuts, num_buckets, max_tokens, batch_size, multiple_of
@@ -215,6 +248,8 @@ def plan_buckets(
     multiple_of: int = 1,
     seed: int = 0,
     epoch: int = 0,
+    cost: Cost | None = None,
+    max_cost: float | None = None,
 ) -> BatchPlan:
     """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
 
@@ -233,6 +268,12 @@ def plan_buckets(
         batch_size: sequences per batch. Exactly one of the two.
         multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
         seed, epoch: the within-bucket shuffle, so batch membership changes between epochs.
+        cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
+            (``count × cost(longest)`` per batch); None counts padded tokens. Boundaries from
+            ``num_buckets`` still minimise padded tokens.
+        max_cost: budget in cost units: a bucket's batches hold
+            ``floor(max_cost / cost(bucket's longest))`` sequences (at least 1; the smaller
+            size when max_tokens is given too). Instead of, or beside, max_tokens.
 
     Returns:
         A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,
@@ -251,7 +292,7 @@ def plan_buckets(
     >>> [sorted(lens[b].tolist()) for b in plan]
     [[2, 2, 3], [8, 9, 10]]
     """
-    spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of)
+    spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost)
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
@@ -272,13 +313,22 @@ class Buckets(Spec):
     max_tokens: int | None = None
     batch_size: int | None = None
     multiple_of: int = 1
+    cost: Cost | None = None
+    max_cost: float | None = None
 
     name = "buckets"
     sampler_name = "BucketSampler"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", as_cost(self.cost))
+        object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
         cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
-            self.boundaries, self.num_buckets, self.max_tokens, self.batch_size, self.multiple_of
+            self.boundaries,
+            self.num_buckets,
+            self.max_tokens,
+            self.batch_size,
+            self.multiple_of,
+            self.max_cost,
         )
         settings = {
             "boundaries": None if cuts is None else tuple(int(c) for c in cuts),
@@ -293,6 +343,9 @@ class Buckets(Spec):
     def bind(self, lengths: np.ndarray) -> BucketPlanner:
         return BucketPlanner(self, lengths)
 
+    def as_dict(self) -> dict[str, Any]:
+        return cost_settings(self, super().as_dict())
+
 
 class BucketPlanner(Planner):
     """:class:`Buckets` bound to lengths: boundaries resolved (fitted) and checked once."""
@@ -306,14 +359,32 @@ class BucketPlanner(Planner):
         else:
             cuts = bucket_boundaries(lengths, spec.num_buckets or 1)
         self.boundaries = cuts
-        if spec.max_tokens is not None:
-            _check_nonempty(self.sizes, *_bucket_figures(*_histogram(self.sizes), cuts))
+        what = _zero_cost_budget(spec.max_tokens, spec.cost, spec.max_cost)
+        if what:
+            figures = _bucket_figures(*_histogram(self.sizes), cuts)
+            _check_nonempty(self.sizes, *figures, what)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
         return _bucket_plan(
-            self.sizes, self.boundaries, s.max_tokens, s.batch_size, s.multiple_of, seed, epoch
+            self.sizes,
+            self.boundaries,
+            s.max_tokens,
+            s.batch_size,
+            s.multiple_of,
+            seed,
+            epoch,
+            s.cost,
+            s.max_cost,
         )
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        if self.spec.cost is None:
+            return super().costs(plan)
+        from ..cost import padded_batch_costs
+
+        return padded_batch_costs(self.spec.cost, plan, self.sizes)
 
     def config(self) -> dict[str, Any]:
         return {**self.spec.as_dict(), "boundaries": self.boundaries.tolist()}
@@ -342,7 +413,9 @@ class BucketSampler(PlanSampler):
         max_tokens: int | None = None,
         batch_size: int | None = None,
         multiple_of: int = 1,
+        cost: Cost | None = None,
+        max_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of)
+        spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost)
         super().__init__(lengths, spec, **options)

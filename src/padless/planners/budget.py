@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _kernels as K
 from .._check import budget_or_none, check_choice, check_seed, positive
+from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..lengths import lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
@@ -78,6 +79,12 @@ class TokenBudget(Spec):
         multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
         oversize: "error" raises for a sequence longer than max_tokens; "drop" (or its alias
             "skip") leaves it out and lists it in ``plan.skipped``.
+        cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
+            (``balance=True`` groups steps by ``count × cost(longest)``); None counts padded
+            tokens, as before.
+        max_cost: budget in cost units: a batch also closes when ``count × cost(longest)``
+            would pass it (a sequence whose cost alone passes it is oversize). Without
+            ``cost`` it counts padded tokens.
 
     >>> spec = TokenBudget(max_tokens=9)
     >>> [b.tolist() for b in spec.plan([5, 3, 3, 8, 1])]
@@ -88,6 +95,8 @@ class TokenBudget(Spec):
     max_sentences: int | None = None
     multiple_of: int = 1
     oversize: str = "error"
+    cost: Cost | None = None
+    max_cost: float | None = None
 
     name = "token_budget"
     sampler_name = "TokenBudgetSampler"
@@ -99,9 +108,16 @@ class TokenBudget(Spec):
         )
         object.__setattr__(self, "multiple_of", positive("multiple_of", self.multiple_of))
         object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
+        object.__setattr__(self, "cost", as_cost(self.cost))
+        object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
+        if self.max_cost is not None:
+            return CostBudgetPlanner(self, lengths)
         return BudgetPlanner(self, lengths)
+
+    def as_dict(self) -> dict[str, Any]:
+        return cost_settings(self, super().as_dict())
 
     def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0, order: Any = None) -> BatchPlan:
         """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
@@ -164,12 +180,66 @@ class BudgetPlanner(Planner):
             )
         return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
 
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        if self.spec.cost is None:
+            return super().costs(plan)
+        from ..cost import padded_batch_costs
+
+        return padded_batch_costs(self.spec.cost, plan, self.sizes)
+
     def config(self) -> dict[str, Any]:
         # "skip" is the word states were fingerprinted with before "drop" became the one word
         cfg = self.spec.as_dict()
         if cfg["oversize"] == "drop":
             cfg["oversize"] = "skip"
         return cfg
+
+
+class CostBudgetPlanner(BudgetPlanner):
+    """:class:`TokenBudget` with ``max_cost``: the token plan's walk, cut again under both budgets.
+
+    The walk is the one the token budget takes (length order, or the order given), less the
+    sequences whose cost alone passes ``max_cost``; the greedy rule then closes a batch when
+    either budget (or ``max_sentences``) would break (``padless._kernels.cost.budget_cost_ends``).
+    """
+
+    def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        max_cost = float(spec.max_cost or 0.0)
+        self.units = model_of(spec.cost).of(self.sizes)
+        over = np.flatnonzero(self.units > max_cost)
+        if over.size and spec.oversize == "error":
+            i = int(over[0])
+            raise ValueError(
+                f"index {i} has length {int(self.sizes[i])}, whose cost "
+                f"{format_cost(float(self.units[i]))} exceeds max_cost={format_cost(max_cost)} "
+                f'({over.size} sequences do; pass oversize="drop" to leave such items out)'
+            )
+        self.cost_skipped = over
+        # self.skipped stays the token budget's (the token walk leaves those out)
+        self.all_skipped = np.union1d(self.skipped, over).astype(np.int64)
+
+    def _recut(self, plan: BatchPlan) -> BatchPlan:
+        from .._kernels import cost as KC
+
+        walk = plan.indices
+        if self.cost_skipped.size:
+            walk = walk[self.units[walk] <= float(self.spec.max_cost or 0.0)]
+        ends = KC.budget_cost_ends(
+            np.ascontiguousarray(self.sizes[walk]),
+            np.ascontiguousarray(self.units[walk]),
+            *self._limits(),
+            float(self.spec.max_cost or 0.0),
+        )
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        return BatchPlan(walk, offsets, skipped=self.all_skipped)
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        return self._recut(super().plan(seed, epoch))
+
+    def plan_order(self, order: np.ndarray) -> BatchPlan:
+        return self._recut(super().plan_order(order))
 
 
 def plan_token_budget(
@@ -182,6 +252,8 @@ def plan_token_budget(
     oversize: str = "error",
     seed: int = 0,
     epoch: int = 0,
+    cost: Cost | None = None,
+    max_cost: float | None = None,
 ) -> BatchPlan:
     """Batch sequences greedily under a padded-token budget, exactly as fairseq's ``batch_by_size``.
 
@@ -199,14 +271,16 @@ def plan_token_budget(
         oversize: "error" raises for a sequence longer than max_tokens; "drop" (or "skip")
             leaves it out and records it in ``plan.skipped``.
         seed, epoch: pick the tie-break stream when ``order`` is None.
+        cost, max_cost: a budget in cost units beside max_tokens (see :class:`TokenBudget`).
 
-    Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory.
+    Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory; with
+    ``max_cost`` one more compiled pass and N float64 costs.
 
     >>> plan = plan_token_budget([5, 3, 3, 8, 1], max_tokens=9)
     >>> [b.tolist() for b in plan]
     [[4, 2, 1], [0], [3]]
     """
-    spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize)
+    spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize, cost, max_cost)
     return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
 
 
@@ -231,7 +305,9 @@ class TokenBudgetSampler(PlanSampler):
         max_sentences: int | None = None,
         multiple_of: int = 1,
         oversize: str = "error",
+        cost: Cost | None = None,
+        max_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize)
+        spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize, cost, max_cost)
         super().__init__(lengths, spec, **options)

@@ -11,6 +11,7 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
+from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order
@@ -43,7 +44,7 @@ class SizeRule:
     sizes (already rounded to ``multiple_of``).
     """
 
-    __slots__ = ("batch_size", "max_tokens", "keys", "values", "multiple_of")
+    __slots__ = ("batch_size", "max_tokens", "keys", "values", "multiple_of", "cost", "max_cost")
 
     def __init__(
         self,
@@ -51,6 +52,8 @@ class SizeRule:
         max_tokens: int | None,
         schedule: list[tuple[int, int]] | None,
         multiple_of: int,
+        cost: Cost | None = None,
+        max_cost: float | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
@@ -58,6 +61,23 @@ class SizeRule:
         self.keys = np.array([k for k, _ in pairs], dtype=np.int64)
         self.values = np.array([v for _, v in pairs], dtype=np.int64)
         self.multiple_of = multiple_of
+        self.cost = cost
+        self.max_cost = max_cost
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether sizes come from a budget (``max_tokens`` and/or ``max_cost``)."""
+        return self.max_tokens is not None or self.max_cost is not None
+
+    def over(self, lengths: np.ndarray) -> np.ndarray:
+        """Mask of the lengths one sequence of which already passes a budget."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        out = np.zeros(lengths.shape, dtype=np.bool_)
+        if self.max_tokens is not None:
+            out |= lengths > self.max_tokens
+        if self.max_cost is not None:
+            out |= model_of(self.cost).of(lengths) > self.max_cost
+        return out
 
     @property
     def schedule(self) -> list[tuple[int, int]] | None:
@@ -67,18 +87,28 @@ class SizeRule:
         return [(int(k), int(v)) for k, v in zip(self.keys, self.values, strict=True)]
 
     def config(self) -> dict[str, Any]:
-        """JSON-safe settings (for fingerprints)."""
-        return {
+        """JSON-safe settings (for fingerprints; cost settings only when set)."""
+        out: dict[str, Any] = {
             "batch_size": self.batch_size,
             "max_tokens": self.max_tokens,
             "batch_sizes": self.schedule,
             "multiple_of": self.multiple_of,
         }
+        if self.cost is not None:
+            out["cost"] = self.cost.as_dict()
+        if self.max_cost is not None:
+            out["max_cost"] = self.max_cost
+        return out
 
     def sizes_for(self, lengths: np.ndarray) -> np.ndarray:
         """Batch size for each length (lengths must already pass :meth:`check_lengths`)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        if self.max_tokens is not None:
+        if self.max_cost is not None:
+            # a batch of one length costs count × cost(length): the most that fit max_cost
+            raw = unit_limit(model_of(self.cost), lengths, self.max_cost)
+            if self.max_tokens is not None:
+                raw = np.minimum(raw, self.max_tokens // np.maximum(lengths, 1))
+        elif self.max_tokens is not None:
             raw = self.max_tokens // np.maximum(lengths, 1)
         elif self.keys.size:
             step = np.searchsorted(self.keys, lengths, side="right") - 1
@@ -95,7 +125,20 @@ class SizeRule:
         """
         if sizes.size == 0:
             return
-        if self.max_tokens is not None:
+        if self.max_tokens is None and self.max_cost is not None:
+            if model_of(self.cost).per_sequence > 0:
+                return  # every sequence has a cost, empty ones included
+            bad = sizes == 0
+            if kept is not None:
+                bad &= kept
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    "lengths must be positive with max_cost when the cost model has no "
+                    f"per_sequence cost (an empty sequence costs nothing), got length 0 at index "
+                    f"{i}; drop empty sequences first, or give the cost a per_sequence term"
+                )
+        elif self.max_tokens is not None:
             bad = sizes == 0
             if kept is not None:
                 bad &= kept
@@ -146,16 +189,24 @@ def _check_schedule(batch_sizes: Any) -> list[tuple[int, int]]:
 
 
 def size_rule(
-    batch_size: Any = None, max_tokens: Any = None, batch_sizes: Any = None, multiple_of: Any = 1
+    batch_size: Any = None,
+    max_tokens: Any = None,
+    batch_sizes: Any = None,
+    multiple_of: Any = 1,
+    cost: Any = None,
+    max_cost: Any = None,
 ) -> SizeRule:
     """Check the three ways of sizing batches (exactly one) and return the rule.
 
     ``batch_size`` may accompany ``batch_sizes``: it is then the size below the smallest key.
+    ``max_cost`` is a budget like ``max_tokens`` and may join it (a batch then keeps both).
     """
     batch_size = positive_or_none("batch_size", batch_size)
     max_tokens = budget_or_none("max_tokens", max_tokens)
     schedule = None if batch_sizes is None else _check_schedule(batch_sizes)
     multiple_of = positive("multiple_of", multiple_of)
+    cost = as_cost(cost)
+    max_cost = check_max_cost("max_cost", max_cost)
     given = [
         name
         for name, value in (
@@ -165,16 +216,22 @@ def size_rule(
         )
         if value is not None
     ]
-    if not given:
+    if not given and max_cost is None:
         raise ValueError(
             "pass exactly one of batch_size, max_tokens or batch_sizes to size the batches, got none"
+        )
+    if max_cost is not None and (batch_size is not None or schedule is not None):
+        fixed = [g for g in given if g != "max_tokens"]
+        raise ValueError(
+            "pass exactly one of batch_size, max_tokens or batch_sizes (max_cost is a budget "
+            f"like max_tokens and may join it), got max_cost and {' and '.join(fixed)}"
         )
     if max_tokens is not None and len(given) > 1:
         raise ValueError(
             "pass exactly one of batch_size, max_tokens or batch_sizes "
             f"(batch_size may accompany batch_sizes), got {' and '.join(given)}"
         )
-    return SizeRule(batch_size, max_tokens, schedule, multiple_of)
+    return SizeRule(batch_size, max_tokens, schedule, multiple_of, cost, max_cost)
 
 
 # pooled leftovers × largest batch size up to which "merge" runs the least-padding DP (~0.1 s)
@@ -215,8 +272,8 @@ def _exact_plan(
     too_long = np.sort(rest[out])
     leftover, leftover_run = rest[~out], rest_run[~out]
     over_budget = 0
-    if rule.max_tokens is not None:
-        over_budget = int(counts[live][run_len[live] > rule.max_tokens].sum())
+    if rule.budgeted:
+        over_budget = int(counts[live][rule.over(run_len[live])].sum())
     info: dict[str, Any] = {
         "too_long": int(too_long.size),
         "leftover_items": 0,
@@ -275,6 +332,8 @@ def plan_exact_length(
     multiple_of: int = 1,
     seed: int = 0,
     epoch: int = 0,
+    cost: Cost | None = None,
+    max_cost: float | None = None,
 ) -> BatchPlan:
     """Batch sequences of exactly equal length together, so no batch needs padding.
 
@@ -308,6 +367,10 @@ def plan_exact_length(
             padding, nearly full batches; they come after the exact batches.
         multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
         seed, epoch: the within-length shuffle, so batch membership changes between epochs.
+        cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
+            (``count × cost(L)`` per batch); None counts padded tokens.
+        max_cost: budget in cost units: length L gets ``floor(max_cost / cost(L))`` sequences
+            (at least 1, as with max_tokens; the smaller of the two when both are given).
 
     Returns:
         A :class:`BatchPlan`; ``plan.info`` holds ``too_long``, ``leftover_items`` (items in
@@ -332,7 +395,15 @@ def plan_exact_length(
     ([[3, 3], [5, 5]], 2)
     """
     spec = ExactLength(
-        batch_size, max_tokens, batch_sizes, max_length, include_partial, leftovers, multiple_of
+        batch_size,
+        max_tokens,
+        batch_sizes,
+        max_length,
+        include_partial,
+        leftovers,
+        multiple_of,
+        cost,
+        max_cost,
     )
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
@@ -356,13 +427,22 @@ class ExactLength(Spec):
     include_partial: bool = True
     leftovers: str = "partial"
     multiple_of: int = 1
+    cost: Cost | None = None
+    max_cost: float | None = None
     _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
 
     name = "exact_length"
     sampler_name = "ExactLengthSampler"
 
     def __post_init__(self) -> None:
-        rule = size_rule(self.batch_size, self.max_tokens, self.batch_sizes, self.multiple_of)
+        rule = size_rule(
+            self.batch_size,
+            self.max_tokens,
+            self.batch_sizes,
+            self.multiple_of,
+            self.cost,
+            self.max_cost,
+        )
         leftovers, include_partial = leftover_mode(self.leftovers, self.include_partial)
         schedule = rule.schedule
         settings = {
@@ -373,6 +453,8 @@ class ExactLength(Spec):
             "include_partial": include_partial,
             "leftovers": leftovers,
             "multiple_of": rule.multiple_of,
+            "cost": rule.cost,
+            "max_cost": rule.max_cost,
             "_rule": rule,
         }
         for k, v in settings.items():
@@ -380,6 +462,9 @@ class ExactLength(Spec):
 
     def bind(self, lengths: np.ndarray) -> ExactPlanner:
         return ExactPlanner(self, lengths)
+
+    def as_dict(self) -> dict[str, Any]:
+        return cost_settings(self, super().as_dict())
 
 
 class ExactPlanner(Planner):
@@ -404,6 +489,14 @@ class ExactPlanner(Planner):
             seed,
             epoch,
         )
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        if self.spec.cost is None:
+            return super().costs(plan)
+        from ..cost import padded_batch_costs
+
+        return padded_batch_costs(self.spec.cost, plan, self.sizes)
 
     def config(self) -> dict[str, Any]:
         s = self.spec
@@ -441,9 +534,19 @@ class ExactLengthSampler(PlanSampler):
         include_partial: bool = True,
         leftovers: str = "partial",
         multiple_of: int = 1,
+        cost: Cost | None = None,
+        max_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = ExactLength(
-            batch_size, max_tokens, batch_sizes, max_length, include_partial, leftovers, multiple_of
+            batch_size,
+            max_tokens,
+            batch_sizes,
+            max_length,
+            include_partial,
+            leftovers,
+            multiple_of,
+            cost,
+            max_cost,
         )
         super().__init__(lengths, spec, **options)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -33,6 +33,7 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import positive, positive_or_none
+from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..lengths import lengths_of
 from ..plan import BatchPlan, PlanStats, _as_int64_vector
 from ..sampler import PlanSampler
@@ -314,6 +315,8 @@ def plan_packing(
     oversize: str = "error",
     seed: int = 0,
     epoch: int = 0,
+    cost: Cost | None = None,
+    max_row_cost: float | None = None,
 ) -> PackedPlan:
     """Pack sequences into rows of ``capacity`` tokens by best-fit decreasing over all of them.
 
@@ -336,6 +339,13 @@ def plan_packing(
             tokens; ``"drop"`` leaves it out (``plan.skipped``). ``plan.info`` reports
             ``split``/``pieces``, ``truncated``, ``dropped`` and ``tokens_lost``.
         seed, epoch: the tie-break stream and the row order.
+        cost: a :class:`padless.Cost` model (or its dict) for ``max_row_cost`` and for
+            balancing: a row costs ``Σ cost(lᵢ)`` plus its padding at the linear rate, a batch
+            the sum of its rows. None: a batch costs its real tokens, as before.
+        max_row_cost: most cost per row (padding included). A sequence goes to the best-fitting
+            row (by tokens) among those it keeps within the cap; a sequence whose row alone
+            would pass it is oversize ("error" or "drop"; "split" and "truncate" need a row of
+            ``capacity`` tokens of one sequence to fit the cap).
 
     Returns:
         A :class:`PackedPlan`; ``plan.info`` holds ``efficiency`` = real tokens ÷ (rows ×
@@ -353,7 +363,7 @@ def plan_packing(
     >>> plan.efficiency
     1.0
     """
-    spec = Packing(capacity, max_per_row, rows_per_batch, oversize)
+    spec = Packing(capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost)
     return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
 
 
@@ -365,15 +375,26 @@ def _pack(
     oversize: str,
     seed: int,
     epoch: int,
+    limit: int | None = None,
+    row_fit: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
 ) -> PackedPlan:
-    """Best-fit decreasing over checked sizes (see :func:`plan_packing`)."""
+    """Best-fit decreasing over checked sizes (see :func:`plan_packing`).
+
+    ``limit`` (<= capacity, for "error" and "drop") is the longest sequence a row takes;
+    ``row_fit`` places the walk's sizes into rows instead of ``best_fit_rows``.
+    """
     n = int(sizes.shape[0])
-    item_seq, item_piece, item_size, skipped, report = _items(sizes, capacity, oversize)
+    item_seq, item_piece, item_size, skipped, report = _items(
+        sizes, capacity if limit is None else limit, oversize
+    )
 
     # longest first, ties in random order
     order, starts = length_order(item_size, seed, epoch)
     walk_sizes = _descending_sizes(item_size, order, starts)
-    row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
+    if row_fit is None:
+        row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
+    else:
+        row_of, num_rows = row_fit(walk_sizes)
 
     # row order: shuffled per epoch; inside each batch, rows in the order they opened
     final = _rng.rng(seed, epoch, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
@@ -564,6 +585,8 @@ class Packing(Spec):
     max_per_row: int | None = None
     rows_per_batch: int = 1
     oversize: str = "error"
+    cost: Cost | None = None
+    max_row_cost: float | None = None
 
     name = "packing"
     sampler_name = "PackingSampler"
@@ -573,9 +596,47 @@ class Packing(Spec):
         object.__setattr__(self, "max_per_row", positive_or_none("max_per_row", self.max_per_row))
         object.__setattr__(self, "rows_per_batch", positive("rows_per_batch", self.rows_per_batch))
         object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
+        object.__setattr__(self, "cost", as_cost(self.cost))
+        cap = check_max_cost("max_row_cost", self.max_row_cost)
+        object.__setattr__(self, "max_row_cost", cap)
+        if cap is not None:
+            model = model_of(self.cost)
+            empty = model.linear * self.capacity
+            if empty > cap:
+                raise ValueError(
+                    f"max_row_cost must be at least the cost of a row of padding, "
+                    f"cost.linear × capacity = {format_cost(empty)}, got {format_cost(cap)}"
+                )
+            full = model.packed([self.capacity], capacity=self.capacity)
+            if self.oversize in ("split", "truncate") and full > cap:
+                raise ValueError(
+                    f"max_row_cost must be at least {format_cost(full)} (a row holding one "
+                    f'sequence of capacity={self.capacity} tokens) with oversize="{self.oversize}", '
+                    f'whose pieces fill whole rows, got {format_cost(cap)}; use oversize="drop" '
+                    'or "error" for a tighter cap'
+                )
 
     def bind(self, lengths: np.ndarray) -> PackPlanner:
         return PackPlanner(self, lengths)
+
+    def as_dict(self) -> dict[str, Any]:
+        return cost_settings(self, super().as_dict())
+
+    def longest_in_row(self) -> int:
+        """The longest sequence a row takes: ``capacity``, or less where ``max_row_cost``
+        cannot pay for a row of one longer sequence."""
+        if self.max_row_cost is None:
+            return self.capacity
+        model = model_of(self.cost)
+        base, cap = model.linear * self.capacity, self.max_row_cost
+        lo, hi = 0, self.capacity  # fits(lo) holds (a row of padding fits, checked above)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if base + float(model.extra([mid])[0]) > cap:
+                hi = mid - 1
+            else:
+                lo = mid
+        return lo
 
 
 class PackPlanner(Planner):
@@ -587,17 +648,59 @@ class PackPlanner(Planner):
         super().__init__(spec, lengths)
         if spec.oversize == "error":
             oversize_error(self.sizes, spec.capacity)
+        self.limit = spec.longest_in_row()
+        if spec.oversize == "error" and self.limit < spec.capacity:
+            over = np.flatnonzero(self.sizes > self.limit)
+            if over.size:
+                i = int(over[0])
+                row = model_of(spec.cost).packed([int(self.sizes[i])], capacity=spec.capacity)
+                raise ValueError(
+                    f"index {i} has length {int(self.sizes[i])}: a row holding it costs "
+                    f"{format_cost(row)}, which exceeds max_row_cost="
+                    f"{format_cost(float(spec.max_row_cost or 0.0))} ({over.size} sequences "
+                    f'are longer than {self.limit}; pass oversize="drop" to leave them out)'
+                )
 
     def plan(self, seed: int, epoch: int) -> PackedPlan:
         s = self.spec
+        if s.max_row_cost is None:
+            return _pack(
+                self.sizes, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
+            )
+        from .._kernels import cost as KC
+
+        model = model_of(s.cost)
+        base, cap = model.linear * s.capacity, float(s.max_row_cost)
+
+        def fit(walk_sizes: np.ndarray) -> tuple[np.ndarray, int]:
+            extras = model.extra(walk_sizes)
+            row_of, rows = KC.best_fit_rows_cost(
+                walk_sizes, extras, s.capacity, s.max_per_row or 0, base, cap
+            )
+            return row_of, int(rows)
+
+        limit = self.limit if s.oversize in ("error", "drop") else None
         return _pack(
-            self.sizes, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
+            self.sizes,
+            s.capacity,
+            s.max_per_row,
+            s.rows_per_batch,
+            s.oversize,
+            seed,
+            epoch,
+            limit=limit,
+            row_fit=fit,
         )
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Packed cost of each batch: the real tokens it holds."""
+        """Packed cost of each batch: the real tokens it holds; with a cost model, its rows'
+        cost (``Σ cost(lᵢ)`` plus padding at the linear rate, per row)."""
         if not isinstance(plan, PackedPlan):
             raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
+        if self.spec.cost is not None:
+            from ..cost import packed_batch_costs
+
+            return packed_batch_costs(self.spec.cost, plan)
         csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
         np.cumsum(plan.piece_lengths, out=csum[1:])
         return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
@@ -644,11 +747,13 @@ class PackingSampler(PlanSampler):
 
     Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
     the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,
-    tail policy, balance and resume. With ``balance=True`` the cost of a batch is its real tokens.
+    tail policy, balance and resume. With ``balance=True`` the cost of a batch is its real tokens
+    (with ``cost=``, its rows' cost in that model).
 
     Args:
         lengths: (N,) or (N, F) lengths, exactly the token counts of the dataset items.
-        capacity, max_per_row, rows_per_batch, oversize: see :func:`plan_packing`.
+        capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost: see
+            :func:`plan_packing`.
         shuffle, seed, rank, world_size, drop_last, balance: see the sampler base.
 
     >>> s = PackingSampler([6, 2, 5, 3, 7, 1], capacity=8, seed=1)
@@ -664,9 +769,11 @@ class PackingSampler(PlanSampler):
         max_per_row: int | None = None,
         rows_per_batch: int = 1,
         oversize: str = "error",
+        cost: Cost | None = None,
+        max_row_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Packing(capacity, max_per_row, rows_per_batch, oversize)
+        spec = Packing(capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost)
         super().__init__(lengths, spec, **options)
         self.spec: Packing = spec
 

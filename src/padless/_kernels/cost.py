@@ -1,0 +1,301 @@
+"""Cost models: budgets in cost units, per-batch costs, best fit under a row cost cap.
+
+A cost model gives every sequence a float64 cost (``padless.Cost``: ``per_sequence + linear·l
++ quadratic·l²``), computed once by the caller and passed in as an array: a kernel never
+evaluates the model itself, so every kernel and its reference add and multiply the same
+numbers in the same order and agree bit for bit.
+
+- A **padded** batch costs ``count × max unit cost`` (every row pays for its longest member;
+  the model is non-decreasing in the length, so the longest has the largest cost).
+- A **packed** row costs ``base + Σ extra`` over its entries, summed left to right from 0.0, where
+  ``base = linear · capacity`` (every slot of the row goes through the linear layers, padding
+  included) and ``extra = per_sequence + quadratic · l²`` (attention, per sequence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._sat import mul_exceeds
+from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set
+
+
+@njit(cache=True)
+def budget_cost_ends(sizes, units, max_tokens, max_sentences, multiple, max_cost):  # fmt: skip  # pragma: no cover
+    """fairseq's greedy token-budget rule with one more limit: ``count × max unit ≤ max_cost``.
+
+    ``sizes`` (int64) and ``units`` (float64, each item's cost) are in walk order. The open batch
+    ``[start, cut)`` grows by a tail ``[cut, pos]`` that joins it when the union is small
+    (< multiple) or a multiple of ``multiple``. When batch + tail breaks a limit (0 = none), the
+    batch closes and the tail opens the next one; if the tail alone (with the new item) breaks
+    max_tokens or max_cost, the tail without the new item closes too. Items must each fit both
+    budgets alone. With ``max_cost = 0`` the ends are exactly those of ``budget_ends``.
+    """
+    n = sizes.shape[0]
+    ends = np.empty(n + 1, np.int64)
+    closed, start, cut = 0, 0, 0
+    batch_max, tail_max = sizes.dtype.type(0), sizes.dtype.type(0)
+    batch_u, tail_u = 0.0, 0.0
+    for pos in range(n):
+        s = sizes[pos]
+        u = units[pos]
+        if s > tail_max:
+            tail_max = s
+        if u > tail_u:
+            tail_u = u
+        count = pos + 1 - start
+        longest = batch_max if batch_max > tail_max else tail_max
+        umax = batch_u if batch_u > tail_u else tail_u
+        over = (max_sentences > 0 and count > max_sentences) or (
+            max_tokens > 0 and mul_exceeds(count, longest, max_tokens)
+        )
+        if not over and max_cost > 0.0:
+            over = count * umax > max_cost
+        if over:
+            ends[closed] = cut
+            closed += 1
+            left = pos + 1 - cut
+            alone = max_tokens > 0 and mul_exceeds(left, tail_max, max_tokens)
+            if not alone and max_cost > 0.0:
+                alone = left * tail_u > max_cost
+            if alone:
+                ends[closed] = pos
+                closed += 1
+                tail_max = s
+                tail_u = u
+                start = pos
+            else:
+                start = cut
+            cut = pos + 1
+            batch_max = tail_max
+            batch_u = tail_u
+            tail_max = 0
+            tail_u = 0.0
+        elif count < multiple or count % multiple == 0:
+            cut = pos + 1
+            batch_max = longest
+            batch_u = umax
+            tail_max = 0
+            tail_u = 0.0
+    if cut > start:
+        ends[closed] = cut
+        closed += 1
+    if n > cut:
+        ends[closed] = n
+        closed += 1
+    return ends[:closed].copy()
+
+
+def budget_cost_ends_reference(
+    sizes: np.ndarray,
+    units: np.ndarray,
+    max_tokens: int,
+    max_sentences: int,
+    multiple: int,
+    max_cost: float,
+) -> np.ndarray:
+    """The same rule with Python lists, one batch and one tail at a time."""
+
+    def over_tokens(items: list[int]) -> bool:
+        return max_tokens > 0 and len(items) * max(int(sizes[i]) for i in items) > max_tokens
+
+    def over_cost(items: list[int]) -> bool:
+        return max_cost > 0.0 and len(items) * max(float(units[i]) for i in items) > max_cost
+
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    tail: list[int] = []
+    for pos in range(len(sizes)):
+        tail.append(pos)
+        union = batch + tail
+        too_many = max_sentences > 0 and len(union) > max_sentences
+        if too_many or over_tokens(union) or over_cost(union):
+            batches.append(batch)
+            if over_tokens(tail) or over_cost(tail):
+                batches.append(tail[:-1])
+                tail = tail[-1:]
+            batch, tail = tail, []
+        elif len(union) < multiple or len(union) % multiple == 0:
+            batch, tail = union, []
+    batches.extend(part for part in (batch, tail) if part)
+    ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
+    return ends if len(ends) else np.zeros(0, np.int64)
+
+
+@njit(cache=True)
+def padded_batch_costs(units, offsets):  # pragma: no cover - compiled
+    """``count × max unit`` of each segment ``units[offsets[b]:offsets[b + 1]]`` (0.0 if empty)."""
+    nb = offsets.shape[0] - 1
+    out = np.zeros(nb, np.float64)
+    for b in range(nb):
+        m = 0.0
+        for i in range(offsets[b], offsets[b + 1]):
+            if units[i] > m:
+                m = units[i]
+        out[b] = (offsets[b + 1] - offsets[b]) * m
+    return out
+
+
+def padded_batch_costs_reference(units: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    out = [
+        (int(b) - int(a)) * max([0.0, *(float(u) for u in units[a:b])])
+        for a, b in zip(offsets[:-1], offsets[1:], strict=True)
+    ]
+    return np.array(out, dtype=np.float64)
+
+
+@njit(cache=True)
+def packed_batch_costs(extras, row_bounds, row_offsets, base):  # pragma: no cover - compiled
+    """Σ over a batch's rows of ``base + Σ extras`` (each row summed left to right from 0.0).
+
+    Row ``r`` is entries ``row_bounds[r]:row_bounds[r + 1]``; batch ``b`` is rows
+    ``row_offsets[b]:row_offsets[b + 1]``.
+    """
+    nb = row_offsets.shape[0] - 1
+    out = np.zeros(nb, np.float64)
+    for b in range(nb):
+        total = 0.0
+        for r in range(row_offsets[b], row_offsets[b + 1]):
+            acc = 0.0
+            for e in range(row_bounds[r], row_bounds[r + 1]):
+                acc += extras[e]
+            total += base + acc
+        out[b] = total
+    return out
+
+
+def packed_batch_costs_reference(
+    extras: np.ndarray, row_bounds: np.ndarray, row_offsets: np.ndarray, base: float
+) -> np.ndarray:
+    rows = []
+    for lo, hi in zip(row_bounds[:-1], row_bounds[1:], strict=True):
+        acc = 0.0
+        for e in extras[lo:hi]:
+            acc += float(e)
+        rows.append(base + acc)
+    out = []
+    for lo, hi in zip(row_offsets[:-1], row_offsets[1:], strict=True):
+        total = 0.0
+        for c in rows[lo:hi]:
+            total += c
+        out.append(total)
+    return np.array(out, dtype=np.float64)
+
+
+@njit(cache=True)
+def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost):  # fmt: skip  # pragma: no cover
+    """Best fit by tokens among the rows whose cost stays within ``max_row_cost``.
+
+    Items come in the order given (longest first, so ``extras`` never increase). Each item
+    goes to the open row with the smallest remaining space >= its size *whose cost after it,*
+    ``base + (used + extra)``, *is at most* ``max_row_cost``; among rows of equal remaining space,
+    the one that reached it last is tried first. No such row: it opens a new one (each item
+    must fit an empty row). A row closes when it holds ``max_per_row`` items (0: no cap) or
+    cannot take even the last (smallest) item's extra. Returns ``(row_of, num_rows)``, rows
+    numbered in the order they open. With a cap no row reaches, the rows are exactly those of
+    ``best_fit_rows``. Cost: O(log_64 capacity) per placement plus the rows passed over for
+    their cost.
+    """
+    n = sizes.shape[0]
+    floor = extras[n - 1] if n else 0.0
+    offs, nbits, total = _bit_levels(capacity + 1)
+    words = np.zeros(total, np.uint64)
+    head = np.full(capacity + 1, -1, np.int64)
+    room = 64
+    below = np.empty(room, np.int64)
+    count = np.empty(room, np.int64)
+    used = np.empty(room, np.float64)
+    row_of = np.empty(n, np.int64)
+    rows = 0
+    for i in range(n):
+        s = sizes[i]
+        e = extras[i]
+        row = -1
+        r = _bits_next(words, offs, nbits, s)
+        while r >= 0:
+            prev = -1
+            cand = head[r]
+            while cand >= 0 and base + (used[cand] + e) > max_row_cost:
+                prev = cand
+                cand = below[cand]
+            if cand >= 0:
+                row = cand
+                if prev < 0:
+                    head[r] = below[cand]
+                    if head[r] < 0:
+                        _bits_clear(words, offs, r)
+                else:
+                    below[prev] = below[cand]
+                break
+            r = _bits_next(words, offs, nbits, r + 1)
+        if row < 0:
+            if rows == room:
+                room *= 2
+                grown = np.empty(room, np.int64)
+                grown[:rows] = below[:rows]
+                below = grown
+                grown = np.empty(room, np.int64)
+                grown[:rows] = count[:rows]
+                count = grown
+                grown_f = np.empty(room, np.float64)
+                grown_f[:rows] = used[:rows]
+                used = grown_f
+            row = rows
+            rows += 1
+            left = capacity - s
+            count[row] = 1
+            used[row] = 0.0 + e
+        else:
+            left = r - s
+            count[row] += 1
+            used[row] = used[row] + e
+        row_of[i] = row
+        if (max_per_row == 0 or count[row] < max_per_row) and not (
+            base + (used[row] + floor) > max_row_cost
+        ):
+            below[row] = head[left]
+            if head[left] < 0:
+                _bits_set(words, offs, left)
+            head[left] = row
+    return row_of, rows
+
+
+def best_fit_rows_cost_reference(
+    sizes: np.ndarray,
+    extras: np.ndarray,
+    capacity: int,
+    max_per_row: int,
+    base: float,
+    max_row_cost: float,
+) -> tuple[np.ndarray, int]:
+    """The same rule with a dict of Python lists, scanning every remaining space."""
+    floor = float(extras[-1]) if len(extras) else 0.0
+    stacks: dict[int, list[int]] = {}
+    counts: list[int] = []
+    used: list[float] = []
+    row_of = []
+    for s, e in zip((int(x) for x in sizes), (float(x) for x in extras), strict=True):
+        row = -1
+        for r in sorted(k for k, v in stacks.items() if k >= s and v):
+            stack = stacks[r]
+            for j in range(len(stack) - 1, -1, -1):  # the top of the stack first
+                if not base + (used[stack[j]] + e) > max_row_cost:
+                    row = stack.pop(j)
+                    break
+            if row >= 0:
+                left = r - s
+                counts[row] += 1
+                used[row] = used[row] + e
+                break
+        if row < 0:
+            row = len(counts)
+            counts.append(1)
+            used.append(0.0 + e)
+            left = capacity - s
+        row_of.append(row)
+        if (max_per_row == 0 or counts[row] < max_per_row) and not (
+            base + (used[row] + floor) > max_row_cost
+        ):
+            stacks.setdefault(left, []).append(row)
+    return np.array(row_of, dtype=np.int64), len(counts)

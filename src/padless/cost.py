@@ -1,0 +1,306 @@
+"""Cost models: what a batch costs the accelerator, for budgets and for balancing ranks.
+
+padless counts cost in padded tokens (count × longest) unless told otherwise: what memory pays.
+Time pays more for long sequences, since attention grows with the square of each sequence's
+length. A :class:`Cost` says how much: ``cost(l) = per_sequence + linear·l + quadratic·l²``.
+Every spec takes it (``cost=``), budgets in its units (``max_cost=``, ``Packing(max_row_cost=)``)
+and balances steps by it (``balance=True``).
+
+- A **padded** batch pays its longest member for every row: ``count × cost(longest)``.
+- A **packed** row (varlen attention) pays ``Σ cost(lᵢ)`` over its sequences plus its padding at
+  the linear rate: ``linear·capacity + Σ (per_sequence + quadratic·lᵢ²)``.
+
+The arithmetic is float64, always in the same order (see :mod:`padless._kernels.cost`), so a
+budget checked by a kernel holds when checked again by :meth:`Cost.padded`/:meth:`Cost.packed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._check import check_real
+
+__all__ = ["Cost", "as_cost", "check_max_cost"]
+
+COST_FIELDS = ("cost", "max_cost", "max_row_cost")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """The cost of a sequence of length ``l``: ``per_sequence + linear·l + quadratic·l²``.
+
+    Coefficients are non-negative finite numbers, not all zero (the default, ``linear=1.0``,
+    counts tokens). Units are yours: tokens, FLOPs (:meth:`transformer`), milliseconds fitted
+    to a profile. Inside a spec it is stored as given and written as a dict
+    (``spec.as_dict()["cost"]``), which the spec reads back.
+
+    >>> c = Cost(linear=1.0, quadratic=0.01)
+    >>> c.of(100), c.padded([100, 20, 50]), c.packed([100, 20, 50], capacity=200)
+    (200.0, 600.0, 329.0)
+
+    Cost: O(1) per sequence.
+    """
+
+    linear: float = 1.0
+    quadratic: float = 0.0
+    per_sequence: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("linear", "quadratic", "per_sequence"):
+            value = check_real(f"cost.{name}", getattr(self, name), positive_only=False)
+            if value < 0:
+                raise ValueError(f"cost.{name} must be a non-negative number, got {value!r}")
+            object.__setattr__(self, name, value)
+        if self.linear == 0 and self.quadratic == 0 and self.per_sequence == 0:
+            raise ValueError(
+                "cost must have a positive coefficient (linear, quadratic or per_sequence), "
+                "got all zero"
+            )
+
+    # ------------------------------------------------------------------ per sequence
+    def of(self, lengths: Any) -> Any:
+        """Cost of each length (float64 array), or of one length (a float).
+
+        >>> Cost(quadratic=1.0).of([1, 2, 3]).tolist()
+        [2.0, 6.0, 12.0]
+        """
+        arr = _lengths_array(lengths)
+        lf = arr.astype(np.float64)
+        out = (self.per_sequence + self.linear * lf) + self.quadratic * (lf * lf)
+        return float(out) if np.ndim(lengths) == 0 else out
+
+    def extra(self, lengths: Any) -> np.ndarray:
+        """What a sequence adds to a packed row beyond the row's linear cost:
+        ``per_sequence + quadratic·l²`` (float64 array)."""
+        lf = _lengths_array(lengths).astype(np.float64).reshape(-1)
+        return self.per_sequence + self.quadratic * (lf * lf)
+
+    # ------------------------------------------------------------------ per batch
+    def padded(self, lengths: Any) -> float:
+        """Cost of a padded batch of these lengths: ``count × cost(longest)`` (0.0 if empty).
+
+        >>> Cost(quadratic=1.0).padded([3, 1])
+        24.0
+        """
+        units = np.atleast_1d(self.of(lengths))
+        return float(units.size * units.max()) if units.size else 0.0
+
+    def packed(self, lengths: Any, *, capacity: int | None = None) -> float:
+        """Cost of one packed row of these lengths (varlen attention: no cross-sequence term).
+
+        With ``capacity`` the row is padded to it and the padding pays the linear rate:
+        ``linear·capacity + Σ (per_sequence + quadratic·lᵢ²)``, summed left to right (what the
+        packing planner checks ``max_row_cost`` with). Without, ``Σ cost(lᵢ)`` (a flattened
+        batch with no padding).
+
+        >>> Cost(quadratic=1.0).packed([3, 1]), Cost(quadratic=1.0).packed([3, 1], capacity=8)
+        (14.0, 18.0)
+        """
+        lens = _lengths_array(lengths).reshape(-1)
+        if capacity is None:
+            return float(np.cumsum(self.of(lens))[-1]) if lens.size else 0.0
+        from ._check import positive
+
+        capacity = positive("capacity", capacity)
+        if lens.size and int(lens.sum()) > capacity:
+            raise ValueError(
+                f"lengths must fit in capacity={capacity} tokens, got {int(lens.sum())}"
+            )
+        acc = float(np.cumsum(self.extra(lens))[-1]) if lens.size else 0.0
+        return self.linear * capacity + acc
+
+    # ------------------------------------------------------------------ records
+    def as_dict(self) -> dict[str, float]:
+        """The coefficients as a JSON-safe dict: ``Cost(**c.as_dict()) == c``."""
+        return {
+            "linear": self.linear,
+            "quadratic": self.quadratic,
+            "per_sequence": self.per_sequence,
+        }
+
+    @classmethod
+    def transformer(
+        cls,
+        d_model: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        vocab: int | None = None,
+        causal: bool = True,
+    ) -> Cost:
+        """Training FLOPs (forward + backward) of a decoder or encoder transformer, per sequence.
+
+        Derivation. A matrix product ``(l × m) @ (m × k)`` costs ``2·l·m·k`` FLOPs forward and
+        twice that backward (the input's gradient and the weight's), so a weight matrix of
+        ``m·k`` parameters costs ``6·m·k`` FLOPs per token in training. Per layer the
+        projections Q, K, V, O hold ``4·d²`` parameters and the MLP ``2·d·d_ff``; the language
+        model head (``vocab`` given) ``d·vocab``; embeddings are lookups (no FLOPs). Hence
+
+        - ``linear = 6·(n_layers·(4·d² + 2·d·d_ff) + d·vocab)`` FLOPs per token (the familiar
+          "6 × non-embedding parameters", plus the head);
+        - attention multiplies ``Q·Kᵀ`` and ``P·V``: ``2·l²·d`` FLOPs each forward per layer,
+          so ``12·l²·d`` per layer in training: ``quadratic = 12·n_layers·d``, halved with
+          ``causal=True`` (kernels such as FlashAttention skip the masked half; a dense
+          masked product does not);
+        - ``per_sequence = 0``. Norms, softmax and activations (O(l·d)) are left out.
+
+        ``d_ff`` defaults to ``4·d_model``; for a gated MLP (SwiGLU: three matrices of
+        ``d × hidden``) pass ``d_ff = 1.5 × hidden``. Checked against
+        ``torch.utils.flop_counter.FlopCounterMode`` on a small model (tests/test_cost.py):
+        equal to 0.1% with dense attention.
+
+        >>> c = Cost.transformer(4096, 32, d_ff=int(1.5 * 11008), vocab=32000)
+        >>> f"{c.linear:.3g} FLOPs/token, attention {c.quadratic * 8192 / c.linear:.0%} at 8k"
+        '3.96e+10 FLOPs/token, attention 16% at 8k'
+        """
+        from ._check import check_bool, positive, positive_or_none
+
+        d = positive("d_model", d_model)
+        layers = positive("n_layers", n_layers)
+        ff = positive_or_none("d_ff", d_ff)
+        ff = 4 * d if ff is None else ff
+        v = positive_or_none("vocab", vocab) or 0
+        causal = check_bool("causal", causal)
+        linear = 6.0 * (layers * (4.0 * d * d + 2.0 * d * ff) + float(d) * v)
+        quadratic = 12.0 * layers * d * (0.5 if causal else 1.0)
+        return cls(linear=linear, quadratic=quadratic, per_sequence=0.0)
+
+
+def _lengths_array(lengths: Any) -> np.ndarray:
+    arr = np.asarray(lengths)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        if arr.size == 0:
+            return np.zeros(arr.shape, np.int64)
+        raise TypeError(f"lengths must be ints, got dtype {arr.dtype}")
+    if arr.size and int(arr.min()) < 0:
+        raise ValueError(f"lengths must be non-negative, got {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+def as_cost(value: Any, name: str = "cost") -> Cost | None:
+    """``None``, a :class:`Cost`, or its dict (``spec.as_dict()["cost"]``) → ``Cost | None``.
+
+    >>> as_cost({"quadratic": 0.5}) == Cost(quadratic=0.5)
+    True
+    """
+    if value is None or isinstance(value, Cost):
+        return value
+    if isinstance(value, Mapping):
+        known = {f.name for f in dataclasses.fields(Cost)}
+        unknown = sorted(str(k) for k in value if k not in known)
+        if unknown:
+            raise ValueError(
+                f"{name} must be a padless.Cost or a dict with keys {sorted(known)}, got "
+                f"unknown keys {unknown}"
+            )
+        return Cost(**value)
+    raise TypeError(
+        f"{name} must be a padless.Cost (e.g. padless.Cost(quadratic=1e-4)) or its dict, got "
+        f"{type(value).__name__} {value!r:.60}"
+    )
+
+
+def check_max_cost(name: str, value: Any) -> float | None:
+    """An optional budget in cost units: a positive finite number (kept as a float)."""
+    if value is None:
+        return None
+    return check_real(name, value)
+
+
+def cost_settings(spec: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """A spec's ``as_dict`` with its cost settings JSON-safe, and left out while unset.
+
+    Leaving unset cost settings out keeps every record made before cost models existed
+    (state fingerprints, saved plans, stream states) the same.
+    """
+    out = dict(settings)
+    for key in COST_FIELDS:
+        if key not in out:
+            continue
+        value = getattr(spec, key)
+        if value is None:
+            del out[key]
+        elif isinstance(value, Cost):
+            out[key] = value.as_dict()
+    return out
+
+
+def model_of(cost: Cost | None) -> Cost:
+    """The cost model in force: the given one, or padded tokens (``Cost()``)."""
+    return Cost() if cost is None else cost
+
+
+# ---------------------------------------------------------------------------------- plans
+
+
+def padded_batch_costs(cost: Cost, plan: Any, sizes: np.ndarray) -> np.ndarray:
+    """``count × cost(longest)`` of every batch of a padded plan (float64).
+
+    Cost: one pass over the plan's entries.
+    """
+    from ._kernels import cost as KC
+
+    if len(plan) == 0:
+        return np.zeros(0, dtype=np.float64)
+    units = cost.of(np.ascontiguousarray(sizes[plan.indices]))
+    return KC.padded_batch_costs(units, plan.offsets)
+
+
+def packed_batch_costs(cost: Cost, plan: Any) -> np.ndarray:
+    """Cost of every batch of a :class:`~padless.PackedPlan`: its rows, padded to capacity.
+
+    Cost: one pass over the plan's entries.
+    """
+    from ._kernels import cost as KC
+
+    if len(plan) == 0:
+        return np.zeros(0, dtype=np.float64)
+    extras = cost.extra(plan.piece_lengths)
+    base = cost.linear * plan.capacity
+    return KC.packed_batch_costs(extras, plan.rows.offsets, plan.row_offsets, base)
+
+
+def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
+    """Share of a plan's cost that is real work: ``Σ cost(lᵢ)`` over its sequences ÷ what its
+    batches cost (padded: count × cost(longest); packed: rows padded to capacity). Without a
+    cost model, in padded tokens (1 − padding fraction). 1.0 for an empty plan.
+
+    Cost: one pass over the plan's entries.
+    """
+    from .planners.packing import PackedPlan
+
+    model = model_of(cost)
+    if len(plan) == 0:
+        return 1.0
+    if isinstance(plan, PackedPlan):
+        lens = plan.piece_lengths
+        total = float(packed_batch_costs(model, plan).sum())
+    else:
+        lens = sizes[plan.indices]
+        total = float(padded_batch_costs(model, plan, sizes).sum())
+    real = float(model.of(lens).sum()) if lens.size else 0.0
+    return real / total if total > 0 else 1.0
+
+
+def unit_limit(cost: Cost, lengths: np.ndarray, max_cost: float) -> np.ndarray:
+    """Most sequences of each length a padded batch holds within ``max_cost`` (at least 0).
+
+    ``k = floor(max_cost / cost(l))``, corrected by one where the float product ``k·cost(l)``
+    would still pass ``max_cost``; lengths of zero cost get 2**62 (no limit).
+    """
+    units = cost.of(np.asarray(lengths, dtype=np.int64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.floor(max_cost / units)
+    raw = np.where(units > 0, np.minimum(raw, float(1 << 62)), float(1 << 62))
+    k = raw.astype(np.int64)
+    k = np.where((units > 0) & (k * units > max_cost), k - 1, k)
+    return np.maximum(k, 0)
+
+
+def format_cost(value: float) -> str:
+    """``1.2e+15`` style for big figures, plain for small ones (for messages)."""
+    return f"{value:.6g}" if math.isfinite(value) else str(value)
