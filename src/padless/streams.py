@@ -196,6 +196,7 @@ def _objects(items: list[Any]) -> np.ndarray:
 
 
 _NO_OBJECTS = np.zeros(0, dtype=object)
+_BOOLS = frozenset({bool, np.bool_})
 
 
 class _Entries:
@@ -359,7 +360,9 @@ class _Engine:
         """Mask of items to keep (None: all); raise for items the spec refuses."""
         return None
 
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
+        """The round's batches: every ``forced`` entry leaves (all with ``final``), and at most
+        ``room`` entries wait."""
         raise NotImplementedError
 
     def state(self) -> dict[str, Any]:
@@ -391,30 +394,75 @@ class _BudgetEngine(_Engine):
             _too_long(sizes, self.max_tokens, "max_tokens", where)
         return sizes <= self.max_tokens
 
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
+    def full(self, counts: np.ndarray, padded: np.ndarray) -> np.ndarray:
+        """Batches one more item of their longest size (``multiple_of`` more once they hold
+        that many) would push over a limit: the kernel's rule."""
+        longest = padded // np.maximum(counts, 1)
+        step = np.where(counts >= self.multiple, self.multiple, 1)
+        if not self.max_tokens and not self.max_sentences:
+            return np.ones(counts.size, np.bool_)
+        full = np.zeros(counts.size, np.bool_)
+        if self.max_tokens:
+            full |= (counts + step) * longest > self.max_tokens
+        if self.max_sentences:
+            full |= counts + step > self.max_sentences
+        return full
+
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
         keys, span = group_keys(buf.lens)
-        order, ends, carry, real, padded = budget_round(
+        order, ends, real, padded, leave = budget_round(
             keys, span, buf.sizes, forced, self.max_tokens, self.max_sentences, self.multiple,
             final, PAD_TARGET,
         )  # fmt: skip
         offsets = np.zeros(ends.size + 1, np.int64)
         offsets[1:] = ends
-        if buf.lens.ndim == 2:  # figures over every field
-            real, padded = _padding(buf.lens, order, offsets)
-        return _Round(order, offsets, carry, real, padded)
+        counts = np.diff(offsets)
+        # under pressure full batches leave before others, the least padded first
+        score = (padded - real) / np.maximum(padded, 1) + ~self.full(counts, padded)
+        leave = _release(counts, leave, score, room)
+        return _select(buf.lens, order, offsets, leave, len(buf), real, padded)
+
+
+def _release(counts: np.ndarray, leave: np.ndarray, score: np.ndarray, room: int) -> np.ndarray:
+    """Let go the waiting groups of lowest ``score`` too, until at most ``room`` entries wait.
+
+    This is what keeps the buffer within its size: when too many entries would wait, the
+    least padded (fullest) of the waiting batches leave, the worst keep waiting.
+    """
+    waiting = int(counts[~leave].sum())
+    if waiting <= room:
+        return leave
+    cand = np.flatnonzero(~leave)
+    cand = cand[np.argsort(score[cand], kind="stable")]
+    k = int(np.searchsorted(np.cumsum(counts[cand]), waiting - room)) + 1
+    leave = leave.copy()
+    leave[cand[:k]] = True
+    return leave
 
 
 def _select(
-    lens: np.ndarray, order: np.ndarray, offsets: np.ndarray, emit: np.ndarray, n: int
+    lens: np.ndarray,
+    order: np.ndarray,
+    offsets: np.ndarray,
+    emit: np.ndarray,
+    n: int,
+    real: np.ndarray | None = None,
+    padded: np.ndarray | None = None,
 ) -> _Round:
-    """Keep the batches marked ``emit`` (in plan order); their entries leave, the rest wait."""
+    """Keep the batches marked ``emit`` (in plan order); their entries leave, the rest wait.
+
+    ``real``/``padded`` per batch of 1-D lengths may be given; 2-D lengths sum every field.
+    """
     counts = np.diff(offsets)
     if emit.all():
         e_order, e_offsets = order, offsets
     else:
         e_order = order[np.repeat(emit, counts)]
         e_offsets = _csr(counts[emit])
-    real, padded = _padding(lens, e_order, e_offsets)
+    if real is None or padded is None or lens.ndim == 2:
+        real, padded = _padding(lens, e_order, e_offsets)
+    else:
+        real, padded = real[emit], padded[emit]
     return _Round(e_order, e_offsets, _left_out(n, e_order), real, padded)
 
 
@@ -428,24 +476,36 @@ class _GroupEngine(_Engine):
     def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
         raise NotImplementedError
 
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
         order, starts, run_size = self.groups(buf)
         kept, ends, rest, rest_run = K.exact_split(order, starts, run_size, 1)
         full_order = order[:kept]
         full_offsets = np.zeros(ends.size + 1, np.int64)
         full_offsets[1:] = ends
+        runs = run_size.size
         if final:
-            late = np.ones(rest.size, np.bool_)
-        else:
-            runs = run_size.size
+            due = np.ones(runs, np.bool_)
+        else:  # a remainder with a late entry leaves whole; so do the fullest under pressure
             due = np.bincount(rest_run, weights=forced[rest], minlength=runs) > 0
-            late = due[rest_run]
+            counts = np.bincount(rest_run, minlength=runs)
+            has = counts > 0
+            score = 1.0 - counts / np.maximum(run_size, 1)
+            due = _release(counts[has], due[has], score[has], room)
+            due = _spread(has, due)
+        late = due[rest_run]
         out = self.expired(buf.lens, rest[late], rest_run[late])
         e_order = np.concatenate([full_order, out.order])
         e_offsets = np.concatenate([full_offsets, kept + out.offsets[1:]])
         real, padded = _padding(buf.lens, e_order, e_offsets)
         carry = np.sort(rest[~late])
         return _Round(e_order, e_offsets, carry, real, padded, dropped=out.dropped)
+
+
+def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` put back at the True places of ``mask`` (False elsewhere)."""
+    out = np.zeros(mask.size, np.bool_)
+    out[mask] = values
+    return out
 
 
 class _ExactEngine(_GroupEngine):
@@ -560,7 +620,7 @@ class _PackEngine(_Engine):
             return sizes <= cap
         return None  # split / truncate: expanded into pieces
 
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int) -> _Round:
+    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
         cap = self.capacity
         spec = self.spec
         n = len(buf)
@@ -573,17 +633,22 @@ class _PackEngine(_Engine):
         row_of, num_rows = K.best_fit_rows(walk, cap, spec.max_per_row or 0)
         used = np.bincount(row_of, weights=walk, minlength=num_rows).astype(np.int64)
         count = np.bincount(row_of, minlength=num_rows)
-        late = np.bincount(row_of, weights=forced[order], minlength=num_rows) > 0
         if final:
-            emit = np.ones(num_rows, np.bool_)
+            must = np.ones(num_rows, np.bool_)
+            good = must
         else:
-            emit = late | (used >= self.need)
+            must = np.bincount(row_of, weights=forced[order], minlength=num_rows) > 0
+            good = used >= self.need
             if spec.max_per_row:
-                emit |= count >= spec.max_per_row
-        rows = np.flatnonzero(emit)
+                good |= count >= spec.max_per_row
+            # under pressure the fullest waiting rows leave too (even in a short batch)
+            leave = _release(count, must | good, 1.0 - used / cap, room)
+            must = must | (leave & ~good)
         per = spec.rows_per_batch
-        if per > 1:
-            rows = _whole_batches(rows, late[rows], used[rows], per, final)
+        rows = np.flatnonzero(must | good)
+        if per > 1 and not final:
+            others = int(count.sum() - count[rows].sum())
+            rows = _whole_batches(rows, must[rows], used[rows], count[rows], per, room - others)
         picked = rows[_shuffled(rows.size, key)]
         num_batches = -(-picked.size // per)
         row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, picked.size)
@@ -598,31 +663,29 @@ class _PackEngine(_Engine):
         e_order = values[:placed]
         offsets = bounds[: picked.size + 1].copy()
         carry = np.sort(values[placed:])
-        real = (
-            np.add.reduceat(used[picked], row_offsets[:-1])
-            if picked.size
-            else np.zeros(0, np.int64)
-        )
+        real = np.zeros(num_batches, np.int64)
+        if picked.size:
+            real = np.add.reduceat(used[picked], row_offsets[:-1]).astype(np.int64)
         padded = np.diff(row_offsets) * cap
-        return _Round(e_order, offsets, carry, real.astype(np.int64), padded, row_offsets)
+        return _Round(e_order, offsets, carry, real, padded, row_offsets)
 
 
 def _whole_batches(
-    rows: np.ndarray, late: np.ndarray, used: np.ndarray, per: int, final: bool
+    rows: np.ndarray, must: np.ndarray, used: np.ndarray, count: np.ndarray, per: int, room: int
 ) -> np.ndarray:
-    """Rows to emit as whole batches of ``per`` rows: every late row, then the fullest others.
+    """Rows to emit as whole batches of ``per`` rows: every row that must leave, then the
+    fullest others; the rows not taken wait (their items are placed again).
 
-    Rows left over wait (their items are placed again). A short batch is made only for late
-    rows that do not fill a whole batch with the others, and at the end of the stream.
+    A short batch is made only for rows that must leave and do not fill a whole batch with the
+    others, or when the rows not taken would hold more than ``room`` entries.
     """
-    if final:
-        return rows
-    num = rows.size // per
-    need = int(late.sum())
-    if need > num * per:
-        num = -(-need // per)
+    num = max(rows.size // per, -(-int(must.sum()) // per))
+    rank = np.lexsort((-used, ~must))  # must first, then fullest
+    left = np.cumsum(count[rank][::-1])[::-1]  # entries from rank position i on
     take = min(rows.size, num * per)
-    rank = np.lexsort((-used, ~late))  # late first, then fullest
+    while take < rows.size and left[take] > room:
+        num += 1
+        take = min(rows.size, num * per)
     return np.sort(rows[rank[:take]])
 
 
@@ -955,6 +1018,8 @@ class StreamBatcher:
                 arr = np.array(raw)
             except (ValueError, OverflowError):
                 self._bad_length(raw, base)
+            if arr.dtype.kind in "iu" and arr.ndim == 1 and not _BOOLS.isdisjoint(map(type, raw)):
+                self._bad_length(raw, base)  # numpy made ints of True/False
         if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or arr.shape[-1] == 0:
             self._bad_length(raw, base)
         if arr.ndim == 2 and arr.shape[1] == 1:
@@ -969,37 +1034,32 @@ class StreamBatcher:
         return np.ascontiguousarray(arr, dtype=np.int64)
 
     def _bad_length(self, raw: list[Any], base: int) -> None:
-        """Raise for the first length that is not an int (tuple) in [0, 2**31)."""
-        fields = self._fields
+        """Raise for the first length that is not an int (tuple) in [0, 2**31) of the
+        stream's kind (the first length seen sets whether lengths are ints or tuples)."""
 
         def is_int(x: Any) -> bool:
             return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
+        def fields_of(v: Any) -> int:
+            return len(v) if isinstance(v, (tuple, list)) and len(v) != 1 else 0
+
+        fields = self._fields
+        if fields is None and raw:
+            fields = fields_of(raw[0])
+        want = "an int" if not fields else f"a tuple of {fields} ints"
         for i, v in enumerate(raw):
             parts = list(v) if isinstance(v, (tuple, list)) else [v]
-            shape_ok = (
-                (fields is None and len(parts) > 0)
-                or (
-                    len(parts) == max(fields or 0, 1)
-                    and isinstance(v, (tuple, list)) == bool(fields)
-                )
-                or (fields == 0 and isinstance(v, (tuple, list)) and len(parts) == 1)
-            )
-            if not shape_ok or not all(is_int(x) for x in parts):
-                want = "an int" if not fields else f"a tuple of {fields} ints"
-                if fields is None:
-                    want = "an int or a tuple of ints"
+            if fields_of(v) != fields or not parts or not all(is_int(x) for x in parts):
                 raise TypeError(
                     f"length(item) must return {want} (the same kind for every item), got "
                     f"{type(v).__name__} {v!r:.60} at stream position {base + i}"
                 )
             if not all(0 <= x < MAX_LENGTH for x in parts):
                 raise ValueError(
-                    f"length(item) at stream position {base + i} must lie in [0, 2**31), got {v!r:.60}"
+                    f"length(item) at stream position {base + i} must lie in [0, 2**31), "
+                    f"got {v!r:.60}"
                 )
-        raise TypeError(
-            f"length(item) must return ints or tuples of ints of one size, got {raw[:3]!r:.80}..."
-        )
+        raise TypeError(f"length(item) must return {want}, got {raw[:3]!r:.80}...")
 
     def _entries(self, items: list[Any], chunk: int) -> _Entries:
         """Buffer entries for the items of a new chunk (oversize items refused, dropped or cut)."""
@@ -1119,18 +1179,10 @@ class StreamBatcher:
         return pend
 
     def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> _Round:
-        """Plan round ``rnd``: items ``wait`` rounds old must leave, and so many of the oldest
-        that the items left waiting fit in the buffer beside the next chunk."""
-        room = self.buffer - self.chunk
-        limit = rnd - self.wait
-        while True:
-            plan = self._engine.plan(buf, buf.chunk <= limit, final, key)
-            excess = plan.carry.size - room
-            if excess <= 0:
-                return plan
-            ages = buf.chunk[plan.carry] - (limit + 1)
-            cum = np.cumsum(np.bincount(ages, minlength=rnd - limit))
-            limit += 1 + int(np.searchsorted(cum, excess))
+        """Plan round ``rnd``: items ``wait`` rounds old leave, and so many others that the
+        items left waiting fit in the buffer beside the next chunk."""
+        forced = buf.chunk <= rnd - self.wait
+        return self._engine.plan(buf, forced, final, key, self.buffer - self.chunk)
 
     def _run(self, live: _Live, state: dict[str, Any] | None) -> Iterator[Any]:
         epoch = live.epoch

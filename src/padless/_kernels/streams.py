@@ -44,9 +44,9 @@ def budget_round(keys, span, sizes, late, max_tokens, max_sentences, multiple, f
        item of its longest size, or ``multiple`` more once it holds that many, would break a
        limit) and pads at most ``target`` of its slots (count × longest); else its entries wait.
 
-    Returns ``(order, ends, carry, real, padded)``: leaving entries batch after batch, batch
-    ends into ``order``, waiting entries (sorted), and per batch its summed sizes and count ×
-    longest size. O(n + span).
+    Returns ``(order, ends, real, padded, leave)`` over all the batches (the one-length ones
+    first): entries batch after batch, batch ends into ``order``, per batch its summed sizes,
+    count × longest size and whether it leaves now. O(n + span).
     """
     n = keys.shape[0]
     order, starts = counting_order(keys, span)
@@ -81,7 +81,7 @@ def budget_round(keys, span, sizes, late, max_tokens, max_sentences, multiple, f
     for i in range(nr):
         rs[i] = sizes[rest[i]]
     cuts = budget_ends_runs(rs, _NO_RUNS, max_tokens, max_sentences, multiple)
-    waiting = np.zeros(n, np.bool_)
+    leave = np.ones(n, np.bool_)
     start = 0
     for e in cuts:
         count = e - start
@@ -94,30 +94,31 @@ def budget_round(keys, span, sizes, late, max_tokens, max_sentences, multiple, f
             total += rs[i]
             if late[rest[i]]:
                 due = True
+            out[pos] = rest[i]
+            pos += 1
         cost = count * longest
-        leave = due
-        if not leave:
+        go = due
+        if not go:
             step = multiple if count >= multiple else 1
             full = max_tokens == 0 and max_sentences == 0
             if max_tokens > 0 and (count + step) * longest > max_tokens:
                 full = True
             if max_sentences > 0 and count + step > max_sentences:
                 full = True
-            leave = full and (cost - total) <= target * cost
-        if leave:
-            for i in range(start, e):
-                out[pos] = rest[i]
-                pos += 1
-            ends[nb] = pos
-            real[nb] = total
-            padded[nb] = cost
-            nb += 1
-        else:
-            for i in range(start, e):
-                waiting[rest[i]] = True
+            go = full and (cost - total) <= target * cost
+        ends[nb] = pos
+        real[nb] = total
+        padded[nb] = cost
+        leave[nb] = go
+        nb += 1
         start = e
-    carry = np.flatnonzero(waiting)
-    return out[:pos].copy(), ends[:nb].copy(), carry, real[:nb].copy(), padded[:nb].copy()
+    return (
+        out[:pos].copy(),
+        ends[:nb].copy(),
+        real[:nb].copy(),
+        padded[:nb].copy(),
+        leave[:nb].copy(),
+    )
 
 
 def budget_round_reference(
@@ -160,7 +161,7 @@ def budget_round_reference(
         rest += run[full:]
     rs = np.array([int(sizes[i]) for i in rest], dtype=np.int64)
     cuts = budget_ends_reference(rs, max_tokens, max_sentences, multiple)
-    waiting: list[int] = []
+    leave = [True] * len(ends)
     start = 0
     for e in (int(c) for c in cuts):
         batch = rest[start:e]
@@ -172,13 +173,11 @@ def budget_round_reference(
             or (max_sentences and count + step > max_sentences)
         )
         good = full and count * longest - total <= target * count * longest
-        if final or any(bool(late[i]) for i in batch) or good:
-            out += batch
-            ends.append(len(out))
-            real.append(total)
-            padded.append(count * longest)
-        else:
-            waiting += batch
+        out += batch
+        ends.append(len(out))
+        real.append(total)
+        padded.append(count * longest)
+        leave.append(bool(final or any(bool(late[i]) for i in batch) or good))
         start = e
     as64 = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
-    return as64(out), as64(ends), as64(sorted(waiting)), as64(real), as64(padded)
+    return as64(out), as64(ends), as64(real), as64(padded), np.array(leave, dtype=np.bool_)
