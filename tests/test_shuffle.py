@@ -785,13 +785,13 @@ def test_kernels_match_references() -> None:
     out, out_r = np.zeros_like(big), np.zeros_like(big)
     at = at_r = 0
     for s in range(num):
-        line_starts = np.empty(int(counts[s]) + 1, np.int64)
-        m = k.order_lines(big, big_words, bounds, s, state, line_starts)
-        ref_starts = k.order_lines_reference(big, bounds, s, gen)
-        assert line_starts[:m].tolist() == ref_starts and int(state[0]) == gen.state
+        items = np.empty(int(counts[s]) + 1, np.uint64)
+        m = k.order_lines(big, big_words, bounds, s, state, items)
+        ref_items = k.order_lines_reference(big, bounds, s, gen)
+        assert items[:m].tolist() == ref_items and int(state[0]) == gen.state
         limit = at + 500
-        got = k.gather_lines(big, big_words, line_starts, 0, m, out, at, limit)
-        want = k.gather_lines_reference(big, ref_starts, 0, m, out_r, at_r, limit)
+        got = k.gather_lines(big, big_words, items, 0, m, out, at, limit)
+        want = k.gather_lines_reference(big, ref_items, 0, m, out_r, at_r, limit)
         assert tuple(int(x) for x in got) == want
         at, at_r = int(got[1]), want[1]
     assert np.array_equal(out, out_r)

@@ -268,40 +268,61 @@ def shuffle_file(
     """Shuffle the records of a file into a new file, uniformly, within a memory budget.
 
     Records are either fixed-size binary records of ``record_size`` bytes, or lines
-    (``lines=True``): each line with its newline, any bytes included (0x00, 0xFF, ``\\r`` of CRLF
-    are data and kept as they are). A last line without a newline gets one, with a warning.
+    (``lines=True``): each line is the bytes up to and including a newline (``b"\\n"``), any
+    bytes included (0x00, 0xFF, ``\\r`` of CRLF are data and kept as they are). The final-newline
+    rule: a last line without a newline gets one in the output (with a warning; ``bytes`` in the
+    result counts it), so that it cannot run into the line placed after it.
 
-    Every permutation of the records is equally likely: a two-pass bucket shuffle sends each
-    record to one of K temporary bucket files chosen uniformly at random, then loads each bucket,
-    permutes it uniformly in memory and appends it to the output (a bucket that outgrows memory
-    is shuffled the same way). The same input, seed, ``memory`` and record kind give the same
-    output, byte for byte.
+    Every permutation of the records is equally likely. An input that fits in the budget is
+    shuffled in one pass in memory; a bigger one by a two-pass bucket shuffle that sends each
+    record to one of K temporary bucket files chosen uniformly at random, then shuffles each
+    bucket in memory and appends it to the output (a bucket that outgrows memory is shuffled the
+    same way). The same input, seed, ``memory`` and record kind give the same output, byte for
+    byte.
 
     Safety: the output is written under a temporary name in ``dst``'s directory, flushed to disk
     (fsync) and renamed over ``dst`` only when complete, so ``dst`` is either untouched or
     complete; ``src`` is only read (``src == dst`` works). A symbolic link ``dst`` is followed
     (the file it points to is replaced); an existing device or pipe (``/dev/null``, a FIFO) is
     written in place. Bucket files live in a ``.padless-shuffle-*`` directory in ``tmp_dir``;
-    they and the temporary output are removed on success, on error and on KeyboardInterrupt. A
-    write failure (a full disk, say) raises ``OSError`` naming the file that could not be written.
+    they and the temporary output are removed on success, on error, on KeyboardInterrupt, and
+    on SIGTERM and SIGHUP (when their handler is the default one and the call runs in the main
+    thread: the process then still ends by that signal, as it would have). The temporary names
+    carry the host, the boot and the process id: a later run removes those whose process is
+    gone (killed by SIGKILL, say) and reports them in ``stale_removed``; never other users',
+    other hosts' or live processes' files. A write failure (a full disk, say) raises ``OSError``
+    naming the file that could not be written.
 
-    Cost: time about two reads and two writes of the input (pass 1 and pass 2) plus the final
-    flush of the output to disk: about 270 MB/s for 16-byte records and 180 MB/s for lines with
-    a 512M budget on a shared 2-vCPU VM (``benchmarks/results/shuffle.md``). Temporary disk:
-    about the input size, in ``tmp_dir`` (twice that for a pipe or stdin, which is first copied
-    to a file there). Memory: peak resident size at most ``1.1 * memory + 64 MB`` above the
-    process's size right after ``import padless``. When ``memory`` is at least 256M and the
-    input at least 64M, compiled numba kernels do the work (about three times faster; importing
-    numba costs about 140 MB, taken out of the budget, and the very first call compiles them for
-    a few seconds, with more memory, before they are cached on disk); otherwise numpy does. The
-    output depends on the input, the seed, ``memory`` and the record kind; nothing else.
+    Memory: the call's peak resident size above the process's size when the call starts stays
+    within ``memory`` (for budgets of at least 16M; below that a few MB of fixed costs may pass
+    it). That counts all the call adds: numba's runtime and its compiled kernels (about 175 MB
+    when the call is the first to load them), buffers, index arrays, the mapped windows of the
+    files, the writer thread. (The ``padless shuffle`` command counts the whole process:
+    ``--memory`` also covers the interpreter, numpy and padless.) The numba engine works for
+    inputs of at least 64M with budgets of at least 384M: an input fits when it is at most about
+    ``memory`` less 270 MB, and in memory it then takes about its own size plus 50 MB, plus
+    numba's. Otherwise numpy does the work, with index arrays (10 bytes a record, 64 a line):
+    an input fits when it is at most about a quarter of ``memory``, and takes about 2.7 times
+    its size. ``memory`` larger than the machine's memory is refused.
+
+    Cost: in memory, one read of the input and one write of the output; through buckets, about
+    two reads and two writes; then the final flush of the output to disk. On a shared 2-vCPU VM
+    (``benchmarks/results/shuffle.md``) 550 MiB of lines that fit ran at about 1.5 times GNU
+    ``shuf``'s speed and 512 MiB of 16-byte records at about 0.4 times ``cp``'s; through buckets
+    (384M) lines ran at about shuf's speed. Importing numba and loading its cached kernels takes
+    about a second per process (the very first call compiles them for a few seconds, with more
+    memory, before they are cached on disk). Temporary disk: about the input size in
+    ``tmp_dir`` when it does not fit (twice that for a pipe or stdin, which is first copied to a
+    file there). The output depends on the input, the seed, ``memory`` and the record kind;
+    nothing else.
 
     Args:
         src: the file to shuffle, or ``"-"`` for standard input (copied to ``tmp_dir`` first).
         dst: the file to write, or ``"-"`` for standard output (then not atomic).
         record_size: bytes per record, for fixed-size binary records.
         lines: shuffle lines instead (exactly one of ``record_size`` and ``lines`` is given).
-        memory: the budget: bytes as an int, or a string such as ``"512M"`` or ``"1G"``.
+        memory: the budget: bytes as an int, or a string such as ``"512M"`` or ``"1G"``
+            (see Memory above).
         seed: a non-negative int; None draws a fresh one, reported in the result.
         tmp_dir: where bucket files go; ``dst``'s directory when None (the system temporary
             directory when ``dst`` is ``"-"``).
@@ -316,7 +337,10 @@ def shuffle_file(
     Raises:
         TypeError: an argument has the wrong type.
         ValueError: an argument has a wrong value, or the input's size is not a multiple of
-            ``record_size`` (nothing is written then).
+            ``record_size`` (nothing is written then); ``memory`` is more than the machine's
+            memory; ``shards`` is more than the open-files limit allows (raised first up to the
+            hard limit).
+        KeyboardInterrupt: Ctrl-C (or SIGTERM or SIGHUP, as above); temporaries are removed.
         OSError: reading or writing failed; ``dst`` is left as it was and temporaries removed.
 
     >>> import os, tempfile

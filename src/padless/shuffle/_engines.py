@@ -355,20 +355,20 @@ class NumbaEngine(Engine):
         """Each sub-bucket's lines in a uniform order, packed into output pieces."""
         k = self.k
         state = np.array([key], np.uint64)
-        starts = np.empty(int(counts.max()) + 1, np.int64)
+        items = np.empty(int(counts.max()) + 1, np.uint64)
         words = _words(buf)
         out = _Pieces(pieces, reuse)
         for s in range(len(counts)):
-            m = int(k.order_lines(buf, words, bounds, s, state, starts))
+            m = int(k.order_lines(buf, words, bounds, s, state, items))
             i = 0
             while i < m:
-                i2, at = k.gather_lines(buf, words, starts, i, m, out.piece, out.at, self.piece)
+                i2, at = k.gather_lines(buf, words, items, i, m, out.piece, out.at, self.piece)
                 if i2 > i:
                     i, out.at = int(i2), int(at)
                 elif out.at:
                     yield from out.flush()
                 else:  # one line larger than a piece
-                    a = int(starts[i])
+                    a = int(items[i]) & ((1 << 40) - 1)
                     yield buf, a, _line_end(buf, a)
                     i += 1
         yield from out.flush()

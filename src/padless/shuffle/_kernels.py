@@ -20,6 +20,7 @@ reads ending with a newline.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
@@ -47,6 +48,30 @@ def _memcpy(typingctx, dst, dst_at, src, src_at, count):  # pragma: no cover - c
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def _prefetch(typingctx, array, at):  # pragma: no cover - compiled
+    """Hint the CPU to load ``array[at]`` into the caches (llvm.prefetch; no effect on results)."""
+    sig = types.void(array, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a, i = args
+        arr = context.make_array(signature.args[0])(context, builder, a)
+        byte = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        address = builder.bitcast(builder.gep(arr.data, [i]), byte)
+        # read, high temporal locality, data cache
+        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# How far ahead a gather asks for the next items (in items).
+_AHEAD = 8
 
 
 @njit(cache=True, inline="always")
@@ -325,57 +350,72 @@ def scatter_window_lines_reference(
     return lo + sum(len(ln) for ln in lines)
 
 
+# A line in a sub-bucket's order: its start in the low 40 bits, its length in the high 24 (or
+# _LONG when 16 MiB or more: the gather then finds its end itself).
+_START_BITS = np.uint64(40)
+_START_MASK = np.uint64((1 << 40) - 1)
+_LONG = (1 << 24) - 1
+
+
 @njit(cache=True, nogil=True)
-def order_lines(b8, b64, bounds, s, state, starts):  # pragma: no cover - compiled
-    """Gather the line starts of bucket ``s`` and put them in a uniformly random order.
+def order_lines(b8, b64, bounds, s, state, items):  # pragma: no cover - compiled
+    """Gather the lines of bucket ``s`` and put them in a uniformly random order.
 
     Bucket s is made of the pieces ``b8[bounds[r, s]:bounds[r, s+1]]`` for each row r (one row
-    per :func:`scatter_window_lines` call), in row order. The starts go to ``starts`` (int64),
-    then a Fisher-Yates shuffle (draws ``below(i + 1)`` for i = 0, 1, ...) orders them. Returns
-    the line count.
+    per :func:`scatter_window_lines` call), in row order. Each line goes to ``items`` (uint64) as
+    its start plus its length (``start | min(length, _LONG) << 40``), then a Fisher-Yates shuffle
+    (draws ``below(i + 1)`` for i = 0, 1, ...) orders them. Returns the line count.
     """
     m = 0
     for r in range(bounds.shape[0]):
         pos = bounds[r, s]
         hi = bounds[r, s + 1]
         while pos < hi:
-            starts[m] = pos
+            end = _find_newline(b8, b64, pos) + 1
+            items[m] = np.uint64(pos) | (np.uint64(min(end - pos, _LONG)) << _START_BITS)
             m += 1
-            pos = _find_newline(b8, b64, pos) + 1
+            pos = end
     rng = state[0]
     for i in range(m):
         rng, j = _draw(rng, i + 1)
-        t = starts[i]
-        starts[i] = starts[j]
-        starts[j] = t
+        t = items[i]
+        items[i] = items[j]
+        items[j] = t
     state[0] = rng
     return m
 
 
 def order_lines_reference(b8: np.ndarray, bounds: np.ndarray, s: int, gen: SplitMix) -> list[int]:
-    starts: list[int] = []
+    items: list[int] = []
     for r in range(bounds.shape[0]):
         lo, hi = int(bounds[r, s]), int(bounds[r, s + 1])
         pos = lo
         for line in _split_on_newline(bytes(b8[lo:hi])):
-            starts.append(pos)
+            items.append(pos | min(len(line), _LONG) << 40)
             pos += len(line)
-    for i in range(len(starts)):
+    for i in range(len(items)):
         j = gen.below(i + 1)
-        starts[i], starts[j] = starts[j], starts[i]
-    return starts
+        items[i], items[j] = items[j], items[i]
+    return items
 
 
 @njit(cache=True, nogil=True)
-def gather_lines(b8, b64, starts, i, m, dst, at, limit):  # pragma: no cover - compiled
-    """Copy the lines that start at ``starts[i]``, ``starts[i+1]``, ... to ``dst[at:]``.
+def gather_lines(b8, b64, items, i, m, dst, at, limit):  # pragma: no cover - compiled
+    """Copy the lines ``items[i]``, ``items[i+1]``, ... (from :func:`order_lines`) to ``dst[at:]``.
 
     Stops before the first line that would end past ``limit`` (or at ``m``); returns
-    ``(next i, next at)``.
+    ``(next i, next at)``. Asks the CPU for the lines a few items ahead (the lines of a
+    sub-bucket come from all over it).
     """
     while i < m:
-        a = starts[i]
-        n = _find_newline(b8, b64, a) + 1 - a
+        if i + _AHEAD < m:
+            ahead = np.int64(items[i + _AHEAD] & _START_MASK)
+            _prefetch(b8, ahead)
+            _prefetch(b8, ahead + 64)
+        a = np.int64(items[i] & _START_MASK)
+        n = np.int64(items[i] >> _START_BITS)
+        if n == _LONG:
+            n = _find_newline(b8, b64, a) + 1 - a
         if at + n > limit:
             break
         _memcpy(dst, at, b8, a, n)
@@ -385,10 +425,10 @@ def gather_lines(b8, b64, starts, i, m, dst, at, limit):  # pragma: no cover - c
 
 
 def gather_lines_reference(
-    b8: np.ndarray, starts: list[int], i: int, m: int, dst: np.ndarray, at: int, limit: int
+    b8: np.ndarray, items: list[int], i: int, m: int, dst: np.ndarray, at: int, limit: int
 ) -> tuple[int, int]:
     while i < m:
-        a = starts[i]
+        a = items[i] & ((1 << 40) - 1)
         n = int(np.flatnonzero(b8[a:] == 10)[0]) + 1
         if at + n > limit:
             break
@@ -407,6 +447,8 @@ def gather_records(src, width, lo, perm, i, m, dst, at, limit):  # pragma: no co
     """
     if width == 2:
         while i < m and at + 2 <= limit:
+            if i + _AHEAD < m:
+                _prefetch(src, lo + 2 * perm[i + _AHEAD])
             q = lo + 2 * perm[i]
             dst[at] = src[q]
             dst[at + 1] = src[q + 1]
@@ -414,6 +456,8 @@ def gather_records(src, width, lo, perm, i, m, dst, at, limit):  # pragma: no co
             i += 1
     else:
         while i < m and at + width <= limit:
+            if i + _AHEAD < m:
+                _prefetch(src, lo + perm[i + _AHEAD] * width)
             q = lo + perm[i] * width
             for t in range(width):
                 dst[at + t] = src[q + t]
