@@ -100,6 +100,12 @@ FACTORIES = [
             PAIRS, padless.FixedShapes([(8, 40), (3, 120), (2, 330)]), **o
         ),
     ),
+    Factory(
+        "token_budget_cost",  # quadratic cost model: max_cost beside max_tokens, balance by cost
+        lambda **o: padless.TokenBudgetSampler(
+            LENGTHS, max_tokens=900, cost=padless.Cost(quadratic=0.02), max_cost=2000.0, **o
+        ),
+    ),
     Factory("mixture", _mixture, balance=False, units=None),
     Factory(
         "lm_random",
