@@ -11,7 +11,7 @@ import numpy as np
 
 _SEQUENCE_TYPES = (list, tuple, np.ndarray, range)
 
-MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): sums of 2**31 of them fit int64
+MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): 2**32 of them sum within int64
 _RULE = "whole numbers in [0, 2**31)"
 _TEXT_HINT = (
     "for a text file pass a pathlib.Path or call padless.readers.lengths_from_text(path); "
