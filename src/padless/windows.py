@@ -604,7 +604,9 @@ def plan_windows(
 
     Window ``w`` is planned exactly as ``spec.plan(lengths[items_w], seed=s_w)`` plans its items
     (``s_w`` derived from ``(seed, epoch, w)``), so its batches, their order and ``plan.info``
-    are what the spec gives for those items; indices (and ``plan.skipped``) are global. Which
+    are what the spec gives for those items; indices (and ``plan.skipped``) are global. (A
+    setting fitted to the lengths, ``Buckets(num_buckets=k)``'s boundaries, is fitted once to
+    all of them, so every window uses the same buckets.) Which
     items make each window changes with the epoch; see the module docstring for the mixing
     and :class:`WindowLayout` for the layout. Together the windows cover every sequence once
     (planned or skipped).
