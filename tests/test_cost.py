@@ -383,8 +383,6 @@ def test_specs_with_a_cost_round_trip_through_json(spec):
 
 def test_defaults_keep_records_and_fingerprints():
     """Fingerprints and records computed with the code before cost models (commit 35d6f95)."""
-    pairs = np.stack([LENS, LENS], axis=1)
-    del pairs
     lens = np.random.default_rng(7).lognormal(3.5, 0.8, 600).astype(np.int64).clip(1, 300)
     two = np.stack([lens, (lens * 1.1).astype(np.int64).clip(1, 300)], axis=1)
     fp = {

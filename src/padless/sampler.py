@@ -235,7 +235,8 @@ class PlanSampler(Resumable):
         (in padded tokens without a model: 1 − padding fraction). ``length_trend`` and
         ``length_lag1`` say how the schedule mixes lengths: the correlation between the step
         index and the step's mean sequence length, and that mean's lag-1 autocorrelation (both
-        near 0 for a shuffled order; HF's ``group_by_length`` has lag1 near 1, a sawtooth loss).
+        near 0 for a shuffled order; HF's ``group_by_length`` megabatches, sorted inside, make a
+        sawtooth with lag1 well above 0).
         ``repeated``/``dropped`` are the tail policy's batch counts;
         the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
         A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass).

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         f"  costs in {units}; work: share of that cost spent on real tokens\n"
         "  trend, lag1: correlation of step index with the step's mean length, and its lag-1 "
         "autocorrelation\n  (near 0: lengths well mixed; group_by_length is HF's megabatch order, "
-        "a sawtooth: lag1 near 1)"
+        "a sawtooth: lag1 above 0)"
     )
     if args.plot:
         print(f"\n  plot written to {args.plot}")
