@@ -273,3 +273,12 @@ def test_two_processes_torchrun(tmp_path):
             assert [x["loss"] for x in resumed] == pytest.approx(
                 [x["loss"] for x in tail], abs=1e-6
             )
+
+
+def test_docs_example(tmp_path):
+    from _docs import run_example
+
+    scope = run_example("hf", tmp_path)
+    trainer = scope["trainer"]
+    assert (tmp_path / "out" / "checkpoint-10" / STATE_FILE).exists()
+    assert trainer.state.global_step == trainer.state.max_steps > 10

@@ -80,3 +80,13 @@ def test_ddp_two_processes_resume_exactly(tmp_path):
         theirs = [tuple(x["index"]) for x in b if x["epoch"] == epoch]
         assert not set(mine) & set(theirs)
         assert sorted(i for batch in mine + theirs for i in batch) == list(range(ranks[0]["n"]))
+
+
+def test_docs_example(tmp_path):
+    pytest.importorskip("lightning")
+    pytest.importorskip("torchdata")
+    sys.path.insert(0, str(HERE))
+    from _docs import run_example
+
+    run_example("lightning", tmp_path)
+    assert (tmp_path / "ckpt" / "step=5.ckpt").exists()

@@ -62,6 +62,12 @@ class TrainerBatches:
 
     Args:
         sampler: the padless sampler.
+
+    >>> from padless import TokenBudgetSampler
+    >>> batches = TrainerBatches(TokenBudgetSampler([3, 1, 2, 5, 4, 4], max_tokens=6, seed=0))
+    >>> batches.set_epoch(1)
+    >>> len(batches), sorted(i for b in batches for i in b)
+    (5, [0, 1, 2, 3, 4, 5])
     """
 
     def __init__(self, sampler: Any) -> None:
@@ -133,6 +139,18 @@ class PadlessTrainerMixin:
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
     ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
     a resume replays the skipped batches' index lists (no data).
+
+    >>> import torch
+    >>> from transformers import Trainer, TrainingArguments
+    >>> from padless import TokenBudgetSampler
+    >>> class PadlessTrainer(PadlessTrainerMixin, Trainer):
+    ...     pass
+    >>> sampler = TokenBudgetSampler([3, 1, 2, 5, 4, 4], max_tokens=6, seed=0)
+    >>> trainer = PadlessTrainer(model=torch.nn.Linear(1, 1), train_dataset=list(range(6)),
+    ...                          args=TrainingArguments("out", use_cpu=True, report_to=[]),
+    ...                          data_collator=list, batch_sampler=sampler)
+    >>> list(trainer.get_train_dataloader()) == [list(b) for b in sampler]
+    True
     """
 
     def __init__(self, *args: Any, batch_sampler: Any, **kwargs: Any) -> None:
