@@ -23,6 +23,7 @@ BALANCE = 8
 REBALANCE = 9  # elastic resume: re-balancing the batches left at a new world size
 STREAM_ORDER = 10  # StreamBatcher: order of each round's batches (child per shard, round)
 WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per window)
+RAY_PACK = 12  # padless.ray.pack: one child per window, keyed by the window's lengths
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
