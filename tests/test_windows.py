@@ -527,3 +527,26 @@ def test_narrow_integer_lengths_plan_as_int64_lengths_without_a_copy(spec, dtype
     assert plannable_lengths(arr[::2]).dtype == np.int64  # not contiguous: the int64 copy
     with pytest.raises(ValueError, match=r"got -1 at position \[1\]"):
         plannable_lengths(np.array([3, -1], dtype=np.int32))
+
+
+@given(
+    arrays(np.int64, st.integers(0, 300), elements=st.integers(0, 40)),
+    st.sampled_from([40, 41, 64, 100]),
+    st.sampled_from([0, 1, 3]),
+    st.integers(0, 2**32),
+)
+def test_row_scatter_by_visits_equals_item_by_item(sizes, capacity, max_per_row, seed):
+    starts = np.zeros(42, dtype=np.int64)
+    np.add.at(starts, sizes + 1, 1)
+    starts = np.cumsum(starts)
+    order = np.random.default_rng(seed).permutation(sizes.size)
+    order = order[np.argsort(sizes[order], kind="stable")]  # by size, ties in any order
+    visits, rows = KW.best_fit_visits(starts, capacity, max_per_row)
+    rank = np.random.default_rng(seed + 1).permutation(rows).astype(np.int64)
+    items, bounds = KW.scatter_visits(order, visits, rank)
+    lens = KW.visit_lengths(visits, rank, bounds)
+    walk_sizes = np.ascontiguousarray(sizes[order[::-1]])
+    row_of, _ = K.best_fit_rows(walk_sizes, capacity, max_per_row)
+    ref = K.scatter_rows_reference(row_of, rank, order[::-1], walk_sizes)
+    assert np.array_equal(items, ref[0]) and np.array_equal(lens, ref[1])
+    assert np.array_equal(bounds, ref[2])

@@ -496,8 +496,9 @@ class WindowedPlanner:
             final[full:].sort()
         rank = np.empty(num_rows, dtype=np.int64)
         rank[final] = np.arange(num_rows, dtype=np.int64)
-        indices, piece_len, row_bounds = KW.pack_window_scatter(order, visits, rank)
-        del order, visits
+        indices, row_bounds = KW.scatter_visits(order, visits, rank)
+        del order
+        piece_len = KW.visit_lengths(visits, rank, row_bounds)
         num_batches = -(-num_rows // per)
         row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, num_rows)
         real = int(piece_len.sum())
@@ -520,7 +521,7 @@ class WindowedPlanner:
             indices,
             row_bounds,
             row_offsets,
-            np.zeros(indices.size, dtype=np.int64),
+            None,
             piece_len,
             capacity=capacity,
             num_sequences=self.n,

@@ -394,11 +394,21 @@ def pack_window_count(sizes, n, block, rotation, blocks, span, capacity, max_per
 
 
 @njit(cache=True, nogil=True)
-def pack_window_scatter(order, visits, row_rank):  # pragma: no cover - compiled
-    """Second half: the walk's items grouped by row rank, as ``scatter_rows`` groups them.
+def best_fit_visits(starts, capacity, max_per_row):  # pragma: no cover - compiled
+    """The row visits of :func:`_best_fit_runs` over the runs ``starts``: ``(visits, rows)``."""
+    visits = np.empty((max(starts[starts.shape[0] - 1], 1), 4), np.int64)
+    nv, rows = _best_fit_runs(starts, capacity, max_per_row, visits)
+    return visits[:nv].copy(), rows
 
-    Returns ``(indices, piece_lengths, row_bounds)``: rows by increasing ``row_rank[row]``, a
-    row's items in walk order (walk position p is ``order[len - 1 - p]``).
+
+@njit(cache=True, nogil=True)
+def scatter_visits(order, visits, row_rank):  # pragma: no cover - compiled
+    """The walk's items grouped by row rank, as ``scatter_rows`` groups them.
+
+    Returns ``(indices, row_bounds)``: rows by increasing ``row_rank[row]``, a row's items in
+    walk order (walk position p is ``order[len - 1 - p]``). With :func:`visit_lengths`, the
+    same as ``scatter_rows(row_of, row_rank, order[::-1], walk_sizes)``, with no per-item row
+    or size array (and ``order`` may be freed before the lengths are made).
     """
     n = order.shape[0]
     num_rows = row_rank.shape[0]
@@ -409,15 +419,26 @@ def pack_window_scatter(order, visits, row_rank):  # pragma: no cover - compiled
         bounds[k + 1] += bounds[k]
     fill = bounds[:num_rows].copy()
     out = np.empty(n, np.int64)
-    lens = np.empty(n, np.int64)
     for v in range(visits.shape[0]):
         k = row_rank[visits[v, 0]]
         p = fill[k]
-        first = visits[v, 1]
-        q = visits[v, 2]
-        s = visits[v, 3]
-        for j in range(q):
-            out[p + j] = order[n - 1 - first - j]
-            lens[p + j] = s
-        fill[k] = p + q
-    return out, lens, bounds
+        first = n - 1 - visits[v, 1]
+        for j in range(visits[v, 2]):
+            out[p + j] = order[first - j]
+        fill[k] = p + visits[v, 2]
+    return out, bounds
+
+
+@njit(cache=True, nogil=True)
+def visit_lengths(visits, row_rank, bounds):  # pragma: no cover - compiled
+    """The size of every entry of :func:`scatter_visits`' layout (piece lengths)."""
+    num_rows = row_rank.shape[0]
+    fill = bounds[:num_rows].copy()
+    lens = np.empty(bounds[num_rows], np.int64)
+    for v in range(visits.shape[0]):
+        k = row_rank[visits[v, 0]]
+        p = fill[k]
+        for j in range(visits[v, 2]):
+            lens[p + j] = visits[v, 3]
+        fill[k] = p + visits[v, 2]
+    return lens

@@ -37,7 +37,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, mo
 from ..lengths import lengths_of
 from ..plan import BatchPlan, PlanStats, _as_int64_vector
 from ..sampler import PlanSampler
-from ._order import length_order
+from ._order import length_order, run_sizes
 from .budget import check_oversize
 from .spec import Planner, Spec
 
@@ -75,7 +75,9 @@ class PackedPlan(BatchPlan):
         indices: int64 sequence index of every entry, row after row.
         row_bounds: int64 CSR offsets of the rows into ``indices`` (length rows + 1).
         row_offsets: int64 CSR offsets of the batches into the rows (length batches + 1).
-        piece_start, piece_stop: int64 token range of every entry within its sequence.
+        piece_start, piece_stop: int64 token range of every entry within its sequence;
+            ``piece_start=None`` means all zeros (nothing split), kept as a read-only view that
+            takes no memory.
         capacity: tokens per row.
         num_sequences: N, the number of sequences the plan was made for.
         skipped: sequences left out (``oversize="drop"``), sorted.
@@ -112,9 +114,12 @@ class PackedPlan(BatchPlan):
         super().__init__(rows.indices, rows.offsets[row_offsets], skipped=skipped, info=info)
         self.rows = rows
         self.row_offsets = row_offsets
-        self.piece_start = _as_int64_vector("piece_start", piece_start)
-        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
         n = self.indices.size
+        if piece_start is None:
+            self.piece_start = np.broadcast_to(np.zeros(1, dtype=np.int64), (n,))
+        else:
+            self.piece_start = _as_int64_vector("piece_start", piece_start)
+        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
         if self.piece_start.size != n or self.piece_stop.size != n:
             raise ValueError(
                 f"piece_start and piece_stop must have one entry per index ({n}), got "
@@ -367,6 +372,18 @@ def plan_packing(
     return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
 
 
+def _row_rank(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
+    """Rank of every row in the plan: shuffled per epoch, a batch's rows in the order they opened."""
+    final = _rng.rng(seed, epoch, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
+    if rows_per_batch > 1:
+        full = num_rows // rows_per_batch * rows_per_batch
+        final[:full].reshape(-1, rows_per_batch).sort(axis=1)
+        final[full:].sort()
+    rank = np.empty(num_rows, dtype=np.int64)
+    rank[final] = np.arange(num_rows, dtype=np.int64)
+    return rank
+
+
 def _pack(
     sizes: np.ndarray,
     capacity: int,
@@ -390,25 +407,26 @@ def _pack(
 
     # longest first, ties in random order
     order, starts = length_order(item_size, seed, epoch)
-    walk_sizes = _descending_sizes(item_size, order, starts)
-    if row_fit is None:
-        row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
+    if row_fit is None and run_sizes(item_size, order, starts) is not None:
+        # run r holds size r: best fit a run at a time, no per-item size or row array (the same
+        # rows as best_fit_rows item by item; padless._kernels.windows), then the entries
+        visits, num_rows = K.windows.best_fit_visits(starts, capacity, max_per_row or 0)
+        rank = _row_rank(num_rows, rows_per_batch, seed, epoch)
+        items, row_bounds = K.windows.scatter_visits(order, visits, rank)
+        del order, starts
+        piece_len = K.windows.visit_lengths(visits, rank, row_bounds)
     else:
-        row_of, num_rows = row_fit(walk_sizes)
-
-    # row order: shuffled per epoch; inside each batch, rows in the order they opened
-    final = _rng.rng(seed, epoch, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
-    if rows_per_batch > 1:
-        full = num_rows // rows_per_batch * rows_per_batch
-        final[:full].reshape(-1, rows_per_batch).sort(axis=1)
-        final[full:].sort()
-    rank = np.empty(num_rows, dtype=np.int64)
-    rank[final] = np.arange(num_rows, dtype=np.int64)
-    items, piece_len, row_bounds = K.scatter_rows(row_of, rank, order[::-1], walk_sizes)
-    del order, starts, walk_sizes, row_of, rank, final
+        walk_sizes = _descending_sizes(item_size, order, starts)
+        if row_fit is None:
+            row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
+        else:
+            row_of, num_rows = row_fit(walk_sizes)
+        rank = _row_rank(num_rows, rows_per_batch, seed, epoch)
+        items, piece_len, row_bounds = K.scatter_rows(row_of, rank, order[::-1], walk_sizes)
+        del order, starts, walk_sizes, row_of
     indices = items if item_seq is None else item_seq[items]
     if item_piece is None:
-        piece_start = np.zeros(items.size, dtype=np.int64)
+        piece_start = None  # all zeros
         piece_stop = piece_len
     else:
         piece_start = item_piece[items] * capacity
