@@ -145,13 +145,14 @@ def test_transformer_cost_equals_measured_training_flops():
 def test_cost_kernels_are_cached_and_have_references():
     from numba.core.registry import CPUDispatcher
 
-    seen = 0
+    public = []
     for name, obj in vars(KC).items():
         if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == KC.__name__:
-            seen += 1
             assert type(obj._cache).__name__ == "FunctionCache", name
-            assert callable(getattr(KC, f"{name}_reference", None)), name
-    assert seen == 4
+            if not name.startswith("_"):
+                public.append(name)
+                assert callable(getattr(KC, f"{name}_reference", None)), name
+    assert len(public) == 4
 
 
 @given(

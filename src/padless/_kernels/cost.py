@@ -183,19 +183,69 @@ def packed_batch_costs_reference(
     return np.array(out, dtype=np.float64)
 
 
+@njit(cache=True, inline="always")
+def _before(u1, r1, u2, r2):  # pragma: no cover - compiled
+    """Heap order of parked rows: less used cost first, then the lower row number."""
+    return u1 < u2 or (u1 == u2 and r1 < r2)
+
+
+@njit(cache=True)
+def _heap_push(keys, rows, size, u, row):  # pragma: no cover - compiled
+    """Push ``(u, row)`` on the min-heap ``keys[:size]``/``rows[:size]``; returns the new size."""
+    k = size
+    while k > 0:
+        parent = (k - 1) >> 1
+        if not _before(u, row, keys[parent], rows[parent]):
+            break
+        keys[k] = keys[parent]
+        rows[k] = rows[parent]
+        k = parent
+    keys[k] = u
+    rows[k] = row
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(keys, rows, size):  # pragma: no cover - compiled
+    """Drop the top of the min-heap (read it first); returns the new size."""
+    size -= 1
+    u, row = keys[size], rows[size]
+    k = 0
+    while True:
+        child = 2 * k + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(keys[child + 1], rows[child + 1], keys[child], rows[child]):
+            child += 1
+        if not _before(keys[child], rows[child], u, row):
+            break
+        keys[k] = keys[child]
+        rows[k] = rows[child]
+        k = child
+    if size > 0:
+        keys[k] = u
+        rows[k] = row
+    return size
+
+
 @njit(cache=True)
 def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost):  # fmt: skip  # pragma: no cover
     """Best fit by tokens among the rows whose cost stays within ``max_row_cost``.
 
-    Items come in the order given (longest first, so ``extras`` never increase). Each item
-    goes to the open row with the smallest remaining space >= its size *whose cost after it,*
-    ``base + (used + extra)``, *is at most* ``max_row_cost``; among rows of equal remaining space,
-    the one that reached it last is tried first. No such row: it opens a new one (each item
-    must fit an empty row). A row closes when it holds ``max_per_row`` items (0: no cap) or
-    cannot take even the last (smallest) item's extra. Returns ``(row_of, num_rows)``, rows
-    numbered in the order they open. With a cap no row reaches, the rows are exactly those of
-    ``best_fit_rows``. Cost: O(log_64 capacity) per placement plus the rows passed over for
-    their cost.
+    Items come in the order given (longest first, so ``extras`` never increase). An open row
+    fits an item when ``base + (used + extra) <= max_row_cost`` (``used``: its extras so far,
+    summed from 0.0). Each item goes to the best-fitting row by tokens, as ``best_fit_rows``
+    (the smallest remaining space >= its size; among equal spaces the row that reached it
+    last), looking only at the rows that fit its cost. Rows passed over for their cost are set
+    aside (a min-heap by used cost, then row number) and rejoin the top of their stack, in
+    heap order, as soon as the items' extras have fallen to what they can still take. No open
+    row fits: the item opens a new one (each item must fit an empty row). A row closes when it
+    holds ``max_per_row`` items (0: no cap) or cannot take even the last (smallest) item's
+    extra. Returns ``(row_of, num_rows)``, rows numbered in the order they open. With a cap no
+    row reaches, the rows are exactly those of ``best_fit_rows``.
+
+    Cost: O(log_64 capacity) per placement, plus O(log rows) each time a row is set aside or
+    rejoins (a row is set aside at most once per item it receives, plus once).
     """
     n = sizes.shape[0]
     floor = extras[n - 1] if n else 0.0
@@ -206,41 +256,52 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
     below = np.empty(room, np.int64)
     count = np.empty(room, np.int64)
     used = np.empty(room, np.float64)
+    space = np.empty(room, np.int64)
+    keys = np.empty(room, np.float64)
+    parked = np.empty(room, np.int64)
+    waiting = 0
     row_of = np.empty(n, np.int64)
     rows = 0
     for i in range(n):
         s = sizes[i]
         e = extras[i]
+        while waiting > 0 and not (base + (keys[0] + e) > max_row_cost):
+            back = parked[0]
+            waiting = _heap_pop(keys, parked, waiting)
+            left = space[back]
+            below[back] = head[left]
+            if head[left] < 0:
+                _bits_set(words, offs, left)
+            head[left] = back
         row = -1
         r = _bits_next(words, offs, nbits, s)
         while r >= 0:
-            prev = -1
             cand = head[r]
             while cand >= 0 and base + (used[cand] + e) > max_row_cost:
-                prev = cand
-                cand = below[cand]
+                head[r] = below[cand]
+                waiting = _heap_push(keys, parked, waiting, used[cand], cand)
+                cand = head[r]
             if cand >= 0:
                 row = cand
-                if prev < 0:
-                    head[r] = below[cand]
-                    if head[r] < 0:
-                        _bits_clear(words, offs, r)
-                else:
-                    below[prev] = below[cand]
+                head[r] = below[cand]
+            if head[r] < 0:
+                _bits_clear(words, offs, r)
+            if row >= 0:
                 break
             r = _bits_next(words, offs, nbits, r + 1)
         if row < 0:
             if rows == room:
                 room *= 2
-                grown = np.empty(room, np.int64)
-                grown[:rows] = below[:rows]
-                below = grown
-                grown = np.empty(room, np.int64)
-                grown[:rows] = count[:rows]
-                count = grown
+                below = _grown(below, rows, room)
+                count = _grown(count, rows, room)
+                space = _grown(space, rows, room)
+                parked = _grown(parked, rows, room)
                 grown_f = np.empty(room, np.float64)
                 grown_f[:rows] = used[:rows]
                 used = grown_f
+                grown_k = np.empty(room, np.float64)
+                grown_k[:waiting] = keys[:waiting]
+                keys = grown_k
             row = rows
             rows += 1
             left = capacity - s
@@ -251,6 +312,7 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
             count[row] += 1
             used[row] = used[row] + e
         row_of[i] = row
+        space[row] = left
         if (max_per_row == 0 or count[row] < max_per_row) and not (
             base + (used[row] + floor) > max_row_cost
         ):
@@ -261,6 +323,13 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
     return row_of, rows
 
 
+@njit(cache=True)
+def _grown(a, keep, size):  # pragma: no cover - compiled
+    out = np.empty(size, a.dtype)
+    out[:keep] = a[:keep]
+    return out
+
+
 def best_fit_rows_cost_reference(
     sizes: np.ndarray,
     extras: np.ndarray,
@@ -269,21 +338,31 @@ def best_fit_rows_cost_reference(
     base: float,
     max_row_cost: float,
 ) -> tuple[np.ndarray, int]:
-    """The same rule with a dict of Python lists, scanning every remaining space."""
+    """The same rule with a dict of Python lists (stacks) and ``heapq`` for the rows set aside."""
+    import heapq
+
+    def fits(u: float, e: float) -> bool:
+        return not base + (u + e) > max_row_cost
+
     floor = float(extras[-1]) if len(extras) else 0.0
     stacks: dict[int, list[int]] = {}
     counts: list[int] = []
     used: list[float] = []
+    space: list[int] = []
+    parked: list[tuple[float, int]] = []
     row_of = []
     for s, e in zip((int(x) for x in sizes), (float(x) for x in extras), strict=True):
+        while parked and fits(parked[0][0], e):
+            _, back = heapq.heappop(parked)
+            stacks.setdefault(space[back], []).append(back)
         row = -1
         for r in sorted(k for k, v in stacks.items() if k >= s and v):
             stack = stacks[r]
-            for j in range(len(stack) - 1, -1, -1):  # the top of the stack first
-                if not base + (used[stack[j]] + e) > max_row_cost:
-                    row = stack.pop(j)
-                    break
-            if row >= 0:
+            while stack and not fits(used[stack[-1]], e):
+                out = stack.pop()
+                heapq.heappush(parked, (used[out], out))
+            if stack:
+                row = stack.pop()
                 left = r - s
                 counts[row] += 1
                 used[row] = used[row] + e
@@ -292,10 +371,10 @@ def best_fit_rows_cost_reference(
             row = len(counts)
             counts.append(1)
             used.append(0.0 + e)
+            space.append(0)
             left = capacity - s
         row_of.append(row)
-        if (max_per_row == 0 or counts[row] < max_per_row) and not (
-            base + (used[row] + floor) > max_row_cost
-        ):
+        space[row] = left
+        if (max_per_row == 0 or counts[row] < max_per_row) and fits(used[row], floor):
             stacks.setdefault(left, []).append(row)
     return np.array(row_of, dtype=np.int64), len(counts)
