@@ -488,3 +488,15 @@ def test_report_rows_carry_cost_figures():
     )
     assert by["random"].real_work < by["packing"].real_work
     assert all(r.length_lag1 is not None and r.length_trend is not None for r in rows)
+
+
+def test_the_readme_section_example_runs():
+    """The example of docs/flops.md (the proposed README section) runs as written."""
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    text = (Path(__file__).parent.parent / "docs" / "flops.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {"__name__": "flops_example"}
+    exec(compile(code, "docs/flops.md", "exec"), namespace)
+    assert namespace["balanced"]["imbalance"] < 1.01 < namespace["dealt"]["imbalance"]
