@@ -28,7 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--record-size", type=int, metavar="N", help="fixed-size binary records of N bytes"
     )
     kind.add_argument(
-        "--lines", action="store_true", help="shuffle lines (any bytes; a newline is added last)"
+        "--lines",
+        action="store_true",
+        help="shuffle lines: any bytes up to and including a newline; a last line without a "
+        "newline gets one (with a warning)",
     )
     parser.add_argument(
         "--memory",
