@@ -1,11 +1,117 @@
-"""``padless shuffle``: shuffle a file bigger than memory, uniformly and safely.
-
-The options and the run live in ``padless._cli_shuffle`` for now (being edited alongside the
-shuffle package); this module is the subcommand's place in the CLI package.
-"""
+"""``padless shuffle``: shuffle a file bigger than memory, uniformly and safely."""
 
 from __future__ import annotations
 
-from .._cli_shuffle import add_arguments, run
+import argparse
+import sys
+import warnings
 
-__all__ = ["add_arguments", "run"]
+# Memory of the command itself when it calls the shuffle: the interpreter, numpy, padless and
+# argparse (about 40 MiB measured on Linux x86-64), with margin. ``--memory`` covers the whole
+# process, so the shuffle gets ``--memory`` less this.
+COMMAND_RESERVE = 48 << 20
+COMMAND_MIN_MEMORY = 64 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``shuffle`` options to ``parser``.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_arguments(p)
+    >>> p.parse_args(["in.bin", "out.bin", "--record-size", "16"]).memory
+    '1G'
+    """
+    parser.add_argument("src", metavar="SRC", help="file to shuffle, or - for standard input")
+    parser.add_argument("dst", metavar="DST", help="file to write, or - for standard output")
+    kind = parser.add_mutually_exclusive_group(required=True)
+    kind.add_argument(
+        "--record-size", type=int, metavar="N", help="fixed-size binary records of N bytes"
+    )
+    kind.add_argument(
+        "--lines",
+        action="store_true",
+        help="shuffle lines: any bytes up to and including a newline; a last line without a "
+        "newline gets one (with a warning)",
+    )
+    parser.add_argument(
+        "--memory",
+        default="1G",
+        metavar="SIZE",
+        help="memory budget of the whole command, e.g. 512M or 4G (binary units; at least 64M; "
+        "default 1G): its peak resident memory stays within it, the interpreter included",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, metavar="S", help="seed (default: a fresh one, reported)"
+    )
+    parser.add_argument(
+        "--tmp-dir",
+        default=None,
+        metavar="DIR",
+        help="where temporary bucket files go (default: DST's directory); needs about the "
+        "input's size free",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="write N files DST.00000-of-0000N ... whose concatenation is the shuffle",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing on success (no summary, no bar)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``padless shuffle`` with parsed ``args``; return the exit status.
+
+    The shuffle gets ``--memory`` less ``COMMAND_RESERVE`` (the command's own memory), so
+    ``padless shuffle --memory M`` writes what ``shuffle_file(..., memory=M - 48 MiB)`` writes.
+    """
+    from ..shuffle import parse_memory, shuffle_file
+    from ..shuffle._safety import check_memory
+
+    budget = parse_memory(args.memory, "--memory")
+    check_memory(budget, args.memory, "--memory")
+    if budget < COMMAND_MIN_MEMORY:
+        raise ValueError(
+            f"--memory must be at least 64M for the command (the interpreter, numpy and padless "
+            f"take about 40 MiB of it), got {args.memory!r}"
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = shuffle_file(
+            args.src,
+            args.dst,
+            record_size=args.record_size,
+            lines=bool(args.lines),
+            memory=budget - COMMAND_RESERVE,
+            seed=args.seed,
+            tmp_dir=args.tmp_dir,
+            progress=not args.quiet,
+            shards=args.shards,
+        )
+    for warning in caught:
+        print(f"padless shuffle: warning: {warning.message}", file=sys.stderr)
+    for path in result.stale_removed:
+        print(
+            f"padless shuffle: removed {path}, left by an earlier shuffle whose process is gone",
+            file=sys.stderr,
+        )
+    if not args.quiet:
+        kind = "lines" if args.lines else "records"
+        reuse = "" if args.seed is not None else f" (reproduce with --seed {result.seed})"
+        where = "memory" if result.buckets == 0 else f"{result.buckets} bucket files"
+        print(
+            f"padless shuffle: {result.records:,} {kind}, {result.bytes / 1e6:,.1f} MB in "
+            f"{result.seconds:.2f} s ({result.mb_per_s:,.0f} MB/s) via {where}; "
+            f"seed {result.seed}{reuse}",
+            file=sys.stderr,
+        )
+        if len(result.outputs) > 1:
+            print(
+                f"padless shuffle: wrote {len(result.outputs)} shards: {result.outputs[0]} ... "
+                f"{result.outputs[-1]}",
+                file=sys.stderr,
+            )
+    return 0
