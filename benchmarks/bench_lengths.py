@@ -1,7 +1,7 @@
 """Benchmark lengths from text: padless.lengths_of(Path) next to awk '{print NF}' and wc, timed in one run.
 
 Builds, in a temporary directory (``--dir``), a text file of ``--size`` MB (default 300; ``--quick``:
-32) of lines of words drawn from a Zipf vocabulary (about 220 bytes and 37 words a line), plus
+32) of lines of words drawn from a Zipf vocabulary (about 270 bytes and 37 words a line), plus
 .gz (gzip -1) and .zst (zstd -3) copies. Then, best of ``--runs`` (default 5), interleaved:
 
 - start-up, in fresh processes: ``import padless``, then the first ``lengths_of(Path)`` on a small
