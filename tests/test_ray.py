@@ -1,0 +1,363 @@
+"""padless.ray on a local Ray (2 CPUs): lengths in row order, windowed plans identical to
+plan_windows, packed datasets that lose and repeat no token, Ray Train shards feeding
+StreamBatchers with exact resume, and a clear error when ray is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+ray = pytest.importorskip("ray")
+
+import padless  # noqa: E402
+import padless.ray as pray  # noqa: E402
+from padless import Packing, StreamBatcher, TokenBudget, plan_windows  # noqa: E402
+
+DOCS = 240_000  # documents of the Parquet corpus (the benchmark runs 10^6 and more)
+FILES = 5
+WINDOW = 20_000
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    yield
+    ray.shutdown()
+
+
+class Corpus:
+    """Parquet files of short documents; every token id is unique (its position in the corpus)."""
+
+    def __init__(self, folder: Path, lengths: np.ndarray) -> None:
+        self.folder = folder
+        self.lengths = lengths
+        self.offsets = np.zeros(lengths.size + 1, np.int64)
+        np.cumsum(lengths, out=self.offsets[1:])
+        self.tokens = np.arange(self.offsets[-1], dtype=np.int32)
+        self.column = pa.ListArray.from_arrays(
+            pa.array(self.offsets.astype(np.int32)), pa.array(self.tokens)
+        )
+        folder.mkdir()
+        cuts = np.linspace(0, lengths.size, FILES + 1).astype(int)
+        for f in range(FILES):
+            part = self.column[cuts[f] : cuts[f + 1]]
+            table = pa.table({"input_ids": part, "doc": np.arange(cuts[f], cuts[f + 1])})
+            pq.write_table(table, folder / f"part-{f}.parquet", row_group_size=7_000)
+
+    def read(self, **kw):
+        return ray.data.read_parquet(str(self.folder), **kw)
+
+    def doc(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(0, 30, DOCS)
+    long = rng.random(DOCS) < 0.01
+    lengths[long] = rng.integers(65, 200, int(long.sum()))  # longer than the capacity below
+    return Corpus(tmp_path_factory.mktemp("ray") / "corpus", lengths)
+
+
+# --------------------------------------------------------------------------- without ray
+
+
+def test_import_padless_never_imports_ray_and_padless_ray_says_what_to_install():
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import padless\n"
+        "assert padless.plan_windows and padless.StreamBatcher and padless.TokenBudget\n"
+        "assert 'ray' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+        "try:\n"
+        "    import padless.ray\n"
+        "except ImportError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "ERR" in out.stdout and "pip install 'padless[ray]'" in out.stdout
+    assert not hasattr(padless, "ray") or "ray" not in padless.__all__
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+def test_lengths_in_row_order_from_arrow_offsets(ray_local, corpus, tmp_path):
+    seen = []
+    out = tmp_path / "lengths.npy"
+
+    def first_half_late(batch):  # blocks of the first half finish after those of the second
+        time.sleep(0.4 if batch.column("doc")[0].as_py() < DOCS // 2 else 0.0)
+        return batch
+
+    # blocks that finish out of order must come back in the files' row order
+    ds = corpus.read().repartition(8)
+    ds = ds.map_batches(first_half_late, batch_size=None, batch_format="pyarrow")
+    got = pray.lengths(ds, column="input_ids", out=out, progress=seen.append)
+    assert got.dtype == np.int32 and isinstance(got, np.memmap)
+    np.testing.assert_array_equal(got, corpus.lengths)
+    mapped = np.load(out, mmap_mode="r")
+    np.testing.assert_array_equal(mapped, corpus.lengths)
+    assert seen == sorted(seen) and seen[-1] == DOCS and len(seen) == 8
+    assert sorted(os.listdir(tmp_path)) == ["lengths.npy"]  # no temporary left beside it
+
+
+def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from padless.readers import lengths_from_text
+
+    words = ["the", "quick", "fox", "jumps", "over", "lazy", "dog"]
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(words, int(k))) for k in rng.integers(0, 12, 3000)]
+    (tmp_path / "t.txt").write_text("\n".join(texts) + "\n")
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])}, "[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    ds = ray.data.from_items([{"text": t, "n": i} for i, t in enumerate(texts)]).repartition(7)
+    named = pray.lengths(ds, column="text", tokenizer=f"hf:{tmp_path / 'tok.json'}",
+                         out=tmp_path / "a.npy")  # fmt: skip
+    want = lengths_from_text(tmp_path / "t.txt", tokenizer=f"hf:{tmp_path / 'tok.json'}")
+    np.testing.assert_array_equal(named, want)
+
+    def split_words(batch):  # a callable on a batch of texts, returning token lists
+        return [t.split() for t in batch]
+
+    by_callable = pray.lengths(ds, column="text", tokenizer=split_words, out=tmp_path / "b.npy")
+    np.testing.assert_array_equal(by_callable, want)
+
+    def tokenize(batch):  # numpy batches of token arrays: Ray stores them as tensor columns
+        return {"ids": [np.arange(len(t.split()), dtype=np.int32) for t in batch["text"]]}
+
+    tensors = ds.map_batches(tokenize)
+    np.testing.assert_array_equal(pray.lengths(tensors, out=tmp_path / "c.npy"), want)
+
+
+def test_lengths_errors_are_clear_and_leave_no_file(ray_local, corpus, tmp_path):
+    ds = corpus.read()
+    out = tmp_path / "l.npy"
+    with pytest.raises(TypeError, match="ds must be a ray.data.Dataset"):
+        pray.lengths([1, 2], out=out)
+    with pytest.raises(ValueError, match=r"has columns \['input_ids', 'doc'\]; choose one"):
+        pray.lengths(ds, out=out)
+    with pytest.raises(ValueError, match="column must be one of"):
+        pray.lengths(ds, column="text", out=out)
+    with pytest.raises(ValueError, match="already tokenized"):
+        pray.lengths(ds, column="input_ids", tokenizer="whitespace", out=out)
+    with pytest.raises(ValueError, match="tokenizer must be one of"):
+        pray.lengths(ds, column="input_ids", tokenizer="gpt", out=out)
+    with pytest.raises(FileNotFoundError, match="tokenizer model not found"):
+        pray.lengths(ds, column="input_ids", tokenizer="spm:/no/such.model", out=out)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        pray.lengths(ds, column="input_ids", out=tmp_path / "nope" / "l.npy")
+    with pytest.raises(IsADirectoryError):
+        pray.lengths(ds, column="input_ids", out=tmp_path)
+    text = ray.data.from_items([{"text": "a b"}, {"text": None}, {"text": "c"}])
+    with pytest.raises(ValueError, match="holds text: pass tokenizer="):
+        pray.lengths(text, out=out)
+    with pytest.raises(TypeError, match="returned 2 results for a batch of 1"):
+        pray.lengths(text, tokenizer=lambda texts: [1, 2], out=out)
+    out.write_bytes(b"keep me")
+    with pytest.raises(ValueError, match=r"row 1 of the dataset has no value in column 'text'"):
+        pray.lengths(text, tokenizer="whitespace", out=out)
+    assert out.read_bytes() == b"keep me" and sorted(os.listdir(tmp_path)) == ["l.npy"]
+    negative = ray.data.from_items([{"n": 3}, {"n": -2}])
+    with pytest.raises(ValueError, match=r"row 1 of the dataset has length -2 in column 'n'"):
+        pray.lengths(negative, out=tmp_path / "n.npy")
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@pytest.fixture(scope="module")
+def lengths_file(corpus, tmp_path_factory):
+    path = tmp_path_factory.mktemp("lengths") / "lengths.npy"
+    np.save(path, corpus.lengths.astype(np.int32))
+    return path
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [TokenBudget(max_tokens=256), Packing(capacity=64, rows_per_batch=4, oversize="split")],
+    ids=["budget", "packing"],
+)
+def test_plan_is_plan_windows(ray_local, lengths_file, tmp_path, spec):
+    ref = list(plan_windows(np.load(lengths_file), spec, window=WINDOW, seed=3, epoch=1))
+    seen = []
+    for tasks in (1, 5):
+        out = tmp_path / "plan"  # the second run replaces the first's folder
+        files = pray.plan(lengths_file, spec, window=WINDOW, seed=3, epoch=1, out=out,
+                          tasks=tasks, progress=seen.append)  # fmt: skip
+        assert len(list(out.glob("part-*.json"))) == tasks  # parts of 12 and 2 or 3 windows
+        assert files.num_windows == len(ref) and files.spec == spec
+        for got, want in zip(files, ref, strict=True):
+            assert got == want and type(got) is type(want)
+            assert got.info == json.loads(json.dumps(want.info))
+            assert isinstance(got.indices.base, np.memmap) or isinstance(got.indices, np.memmap)
+        flat = np.concatenate([files.batch(i) for i in range(len(files))])
+        np.testing.assert_array_equal(flat, np.concatenate([p.indices for p in ref]))
+    assert seen[-1] == len(ref)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]  # no temporary left
+
+
+def test_plan_ships_a_small_planner_and_refuses_bad_input(ray_local, lengths_file, tmp_path):
+    from padless.windows import WindowedPlanner
+
+    planner = WindowedPlanner(TokenBudget(max_tokens=256), lengths_file, WINDOW)
+    assert len(pickle.dumps(pray._detach(planner))) < 20_000  # never the lengths themselves
+    spec = TokenBudget(max_tokens=256)
+    with pytest.raises(TypeError, match="spec must be a padless planner spec"):
+        pray.plan(lengths_file, {"max_tokens": 5}, window=10, out=tmp_path / "p")
+    with pytest.raises(ValueError, match="must name a .npy file"):
+        pray.plan(tmp_path / "l.txt", spec, window=10, out=tmp_path / "p")
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        pray.plan(lengths_file, spec, window=0, out=tmp_path / "p")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="holding other files"):
+        pray.plan(lengths_file, spec, window=10, out=tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.array([3, -1, 2]))
+    with pytest.raises(ValueError, match=r"got -1 at position \[1\]"):
+        pray.plan(bad, spec, window=10, out=tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+    with pytest.raises(ValueError, match="not a padless.ray plan folder"):
+        pray.PlanFiles(tmp_path)
+
+
+# --------------------------------------------------------------------------- packed datasets
+
+
+def test_pack_loses_and_repeats_no_token_and_matches_pack_table(ray_local, corpus):
+    import torch  # noqa: F401  (collate_packed)
+
+    from padless.torch import collate_packed
+
+    spec = Packing(capacity=64, oversize="split")
+    rows = pray.pack(corpus.read(), spec, column="input_ids", window=WINDOW, seed=5)
+    got = pa.concat_tables(rows.iter_batches(batch_size=None, batch_format="pyarrow"))
+    ids = got.column("input_ids").combine_chunks()
+    np.testing.assert_array_equal(np.sort(ids.values.to_numpy()), corpus.tokens)  # lossless
+    assert pa.compute.max(pa.compute.list_value_length(ids)).as_py() <= 64
+    # windows of WINDOW consecutive documents across files and blocks: pack_table over them
+    want = pa.concat_tables(
+        pray.pack_table(
+            pa.table({"input_ids": corpus.column[a : a + WINDOW]}), spec, column="input_ids", seed=5
+        )  # fmt: skip
+        for a in range(0, DOCS, WINDOW)
+    )
+    assert got.equals(want)
+    # the columns are collate_packed's, row by row (segments found by their unique tokens)
+    doc_of = np.repeat(np.arange(DOCS), corpus.lengths)
+    collate = collate_packed(spec, flatten=True)
+    for r in np.random.default_rng(0).choice(got.num_rows, 40, replace=False).tolist():
+        row = {k: got.column(k)[r].as_py() for k in got.column_names}
+        tokens = np.array(row["input_ids"])
+        cuts = row["cu_seqlens"]
+        segments = [tokens[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        for s in segments:  # each segment is one document (or piece of one), in order
+            if s.size:
+                assert np.unique(doc_of[s]).size == 1 and np.all(np.diff(s) == 1)
+        ref = collate([torch.as_tensor(s) for s in segments])
+        assert ref["cu_seqlens"].tolist() == cuts
+        assert ref["position_ids"].view(-1).tolist() == row["position_ids"]
+        assert ref["seq_idx"].view(-1).tolist() == row["seq_idx"]
+
+
+def test_pack_table_fills_rows_to_the_goal_and_is_deterministic():
+    rng = np.random.default_rng(11)
+    sizes = np.minimum(rng.lognormal(5.5, 1.0, 10_000).astype(np.int64) + 1, 20_000)
+    off = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=off[1:])
+    docs = pa.table(
+        {"ids": pa.LargeListArray.from_arrays(pa.array(off), pa.array(np.arange(off[-1])))}
+    )
+    spec = Packing(capacity=4096, oversize="split")
+    rows = pray.pack_table(docs, spec, column="ids", seed=2)
+    assert int(off[-1]) / (rows.num_rows * 4096) >= 0.999  # the issue's goal, window of 10k
+    assert rows.equals(pray.pack_table(docs, spec, column="ids", seed=2))
+    assert not rows.equals(pray.pack_table(docs, spec, column="ids", seed=3))
+    flat = rows.column("ids").combine_chunks().values.to_numpy()
+    np.testing.assert_array_equal(np.sort(flat), np.arange(off[-1]))
+
+
+def test_pack_errors(ray_local, corpus):
+    ds = corpus.read()
+    with pytest.raises(TypeError, match=r"spec must be a padless.Packing"):
+        pray.pack(ds, TokenBudget(max_tokens=8), column="input_ids")
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        pray.pack(ds, Packing(capacity=8), column="input_ids", window=0)
+    with pytest.raises(TypeError, match="must hold lists of token ids"):
+        pray.pack(ds, Packing(capacity=8), column="doc")
+    docs = pa.table({"ids": [[1, 2, 3], [4, 5, 6, 7, 8]]})
+    with pytest.raises(ValueError, match="index 1 has length 5, which exceeds capacity=4"):
+        pray.pack_table(docs, Packing(capacity=4), column="ids")
+    with pytest.raises(ValueError, match="row 1 is null"):
+        pray.pack_table(pa.table({"ids": [[1], None]}), Packing(capacity=4), column="ids")
+
+
+# --------------------------------------------------------------------------- Ray Train
+
+
+def test_train_shards_feed_stream_batchers_with_exact_resume(ray_local, corpus):
+    """Stands in for Ray Train: the shards its DataConfig hands two workers (the same
+    ``configure`` call the trainer makes), read by two threads instead of two worker
+    processes, each feeding a StreamBatcher as the docs/ray.md recipe does."""
+    from ray.data import ExecutionOptions
+    from ray.train import DataConfig
+
+    first = 6000
+    ds = ray.data.from_arrow(
+        [pa.table({"input_ids": corpus.column[a : a + 2000], "doc": np.arange(a, a + 2000)})
+         for a in range(0, first, 2000)]
+    )  # fmt: skip
+    config = DataConfig(execution_options=ExecutionOptions(preserve_order=True))
+    spec = TokenBudget(max_tokens=256)
+
+    def batcher(shard):
+        return StreamBatcher(lambda: shard.iter_rows(), spec, buffer=2000,
+                             length=lambda row: len(row["input_ids"]))  # fmt: skip
+
+    shards = config.configure({"train": ds}, world_size=2, worker_handles=None,
+                              worker_node_ids=None)  # fmt: skip
+    got: dict[int, list] = {}
+
+    def work(rank):
+        got[rank] = [[int(r["doc"]) for r in b] for b in batcher(shards[rank]["train"])]
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    docs = [d for r in range(2) for b in got[r] for d in b]
+    assert sorted(docs) == list(range(first))  # every document once, over both workers
+    assert all(len(b) * max(corpus.lengths[b]) <= 256 for r in range(2) for b in got[r])
+
+    # exact resume on one worker: the same batches after a restore as without it
+    (shard,) = (s["train"] for s in config.configure({"train": ds}, world_size=1,
+                                                     worker_handles=None, worker_node_ids=None))  # fmt: skip
+    full, state = [], None
+    b = batcher(shard)
+    for k, batch in enumerate(b):
+        full.append([int(r["doc"]) for r in batch])
+        if k == 17:
+            state = json.loads(json.dumps(b.state_dict()))
+    resumed = batcher(shard)
+    resumed.load_state_dict(state)
+    assert [[int(r["doc"]) for r in batch] for batch in resumed] == full[18:]
