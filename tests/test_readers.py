@@ -500,3 +500,15 @@ def test_text_from_a_pipe_is_streamed(tmp_path):
     finally:
         writer.join(timeout=30)
     assert got.tolist() == reference(raw, "whitespace")
+
+
+def test_a_saved_plan_is_not_read_as_lengths(tmp_path):
+    """Issue 13.9: a plan's offsets must never come back as a token corpus."""
+    from pathlib import Path
+
+    import padless
+
+    path = tmp_path / "plan.npz"
+    padless.plan_token_budget([3, 4, 5], max_tokens=8).save(path)
+    with pytest.raises(ValueError, match="is a padless plan, not lengths"):
+        padless.lengths_of(Path(path))

@@ -550,6 +550,12 @@ def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
         raise ValueError(f"{path} is not a .npz archive (it holds one array: name it .npy)")
     with data:
         names = list(data.files)
+        from .plan import is_saved_plan
+
+        if is_saved_plan(names):
+            raise ValueError(
+                f"{path} is a padless plan, not lengths: read it with padless.BatchPlan.load"
+            )
 
         def column(name: str) -> np.ndarray:
             try:
