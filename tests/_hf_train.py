@@ -28,9 +28,6 @@ from padless import TokenBudgetSampler
 from padless.hf import PaddingFreeCollator, PadlessTrainerMixin
 
 VOCAB = 48
-torch.set_num_threads(1)  # tiny model: threads only contend
-hf_logging.disable_progress_bar()
-hf_logging.set_verbosity_error()
 
 
 class SaveAt(TrainerCallback):
@@ -143,6 +140,29 @@ def train(
     **overrides: Any,
 ) -> tuple[RecordingTrainer, list[dict[str, Any]]]:
     """One run (fresh model, fresh sampler); returns the trainer and its record."""
+    threads, verbosity = torch.get_num_threads(), hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    torch.set_num_threads(1)  # a tiny model: more threads only contend
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        return _train(out, resume, collator, sampler_cls, sampler_kw, save_at, overrides)
+    finally:
+        torch.set_num_threads(threads)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _train(
+    out: str,
+    resume: str | None,
+    collator: Any,
+    sampler_cls: Any,
+    sampler_kw: dict[str, Any] | None,
+    save_at: Any,
+    overrides: dict[str, Any],
+) -> tuple[RecordingTrainer, list[dict[str, Any]]]:
     lengths, data = corpus()
     args = training_args(out, **overrides)
     sampler = make_sampler(lengths, args, sampler_cls, **(sampler_kw or {}))

@@ -25,10 +25,6 @@ from padless import TokenBudgetSampler
 from padless.lightning import LightningBatches
 from padless.torch import StatefulLoader
 
-torch.set_num_threads(1)
-logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-warnings.filterwarnings("ignore")
-
 N = 160
 LENGTHS = np.random.default_rng(0).integers(1, 50, N)
 SETTINGS = {"max_tokens": 300, "seed": 4}
@@ -124,6 +120,9 @@ def bare(rank: int, world: int, epochs: int) -> list[list[int]]:
 
 
 def main(out: str) -> None:
+    torch.set_num_threads(1)  # run as a script only: a tiny model, threads only contend
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     per_epoch = len(TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS))
     result: dict[str, Any] = {"rank": rank, "world": world, "per_epoch": per_epoch, "n": N}
