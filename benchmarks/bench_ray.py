@@ -1,0 +1,305 @@
+"""Benchmark padless.ray on a local Ray: lengths, windowed plans and packed datasets.
+
+Writes two Parquet corpora to a temporary folder (``--dir`` to keep them):
+
+- ``tokens``: ``--rows`` (1e7) rows of short token lists (1–40 int32 ids, 20.5 on average), in
+  20 files: lengths with 1 and 2 Ray workers (``ray.init(num_cpus=k)``) against
+  ``ds.map(lambda r: {"n": len(r["input_ids"])})`` (Python per row, on the first ``--map-rows``
+  rows, 1e6) and against pyarrow reading the same column in one process;
+  ``padless.ray.plan`` of those lengths against ``padless.plan_windows`` in this process;
+- ``docs``: ``--pack-docs`` (1e6) documents of lognormal lengths (median 200 tokens, capped at
+  16384): ``padless.ray.pack`` at capacity 4096 with windows of 10,000 documents and TRL-style
+  windows of 1,000 (packing efficiency and time), and the same windows packed in this process
+  by ``padless.ray.pack_table``.
+
+Every Ray figure is a warm run (best of ``--repeat``; the first job of a fresh Ray, which starts
+its worker processes, is timed apart as "cold"). The last part turns the measured per-core rates
+into an estimate for ``--docs-total`` (1e10) documents on ``--nodes`` (16) nodes of
+``--cores`` (32) cores.
+
+Run: ``python benchmarks/bench_ray.py [--rows N] [--pack-docs N] [--repeat R] [--dir DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import padless
+import padless.ray as pray
+
+VOCAB = 50257
+CAPACITY = 4096
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def write_lists(folder: Path, lengths: np.ndarray, files: int, seed: int) -> None:
+    """Parquet files of token lists of the given lengths (random ids), ``files`` of them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    cuts = np.linspace(0, lengths.size, files + 1).astype(np.int64)
+    for f in range(files):
+        part = lengths[cuts[f] : cuts[f + 1]]
+        off = np.zeros(part.size + 1, np.int64)
+        np.cumsum(part, out=off[1:])
+        values = pa.array(rng.integers(0, VOCAB, int(off[-1]), dtype=np.int32))
+        column = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), values)
+        pq.write_table(pa.table({"input_ids": column}), folder / f"part-{f:03d}.parquet")
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    out, t_best = None, float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        t_best = min(t_best, time.perf_counter() - t0)
+    return t_best, out
+
+
+def pyarrow_lengths(files: list[Path]) -> np.ndarray:
+    parts = []
+    for f in files:
+        col = pq.read_table(f, columns=["input_ids"]).column(0)
+        parts.append(pc.list_value_length(col).to_numpy().astype(np.int32))
+    return np.concatenate(parts)
+
+
+def map_per_row(ray, files: list[Path]) -> int:
+    ds = ray.data.read_parquet([str(f) for f in files])
+    counted = ds.map(lambda r: {"n": len(r["input_ids"])})
+    return sum(
+        int(b["n"].size) for b in counted.iter_batches(batch_size=None, batch_format="numpy")
+    )
+
+
+def pack_figures(ray, folder: Path, window: int, seed: int) -> tuple[int, int]:
+    """(rows, tokens) of padless.ray.pack, counted on the cluster (nothing large to the driver)."""
+    spec = padless.Packing(capacity=CAPACITY, oversize="split")
+    packed = pray.pack(ray.data.read_parquet(str(folder)), spec, column="input_ids",
+                       window=window, seed=seed)  # fmt: skip
+
+    def count(t: pa.Table) -> pa.Table:
+        n = pc.sum(pc.list_value_length(t.column("input_ids"))).as_py() or 0
+        return pa.table({"rows": [t.num_rows], "tokens": [n]})
+
+    sums = packed.map_batches(count, batch_size=None, batch_format="pyarrow")
+    rows = tokens = 0
+    for b in sums.iter_batches(batch_size=None, batch_format="numpy"):
+        rows += int(b["rows"].sum())
+        tokens += int(b["tokens"].sum())
+    return rows, tokens
+
+
+def in_process_pack(folder: Path, window: int, seed: int) -> tuple[int, int, float]:
+    """(rows, tokens, seconds of pack_table alone) over windows of consecutive documents."""
+    spec = padless.Packing(capacity=CAPACITY, oversize="split")
+    table = pq.read_table(folder, columns=["input_ids"])
+    rows = tokens = 0
+    spent = 0.0
+    for lo in range(0, table.num_rows, window):
+        part = table.slice(lo, window)
+        t0 = time.perf_counter()
+        out = pray.pack_table(part, spec, column="input_ids", seed=seed)
+        spent += time.perf_counter() - t0
+        rows += out.num_rows
+        tokens += int(pc.sum(pc.list_value_length(out.column("input_ids"))).as_py() or 0)
+    return rows, tokens, spent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--map-rows", type=int, default=1_000_000)
+    ap.add_argument("--pack-docs", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--docs-total", type=float, default=1e10)
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--cores", type=int, default=32)
+    args = ap.parse_args()
+
+    import ray
+
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_ray_"))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; ray {ray.__version__}, "
+          f"pyarrow {pa.__version__}; load average {load()}")  # fmt: skip
+
+    # ------------------------------------------------------------------ corpora
+    tokens_dir, docs_dir = root / "tokens", root / "docs"
+    files = 20
+    lengths = np.random.default_rng(1).integers(1, 41, args.rows).astype(np.int32)
+    t0 = time.perf_counter()
+    if not tokens_dir.exists():
+        write_lists(tokens_dir, lengths, files, seed=2)
+    doc_lengths = (
+        np.minimum(
+            np.random.default_rng(3).lognormal(np.log(200.0), 1.0, args.pack_docs), 16384
+        ).astype(np.int64)
+        + 1
+    )
+    if not docs_dir.exists():
+        write_lists(docs_dir, doc_lengths, 10, seed=4)
+    paths = sorted(tokens_dir.glob("*.parquet"))
+    size = sum(p.stat().st_size for p in paths)
+    print(f"tokens corpus: {args.rows:,} rows, {int(lengths.sum()):,} tokens, {files} files, "
+          f"{size / 1e6:,.0f} MB; docs corpus: {args.pack_docs:,} documents, "
+          f"{int(doc_lengths.sum()):,} tokens (mean {doc_lengths.mean():.0f}); written in "
+          f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+
+    # ------------------------------------------------------------------ pyarrow, one process
+    c0 = cpu_seconds()
+    t_pa, got = best(lambda: pyarrow_lengths(paths), args.repeat)
+    assert np.array_equal(got, lengths)
+    print(f"\npyarrow in one process (read_table + list_value_length, pyarrow's threads): "
+          f"{t_pa:.2f} s = {args.rows / t_pa / 1e6:.2f} M rows/s "
+          f"(CPU {(cpu_seconds() - c0) / args.repeat:.2f} s per run)")  # fmt: skip
+    map_files = paths[: max(1, round(files * args.map_rows / args.rows))]
+    map_rows = int(sum(pq.read_metadata(p).num_rows for p in map_files))
+
+    rates: dict[str, float] = {}
+    lines = []
+    for workers in (1, 2):
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")  # fmt: skip
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        out = root / "lengths.npy"
+
+        def run(out: Path = out) -> np.ndarray:
+            return pray.lengths(ray.data.read_parquet(str(tokens_dir)), column="input_ids", out=out)
+
+        t0 = time.perf_counter()
+        run()
+        cold = time.perf_counter() - t0
+        t_pl, got = best(run, args.repeat)
+        assert np.array_equal(got, lengths)
+        t_map, n = best(lambda: map_per_row(ray, map_files), 1)
+        assert n == map_rows
+        r_pl, r_map = args.rows / t_pl, map_rows / t_map
+        rates[f"lengths{workers}"] = r_pl
+        lines.append(
+            f"| {workers} | {cold:.1f} | {t_pl:.2f} | {r_pl / 1e6:.2f} M | {r_map / 1e3:.1f} k "
+            f"| **{r_pl / r_map:.0f}×** | {r_pl / (args.rows / t_pa):.2f} |"
+        )
+        if workers == 2:
+            break
+        ray.shutdown()
+    print(f"\nlengths of {args.rows:,} token-list rows (ds.map per row on the first "
+          f"{map_rows:,}; load average now {load()}):\n")  # fmt: skip
+    print(
+        "| Ray workers | cold first run, s | padless.ray.lengths, s | rows/s | ds.map per row, "
+        "rows/s | ratio to ds.map | ratio to pyarrow in one process |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(lines))
+
+    # ------------------------------------------------------------------ windowed plans
+    lengths_path = root / "lengths.npy"
+    print(f"\nwindowed plans of the {args.rows:,} lengths, window 1e6 (2 Ray workers, "
+          f"load average {load()}):\n")  # fmt: skip
+    print(
+        "| spec | padless.ray.plan (2 tasks/CPU), s | plan_windows in this process, "
+        "2 threads, s | identical |"
+    )
+    print("|---|---:|---:|---|")
+    for name, spec in (("token budget 4096", padless.TokenBudget(max_tokens=4096)),
+                       ("packing 4096", padless.Packing(capacity=4096))):  # fmt: skip
+        mapped = np.load(lengths_path, mmap_mode="r")
+        t_local, ref = best(
+            lambda spec=spec, mapped=mapped: list(
+                padless.plan_windows(mapped, spec, window=1_000_000, seed=1, threads=2)
+            ),
+            args.repeat,
+        )
+        t_ray, files_ = best(
+            lambda spec=spec: pray.plan(
+                lengths_path, spec, window=1_000_000, seed=1, out=root / "plan", tasks=4
+            ),  # fmt: skip
+            args.repeat,
+        )
+        same = all(a == b for a, b in zip(files_, ref, strict=True))
+        rates[f"plan {name}"] = args.rows / t_ray
+        print(f"| {name} | {t_ray:.2f} ({args.rows / t_ray / 1e6:.1f} M items/s) | "
+              f"{t_local:.2f} ({args.rows / t_local / 1e6:.1f} M items/s) | {same} |")  # fmt: skip
+    t0 = time.perf_counter()
+    from padless.windows import WindowedPlanner
+
+    WindowedPlanner(padless.TokenBudget(max_tokens=4096), lengths_path, 1_000_000)
+    check = time.perf_counter() - t0
+    rates["check"] = args.rows / check
+    print(
+        f"\ndriver's checking pass over the mapped lengths: {check:.2f} s "
+        f"({args.rows / check / 1e6:.0f} M lengths/s)"
+    )
+
+    # ------------------------------------------------------------------ packed datasets
+    total = int(doc_lengths.sum())
+    best_rows = padless.plan_packing(doc_lengths, capacity=CAPACITY, oversize="split").num_rows
+    print(
+        f"\npack of {args.pack_docs:,} documents ({total:,} tokens), capacity {CAPACITY}, "
+        f'oversize="split" (2 Ray workers, load average {load()}); one global plan of all '
+        f"the lengths: efficiency {total / (best_rows * CAPACITY):.5f}\n"
+    )
+    print(
+        "| windows | padless.ray.pack, s | docs/s | tokens/s | rows | efficiency | "
+        "pack_table in this process (packing alone), s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for window, label in ((10_000, "10,000 documents"), (1_000, "1,000 (TRL-style)")):
+        t_pack, (rows, tok) = best(lambda window=window: pack_figures(ray, docs_dir, window, 0),
+                                   args.repeat)  # fmt: skip
+        rows_l, tok_l, spent = in_process_pack(docs_dir, window, 0)
+        assert tok == tok_l == total and rows == rows_l
+        rates[f"pack{window}"] = args.pack_docs / t_pack
+        rates[f"pack_tokens{window}"] = total / t_pack
+        print(f"| {label} | {t_pack:.1f} | {args.pack_docs / t_pack / 1e3:.0f} k | "
+              f"{total / t_pack / 1e6:.1f} M | {rows:,} | **{tok / (rows * CAPACITY):.5f}** | "
+              f"{spent:.1f} |")  # fmt: skip
+    ray.shutdown()
+
+    # ------------------------------------------------------------------ on paper
+    cores = args.nodes * args.cores
+    n = args.docs_total
+    mean_tokens = total / args.pack_docs
+    per_core = {
+        "lengths": rates["lengths2"] / 2,
+        "plan": rates["plan packing 4096"] / 2,
+        "pack": rates["pack10000"] / 2,
+    }
+    print(f"\non paper: {n:.0e} documents on {args.nodes} nodes × {args.cores} cores = {cores} "
+          "cores, from the per-core rates above (2-worker runs ÷ 2), scaling linearly:\n")  # fmt: skip
+    print("| step | per-core rate (measured) | wall time on the cluster |")
+    print("|---|---:|---:|")
+    for step, what in (("lengths", "rows/s"), ("plan", "items/s"), ("pack", "docs/s")):
+        print(f"| {step} | {per_core[step] / 1e6:.3f} M {what} | "
+              f"{n / (per_core[step] * cores) / 60:.1f} min |")  # fmt: skip
+    print(f"| driver: lengths file, 4 B/row | | {n * 4 / 1e9:,.0f} GB written by one process |")
+    print(
+        f"| driver: checking pass of plan | {rates['check'] / 1e6:.0f} M lengths/s | "
+        f"{n / rates['check'] / 60:.1f} min |"
+    )
+    print(f"\n(documents of {mean_tokens:.0f} tokens on average in the pack figure)")
+    if not args.dir:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
