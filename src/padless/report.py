@@ -351,6 +351,24 @@ def compare_report(
         if lens.ndim == 2 and type(plan) is not _Plan:
             row.note = "(on max over fields) "  # packed rows count tokens, not fields
         rows.append(row)
+    if "fixed_shapes" not in specs and "fixed_shapes" not in (settings or {}):
+        # static shapes need their shapes: the k of the buckets, chosen by shape_set
+        from .planners.shapes import FixedShapes, shape_set
+
+        t0 = time.perf_counter()
+        try:
+            shapes = shape_set(lens, k, max_tokens=max_tokens)
+            spec = FixedShapes(shapes)
+            plan, ms = _timed(lambda: spec.plan(lens))
+        except ValueError as exc:  # listed in not_run already; add why shape_set could not help
+            for r in not_run:
+                if r["strategy"] == "fixed_shapes":
+                    r["reason"] += f"; shape_set: {exc}"
+        else:
+            ms = (time.perf_counter() - t0) * 1e3
+            setting = f"k={k}, max_tokens={max_tokens} (shape_set)"
+            rows.append(_row(f"static shapes ({k})", setting, plan, ms, lens, world_size, spec))
+            not_run[:] = [r for r in not_run if r["strategy"] != "fixed_shapes"]
     best = min(rows, key=lambda r: r.padding_pct)
     for r in rows:
         if r.padding_pct <= best.padding_pct:

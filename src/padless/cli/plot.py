@@ -21,8 +21,10 @@ def plot_report(
     *,
     title: str = "",
     world_size: int = 8,
+    max_tokens: int | None = None,
 ) -> None:
-    """Write a three-panel figure: length histogram, padding % and imbalance per strategy.
+    """Write a figure: length histogram, padding % and imbalance per strategy, and (with
+    ``max_tokens``) the padding of static shapes against their number k (the compile count).
 
     Needs matplotlib (``pip install 'padless[cli]'``). The format follows the suffix (``.svg``,
     ``.pdf``; PNG otherwise). Written at exactly ``path``: a regular file under a temporary name,
@@ -43,7 +45,8 @@ def plot_report(
             "--plot needs the optional package 'matplotlib': pip install 'padless[cli]'"
         ) from exc
     sizes = sizes_of(lengths_of(lengths))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    panels = 3 if max_tokens is None else 4
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.6))
     ax = axes[0]
     lo, hi = int(sizes.min()), int(sizes.max())
     bins: Any = np.arange(lo, hi + 2) - 0.5 if hi - lo <= 160 else 80
@@ -78,6 +81,21 @@ def plot_report(
     ax.set_xlabel(f"straggler imbalance at world size {world_size} (1 = perfect)")
     ax.set_title("slowest rank / mean rank per step")
     ax.legend(loc="lower right")
+    if max_tokens is not None:
+        from ..planners.shapes import shape_curve
+
+        ks = [1, 2, 4, 8, 16, 32]
+        curve = shape_curve(lengths, ks, max_tokens=max_tokens)
+        ax = axes[3]
+        ax.plot(ks, [100 * c["padding_fraction"] for c in curve], marker="o", color="#c44e52")
+        budget = [r.padding_pct for r in rows if r.strategy == "token_budget"]
+        if budget:
+            ax.axhline(budget[0], color="k", linestyle="--", linewidth=1, label="token budget")
+            ax.legend()
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("static shapes k (compiles)")
+        ax.set_ylabel("padding (% of token slots, dummy rows included)")
+        ax.set_title("static shapes: padding against k")
     fig.suptitle(f"padless report: {title}" if title else "padless report")
     fig.tight_layout()
     suffix = os.path.splitext(target)[1].lower().lstrip(".")

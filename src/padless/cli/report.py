@@ -153,7 +153,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from .plot import plot_report
 
-        plot_report(lengths, rows, args.plot, title=name, world_size=args.world_size)
+        plot_report(
+            lengths,
+            rows,
+            args.plot,
+            title=name,
+            world_size=args.world_size,
+            max_tokens=args.max_tokens,
+        )
     if args.json:
         json.dump(
             {
