@@ -23,8 +23,8 @@ S steps (same data, same steps: the losses should agree within noise). The bound
 step followed its padded tokens, nothing could beat 1 / (1 - p), p the padding share of (a);
 "of bound" is each ratio divided by it.
 
-Run: .venv/bin/python benchmarks/bench_train.py [--n 1600] [--device cpu|cuda] [--attn njt]
-     [--out benchmarks/results/train.md]
+Run: .venv/bin/python benchmarks/bench_train.py [--n 1920] [--device cpu|cuda] [--attn grouped]
+     [--threads 1] [--out results.md]
 """
 
 from __future__ import annotations
@@ -340,12 +340,18 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1...")
     p.add_argument("--attn", choices=["auto", "grouped", "njt", "loop", "flash"], default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (0: torch's default); 1 by default, since on a small shared "
+        "machine more threads mostly wait for each other",
+    )
     p.add_argument("--out", help="also write the table (markdown) to this file")
     args = p.parse_args()
 
     device = torch.device(args.device)
-    if args.threads:
+    if args.threads and device.type == "cpu":
         torch.set_num_threads(args.threads)
     attn = args.attn
     if attn == "auto":  # on CPU jagged SDPA unbinds to a list internally: slower than both
