@@ -52,7 +52,10 @@ def test_report_json_agrees_with_library():
         "exact_length",
         "buckets",
         "packing",
+        "fixed_shapes",  # static shapes at the buckets' k, chosen by shape_set
     }
+    shapes = padless.FixedShapes(padless.shape_set(lengths, 8, max_tokens=2048))
+    assert rows["fixed_shapes"]["batches"] == len(shapes.plan(lengths))
     plan = padless.plan_token_budget(lengths, max_tokens=2048)
     st = plan.stats(lengths)
     assert rows["token_budget"]["batches"] == st.batches

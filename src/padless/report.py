@@ -366,8 +366,8 @@ def compare_report(
                     r["reason"] += f"; shape_set: {exc}"
         else:
             ms = (time.perf_counter() - t0) * 1e3
-            setting = f"k={k}, max_tokens={max_tokens} (shape_set)"
-            rows.append(_row(f"static shapes ({k})", setting, plan, ms, lens, world_size, spec))
+            setting = f"static shapes ({k}) by shape_set, max_tokens={max_tokens}"
+            rows.append(_row("fixed_shapes", setting, plan, ms, lens, world_size, spec))
             not_run[:] = [r for r in not_run if r["strategy"] != "fixed_shapes"]
     best = min(rows, key=lambda r: r.padding_pct)
     for r in rows:
