@@ -18,14 +18,18 @@ def example(name: str) -> str:
 
 
 def run_example(name: str, where: Path) -> dict:
-    """Execute an example in directory ``where``; return its globals."""
+    """Execute an example in directory ``where`` on one torch thread; return its globals."""
     import os
 
-    here = os.getcwd()
+    import torch
+
+    here, threads = os.getcwd(), torch.get_num_threads()
     os.chdir(where)
+    torch.set_num_threads(1)  # tiny models: more threads on a busy machine only wait
     try:
         scope: dict = {"__name__": f"docs_example_{name}"}
         exec(compile(example(name), f"docs/trainers.md:{name}", "exec"), scope)
         return scope
     finally:
+        torch.set_num_threads(threads)
         os.chdir(here)
