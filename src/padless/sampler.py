@@ -411,20 +411,42 @@ class PlanSampler(Resumable):
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:
-            config = {
-                "class": self.spec.sampler_name or type(self).__name__,
-                "shuffle": self.shuffle,
-                "balance": self.balance,
-                **self.planner.config(),
-            }
-            from ._kernels import hash_ints
-
-            data = {
-                "lengths_shape": list(self.lengths.shape),
-                "lengths_hash": int(hash_ints(self.lengths.reshape(-1), 0)),
-            }
-            self._fingerprint = fingerprint(config, data=data)
+            self._fingerprint = self._fingerprint_of(self._lengths_hash())
         return self._fingerprint
+
+    def _lengths_hash(self) -> int:
+        from ._kernels import hash_ints
+
+        return int(hash_ints(self.lengths.reshape(-1), 0))
+
+    def _fingerprint_of(self, lengths_hash: int) -> str:
+        config = {
+            "class": self.spec.sampler_name or type(self).__name__,
+            "shuffle": self.shuffle,
+            "balance": self.balance,
+            **self.planner.config(),
+        }
+        data = {"lengths_shape": list(self.lengths.shape), "lengths_hash": lengths_hash}
+        return fingerprint(config, data=data)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration: O(1), no replay; ``state`` is unchanged.
+
+        The state may come from another world size (elastic resume). A restore needs the
+        lengths' hash (to check the state fits these lengths) and the epoch's plan (to check the
+        position and to go on): the hash runs on a second thread (a compiled pass that releases
+        the GIL) while the plan is computed, so on two cores a restore costs about one plan.
+        """
+        epoch = state.get("epoch") if isinstance(state, dict) else None
+        plain = self._fingerprint is None and self._windowed is None
+        if plain and isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                lengths_hash = pool.submit(self._lengths_hash)
+                self._schedule(epoch)  # the plan the restore needs anyway, cached
+                self._fingerprint = self._fingerprint_of(lengths_hash.result())
+        super().load_state_dict(state)
 
     def __repr__(self) -> str:
         return (
