@@ -2,9 +2,10 @@
 
 Lightning has three traps for a batch sampler that shards itself and resumes mid-epoch:
 
-1. With ``use_distributed_sampler=True`` (the default) it tries to put a ``DistributedSampler``
-   inside the loader. Pass ``use_distributed_sampler=False``: the padless sampler already gives
-   each process its own batches.
+1. On several devices with ``use_distributed_sampler=True`` (the default) it tries to put a
+   ``DistributedSampler`` into the batch sampler and stops with a ``TypeError``. Pass
+   ``use_distributed_sampler=False``: the padless sampler already gives each process its own
+   batches.
 2. It calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler``, never on
    the batch sampler itself, so a bare padless sampler would repeat epoch 0's order forever.
 3. It sizes every epoch with ``len(loader)`` and counts the batches already trained itself, so
