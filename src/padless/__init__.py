@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .cost import Cost as Cost
     from .lengths import builtin_corpus as builtin_corpus
     from .lengths import lengths_of as lengths_of
+    from .lm import LMStream as LMStream
     from .mixing import MixtureSampler as MixtureSampler
     from .mixing import ZippedLengths as ZippedLengths
     from .mixing import zip_lengths as zip_lengths
@@ -86,7 +87,6 @@ if TYPE_CHECKING:
     from .sampler import PlanSampler as PlanSampler
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
-    from .lm import LMStream as LMStream
     from .streams import StreamBatcher as StreamBatcher
     from .windows import plan_windows as plan_windows
 

@@ -56,7 +56,9 @@ def budget_or_none(name: str, value: Any) -> int | None:
     """Check an optional positive budget no larger than :data:`MAX_BUDGET` (2**62)."""
     out = check_int(name, value, minimum=1, allow_none=True)
     if out is not None and out > MAX_BUDGET:
-        raise ValueError(f"{name} must be <= 2**62 (sizes and budgets stay in int64 arithmetic), got {out}")
+        raise ValueError(
+            f"{name} must be <= 2**62 (sizes and budgets stay in int64 arithmetic), got {out}"
+        )
     return out
 
 

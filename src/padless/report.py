@@ -361,14 +361,14 @@ def compare_report(
             spec = FixedShapes(shapes)
             plan, ms = _timed(lambda: spec.plan(lens))
         except ValueError as exc:  # listed in not_run already; add why shape_set could not help
-            for r in not_run:
-                if r["strategy"] == "fixed_shapes":
-                    r["reason"] += f"; shape_set: {exc}"
+            for entry in not_run:
+                if entry["strategy"] == "fixed_shapes":
+                    entry["reason"] += f"; shape_set: {exc}"
         else:
             ms = (time.perf_counter() - t0) * 1e3
             setting = f"static shapes ({k}) by shape_set, max_tokens={max_tokens}"
             rows.append(_row("fixed_shapes", setting, plan, ms, lens, world_size, spec))
-            not_run[:] = [r for r in not_run if r["strategy"] != "fixed_shapes"]
+            not_run[:] = [e for e in not_run if e["strategy"] != "fixed_shapes"]
     best = min(rows, key=lambda r: r.padding_pct)
     for r in rows:
         if r.padding_pct <= best.padding_pct:

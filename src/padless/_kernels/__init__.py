@@ -79,6 +79,8 @@ __all__ = [
     "budget_ends",
     "budget_ends_reference",
     "budget_ends_runs",
+    "budget_order",
+    "budget_order_reference",
     "capped_ends",
     "capped_ends_reference",
     "carry_cuts",
