@@ -366,7 +366,7 @@ def compare_report(
                     entry["reason"] += f"; shape_set: {exc}"
         else:
             ms = (time.perf_counter() - t0) * 1e3
-            setting = f"static shapes ({k}) by shape_set, max_tokens={max_tokens}"
+            setting = f"shape_set k={k}, max_tokens={max_tokens}"
             rows.append(_row("fixed_shapes", setting, plan, ms, lens, world_size, spec))
             not_run[:] = [e for e in not_run if e["strategy"] != "fixed_shapes"]
     best = min(rows, key=lambda r: r.padding_pct)
