@@ -178,11 +178,16 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return state
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration yields."""
+        """Select the epoch the next iteration yields (forwarded to the source's ``set_epoch``)."""
         epoch = check_seed(epoch, "epoch")
         if epoch != self.epoch:
             self._pending = None
         self.epoch = epoch
+        # here, in the main process, before DataLoader workers start: a datasets source keeps
+        # its epoch in shared memory, which workers setting it at once could corrupt
+        set_source_epoch = getattr(self.source, "set_epoch", None)
+        if callable(set_source_epoch) and getattr(self.source, "epoch", None) != epoch:
+            set_source_epoch(epoch)
 
     def collate(self, **options: Any) -> Callable[[Any], Any]:
         """:func:`stream_collate` for this dataset's spec."""

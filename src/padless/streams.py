@@ -165,7 +165,10 @@ class _Source:
             it = iter(obj())
         else:
             set_epoch = getattr(obj, "set_epoch", None)
-            if callable(set_epoch):
+            # only when it differs: datasets keeps the epoch in memory shared with DataLoader
+            # workers and updates it with a read-modify-write, so two workers that both set it
+            # can race (0 -> 2, another order of shards)
+            if callable(set_epoch) and getattr(obj, "epoch", None) != epoch:
                 set_epoch(epoch)
             if self.kind == "stateful":
                 if state is not None:

@@ -1,0 +1,214 @@
+"""StreamDataset: DataLoader workers and ranks each batch their share exactly once, exact resume
+through torchdata's StatefulDataLoader, the packed collate, and ranks of a 2-process gloo run
+that stop at the same step although their shards differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+datasets = pytest.importorskip("datasets")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+from padless import Packing, TokenBudget  # noqa: E402
+from padless.streams import Piece  # noqa: E402
+from padless.torch import StreamDataset, stop_together  # noqa: E402
+
+SIZES = [120, 40, 90, 70]  # rows per Parquet file: unequal shards
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("parquet")
+    rs = np.random.default_rng(0)
+    start = 0
+    for k, n in enumerate(SIZES):
+        lengths = rs.integers(1, 30, n)
+        table = pa.table(
+            {
+                "id": np.arange(start, start + n),
+                "input_ids": [rs.integers(1, 99, int(m)).tolist() for m in lengths],
+            }
+        )
+        pq.write_table(table, folder / f"part{k}.parquet", row_group_size=32)
+        start += n
+    return folder
+
+
+def stream(folder):
+    files = sorted(str(p) for p in Path(folder).glob("*.parquet"))
+    return datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+
+
+def tokens(row):
+    return len(row["input_ids"])
+
+
+def ids(batch):
+    return [row["id"] for row in batch]
+
+
+def as_ids(batch):  # a picklable collate for worker processes
+    return [row["id"] for row in batch]
+
+
+TOTAL = sum(SIZES)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_workers_split_a_datasets_stream_once(parquet_dir, workers):
+    ds = StreamDataset(stream(parquet_dir), TokenBudget(max_tokens=200), buffer=32, length=tokens)
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=as_ids)
+    seen = [i for batch in loader for i in batch]
+    assert sorted(seen) == list(range(TOTAL))
+
+
+def test_ranks_split_a_datasets_stream_by_its_shards(parquet_dir):
+    got = []
+    for rank in (0, 1):
+        ds = StreamDataset(
+            stream(parquet_dir),
+            TokenBudget(max_tokens=200),
+            buffer=32,
+            length=tokens,
+            rank=rank,
+            world_size=2,
+        )
+        got.append([i for batch in ds for i in ids(batch)])
+    assert sorted(got[0] + got[1]) == list(range(TOTAL))
+    assert len(got[0]) != len(got[1])  # whole files per rank: unequal shards
+
+
+def test_plain_source_split_over_workers_and_ranks():
+    lengths = list(range(1, 200))
+    seen = []
+    for rank in (0, 1):
+        ds = StreamDataset(
+            lengths, TokenBudget(max_tokens=300), buffer=16, length=int, rank=rank, world_size=2
+        )
+        loader = DataLoader(ds, batch_size=None, num_workers=2, collate_fn=list)
+        seen += [x for batch in loader for x in batch]
+    assert sorted(seen) == lengths
+
+
+def test_stateful_dataloader_resumes_exactly(parquet_dir):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make():
+        ds = StreamDataset(
+            stream(parquet_dir), TokenBudget(max_tokens=150), buffer=24, length=tokens, seed=3
+        )
+        ds.set_epoch(1)
+        return sdl.StatefulDataLoader(ds, batch_size=None, num_workers=2, collate_fn=as_ids)
+
+    full = list(make())
+    assert sorted(i for b in full for i in b) == list(range(TOTAL))
+    for cut in (3, len(full) // 2):
+        loader = make()
+        it = iter(loader)
+        got = [next(it) for _ in range(cut)]
+        state = loader.state_dict()  # workers have prefetched further
+        del it
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert got + list(resumed) == full, cut
+
+
+def test_resume_in_process_through_the_dataset(parquet_dir):
+    def make():
+        return StreamDataset(
+            stream(parquet_dir), Packing(capacity=64, rows_per_batch=2), buffer=24, length=tokens
+        )
+
+    full = [json.dumps(b, default=str) for b in make()]
+    ds = make()
+    it = iter(ds)
+    got = [json.dumps(next(it), default=str) for _ in range(7)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    again = make()
+    again.load_state_dict(state)
+    assert got + [json.dumps(b, default=str) for b in again] == full
+
+
+def test_packed_collate_rows_and_pieces():
+    rs = np.random.default_rng(1)
+    items = [{"input_ids": rs.integers(1, 50, int(n)).tolist()} for n in rs.integers(1, 60, 80)]
+    spec = Packing(capacity=32, rows_per_batch=2, oversize="split")
+    ds = StreamDataset(items, spec, buffer=16, length=tokens)
+    collate, flat = ds.collate(), ds.collate(flatten=True)
+    pieces = 0
+    for batch in ds:
+        out = collate(batch)
+        assert out["input_ids"].shape == (len(batch), 32)
+        got = out["input_ids"].view(-1).tolist()
+        bounds = [0]
+        k = real = 0
+        for row in batch:  # each row's sequences back to back, then padding
+            used = 0
+            for x in row:
+                t = list(x.tokens("input_ids") if isinstance(x, Piece) else x["input_ids"])
+                pieces += isinstance(x, Piece)
+                assert got[k : k + len(t)] == t
+                k, used, real = k + len(t), used + len(t), real + len(t)
+                bounds.append(k)
+            if used < 32:
+                assert got[k : k + 32 - used] == [0] * (32 - used)
+                k += 32 - used
+                bounds.append(k)
+        assert out["cu_seqlens"].tolist() == bounds
+        assert flat(batch)["input_ids"].shape == (1, real)  # no padding at all
+    assert pieces > 0
+
+
+def test_padded_collate_for_budget_batches():
+    items = [{"input_ids": list(range(n))} for n in range(1, 40)]
+    ds = StreamDataset(items, TokenBudget(max_tokens=64), buffer=8, length=tokens)
+    collate = ds.collate(pad_id=0, fields=["input_ids"])
+    for batch in ds:
+        out = collate(batch)
+        assert out["input_ids"].shape[0] == len(batch)
+        assert out["input_ids"].numel() <= 64
+
+
+def test_stop_together_is_the_loader_without_a_process_group():
+    wrapped = stop_together([[1], [2], [3]], every=2)
+    assert list(wrapped) == [[1], [2], [3]]
+    assert wrapped.steps == 3 and len(wrapped) == 3
+    with pytest.raises(ValueError, match="every must be a positive int"):
+        stop_together([], every=0)
+
+
+def test_ddp_two_processes_stop_at_the_same_step(parquet_dir, tmp_path):
+    script = Path(__file__).with_name("_stream_ddp.py")
+    prefix = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(parquet_dir), "3", str(prefix)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    rows = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run.rank*.json"))]
+    assert sorted(r["rank"] for r in rows) == [0, 1]
+    for r in rows:
+        assert r["raw"] > 0
+    raw = [r["raw"] for r in rows]
+    assert raw[0] != raw[1]  # unequal shards: without stop_together one rank would hang
+    for every in ("1", "3"):
+        steps = {r["steps"][every] for r in rows}
+        assert steps == {min(raw)}
+        assert {r["sum"][every] for r in rows} == {2 * min(raw)}
+    assert sum(r["left_over"]["1"] for r in rows) == 1  # one batch pulled, not delivered
+    ids_seen = [i for r in rows for i in r["ids"]]
+    assert len(ids_seen) == len(set(ids_seen))
