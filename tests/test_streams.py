@@ -142,6 +142,28 @@ def test_every_item_once_within_limits(name):
         assert all(len({x[1] for x in batch}) == 1 for batch in batches)
 
 
+@pytest.mark.parametrize("window", [1, 2])
+def test_window_bounds_batches_and_replay(window):
+    spec = SPECS["budget"]
+    b = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=window)
+    batches = list(b)
+    for batch in batches:
+        where = [x[0] for x in batch]
+        assert max(where) - min(where) < window * 40
+    source = Stateful(ITEMS)
+    b = StreamBatcher(source, spec, buffer=40, length=size, window=window)
+    it = iter(b)
+    for _ in range(len(batches) // 2):
+        next(it)
+    state = b.state_dict()
+    assert 0 <= source.pos - state["position"] <= window * 40
+    other = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=window + 1)
+    with pytest.raises(ValueError, match="settings differ"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="window must be a positive int"):
+        StreamBatcher(ITEMS, spec, window=0)
+
+
 def test_lengths_only_stream_and_int_length():
     spec = TokenBudget(max_tokens=200, multiple_of=8)
     lengths = LENGTHS.tolist()

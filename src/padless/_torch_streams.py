@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ._check import check_int, check_seed, positive
-from .streams import Piece, StreamBatcher
+from .streams import WINDOW, Piece, StreamBatcher
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -132,7 +132,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     wrap the loader in :func:`stop_together` so every rank stops at the same step.
 
     Args:
-        source, spec, buffer, length, seed: see :class:`padless.StreamBatcher`.
+        source, spec, buffer, length, seed, window: see :class:`padless.StreamBatcher`.
         rank, world_size: this process's rank; by default from ``torch.distributed`` (0 and 1
             when it is not initialized).
 
@@ -150,13 +150,14 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         buffer: int = 10_000,
         length: Callable[[Any], Any] = len,
         seed: int = 0,
+        window: int = WINDOW,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
         from ._schedule import check_ranks
         from .torch import dist_rank_world
 
-        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed)  # checks the settings
+        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, window=window)  # checks
         auto_rank, auto_world = dist_rank_world()
         self.rank, self.world_size = check_ranks(
             auto_rank if rank is None else rank, auto_world if world_size is None else world_size
@@ -166,6 +167,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.buffer = buffer
         self.length = length
         self.seed = seed
+        self.window = window
         self.epoch = 0
         self._pending: dict[str, Any] | None = None
         self._batcher: StreamBatcher | None = None
@@ -213,7 +215,12 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         elif total > 1:
             source = _Strided(source, shard, total)
         batcher = StreamBatcher(
-            source, self.spec, buffer=self.buffer, length=self.length, seed=self.seed
+            source,
+            self.spec,
+            buffer=self.buffer,
+            length=self.length,
+            seed=self.seed,
+            window=self.window,
         )
         batcher._shard = (shard, total)
         self._batcher, self._worker = batcher, (worker, workers)

@@ -6,17 +6,28 @@ generator, webdataset shards...) through a buffer and yields batches that follow
 
 How the buffer works. The source is read in *chunks* of ``buffer // 4`` items. Once the buffer
 is full (after the first four chunks) every new chunk starts a *round*: the items waiting in
-the buffer and the new chunk are planned together, the batches that came out well are emitted
-(in an order shuffled from ``(seed, epoch)``) and the rest of the items wait for company from
-the next chunks. An item waits at most three rounds: in its fourth round its batch is emitted
-whatever its padding. So the buffer never holds more than ``buffer`` items, a batch only mixes
-items that lie within ``buffer`` positions of each other in the stream, and at the end of the
-stream everything left is emitted.
+the buffer and the new chunk are planned together, the batches that came out well leave (in an
+order shuffled from ``(seed, epoch)``) and the rest of the items wait for company from the next
+chunks. Two rules bound the waiting:
 
-- ``TokenBudget``: each round sorts the buffer by length and cuts it with the greedy budget rule
-  (fairseq's), so no batch is ever over ``max_tokens`` (count × longest) or ``max_sentences``.
-  A batch is emitted when it is full (one more item of its longest length would break a limit)
-  and pads at most 0.5% of its slots; other batches wait.
+- *memory*: when more than ``buffer - buffer // 4`` items would wait, the best of the waiting
+  batches (least padded, fullest) leave too, so the buffer never holds more than ``buffer``
+  items (the extra pieces of a split item come on top);
+- *window*: an item leaves, whatever its padding, before ``window`` buffers of items have been
+  read after it. So the items of a batch lie within ``window × buffer`` positions of each other
+  in the stream, and a restore reads at most that many items again.
+
+At the end of the stream everything left leaves. ``window`` trades padding for restore time:
+with 1e6 lognormal lengths and ``TokenBudget(max_tokens=4096)`` at ``buffer=10_000``, padding is
+2.0% with ``window=1``, 0.9% with 2 and 0.42% with 4 (a global sort: 0.13%), and a restore reads
+about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``).
+
+- ``TokenBudget``: each round sorts the buffer by length, takes out the full batches of a
+  single length (no padding), and cuts the rest with the greedy budget rule (fairseq's), so no
+  batch is ever over ``max_tokens`` (count × longest) or ``max_sentences``, and batch sizes are
+  multiples of ``multiple_of`` as far as that rule allows. A batch leaves when it is full (one
+  more item of its longest length would break a limit) and pads at most 0.5% of its slots;
+  other batches wait.
 - ``Buckets``: with ``num_buckets`` the boundaries are fitted once, by
   :func:`padless.bucket_boundaries` (least padded slots, exact dynamic programme), on the first
   buffer of lengths (the first ``buffer`` items), and then kept for every later round and epoch
@@ -28,22 +39,23 @@ stream everything left is emitted.
   leftover of each length waits for more of that length; leftovers that expire, and all
   leftovers at the end of the stream, are handled as the spec's ``leftovers`` says (``"merge"``
   pools them into padded batches, ``"partial"`` keeps smaller batches, ``"drop"`` drops them).
-- ``Packing``: best fit, longest first, over the buffer into rows of ``capacity`` tokens; rows
-  filled to at least 99.9% are emitted and under-filled rows wait (their items are placed
-  again with the next chunk). A batch is a list of ``rows_per_batch`` rows, each row a list of
+- ``Packing``: best fit over the buffer into rows of ``capacity`` tokens (the items that must
+  leave first, then longest first); rows filled to at least 99.9% leave and under-filled rows
+  wait (their items are placed again with the next chunk). A batch is a list of ``rows_per_batch`` rows, each row a list of
   items; an item longer than ``capacity`` is handled by ``oversize`` as in the planner, and
   ``"split"``/``"truncate"`` put :class:`Piece` entries in the rows, saying which tokens of which
   item they hold. ``batcher.collate()`` turns a batch into ``padless.torch.collate_packed``'s
   varlen format.
 
 Resume. ``state_dict()`` is small and JSON-safe (when the source's own state is): the round, the
-batches of that round already yielded, one bit per item of the buffer saying which ones still
-wait, and for a source with the ``datasets.IterableDataset`` protocol (``state_dict()`` /
-``load_state_dict()``) its state at the oldest chunk still in the buffer. ``load_state_dict()``
-then replays at most one buffer of items (calling ``length`` only on the items that still
-wait) and the batches continue exactly as without the interruption. A plain iterable or a
-callable that re-creates the iterator is skipped from the start instead: O(position) items
-are read again (``itertools.islice``, no ``length`` calls).
+batches of that round already yielded, one bit per item of the window saying which ones still
+wait (zlib-compressed), and for a source with the ``datasets.IterableDataset`` protocol
+(``state_dict()`` / ``load_state_dict()``) its state at the oldest chunk of the window.
+``load_state_dict()`` is O(1); the next iteration reads the window again (at most ``window ×
+buffer`` items, calling ``length`` only on the items that still wait, skipping chunks where
+none waits) and the batches continue exactly as without the interruption. A plain iterable or a
+callable that re-creates the iterator is skipped from its start instead: O(position) items are
+read again (at C speed, ``itertools.islice``, no ``length`` calls).
 """
 
 from __future__ import annotations
@@ -53,7 +65,7 @@ import copy
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -68,7 +80,7 @@ __all__ = ["Piece", "StreamBatcher"]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
 CHUNKS = 4
-#: An item waits at most until ``WINDOW`` buffers of items have been read since its own.
+#: Default ``window``: an item waits at most until this many buffers of items were read after it.
 WINDOW = 4
 #: ``TokenBudget``: a full batch is emitted when padding is at most this fraction of its slots.
 PAD_TARGET = 0.005
@@ -628,10 +640,14 @@ class _PackEngine(_Engine):
         spec = self.spec
         n = len(buf)
         sizes = buf.sizes
-        if cap <= 2 * n + (1 << 16):
-            order, _ = K.counting_order(cap - sizes, cap + 1)  # longest first, oldest first
+        # items that must leave are placed first (so they share full rows with others and
+        # the rows left under-filled hold items that may still wait), then longest first;
+        # oldest first among equals
+        keys = (cap - sizes) + np.where(forced, 0, cap + 1)
+        if 2 * (cap + 1) <= 2 * n + (1 << 16):
+            order, _ = K.counting_order(keys, 2 * (cap + 1))
         else:
-            order = np.argsort(-sizes, kind="stable").astype(np.int64)
+            order = np.argsort(keys, kind="stable").astype(np.int64)
         walk = np.ascontiguousarray(sizes[order])
         row_of, num_rows = K.best_fit_rows(walk, cap, spec.max_per_row or 0)
         used = np.bincount(row_of, weights=walk, minlength=num_rows).astype(np.int64)
@@ -754,17 +770,19 @@ class StreamBatcher:
             ``datasets.IterableDataset`` protocol) resumes in O(buffer); others are skipped from
             the start, O(position).
         spec: ``TokenBudget``, ``Buckets``, ``ExactLength`` or ``Packing``.
-        buffer: the most items held; also how far apart in the stream two items of a batch
-            can be. At least 4 (read in chunks of ``buffer // 4``).
+        buffer: the most items held (at least 4; read in chunks of ``buffer // 4``).
         length: maps an item to its length (an int) or per-field lengths (a tuple of ints, e.g.
             source and target); ``int`` for streams of lengths. Lengths lie in [0, 2**31).
         seed: non-negative int; each round's batch order comes from ``(seed, epoch)``.
+        window: how far back an item may wait, in buffers of stream: the items of a batch lie
+            within ``window × buffer`` positions, and a restore reads that many items again.
+            Larger pads less (see the module docstring).
 
-    Cost: per item, one ``length`` call and about a dozen compiled or vectorised steps over the
-    buffer (each item is planned in at most four rounds); memory: ``buffer`` items, their
-    lengths and a few int64 per item. ``state_dict()`` is O(1) (the bit mask, ``buffer / 6``
-    characters, is built once per round); ``load_state_dict()`` is O(1) and the next iteration
-    replays at most ``buffer`` items of a stateful source.
+    Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
+    waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
+    of ints (``benchmarks/bench_streams.py``). Memory: ``buffer`` items, their lengths and a
+    few int64 each. ``state_dict()`` is O(1) (the bit mask is built once per round, about
+    ``window × buffer / 8`` bytes before compression); ``load_state_dict()`` is O(1).
 
     >>> from padless import TokenBudget
     >>> lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5]
@@ -784,6 +802,7 @@ class StreamBatcher:
         buffer: int = 10_000,
         length: Callable[[Any], Any] = len,
         seed: int = 0,
+        window: int = WINDOW,
     ) -> None:
         from .planners.spec import Spec, spec_to_dict
 
@@ -808,7 +827,8 @@ class StreamBatcher:
         self.spec = spec
         self.buffer = buffer
         self.chunk = buffer // CHUNKS
-        self.wait = CHUNKS * WINDOW - 1  # rounds an item may wait
+        self.window = positive("window", window)
+        self.wait = CHUNKS * self.window - 1  # rounds an item may wait
         self.length = length
         self.seed = check_seed(seed, "seed")
         self.epoch = 0
@@ -877,6 +897,7 @@ class StreamBatcher:
             "class": STATE_KIND,
             "spec": self._spec_dict,
             "buffer": self.buffer,
+            "window": self.window,
             "chunks": CHUNKS,
         }
         return fingerprint(config, data={"shard": list(self._shard)})
@@ -1008,7 +1029,7 @@ class StreamBatcher:
         fields = self._fields
         if not items:
             return np.zeros(0, np.int64) if not fields else np.zeros((0, fields), np.int64)
-        arr = None
+        arr: np.ndarray | None = None
         raw: list[Any] = items
         if self.length is int and not fields:  # a stream of int lengths: no call per item
             try:
@@ -1036,7 +1057,7 @@ class StreamBatcher:
             self._bad_length(raw, base)
         return np.ascontiguousarray(arr, dtype=np.int64)
 
-    def _bad_length(self, raw: list[Any], base: int) -> None:
+    def _bad_length(self, raw: list[Any], base: int) -> NoReturn:
         """Raise for the first length that is not an int (tuple) in [0, 2**31) of the
         stream's kind (the first length seen sets whether lengths are ints or tuples)."""
 
@@ -1093,8 +1114,8 @@ class StreamBatcher:
         self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray
     ) -> _Entries:
         """Packing entries when some items are longer than capacity (split, truncate or drop)."""
-        cap = self.spec.capacity
-        mode = self.spec.oversize
+        spec: Any = self.spec  # a Packing spec
+        cap, mode = spec.capacity, spec.oversize
         out_items: list[Any] = []
         out_sizes: list[int] = []
         out_off: list[int] = []
@@ -1152,6 +1173,19 @@ class StreamBatcher:
             wanted.add((pair[0], pair[1]))
         pend = _Entries.empty(self._fields or 0)
         for k in range(first, rnd):
+            lo = (k - first) * c
+            if not bits[lo : lo + c].any():  # nothing waits from this chunk: skip it
+                items = list(islice(it, c - 1, c))
+                got_all = len(items) == 1
+                if self._source.cheap_resume:
+                    snaps[k + 1] = self._source.snapshot()
+                if not got_all:
+                    raise ValueError(
+                        f"the source ended inside chunk {k} while replaying to the saved "
+                        f"position (chunks of {c} items): it holds fewer items than when the "
+                        "state was saved"
+                    )
+                continue
             items = list(islice(it, c))
             if len(items) < c:
                 raise ValueError(
@@ -1161,7 +1195,6 @@ class StreamBatcher:
                 )
             if self._source.cheap_resume:
                 snaps[k + 1] = self._source.snapshot()
-            lo = (k - first) * c
             offs = np.flatnonzero(bits[lo : lo + c]).astype(np.int64)
             chosen = [items[i] for i in offs.tolist()]
             lens = self._lengths(chosen, k * c)
