@@ -72,7 +72,6 @@ import numpy as np
 from . import _kernels as K
 from . import _rng
 from ._check import check_seed, positive
-from ._kernels.streams import budget_round
 from ._state import STATE_VERSION, _mismatch, fingerprint
 from .planners._order import group_keys
 
@@ -425,7 +424,7 @@ class _BudgetEngine(_Engine):
 
     def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
         keys, span = group_keys(buf.lens)
-        order, ends, real, padded, leave = budget_round(
+        order, ends, real, padded, leave = K.streams.budget_round(
             keys, span, buf.sizes, forced, self.max_tokens, self.max_sentences, self.multiple,
             final, PAD_TARGET,
         )  # fmt: skip

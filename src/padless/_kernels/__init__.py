@@ -25,6 +25,7 @@ the ``__pycache__/*.nbi``/``*.nbc`` files of this package so the kernels that us
 """
 
 from . import cost as cost  # cost models: K.cost.budget_cost_ends, best_fit_rows_cost...
+from . import streams as streams  # stream rounds: K.streams.budget_round
 from . import windows as windows  # windowed plans: K.windows.budget_window, pack_window_rows...
 from .buckets import optimal_cuts, optimal_cuts_reference
 from .budget import (
