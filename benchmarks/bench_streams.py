@@ -16,7 +16,8 @@ buckets), on 1e6 lognormal lengths (mean about 27, in [1, 1024]) and the built-i
 
 lhotse is installed for this script only (``.venv/bin/pip install lhotse``); it is slow (about
 2e4 cuts/s), so its figures on the lognormal stream use the first 2e5 lengths (padless is
-shown on the same prefix). Times are best of --repeat on a shared machine.
+shown on the same prefix); ``--skip-lhotse`` leaves it out. Times are best of --repeat on a
+shared machine.
 
 Run: .venv/bin/python benchmarks/bench_streams.py [--n 1000000] [--repeat 3] [--out FILE]
 """
@@ -106,40 +107,91 @@ def lhotse_batches(lengths: np.ndarray, buffer: int) -> tuple[list[list[int]], f
     return out, time.perf_counter() - t0
 
 
-def padding_table(name: str, lengths: np.ndarray, lhotse_n: int, rows: list[str]) -> None:
+def padding_table(name: str, lengths: np.ndarray, rows: list[str]) -> None:
     spec = TokenBudget(max_tokens=BUDGET)
     items = lengths.tolist()
     glob = spec.plan(lengths).stats(lengths)
     rows.append(
-        f"\n**{name}** (N = {lengths.size:,}); global sort: padding {glob.padding_fraction:.3%}, "
-        f"{glob.batches:,} batches, fill {glob.real_tokens / (glob.batches * BUDGET):.3f}\n"
+        f"\n**{name}** (N = {lengths.size:,}); one global sort: padding "
+        f"{glob.padding_fraction:.3%}, {glob.batches:,} batches, fill "
+        f"{glob.real_tokens / (glob.batches * BUDGET):.3f}\n"
     )
-    rows.append(
-        "| buffer | padless padding | over budget | batches | fill | naive padding | "
-        f"padless on first {lhotse_n:,} | lhotse padding | lhotse over budget (max ×) | "
-        "lhotse batches | lhotse fill |"
-    )
-    rows.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows.append("| buffer | padless padding | over budget | batches | fill | naive padding |")
+    rows.append("|---:|---:|---:|---:|---:|---:|")
     for buffer in BUFFERS:
         ours = figures(list(StreamBatcher(items, spec, buffer=buffer, length=int)))
         base = figures(list(naive(items, buffer)))
-        head = items[:lhotse_n]
-        ours_head = figures(list(StreamBatcher(head, spec, buffer=buffer, length=int)))
-        try:
-            lb, _ = lhotse_batches(np.array(head), buffer)
-            lh = figures(lb)
-            worst = max(len(b) * max(b) for b in lb) / BUDGET
-            lhotse = (
-                f"{lh['padding']:.2%} | {lh['over']} ({worst:.1f}×) | {lh['batches']:,} | "
-                f"{lh['fill']:.3f}"
-            )
-        except ImportError:
-            lhotse = "not installed | | |"
         rows.append(
             f"| {buffer:,} | **{ours['padding']:.3%}** | {ours['over']} | {ours['batches']:,} | "
-            f"{ours['fill']:.3f} | {base['padding']:.2%} | {ours_head['padding']:.3%} | {lhotse} |"
+            f"{ours['fill']:.3f} | {base['padding']:.2%} |"
         )
         print(rows[-1], flush=True)
+
+
+def lhotse_table(name: str, lengths: np.ndarray, rows: list[str]) -> None:
+    spec = TokenBudget(max_tokens=BUDGET)
+    rows.append(f"\n**{name}** (N = {lengths.size:,}), padless | lhotse\n")
+    rows.append(
+        "| buffer | padding | over budget (worst ×) | batches | fill | lhotse padding | "
+        "lhotse over budget (worst ×) | lhotse batches | lhotse fill |"
+    )
+    rows.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for buffer in BUFFERS:
+        ob = list(StreamBatcher(lengths.tolist(), spec, buffer=buffer, length=int))
+        ours = figures(ob)
+        worst = max(len(b) * max(b) for b in ob) / BUDGET
+        try:
+            lb, _ = lhotse_batches(lengths, buffer)
+        except ImportError:
+            rows.append(
+                f"| {buffer:,} | {ours['padding']:.3%} | | | | lhotse not installed | | | |"
+            )
+            continue
+        lh = figures(lb)
+        lworst = max(len(b) * max(b) for b in lb) / BUDGET
+        rows.append(
+            f"| {buffer:,} | **{ours['padding']:.3%}** | {ours['over']} ({worst:.2f}×) | "
+            f"{ours['batches']:,} | {ours['fill']:.3f} | {lh['padding']:.2%} | "
+            f"{lh['over']} ({lworst:.2f}×) | {lh['batches']:,} | {lh['fill']:.3f} |"
+        )
+        print(rows[-1], flush=True)
+
+
+def window_table(lengths: np.ndarray, repeat: int, rows: list[str]) -> None:
+    """Padding and restore time against ``window`` at buffer 10k."""
+    spec = TokenBudget(max_tokens=BUDGET)
+    items = lengths.tolist()
+    buffer = 10_000
+    rows.append(
+        "\n| window | padding | restore + first batch ÷ fresh first batch (stateful source) |"
+    )
+    rows.append("|---:|---:|---:|")
+    for window in (1, 2, 4):
+        b = StreamBatcher(items, spec, buffer=buffer, length=int, window=window)
+        total = sum(1 for _ in b)
+        pad = b.stats()["padding_fraction"]
+        ratio = restore_ratio(items, spec, buffer, window, total, repeat, Resumable)
+        rows.append(f"| {window} | {pad:.3%} | {ratio:.2f} |")
+        print(rows[-1], flush=True)
+
+
+def restore_ratio(items, spec, buffer, window, total, repeat, make_source) -> float:
+    b = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+    it = iter(b)
+    for _ in range(total // 2):
+        next(it)
+    state = b.state_dict()
+
+    def fresh() -> None:
+        batcher = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+        next(iter(batcher))
+
+    def resumed() -> None:
+        r = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+        r.load_state_dict(state)
+        next(iter(r))
+
+    return best_of(resumed, repeat) / best_of(fresh, repeat)
 
 
 def packing_table(name: str, lengths: np.ndarray, rows: list[str]) -> None:
@@ -339,9 +391,7 @@ def sync_cost(rows: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "times")
         steps = 2000
-        mp.spawn(
-            _sync_worker, args=(2, steps, os.path.join(tmp, "init"), out), nprocs=2, join=True
-        )
+        mp.spawn(_sync_worker, args=(2, steps, os.path.join(tmp, "init"), out), nprocs=2, join=True)
         with open(out) as fh:
             times = eval(fh.read())  # noqa: S307 - our own repr of a dict of floats
     rows.append(
@@ -373,8 +423,17 @@ def main() -> None:
         "",
         f"## Token-budget padding (max_tokens = max_duration = {BUDGET})",
     ]
-    padding_table("lognormal lengths", lengths, 200_000, rows)
-    padding_table("built-in corpus, en", en, en.size, rows)
+    padding_table("lognormal lengths", lengths, rows)
+    padding_table("built-in corpus, en", en, rows)
+    rows += [
+        "",
+        "Side by side with lhotse's DynamicBucketingSampler (30 buckets, same stream order, "
+        "buffer and budget; lhotse's budget counts real tokens, so a batch may pad past it):",
+    ]
+    lhotse_table("lognormal lengths, the first 200,000", lengths[:200_000], rows)
+    lhotse_table("built-in corpus, en", en, rows)
+    rows += ["", "Padding against `window` (buffer 10,000, the lognormal stream):"]
+    window_table(lengths, args.repeat, rows)
     rows += ["", "## Packing efficiency (real tokens ÷ rows × capacity)"]
     packing_table("lognormal lengths", lengths, rows)
     packing_table("built-in corpus, en", en, rows)
