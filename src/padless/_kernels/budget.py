@@ -123,6 +123,9 @@ def budget_ends_reference(
     return ends if len(ends) else np.zeros(0, np.int64)
 
 
+_ORDER_CHUNK = 4096  # items gathered before the greedy rule runs over them (cache-resident)
+
+
 @njit(cache=True)
 def budget_order(order, sizes, max_tokens, max_sentences, multiple, skip_over):  # pragma: no cover
     """Check a given walk, gather its sizes and run the greedy rule, in one pass.
@@ -131,38 +134,49 @@ def budget_order(order, sizes, max_tokens, max_sentences, multiple, skip_over): 
     larger than ``max_tokens`` are left out of the walk. Returns ``(status, walk, ends)``:
     ``status`` is 0, or ``-1 - k`` for an index out of range at position k, or ``-1 - n - k``
     (n = len(order)) for an index seen before at position k; then walk and ends are empty.
+
+    The pass goes by chunks of :data:`_ORDER_CHUNK` items: the random reads of a chunk (sizes,
+    and the seen-flags) are independent of each other, so the memory system serves many at
+    once; the greedy rule, whose branches depend on every size, then runs over the chunk in cache.
     """
     n_items = sizes.shape[0]
     n = order.shape[0]
-    seen = np.zeros(n_items, np.uint8)
+    seen = np.zeros((n_items >> 6) + 1, np.uint64)  # one bit per item: stays in cache longer
     walk = np.empty(n, np.int64)
     ends = np.empty(n + 1, np.int64)
+    buf = np.empty(_ORDER_CHUNK, sizes.dtype)
+    one = np.uint64(1)
     empty = np.zeros(0, np.int64)
     closed, start, cut, batch_max, tail_max = 0, 0, 0, sizes.dtype.type(0), sizes.dtype.type(0)
     m = 0
-    for k in range(n):
-        i = order[k]
-        if i < 0 or i >= n_items:
-            return -1 - k, empty, empty
-        if seen[i]:
-            return -1 - n - k, empty, empty
-        seen[i] = 1
-        s = sizes[i]
-        if skip_over and s > max_tokens:
-            continue
-        walk[m] = i
-        closed, start, cut, batch_max, tail_max = _budget_step(
-            m, s, ends, closed, start, cut, batch_max, tail_max,
-            max_tokens, max_sentences, multiple,
-        )  # fmt: skip
-        m += 1
+    for c0 in range(0, n, _ORDER_CHUNK):
+        c1 = min(n, c0 + _ORDER_CHUNK)
+        for k in range(c0, c1):
+            i = order[k]
+            if i < 0 or i >= n_items:
+                return -1 - k, empty, empty
+            bit = one << np.uint64(i & 63)
+            if seen[i >> 6] & bit:
+                return -1 - n - k, empty, empty
+            seen[i >> 6] |= bit
+            buf[k - c0] = sizes[i]
+        for k in range(c0, c1):
+            s = buf[k - c0]
+            if skip_over and s > max_tokens:
+                continue
+            walk[m] = order[k]
+            closed, start, cut, batch_max, tail_max = _budget_step(
+                m, s, ends, closed, start, cut, batch_max, tail_max,
+                max_tokens, max_sentences, multiple,
+            )  # fmt: skip
+            m += 1
     if cut > start:
         ends[closed] = cut
         closed += 1
     if m > cut:
         ends[closed] = m
         closed += 1
-    return 0, walk[:m].copy(), ends[:closed].copy()
+    return 0, walk[:m], ends[:closed]  # views: pages past the end were never touched
 
 
 def budget_order_reference(
