@@ -2,8 +2,10 @@
 
 Run by tests/test_streams_torch.py in a subprocess: python _stream_ddp.py DATA_DIR EVERY OUT_PREFIX
 DATA_DIR holds Parquet files (an even number, of unequal sizes, so split_dataset_by_node gives
-each rank whole files). Each rank writes OUT_PREFIX.rank<r>.json with the steps it trained, the
-batches its loader had in the epoch, the ids it trained on and the all_reduce count.
+each rank whole files). The ranks train one epoch with stop_together(every=1), then one with
+stop_together(every=EVERY). Each rank writes OUT_PREFIX.rank<r>.json: the batches its loader has
+alone ("raw"), and per run the steps it trained, the all_reduced sum of steps, the batches it
+pulled but did not deliver, and (every=1) the ids it trained on.
 """
 
 import glob
@@ -45,7 +47,7 @@ class Collate:
         return [x["id"] for x in batch], self.pad(batch)
 
 
-def worker(rank, world, data_dir, every, prefix, init_file):
+def worker(rank, world, data_dir, every_arg, prefix, init_file):
     import datasets
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -59,19 +61,23 @@ def worker(rank, world, data_dir, every, prefix, init_file):
     raw = sum(1 for _ in loader)  # this rank's batches on its own: differ between the ranks
     model = DDP(Tiny())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ids, steps = [], 0
-    together = stop_together(loader, every=every)
-    for batch_ids, batch in together:
-        loss = model(batch["input_ids"], batch["input_ids_mask"]).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()  # DDP all-reduces gradients: a rank with a step more would hang here
-        opt.step()
-        ids += batch_ids
-        steps += 1
-    total = torch.tensor([steps])
-    dist.all_reduce(total)
-    out = {"rank": rank, "steps": steps, "raw": raw, "sum": int(total), "ids": ids}
-    out["left_over"] = together.left_over
+    out = {"rank": rank, "raw": raw, "steps": {}, "sum": {}, "left_over": {}, "ids": []}
+    for every in (1, int(every_arg)):
+        together = stop_together(loader, every=every)
+        steps = 0
+        for batch_ids, batch in together:
+            loss = model(batch["input_ids"], batch["input_ids_mask"]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()  # DDP all-reduces gradients: a rank with a step more would hang
+            opt.step()
+            if every == 1:
+                out["ids"] += batch_ids
+            steps += 1
+        total = torch.tensor([steps])
+        dist.all_reduce(total)
+        out["steps"][str(every)] = steps
+        out["sum"][str(every)] = int(total)
+        out["left_over"][str(every)] = together.left_over
     with open(f"{prefix}.rank{rank}.json", "w") as fh:
         json.dump(out, fh)
     dist.barrier()
