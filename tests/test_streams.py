@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import padless
 from padless import Buckets, ExactLength, Packing, StreamBatcher, TokenBudget, bucket_boundaries
 from padless._kernels.streams import budget_round, budget_round_reference
 from padless.planners._order import group_keys
@@ -507,3 +508,16 @@ def test_budget_round_kernel_equals_reference(
     args = (keys, span, sizes, late, max_tokens, max_sentences, multiple, final, target)
     for got, want in zip(budget_round(*args), budget_round_reference(*args), strict=True):
         assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        padless.TokenBudget(max_tokens=4096, max_cost=6000.0, cost=padless.Cost(quadratic=1.0)),
+        padless.Packing(capacity=512, max_row_cost=3000.0, cost=padless.Cost(quadratic=0.01)),
+    ],
+)
+def test_cost_budgets_are_refused_not_ignored(spec):
+    """A budget the stream cannot keep is refused up front, never silently broken."""
+    with pytest.raises(ValueError, match="not supported by StreamBatcher"):
+        padless.StreamBatcher(range(10), spec, length=int)

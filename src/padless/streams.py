@@ -814,6 +814,14 @@ class StreamBatcher:
             raise ValueError(
                 f"spec must be one of the strategies {sorted(_ENGINES)} for a stream, got {spec.name!r}"
             )
+        costed = [
+            k for k in ("cost", "max_cost", "max_row_cost") if getattr(spec, k, None) is not None
+        ]
+        if costed:
+            raise ValueError(
+                f"spec settings {costed} are not supported by StreamBatcher yet (its batches "
+                f"follow token budgets only), got {spec.describe()}; plan with PlanSampler instead"
+            )
         buffer = positive("buffer", buffer)
         if buffer < CHUNKS:
             raise ValueError(
