@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._sat import mul_exceeds
-from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set
+from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set, _grown
 
 
 @njit(cache=True)
@@ -296,12 +296,8 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
                 count = _grown(count, rows, room)
                 space = _grown(space, rows, room)
                 parked = _grown(parked, rows, room)
-                grown_f = np.empty(room, np.float64)
-                grown_f[:rows] = used[:rows]
-                used = grown_f
-                grown_k = np.empty(room, np.float64)
-                grown_k[:waiting] = keys[:waiting]
-                keys = grown_k
+                used = _grown(used, rows, room)
+                keys = _grown(keys, waiting, room)
             row = rows
             rows += 1
             left = capacity - s
@@ -321,13 +317,6 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
                 _bits_set(words, offs, left)
             head[left] = row
     return row_of, rows
-
-
-@njit(cache=True)
-def _grown(a, keep, size):  # pragma: no cover - compiled
-    out = np.empty(size, a.dtype)
-    out[:keep] = a[:keep]
-    return out
 
 
 def best_fit_rows_cost_reference(

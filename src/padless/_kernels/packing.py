@@ -94,6 +94,14 @@ def _bits_next(words, offs, nbits, pos):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _grown(a, keep, size):  # pragma: no cover - compiled
+    """A new array of ``size`` entries holding the first ``keep`` of ``a`` (row tables grow)."""
+    out = np.empty(size, a.dtype)
+    out[:keep] = a[:keep]
+    return out
+
+
+@njit(cache=True)
 def best_fit_rows(sizes, capacity, max_per_row):  # pragma: no cover - compiled
     """Best-fit placement of items (in the order given) into rows of ``capacity``.
 
@@ -117,12 +125,8 @@ def best_fit_rows(sizes, capacity, max_per_row):  # pragma: no cover - compiled
         if r < 0:
             if rows == room:
                 room *= 2
-                grown = np.empty(room, np.int64)
-                grown[:rows] = below[:rows]
-                below = grown
-                grown = np.empty(room, np.int64)
-                grown[:rows] = count[:rows]
-                count = grown
+                below = _grown(below, rows, room)
+                count = _grown(count, rows, room)
             row = rows
             rows += 1
             left = capacity - s

@@ -23,7 +23,7 @@ from numba import njit
 
 from .budget import budget_ends_runs
 from .order import shuffle_runs
-from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set
+from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set, _grown
 
 # ---------------------------------------------------------------------------------- layout
 
@@ -303,12 +303,8 @@ def _best_fit_runs(starts, capacity, max_per_row, visits):  # pragma: no cover -
             if slot < 0:
                 if rows == room:
                     room *= 2
-                    grown = np.empty(room, np.int64)
-                    grown[:rows] = below[:rows]
-                    below = grown
-                    grown = np.empty(room, np.int64)
-                    grown[:rows] = count[:rows]
-                    count = grown
+                    below = _grown(below, rows, room)
+                    count = _grown(count, rows, room)
                 row = rows
                 rows += 1
                 rem = capacity
