@@ -75,10 +75,10 @@ def best(fn, repeat: int) -> tuple[float, object]:
     return t_best, out
 
 
-def pyarrow_lengths(files: list[Path]) -> np.ndarray:
+def pyarrow_lengths(files: list[Path], threads: bool = True) -> np.ndarray:
     parts = []
     for f in files:
-        col = pq.read_table(f, columns=["input_ids"]).column(0)
+        col = pq.read_table(f, columns=["input_ids"], use_threads=threads).column(0)
         parts.append(pc.list_value_length(col).to_numpy().astype(np.int32))
     return np.concatenate(parts)
 
@@ -107,6 +107,24 @@ def pack_figures(ray, folder: Path, window: int, seed: int) -> tuple[int, int]:
         rows += int(b["rows"].sum())
         tokens += int(b["tokens"].sum())
     return rows, tokens
+
+
+def pack_memory(folder: Path, window: int) -> tuple[int, int, int]:
+    """(input bytes, peak numpy bytes, peak Arrow bytes) of pack_table on one window."""
+    import tracemalloc
+
+    spec = padless.Packing(capacity=CAPACITY, oversize="split")
+    part = pq.read_table(sorted(folder.glob("*.parquet"))[0], columns=["input_ids"])
+    part = part.slice(0, window).combine_chunks()
+    pool = pa.default_memory_pool()
+    base = pool.bytes_allocated()
+    pray.pack_table(part, spec, column="input_ids")  # compile first
+    tracemalloc.start()
+    out = pray.pack_table(part, spec, column="input_ids")
+    numpy_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    arrow = pool.bytes_allocated() - base + out.nbytes  # the output, held (pool peaks unseen)
+    return part.nbytes, numpy_peak, arrow
 
 
 def in_process_pack(folder: Path, window: int, seed: int) -> tuple[int, int, float]:
@@ -172,6 +190,9 @@ def main() -> None:
     print(f"\npyarrow in one process (read_table + list_value_length, pyarrow's threads): "
           f"{t_pa:.2f} s = {args.rows / t_pa / 1e6:.2f} M rows/s "
           f"(CPU {(cpu_seconds() - c0) / args.repeat:.2f} s per run)")  # fmt: skip
+    t_pa1, _ = best(lambda: pyarrow_lengths(paths, threads=False), args.repeat)
+    print(f"pyarrow in one process, one thread: {t_pa1:.2f} s = "
+          f"{args.rows / t_pa1 / 1e6:.2f} M rows/s")  # fmt: skip
     map_files = paths[: max(1, round(files * args.map_rows / args.rows))]
     map_rows = int(sum(pq.read_metadata(p).num_rows for p in map_files))
 
@@ -193,11 +214,14 @@ def main() -> None:
         assert np.array_equal(got, lengths)
         t_map, n = best(lambda: map_per_row(ray, map_files), 1)
         assert n == map_rows
+        t_count, n = best(lambda: ray.data.read_parquet(str(tokens_dir)).count(), args.repeat)
+        assert n == args.rows
         r_pl, r_map = args.rows / t_pl, map_rows / t_map
         rates[f"lengths{workers}"] = r_pl
+        rates[f"lengths_steady{workers}"] = args.rows / max(t_pl - t_count, 1e-9)
         lines.append(
             f"| {workers} | {cold:.1f} | {t_pl:.2f} | {r_pl / 1e6:.2f} M | {r_map / 1e3:.1f} k "
-            f"| **{r_pl / r_map:.0f}×** | {r_pl / (args.rows / t_pa):.2f} |"
+            f"| **{r_pl / r_map:.0f}×** | {r_pl / (args.rows / t_pa):.2f} | {t_count:.2f} |"
         )
         if workers == 2:
             break
@@ -276,27 +300,38 @@ def main() -> None:
     ray.shutdown()
 
     # ------------------------------------------------------------------ on paper
+    in_bytes, numpy_peak, arrow_bytes = pack_memory(docs_dir, 10_000)
+    print(f"\npack_table of one window of 10,000 documents: input {in_bytes / 1e6:.0f} MB, "
+          f"numpy peak {numpy_peak / 1e6:.0f} MB, Arrow output {arrow_bytes / 1e6:.0f} MB")  # fmt: skip
     cores = args.nodes * args.cores
     n = args.docs_total
     mean_tokens = total / args.pack_docs
-    per_core = {
-        "lengths": rates["lengths2"] / 2,
-        "plan": rates["plan packing 4096"] / 2,
-        "pack": rates["pack10000"] / 2,
-    }
-    print(f"\non paper: {n:.0e} documents on {args.nodes} nodes × {args.cores} cores = {cores} "
-          "cores, from the per-core rates above (2-worker runs ÷ 2), scaling linearly:\n")  # fmt: skip
-    print("| step | per-core rate (measured) | wall time on the cluster |")
-    print("|---|---:|---:|")
-    for step, what in (("lengths", "rows/s"), ("plan", "items/s"), ("pack", "docs/s")):
-        print(f"| {step} | {per_core[step] / 1e6:.3f} M {what} | "
-              f"{n / (per_core[step] * cores) / 60:.1f} min |")  # fmt: skip
-    print(f"| driver: lengths file, 4 B/row | | {n * 4 / 1e9:,.0f} GB written by one process |")
+    tokens = n * mean_tokens
+    row_tokens = float(lengths.mean())
+    # per core and per token: the 2-worker runs ÷ 2 (lengths read every token id of the column)
+    lengths_tok = rates["lengths2"] * row_tokens / 2
+    steady_tok = rates["lengths_steady2"] * row_tokens / 2
+    pack_tok = rates["pack_tokens10000"] / 2
+    plan_items = rates["plan packing 4096"] / 2
+    print(f"\non paper: {n:.0e} documents of {mean_tokens:.0f} tokens on average "
+          f"({tokens:.1e} tokens, {tokens * 4 / 1e12:,.0f} TB of int32 ids) on {args.nodes} nodes "
+          f"× {args.cores} cores = {cores} cores, from the per-core rates above (2-worker runs ÷ "
+          "2), scaling linearly, storage keeping up:\n")  # fmt: skip
+    print("| step | per-core rate (measured here) | cluster wall time | read per node |")
+    print("|---|---:|---:|---:|")
+    per_node_tb = tokens * 4 / args.nodes / 1e12
+    print(f"| lengths (token column, Arrow offsets) | {lengths_tok / 1e6:.0f} M tokens/s "
+          f"({steady_tok / 1e6:.0f} M without the fixed file listing) | "
+          f"{tokens / (lengths_tok * cores) / 60:.0f} min | {per_node_tb:.2f} TB |")  # fmt: skip
+    print(f"| plan, packing 4096, window 1e6 | {plan_items / 1e6:.0f} M lengths/s | "
+          f"{n / (plan_items * cores):.0f} s (+ driver's check, {n / rates['check']:.0f} s) | "
+          f"{n * 4 / args.nodes / 1e9:.1f} GB |")  # fmt: skip
+    print(f"| pack, windows of 10,000 | {pack_tok / 1e6:.0f} M tokens/s | "
+          f"{tokens / (pack_tok * cores) / 60:.0f} min | {per_node_tb:.2f} TB |")  # fmt: skip
     print(
-        f"| driver: checking pass of plan | {rates['check'] / 1e6:.0f} M lengths/s | "
-        f"{n / rates['check'] / 60:.1f} min |"
+        f"\ndriver of lengths: {n * 8 / 1e9:,.0f} GB in (8 B/row), {n * 4 / 1e9:,.0f} GB "
+        "written (4 B/row), O(block) memory"
     )
-    print(f"\n(documents of {mean_tokens:.0f} tokens on average in the pack figure)")
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)
 

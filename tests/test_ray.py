@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -294,6 +296,25 @@ def test_pack_table_fills_rows_to_the_goal_and_is_deterministic():
     assert not rows.equals(pray.pack_table(docs, spec, column="ids", seed=3))
     flat = rows.column("ids").combine_chunks().values.to_numpy()
     np.testing.assert_array_equal(np.sort(flat), np.arange(off[-1]))
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 9), max_size=5), max_size=8),
+    st.sampled_from([np.int32, np.int64, np.uint16]),
+    st.randoms(use_true_random=False),
+)
+def test_row_columns_kernel_is_its_reference(rows, dtype, rnd):
+    """Rows of entries (token counts); entries point anywhere in a values array."""
+    seg = np.array([k for row in rows for k in row], np.int64)
+    bounds = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(row) for row in rows], out=bounds[1:])
+    values = np.arange(100, dtype=dtype)[::-1].copy()
+    src = np.array([rnd.randint(0, 100 - k) for k in seg.tolist()], np.int64)
+    got = pray.row_columns(values, src, seg, bounds)
+    want = pray.row_columns_reference(values, src, seg, bounds)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
 
 
 def test_pack_errors(ray_local, corpus):

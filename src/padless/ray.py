@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numba
 import numpy as np
 
 from .readers import MissingDependency
@@ -962,42 +963,84 @@ def pack_table(
     return _rows(window_plan, off, values, column)
 
 
-def _rows(p: Any, off: np.ndarray, values: Any, column: str) -> pa.Table:
-    idx, ps, pe = p.indices, p.piece_start, p.piece_stop
-    seg = pe - ps  # tokens of every entry (document or piece)
-    bounds = p.rows.offsets  # entries of every row
-    num_rows = int(bounds.size - 1)
+@numba.njit(cache=True)
+def row_columns(
+    values: np.ndarray, src: np.ndarray, seg: np.ndarray, bounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Packed rows' columns, flat: (tokens, position_ids, seq_idx, cu_seqlens).
+
+    Entry ``e`` is ``values[src[e] : src[e] + seg[e]]``; row ``r`` holds entries
+    ``bounds[r]:bounds[r + 1]``, back to back. ``cu_seqlens`` holds ``k + 1`` values per row of
+    ``k`` entries (from 0). One pass over the output tokens; :func:`row_columns_reference` is
+    the same in numpy.
+    """
+    n = src.size
+    total = 0
+    for e in range(n):
+        total += seg[e]
+    tokens = np.empty(total, values.dtype)
+    position = np.empty(total, np.int32)
+    seq_idx = np.empty(total, np.int32)
+    cu = np.empty(n + bounds.size - 1, np.int32)
+    t = 0
+    for r in range(bounds.size - 1):
+        lo, hi = bounds[r], bounds[r + 1]
+        base = t
+        cu[lo + r] = 0
+        for e in range(lo, hi):
+            s, k, within = src[e], seg[e], e - lo
+            for j in range(k):
+                tokens[t + j] = values[s + j]
+                position[t + j] = j
+                seq_idx[t + j] = within
+            t += k
+            cu[e + r + 1] = t - base
+    return tokens, position, seq_idx, cu
+
+
+def row_columns_reference(
+    values: np.ndarray, src: np.ndarray, seg: np.ndarray, bounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`row_columns` in vectorised numpy (repeat and cumulative sums)."""
+    n, num_rows = src.size, bounds.size - 1
     ends = np.cumsum(seg)
     starts = ends - seg  # entry start in the output tokens
-    total = int(ends[-1]) if ends.size else 0
+    total = int(ends[-1]) if n else 0
+    gather = np.repeat(src - starts, seg) + np.arange(total, dtype=np.int64)
+    tok_off = np.concatenate([[0], ends])[bounds].astype(np.int64)
+    row_of = np.repeat(np.arange(num_rows, dtype=np.int64), np.diff(bounds))
+    cu = np.zeros(n + num_rows, np.int32)
+    cu[np.arange(n) + row_of + 1] = ends - tok_off[row_of]
+    position = np.arange(total, dtype=np.int64) - np.repeat(starts, seg)
+    seq_idx = np.repeat(np.arange(n, dtype=np.int64) - bounds[row_of], seg)
+    return values[gather], position.astype(np.int32), seq_idx.astype(np.int32), cu
+
+
+def _rows(p: Any, off: np.ndarray, values: Any, column: str) -> pa.Table:
+    """The packed rows of a window's plan, as an Arrow table (see :func:`pack_table`)."""
+    seg = p.piece_stop - p.piece_start  # tokens of every entry (document or piece)
+    bounds = p.rows.offsets  # entries of every row
+    total = int(seg.sum())
     if total >= 1 << 31:
         raise ValueError(
             f"a window holds {total} tokens, more than a list column of int32 offsets takes; "
             "use a smaller window"
         )
-    # token gather: entry e's tokens are values[off[idx[e]] + ps[e] : ... + seg[e]]
-    src = off[idx] + ps
-    gather = np.repeat(src - starts, seg) + np.arange(total, dtype=np.int64)
-    tokens = pc.take(values, pa.array(gather))
-    tok_off = np.concatenate([[0], ends])[bounds]  # token offsets of the rows
-    counts = np.diff(bounds)  # entries per row
-    row_of = np.repeat(np.arange(num_rows, dtype=np.int64), counts)
-    # cu_seqlens: per row [0, e1, e1 + e2, ...] within the row
-    cu = np.zeros(idx.size + num_rows, np.int32)
-    cu[np.arange(idx.size) + row_of + 1] = ends - tok_off[row_of]
-    cu_off = bounds + np.arange(num_rows + 1)
-    position = np.arange(total, dtype=np.int64) - np.repeat(starts, seg)
-    within = np.arange(idx.size, dtype=np.int64) - bounds[row_of]
-    seq_idx = np.repeat(within, seg)
-    offsets = pa.array(tok_off.astype(np.int32))
+    if not pa.types.is_integer(values.type):
+        raise TypeError(f"token ids must be integers, got lists of {values.type}")
+    flat = values.to_numpy(zero_copy_only=False)
+    src = off[p.indices] + p.piece_start
+    tokens, position, seq_idx, cu = row_columns(flat, src, seg, bounds)
+    ends = np.zeros(seg.size + 1, np.int64)
+    np.cumsum(seg, out=ends[1:])
+    offsets = pa.array(ends[bounds].astype(np.int32))
+    cu_off = pa.array((bounds + np.arange(bounds.size)).astype(np.int32))
     return pa.table(
         {
-            column: pa.ListArray.from_arrays(offsets, tokens),
-            "cu_seqlens": pa.ListArray.from_arrays(
-                pa.array(cu_off.astype(np.int32)), pa.array(cu, pa.int32())
-            ),
-            "position_ids": pa.ListArray.from_arrays(offsets, pa.array(position.astype(np.int32))),
-            "seq_idx": pa.ListArray.from_arrays(offsets, pa.array(seq_idx.astype(np.int32))),
+            column: pa.ListArray.from_arrays(offsets, pa.array(tokens, type=values.type)),
+            "cu_seqlens": pa.ListArray.from_arrays(cu_off, pa.array(cu)),
+            "position_ids": pa.ListArray.from_arrays(offsets, pa.array(position)),
+            "seq_idx": pa.ListArray.from_arrays(offsets, pa.array(seq_idx)),
         }
     )
 
