@@ -382,3 +382,31 @@ def test_train_shards_feed_stream_batchers_with_exact_resume(ray_local, corpus):
     resumed = batcher(shard)
     resumed.load_state_dict(state)
     assert [[int(r["doc"]) for r in batch] for batch in resumed] == full[18:]
+
+
+# --------------------------------------------------------------------------- docs/ray.md
+
+
+def doc_example(name: str) -> str:
+    import re
+
+    text = (Path(__file__).parent.parent / "docs" / "ray.md").read_text()
+    found = re.search(rf"<!-- example: {name} -->\n```python\n(.*?)```", text, re.S)
+    assert found is not None, name
+    return found.group(1)
+
+
+def test_docs_pipeline_example_runs_as_written(ray_local, tmp_path, monkeypatch):
+    """docs/ray.md (the README section): Parquet -> lengths -> windowed plan / packed dataset.
+    Its Ray Train recipe is compiled here; its data path is the test above."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "corpus").mkdir()
+    for f in range(3):
+        docs = [rng.integers(1, 1000, int(k)).tolist() for k in rng.integers(1, 300, 4000)]
+        pq.write_table(pa.table({"input_ids": docs}), tmp_path / "corpus" / f"{f}.parquet")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "docs_ray"}
+    exec(compile(doc_example("ray-pipeline"), "docs/ray.md:ray-pipeline", "exec"), scope)
+    assert scope["lengths"].shape == (12_000,) and len(scope["plan"]) > 0
+    assert list((tmp_path / "packed").glob("*.parquet"))
+    compile(doc_example("ray-train"), "docs/ray.md:ray-train", "exec")

@@ -591,7 +591,7 @@ _plan_part_remote = ray.remote(num_cpus=1)(_plan_part)
 def _plan_out(out: Any) -> Path:
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a path to a folder, got {type(out).__name__} {out!r}")
-    target = Path(out)
+    target = Path(out).absolute()  # tasks write there, from their own working folders
     if not target.parent.is_dir():
         raise FileNotFoundError(
             f"the folder of out {str(target)!r} does not exist: {target.parent}"
