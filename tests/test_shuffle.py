@@ -1002,3 +1002,22 @@ def test_output_does_not_depend_on_mapping(
     shuffle_file(src, tmp_path / "b", memory="1M", seed=5, **kw)
     assert mapped.buckets >= 2
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+def test_a_signal_swallowed_by_a_c_callback_still_stops_before_the_rename():
+    """SIGTERM landing inside numba's compiler callback raises where the exception is ignored;
+    the run must still stop before anything irreversible (``Signals.check``)."""
+    import signal
+
+    from padless.shuffle import _safety
+
+    # a handler of our own keeps the block from re-delivering the signal to this test process
+    previous = signal.signal(signal.SIGTERM, lambda *args: None)
+    try:
+        with pytest.raises(_safety.Terminated, match="SIGTERM"):
+            with _safety.Signals() as signals:
+                signals.check()  # nothing received: goes on
+                signals.received = signal.SIGTERM  # what the swallowed handler left behind
+                signals.check()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -416,7 +416,7 @@ def shuffle_file(
     # Temporary files of earlier runs that were killed (their process is gone) are removed first.
     stale = tuple(_safety.remove_stale([d for d in dict.fromkeys([out_dir, tmp_root]) if d]))
     # SIGTERM and SIGHUP clean up like Ctrl-C does, then end the process as they would have.
-    with _safety.Signals():
+    with _safety.Signals() as signals:
         bar = Progress(2 * size, label="shuffle", enabled=progress)
         work_dir: str | None = None
         targets: list[Any] = []
@@ -462,6 +462,7 @@ def shuffle_file(
             shuffler = _passes.Shuffler(engine, work_dir, seeds, writer, bar)
             records = shuffler.run(src_path, size, sink)
             writer.drain()
+            signals.check()  # a signal swallowed by a C callback still stops the run here
             for target in targets:
                 target.commit()
             if not to_stdout and not device:

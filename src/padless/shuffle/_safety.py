@@ -171,9 +171,21 @@ class Signals:
 
     def __init__(self) -> None:
         self.saved: dict[int, Any] = {}
+        self.received: int | None = None
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
         raise Terminated(signum)
+
+    def check(self) -> None:
+        """Raise :class:`Terminated` if a signal came whose exception was swallowed.
+
+        A signal that lands while a C library calls back into Python (numba's compiler does)
+        raises inside that callback, where the exception is printed and ignored; the work then
+        goes on. Call this before anything irreversible (the final rename).
+        """
+        if self.received is not None:
+            raise Terminated(self.received)
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is not threading.main_thread():
@@ -190,8 +202,9 @@ class Signals:
         for signum, previous in self.saved.items():
             signal.signal(signum, previous)
         self.saved.clear()
-        if isinstance(exc, Terminated) and signal.getsignal(exc.signum) is signal.SIG_DFL:
-            os.kill(os.getpid(), exc.signum)  # ends the process (the default action)
+        signum = exc.signum if isinstance(exc, Terminated) else self.received
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # ends the process (the default action)
 
 
 # --------------------------------------------------------------------------- machine limits
