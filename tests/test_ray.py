@@ -118,7 +118,7 @@ def test_lengths_in_row_order_from_arrow_offsets(ray_local, corpus, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["lengths.npy"]  # no temporary left beside it
 
 
-def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path):
+def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path, monkeypatch):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from padless.readers import lengths_from_text
@@ -131,8 +131,8 @@ def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tok.json"))
     ds = ray.data.from_items([{"text": t, "n": i} for i, t in enumerate(texts)]).repartition(7)
-    named = pray.lengths(ds, column="text", tokenizer=f"hf:{tmp_path / 'tok.json'}",
-                         out=tmp_path / "a.npy")  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # a model path relative to the driver's folder
+    named = pray.lengths(ds, column="text", tokenizer="hf:tok.json", out=tmp_path / "a.npy")
     want = lengths_from_text(tmp_path / "t.txt", tokenizer=f"hf:{tmp_path / 'tok.json'}")
     np.testing.assert_array_equal(named, want)
 

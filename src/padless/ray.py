@@ -370,6 +370,9 @@ def _check_tokenizer(tokenizer: Any) -> Any:
 
         name = check_tokenizer(tokenizer)
         if name not in ("whitespace", "chars", "bytes"):
+            kind, _, model = name.partition(":")
+            if model:  # workers run in their own folders: name the model absolutely
+                name = f"{kind}:{os.path.abspath(model)}"
             _named_counter(name)  # load it here once: a bad model path fails before any work
         return name
     if callable(tokenizer):
