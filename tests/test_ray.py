@@ -146,7 +146,7 @@ def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path, m
         return {"ids": [np.arange(len(t.split()), dtype=np.int32) for t in batch["text"]]}
 
     tensors = ds.map_batches(tokenize)
-    np.testing.assert_array_equal(pray.lengths(tensors, out=tmp_path / "c.npy"), want)
+    np.testing.assert_array_equal(pray.lengths(tensors, column="ids", out=tmp_path / "c.npy"), want)
 
 
 def test_lengths_errors_are_clear_and_leave_no_file(ray_local, corpus, tmp_path):
@@ -158,6 +158,8 @@ def test_lengths_errors_are_clear_and_leave_no_file(ray_local, corpus, tmp_path)
         pray.lengths(ds, out=out)
     with pytest.raises(ValueError, match="column must be one of"):
         pray.lengths(ds, column="text", out=out)
+    with pytest.raises(ValueError, match="not known before it runs"):  # and nothing ran
+        pray.lengths(ds.map_batches(lambda b: b), out=out)
     with pytest.raises(ValueError, match="already tokenized"):
         pray.lengths(ds, column="input_ids", tokenizer="whitespace", out=out)
     with pytest.raises(ValueError, match="tokenizer must be one of"):

@@ -100,7 +100,8 @@ def _ordered(ds: ray.data.Dataset) -> ray.data.Dataset:
 
 
 def _schema_of(ds: ray.data.Dataset) -> tuple[list[str], list[Any]]:
-    schema = ds.schema()
+    """The columns and types when Ray knows them without running anything (e.g. Parquet)."""
+    schema = ds.schema(fetch_if_missing=False)
     if schema is None:
         return [], []
     return list(schema.names), list(schema.types)
@@ -112,6 +113,11 @@ def _pick(names: list[str], column: Any) -> str:
     if column is None:
         if len(names) == 1:
             return names[0]
+        if not names:
+            raise ValueError(
+                "the dataset's columns are not known before it runs (e.g. after map_batches); "
+                "name the column with column="
+            )
         raise ValueError(f"the dataset has columns {names}; choose one with column=")
     if names and column not in names:
         raise ValueError(f"column must be one of {names}, got {column!r}")
