@@ -202,9 +202,9 @@ class Signals:
         for signum, previous in self.saved.items():
             signal.signal(signum, previous)
         self.saved.clear()
-        signum = exc.signum if isinstance(exc, Terminated) else self.received
-        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
-            os.kill(os.getpid(), signum)  # ends the process (the default action)
+        ended = exc.signum if isinstance(exc, Terminated) else self.received
+        if ended is not None and signal.getsignal(ended) is signal.SIG_DFL:
+            os.kill(os.getpid(), ended)  # ends the process (the default action)
 
 
 # --------------------------------------------------------------------------- machine limits
