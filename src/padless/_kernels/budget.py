@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -91,28 +93,23 @@ def budget_ends(
     return budget_ends_runs(sizes, _NO_RUNS, max_tokens, max_sentences, multiple)
 
 
-def budget_ends_reference(
-    sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+def greedy_ends_reference(
+    n: int, over: Callable[[list[int]], bool], max_sentences: int, multiple: int
 ) -> np.ndarray:
-    """The same rule written with Python lists, one batch and one tail at a time.
+    """fairseq's greedy rule with Python lists, one batch and one tail at a time.
 
-    Costs are exact Python ints, so they cannot wrap around (the kernel's rule).
+    ``over(items)`` says whether positions ``items`` break a budget (tokens, cost...); the
+    references of the token-budget and the cost-budget kernels both run on this one rule.
     """
-
-    def cost(items: list[int]) -> int:
-        return len(items) * max(int(sizes[i]) for i in items) if items else 0
-
     batches: list[list[int]] = []
     batch: list[int] = []
     tail: list[int] = []
-    for pos in range(len(sizes)):
+    for pos in range(n):
         tail.append(pos)
         union = batch + tail
-        too_many = max_sentences > 0 and len(union) > max_sentences
-        too_big = max_tokens > 0 and cost(union) > max_tokens
-        if too_many or too_big:
+        if (max_sentences > 0 and len(union) > max_sentences) or over(union):
             batches.append(batch)
-            if max_tokens > 0 and cost(tail) > max_tokens:
+            if over(tail):
                 batches.append(tail[:-1])
                 tail = tail[-1:]
             batch, tail = tail, []
@@ -121,6 +118,20 @@ def budget_ends_reference(
     batches.extend(part for part in (batch, tail) if part)
     ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
     return ends if len(ends) else np.zeros(0, np.int64)
+
+
+def budget_ends_reference(
+    sizes: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+) -> np.ndarray:
+    """:func:`greedy_ends_reference` under a padded-token budget.
+
+    Costs are exact Python ints, so they cannot wrap around (the kernel's rule).
+    """
+
+    def over(items: list[int]) -> bool:
+        return max_tokens > 0 and len(items) * max(int(sizes[i]) for i in items) > max_tokens
+
+    return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
 
 
 _ORDER_CHUNK = 4096  # items gathered before the greedy rule runs over them (cache-resident)

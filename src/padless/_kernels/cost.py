@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from ._sat import mul_exceeds
+from .budget import greedy_ends_reference
 from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set, _grown
 
 
@@ -103,24 +104,10 @@ def budget_cost_ends_reference(
     def over_cost(items: list[int]) -> bool:
         return max_cost > 0.0 and len(items) * max(float(units[i]) for i in items) > max_cost
 
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    tail: list[int] = []
-    for pos in range(len(sizes)):
-        tail.append(pos)
-        union = batch + tail
-        too_many = max_sentences > 0 and len(union) > max_sentences
-        if too_many or over_tokens(union) or over_cost(union):
-            batches.append(batch)
-            if over_tokens(tail) or over_cost(tail):
-                batches.append(tail[:-1])
-                tail = tail[-1:]
-            batch, tail = tail, []
-        elif len(union) < multiple or len(union) % multiple == 0:
-            batch, tail = union, []
-    batches.extend(part for part in (batch, tail) if part)
-    ends = np.cumsum([len(b) for b in batches], dtype=np.int64)
-    return ends if len(ends) else np.zeros(0, np.int64)
+    def over(items: list[int]) -> bool:
+        return over_tokens(items) or over_cost(items)
+
+    return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
 
 
 @njit(cache=True)
