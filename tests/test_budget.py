@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from padless import BatchPlan, builtin_corpus, plan_token_budget
 from padless import _kernels as K
+from padless._kernels import budget as budget_kernels
 
 
 def batches(plan: BatchPlan) -> list[list[int]]:
@@ -169,13 +170,65 @@ def test_order_with_duplicate_indices_is_refused():
     st.booleans(),
 )
 def test_given_order_pass_equals_its_reference(sizes, data, max_tokens, max_sentences, mult, skip):
-    """The fused check + gather + greedy pass == check, filter, gather and the list reference."""
+    """The check + gather + greedy pass == check, filter, gather and the list reference, on one
+    thread and split over three (faults in any part, repeats across parts)."""
     sizes = np.array(sizes, dtype=np.int64)
     if not skip:  # planners refuse (oversize="error") or leave out items over the budget
         sizes = np.minimum(sizes, max_tokens)
     n = sizes.size
     order = np.array(data.draw(st.lists(st.integers(-2, n + 1), max_size=n + 3)), dtype=np.int64)
-    got = K.budget_order(order, sizes, max_tokens, max_sentences, mult, skip)
     want = K.budget_order_reference(order, sizes, max_tokens, max_sentences, mult, skip)
-    assert got[0] == want[0]
-    assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
+    for parts in (1, 3):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(budget_kernels, "_threads", lambda n, parts=parts: min(parts, max(1, n)))
+            got = K.budget_order(order, sizes, max_tokens, max_sentences, mult, skip)
+        assert got[0] == want[0]
+        assert got[1].tolist() == want[1].tolist() and got[2].tolist() == want[2].tolist()
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype"),
+    [
+        ([0, 7, 65535], np.uint16),
+        ([0, 65536], np.uint32),
+        ([3, 2**32 - 1], np.uint32),
+        ([3, 2**32], np.int64),
+        ([-1, 5], np.int64),
+    ],
+)
+def test_narrow_sizes_keeps_every_value(values, dtype):
+    """Sizes narrow to the smallest unsigned type that holds them all, never wrapping a value."""
+    sizes = np.array(values, dtype=np.int64)
+    for parts in (1, 2):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(budget_kernels, "_threads", lambda n, parts=parts: min(parts, n))
+            out = K.narrow_sizes(sizes)
+        assert out.dtype == dtype and out.tolist() == values
+
+
+def test_in_parts_covers_the_range_and_raises_a_part_error(monkeypatch):
+    monkeypatch.setattr(budget_kernels, "_threads", lambda n: 3)
+    assert K.in_parts(10, lambda lo, hi, p: (lo, hi, p)) == [(0, 3, 0), (3, 6, 1), (6, 10, 2)]
+
+    def fail_in_the_last(lo: int, hi: int, part: int) -> int:
+        if part == 2:
+            raise OSError("part 2")
+        return part
+
+    with pytest.raises(OSError, match="part 2"):
+        K.in_parts(10, fail_in_the_last)
+
+
+def test_large_given_walk_on_threads_equals_one_thread():
+    """Above the split size the walk is checked and gathered on threads; same plan as one."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 70_000, 600_000)  # some over 65535: sizes narrow to uint32
+    order = rng.permutation(lengths.size)
+    plan = plan_token_budget(lengths, max_tokens=200_000, order=order)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(budget_kernels, "_threads", lambda n: 1)
+        one = plan_token_budget(lengths, max_tokens=200_000, order=order)
+    assert np.array_equal(plan.indices, one.indices) and np.array_equal(plan.offsets, one.offsets)
+    order[400_000] = order[10]  # a repeat across the parts
+    with pytest.raises(ValueError, match=f"index {order[10]} again at position 400000"):
+        plan_token_budget(lengths, max_tokens=200_000, order=order)

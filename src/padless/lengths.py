@@ -40,7 +40,8 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
     if arr.dtype == np.bool_:
         raise TypeError("lengths must be integers, got booleans")
     if arr.dtype.kind in "iu":
-        if arr.size and (int(arr.max()) >= MAX_LENGTH or int(arr.min()) < 0):
+        # one pass: a value outside [0, 2**31) sets bit 31 or above (a negative one, the sign bit)
+        if arr.size and not 0 <= int(np.bitwise_or.reduce(arr, axis=None)) < MAX_LENGTH:
             _raise_first_bad((arr < 0) | (arr >= MAX_LENGTH), arr)
         return np.ascontiguousarray(arr, dtype=np.int64)
     if arr.dtype.kind == "f":

@@ -34,6 +34,8 @@ from .budget import (
     budget_ends_runs,
     budget_order,
     budget_order_reference,
+    in_parts,
+    narrow_sizes,
 )
 from .exact import (
     capped_ends,
@@ -82,6 +84,8 @@ __all__ = [
     "budget_ends_runs",
     "budget_order",
     "budget_order_reference",
+    "in_parts",
+    "narrow_sizes",
     "capped_ends",
     "capped_ends_reference",
     "carry_cuts",

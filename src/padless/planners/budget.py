@@ -162,9 +162,10 @@ class BudgetPlanner(Planner):
     def plan_order(self, order: np.ndarray) -> BatchPlan:
         """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
         gathers the sizes, leaves out the sequences over the budget and cuts the batches."""
-        status, walk, ends = K.budget_order(
-            order, self.sizes, *self._limits(), self.skipped.size > 0
-        )
+        sizes = self.sizes
+        if 4 * order.shape[0] >= sizes.shape[0]:  # narrowing pays for itself
+            sizes = K.narrow_sizes(sizes)
+        status, walk, ends = K.budget_order(order, sizes, *self._limits(), self.skipped.size > 0)
         if status < 0:
             n = order.shape[0]
             k = -1 - status
