@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/bench_plan.py [--sizes 1000000 10000000] [--repeat 5]
 
+The measures take turns within each of ``--repeat`` rounds; each figure is its best round.
 A given order is checked and gathered on up to one thread per core (at most four); run under
 ``taskset -c 0`` for the one-core figures.
 """
@@ -13,32 +14,37 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from _common import best_of, lognormal_lengths
+from _common import best_in_rounds, lognormal_lengths
 
 
 def measure(n: int, repeat: int, greedy_pass: Callable) -> None:
     import padless
 
     lengths = lognormal_lengths(n)
-    t_argsort = best_of(lambda: np.argsort(lengths, kind="stable"), max(2, repeat // 2))
-    t_sort = best_of(lambda: np.sort(lengths), repeat)
-    t_plan = best_of(
-        lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8),
-        repeat,
-    )
     sorted_order = np.argsort(lengths, kind="stable")
     sorted_sizes = np.ascontiguousarray(lengths[sorted_order])
     random_order = np.random.default_rng(1).permutation(n)
     random_sizes = np.ascontiguousarray(lengths[random_order])
-    t_pass_sorted = best_of(lambda: greedy_pass(sorted_order, sorted_sizes), repeat)
-    t_pass_random = best_of(lambda: greedy_pass(random_order, random_sizes), repeat)
 
     def whole(order: np.ndarray) -> Callable[[], object]:
         kw = {"max_tokens": 4096, "multiple_of": 8, "order": order}
         return lambda: padless.plan_token_budget(lengths, **kw)
 
-    t_call_sorted = best_of(whole(sorted_order), repeat)
-    t_call_random = best_of(whole(random_order), repeat)
+    t = best_in_rounds(
+        {
+            "argsort": lambda: np.argsort(lengths, kind="stable"),
+            "sort": lambda: np.sort(lengths),
+            "plan": lambda: padless.plan_token_budget(lengths, max_tokens=4096, multiple_of=8),
+            "pass sorted": lambda: greedy_pass(sorted_order, sorted_sizes),
+            "pass random": lambda: greedy_pass(random_order, random_sizes),
+            "call sorted": whole(sorted_order),
+            "call random": whole(random_order),
+        },
+        repeat,
+    )
+    t_argsort, t_sort, t_plan = t["argsort"], t["sort"], t["plan"]
+    t_pass_sorted, t_pass_random = t["pass sorted"], t["pass random"]
+    t_call_sorted, t_call_random = t["call sorted"], t["call random"]
     from padless._kernels.budget import _threads
 
     print(
