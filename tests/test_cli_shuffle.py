@@ -239,3 +239,21 @@ def test_whole_command_stays_within_memory(tmp_path: Path) -> None:
     peak = int(peak_kib) * 1024  # ru_maxrss is in KiB on Linux
     assert peak <= budget, (peak, proc.stderr)
     assert os.path.getsize(tmp_path / "out.bin") == os.path.getsize(src)
+
+
+def test_command_keeps_numba_from_importing_scipy(tmp_path: Path) -> None:
+    """numba's start imports scipy.linalg to look for BLAS (0.3 s, 20 MB); the command, whose
+    kernels need none, blocks that import while it runs and lifts the block afterwards."""
+    data = lines_file(tmp_path / "in.txt", n=500)
+    code = "import sys; from padless.shuffle import _engines as e; "
+    code += "e.choose_engine = lambda b, s: 'numba'; from padless.cli import main; "
+    code += "rc = main(['shuffle', '--lines', '--seed', '3', 'in.txt', 'out.txt']); "
+    code += "import numba.np.arraymath as am; print(rc, 'scipy.linalg' in sys.modules, "
+    code += "am._HAVE_BLAS); import scipy.linalg; print('scipy.linalg' in sys.modules)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [b"0", b"False", b"False", b"True"]
+    out = (tmp_path / "out.txt").read_bytes()
+    assert sorted(out.splitlines(keepends=True)) == sorted(data.splitlines(keepends=True))
