@@ -204,23 +204,23 @@ class Block(nn.Module):
     def attention_packed(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
         offsets, longest = batch.aux, batch.max_len
         total, d = x.shape
-        q, k, v = self.qkv(x).view(total, 3, self.heads, -1).unbind(1)  # (T, H, Dh) each
+        qkv = self.qkv(x)
+        if self.attn == "grouped":  # one gather of q, k and v together into the padded groups
+            assert batch.gather is not None and batch.slots is not None
+            sizes = [key.numel() for key in batch.keys]
+            outs = []
+            for key, group in zip(batch.keys, qkv[batch.gather].split(sizes), strict=True):
+                g, width = key.shape
+                qg, kg, vg = group.view(g, width, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+                og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=key[:, None, None, :])
+                outs.append(og.transpose(1, 2).reshape(g * width, d))
+            return self.proj(torch.cat(outs)[batch.slots])
+        q, k, v = qkv.view(total, 3, self.heads, -1).unbind(1)  # (T, H, Dh) each
         if self.attn == "flash":
             from flash_attn import flash_attn_varlen_func
 
             cu = offsets.to(torch.int32)
             o = flash_attn_varlen_func(q, k, v, cu, cu, longest, longest)
-        elif self.attn == "grouped":
-            assert batch.gather is not None and batch.slots is not None
-            sizes = [key.numel() for key in batch.keys]
-            parts = zip(*(t[batch.gather].split(sizes) for t in (q, k, v)), strict=True)
-            outs = []
-            for key, (qg, kg, vg) in zip(batch.keys, parts, strict=True):
-                g, width = key.shape
-                qg, kg, vg = (t.view(g, width, *t.shape[1:]).transpose(1, 2) for t in (qg, kg, vg))
-                og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=key[:, None, None, :])
-                outs.append(og.transpose(1, 2).reshape(g * width, *q.shape[1:]))
-            o = torch.cat(outs)[batch.slots]
         elif self.attn == "njt":
 
             def jag(t: torch.Tensor) -> torch.Tensor:
