@@ -175,6 +175,12 @@ def compare(kind: str, src: str, work: str, memory: str, refs: list[str], runs: 
         "dd": ("dd bs=4M conv=fdatasync", ["dd", f"if={src}", f"of={dst}", "bs=4M",
                                             "conv=fdatasync", "status=none"]),
     }  # fmt: skip
+    padless_cmd = shutil.which("padless", path=os.path.dirname(sys.executable)) or "padless"
+    kind_args = ["--lines"] if kind == "lines" else ["--record-size", "16"]
+    tools.append((
+        f"`padless shuffle --memory {memory}`, the command",
+        [padless_cmd, "shuffle", *kind_args, "--memory", memory, "--seed", "1", "-q", src, dst],
+    ))  # fmt: skip
     tools += [commands[r] for r in refs if shutil.which(commands[r][1][0])]
     rows = [{"tool": name, "walls": [], "peaks": [], "inner": [], "above": [], "info": {}}
             for name, _ in tools]  # fmt: skip
@@ -206,35 +212,35 @@ def rates(row: dict) -> tuple[float, float]:
 
 
 def table(title: str, rows: list[dict]) -> str:
-    pad = rows[0]
+    """Rows: padless's call, padless's command, then the reference tools."""
+    pad, command = rows[0], rows[1]
     size = pad["size"]
     best, median = rates(pad)
+    cbest, cmedian = rates(command)
     out = [
         f"| {title} ({size / MiB:,.0f} MiB) | MB/s best | MB/s median | runs (s) "
-        "| peak RSS, whole process | padless ÷ tool (best, median) |",
-        "|---|---:|---:|---|---:|---:|",
+        "| peak RSS, whole process | call ÷ tool (best, median) "
+        "| command ÷ tool (best, median) |",
+        "|---|---:|---:|---|---:|---:|---:|",
     ]
     for row in rows:
         b, m = rates(row)
         runs = ", ".join(f"{w:.2f}" for w in row["times"])
         ratio = "" if row is pad else f"{best / b:.2f}, {median / m:.2f}"
+        cratio = "" if row is pad or row is command else f"{cbest / b:.2f}, {cmedian / m:.2f}"
         peak = max(row["peaks"])
         out.append(
             f"| {row['tool']} | {b:,.0f} | {m:,.0f} | {runs} | {peak / MiB:,.0f} MiB "
-            f"({peak / size:.2f}× input) | {ratio} |"
+            f"({peak / size:.2f}× input) | {ratio} | {cratio} |"
         )
     info = pad["info"]
-    wb, wm = size / min(pad["walls"]) / 1e6, size / statistics.median(pad["walls"]) / 1e6
     out.append("")
     out.append(
-        f"padless, whole process (interpreter, imports, numba's start and kernels loaded from "
-        f"the cache): {wb:,.0f} / {wm:,.0f} MB/s best / median "
-        f"({', '.join(f'{w:.2f}' for w in pad['walls'])} s)"
-        + "".join(
-            f"; ÷ {row['tool'].split(' (')[0]} {wb / rates(row)[0]:.2f}, {wm / rates(row)[1]:.2f}"
-            for row in rows[1:]
-        )
-        + f". Engine {info['engine']}, {info['buckets']} bucket files, depth {info['depth']}. "
+        "The call: `shuffle_file` in a process that has loaded numba and the kernels (its peak "
+        "RSS includes a warm-up shuffle). The command: the whole process, from the interpreter's "
+        "start (imports, numba's start, kernels loaded from the cache) to its exit, as the other "
+        "tools are timed. "
+        f"Engine {info['engine']}, {info['buckets']} bucket files, depth {info['depth']}. "
         f"Peak of the call above the resident size at the call: {max(pad['above']) / MiB:,.0f} "
         f"MiB ({max(pad['above']) / size:.2f}× input); resident size at the call "
         f"{info['entry'] / MiB:.0f} MiB (interpreter, numpy, padless, numba and its kernels)."
