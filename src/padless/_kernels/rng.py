@@ -2,8 +2,8 @@
 
 A stream is a splitmix64 counter seeded with a 64-bit key that ``padless._rng.key`` derives from
 ``np.random.SeedSequence([seed, epoch, stream])``; bounded draws use Lemire's multiply-and-reject
-method, so they are exactly uniform. :class:`SplitMix` is the plain-Python twin every reference
-uses. The constants are shared with ``padless.shuffle._kernels`` (same streams, same numbers).
+method, so they are exactly uniform. :class:`SplitMix` (``padless._splitmix``) is the plain-Python
+twin every reference uses; its constants are shared with ``padless.shuffle._kernels``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_MASK32 = np.uint64(0xFFFFFFFF)
-_MASK64 = (1 << 64) - 1
+from .._splitmix import _GOLDEN, _MASK32, _MASK64, _MIX1, _MIX2, SplitMix, mix64_reference
 
 
 @njit(cache=True, inline="always")
@@ -24,14 +20,6 @@ def _mix64(z):  # pragma: no cover - compiled
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
-
-
-def mix64_reference(z: int) -> int:
-    """:func:`_mix64` on Python ints."""
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
 
 
 @njit(cache=True, inline="always")
@@ -52,27 +40,6 @@ def _below(state, bound):  # pragma: no cover - compiled
             m = (_next64(state) >> np.uint64(32)) * b
             low = m & _MASK32
     return np.int64(m >> np.uint64(32))
-
-
-class SplitMix:
-    """Plain-Python twin of the compiled generator (same outputs, for references and tests)."""
-
-    def __init__(self, key: int) -> None:
-        self.state = int(key) & _MASK64
-
-    def next64(self) -> int:
-        self.state = (self.state + 0x9E3779B97F4A7C15) & _MASK64
-        return mix64_reference(self.state)
-
-    def below(self, bound: int) -> int:
-        m = (self.next64() >> 32) * bound
-        low = m & 0xFFFFFFFF
-        if low < bound:
-            limit = ((1 << 32) - bound) % bound
-            while low < limit:
-                m = (self.next64() >> 32) * bound
-                low = m & 0xFFFFFFFF
-        return m >> 32
 
 
 @njit(cache=True)

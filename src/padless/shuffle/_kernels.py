@@ -4,11 +4,12 @@ Importing this module imports numba (tens of MB of resident memory) but compiles
 kernel compiles on first call and is cached on disk (``cache=True``). Every kernel releases the GIL
 (``nogil=True``), so the writer thread keeps the disk busy while a kernel runs.
 
-Random numbers come from the splitmix64 counter of :mod:`padless._kernels` with Lemire's exact
+Random numbers come from the splitmix64 counter of :mod:`padless._kernels` (constants and the
+plain-Python twin in :mod:`padless._splitmix`, which does not load the planning kernels) with Lemire's exact
 bounded draw, written here with the state in a local variable (``_draw``) rather than in an array,
 so the compiler keeps it in a register next to the arrays being written. A ``state`` argument is a
 one-element ``uint64`` array that the kernel loads and stores back, so one stream can continue
-across calls. The ``*_reference`` twins use :class:`padless._kernels.SplitMix`; the tests prove
+across calls. The ``*_reference`` twins use :class:`padless._splitmix.SplitMix`; the tests prove
 they agree byte for byte.
 
 Layout conventions: a records kernel sees a buffer as words of one unsigned dtype (``uint8`` up to
@@ -26,7 +27,7 @@ from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
-from .._kernels.rng import _GOLDEN, _MASK32, _MIX1, _MIX2, SplitMix
+from .._splitmix import _GOLDEN, _MASK32, _MIX1, _MIX2, SplitMix
 
 _NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
 _LOW_BITS = np.uint64(0x0101010101010101)
