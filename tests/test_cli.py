@@ -179,3 +179,27 @@ def test_report_on_compressed_text_and_saved_dataset(tmp_path):
     )
     data = json.loads(run("report", folder, "--column", "input_ids", "--json").stdout)
     assert data["lengths"]["count"] == 30 and data["lengths"]["max"] == 30
+
+
+def test_program_skips_the_interpreter_teardown_only_once_numba_is_loaded(tmp_path):
+    """With numba loaded, the program ends with os._exit after flushing (LLVM's finalisers take
+    a quarter of a second); its output is complete and its status kept. Without numba it ends
+    normally (exit handlers run)."""
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('teardown', file=sys.stderr)); "
+        "from padless.cli import command; sys.argv = ['padless', *sys.argv[1:]]; command()"
+    )
+    report = subprocess.run(
+        [sys.executable, "-c", code, "report", "--json"], capture_output=True, text=True
+    )
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["lengths"]["count"] == padless.builtin_corpus().size
+    assert "teardown" not in report.stderr
+    (tmp_path / "in.txt").write_text("a\nb\n")
+    small = [sys.executable, "-c", code, "shuffle", "--lines", "in.txt", "out.txt"]
+    plain = subprocess.run(small, capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode == 0 and "teardown" in plain.stderr  # numpy engine: no numba
+    failed = subprocess.run(
+        [sys.executable, "-c", code, "report", "--max-tokens", "-5"], capture_output=True, text=True
+    )
+    assert failed.returncode == 2 and "max-tokens" in failed.stderr
