@@ -177,9 +177,16 @@ def compare(kind: str, src: str, work: str, memory: str, refs: list[str], runs: 
     }  # fmt: skip
     padless_cmd = shutil.which("padless", path=os.path.dirname(sys.executable)) or "padless"
     kind_args = ["--lines"] if kind == "lines" else ["--record-size", "16"]
+    # The command's --memory covers the whole process and gives the shuffle 48 MiB less: add
+    # them, so that the command's shuffle has the call's budget (and the same engine).
+    from padless.cli.shuffle import COMMAND_RESERVE
+    from padless.shuffle import parse_memory
+
+    cmd_memory = f"{(parse_memory(memory) + COMMAND_RESERVE) // MiB}M"
     tools.append((
-        f"`padless shuffle --memory {memory}`, the command",
-        [padless_cmd, "shuffle", *kind_args, "--memory", memory, "--seed", "1", "-q", src, dst],
+        f"`padless shuffle --memory {cmd_memory}`, the command",
+        [padless_cmd, "shuffle", *kind_args, "--memory", cmd_memory, "--seed", "1", "-q", src,
+         dst],
     ))  # fmt: skip
     tools += [commands[r] for r in refs if shutil.which(commands[r][1][0])]
     rows = [{"tool": name, "walls": [], "peaks": [], "inner": [], "above": [], "info": {}}
