@@ -100,23 +100,37 @@ def sync() -> None:
 # straight from this process: until it execs, a child forked from here counts this process's
 # pages as its own in ru_maxrss.
 _SPAWN = """
-import os, sys
+import os, sys, time
 pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)
-_, status, usage = os.wait4(pid, 0)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, file=sys.stderr)
+anon = 0
+while True:
+    done, status, usage = os.wait4(pid, os.WNOHANG)
+    if done:
+        break
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    anon = max(anon, int(line.split()[1]))
+    except OSError:
+        pass
+    time.sleep(0.005)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, anon, file=sys.stderr)
 """
 
 
-def run_measured(argv: list[str]) -> tuple[float, int, str]:
-    """Run a command; return (wall seconds, its own peak RSS in bytes, its stdout)."""
+def run_measured(argv: list[str]) -> tuple[float, int, int, str]:
+    """Run a command; return (wall seconds, its own peak RSS in bytes, its peak anonymous memory
+    in bytes, polled every 5 ms: RSS less the pages of files such as shared libraries, which are
+    shared between processes; its stdout)."""
     exe = shutil.which(argv[0]) or argv[0]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _SPAWN, exe, *argv[1:]], capture_output=True)
     wall = time.perf_counter() - t0
-    code, peak_kib = proc.stderr.decode().split()[-2:]
+    code, peak_kib, anon_kib = proc.stderr.decode().split()[-3:]
     if int(code) != 0:
         raise RuntimeError(f"{argv[0]} failed: {proc.stderr.decode(errors='replace')}")
-    return wall, int(peak_kib) * 1024, proc.stdout.decode()
+    return wall, int(peak_kib) * 1024, int(anon_kib) * 1024, proc.stdout.decode()
 
 
 # --------------------------------------------------------------------------- data
@@ -189,16 +203,18 @@ def compare(kind: str, src: str, work: str, memory: str, refs: list[str], runs: 
          dst],
     ))  # fmt: skip
     tools += [commands[r] for r in refs if shutil.which(commands[r][1][0])]
-    rows = [{"tool": name, "walls": [], "peaks": [], "inner": [], "above": [], "info": {}}
+    rows = [{"tool": name, "walls": [], "peaks": [], "anon": [], "inner": [], "above": [],
+             "info": {}}
             for name, _ in tools]  # fmt: skip
     for _ in range(runs):
         for row, (_, argv) in zip(rows, tools, strict=True):
             if os.path.exists(dst):
                 os.unlink(dst)
             sync()
-            wall, peak, out = run_measured(argv)
+            wall, peak, anon, out = run_measured(argv)
             row["walls"].append(wall)
             row["peaks"].append(peak)
+            row["anon"].append(anon)
             if argv[0] == sys.executable:
                 info = json.loads(out)
                 row["inner"].append(info["seconds"])
@@ -226,19 +242,20 @@ def table(title: str, rows: list[dict]) -> str:
     cbest, cmedian = rates(command)
     out = [
         f"| {title} ({size / MiB:,.0f} MiB) | MB/s best | MB/s median | runs (s) "
-        "| peak RSS, whole process | call ÷ tool (best, median) "
+        "| peak RSS, whole process | peak anonymous memory | call ÷ tool (best, median) "
         "| command ÷ tool (best, median) |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for row in rows:
         b, m = rates(row)
         runs = ", ".join(f"{w:.2f}" for w in row["times"])
         ratio = "" if row is pad else f"{best / b:.2f}, {median / m:.2f}"
         cratio = "" if row is pad or row is command else f"{cbest / b:.2f}, {cmedian / m:.2f}"
-        peak = max(row["peaks"])
+        peak, anon = max(row["peaks"]), max(row["anon"])
         out.append(
             f"| {row['tool']} | {b:,.0f} | {m:,.0f} | {runs} | {peak / MiB:,.0f} MiB "
-            f"({peak / size:.2f}× input) | {ratio} | {cratio} |"
+            f"({peak / size:.2f}× input) | {anon / MiB:,.0f} MiB ({anon / size:.2f}× input) "
+            f"| {ratio} | {cratio} |"
         )
     info = pad["info"]
     out.append("")
