@@ -308,10 +308,12 @@ def shuffle_file(
     Cost: in memory, one read of the input and one write of the output; through buckets, about
     two reads and two writes; then the final flush of the output to disk. On a shared, loaded
     2-vCPU VM (``benchmarks/results/shuffle.md``), with numba's kernels loaded: 550 MiB of lines
-    that fit ran at 1.2-1.5 times GNU ``shuf``'s speed, 512 MiB of 16-byte records at about 0.15
-    times ``cp``'s, and lines through buckets (384M) at 1.2-1.3 times shuf's. Importing numba and
-    loading its cached kernels takes about a second of CPU per process (the very first call
-    compiles them for a few seconds, with more memory, before they are cached on disk). Temporary disk: about the input size in
+    that fit ran at 1.4-1.5 times GNU ``shuf``'s speed, 512 MiB of 16-byte records at about 0.18
+    times ``cp``'s, and lines through buckets (384M) at 1.1-1.2 times shuf's. Importing numba and
+    loading its cached kernels takes 0.6-0.9 s per process (the ``padless shuffle`` command, all
+    of it counted, ran at 1.0-1.1 times shuf's speed on those lines; the very first call compiles
+    the kernels for a few seconds, with more memory, before they are cached on disk). Temporary
+    disk: about the input size in
     ``tmp_dir`` when it does not fit (twice that for a pipe or stdin, which is first copied to a
     file there). The output depends on the input, the seed, ``memory`` and the record kind;
     nothing else.
