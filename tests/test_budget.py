@@ -197,13 +197,15 @@ def test_given_order_pass_equals_its_reference(sizes, data, max_tokens, max_sent
     ],
 )
 def test_narrow_sizes_keeps_every_value(values, dtype):
-    """Sizes narrow to the smallest unsigned type that holds them all, never wrapping a value."""
+    """Sizes narrow to the smallest unsigned type that holds them all, never wrapping a value;
+    the same pass gives the OR of all values and the largest."""
     sizes = np.array(values, dtype=np.int64)
     for parts in (1, 2):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(budget_kernels, "_threads", lambda n, parts=parts: min(parts, n))
-            out = K.narrow_sizes(sizes)
+            out, bits, top = K.narrow_sizes(sizes)
         assert out.dtype == dtype and out.tolist() == values
+        assert bits == int(np.bitwise_or.reduce(sizes)) and top == max(values)
 
 
 def test_in_parts_covers_the_range_and_raises_a_part_error(monkeypatch):
@@ -217,6 +219,30 @@ def test_in_parts_covers_the_range_and_raises_a_part_error(monkeypatch):
 
     with pytest.raises(OSError, match="part 2"):
         K.in_parts(10, fail_in_the_last)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "kwargs", "message"),
+    [
+        ([3, -1, 2], {"max_tokens": 8}, r"lengths must be whole numbers in \[0, 2\*\*31\), got -1"),
+        ([3, 2**31, 2], {"max_tokens": 8}, r"got 2147483648(\.0)? at position \[1\]"),
+        ([3, 9, 2], {"max_tokens": 8}, r"index 1 has length 9, which exceeds max_tokens=8"),
+    ],
+)
+def test_given_order_checks_the_lengths_in_the_narrowing_pass(lengths, kwargs, message):
+    """int64 lengths with a walk over them: the narrowing pass yields the range and oversize
+    checks; what they find is refused with the same errors as other lengths."""
+    arr = np.array(lengths, dtype=np.int64)
+    for form in (arr, arr.tolist(), arr.astype(np.float64)):
+        with pytest.raises(ValueError, match=message):
+            plan_token_budget(form, order=[2, 0, 1], **kwargs)
+
+
+def test_given_order_drops_oversize_items_found_by_the_narrowing_pass():
+    lengths = np.array([3, 9, 2, 70_000], dtype=np.int64)
+    plan = plan_token_budget(lengths, max_tokens=8, oversize="drop", order=[3, 2, 1, 0])
+    assert batches(plan) == [[2, 0]] and plan.skipped.tolist() == [1, 3]
+    assert batches(plan_token_budget(np.array([3, 5, 2]), max_tokens=8, order=[2, 0])) == [[2, 0]]
 
 
 def test_large_given_walk_on_threads_equals_one_thread():

@@ -199,17 +199,21 @@ def _first_error(order, n_items):  # pragma: no cover
 
 @njit(cache=True, nogil=True)
 def _narrow_into(sizes, lo, hi, out):  # pragma: no cover
-    """Copy ``sizes[lo:hi]`` into ``out[lo:hi]`` (uint16); True if every one was in [0, 65535].
+    """Copy ``sizes[lo:hi]`` into ``out[lo:hi]`` (uint16, the low bits); return ``(bits, top)``:
+    the OR of every value (a value outside [0, 2**k) sets a bit at k or above; a negative one,
+    the sign bit) and the largest value.
 
-    The bits of every value are OR-ed together instead of tested one by one, so the loop has no
-    exit and compiles to vector instructions.
+    Neither is tested one value at a time, so the loop has no exit and compiles to vector
+    instructions.
     """
     bits = np.int64(0)
+    top = np.int64(0)
     for k in range(lo, hi):
         s = np.int64(sizes[k])
         bits |= s
+        top = max(top, s)
         out[k] = s
-    return bits >> 16 == 0
+    return bits, top
 
 
 _SPLIT_MIN = 1 << 18  # positions per thread below which work is not split
@@ -254,21 +258,28 @@ def in_parts(n: int, work: Callable[[int, int, int], Any]) -> list[Any]:
     return results
 
 
-def narrow_sizes(sizes: np.ndarray) -> np.ndarray:
-    """Non-negative ``sizes`` in uint16, or uint32, when they fit (else as they are).
+def narrow_sizes(sizes: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``(narrowed, bits, top)``: ``sizes`` in uint16, or uint32, when they are non-negative and
+    fit (else as they are), the OR of all of them and the largest (0, 0 when empty).
 
-    A random gather from 2-byte sizes touches a quarter of the memory that 8-byte ones do, so
-    much more of it stays in cache.
+    One pass, on up to four threads. A random gather from 2-byte sizes touches a quarter of the
+    memory that 8-byte ones do, so much more of it stays in cache; ``bits`` and ``top`` let a
+    caller check the range of the sizes and a budget without another pass.
     """
     n = sizes.shape[0]
-    if sizes.dtype.itemsize <= 2 or n == 0:
-        return sizes
+    if n == 0:
+        return sizes, 0, 0
+    if sizes.dtype.itemsize <= 2:
+        return sizes, int(np.bitwise_or.reduce(sizes)), int(sizes.max())
     out = np.empty(n, np.uint16)
-    if all(in_parts(n, lambda lo, hi, _: _narrow_into(sizes, lo, hi, out))):
-        return out
-    if sizes.dtype.itemsize > 4 and 0 <= int(sizes.min()) and int(sizes.max()) <= 0xFFFFFFFF:
-        return sizes.astype(np.uint32)
-    return sizes
+    parts = in_parts(n, lambda lo, hi, _: _narrow_into(sizes, lo, hi, out))
+    bits = int(np.bitwise_or.reduce([int(b) for b, _ in parts]))
+    top = max(int(t) for _, t in parts)
+    if 0 <= bits < 1 << 16:
+        return out, bits, top
+    if sizes.dtype.itemsize > 4 and 0 <= bits < 1 << 32:
+        return sizes.astype(np.uint32), bits, top
+    return sizes, bits, top
 
 
 def budget_order(

@@ -10,7 +10,7 @@ import numpy as np
 from .. import _kernels as K
 from .._check import budget_or_none, check_choice, check_seed, positive
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
-from ..lengths import lengths_of
+from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
@@ -49,10 +49,11 @@ def _order_array(order: Any) -> np.ndarray:
 
 
 def oversize_filter(
-    sizes: np.ndarray, limit: int, oversize: str, what: str = "max_tokens"
+    sizes: np.ndarray, limit: int, oversize: str, what: str = "max_tokens", top: int | None = None
 ) -> np.ndarray:
-    """Indices whose size is over ``limit``; raise for ``oversize="error"``."""
-    if sizes.size == 0 or int(sizes.max()) <= limit:
+    """Indices whose size is over ``limit``; raise for ``oversize="error"``. ``top``: the largest
+    size, if known."""
+    if sizes.size == 0 or (int(sizes.max()) if top is None else top) <= limit:
         return np.zeros(0, dtype=np.int64)
     too_long = np.flatnonzero(sizes > limit)
     if too_long.size and oversize == "error":
@@ -123,10 +124,24 @@ class TokenBudget(Spec):
         """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
         if order is None:
             return super().plan(lengths, seed=seed, epoch=epoch)
-        lens = lengths_of(lengths)
         check_seed(seed, "seed")
         check_seed(epoch, "epoch")
-        return self.bind(lens).plan_order(_order_array(order))
+        walk = _order_array(order)
+        if (
+            self.max_cost is None
+            and isinstance(lengths, np.ndarray)
+            and lengths.ndim == 1
+            and lengths.dtype == np.int64
+            and lengths.flags.c_contiguous
+            and 4 * walk.shape[0] >= lengths.shape[0]
+        ):
+            # int64 lengths that the walk covers: one pass narrows the sizes for the gather and
+            # yields what the checks of the lengths (range) and of the budget (oversize) need
+            narrowed, bits, top = K.narrow_sizes(lengths)
+            if 0 <= bits < MAX_LENGTH:
+                planner = BudgetPlanner(self, lengths, top=top)
+                return planner.plan_order(walk, narrowed)
+        return self.bind(lengths_of(lengths)).plan_order(walk)
 
 
 class BudgetPlanner(Planner):
@@ -134,11 +149,12 @@ class BudgetPlanner(Planner):
 
     spec: TokenBudget
 
-    def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
+    def __init__(self, spec: TokenBudget, lengths: np.ndarray, top: int | None = None) -> None:
+        """``top``: the largest size, when the caller knows it (saves a pass over the sizes)."""
         super().__init__(spec, lengths)
         self.skipped = np.zeros(0, dtype=np.int64)
         if spec.max_tokens is not None:
-            self.skipped = oversize_filter(self.sizes, spec.max_tokens, spec.oversize)
+            self.skipped = oversize_filter(self.sizes, spec.max_tokens, spec.oversize, top=top)
 
     def _limits(self) -> tuple[int, int, int]:
         s = self.spec
@@ -159,12 +175,15 @@ class BudgetPlanner(Planner):
         ends = K.budget_ends_runs(values, starts, *limits)
         return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
 
-    def plan_order(self, order: np.ndarray) -> BatchPlan:
+    def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
-        gathers the sizes, leaves out the sequences over the budget and cuts the batches."""
-        sizes = self.sizes
-        if 4 * order.shape[0] >= sizes.shape[0]:  # narrowing pays for itself
-            sizes = K.narrow_sizes(sizes)
+        gathers the sizes, leaves out the sequences over the budget and cuts the batches.
+
+        ``narrowed``: the sizes already in a narrower type (``K.narrow_sizes``), if at hand.
+        """
+        sizes = self.sizes if narrowed is None else narrowed
+        if narrowed is None and 4 * order.shape[0] >= sizes.shape[0]:  # narrowing pays for itself
+            sizes = K.narrow_sizes(sizes)[0]
         status, walk, ends = K.budget_order(order, sizes, *self._limits(), self.skipped.size > 0)
         if status < 0:
             n = order.shape[0]
@@ -239,8 +258,8 @@ class CostBudgetPlanner(BudgetPlanner):
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         return self._recut(super().plan(seed, epoch))
 
-    def plan_order(self, order: np.ndarray) -> BatchPlan:
-        return self._recut(super().plan_order(order))
+    def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
+        return self._recut(super().plan_order(order, narrowed))
 
 
 def plan_token_budget(
