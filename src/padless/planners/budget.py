@@ -294,7 +294,10 @@ def plan_token_budget(
         cost, max_cost: a budget in cost units beside max_tokens (see :class:`TokenBudget`).
 
     Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory; with
-    ``max_cost`` one more compiled pass and N float64 costs.
+    ``max_cost`` one more compiled pass and N float64 costs. With ``order``: one pass narrows the
+    sizes (to uint16 or uint32) and checks the lengths, then the walk is checked and its sizes
+    gathered on one thread per core (at most four), and the greedy rule runs; about 1.6-1.8
+    times ``np.sort`` of the lengths for 1e7 of them on two cores (2.4-2.9 for a random walk).
 
     >>> plan = plan_token_budget([5, 3, 3, 8, 1], max_tokens=9)
     >>> [b.tolist() for b in plan]
