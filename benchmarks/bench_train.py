@@ -35,6 +35,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,6 +97,7 @@ class Batch:
     gather: torch.Tensor | None = None  # packed: padded slots of all length groups
     slots: torch.Tensor | None = None  # packed: the real slots among them, in token order
     keys: tuple[torch.Tensor, ...] = ()  # packed: each group's key mask (g, width)
+    real_slots: torch.Tensor | None = None  # packed: 1.0 at real slots, 0.0 at pad slots (P, 1)
 
     def to(self, device: torch.device) -> Batch:
         move = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
@@ -137,6 +139,7 @@ def packed_batch(items: list[tuple[np.ndarray, np.ndarray]]) -> Batch:
     pos = np.arange(ids.size) - np.repeat(offsets[:-1], lens)
     at = np.flatnonzero(labels != -100)
     gather, slots, keys = length_groups(lens, offsets)
+    real_slots = torch.cat([key.reshape(-1) for key in keys]).to(torch.float32)[:, None]
     return Batch(
         True,
         torch.from_numpy(ids),
@@ -150,7 +153,42 @@ def packed_batch(items: list[tuple[np.ndarray, np.ndarray]]) -> Batch:
         gather,
         slots,
         keys,
+        real_slots,
     )
+
+
+class _ToGroups(torch.autograd.Function):
+    """Rows of a packed batch in its groups' padded layout (``x[gather]``), with a gather for a
+    backward too: a pad slot's gradient is zero (its query's output is dropped and its key is
+    masked out), so each token's gradient is the one at its own slot, and no scatter-add into
+    a zeroed tensor is needed."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, gather: torch.Tensor, slots: torch.Tensor) -> Any:
+        ctx.save_for_backward(slots)
+        return x.index_select(0, gather)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        (slots,) = ctx.saved_tensors
+        return grad.index_select(0, slots), None, None
+
+
+class _FromGroups(torch.autograd.Function):
+    """The real slots of the groups' output, in token order (``y[slots]``); the backward puts
+    each token's gradient back at its slot and zero at pad slots with a gather and a mask."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, y: torch.Tensor, slots: torch.Tensor, gather: torch.Tensor, real: torch.Tensor
+    ) -> Any:
+        ctx.save_for_backward(gather, real)
+        return y.index_select(0, slots)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        gather, real = ctx.saved_tensors
+        return grad.index_select(0, gather) * real.to(grad.dtype), None, None, None
 
 
 def length_groups(
@@ -206,15 +244,17 @@ class Block(nn.Module):
         total, d = x.shape
         qkv = self.qkv(x)
         if self.attn == "grouped":  # one gather of q, k and v together into the padded groups
-            assert batch.gather is not None and batch.slots is not None
+            gather, slots, real = batch.gather, batch.slots, batch.real_slots
+            assert gather is not None and slots is not None and real is not None
             sizes = [key.numel() for key in batch.keys]
             outs = []
-            for key, group in zip(batch.keys, qkv[batch.gather].split(sizes), strict=True):
+            grouped = _ToGroups.apply(qkv, gather, slots).split(sizes)
+            for key, group in zip(batch.keys, grouped, strict=True):
                 g, width = key.shape
                 qg, kg, vg = group.view(g, width, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
                 og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=key[:, None, None, :])
                 outs.append(og.transpose(1, 2).reshape(g * width, d))
-            return self.proj(torch.cat(outs)[batch.slots])
+            return self.proj(_FromGroups.apply(torch.cat(outs), slots, gather, real))
         q, k, v = qkv.view(total, 3, self.heads, -1).unbind(1)  # (T, H, Dh) each
         if self.attn == "flash":
             from flash_attn import flash_attn_varlen_func
