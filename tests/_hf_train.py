@@ -65,8 +65,8 @@ class WithIndex:
         return out
 
 
-class RecordingTrainer(PadlessTrainerMixin, Trainer):
-    """A padless Trainer that records, per micro-batch, the step, the items and the loss."""
+class RecordBatches:
+    """Mixed in first: records, per micro-batch, the step, the items and the loss."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,6 +84,10 @@ class RecordingTrainer(PadlessTrainerMixin, Trainer):
             }
         )
         return loss
+
+
+class RecordingTrainer(RecordBatches, PadlessTrainerMixin, Trainer):
+    """A padless Trainer that records its batches."""
 
 
 def tiny_model() -> LlamaForCausalLM:

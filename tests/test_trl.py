@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,18 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _hf_train as hft  # noqa: E402
 
 
-class PadlessSFT(PadlessTrainerMixin, SFTTrainer):
+class PadlessSFT(hft.RecordBatches, PadlessTrainerMixin, SFTTrainer):
     """TRL's SFTTrainer with padless batches, recording each micro-batch's items and loss."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.record: list[dict[str, Any]] = []
-
-    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-        index = inputs.pop("index").tolist()
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        self.record.append({"step": self.state.global_step, "index": index, "loss": float(loss)})
-        return loss
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:
