@@ -152,7 +152,7 @@ def test_cost_kernels_are_cached_and_have_references():
             if not name.startswith("_"):
                 public.append(name)
                 assert callable(getattr(KC, f"{name}_reference", None)), name
-    assert len(public) == 4
+    assert len(public) == 3  # budget_cost_ends, best_fit_rows_cost, packed_batch_costs
 
 
 @given(
@@ -184,7 +184,8 @@ def test_batch_cost_kernels_match_references(values, data):
     n = values.shape[0]
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=8)))
     offsets = np.array([0, *cuts, n], dtype=np.int64)
-    a, b = KC.padded_batch_costs(values, offsets), KC.padded_batch_costs_reference(values, offsets)
+    a = np.diff(offsets) * K.segment_max(values, offsets)  # what padless.cost computes
+    b = KC.padded_batch_costs_reference(values, offsets)
     assert np.array_equal(a, b)
     groups = sorted(data.draw(st.lists(st.integers(0, len(offsets) - 1), max_size=4)))
     row_offsets = np.array([0, *groups, len(offsets) - 1], dtype=np.int64)

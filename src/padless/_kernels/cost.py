@@ -18,8 +18,8 @@ import numpy as np
 from numba import njit
 
 from ._sat import mul_exceeds
-from .budget import greedy_ends_reference
-from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set, _grown
+from .budget import _multiple_of, greedy_ends_reference
+from .packing import _bit_levels, _bits_clear, _bits_next, _grown, _push_row
 
 
 @njit(cache=True)
@@ -73,7 +73,7 @@ def budget_cost_ends(sizes, units, max_tokens, max_sentences, multiple, max_cost
             batch_u = tail_u
             tail_max = 0
             tail_u = 0.0
-        elif count < multiple or count % multiple == 0:
+        elif count < multiple or _multiple_of(count, multiple):
             cut = pos + 1
             batch_max = longest
             batch_u = umax
@@ -110,21 +110,9 @@ def budget_cost_ends_reference(
     return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
 
 
-@njit(cache=True)
-def padded_batch_costs(units, offsets):  # pragma: no cover - compiled
-    """``count × max unit`` of each segment ``units[offsets[b]:offsets[b + 1]]`` (0.0 if empty)."""
-    nb = offsets.shape[0] - 1
-    out = np.zeros(nb, np.float64)
-    for b in range(nb):
-        m = 0.0
-        for i in range(offsets[b], offsets[b + 1]):
-            if units[i] > m:
-                m = units[i]
-        out[b] = (offsets[b + 1] - offsets[b]) * m
-    return out
-
-
 def padded_batch_costs_reference(units: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``count × max unit`` of each segment (0.0 if empty): what ``padless.cost`` computes as the
+    segment sizes times ``segment_max`` of the units."""
     out = [
         (int(b) - int(a)) * max([0.0, *(float(u) for u in units[a:b])])
         for a, b in zip(offsets[:-1], offsets[1:], strict=True)
@@ -255,11 +243,7 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
         while waiting > 0 and not (base + (keys[0] + e) > max_row_cost):
             back = parked[0]
             waiting = _heap_pop(keys, parked, waiting)
-            left = space[back]
-            below[back] = head[left]
-            if head[left] < 0:
-                _bits_set(words, offs, left)
-            head[left] = back
+            _push_row(words, offs, head, below, back, space[back])
         row = -1
         r = _bits_next(words, offs, nbits, s)
         while r >= 0:
@@ -299,10 +283,7 @@ def best_fit_rows_cost(sizes, extras, capacity, max_per_row, base, max_row_cost)
         if (max_per_row == 0 or count[row] < max_per_row) and not (
             base + (used[row] + floor) > max_row_cost
         ):
-            below[row] = head[left]
-            if head[left] < 0:
-                _bits_set(words, offs, left)
-            head[left] = row
+            _push_row(words, offs, head, below, row, left)
     return row_of, rows
 
 

@@ -71,6 +71,26 @@ def _bits_clear(words, offs, pos):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
+def _push_row(words, offs, head, below, row, space):  # pragma: no cover - compiled
+    """Put ``row`` on top of the stack of open rows with ``space`` left (a stack per space,
+    ``head[space]`` its top and ``below[row]`` the next; the bit tree marks non-empty stacks)."""
+    below[row] = head[space]
+    if head[space] < 0:
+        _bits_set(words, offs, space)
+    head[space] = row
+
+
+@njit(cache=True, inline="always")
+def _pop_row(words, offs, head, below, space):  # pragma: no cover - compiled
+    """Take the top row off the stack of rows with ``space`` left (see :func:`_push_row`)."""
+    row = head[space]
+    head[space] = below[row]
+    if head[space] < 0:
+        _bits_clear(words, offs, space)
+    return row
+
+
+@njit(cache=True, inline="always")
 def _bits_next(words, offs, nbits, pos):  # pragma: no cover - compiled
     """Smallest set position >= pos, or -1."""
     levels = offs.shape[0]
@@ -132,18 +152,12 @@ def best_fit_rows(sizes, capacity, max_per_row):  # pragma: no cover - compiled
             left = capacity - s
             count[row] = 1
         else:
-            row = head[r]
-            head[r] = below[row]
-            if head[r] < 0:
-                _bits_clear(words, offs, r)
+            row = _pop_row(words, offs, head, below, r)
             left = r - s
             count[row] += 1
         row_of[i] = row
         if max_per_row == 0 or count[row] < max_per_row:
-            below[row] = head[left]
-            if head[left] < 0:
-                _bits_set(words, offs, left)
-            head[left] = row
+            _push_row(words, offs, head, below, row, left)
     return row_of, rows
 
 

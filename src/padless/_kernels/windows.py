@@ -23,7 +23,7 @@ from numba import njit
 
 from .budget import budget_ends_runs
 from .order import shuffle_runs
-from .packing import _bit_levels, _bits_clear, _bits_next, _bits_set, _grown
+from .packing import _bit_levels, _bits_next, _grown, _pop_row, _push_row
 
 # ---------------------------------------------------------------------------------- layout
 
@@ -310,10 +310,7 @@ def _best_fit_runs(starts, capacity, max_per_row, visits):  # pragma: no cover -
                 rem = capacity
                 have = 0
             else:
-                row = head[slot]
-                head[slot] = below[row]
-                if head[slot] < 0:
-                    _bits_clear(words, offs, slot)
+                row = _pop_row(words, offs, head, below, slot)
                 rem = slot
                 have = count[row]
             q = c
@@ -333,10 +330,7 @@ def _best_fit_runs(starts, capacity, max_per_row, visits):  # pragma: no cover -
             have += q
             count[row] = have
             if max_per_row == 0 or have < max_per_row:
-                below[row] = head[rem]
-                if head[rem] < 0:
-                    _bits_set(words, offs, rem)
-                head[rem] = row
+                _push_row(words, offs, head, below, row, rem)
     return nv, rows
 
 
