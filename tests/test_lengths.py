@@ -216,6 +216,8 @@ def test_readers_and_lengths_import_one_way():
         "import padless\n"
         "assert 'padless.readers' not in sys.modules\n"  # import padless stays light
         "assert callable(padless.readers.lengths_from_file)\n"
+        "assert 'torch' not in sys.modules\n"
+        "assert callable(padless.torch.scale_loss)\n"  # the README's FLOPs snippet
         "print('ok')\n"
     )
     assert proc.stdout.strip() == "ok", proc.stderr

@@ -91,9 +91,14 @@ if TYPE_CHECKING:
     from .windows import plan_windows as plan_windows
 
 
+# submodules reached as attributes of a bare ``import padless``; each is imported (with its
+# library: torch, transformers, lightning, ray) only when first used
+_SUBMODULES = frozenset({"readers", "torch", "hf", "lightning", "ray"})
+
+
 def __getattr__(name: str) -> Any:
-    if name == "readers":  # a submodule: padless.readers.lengths_from_file after import padless
-        return import_module("padless.readers")
+    if name in _SUBMODULES:  # padless.torch.scale_loss after a bare import padless
+        return import_module(f"padless.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'padless' has no attribute {name!r}")
