@@ -310,3 +310,54 @@ def test_corpus_padding_against_quantiles():
             en, boundaries=bucket_boundaries(en, k, method="quantile"), batch_size=64
         ).stats(en)
         assert opt.padding_fraction < qua.padding_fraction
+
+
+# --------------------------------------------------------------------------- pad_to_multiple_of
+
+
+def _round_up(lengths, m):
+    return -(-np.asarray(lengths, dtype=np.int64) // m) * m
+
+
+@given(
+    st.lists(st.integers(1, 90), min_size=1, max_size=150),
+    st.sampled_from([1, 2, 8, 32]),
+    st.sampled_from([{"num_buckets": 3}, {"boundaries": [10, 33]}, {"num_buckets": 1}]),
+    st.integers(0, 2),
+)
+def test_pad_multiple_plans_the_rounded_lengths(lengths, m, where, seed):
+    from padless import Buckets, Cost
+
+    lens = np.array(lengths, dtype=np.int64)
+    for budget in ({"max_tokens": 256}, {"batch_size": 5}, {"cost": Cost(), "max_cost": 256.0}):
+        spec = Buckets(**where, **budget, pad_to_multiple_of=m)
+        plan = spec.plan(lens, seed=seed)
+        same = Buckets(**where, **budget).plan(_round_up(lens, m), seed=seed)
+        assert np.array_equal(plan.indices, same.indices)
+        assert np.array_equal(plan.offsets, same.offsets)
+        if "batch_size" in budget:
+            continue
+        for b in plan:  # the padded batch keeps the budget, but for a sequence alone over it
+            assert len(b) * int(_round_up(lens[b].max(), m)) <= 256 or len(b) == 1
+
+
+def test_pad_multiple_fits_boundaries_to_widths_and_windows_agree():
+    from padless import Buckets, PlanSampler
+
+    lens = np.random.default_rng(3).integers(1, 200, 3000)
+    spec = Buckets(num_buckets=4, max_tokens=2048, pad_to_multiple_of=16)
+    whole = PlanSampler(lens, spec, seed=0)
+    assert whole.boundaries.tolist() == bucket_boundaries(_round_up(lens, 16), 4).tolist()
+    assert all(c % 16 == 0 for c in whole.boundaries.tolist())
+    windowed = PlanSampler(lens, spec, seed=0, window=1000)
+    assert list(windowed.planner.window_spec.boundaries) == whole.boundaries.tolist()
+    for sampler in (whole, windowed):
+        got = list(sampler)
+        assert sorted(i for b in got for i in b) == list(range(lens.size))
+        assert all(len(b) * int(_round_up(lens[b].max(), 16)) <= 2048 for b in got)
+    plan, _ = whole.epoch_plan(0)
+    assert plan.info["bucket_padded_slots"] == boundary_cost(_round_up(lens, 16), whole.boundaries)
+    assert (
+        Buckets(num_buckets=4, max_tokens=2048).as_dict()
+        == Buckets(num_buckets=4, max_tokens=2048, pad_to_multiple_of=1).as_dict()
+    )

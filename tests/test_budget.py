@@ -258,3 +258,153 @@ def test_large_given_walk_on_threads_equals_one_thread():
     order[400_000] = order[10]  # a repeat across the parts
     with pytest.raises(ValueError, match=f"index {order[10]} again at position 400000"):
         plan_token_budget(lengths, max_tokens=200_000, order=order)
+
+
+# --------------------------------------------------------------------------- pad_to_multiple_of
+
+
+def _round_up(lengths, m):
+    return -(-np.asarray(lengths, dtype=np.int64) // m) * m
+
+
+def _padded_cost(lengths, batch, m):
+    """What a collate padding to a multiple of m makes of a batch: rows × width per field."""
+    picked = np.asarray(lengths)[batch]
+    widths = _round_up(picked.max(axis=0), m)  # one width per field (2-D) or one width
+    return [len(batch) * int(w) for w in np.atleast_1d(widths)]
+
+
+@given(
+    st.one_of(
+        st.lists(st.integers(0, 70), max_size=120),
+        st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=80),
+    ),
+    st.sampled_from([1, 2, 3, 8, 64]),
+    st.sampled_from([64, 100, 128, 1000]),
+    st.sampled_from([1, 2, 8]),
+    st.integers(0, 3),
+)
+def test_pad_multiple_plans_the_rounded_lengths(lengths, m, max_tokens, bsz_mult, seed):
+    from padless import TokenBudget
+
+    lens = np.array(lengths, dtype=np.int64).reshape(len(lengths), -1 if lengths else 1)
+    lens = lens[:, 0] if lens.shape[1] == 1 else lens
+    spec = TokenBudget(max_tokens=max_tokens, multiple_of=bsz_mult, oversize="drop")
+    rounded = TokenBudget(
+        max_tokens=max_tokens, multiple_of=bsz_mult, oversize="drop", pad_to_multiple_of=m
+    )
+    plan = rounded.plan(lens, seed=seed, epoch=1)
+    same = spec.plan(_round_up(lens, m), seed=seed, epoch=1)
+    assert np.array_equal(plan.indices, same.indices)
+    assert np.array_equal(plan.offsets, same.offsets)
+    assert np.array_equal(plan.skipped, same.skipped)
+    padded = 0
+    for batch in plan:  # within the budget at the padded width, field by field
+        costs = _padded_cost(lens, batch, m)
+        assert max(costs) <= max_tokens
+        padded += sum(costs)
+    assert plan.stats(lens).padded_slots == padded  # the figures count the padded width
+    # a given order keeps the same rule
+    order = np.random.default_rng(seed).permutation(len(lens))
+    walked = rounded.plan(lens, order=order)
+    assert np.array_equal(walked.indices, spec.plan(_round_up(lens, m), order=order).indices)
+    assert all(max(_padded_cost(lens, b, m)) <= max_tokens for b in walked)
+
+
+def test_pad_multiple_one_is_todays_plan_config_and_fingerprint():
+    from padless import PlanSampler, TokenBudget, spec_from_dict, spec_to_dict
+
+    lens = builtin_corpus()[:3000]
+    old = TokenBudget(max_tokens=1024, multiple_of=8)
+    one = TokenBudget(max_tokens=1024, multiple_of=8, pad_to_multiple_of=1)
+    assert one == old and one.as_dict() == old.as_dict()
+    assert "pad_to_multiple_of" not in old.as_dict() and old.describe() == one.describe()
+    assert old.plan(lens, seed=2) == one.plan(lens, seed=2)
+    assert "pad_to_multiple_of" not in old.plan(lens).info
+    states = [PlanSampler(lens, s, seed=1).state_dict()["fingerprint"] for s in (old, one)]
+    assert states[0] == states[1]
+    eight = TokenBudget(max_tokens=1024, multiple_of=8, pad_to_multiple_of=8)
+    assert eight.as_dict()["pad_to_multiple_of"] == 8
+    assert spec_from_dict(spec_to_dict(eight)) == eight
+    assert PlanSampler(lens, eight, seed=1).state_dict()["fingerprint"] != states[0]
+    assert eight.describe() == "token_budget(max_tokens=1024, multiple_of=8, pad_to_multiple_of=8)"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(0, ValueError), (-8, ValueError), (2**31 + 1, ValueError), (2**70, ValueError),
+     (8.0, TypeError), (True, TypeError), ("8", TypeError), (None, TypeError)],
+)  # fmt: skip
+def test_pad_multiple_refuses_bad_values(value, error):
+    from padless import Buckets, ExactLength, TokenBudget
+
+    makers = [
+        lambda: TokenBudget(max_tokens=64, pad_to_multiple_of=value),
+        lambda: Buckets(num_buckets=2, max_tokens=64, pad_to_multiple_of=value),
+        lambda: ExactLength(batch_size=4, pad_to_multiple_of=value),
+        lambda: plan_token_budget([3], max_tokens=64, pad_to_multiple_of=value),
+    ]
+    for make in makers:
+        with pytest.raises(error, match="pad_to_multiple_of"):
+            make()
+
+
+def test_pad_multiple_oversize_names_the_padded_width():
+    from padless import Cost, TokenBudget
+
+    with pytest.raises(
+        ValueError, match=r"index 1 has padded width 16 .*pad_to_multiple_of=8.*max_tokens=12"
+    ):
+        TokenBudget(max_tokens=12, pad_to_multiple_of=8).plan([3, 9, 2])
+    plan = TokenBudget(max_tokens=12, pad_to_multiple_of=8, oversize="drop").plan([3, 9, 2])
+    assert plan.skipped.tolist() == [1] and sorted(plan.indices.tolist()) == [0, 2]
+    # a cost budget counts the padded width too: cost(16) = 16 + 16**2
+    cost = Cost(quadratic=1.0)
+    with pytest.raises(ValueError, match="padded width 16"):
+        TokenBudget(max_tokens=64, cost=cost, max_cost=200.0, pad_to_multiple_of=8).plan([3, 9])
+    plan = TokenBudget(max_tokens=64, cost=cost, max_cost=300.0, pad_to_multiple_of=8).plan(
+        [3, 9, 2]
+    )
+    for b in plan:  # count × cost(width) within max_cost
+        w = int(_round_up([3, 9, 2], 8)[b].max())
+        assert len(b) * (w + w * w) <= 300
+
+
+def test_pad_multiple_stats_costs_and_windows_count_the_width():
+    from padless import Cost, PlanSampler, TokenBudget
+
+    lens = np.random.default_rng(5).integers(1, 64, 700)
+    spec = TokenBudget(max_tokens=1024, pad_to_multiple_of=8)
+    sampler = PlanSampler(lens, spec, seed=0, world_size=2, balance=True)
+    plan, _ = sampler.epoch_plan(0)
+    padded = sum(sum(_padded_cost(lens, b, 8)) for b in plan)
+    stats = sampler.stats()
+    assert stats["padded_slots"] == padded
+    assert stats["padding_fraction"] == pytest.approx(1 - lens.sum() / padded)
+    assert stats["pad_to_multiple_of"] == 8
+    costs = sampler.planner.costs(plan)
+    assert costs.tolist() == [sum(_padded_cost(lens, b, 8)) for b in plan]
+    with_cost = PlanSampler(lens, TokenBudget(max_tokens=1024, cost=Cost(), pad_to_multiple_of=8))
+    assert with_cost.stats()["real_work"] == pytest.approx(
+        with_cost.stats()["real_tokens"] / with_cost.stats()["padded_slots"]
+    )
+    windowed = PlanSampler(lens, spec, seed=0, window=200)
+    got = [b for b in windowed]
+    assert sorted(i for b in got for i in b) == list(range(len(lens)))
+    assert all(max(_padded_cost(lens, b, 8)) <= 1024 for b in got)
+    wstats = windowed.stats()
+    assert wstats["padded_slots"] == sum(sum(_padded_cost(lens, b, 8)) for b in got)
+
+
+def test_pad_multiple_from_the_command_line(tmp_path):
+    from padless.cli import main
+
+    lens = np.random.default_rng(1).integers(1, 64, 300)
+    np.save(tmp_path / "lengths.npy", lens)
+    out = tmp_path / "plan.npz"
+    main(["plan", str(tmp_path / "lengths.npy"), "-o", str(out), "--strategy", "token_budget",
+          "--max-tokens", "512", "--set", "pad_to_multiple_of=8"])  # fmt: skip
+    plan = BatchPlan.load(out)
+    assert plan.info["pad_to_multiple_of"] == 8
+    assert all(max(_padded_cost(lens, b, 8)) <= 512 for b in plan)
+    assert plan.stats(lens).padded_slots == sum(sum(_padded_cost(lens, b, 8)) for b in plan)

@@ -373,3 +373,52 @@ def test_capped_ends_kernel_matches_reference(sizes, budget):
     shuffled = np.random.default_rng(budget).permutation(sizes)
     caps = np.maximum(budget // np.maximum(shuffled, 1), 1).astype(np.int64)
     assert np.array_equal(K.capped_ends(shuffled, caps), K.capped_ends_reference(shuffled, caps))
+
+
+# --------------------------------------------------------------------------- pad_to_multiple_of
+
+
+def _round_up(lengths, m):
+    return -(-np.asarray(lengths, dtype=np.int64) // m) * m
+
+
+@given(
+    st.lists(st.integers(1, 70), min_size=1, max_size=150),
+    st.sampled_from([1, 4, 8]),
+    st.sampled_from(["partial", "drop", "merge"]),
+    st.integers(0, 2),
+)
+def test_pad_multiple_batches_one_padded_width(lengths, m, leftovers, seed):
+    from padless import ExactLength
+
+    lens = np.array(lengths, dtype=np.int64)
+    spec = ExactLength(max_tokens=200, leftovers=leftovers, max_length=60, pad_to_multiple_of=m)
+    plan = spec.plan(lens, seed=seed)
+    same = ExactLength(max_tokens=200, leftovers=leftovers, max_length=60).plan(
+        _round_up(lens, m), seed=seed
+    )
+    assert np.array_equal(plan.indices, same.indices)
+    assert np.array_equal(plan.offsets, same.offsets)
+    assert np.array_equal(plan.skipped, same.skipped)
+    # max_length is compared with the padded width (so no width over 60 is batched)
+    assert plan.info["too_long"] == int((_round_up(lens, m) > 60).sum())
+    for b in plan:
+        widths = _round_up(lens[b], m)
+        assert len(b) * int(widths.max()) <= 200
+        if leftovers != "merge":
+            assert np.unique(widths).size == 1  # one padded width per batch: no padding past it
+
+
+def test_pad_multiple_two_fields_and_config():
+    from padless import ExactLength, PlanSampler
+
+    lens = np.array([[3, 5], [4, 6], [9, 2], [8, 1], [3, 7]])
+    plan = ExactLength(batch_size=4, pad_to_multiple_of=4).plan(lens)
+    # rounded pairs: (4, 8), (4, 8), (12, 4), (8, 4), (4, 8)
+    assert sorted(sorted(b.tolist()) for b in plan) == [[0, 1, 4], [2], [3]]
+    assert plan.stats(lens).padded_slots == 3 * (4 + 8) + (12 + 4) + (8 + 4)
+    prints = [
+        PlanSampler(lens, ExactLength(batch_size=4, **kw)).state_dict()["fingerprint"]
+        for kw in ({}, {"pad_to_multiple_of": 1}, {"pad_to_multiple_of": 4})
+    ]
+    assert prints[0] == prints[1] != prints[2]

@@ -99,13 +99,4 @@ def test_stateful_dataloader_resumes_exactly(name, balance, world):
         assert list(dl) == ref[2], (name, k)
 
 
-@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
-def test_docs_example(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _docs import run_example
-
-    scope = run_example("torchdata", tmp_path)
-    assert scope["checkpoint"]["epoch"] == 1
+# the docs example runs in tests/test_docs_budget.py, which also checks every batch's budget

@@ -290,6 +290,9 @@ class BatchPlan:
     def stats(self, lengths: Any) -> PlanStats:
         """Return padding figures of this plan over ``lengths`` ((N,) or (N, F)).
 
+        A plan made with ``pad_to_multiple_of`` (``info["pad_to_multiple_of"]``) counts each
+        batch at the width its collate pads to: its longest rounded up to that multiple.
+
         Cost: O(len(indices)) time, one gather of the planned lengths.
 
         >>> BatchPlan([0, 1, 2], [0, 2, 3]).stats([3, 1, 2]).padded_slots
@@ -306,7 +309,11 @@ class BatchPlan:
         if picked.ndim == 1:
             picked = picked[:, None]
         padded = 0
+        multiple = int(self.info.get("pad_to_multiple_of", 1))
         for f in range(picked.shape[1]):
             column = np.ascontiguousarray(picked[:, f])
-            padded += int((segment_max(column, self.offsets) * sizes).sum())
+            width = segment_max(column, self.offsets)
+            if multiple != 1:
+                width = -(-width // multiple) * multiple
+            padded += int((width * sizes).sum())
         return PlanStats.of(sizes, self.indices.size, int(picked.sum()), padded)

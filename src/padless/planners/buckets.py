@@ -20,7 +20,7 @@ from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from .exact import round_size
-from .spec import Planner, Spec
+from .spec import Planner, Spec, check_pad_multiple
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -95,7 +95,11 @@ def bucket_boundaries(lengths: Any, k: int, *, method: str = "optimal") -> np.nd
     """
     k = positive("k", k)
     check_choice("method", method, METHODS)
-    sizes = sizes_of(lengths_of(lengths))
+    return _fit_boundaries(sizes_of(lengths_of(lengths)), k, method)
+
+
+def _fit_boundaries(sizes: np.ndarray, k: int, method: str = "optimal") -> np.ndarray:
+    """:func:`bucket_boundaries` of checked sizes (widths may pass the lengths' 2**31)."""
     values, counts = _histogram(sizes)
     if values.size <= 1 or k == 1:
         return np.zeros(0, np.int64)
@@ -250,6 +254,7 @@ def plan_buckets(
     epoch: int = 0,
     cost: Cost | None = None,
     max_cost: float | None = None,
+    pad_to_multiple_of: int = 1,
 ) -> BatchPlan:
     """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
 
@@ -274,6 +279,10 @@ def plan_buckets(
         max_cost: budget in cost units: a bucket's batches hold
             ``floor(max_cost / cost(bucket's longest))`` sequences (at least 1; the smaller
             size when max_tokens is given too). Instead of, or beside, max_tokens.
+        pad_to_multiple_of: the width the collate rounds each batch up to. The plan is that of
+            the lengths rounded up to it: buckets, boundaries (given or fitted) and budgets
+            all see each sequence at its padded width, so ``max_tokens`` holds for the padded
+            batch.
 
     Returns:
         A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,
@@ -285,14 +294,18 @@ def plan_buckets(
             only empty sequences with max_tokens.
 
     Cost: O(N + max length) time and O(N) memory (histogram, counting sort by bucket, one
-    Fisher-Yates pass), plus :func:`bucket_boundaries` when ``num_buckets`` is given.
+    Fisher-Yates pass; one more pass rounds the lengths when ``pad_to_multiple_of`` > 1), plus
+    :func:`bucket_boundaries` when ``num_buckets`` is given.
 
     >>> lens = np.array([2, 9, 3, 8, 2, 10])
     >>> plan = plan_buckets(lens, boundaries=[3], batch_size=3)
     >>> [sorted(lens[b].tolist()) for b in plan]
     [[2, 2, 3], [8, 9, 10]]
     """
-    spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost)
+    spec = Buckets(
+        boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost,
+        pad_to_multiple_of,
+    )  # fmt: skip
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
@@ -315,6 +328,7 @@ class Buckets(Spec):
     multiple_of: int = 1
     cost: Cost | None = None
     max_cost: float | None = None
+    pad_to_multiple_of: int = 1
 
     name = "buckets"
     sampler_name = "BucketSampler"
@@ -322,6 +336,7 @@ class Buckets(Spec):
     def __post_init__(self) -> None:
         object.__setattr__(self, "cost", as_cost(self.cost))
         object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
+        object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
         cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
             self.boundaries,
             self.num_buckets,
@@ -348,7 +363,10 @@ class Buckets(Spec):
 
 
 class BucketPlanner(Planner):
-    """:class:`Buckets` bound to lengths: boundaries resolved (fitted) and checked once."""
+    """:class:`Buckets` bound to lengths: boundaries resolved (fitted) and checked once.
+
+    Everything is planned on the padded widths (the sizes rounded up to ``pad_to_multiple_of``).
+    """
 
     spec: Buckets
 
@@ -357,17 +375,17 @@ class BucketPlanner(Planner):
         if spec.boundaries is not None:
             cuts = np.array(spec.boundaries, dtype=np.int64)
         else:
-            cuts = bucket_boundaries(lengths, spec.num_buckets or 1)
+            cuts = _fit_boundaries(self.widths, spec.num_buckets or 1)
         self.boundaries = cuts
         what = _zero_cost_budget(spec.max_tokens, spec.cost, spec.max_cost)
         if what:
-            figures = _bucket_figures(*_histogram(self.sizes), cuts)
-            _check_nonempty(self.sizes, *figures, what)
+            figures = _bucket_figures(*_histogram(self.widths), cuts)
+            _check_nonempty(self.widths, *figures, what)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
-        return _bucket_plan(
-            self.sizes,
+        return self.tagged(_bucket_plan(
+            self.widths,
             self.boundaries,
             s.max_tokens,
             s.batch_size,
@@ -376,15 +394,16 @@ class BucketPlanner(Planner):
             epoch,
             s.cost,
             s.max_cost,
-        )
+        ))  # fmt: skip
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
+        (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
         from ..cost import padded_batch_costs
 
-        return padded_batch_costs(self.spec.cost, plan, self.sizes)
+        return padded_batch_costs(self.spec.cost, plan, self.widths)
 
     def config(self) -> dict[str, Any]:
         return {**self.spec.as_dict(), "boundaries": self.boundaries.tolist()}
@@ -415,7 +434,11 @@ class BucketSampler(PlanSampler):
         multiple_of: int = 1,
         cost: Cost | None = None,
         max_cost: float | None = None,
+        pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Buckets(boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost)
+        spec = Buckets(
+            boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost,
+            pad_to_multiple_of,
+        )  # fmt: skip
         super().__init__(lengths, spec, **options)

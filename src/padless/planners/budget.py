@@ -14,7 +14,7 @@ from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
-from .spec import Planner, Spec
+from .spec import Planner, Spec, check_pad_multiple, round_up
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -49,17 +49,25 @@ def _order_array(order: Any) -> np.ndarray:
 
 
 def oversize_filter(
-    sizes: np.ndarray, limit: int, oversize: str, what: str = "max_tokens", top: int | None = None
+    sizes: np.ndarray,
+    limit: int,
+    oversize: str,
+    what: str = "max_tokens",
+    top: int | None = None,
+    multiple: int = 1,
 ) -> np.ndarray:
     """Indices whose size is over ``limit``; raise for ``oversize="error"``. ``top``: the largest
-    size, if known."""
+    size, if known. ``multiple``: the sizes are widths rounded up to it (named in the message)."""
     if sizes.size == 0 or (int(sizes.max()) if top is None else top) <= limit:
         return np.zeros(0, dtype=np.int64)
     too_long = np.flatnonzero(sizes > limit)
     if too_long.size and oversize == "error":
         i = int(too_long[0])
+        size = f"length {int(sizes[i])}"
+        if multiple != 1:
+            size = f"padded width {int(sizes[i])} (its length rounded up to pad_to_multiple_of={multiple})"
         raise ValueError(
-            f"index {i} has length {int(sizes[i])}, which exceeds {what}={limit} "
+            f"index {i} has {size}, which exceeds {what}={limit} "
             f'(pass oversize="drop" to leave such items out)'
         )
     return too_long
@@ -74,6 +82,11 @@ class TokenBudget(Spec):
     more than ``max_sentences``; sizes are multiples of ``multiple_of`` except small batches and
     the last one. See :func:`plan_token_budget` for the full rule.
 
+    ``multiple_of`` is about the batch *size* (fairseq's ``bsz_mult``); ``pad_to_multiple_of``
+    is about its *width*: a collate that pads to a multiple of 8 (tensor cores, HF's
+    ``pad_to_multiple_of``) makes a batch cost count × round_up(longest, 8), and the budget holds
+    for that batch only when the plan knows it.
+
     Args:
         max_tokens: padded-token budget per batch (<= 2**62), or None for no budget.
         max_sentences: most sequences per batch, or None for no cap.
@@ -86,10 +99,16 @@ class TokenBudget(Spec):
         max_cost: budget in cost units: a batch also closes when ``count × cost(longest)``
             would pass it (a sequence whose cost alone passes it is oversize). Without
             ``cost`` it counts padded tokens.
+        pad_to_multiple_of: the padded width is rounded up to a multiple of this (1: none).
+            The plan is the plan of the lengths rounded up to it (each field of (N, F)
+            lengths), so every budget holds for the padded batch; ``sampler.collate()`` pads to
+            exactly this multiple.
 
     >>> spec = TokenBudget(max_tokens=9)
     >>> [b.tolist() for b in spec.plan([5, 3, 3, 8, 1])]
     [[4, 2, 1], [0], [3]]
+    >>> [b.tolist() for b in TokenBudget(max_tokens=16, pad_to_multiple_of=4).plan([5, 3, 3, 8, 1])]
+    [[2, 4, 1], [3, 0]]
     """
 
     max_tokens: int | None = None
@@ -98,6 +117,7 @@ class TokenBudget(Spec):
     oversize: str = "error"
     cost: Cost | None = None
     max_cost: float | None = None
+    pad_to_multiple_of: int = 1
 
     name = "token_budget"
     sampler_name = "TokenBudgetSampler"
@@ -111,6 +131,7 @@ class TokenBudget(Spec):
         object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
         object.__setattr__(self, "cost", as_cost(self.cost))
         object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
+        object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
         if self.max_cost is not None:
@@ -129,6 +150,7 @@ class TokenBudget(Spec):
         walk = _order_array(order)
         if (
             self.max_cost is None
+            and self.pad_to_multiple_of == 1
             and isinstance(lengths, np.ndarray)
             and lengths.ndim == 1
             and lengths.dtype == np.int64
@@ -154,7 +176,15 @@ class BudgetPlanner(Planner):
         super().__init__(spec, lengths)
         self.skipped = np.zeros(0, dtype=np.int64)
         if spec.max_tokens is not None:
-            self.skipped = oversize_filter(self.sizes, spec.max_tokens, spec.oversize, top=top)
+            if top is not None and self.pad_to_multiple_of != 1:
+                top = int(round_up(np.array([top], np.int64), self.pad_to_multiple_of)[0])
+            self.skipped = oversize_filter(
+                self.widths,
+                spec.max_tokens,
+                spec.oversize,
+                top=top,
+                multiple=self.pad_to_multiple_of,
+            )
 
     def _limits(self) -> tuple[int, int, int]:
         s = self.spec
@@ -162,8 +192,8 @@ class BudgetPlanner(Planner):
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         limits = self._limits()
-        walk, starts = length_order(self.lengths, seed, epoch)
-        values = run_sizes(self.lengths, walk, starts)
+        walk, starts = length_order(self.padded_lengths, seed, epoch)
+        values = run_sizes(self.padded_lengths, walk, starts)
         if values is None:
             return self.plan_order(walk)
         # sorted 1-D lengths: runs give every size (no per-position array); too-long ones are
@@ -173,7 +203,8 @@ class BudgetPlanner(Planner):
             values, starts = values[:runs], starts[: runs + 1]
             walk = walk[: starts[-1]]
         ends = K.budget_ends_runs(values, starts, *limits)
-        return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        return self.tagged(BatchPlan(walk, offsets, skipped=self.skipped))
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
@@ -181,7 +212,7 @@ class BudgetPlanner(Planner):
 
         ``narrowed``: the sizes already in a narrower type (``K.narrow_sizes``), if at hand.
         """
-        sizes = self.sizes if narrowed is None else narrowed
+        sizes = self.widths if narrowed is None else narrowed
         if narrowed is None and 4 * order.shape[0] >= sizes.shape[0]:  # narrowing pays for itself
             sizes = K.narrow_sizes(sizes)[0]
         status, walk, ends = K.budget_order(order, sizes, *self._limits(), self.skipped.size > 0)
@@ -198,15 +229,17 @@ class BudgetPlanner(Planner):
                 "order must hold each index at most once (so every index is planned once), "
                 f"got index {int(order[k])} again at position {k}"
             )
-        return BatchPlan(walk, np.concatenate([np.zeros(1, np.int64), ends]), skipped=self.skipped)
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        return self.tagged(BatchPlan(walk, offsets, skipped=self.skipped))
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
+        (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
         from ..cost import padded_batch_costs
 
-        return padded_batch_costs(self.spec.cost, plan, self.sizes)
+        return padded_batch_costs(self.spec.cost, plan, self.widths)
 
     def config(self) -> dict[str, Any]:
         # "skip" is the word states were fingerprinted with before "drop" became the one word
@@ -227,12 +260,15 @@ class CostBudgetPlanner(BudgetPlanner):
     def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
         max_cost = float(spec.max_cost or 0.0)
-        self.units = model_of(spec.cost).of(self.sizes)
+        self.units = model_of(spec.cost).of(self.widths)
         over = np.flatnonzero(self.units > max_cost)
         if over.size and spec.oversize == "error":
             i = int(over[0])
+            size = f"length {int(self.sizes[i])}"
+            if self.pad_to_multiple_of != 1:
+                size = f"padded width {int(self.widths[i])} (pad_to_multiple_of={self.pad_to_multiple_of})"
             raise ValueError(
-                f"index {i} has length {int(self.sizes[i])}, whose cost "
+                f"index {i} has {size}, whose cost "
                 f"{format_cost(float(self.units[i]))} exceeds max_cost={format_cost(max_cost)} "
                 f'({over.size} sequences do; pass oversize="drop" to leave such items out)'
             )
@@ -247,13 +283,13 @@ class CostBudgetPlanner(BudgetPlanner):
         if self.cost_skipped.size:
             walk = walk[self.units[walk] <= float(self.spec.max_cost or 0.0)]
         ends = KC.budget_cost_ends(
-            np.ascontiguousarray(self.sizes[walk]),
+            np.ascontiguousarray(self.widths[walk]),
             np.ascontiguousarray(self.units[walk]),
             *self._limits(),
             float(self.spec.max_cost or 0.0),
         )
         offsets = np.concatenate([np.zeros(1, np.int64), ends])
-        return BatchPlan(walk, offsets, skipped=self.all_skipped)
+        return self.tagged(BatchPlan(walk, offsets, skipped=self.all_skipped))
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         return self._recut(super().plan(seed, epoch))
@@ -274,6 +310,7 @@ def plan_token_budget(
     epoch: int = 0,
     cost: Cost | None = None,
     max_cost: float | None = None,
+    pad_to_multiple_of: int = 1,
 ) -> BatchPlan:
     """Batch sequences greedily under a padded-token budget, exactly as fairseq's ``batch_by_size``.
 
@@ -292,8 +329,12 @@ def plan_token_budget(
             leaves it out and records it in ``plan.skipped``.
         seed, epoch: pick the tie-break stream when ``order`` is None.
         cost, max_cost: a budget in cost units beside max_tokens (see :class:`TokenBudget`).
+        pad_to_multiple_of: the width the collate rounds each batch up to: the plan is that of
+            the rounded lengths, so a batch costs count × round_up(longest, pad_to_multiple_of)
+            (see :class:`TokenBudget`).
 
-    Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory; with
+    Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory (with
+    ``pad_to_multiple_of`` > 1, one more pass makes the rounded copy of the lengths); with
     ``max_cost`` one more compiled pass and N float64 costs. With ``order``: one pass narrows the
     sizes (to uint16 or uint32) and checks the lengths, then the walk is checked and its sizes
     gathered on one thread per core (at most four), and the greedy rule runs; about 1.6-1.8
@@ -303,7 +344,9 @@ def plan_token_budget(
     >>> [b.tolist() for b in plan]
     [[4, 2, 1], [0], [3]]
     """
-    spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize, cost, max_cost)
+    spec = TokenBudget(
+        max_tokens, max_sentences, multiple_of, oversize, cost, max_cost, pad_to_multiple_of
+    )
     return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
 
 
@@ -330,7 +373,10 @@ class TokenBudgetSampler(PlanSampler):
         oversize: str = "error",
         cost: Cost | None = None,
         max_cost: float | None = None,
+        pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = TokenBudget(max_tokens, max_sentences, multiple_of, oversize, cost, max_cost)
+        spec = TokenBudget(
+            max_tokens, max_sentences, multiple_of, oversize, cost, max_cost, pad_to_multiple_of
+        )
         super().__init__(lengths, spec, **options)

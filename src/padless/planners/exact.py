@@ -15,7 +15,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order
-from .spec import Planner, Spec
+from .spec import Planner, Spec, check_pad_multiple
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -334,6 +334,7 @@ def plan_exact_length(
     epoch: int = 0,
     cost: Cost | None = None,
     max_cost: float | None = None,
+    pad_to_multiple_of: int = 1,
 ) -> BatchPlan:
     """Batch sequences of exactly equal length together, so no batch needs padding.
 
@@ -371,6 +372,10 @@ def plan_exact_length(
             (``count × cost(L)`` per batch); None counts padded tokens.
         max_cost: budget in cost units: length L gets ``floor(max_cost / cost(L))`` sequences
             (at least 1, as with max_tokens; the smaller of the two when both are given).
+        pad_to_multiple_of: the width the collate rounds each batch up to. The plan is that of
+            the lengths rounded up to it: a batch holds one padded width (lengths 1-8 share a
+            batch with 8), and ``max_tokens``, ``max_length`` and ``batch_sizes`` keys are
+            compared with that width, so the budget holds for the padded batch.
 
     Returns:
         A :class:`BatchPlan`; ``plan.info`` holds ``too_long``, ``leftover_items`` (items in
@@ -404,6 +409,7 @@ def plan_exact_length(
         multiple_of,
         cost,
         max_cost,
+        pad_to_multiple_of,
     )
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
@@ -429,6 +435,7 @@ class ExactLength(Spec):
     multiple_of: int = 1
     cost: Cost | None = None
     max_cost: float | None = None
+    pad_to_multiple_of: int = 1
     _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
 
     name = "exact_length"
@@ -455,6 +462,7 @@ class ExactLength(Spec):
             "multiple_of": rule.multiple_of,
             "cost": rule.cost,
             "max_cost": rule.max_cost,
+            "pad_to_multiple_of": check_pad_multiple(self.pad_to_multiple_of),
             "_rule": rule,
         }
         for k, v in settings.items():
@@ -468,44 +476,51 @@ class ExactLength(Spec):
 
 
 class ExactPlanner(Planner):
-    """:class:`ExactLength` bound to lengths (lengths the sizing cannot batch refused once)."""
+    """:class:`ExactLength` bound to lengths (lengths the sizing cannot batch refused once).
+
+    Plans the padded widths (the lengths rounded up to ``pad_to_multiple_of``).
+    """
 
     spec: ExactLength
 
     def __init__(self, spec: ExactLength, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
-        kept = None if spec.max_length is None else self.sizes <= spec.max_length
-        spec._rule.check_lengths(self.sizes, kept)
+        kept = None if spec.max_length is None else self.widths <= spec.max_length
+        spec._rule.check_lengths(self.widths, kept)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
-        return _exact_plan(
-            self.lengths,
-            self.sizes,
+        return self.tagged(_exact_plan(
+            self.padded_lengths,
+            self.widths,
             s._rule,
             s.max_length,
             s.leftovers,
             s.include_partial,
             seed,
             epoch,
-        )
+        ))  # fmt: skip
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model."""
+        """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
+        (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
         from ..cost import padded_batch_costs
 
-        return padded_batch_costs(self.spec.cost, plan, self.sizes)
+        return padded_batch_costs(self.spec.cost, plan, self.widths)
 
     def config(self) -> dict[str, Any]:
         s = self.spec
-        return {
+        out = {
             **s._rule.config(),
             "max_length": s.max_length,
             "leftovers": s.leftovers,
             "include_partial": s.include_partial,
         }
+        if s.pad_to_multiple_of != 1:
+            out["pad_to_multiple_of"] = s.pad_to_multiple_of
+        return out
 
 
 class ExactLengthSampler(PlanSampler):
@@ -536,6 +551,7 @@ class ExactLengthSampler(PlanSampler):
         multiple_of: int = 1,
         cost: Cost | None = None,
         max_cost: float | None = None,
+        pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = ExactLength(
@@ -548,5 +564,6 @@ class ExactLengthSampler(PlanSampler):
             multiple_of,
             cost,
             max_cost,
+            pad_to_multiple_of,
         )
         super().__init__(lengths, spec, **options)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from .._check import check_seed
+from .._check import check_int, check_seed
 from .._schedule import padded_costs
 from ..plan import BatchPlan
 
@@ -57,6 +57,62 @@ def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(spec) if f.init]
 
 
+# settings added after records existed: left out of ``as_dict`` while at these values, so every
+# state fingerprint, saved plan and stream state made before them stays the same
+QUIET_DEFAULTS: dict[str, Any] = {"pad_to_multiple_of": 1}
+
+
+def check_pad_multiple(value: Any) -> int:
+    """Check ``pad_to_multiple_of``: an int in [1, 2**31] (a padded width stays below 2**32)."""
+    from ..lengths import MAX_LENGTH
+
+    m = cast(int, check_int("pad_to_multiple_of", value, minimum=1))
+    if m > MAX_LENGTH:
+        raise ValueError(
+            f"pad_to_multiple_of must be <= 2**31 (a padded width stays below 2**32), got {m}"
+        )
+    return m
+
+
+def check_collate_multiple(planned: int, multiple: int, what: str = "multiple_of") -> None:
+    """Refuse a collate that rounds widths to another multiple than the plan budgeted.
+
+    ``what`` names the collate's setting (``"multiple_of"``, or e.g.
+    ``"DataCollatorWithPadding.pad_to_multiple_of"``; give its None as 1).
+
+    >>> check_collate_multiple(8, 8)
+    >>> check_collate_multiple(1, 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: multiple_of=8 is not the plan's pad_to_multiple_of=1: ...
+    """
+    if multiple == planned:
+        return
+    widths = "unrounded" if planned == 1 else f"rounded to a multiple of {planned}"
+    raise ValueError(
+        f"{what}={multiple} is not the plan's pad_to_multiple_of={planned}: the plan budgeted "
+        f"batches at widths {widths}, so a collate rounding to {multiple} can pass its budget; "
+        f"put the multiple in the plan (e.g. TokenBudget(max_tokens=..., "
+        f"pad_to_multiple_of={multiple})) and take the collate from it"
+    )
+
+
+def round_up(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """``lengths`` rounded up to a multiple of ``multiple`` (each field of (N, F) lengths): the
+    width a collate padding to that multiple gives. The lengths themselves when ``multiple`` is 1.
+
+    >>> round_up(np.array([0, 1, 8, 9]), 8).tolist()
+    [0, 8, 8, 16]
+    """
+    if multiple == 1:
+        return lengths
+    wide = np.asarray(lengths, dtype=np.int64)
+    out = (wide + (multiple - 1)) // multiple * multiple
+    if lengths.dtype.itemsize <= 4 and (out.size == 0 or int(out.max()) < 1 << 31):
+        return out.astype(np.int32)
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """Base of the planner specs (frozen dataclasses, validated in ``__post_init__``).
@@ -90,7 +146,13 @@ class Spec:
         >>> TokenBudget(max_tokens=4096).as_dict()["max_tokens"]
         4096
         """
-        return {f.name: _json_safe(getattr(self, f.name)) for f in _settings(self)}
+        out = {}
+        for f in _settings(self):
+            value = getattr(self, f.name)
+            if f.name in QUIET_DEFAULTS and value == QUIET_DEFAULTS[f.name]:
+                continue
+            out[f.name] = _json_safe(value)
+        return out
 
     def describe(self) -> str:
         """One line: the strategy name and its settings that differ from the defaults."""
@@ -108,6 +170,10 @@ class Planner:
     ``costs`` gives the balancing cost of each batch (padded tokens by default), ``values`` what
     a sampler yields for a plan (its indices by default), ``config`` the settings that go into
     a sampler's state fingerprint.
+
+    ``lengths`` and ``sizes`` are the sequences' own (what the dataset holds); a spec with a
+    ``pad_to_multiple_of`` plans ``widths``, the sizes rounded up to it (``padded_lengths``:
+    each field rounded), because that is what the collate pads each batch to.
     """
 
     def __init__(self, spec: Spec, lengths: np.ndarray) -> None:
@@ -116,13 +182,24 @@ class Planner:
         self.spec = spec
         self.lengths = lengths
         self.sizes = sizes_of(lengths)
+        self.pad_to_multiple_of: int = getattr(spec, "pad_to_multiple_of", 1)
+        self.padded_lengths = round_up(lengths, self.pad_to_multiple_of)
+        self.widths = self.sizes if self.pad_to_multiple_of == 1 else sizes_of(self.padded_lengths)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         raise NotImplementedError
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
-        """Padded cost of each batch: count × longest size."""
-        return padded_costs(plan, self.sizes)
+        """Padded cost of each batch: count × longest width (the size, rounded up to
+        ``pad_to_multiple_of``)."""
+        return padded_costs(plan, self.widths)
+
+    def tagged(self, plan: BatchPlan) -> BatchPlan:
+        """``plan`` with the width multiple in ``plan.info["pad_to_multiple_of"]`` (when it is not
+        1), so :meth:`BatchPlan.stats` and the collate count the width the batches are padded to."""
+        if self.pad_to_multiple_of != 1:
+            plan.info["pad_to_multiple_of"] = self.pad_to_multiple_of
+        return plan
 
     def values(self, plan: BatchPlan) -> np.ndarray:
         """What a sampler yields, parallel to ``plan.indices`` (the indices themselves)."""
