@@ -129,3 +129,78 @@ def test_stateful_loader_state_at_the_start_of_the_next_epoch():
     again.load_state_dict(state)
     sampler.set_epoch(1)
     assert [b.tolist() for b in again] == [b.tolist() for b in loader]
+
+
+# --------------------------------------------------------------------------- budget includes the collate
+
+
+def test_collate_takes_the_width_multiple_from_the_plan():
+    from padless import BatchPlan, FixedShapes, PackingSampler, PlanSampler, TokenBudget
+
+    lens = [3, 9, 17, 5]
+    data = [torch.arange(1, n + 1) for n in lens]
+    sampler = TokenBudgetSampler(lens, max_tokens=64, pad_to_multiple_of=8)
+    for collate in (
+        sampler.collate(pad_id=0),
+        sampler.collate(pad_id=0, multiple_of=8),  # the plan's own multiple, said again
+        collate_padded(0, plan=sampler),
+        collate_padded(0, plan=sampler.spec),
+        collate_padded(0, plan=sampler.epoch_plan(0)[0]),
+        PlanSampler(lens, TokenBudget(max_tokens=64, pad_to_multiple_of=8), window=2).collate(
+            pad_id=0
+        ),
+    ):
+        assert collate.multiple_of == 8
+        assert collate([data[0], data[2]])["input_ids"].shape == (2, 24)
+    assert collate_padded(0, plan=TokenBudgetSampler(lens, max_tokens=64)).multiple_of == 1
+    assert collate_padded(0, plan=BatchPlan([0, 1], [0, 2])).multiple_of == 1
+    # a collate that rounds to another multiple than the plan's is refused, naming both
+    unrounded = TokenBudgetSampler(lens, max_tokens=64)
+    with pytest.raises(ValueError, match=r"multiple_of=8 is not the plan's pad_to_multiple_of=1"):
+        collate_padded(0, multiple_of=8, plan=unrounded)
+    with pytest.raises(ValueError, match=r"multiple_of=8 is not the plan's pad_to_multiple_of=1"):
+        unrounded.collate(pad_id=0, multiple_of=8)
+    with pytest.raises(ValueError, match=r"multiple_of=4 is not the plan's pad_to_multiple_of=8"):
+        sampler.collate(pad_id=0, multiple_of=4)
+    with pytest.raises(ValueError, match="multiple_of must be a positive int"):
+        collate_padded(0, multiple_of=0, plan=sampler)
+    with pytest.raises(TypeError, match="plan must be a padless sampler"):
+        collate_padded(0, plan=[3, 4])
+    with pytest.raises(ValueError, match="collate_packed"):
+        collate_padded(0, plan=PackingSampler(lens, capacity=32))
+    shaped = collate_padded(0, plan=FixedShapes([(2, 32), (1, 64)]))
+    assert shaped([data[0], data[1]])["input_ids"].shape == (2, 32)
+
+
+@pytest.mark.parametrize("fields", [None, ("source", "target")])
+def test_every_collated_batch_is_within_its_budget(fields):
+    from padless import Buckets, ExactLength, PlanSampler, TokenBudget
+
+    rng = np.random.default_rng(4)
+    n = 400
+    if fields is None:
+        lens = rng.integers(1, 80, n)
+        data = [torch.ones(int(k), dtype=torch.long) for k in lens]
+    else:
+        lens = rng.integers(1, 60, (n, 2))
+        data = [
+            {f: torch.ones(int(k), dtype=torch.long) for f, k in zip(fields, row, strict=True)}
+            for row in lens
+        ]
+    for m in (3, 8, 64):
+        for spec in (
+            TokenBudget(max_tokens=1000, pad_to_multiple_of=m),
+            TokenBudget(max_tokens=1000, multiple_of=8, pad_to_multiple_of=m),
+            Buckets(num_buckets=3, max_tokens=1000, pad_to_multiple_of=m),
+            ExactLength(max_tokens=1000, leftovers="merge", pad_to_multiple_of=m),
+        ):
+            sampler = PlanSampler(lens, spec, seed=m)
+            collate = sampler.collate(pad_id=0, fields=fields)
+            seen = 0
+            for batch in sampler:
+                out = collate([data[i] for i in batch])
+                for name in fields or ("input_ids",):
+                    rows, width = out[name].shape
+                    assert width % m == 0 and rows * width <= 1000, (spec, m, rows, width)
+                seen += len(batch)
+            assert seen == n

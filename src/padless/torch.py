@@ -127,18 +127,51 @@ class PaddedCollate:
         return out
 
 
+def _plan_multiple(plan: Any) -> tuple[int, Any]:
+    """The width multiple a sampler, spec or BatchPlan plans with, and its spec (or None)."""
+    from .plan import BatchPlan
+    from .planners.spec import Spec
+
+    if isinstance(plan, BatchPlan):
+        return int(plan.info.get("pad_to_multiple_of", 1)), None
+    spec = getattr(plan, "spec", plan)
+    if not isinstance(spec, Spec):
+        raise TypeError(
+            "plan must be a padless sampler, spec (e.g. padless.TokenBudget(...)) or BatchPlan, "
+            f"got {type(plan).__name__}"
+        )
+    if spec.name == "packing":
+        raise ValueError(
+            "plan is a packing plan, whose batches are rows of packed sequences: collate them "
+            "with padless.torch.collate_packed(sampler) or sampler.collate(), not collate_padded"
+        )
+    return int(getattr(spec, "pad_to_multiple_of", 1)), spec
+
+
 def collate_padded(
     pad_id: int,
     *,
-    multiple_of: int = 1,
+    multiple_of: int | None = None,
     fields: Sequence[str] | None = None,
     shapes: Any = None,
+    plan: Any = None,
 ) -> PaddedCollate:
     """Make a collate function that right-pads token sequences to the batch's longest.
 
+    A token budget is a promise about the batch the model receives: pad to a multiple in the
+    plan (``TokenBudget(max_tokens=4096, pad_to_multiple_of=8)``, which plans the rounded
+    widths) and take the collate from it (``sampler.collate(pad_id=0)`` or
+    ``collate_padded(0, plan=sampler)``). ``multiple_of`` alone rounds after planning, so
+    batches may pass the budget.
+
     Args:
         pad_id: token id used for padding.
-        multiple_of: round the padded width up to a multiple (e.g. 8 for tensor cores).
+        multiple_of: round the padded width up to a multiple (e.g. 8 for tensor cores). With
+            ``plan``: the plan's ``pad_to_multiple_of`` by default, and a ValueError if given
+            otherwise. Without: 1 by default.
+        plan: the padless sampler, spec or :class:`padless.BatchPlan` whose batches this
+            collate pads: the width multiple comes from it, so the padded batch is the one the
+            plan budgeted (a :class:`padless.FixedShapes` spec or sampler acts as ``shapes``).
         fields: None when each sample is one token sequence; else the field names (e.g.
             ``("source", "target")``) when each sample is a mapping with those keys or a tuple in
             that order.
@@ -163,9 +196,25 @@ def collate_padded(
     >>> out = collate_padded(0, shapes=[(3, 4), (1, 8)])([[5, 6, 7], [8]])
     >>> out["input_ids"].tolist(), out["lengths"].tolist()
     ([[5, 6, 7, 0], [8, 0, 0, 0], [0, 0, 0, 0]], [3, 1, 0])
+    >>> from padless import TokenBudget
+    >>> collate_padded(0, plan=TokenBudget(max_tokens=64, pad_to_multiple_of=8)).multiple_of
+    8
     """
     pad_id = check_int("pad_id", pad_id) or 0
-    multiple_of = positive("multiple_of", multiple_of)
+    if plan is not None:
+        planned, spec = _plan_multiple(plan)
+        if spec is not None and spec.name == "fixed_shapes":
+            if shapes is not None:
+                raise ValueError("pass shapes or a FixedShapes plan, not both")
+            shapes = spec
+        if multiple_of is None:
+            multiple_of = planned
+        else:
+            from .planners.spec import check_collate_multiple
+
+            multiple_of = positive("multiple_of", multiple_of)
+            check_collate_multiple(planned, multiple_of)
+    multiple_of = 1 if multiple_of is None else positive("multiple_of", multiple_of)
     names = None if fields is None else [str(f) for f in fields]
     if names is not None and not names:
         raise ValueError("fields must name at least one field, got an empty sequence")
@@ -380,8 +429,9 @@ class PackedCollate:
         ignore_index: int = -100,
         key: str = "input_ids",
         truncate: bool = False,
+        attention_mask: str | None = None,
     ) -> None:
-        from ._check import check_bool, positive_or_none
+        from ._check import check_bool, check_choice, positive_or_none
 
         self.capacity = positive("capacity", capacity)
         self.max_per_row = positive_or_none("max_per_row", max_per_row)
@@ -394,6 +444,9 @@ class PackedCollate:
             raise TypeError(f"key must be a str, got {type(key).__name__} {key!r}")
         self.key = key
         self.truncate = check_bool("truncate", truncate)
+        if attention_mask is not None:
+            check_choice("attention_mask", attention_mask, ("block",))
+        self.attention_mask = attention_mask
 
     def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
         from .planners.packing import next_fit_rows
@@ -457,7 +510,7 @@ class PackedCollate:
         labels = flat.clone()
         labels[~torch.repeat_interleave(real, lens_t)] = self.ignore_index
         labels[cu[:-1][real & (lens_t > 0)]] = self.ignore_index
-        return {
+        out: dict[str, Any] = {
             "input_ids": flat.view(shape),
             "labels": labels.view(shape),
             "position_ids": position_ids.view(shape),
@@ -465,11 +518,17 @@ class PackedCollate:
             "cu_seqlens": cu.to(torch.int32),
             "max_seqlen": max(seg_lens, default=0),
         }
+        if self.attention_mask == "block":
+            from ._packed_check import block_causal_mask
+
+            out["attention_mask"] = block_causal_mask(seq_idx.view(shape))
+        return out
 
     def __repr__(self) -> str:
         return (
             f"collate_packed(capacity={self.capacity}, max_per_row={self.max_per_row}, "
-            f"rows={self.rows}, flatten={self.flatten}, position_start={self.position_start})"
+            f"rows={self.rows}, flatten={self.flatten}, position_start={self.position_start}"
+            + (f", attention_mask={self.attention_mask!r})" if self.attention_mask else ")")
         )
 
 
@@ -484,6 +543,7 @@ def collate_packed(
     ignore_index: int = -100,
     key: str = "input_ids",
     truncate: bool = False,
+    attention_mask: str | None = None,
 ) -> PackedCollate:
     """Make a collate function for :class:`padless.PackingSampler` batches (varlen attention).
 
@@ -517,6 +577,12 @@ def collate_packed(
         key: the token field when samples are mappings; otherwise samples are token sequences.
         truncate: keep the first ``capacity`` tokens of a longer sample instead of raising
             (for ``oversize="truncate"`` without :meth:`PackingSampler.pieces`).
+        attention_mask: ``"block"`` adds ``attention_mask``, the float block-diagonal causal mask
+            (rows, 1, capacity, capacity), 0 where a token may attend and the float32 minimum
+            elsewhere: the custom 4-D mask transformers passes through unchanged (eager and sdpa
+            honour it, with or without a cache), for models that do not derive the mask from
+            ``position_ids`` (OPT) or loops that keep ``use_cache=True``. It costs rows *
+            capacity**2 * 4 bytes; :func:`check_packed` tells whether a model needs it.
 
     Samples must have exactly the lengths the sampler planned with. Cost: one concatenation of
     the batch's tokens plus O(samples) Python steps.
@@ -552,8 +618,10 @@ def collate_packed(
         ignore_index=ignore_index,
         key=key,
         truncate=truncate,
+        attention_mask=attention_mask,
     )
 
 
+from ._packed_check import check_packed as check_packed  # noqa: E402
 from ._torch_loss import scale_loss as scale_loss  # noqa: E402
 from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401
