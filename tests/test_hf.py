@@ -4,6 +4,8 @@ processes, and the padding-free collator against transformers' own."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +19,12 @@ import torch  # noqa: E402
 from transformers import DataCollatorWithFlattening  # noqa: E402
 
 from padless import PackingSampler, TokenBudgetSampler  # noqa: E402
-from padless.hf import STATE_FILE, PaddingFreeCollator, TrainerBatches  # noqa: E402
+from padless.hf import (  # noqa: E402
+    STATE_FILE,
+    PaddingFreeCollator,
+    TrainerBatches,
+    newest_checkpoint,
+)
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -86,6 +93,24 @@ def test_collator_errors():
         PaddingFreeCollator(flash_attn_kwargs=1)
 
 
+def test_collator_values_must_fit_int64_up_front():
+    """position_start=2**63 used to wrap position ids negative; 2**63 ids failed at call time."""
+    for name in ("separator_id", "pad_id"):
+        for value in (2**63, -(2**63) - 1):
+            with pytest.raises(ValueError, match=f"{name} must fit in int64"):
+                PaddingFreeCollator(8, **{name: value})
+    with pytest.raises(ValueError, match="position_start must be at most 9223372036854775800"):
+        PaddingFreeCollator(8, position_start=2**63 - 7)
+    with pytest.raises(ValueError, match=r"up to 2\*\*31: position_start must be at most"):
+        PaddingFreeCollator(position_start=2**63)
+    with pytest.raises(ValueError, match="position_start must be a non-negative int"):
+        PaddingFreeCollator(position_start=-1)
+    top = PaddingFreeCollator(8, position_start=2**63 - 8)([{"input_ids": [1] * 8}])
+    assert (
+        int(top["position_ids"].min()) == 2**63 - 8 and int(top["position_ids"].max()) == 2**63 - 1
+    )
+
+
 def test_packed_batch_loss_is_the_loss_of_the_separate_sequences():
     """HF's sdpa path turns restarting position_ids into an exact block-diagonal causal mask."""
     model = hft.tiny_model().eval()
@@ -139,11 +164,19 @@ def test_trainer_uses_exactly_the_sampler_batches_and_resumes_exactly(tmp_path):
         assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in tail], abs=1e-6)
 
 
-def test_resume_true_and_ignore_data_skip(tmp_path):
+def test_resume_true_and_ignore_data_skip(tmp_path, caplog):
     out = str(tmp_path / "run")
     _, full = hft.train(out, save_at=(5,), max_steps=5)
-    # resume_from_checkpoint=True finds checkpoint-5; max_steps=9 continues to step 9
-    _, resumed = hft.train(out, resume=True, max_steps=9)
+    # a run killed while writing checkpoint-7: its folder holds some files, not the last ones
+    partial = Path(out) / "checkpoint-7"
+    shutil.copytree(Path(out) / "checkpoint-5", partial)
+    (partial / "trainer_state.json").unlink()
+    (partial / STATE_FILE).unlink()
+    assert newest_checkpoint(out) == str(Path(out) / "checkpoint-5")
+    # resume_from_checkpoint=True skips it for checkpoint-5; max_steps=9 continues to step 9
+    with caplog.at_level(logging.WARNING, logger="padless.hf"):
+        _, resumed = hft.train(out, resume=True, max_steps=9)
+    assert f"skipping {partial}: it has no {STATE_FILE}" in caplog.text
     _, ref = hft.train(str(tmp_path / "ref"), max_steps=9)
     assert _indices(full + resumed) == _indices(ref)
     # ignore_data_skip: the interrupted epoch restarts from its first batch (HF semantics)
@@ -204,6 +237,55 @@ def test_refuses_checkpoint_of_other_settings_and_wrong_shards(tmp_path):
         )
     with pytest.raises(TypeError, match="must be a padless sampler"):
         hft.RecordingTrainer(model=hft.tiny_model(), args=args, batch_sampler=[[0, 1]])
+
+
+def test_newest_checkpoint(tmp_path):
+    assert newest_checkpoint(tmp_path / "missing") is None  # a first run: train from scratch
+    assert newest_checkpoint(tmp_path) is None
+    for name in ("checkpoint-2", "checkpoint-10", "checkpoint-x", "checkpoint-30"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "checkpoint-99").write_text("a file, not a checkpoint")
+    assert newest_checkpoint(tmp_path) is None  # only unfinished ones: train from the start
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    # written without padless (no checkpoint has the state file): the newest the Trainer finished
+    assert newest_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    (tmp_path / "checkpoint-2" / STATE_FILE).write_text("{}")
+    (tmp_path / "checkpoint-10" / STATE_FILE).write_text("{}")
+    assert newest_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")  # by number, not name
+
+
+def _construct(tmp_path, data, lengths, **kw):
+    args = hft.training_args(str(tmp_path / "c"), **kw.pop("args", {}))
+    return hft.RecordingTrainer(
+        model=hft.tiny_model(),
+        args=args,
+        train_dataset=data,
+        data_collator=hft.WithIndex(PaddingFreeCollator()),
+        batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
+        **kw,
+    )
+
+
+def test_a_dataset_that_is_not_the_lengths_is_refused_before_training(tmp_path):
+    """On the old code: a subset trained silently, or batches over budget, or an IndexError."""
+    lengths, data = hft.corpus()
+    with pytest.raises(ValueError, match="dataset has 90 items but the sampler planned 96"):
+        _construct(tmp_path, data[:90], lengths)
+    with pytest.raises(ValueError, match="dataset has 96 items but the sampler planned 100"):
+        _construct(tmp_path, data, np.concatenate([lengths, lengths[:4]]))
+    shuffled = [data[i] for i in np.random.default_rng(0).permutation(len(data))]
+    first = next(i for i, r in enumerate(shuffled) if len(r["input_ids"]) != lengths[i])
+    want = f"item {first} has length {len(shuffled[first]['input_ids'])}, but the sampler planned"
+    with pytest.raises(ValueError, match=want):
+        _construct(tmp_path, shuffled, lengths)
+    # measured on another field, or by a function; a bad field is refused up front
+    rows = [dict(r, labels=r["input_ids"][:1]) for r in data]
+    _construct(tmp_path, rows, np.ones(len(rows), np.int64), length_field="labels")
+    _construct(tmp_path, rows, lengths, length_field=lambda r: len(r["input_ids"]))
+    with pytest.raises(TypeError, match="length_field=3 is refused: field must be None, a key"):
+        _construct(tmp_path, rows, lengths, length_field=3)
+    with pytest.raises(ValueError, match="train_sampling_strategy='group_by_length'"):
+        _construct(tmp_path, data, lengths, args={"train_sampling_strategy": "group_by_length"})
 
 
 def test_dispatch_batches_is_refused(tmp_path):

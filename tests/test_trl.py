@@ -36,32 +36,42 @@ def _tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def _train(out: Path, resume: str | None = None, save_at: tuple[int, ...] = ()) -> PadlessSFT:
+def _trainer(out: Path, rows: list | None = None, save_at=(), **config) -> PadlessSFT:
+    """An SFTTrainer over the tokenized corpus (or ``rows``), the sampler on the corpus lengths."""
     lengths, data = hft.corpus()
-    args = SFTConfig(
-        str(out),
-        num_train_epochs=2,
-        gradient_accumulation_steps=2,
-        learning_rate=3e-3,
-        optim="adamw_torch",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        use_cpu=True,
-        remove_unused_columns=False,
-        seed=0,
-        disable_tqdm=True,
-        max_length=None,
-    )
-    trainer = PadlessSFT(
-        model=hft.tiny_model(),
-        args=args,
-        train_dataset=Dataset.from_list(data),
-        processing_class=_tokenizer(),
-        data_collator=hft.WithIndex(PaddingFreeCollator()),
-        batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
-        callbacks=[hft.SaveAt(save_at)],
-    )
+    settings = {
+        "num_train_epochs": 2,
+        "gradient_accumulation_steps": 2,
+        "learning_rate": 3e-3,
+        "optim": "adamw_torch",
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "remove_unused_columns": False,
+        "seed": 0,
+        "disable_tqdm": True,
+        "max_length": None,
+    }
+    settings.update(config)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return PadlessSFT(
+            model=hft.tiny_model(),
+            args=SFTConfig(str(out), **settings),
+            train_dataset=Dataset.from_list(data if rows is None else rows),
+            processing_class=_tokenizer(),
+            data_collator=hft.WithIndex(PaddingFreeCollator()),
+            batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
+            callbacks=[hft.SaveAt(save_at)],
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _train(out: Path, resume: str | None = None, save_at: tuple[int, ...] = ()) -> PadlessSFT:
+    trainer = _trainer(out, save_at=save_at)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -85,3 +95,39 @@ def test_sft_trainer_trains_on_the_sampler_batches_and_resumes_exactly(tmp_path:
     tail = [r for r in full.record if r["step"] >= 3]
     assert [r["index"] for r in resumed.record] == [r["index"] for r in tail]
     assert [r["loss"] for r in resumed.record] == pytest.approx([r["loss"] for r in tail], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"shuffle_dataset": True}, r"cannot use shuffle_dataset=True.*Pass shuffle_dataset=False"),
+        ({"packing": True, "max_length": 64}, r"cannot use TRL's packing=True.*PackingSampler"),
+        (
+            {"train_sampling_strategy": "group_by_length"},
+            "train_sampling_strategy='group_by_length'",
+        ),
+    ],
+)
+def test_settings_that_reorder_rows_are_refused(tmp_path: Path, config, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        _trainer(tmp_path / "x", **config)
+
+
+def test_a_row_dropped_by_the_preparation_is_refused_before_training(tmp_path: Path) -> None:
+    """TRL (max_length set, 1024 by default) drops a tokenized row whose labels are all -100:
+    every later index would name the next row (on the old code: an IndexError mid-epoch)."""
+    _, data = hft.corpus()
+    rows = [dict(r, labels=list(r["input_ids"])) for r in data]
+    rows[40]["labels"] = [-100] * len(rows[40]["labels"])
+    with pytest.raises(ValueError, match=r"dataset has 95 items but the sampler planned 96") as err:
+        _trainer(tmp_path / "x", rows=rows, max_length=1024)
+    assert "SFTConfig(max_length=None)" in str(err.value)  # says what to do
+    assert "dataset.filter(" in str(err.value)
+
+
+def test_rows_truncated_by_the_preparation_are_refused_before_training(tmp_path: Path) -> None:
+    lengths, _ = hft.corpus()
+    first = int(next(i for i, n in enumerate(lengths) if n > 16))
+    want = f"dataset item {first} has length 16, but the sampler planned {lengths[first]}"
+    with pytest.raises(ValueError, match=want + r".*with max_length=16 it truncates"):
+        _trainer(tmp_path / "x", max_length=16)

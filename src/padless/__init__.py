@@ -31,6 +31,7 @@ _EXPORTS = {
     "get_strategy": "padless.planners",
     "TokenBudgetSampler": "padless.planners.budget",
     "PlanSampler": "padless.sampler",
+    "CheckedDataset": "padless.checked",
     "plan_exact_length": "padless.planners.exact",
     "ExactLengthSampler": "padless.planners.exact",
     "plan_buckets": "padless.planners.buckets",

@@ -22,11 +22,13 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
 from ._check import check_bool, check_int, positive_or_none
+from .checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .torch import PackedCollate
 
 logger = logging.getLogger(__name__)
@@ -122,8 +124,19 @@ class PadlessTrainerMixin:
       ``BatchSamplerShard`` that ``accelerator.prepare`` wraps around a batch sampler is made a
       pass-through (what transformers does for its own rank-aware ``BatchRebalanceSampler``);
       ``dispatch_batches=True`` or ``split_batches=True`` are refused with a ``ValueError``.
-      ``per_device_train_batch_size``, ``group_by_length`` and ``dataloader_drop_last`` do not
-      apply: the sampler decides.
+      ``per_device_train_batch_size`` and ``dataloader_drop_last`` do not apply: the sampler
+      decides.
+    - **The dataset is the lengths' dataset.** The dataset the DataLoader indexes (after the
+      Trainer's or TRL's preparation) is bound to the sampler's lengths with
+      :class:`padless.checked.CheckedDataset`, measured on ``length_field`` (``"input_ids"``;
+      a tuple of keys for (N, F) lengths, a function ``row -> length``, or None for rows that
+      are token sequences): another number of rows is a ``ValueError`` when the trainer is
+      built, and so is a row of another length for a ``datasets.Dataset`` or a list (checked
+      whole); other datasets are checked row by row as they are loaded.
+    - **No reordering.** Settings that reorder or drop rows are refused with a ``ValueError``
+      that says what to do instead: TRL's ``shuffle_dataset=True`` and ``packing=True``, and
+      ``train_sampling_strategy`` other than ``"random"`` (``group_by_length``). A TRL
+      preparation that dropped or truncated rows fails the dataset check, naming the cause.
     - **Epochs.** The Trainer's epoch reaches the sampler's ``set_epoch``; every epoch must have
       the same number of batches (see :class:`TrainerBatches`).
     - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
@@ -134,7 +147,9 @@ class PadlessTrainerMixin:
       the epoch's first batches as usual, and since it skips batch *indices* (accelerate's
       ``SkipBatchSampler``) no skipped sample is loaded. The run continues with exactly the
       uninterrupted run's batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted
-      epoch restarts from its first batch.
+      epoch restarts from its first batch. ``resume_from_checkpoint=True`` takes the newest
+      *complete* checkpoint (:func:`newest_checkpoint`: a partial one, from a run killed while
+      writing it, is skipped with a warning) and, with none, trains from the start.
 
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
     ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
@@ -145,18 +160,38 @@ class PadlessTrainerMixin:
     >>> from padless import TokenBudgetSampler
     >>> class PadlessTrainer(PadlessTrainerMixin, Trainer):
     ...     pass
-    >>> sampler = TokenBudgetSampler([3, 1, 2, 5, 4, 4], max_tokens=6, seed=0)
-    >>> trainer = PadlessTrainer(model=torch.nn.Linear(1, 1), train_dataset=list(range(6)),
-    ...                          args=TrainingArguments("out", use_cpu=True, report_to=[]),
-    ...                          data_collator=list, batch_sampler=sampler)
+    >>> lengths = [3, 1, 2, 5, 4, 4]
+    >>> rows = [{"input_ids": [7] * n, "row": i} for i, n in enumerate(lengths)]
+    >>> sampler = TokenBudgetSampler(lengths, max_tokens=6, seed=0)
+    >>> args = TrainingArguments("out", use_cpu=True, report_to=[], remove_unused_columns=False)
+    >>> trainer = PadlessTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=rows,
+    ...                          data_collator=lambda b: [r["row"] for r in b],
+    ...                          batch_sampler=sampler)
     >>> list(trainer.get_train_dataloader()) == [list(b) for b in sampler]
     True
+    >>> PadlessTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=rows[::-1],
+    ...                batch_sampler=sampler)
+    Traceback (most recent call last):
+    ...
+    ValueError: train_dataset does not fit the batch_sampler: dataset item 0 has length 4, but the sampler planned 3: ...
     """
 
-    def __init__(self, *args: Any, batch_sampler: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, batch_sampler: Any, length_field: Field = "input_ids", **kwargs: Any
+    ) -> None:
         sampler = _check_sampler(batch_sampler)
+        lengths = sampler_lengths(sampler)
+        if lengths is not None:
+            try:
+                _check_field(length_field, int(lengths.shape[1]) if lengths.ndim == 2 else 0)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"length_field={length_field!r} is refused: {err}") from None
+        given = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if given is not None:
+            _refuse_reordering(given)  # before TRL prepares (and shuffles or packs) the data
         super().__init__(*args, **kwargs)
         trainer: Any = self
+        _refuse_reordering(trainer.args)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -165,8 +200,48 @@ class PadlessTrainerMixin:
                 "with rank=args.process_index, world_size=args.world_size"
             )
         self.padless_sampler = sampler
+        self.padless_length_field = length_field
+        self._padless_lengths = lengths
         self._padless_batches = TrainerBatches(sampler)
         self._padless_resume: str | None = None
+        if trainer.train_dataset is not None:
+            self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
+
+    def _padless_checked(self, dataset: Any) -> Any:
+        """``dataset`` bound to the sampler's lengths (:class:`padless.checked.CheckedDataset`)."""
+        lengths = self._padless_lengths
+        if lengths is None:  # a sampler of the user's own without lengths: nothing to check
+            return dataset
+        bound = self.__dict__.get("_padless_bound")
+        if bound is not None and bound[0] is dataset:
+            return bound[1]  # checked when the trainer was built: not twice
+        out = self._padless_bind(dataset, lengths)
+        self.__dict__["_padless_bound"] = (dataset, out)
+        return out
+
+    def _padless_bind(self, dataset: Any, lengths: Any) -> Any:
+        from .planners.packing import PieceDataset
+
+        inner = dataset.dataset if isinstance(dataset, PieceDataset) else dataset
+        try:
+            checked = CheckedDataset(inner, lengths, field=self.padless_length_field)
+        except ValueError as err:
+            raise ValueError(
+                f"train_dataset does not fit the batch_sampler: {err}{_prepared_hint(self)}"
+            ) from None
+        if isinstance(inner, (list, tuple)):
+            try:
+                checked.verify()  # in memory: one quick pass, so a wrong row fails before step 1
+            except ValueError as err:
+                raise ValueError(f"train_dataset does not fit the batch_sampler: {err}") from None
+        if isinstance(dataset, PieceDataset):
+            return PieceDataset(
+                checked,
+                capacity=dataset.capacity,
+                num_sequences=dataset.num_sequences,
+                keys=dataset.keys,
+            )
+        return checked
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> Any:
@@ -185,9 +260,14 @@ class PadlessTrainerMixin:
             is_arrow = isinstance(dataset, datasets.Dataset)
         except ImportError:  # pragma: no cover - datasets comes with transformers' Trainer
             is_arrow = False
+        checked = self._padless_checked(dataset)  # the rows the DataLoader will index
         if is_arrow:
+            # removing columns keeps the rows: an Arrow dataset checked whole needs no wrapper
             dataset = trainer._remove_unused_columns(dataset, description="training")
+            if not getattr(checked, "verified", True):
+                dataset = self._padless_checked(dataset)
         else:
+            dataset = checked
             collator = trainer._get_collator_with_removed_columns(collator, description="training")
         batches = self._padless_batches
         if self._padless_resume is not None:
@@ -272,13 +352,16 @@ class PadlessTrainerMixin:
         """``Trainer.train``; a checkpoint to resume from also restores the sampler (see the class)."""
         path: Any = resume_from_checkpoint
         if path is True:
-            from transformers.trainer_utils import get_last_checkpoint
-
-            path = get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+            path = newest_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+            if path is None:
+                logger.info(
+                    "resume_from_checkpoint=True: no checkpoint in %s, training from the start",
+                    self.args.output_dir,  # type: ignore[attr-defined]
+                )
         self._padless_resume = None if path is None or path is False else os.fspath(path)
         try:
             return super().train(  # type: ignore[misc]
-                resume_from_checkpoint=resume_from_checkpoint,
+                resume_from_checkpoint=self._padless_resume,
                 trial=trial,
                 ignore_keys_for_eval=ignore_keys_for_eval,
                 **kwargs,
@@ -335,6 +418,104 @@ class PadlessTrainerMixin:
         sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
 
 
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def newest_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest *complete* ``checkpoint-N`` folder of ``output_dir``, or None if it has none.
+
+    A checkpoint is complete when it holds ``padless_sampler.json``, the file
+    :class:`PadlessTrainerMixin` writes last (atomically) into every checkpoint; a newer folder
+    without it (a run killed while writing it) is skipped with a warning.
+    ``train(resume_from_checkpoint=True)`` resumes from this one, and with no checkpoint at all
+    starts from scratch (so the same script serves the first run and every restart).
+    Checkpoints written without padless (none has the file) fall back to the newest that holds
+    the Trainer's own ``trainer_state.json``.
+
+    Cost: one directory listing and one ``stat`` per checkpoint.
+    """
+    try:
+        names = os.listdir(output_dir)
+    except FileNotFoundError:
+        return None
+    found = []
+    for name in names:
+        match = _CHECKPOINT.match(name)
+        path = os.path.join(output_dir, name)
+        if match and os.path.isdir(path):
+            found.append((int(match.group(1)), path))
+    found.sort(reverse=True)
+    # padless writes STATE_FILE last; without padless, the Trainer's trainer_state.json is last
+    for last in (STATE_FILE, "trainer_state.json"):
+        for k, (_, path) in enumerate(found):
+            if os.path.isfile(os.path.join(path, last)):
+                for _, partial in found[:k]:
+                    logger.warning(
+                        "skipping %s: it has no %s, so it was not finished (the run stopped "
+                        "while writing it); resuming from %s",
+                        partial,
+                        last,
+                        path,
+                    )
+                return path
+    if found:
+        logger.warning(
+            "no complete checkpoint in %s (%s unfinished): training from the start",
+            output_dir,
+            ", ".join(p for _, p in found),
+        )
+    return None
+
+
+def _refuse_reordering(args: Any) -> None:
+    """Refuse Trainer/TRL settings under which the rows are no longer the ones the lengths plan."""
+    if getattr(args, "shuffle_dataset", False):
+        raise ValueError(
+            "PadlessTrainerMixin cannot use shuffle_dataset=True: TRL shuffles the prepared "
+            "dataset, so the sampler's indices would name other rows than the lengths it "
+            "planned on. Pass shuffle_dataset=False; the batch_sampler shuffles (shuffle=True, "
+            "seed=...), exactly and resumably"
+        )
+    if getattr(args, "packing", False):
+        raise ValueError(
+            "PadlessTrainerMixin cannot use TRL's packing=True: it concatenates rows into new "
+            "ones, so the sampler's indices and lengths no longer name rows. Pass packing=False "
+            "and let padless pack: PackingSampler(lengths, capacity=...) with "
+            "PaddingFreeCollator(capacity, rows=rows_per_batch)"
+        )
+    strategy = getattr(args, "train_sampling_strategy", "random")
+    if getattr(args, "group_by_length", False) or strategy not in ("random", None):
+        what = (
+            "group_by_length=True"
+            if getattr(args, "group_by_length", False)
+            else (f"train_sampling_strategy={strategy!r}")
+        )
+        raise ValueError(
+            f"PadlessTrainerMixin cannot use {what}: the batch_sampler decides which items go "
+            "together and in which order (padless samplers already group by length). Remove it; "
+            "for a fixed order build the sampler with shuffle=False"
+        )
+
+
+def _prepared_hint(trainer: Any) -> str:
+    """What to do when a trainer's own preparation changed the dataset (TRL's SFTTrainer)."""
+    args = trainer.args
+    if not hasattr(args, "dataset_text_field"):  # not TRL's SFTConfig
+        return (
+            ". Build the sampler on the lengths of the dataset the Trainer trains on, in its "
+            "order (after any map/filter/select)"
+        )
+    limit = getattr(args, "max_length", None)
+    return (
+        ". TRL's SFTTrainer prepared the dataset after the lengths were taken: with "
+        f"max_length={limit!r} it truncates rows to max_length and drops the rows whose labels "
+        "are then all -100. Take the lengths from a dataset that needs no such step: truncate "
+        "and drop those rows yourself first (e.g. dataset.filter(lambda r: any(t != -100 for t "
+        "in r['labels']))), or pass SFTConfig(max_length=None), with which TRL neither "
+        "truncates nor drops rows"
+    )
+
+
 def _worker_init(workers: int, rank: int) -> Any:
     from transformers.trainer_utils import seed_worker
 
@@ -361,6 +542,18 @@ def _write_json(path: str, data: Mapping[str, Any]) -> None:
 
 
 _FLAT_ROW = 1 << 62
+_INT64_MAX = (1 << 63) - 1
+_MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
+
+
+def _int64(name: str, value: Any) -> int:
+    """An int that fits the int64 tensors it goes into, else a ValueError now (not at call time)."""
+    out = cast(int, check_int(name, value))
+    if not -_INT64_MAX - 1 <= out <= _INT64_MAX:
+        raise ValueError(
+            f"{name} must fit in int64 (the tensors' dtype), in [-2**63, 2**63 - 1], got {out}"
+        )
+    return out
 
 
 class PaddingFreeCollator:
@@ -413,7 +606,17 @@ class PaddingFreeCollator:
         self.capacity = positive_or_none("capacity", capacity)
         self.flash_attn_kwargs = check_bool("flash_attn_kwargs", flash_attn_kwargs)
         self.seq_idx = check_bool("seq_idx", seq_idx)
-        self.separator_id = check_int("separator_id", separator_id)
+        self.separator_id = _int64("separator_id", separator_id)
+        pad_id = _int64("pad_id", pad_id)
+        position_start = cast(int, check_int("position_start", position_start, minimum=0))
+        span = self.capacity if self.capacity is not None else _MAX_SEQUENCE
+        if position_start + span - 1 > _INT64_MAX:
+            what = f"capacity={self.capacity}" if self.capacity else "a sequence of up to 2**31"
+            raise ValueError(
+                "position_start + capacity - 1 (the last position id) must fit in int64, the "
+                f"position_ids' dtype, with {what}: position_start must be at most "
+                f"{_INT64_MAX - span + 1}, got {position_start}"
+            )
         flat = self.capacity is None
         row = self.capacity or _FLAT_ROW  # one flat row: no sequence is too long for it
         sep = cast(int, self.separator_id)
@@ -480,4 +683,10 @@ class PaddingFreeCollator:
         )
 
 
-__all__ = ["STATE_FILE", "PaddingFreeCollator", "PadlessTrainerMixin", "TrainerBatches"]
+__all__ = [
+    "STATE_FILE",
+    "PaddingFreeCollator",
+    "PadlessTrainerMixin",
+    "TrainerBatches",
+    "newest_checkpoint",
+]

@@ -209,6 +209,23 @@ class PlanSampler(Resumable):
         sched = self._schedule(check_seed(epoch, "epoch"))
         return sched.plan, sched.order
 
+    def checked(self, dataset: Any, *, field: Any = None) -> Any:
+        """``dataset`` bound to this sampler's lengths: :class:`padless.checked.CheckedDataset`.
+
+        A dataset of another size is a ``ValueError`` now; an item whose length is not the
+        planned one is a ``ValueError`` when it is loaded. ``field`` says what to measure
+        (None, a key such as ``"input_ids"``, a tuple of keys, or a function).
+        Cost: O(1) per item (an Arrow ``datasets.Dataset`` is checked whole, vectorised).
+
+        >>> from padless import TokenBudget
+        >>> s = PlanSampler([3, 1], TokenBudget(max_tokens=4))
+        >>> s.checked([[5, 6, 7], [8]])[0]
+        [5, 6, 7]
+        """
+        from .checked import CheckedDataset
+
+        return CheckedDataset(dataset, self.lengths, field=field)
+
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
         if self._windowed is not None:
@@ -400,13 +417,14 @@ class PlanSampler(Resumable):
         """A collate function for this sampler's batches (``padless.torch``), settings filled in.
 
         Packing specs give ``collate_packed(capacity, max_per_row=...)`` (so capacity is typed
-        once); the others give ``collate_padded``. ``options`` go to that function
-        (``pad_id=``, ``flatten=``, ``multiple_of=``...).
+        once); the others give ``collate_padded(plan=self)``, which pads to the spec's
+        ``pad_to_multiple_of`` (the width the plan budgeted; another ``multiple_of=`` is a
+        ValueError). ``options`` go to that function (``pad_id=``, ``flatten=``, ``fields=``...).
         """
         from . import torch as pt
 
         make = getattr(self.planner, "collate", None)
-        return make(**options) if make is not None else pt.collate_padded(**options)
+        return make(**options) if make is not None else pt.collate_padded(plan=self, **options)
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
