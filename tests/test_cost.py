@@ -87,6 +87,20 @@ def test_cost_refuses_bad_lengths_and_settings():
         Cost.transformer(0, 2)
 
 
+@pytest.mark.parametrize("entry", ["of", "extra", "padded", "packed"])
+def test_cost_entries_name_ragged_and_wrapping_lengths(entry):
+    """Issue 24: ragged lengths gave numpy's error naming nothing; 2**63 wrapped negative."""
+    fn = getattr(Cost(quadratic=1.0), entry)
+    with pytest.raises(TypeError, match=r"lengths must be an int or an array of ints.*ragged"):
+        fn([[1, 2], [3]])
+    for big in (2**63, np.uint64(2**64 - 1), [np.uint64(2**63)]):
+        with pytest.raises(ValueError, match=r"lengths must be < 2\*\*63"):
+            fn(big)
+    with pytest.raises(TypeError, match="lengths must be ints, got dtype object"):
+        fn([2**70])
+    assert Cost(quadratic=1.0).of(np.uint64(2**31)) == float(2**31) * (2**31 + 1)
+
+
 def test_transformer_coefficients_follow_the_derivation():
     c = Cost.transformer(64, 2, d_ff=200, vocab=100, causal=False)
     assert c.linear == 6 * (2 * (4 * 64 * 64 + 2 * 64 * 200) + 64 * 100)

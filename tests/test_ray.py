@@ -235,6 +235,10 @@ def test_plan_ships_a_small_planner_and_refuses_bad_input(ray_local, lengths_fil
     with pytest.raises(ValueError, match="holding other files"):
         pray.plan(lengths_file, spec, window=10, out=tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+    floats = tmp_path / "floats.npy"
+    np.save(floats, np.array([3.0, 1.0, 2.0]))
+    with pytest.raises(TypeError, match=r"lengths_path must hold integer lengths.*float64"):
+        pray.plan(floats, spec, window=10, out=tmp_path / "p")
     bad = tmp_path / "bad.npy"
     np.save(bad, np.array([3, -1, 2]))
     with pytest.raises(ValueError, match=r"got -1 at position \[1\]"):
@@ -332,6 +336,28 @@ def test_pack_errors(ray_local, corpus):
         pray.pack_table(docs, Packing(capacity=4), column="ids")
     with pytest.raises(ValueError, match="row 1 is null"):
         pray.pack_table(pa.table({"ids": [[1], None]}), Packing(capacity=4), column="ids")
+    # element types the schema shows are refused up front, before anything runs
+    for items, kind in (([["a"]], "string"), ([[1.5]], "double"), ([[True]], "bool")):
+        strs = ray.data.from_items([{"ids": v} for v in items * 3])
+        with pytest.raises(TypeError, match=rf"lists of integer token ids.*lists of {kind}"):
+            pray.pack(strs, Packing(capacity=8), column="ids")
+    empty = pray.pack(ray.data.from_items([{"ids": []}] * 3), Packing(capacity=8), column="ids")
+    assert [r["ids"] for r in empty.take_all()] == [[]]  # lists of nulls: empty documents
+
+
+def test_pack_names_the_dataset_row_of_a_bad_document(ray_local):
+    """A task packs one window: its messages count rows from the dataset's start, not its own."""
+    docs = [{"ids": [1, 2]} for _ in range(10)]
+    docs[7] = {"ids": None}
+    docs[8] = {"ids": list(range(20))}  # longer than the capacity
+    ds = ray.data.from_items(docs)
+    spec = Packing(capacity=8)
+    with pytest.raises(Exception, match=r"row 7 is null.*in the dataset's order"):
+        pray.pack(ds, spec, column="ids", window=3).take_all()  # window 2, its row 1
+    docs[7] = {"ids": [3]}
+    ds = ray.data.from_items(docs)
+    with pytest.raises(Exception, match=r"index 8 has length 20, which exceeds capacity=8"):
+        pray.pack(ds, spec, column="ids", window=3).take_all()
 
 
 # --------------------------------------------------------------------------- Ray Train
@@ -412,3 +438,22 @@ def test_docs_pipeline_example_runs_as_written(ray_local, tmp_path, monkeypatch)
     assert scope["lengths"].shape == (12_000,) and len(scope["plan"]) > 0
     assert list((tmp_path / "packed").glob("*.parquet"))
     compile(doc_example("ray-train"), "docs/ray.md:ray-train", "exec")
+
+
+# --------------------------------------------------------------------------- hostile values
+
+
+def test_hostile_values_into_the_ray_entries(ray_local, tmp_path, monkeypatch):
+    """tests/test_hostile.py's matrix for the entries that need a running Ray (RAY_ENTRIES)."""
+    import test_hostile as th
+
+    monkeypatch.chdir(tmp_path)  # a relative path value ("4096") lands in an empty folder
+    lengths_path = tmp_path / "l.npy"
+    np.save(lengths_path, np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], np.int32))
+    f = {"lengths": lengths_path, "plan": tmp_path / "plan"}
+    ds = ray.data.from_items([{"ids": [1, 2, 3]}, {"ids": [4]}, {"ids": [5, 6]}])
+    failures = []
+    for entry, label, base, params in th.RAY_ENTRIES:
+        for param in params:
+            failures += th.attack(entry, label, base(ds, f), param, None)
+    assert not failures, "\n".join(failures)

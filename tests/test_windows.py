@@ -4,6 +4,7 @@ mapped lengths in bounded memory, thread-count independence, windowed samplers."
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 
@@ -162,6 +163,31 @@ def test_far_apart_items_share_a_window_at_the_expected_rate():
     q = layout.share_probability(30)
     assert abs(near - epochs * q) < 4 * np.sqrt(epochs * q * (1 - q))
     assert together.min() > 0  # every pair met
+
+
+def test_layout_refuses_what_is_no_window_number_distance_or_size():
+    """Issue 24: items(1.5) was neither window 1 nor 2, share_probability(nan) answered."""
+    layout = WindowLayout(1000, 100)
+    np.testing.assert_array_equal(layout.items(np.int64(2)), layout.items(2))
+    for w in (1.5, True, None, "1", np.float64(1.0)):
+        with pytest.raises(TypeError, match=r"w \(the window number\) must be an int"):
+            layout.items(w)
+    for w in (-1, layout.num_windows, 2**70):
+        with pytest.raises(ValueError, match=r"w \(the window number\) must be in \[0, 11\)"):
+            layout.items(w)
+    with pytest.raises(ValueError, match=r"w \(the window number\)"):
+        layout.membership(0, 0).items(11)
+    for distance in (math.nan, math.inf, 1.5, True, None, "8"):
+        with pytest.raises(TypeError, match="distance must be an int"):
+            layout.share_probability(distance)
+    with pytest.raises(ValueError, match="distance must be a non-negative int"):
+        layout.share_probability(-1)
+    assert layout.share_probability(2**70) == layout.share_probability(2**70 % 1000)
+    for name, kw in (("seed", {"seed": -1}), ("epoch", {"epoch": 1.0})):
+        with pytest.raises((TypeError, ValueError), match=name):
+            layout.items(0, **kw)
+    with pytest.raises(ValueError, match=r"n must be <= 2\*\*62"):
+        WindowLayout(2**70, 100)
 
 
 # ------------------------------------------------------------------ window plans

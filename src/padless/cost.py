@@ -171,13 +171,25 @@ class Cost:
 
 
 def _lengths_array(lengths: Any) -> np.ndarray:
-    arr = np.asarray(lengths)
+    """``lengths`` (an int or an array of ints in [0, 2**63)) as int64, or a named error."""
+    try:
+        arr = np.asarray(lengths)
+    except (ValueError, TypeError):  # ragged nesting: numpy refuses to make one array
+        raise TypeError(
+            "lengths must be an int or an array of ints (equal-length rows), got a ragged "
+            f"{type(lengths).__name__} {lengths!r:.60}"
+        ) from None
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         if arr.size == 0:
             return np.zeros(arr.shape, np.int64)
-        raise TypeError(f"lengths must be ints, got dtype {arr.dtype}")
+        raise TypeError(
+            f"lengths must be ints, got dtype {arr.dtype} ({type(lengths).__name__} "
+            f"{lengths!r:.60})"
+        )
     if arr.size and int(arr.min()) < 0:
         raise ValueError(f"lengths must be non-negative, got {int(arr.min())}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) >= 1 << 63:  # would wrap negative
+        raise ValueError(f"lengths must be < 2**63 (int64), got {int(arr.max())}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -266,7 +278,8 @@ def packed_batch_costs(cost: Cost, plan: Any) -> np.ndarray:
 
 def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
     """Share of a plan's cost that is real work: ``Σ cost(lᵢ)`` over its sequences ÷ what its
-    batches cost (padded: count × cost(longest); packed: rows padded to capacity). Without a
+    batches cost (padded: count × cost(longest), its width rounded up to the plan's
+    ``pad_to_multiple_of``; packed: rows padded to capacity). Without a
     cost model, in padded tokens (1 − padding fraction). 1.0 for an empty plan.
 
     Cost: one pass over the plan's entries.
@@ -281,7 +294,9 @@ def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
         total = float(packed_batch_costs(model, plan).sum())
     else:
         lens = sizes[plan.indices]
-        total = float(padded_batch_costs(model, plan, sizes).sum())
+        multiple = int(plan.info.get("pad_to_multiple_of", 1))  # the width the collate pads to
+        widths = sizes if multiple == 1 else -(-sizes // multiple) * multiple
+        total = float(padded_batch_costs(model, plan, widths).sum())
     real = float(model.of(lens).sum()) if lens.size else 0.0
     return real / total if total > 0 else 1.0
 

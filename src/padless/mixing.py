@@ -385,7 +385,13 @@ def temperature_probabilities(amounts: Any, temperature: float) -> np.ndarray:
     >>> temperature_probabilities([900, 100], 2.0).round(4).tolist()
     [0.75, 0.25]
     """
-    n = np.asarray(amounts, dtype=np.float64)
+    try:
+        n = np.asarray(amounts, dtype=np.float64)
+    except (TypeError, ValueError):  # text, mappings, ragged lists: numbers they are not
+        raise TypeError(
+            f"amounts must be a list of non-negative numbers, got {type(amounts).__name__} "
+            f"{amounts!r:.60}"
+        ) from None
     t = _check_temperature(temperature)
     if n.ndim != 1 or n.size == 0 or np.any(n < 0) or not np.all(np.isfinite(n)):
         raise ValueError(f"amounts must be non-negative finite numbers, got {amounts!r}")
@@ -401,6 +407,27 @@ def temperature_probabilities(amounts: Any, temperature: float) -> np.ndarray:
     return raw / raw.sum()
 
 
+def _check_draw(p: Any, total: Any, gen: Any) -> tuple[np.ndarray, int]:
+    """:func:`stratified_counts`' arguments checked: probabilities, a draw count, a Generator."""
+    if isinstance(p, (str, bytes)):
+        raise TypeError(f"p must be an array of probabilities, got {type(p).__name__} {p!r:.40}")
+    try:
+        probs = np.asarray(p, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"p must be an array of probabilities, got {type(p).__name__} {p!r:.40}"
+        ) from None
+    ok = probs.ndim == 1 and probs.size > 0 and np.all(np.isfinite(probs)) and np.all(probs >= 0)
+    if not ok or abs(float(probs.sum()) - 1.0) > 1e-9:
+        raise ValueError(f"p must be a 1-D array of probabilities summing to 1, got {p!r:.60}")
+    count = check_int("total", total, minimum=0)
+    if count is None or count > 1 << 53:  # p_k · total must stay exact in float64
+        raise ValueError(f"total must be <= 2**53 draws, got {total}")
+    if not isinstance(gen, np.random.Generator):
+        raise TypeError(f"gen must be a numpy.random.Generator, got {type(gen).__name__}")
+    return probs, count
+
+
 def stratified_counts(p: np.ndarray, total: int, gen: np.random.Generator) -> np.ndarray:
     """Split ``total`` draws into counts within one of ``p_k · total``, unbiased.
 
@@ -413,6 +440,7 @@ def stratified_counts(p: np.ndarray, total: int, gen: np.random.Generator) -> np
     >>> stratified_counts(np.array([0.5, 0.25, 0.25]), 10, gen).tolist() in ([5, 3, 2], [5, 2, 3])
     True
     """
+    p, total = _check_draw(p, total, gen)
     target = p * total
     base = np.floor(target).astype(np.int64)
     frac = target - base

@@ -178,6 +178,23 @@ def _kind(arrow_type: Any) -> str | None:
     return "other"
 
 
+def _token_type_error(column: str, arrow_type: Any) -> str | None:
+    """Why a list column of this type holds no token ids (from the schema), or None if it may.
+
+    Lists of integers hold token ids; lists of nulls (every list empty) may; any other element
+    type (strings, floats, bools) cannot. Unknown types (not Arrow) are left to the rows.
+    """
+    value = getattr(arrow_type, "value_type", None)
+    if not isinstance(value, pa.DataType):
+        return None
+    if pa.types.is_integer(value) or pa.types.is_null(value):
+        return None
+    return (
+        f"column {column!r} must hold lists of integer token ids, got type {arrow_type} "
+        f"(lists of {value}; tokenize first, or cast the ids to integers)"
+    )
+
+
 def _npy_header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
     """A version 1.0 ``.npy`` header of exactly :data:`_HEADER` bytes."""
     descr = np.lib.format.dtype_to_descr(dtype)
@@ -680,7 +697,13 @@ def plan(
         )
     if not src.is_file():
         raise FileNotFoundError(f"no such file: {src}")
-    _load_npy(src, mmap_mode="r")  # a file that is no .npy is named here
+    mapped = _load_npy(src, mmap_mode="r")  # a file that is no .npy is named here
+    if mapped.dtype.kind not in "iu":  # each task maps the file: a copy there would be O(N)
+        raise TypeError(
+            f"lengths_path must hold integer lengths (int32 or int64), got dtype {mapped.dtype} "
+            f"in {src} (save them with np.save(path, lengths.astype(np.int32)))"
+        )
+    del mapped
     if not isinstance(spec, Spec):
         raise TypeError(
             f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
@@ -785,10 +808,16 @@ class PlanFiles:
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"path must be a plan folder (a str or path), got {type(path).__name__} {path!r:.60}"
+            )
         self.path = Path(path)
         manifest = self.path / MANIFEST
         if not manifest.is_file():
-            raise ValueError(f"{self.path} is not a padless.ray plan folder (no {MANIFEST})")
+            raise ValueError(
+                f"path {str(self.path)!r} is not a padless.ray plan folder (no {MANIFEST})"
+            )
         try:
             meta = json.loads(manifest.read_text())
         except ValueError as exc:
@@ -890,20 +919,24 @@ class PlanFiles:
 # --------------------------------------------------------------------------- packed datasets
 
 
-def _list_parts(col: Any, where: str) -> tuple[np.ndarray, Any]:
-    """(offsets into values, values) of a list column, offsets starting at 0."""
+def _list_parts(col: Any, where: str, first_row: int = 0) -> tuple[np.ndarray, Any]:
+    """(offsets into values, values) of a list column, offsets starting at 0.
+
+    ``first_row`` is the dataset row of the column's row 0 (what messages count from).
+    """
     col = _as_lists(col)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    null = f"{where}: row {{}} is null; every document needs its token list (drop such rows first)"
     if pa.types.is_null(col.type) and len(col):
-        raise ValueError(f"{where}: row 0 is null; every document needs its token list")
+        raise ValueError(null.format(first_row))
     if pa.types.is_fixed_size_list(col.type):
         col = col.cast(pa.list_(col.type.value_type))
     if _kind(col.type) != "list":
         raise TypeError(f"{where} must hold lists of token ids, got type {col.type}")
     if col.null_count:
         first = int(pc.index(pc.is_null(col), True).as_py())
-        raise ValueError(f"{where}: row {first} is null; every document needs its token list")
+        raise ValueError(null.format(first_row + first))
     off = np.asarray(col.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     base, end = int(off[0]), int(off[-1])
     values = col.values.slice(base, end - base)
@@ -952,7 +985,7 @@ def pack_table(
     >>> rows["cu_seqlens"][i], rows["position_ids"][i], rows["seq_idx"][i]
     ([0, 3, 5, 6], [0, 1, 2, 0, 1, 0], [0, 0, 0, 1, 1, 2])
     """
-    from .planners.packing import PackedPlan, Packing
+    from .planners.packing import Packing
 
     if not isinstance(spec, Packing):
         raise TypeError(f"spec must be a padless.Packing(capacity=...), got {type(spec).__name__}")
@@ -964,9 +997,24 @@ def pack_table(
         raise TypeError(f"table must be a pyarrow.Table, got {type(table).__name__}")
     if column not in table.column_names:
         raise ValueError(f"column must be one of {table.column_names}, got {column!r}")
-    off, values = _list_parts(table.column(column), f"column {column!r}")
+    seed = check_seed(seed, "seed")
+    epoch = check_seed(epoch, "epoch")
+    return _pack_window(table, spec, column, seed, epoch, 0)
+
+
+def _pack_window(
+    table: pa.Table, spec: Packing, column: str, seed: int, epoch: int, first_row: int
+) -> pa.Table:
+    """:func:`pack_table` of checked arguments; messages count rows from ``first_row``."""
+    from .planners.packing import PackedPlan
+    from .windows import _shift_index
+
+    off, values = _list_parts(table.column(column), f"column {column!r}", first_row)
     sizes = np.diff(off)
-    window_plan = spec.plan(sizes, seed=_window_seed(seed, epoch, sizes), epoch=0)
+    try:
+        window_plan = spec.plan(sizes, seed=_window_seed(seed, epoch, sizes), epoch=0)
+    except ValueError as exc:  # e.g. "index 1 has length 5, which exceeds capacity=4"
+        raise ValueError(_shift_index(str(exc), first_row)) from None
     if not isinstance(window_plan, PackedPlan):  # pragma: no cover - Packing plans are packed
         raise TypeError("a Packing spec must plan a PackedPlan")
     return _rows(window_plan, off, values, column)
@@ -1035,6 +1083,8 @@ def _rows(p: Any, off: np.ndarray, values: Any, column: str) -> pa.Table:
             f"a window holds {total} tokens, more than a list column of int32 offsets takes; "
             "use a smaller window"
         )
+    if pa.types.is_null(values.type) and len(values) == 0:  # every document empty
+        values = pa.array([], pa.int64())
     if not pa.types.is_integer(values.type):
         raise TypeError(f"token ids must be integers, got lists of {values.type}")
     flat = values.to_numpy(zero_copy_only=False)
@@ -1054,12 +1104,44 @@ def _rows(p: Any, off: np.ndarray, values: Any, column: str) -> pa.Table:
     )
 
 
-def _pack_batch(batch: pa.Table, spec: Packing, column: str, seed: int, epoch: int) -> pa.Table:
-    """One window's packed rows (runs on the cluster)."""
+def _window_start(window: int) -> int | None:
+    """The dataset row of this task's first row, when Ray's task context tells it.
+
+    :func:`pack` feeds one block of exactly ``window`` rows (the last: the rest) to each task of
+    its ``map_batches``, in the dataset's order, so task ``t`` packs window ``t``, rows
+    ``t·window …``. A task given more than one batch cannot tell where its later batches start
+    (None then, as without a task context: messages count rows within the window).
+    """
     try:
-        return pack_table(batch, spec, column=column, seed=seed, epoch=epoch)
+        from ray.data._internal.execution.interfaces.task_context import TaskContext
+    except ImportError:  # pragma: no cover - a Ray without it
+        return None
+    ctx = TaskContext.get_current()
+    task = getattr(ctx, "task_idx", None)
+    scratch = getattr(ctx, "kwargs", None)
+    if not isinstance(task, int) or not isinstance(scratch, dict):
+        return None
+    seen = scratch.get("padless_pack_batches", 0)  # the task's own scratch space
+    scratch["padless_pack_batches"] = seen + 1
+    return task * window if seen == 0 else None
+
+
+def _pack_batch(
+    batch: pa.Table, spec: Packing, column: str, seed: int, epoch: int, window: int
+) -> pa.Table:
+    """One window's packed rows (runs on the cluster)."""
+    if isinstance(batch, pa.RecordBatch):
+        batch = pa.Table.from_batches([batch])
+    start = _window_start(window)
+    try:
+        return _pack_window(batch, spec, column, seed, epoch, 0 if start is None else start)
     except ValueError as exc:
-        raise ValueError(f"padless.ray.pack: {exc}") from None
+        where = (
+            "rows numbered in the dataset's order"
+            if start is not None
+            else f"rows numbered within a window of {window} rows: Ray did not say which"
+        )
+        raise ValueError(f"padless.ray.pack: {exc} ({where})") from None
 
 
 def pack(
@@ -1085,7 +1167,9 @@ def pack(
     tie-break among equal lengths and its row order) comes from ``(seed, epoch)`` and its
     lengths. With ``oversize="split"`` no token is lost or repeated; ``"drop"`` and
     ``"truncate"`` lose what the spec says; ``"error"`` (the default) fails the job on a
-    document longer than ``capacity``.
+    document longer than ``capacity``. Such a document, or a null one, is named by its row in
+    the dataset's order; a column whose schema Ray knows without running anything (Parquet,
+    ``from_items``) is checked up front: lists of anything but integers are a ``TypeError``.
 
     Args:
         ds: the documents; other columns are left out of the packed rows.
@@ -1128,12 +1212,15 @@ def pack(
                 f"{types[names.index(column)]} (measure text with padless.ray.lengths, or "
                 "tokenize first)"
             )
+        why = _token_type_error(column, types[names.index(column)]) if kind == "list" else None
+        if why is not None:
+            raise TypeError(why)
     work = _ordered(ds).select_columns([column])
     windows = work.repartition(target_num_rows_per_block=window, strict=True)
     fn: Any = _pack_batch  # a function of (table, **fn_kwargs)
     return windows.map_batches(
         fn,
-        fn_kwargs={"spec": spec, "column": column, "seed": seed, "epoch": epoch},
+        fn_kwargs={"spec": spec, "column": column, "seed": seed, "epoch": epoch, "window": window},
         batch_size=window,
         batch_format="pyarrow",
         zero_copy_batch=True,

@@ -54,7 +54,7 @@ import numpy as np
 
 from . import _kernels as K
 from . import _rng
-from ._check import check_int, check_seed, positive
+from ._check import MAX_BUDGET, check_seed, non_negative, positive
 from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, lengths_of, sizes_of
 from .plan import BatchPlan, PlanStats
@@ -99,7 +99,10 @@ class WindowLayout:
     window: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "n", check_int("n", self.n, minimum=0))
+        n = non_negative("n", self.n)
+        if n > MAX_BUDGET:
+            raise ValueError(f"n must be <= 2**62 (positions stay in int64 arithmetic), got {n}")
+        object.__setattr__(self, "n", n)
         object.__setattr__(self, "window", positive("window", self.window))
 
     @property
@@ -120,11 +123,22 @@ class WindowLayout:
 
     def membership(self, seed: int, epoch: int) -> Membership:
         """The epoch's block bijection and rotation."""
-        return Membership(self, seed, epoch)
+        return Membership(self, check_seed(seed, "seed"), check_seed(epoch, "epoch"))
 
     def items(self, w: int, *, seed: int = 0, epoch: int = 0) -> np.ndarray:
-        """Global ids of window ``w``'s items in ``(seed, epoch)``, block after block."""
+        """Global ids of window ``w``'s items in ``(seed, epoch)``, block after block.
+
+        ``w`` is a window number in ``[0, num_windows)``.
+        """
+        w = self._window_number(w)
         return self.membership(seed, epoch).items(w)
+
+    def _window_number(self, w: Any) -> int:
+        if isinstance(w, (bool, np.bool_)) or not isinstance(w, (int, np.integer)):
+            raise TypeError(f"w (the window number) must be an int, got {type(w).__name__} {w!r}")
+        if not 0 <= w < self.num_windows:
+            raise ValueError(f"w (the window number) must be in [0, {self.num_windows}), got {w}")
+        return int(w)
 
     def share_probability(self, distance: int) -> float:
         """Probability that two items ``distance`` positions apart share a window in an epoch.
@@ -134,6 +148,7 @@ class WindowLayout:
         >>> round(WindowLayout(1600, 160).share_probability(800), 4)
         0.0943
         """
+        distance = non_negative("distance", distance)
         d = min(distance % max(self.n, 1), self.n - distance % max(self.n, 1))
         same_block = max(0.0, 1.0 - d / self.block)
         other = (self.blocks_per_window - 1) / max(self.num_blocks - 1, 1)
@@ -161,8 +176,7 @@ class Membership:
 
     def items(self, w: int) -> np.ndarray:
         lay = self.layout
-        if not 0 <= w < lay.num_windows:
-            raise ValueError(f"window must be in [0, {lay.num_windows}), got {w}")
+        w = lay._window_number(w)
         return KW.window_items(lay.n, lay.block, self.rotation, self.blocks(w))
 
 
@@ -322,17 +336,19 @@ class WindowedPlanner:
         from .planners.buckets import Buckets
 
         if isinstance(spec, Buckets) and spec.num_buckets is not None:
-            cuts = self._fit_boundaries(spec.num_buckets)
+            cuts = self._fit_boundaries(spec.num_buckets, spec.pad_to_multiple_of)
             return dataclasses.replace(spec, boundaries=tuple(cuts.tolist()), num_buckets=None)
         return spec
 
-    def _fit_boundaries(self, k: int) -> np.ndarray:
-        """``bucket_boundaries(lengths, k)`` from the histogram, built chunk by chunk."""
+    def _fit_boundaries(self, k: int, multiple: int = 1) -> np.ndarray:
+        """``bucket_boundaries(lengths, k)`` from the histogram, built chunk by chunk (of the
+        widths, the sizes rounded up to ``multiple``, as the bucket planner fits them)."""
         from .planners.buckets import _histogram
+        from .planners.spec import round_up
 
         values_parts, count_parts = [], []
         for lo, hi in _chunks(self.n):
-            sizes = sizes_of(self._int64(self._rows[lo:hi]))
+            sizes = round_up(sizes_of(self._int64(self._rows[lo:hi])), multiple)
             v, c = _histogram(sizes)
             values_parts.append(v)
             count_parts.append(c)
