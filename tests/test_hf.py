@@ -364,3 +364,38 @@ def test_docs_example(tmp_path):
     trainer = scope["trainer"]
     assert (tmp_path / "out" / "checkpoint-10" / STATE_FILE).exists()
     assert trainer.state.global_step == trainer.state.max_steps > 10
+
+
+def test_a_model_that_lets_packed_documents_attend_across_is_refused_before_training(tmp_path):
+    """OPT builds its causal mask without position_ids: packed documents see each other."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    lengths, data = hft.corpus()
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=hft.VOCAB, hidden_size=16, ffn_dim=32, num_hidden_layers=1,
+        num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=16,
+    )  # fmt: skip
+    args = hft.training_args(str(tmp_path / "opt"), max_steps=1)
+    made = {
+        "args": args,
+        "train_dataset": data,
+        "data_collator": PaddingFreeCollator(),
+        "batch_sampler": TokenBudgetSampler(lengths, max_tokens=112, seed=1),
+    }
+    from transformers import Trainer
+
+    from padless.hf import PadlessTrainerMixin
+
+    class PadlessTrainer(PadlessTrainerMixin, Trainer):
+        pass
+
+    trainer = PadlessTrainer(model=OPTForCausalLM(config), **made)
+    with pytest.raises(ValueError, match="packed documents attend to each other.*block"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    # the Llama of the other tests (the Trainer sets use_cache=False) passes; so does a skip
+    PadlessTrainer(model=hft.tiny_model(), **made).train()
+    trainer = PadlessTrainer(model=OPTForCausalLM(config), check_packed=False, **made)
+    trainer.train()
+    assert trainer.state.global_step == 1

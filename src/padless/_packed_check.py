@@ -142,6 +142,29 @@ def _to(value: Any, device: torch.device) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+def packs(collate: Callable[[list[dict[str, list[int]]]], Mapping[str, Any]]) -> bool:
+    """Whether ``collate`` puts two documents in one row (so a model could see across them).
+
+    Calls it on three short documents as ``[{"input_ids": [...]}, ...]``; a collate that needs
+    other keys, or returns no 2-D ``input_ids``, is taken as not packing.
+
+    >>> from padless.torch import collate_packed, collate_padded
+    >>> packs(collate_packed(capacity=64)), packs(collate_padded(0))
+    (True, False)
+    """
+    docs = _documents(_DEFAULT_LENGTHS, 64)
+    try:
+        batch = collate([{"input_ids": doc} for doc in docs])
+        ids = batch["input_ids"]
+        if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+            return False
+        starts = _locate(ids.reshape(-1).tolist(), docs)
+    except Exception:  # noqa: BLE001 - a collate of another input form does not pack these
+        return False
+    rows = [s // int(ids.shape[1]) for s in starts]
+    return len(set(rows)) < len(rows)
+
+
 def check_packed(
     model: Any,
     *,

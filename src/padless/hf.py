@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any, cast
 
 from ._check import check_bool, check_int, positive_or_none
+from ._packed_check import check_packed as check_packed
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .torch import PackedCollate
 
@@ -151,6 +152,12 @@ class PadlessTrainerMixin:
       *complete* checkpoint (:func:`newest_checkpoint`: a partial one, from a run killed while
       writing it, is skipped with a warning) and, with none, trains from the start.
 
+    - **Documents kept apart.** When the ``data_collator`` packs several sequences into a row
+      (``PaddingFreeCollator``, ``DataCollatorWithFlattening``, ``collate_packed``), ``train()``
+      first runs :func:`check_packed` on the model: one whose attention lets a packed document
+      see the ones before it is refused with a ``ValueError`` naming the fix (see
+      docs/packed_attention.md); ``check_packed=False`` skips it.
+
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
     ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
     a resume replays the skipped batches' index lists (no data).
@@ -177,7 +184,12 @@ class PadlessTrainerMixin:
     """
 
     def __init__(
-        self, *args: Any, batch_sampler: Any, length_field: Field = "input_ids", **kwargs: Any
+        self,
+        *args: Any,
+        batch_sampler: Any,
+        length_field: Field = "input_ids",
+        check_packed: bool = True,
+        **kwargs: Any,
     ) -> None:
         sampler = _check_sampler(batch_sampler)
         lengths = sampler_lengths(sampler)
@@ -204,6 +216,7 @@ class PadlessTrainerMixin:
         self._padless_lengths = lengths
         self._padless_batches = TrainerBatches(sampler)
         self._padless_resume: str | None = None
+        self._padless_check_packed = check_bool("check_packed", check_packed)
         if trainer.train_dataset is not None:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
 
@@ -359,6 +372,9 @@ class PadlessTrainerMixin:
                     self.args.output_dir,  # type: ignore[attr-defined]
                 )
         self._padless_resume = None if path is None or path is False else os.fspath(path)
+        if self._padless_check_packed:
+            self._padless_packed_check()
+            self._padless_check_packed = False  # once: the model and collator stay the same
         try:
             return super().train(  # type: ignore[misc]
                 resume_from_checkpoint=self._padless_resume,
@@ -368,6 +384,27 @@ class PadlessTrainerMixin:
             )
         finally:
             self._padless_resume = None
+
+    def _padless_packed_check(self) -> None:
+        """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
+        from ._packed_check import check_packed, packs
+
+        trainer: Any = self
+        collator = trainer.data_collator
+        if collator is None or not packs(collator):
+            return
+        try:
+            check_packed(trainer.model, collate=collator)
+        except ValueError as err:
+            raise ValueError(f"{err} (PadlessTrainerMixin checks this before training)") from None
+        except Exception as err:  # noqa: BLE001 - a model this check cannot call
+            logger.warning(
+                "could not check that %s keeps packed documents apart (%s: %s); pass "
+                "check_packed=False to skip this check",
+                type(trainer.model).__name__,
+                type(err).__name__,
+                err,
+            )
 
     def _padless_restore(self, checkpoint: str) -> None:
         """Put the sampler at the start of the epoch the Trainer resumes (it then skips ahead)."""
@@ -688,5 +725,6 @@ __all__ = [
     "PaddingFreeCollator",
     "PadlessTrainerMixin",
     "TrainerBatches",
+    "check_packed",
     "newest_checkpoint",
 ]
