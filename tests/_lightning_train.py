@@ -1,9 +1,10 @@
-"""Train a tiny LightningModule on padless batches through ``LightningBatches``; resume from checkpoints.
+"""Train a tiny LightningModule with dropout on padless batches (``LightningBatches``); resume.
 
-Imported by tests/test_lightning.py (one process) and launched by it under torchrun with 2
-processes (``Trainer(accelerator="cpu", devices=2, strategy="ddp")``, gloo): each rank writes
-OUT_DIR/rank<r>.json with the batches of an uninterrupted run, of runs resumed from checkpoints
-(mid-epoch and at an epoch's end), and of the bare sampler.
+Imported by tests/test_lightning.py (one process, in the test's process) and launched by it
+under torchrun with 2 processes (``Trainer(accelerator="cpu", devices=2, strategy="ddp")``,
+gloo): each rank writes OUT_DIR/rank<r>.json with the batches and losses of an uninterrupted
+run, of runs resumed from checkpoints (an epoch's last batch and mid-epoch; torchdata's
+``StatefulDataLoader`` with 2 workers, ``ExactResume`` on), and of the bare sampler.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from padless import TokenBudgetSampler
-from padless.lightning import LightningBatches
+from padless.lightning import ExactResume, LightningBatches
 from padless.torch import StatefulLoader
 
 N = 160
@@ -31,18 +32,25 @@ SETTINGS = {"max_tokens": 300, "seed": 4}
 
 
 class Tiny(pl.LightningModule):
-    """A one-weight model that records the batches it trains on."""
+    """A 25-weight model with dropout that records the batches it trains on and its losses."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.lin = torch.nn.Linear(1, 1)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(1, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)
+        )
         self.record: list[dict[str, Any]] = []
 
     def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss = self.lin(batch.float()[:, None] / N).pow(2).mean()
+        loss = self.net(batch.float()[:, None] / N).pow(2).mean()
         self.record.append(
-            {"step": self.global_step, "epoch": self.current_epoch, "index": batch.tolist()}
+            {
+                "step": self.global_step,
+                "epoch": self.current_epoch,
+                "index": batch.tolist(),
+                "loss": loss.item(),
+            }
         )
         return loss
 
@@ -53,13 +61,19 @@ class Tiny(pl.LightningModule):
 class Data(pl.LightningDataModule):
     """The recipe: the sampler is built once the Trainer knows this process's rank."""
 
-    def __init__(self, loader: str = "torchdata", workers: int = 0) -> None:
+    def __init__(
+        self, loader: str = "torchdata", workers: int = 2, settings: dict | None = None
+    ) -> None:
         super().__init__()
         self.loader, self.workers = loader, workers
+        self.settings = SETTINGS if settings is None else settings
 
     def train_dataloader(self) -> Any:
         sampler = TokenBudgetSampler(
-            LENGTHS, rank=self.trainer.global_rank, world_size=self.trainer.world_size, **SETTINGS
+            LENGTHS,
+            rank=self.trainer.global_rank,
+            world_size=self.trainer.world_size,
+            **self.settings,
         )
         batches = LightningBatches(sampler)
         if self.loader == "torchdata":
@@ -82,10 +96,12 @@ def fit(
     every: int = 0,
     devices: int = 1,
     max_steps: int = -1,
+    exact: bool = True,
     **kw: Any,
 ) -> list[dict[str, Any]]:
+    """Train (resume from ``ckpt``), checkpoint every ``every`` steps; the model's record."""
     model = Tiny()
-    callbacks = []
+    callbacks: list[Any] = [ExactResume()] if exact else []
     if every:
         callbacks.append(
             ModelCheckpoint(
@@ -110,6 +126,11 @@ def fit(
     return model.record
 
 
+def per_epoch(world: int) -> int:
+    """Batches per process in an epoch."""
+    return len(TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS))
+
+
 def bare(rank: int, world: int, epochs: int) -> list[list[int]]:
     sampler = TokenBudgetSampler(LENGTHS, rank=rank, world_size=world, **SETTINGS)
     out = []
@@ -119,24 +140,29 @@ def bare(rank: int, world: int, epochs: int) -> list[list[int]]:
     return out
 
 
-def main(out: str) -> None:
-    torch.set_num_threads(1)  # run as a script only: a tiny model, threads only contend
+def quiet() -> None:
+    torch.set_num_threads(1)  # a tiny model: more threads only contend
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
+
+
+def main(out: str) -> None:
+    quiet()
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-    per_epoch = len(TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS))
-    result: dict[str, Any] = {"rank": rank, "world": world, "per_epoch": per_epoch, "n": N}
+    steps = per_epoch(world)
+    result: dict[str, Any] = {"rank": rank, "world": world, "per_epoch": steps, "n": N}
     result["repeated"] = TokenBudgetSampler(LENGTHS, world_size=world, **SETTINGS).repeated
     result["bare"] = bare(rank, world, 2)
     full_dir = os.path.join(out, "full")
-    result["full"] = fit(full_dir, every=per_epoch // 2, devices=world)
+    result["full"] = fit(full_dir, every=steps // 2, devices=world)
     result["resumed"] = {}
-    for step in (per_epoch, per_epoch + per_epoch // 2):  # an epoch's end; mid-epoch 1
+    for step in (steps, steps + steps // 2):  # an epoch's last batch; mid-epoch 1
+        torch.manual_seed(1000 + step)  # a fresh process's random state: must not matter
         ckpt = os.path.join(full_dir, f"step={step}.ckpt")
         result["resumed"][str(step)] = fit(os.path.join(out, f"r{step}"), ckpt=ckpt, devices=world)
     # a plain DataLoader with 2 workers in padless.torch.StatefulLoader, stopped mid-epoch 0
-    kw: dict[str, Any] = {"devices": world, "loader": "torch", "workers": 2}
-    step = per_epoch // 2
+    kw: dict[str, Any] = {"devices": world, "loader": "torch"}
+    step = steps // 2
     torch_dir = os.path.join(out, "torch")
     result["torch_first"] = fit(torch_dir, every=step, max_steps=step, **kw)
     ckpt = os.path.join(torch_dir, f"step={step}.ckpt")

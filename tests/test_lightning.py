@@ -1,5 +1,7 @@
-"""padless.lightning: LightningBatches alone, and a real 2-process Lightning DDP run (torchrun, gloo)
-with torchdata's StatefulDataLoader and padless.torch.StatefulLoader, resumed from checkpoints."""
+"""padless.lightning: LightningBatches alone, real Lightning runs in this process (one device,
+torchdata's StatefulDataLoader with 2 workers, dropout) resumed from checkpoints, and a real
+2-process Lightning DDP run (torchrun, gloo) with torchdata's StatefulDataLoader and
+padless.torch.StatefulLoader, resumed from checkpoints."""
 
 from __future__ import annotations
 
@@ -34,6 +36,23 @@ def test_len_is_the_whole_epoch_after_a_mid_epoch_load():
     assert len(fresh) == whole  # still the whole epoch once the iteration has begun
 
 
+def test_a_state_at_an_epochs_end_goes_on_with_the_next_epoch():
+    lengths = np.random.default_rng(1).integers(1, 40, 300)
+
+    def make():
+        return TokenBudgetSampler(lengths, max_tokens=200, seed=2, world_size=2, rank=1)
+
+    bare = make()
+    end = {**bare.state_dict(), "position": 2 * len(bare)}  # every slot of epoch 0, 2 processes
+    bare.set_epoch(1)
+    epoch1 = [list(b) for b in bare]
+    batches = LightningBatches(make())
+    batches.load_state_dict(end)
+    assert batches.padless_sampler.epoch == 1 and len(batches) == len(epoch1)
+    batches.set_epoch(1)  # what Lightning calls next: nothing changes
+    assert [list(b) for b in batches] == epoch1
+
+
 def test_set_epoch_reaches_the_sampler_through_batch_sampler_sampler():
     sampler = PackingSampler(np.arange(1, 60), capacity=64, seed=0)
     batches = LightningBatches(sampler)
@@ -44,14 +63,89 @@ def test_set_epoch_reaches_the_sampler_through_batch_sampler_sampler():
     assert [list(b) for b in batches] != first
 
 
-def test_refuses_what_is_not_a_padless_sampler_and_foreign_states():
+def test_refuses_what_is_not_a_padless_sampler_and_states_that_are_not_dicts():
     with pytest.raises(TypeError, match="must be a padless sampler"):
         LightningBatches([[0, 1], [2]])
+    batches = LightningBatches(TokenBudgetSampler(np.arange(1, 50), max_tokens=100, seed=0))
+    for bad in (None, [("epoch", 0)], "state"):
+        with pytest.raises(TypeError, match=r"state must be a dict from LightningBatches"):
+            batches.load_state_dict(bad)  # type: ignore[arg-type]
+
+
+def test_a_foreign_state_is_refused_at_len_then_by_iter_set_epoch_and_state_dict():
     lengths = np.arange(1, 50)
     batches = LightningBatches(TokenBudgetSampler(lengths, max_tokens=100, seed=0))
     other = TokenBudgetSampler(lengths, max_tokens=120, seed=0).state_dict()
-    with pytest.raises(ValueError, match="settings differ"):
-        batches.load_state_dict(other)
+    batches.load_state_dict(other)  # inside the loader's iterator: Lightning would hide it
+    assert list(iter(batches)) == []  # the loader's own iteration (and its prefetch) gets nothing
+    with pytest.raises(ValueError, match="cannot resume TokenBudgetSampler .* settings differ"):
+        len(batches)  # what Lightning asks right after making the iterator
+    assert len(batches) == 0  # Lightning's teardown asks again: its error is the first one
+    for call in (lambda: iter(batches), lambda: batches.set_epoch(1), batches.state_dict):
+        with pytest.raises(ValueError, match="settings differ"):
+            call()
+    batches.load_state_dict(TokenBudgetSampler(lengths, max_tokens=100, seed=0).state_dict())
+    assert len(list(batches)) == len(batches) > 0  # a state that fits clears the refusal
+
+
+def test_a_mid_epoch_state_of_another_world_size_is_refused():
+    lengths = np.random.default_rng(1).integers(1, 40, 300)
+    saved = TokenBudgetSampler(lengths, max_tokens=200, seed=2, world_size=2).state_dict()
+    batches = LightningBatches(TokenBudgetSampler(lengths, max_tokens=200, seed=2))
+    batches.load_state_dict({**saved, "position": 6})
+    with pytest.raises(ValueError, match="written by 2 processes, this run has 1"):
+        len(batches)
+    batches.load_state_dict(saved)  # at an epoch's start the world size may change
+    assert len(batches) > 0
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    """An uninterrupted 2-epoch run on one device (2 workers, dropout, ExactResume), with
+    checkpoints every half epoch; the module's import and the run's records."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("torchdata")
+    sys.path.insert(0, str(HERE))
+    import _lightning_train as lt
+
+    lt.quiet()
+    out = tmp_path_factory.mktemp("lightning")
+    steps = lt.per_epoch(1)
+    full = lt.fit(str(out / "full"), every=steps // 2)
+    return lt, out, steps, full
+
+
+def test_resume_at_an_epochs_last_batch_with_workers_is_exact_batches_and_losses(one_device):
+    lt, out, steps, full = one_device
+    assert [x["index"] for x in full] == lt.bare(0, 1, 2)
+    for step in (steps, steps // 2):  # an epoch's last batch (the next epoch was skipped), mid
+        lt.torch.manual_seed(step)  # a fresh process's random state: must not matter
+        resumed = lt.fit(str(out / f"r{step}"), ckpt=str(out / "full" / f"step={step}.ckpt"))
+        assert resumed == full[step:], step  # same batches, losses bitwise (dropout)
+    # without ExactResume the batches are the same, the dropout masks (losses) not
+    plain = lt.fit(str(out / "plain"), ckpt=str(out / "full" / f"step={steps}.ckpt"), exact=False)
+    assert [x["index"] for x in plain] == [x["index"] for x in full[steps:]]
+    assert [x["loss"] for x in plain] != [x["loss"] for x in full[steps:]]
+
+
+def test_lightning_shows_padless_error_for_a_state_that_does_not_fit(one_device):
+    lt, out, steps, _ = one_device
+    other = {**lt.SETTINGS, "max_tokens": 310}
+    ckpt = str(out / "full" / f"step={steps // 2}.ckpt")
+    with pytest.raises(ValueError, match="cannot resume TokenBudgetSampler .* settings differ"):
+        lt.fit(str(out / "other"), ckpt=ckpt, settings=other)  # not Lightning's RuntimeError
+
+
+def test_exact_resume_refuses_another_world_size():
+    pytest.importorskip("lightning")
+    from padless.lightning import ExactResume
+
+    two = ExactResume().state_dict()
+    two["ranks"] = two["ranks"] * 2
+    with pytest.raises(ValueError, match="random state of 2 processes, this run has 1"):
+        ExactResume().load_state_dict(two)
+    with pytest.raises(ValueError, match="written by ExactResume"):
+        ExactResume().load_state_dict({"ranks": None})
 
 
 def test_ddp_two_processes_resume_exactly(tmp_path):
@@ -69,10 +163,11 @@ def test_ddp_two_processes_resume_exactly(tmp_path):
         assert [x["index"] for x in res["torch_first"]] == res["bare"][:step]
         epochs = [[x["index"] for x in res["full"] if x["epoch"] == e] for e in (0, 1)]
         assert epochs[0] != epochs[1]
-        for loader in ("resumed", "torch_resumed"):  # torchdata's and padless.torch's loader
-            for mark, record in res[loader].items():
-                tail = [x["index"] for x in res["full"] if x["step"] >= int(mark)]
-                assert [x["index"] for x in record] == tail, (loader, mark)
+        for mark, record in res["resumed"].items():  # torchdata, 2 workers: batches and losses
+            assert record == [x for x in res["full"] if x["step"] >= int(mark)], mark
+        for mark, record in res["torch_resumed"].items():  # padless.torch's loader: batches
+            tail = [x["index"] for x in res["full"] if x["step"] >= int(mark)]
+            assert [x["index"] for x in record] == tail, mark
     a, b = ranks[0]["full"], ranks[1]["full"]
     assert len(a) == len(b)
     for epoch in (0, 1):
@@ -90,3 +185,67 @@ def test_docs_example(tmp_path):
 
     run_example("lightning", tmp_path)
     assert (tmp_path / "ckpt" / "step=5.ckpt").exists()
+
+
+def test_plain_loop_with_step_rng_resumes_losses_bitwise():
+    """The plain-loop pattern of padless.torch.StepRng (what ExactResume does for Lightning):
+    torchdata's loader (its iterator draws a seed at every epoch), dropout, resumed mid-epoch
+    and at an epoch's end."""
+    pytest.importorskip("torchdata")
+    import io
+
+    import torch
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from padless._torch_rng import StepRng
+
+    lengths = np.random.default_rng(0).integers(1, 50, 120)
+
+    def train(saved=None, stop=None):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Linear(1, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)
+        )
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        sampler = TokenBudgetSampler(lengths, max_tokens=300, seed=1)
+        loader = StatefulDataLoader(
+            torch.arange(len(lengths)), batch_sampler=sampler, num_workers=0, collate_fn=torch.stack
+        )
+        rng, first_epoch, step, losses = StepRng(), 0, 0, []
+        if saved is not None:
+            ckpt = torch.load(io.BytesIO(saved), weights_only=True)  # as from a file
+            net.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["opt"])
+            loader.load_state_dict(ckpt["loader"])
+            rng.load_state_dict(ckpt["rng"])
+            first_epoch, step = ckpt["epoch"], ckpt["step"]
+        for epoch in range(first_epoch, 2):
+            sampler.set_epoch(epoch)  # a loaded loader state then puts it at its position
+            for batch in loader:
+                with rng.step():
+                    loss = net(batch.float()[:, None] / 120).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                losses.append(loss.item())
+                step += 1
+                if step == stop:
+                    buf = io.BytesIO()
+                    state = {
+                        "model": net.state_dict(),
+                        "opt": opt.state_dict(),
+                        "rng": rng.state_dict(),
+                    }
+                    torch.save(
+                        {**state, "loader": loader.state_dict(), "epoch": epoch, "step": step}, buf
+                    )
+                    return losses, buf.getvalue()
+        return losses, None
+
+    per_epoch = len(TokenBudgetSampler(lengths, max_tokens=300, seed=1))
+    full, _ = train()
+    for stop in (per_epoch // 2, per_epoch):  # mid-epoch; an epoch's last batch
+        _, saved = train(stop=stop)
+        torch.manual_seed(stop)  # a fresh process's random state: must not matter
+        resumed, _ = train(saved)
+        assert resumed == full[stop:], stop

@@ -11,33 +11,41 @@ Lightning has three traps for a batch sampler that shards itself and resumes mid
 3. It sizes every epoch with ``len(loader)`` and counts the batches already trained itself, so
    after a mid-epoch resume the loader must still report the *whole* epoch.
 
-:class:`LightningBatches` fixes 2 and 3. Put it in a loader whose state Lightning saves in its
-checkpoints — torchdata's ``StatefulDataLoader`` (recommended; exact with workers) — and resume
-with ``trainer.fit(..., ckpt_path=...)``::
+:class:`LightningBatches` fixes 2 and 3, goes on with the next epoch from a state saved at an
+epoch's last batch, and reports a saved state that does not fit as padless's own error. Put it
+in a loader whose state Lightning saves in its checkpoints — torchdata's ``StatefulDataLoader``
+(recommended; exact with workers) — and resume with ``trainer.fit(..., ckpt_path=...)``; add
+the callback :class:`ExactResume` when the resumed losses must be bitwise (dropout)::
 
     import lightning as L
     from torchdata.stateful_dataloader import StatefulDataLoader
     from padless import TokenBudgetSampler
-    from padless.lightning import LightningBatches
+    from padless.lightning import ExactResume, LightningBatches
 
     class Data(L.LightningDataModule):
         def train_dataloader(self):
             sampler = TokenBudgetSampler(lengths, max_tokens=16384, seed=0,
                                          rank=self.trainer.global_rank,
                                          world_size=self.trainer.world_size)
-            return StatefulDataLoader(dataset, batch_sampler=LightningBatches(sampler),
+            return StatefulDataLoader(sampler.checked(dataset),
+                                      batch_sampler=LightningBatches(sampler),
                                       num_workers=4, collate_fn=collate)
 
-    trainer = L.Trainer(strategy="ddp", devices=8, use_distributed_sampler=False)
+    trainer = L.Trainer(strategy="ddp", devices=8, use_distributed_sampler=False,
+                        callbacks=[ExactResume()])
     trainer.fit(model, datamodule=Data(), ckpt_path="last")
+
+``import padless.lightning`` does not import Lightning or torch; ``ExactResume`` does, when it
+is first used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 _SAMPLER_API = ("__iter__", "__len__", "set_epoch", "state_dict", "load_state_dict", "epoch")
+RNG_STATE_VERSION = 1
 
 
 class LightningBatches:
@@ -48,6 +56,17 @@ class LightningBatches:
     sampler through ``batch_sampler.sampler`` (where Lightning and accelerate look for it);
     ``state_dict`` / ``load_state_dict`` are the sampler's, so torchdata's ``StatefulDataLoader``
     saves and restores it with the batches the loop received.
+
+    A state saved after an epoch's last batch (``position`` at the epoch's end) continues with
+    the next epoch from its first batch, as Lightning does: the loader's iterator (and its
+    workers' prefetch) is made before Lightning calls ``set_epoch`` on a resume.
+
+    A state that does not fit the sampler (other lengths, settings, seed...) is refused with a
+    ``ValueError`` carrying the sampler's message at the next ``len()`` — Lightning asks right
+    after it creates the loader's iterator, before the first step — and by any later
+    ``iter()``, ``set_epoch`` or ``state_dict``; meanwhile it yields nothing. (Raised inside
+    the loader's iterator, Lightning would replace it by its own ``RuntimeError: Please call
+    iter(combined_loader) first``.)
 
     Args:
         sampler: a padless sampler (``TokenBudgetSampler``, ``PackingSampler``,
@@ -61,6 +80,9 @@ class LightningBatches:
     >>> batches.load_state_dict(state)
     >>> len(batches), len(list(batches))
     (5, 3)
+    >>> batches.load_state_dict({**state, "position": 5})    # the epoch's last batch trained
+    >>> batches.padless_sampler.epoch, len(list(batches))
+    (1, 5)
     """
 
     def __init__(self, sampler: Any) -> None:
@@ -72,6 +94,9 @@ class LightningBatches:
             )
         self.padless_sampler = sampler
         self._length = len(sampler)
+        self._refused: Exception | None = None  # a loaded state that does not fit
+        self._reported = False  # raised once by len(): Lightning's teardown may ask again
+        self._loader_iter = False  # the loader's own iter() right after the load
 
     @property
     def sampler(self) -> LightningBatches:
@@ -79,13 +104,25 @@ class LightningBatches:
         return self
 
     def __iter__(self) -> Iterator[Any]:
+        if self._refused is not None:
+            if self._loader_iter:  # the loader's iterator (and its prefetch) is being made
+                self._loader_iter = False
+                return iter(())
+            raise self._refusal(self._refused)
         return iter(self.padless_sampler)
 
     def __len__(self) -> int:
+        if self._refused is not None:
+            if not self._reported:
+                self._reported = True
+                raise self._refusal(self._refused)
+            return 0
         return self._length
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (a loaded position survives only for its own epoch)."""
+        if self._refused is not None:
+            raise self._refusal(self._refused)
         sampler = self.padless_sampler
         if epoch != sampler.epoch:
             sampler.set_epoch(epoch)
@@ -93,14 +130,140 @@ class LightningBatches:
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """The sampler's state (see ``state_dict`` of the padless sampler)."""
+        if self._refused is not None:
+            raise self._refusal(self._refused)
         return dict(self.padless_sampler.state_dict(consumed=consumed))
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next iteration; ``len()`` stays the whole epoch."""
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration; ``len()`` stays the whole epoch.
+
+        ``state`` must be a dict from ``state_dict()`` (else a ``TypeError`` now). At its
+        epoch's end it continues with the next epoch. A state that does not fit is refused
+        as the class doc says.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                "state must be a dict from LightningBatches.state_dict() (a padless sampler "
+                f"state), got {type(state).__name__} {state!r:.80}"
+            )
         sampler = self.padless_sampler
-        sampler.load_state_dict({**state, "position": 0})  # checks it; the whole epoch's length
-        self._length = len(sampler)
-        sampler.load_state_dict(state)
+        self._refused, self._reported, self._loader_iter = None, False, False
+        try:
+            sampler.load_state_dict({**state, "position": 0})  # checks it; the whole epoch's length
+            whole = len(sampler)
+            sampler.load_state_dict(state)
+            _check_world(state, sampler, whole)
+        except (TypeError, ValueError) as err:
+            self._refused, self._loader_iter = err, True
+            return
+        if whole and len(sampler) == 0:  # its epoch's end: Lightning goes on with the next one
+            sampler.set_epoch(sampler.epoch + 1)
+            whole = len(sampler)
+        self._length = whole
+
+    def _refusal(self, err: Exception) -> ValueError:
+        # a ValueError even for the sampler's TypeError: Lightning's sized_len swallows those
+        name = type(self.padless_sampler).__name__
+        return ValueError(f"cannot resume {name} from the loader's state: {err}")
 
 
-__all__ = ["LightningBatches"]
+def _check_world(state: Mapping[str, Any], sampler: Any, whole: int) -> None:
+    """Refuse a mid-epoch state of another world size (Lightning counts batches per process)."""
+    saved, world = state.get("world_size"), getattr(sampler, "world_size", None)
+    if saved != world and state.get("position") and whole and len(sampler):
+        raise ValueError(
+            f"the state was written by {saved} processes, this run has {world}: "
+            "Lightning counts an epoch's trained batches per process, so a mid-epoch state "
+            "resumes exactly only at its own world size (a state at an epoch's start or end "
+            "at any)"
+        )
+
+
+def _gather(obj: Any) -> list[Any]:
+    """``obj`` of every process (a collective under ``torch.distributed``), or ``[obj]``."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _exact_resume_class() -> type:
+    import lightning.pytorch as pl
+
+    from ._torch_rng import StepRng
+
+    class ExactResume(pl.Callback):
+        """A Lightning callback that makes resumed losses bitwise: it checkpoints the random state.
+
+        Each training step starts from the random state (torch CPU and CUDA, numpy, python) that
+        the previous step ended with, saved in every checkpoint for every process and restored on
+        ``trainer.fit(..., ckpt_path=...)``: the resumed run draws the dropout masks of the
+        uninterrupted one, mid-epoch and from an epoch's end alike
+        (:class:`padless.torch.StepRng` does the work; see it for what is covered). With
+        :class:`LightningBatches` in a ``StatefulDataLoader`` the batches are the same too, so
+        the losses are bitwise. A checkpoint must be resumed by as many processes as wrote it
+        (a ``ValueError`` otherwise: drop the callback to resume at another world size).
+
+        Cost: 0.1–0.2 ms per step (``StepRng``) and, at each checkpoint, one gather of the
+        processes' random states (about 14 KB each).
+        """
+
+        def __init__(self) -> None:
+            self.rng = StepRng()
+
+        def on_train_batch_start(
+            self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.rng.begin()
+
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.rng.end()
+
+        def state_dict(self) -> dict[str, Any]:
+            # Lightning builds a checkpoint's contents on every process, so all of them gather
+            return {"version": RNG_STATE_VERSION, "ranks": _gather(self.rng.state_dict())}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            ranks = state_dict.get("ranks") if isinstance(state_dict, Mapping) else None
+            if not isinstance(ranks, list) or state_dict.get("version") != RNG_STATE_VERSION:
+                raise ValueError(
+                    f"ExactResume's checkpoint state must be a dict with version "
+                    f"{RNG_STATE_VERSION} and 'ranks' (written by ExactResume), got "
+                    f"{state_dict!r:.80}"
+                )
+            rank, world = _rank_and_world()
+            if len(ranks) != world:
+                raise ValueError(
+                    f"ExactResume: the checkpoint holds the random state of {len(ranks)} "
+                    f"processes, this run has {world}; bitwise losses need the same world size "
+                    "(remove ExactResume from the callbacks to resume at another world size)"
+                )
+            self.rng.load_state_dict(ranks[rank])
+
+    ExactResume.__module__ = __name__
+    ExactResume.__qualname__ = "ExactResume"
+    return ExactResume
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ExactResume":  # made on first use: importing Lightning takes seconds
+        cls = _exact_resume_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ExactResume", "LightningBatches"]  # noqa: F822 (ExactResume: module __getattr__)

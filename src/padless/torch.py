@@ -624,4 +624,7 @@ def collate_packed(
 
 from ._packed_check import check_packed as check_packed  # noqa: E402
 from ._torch_loss import scale_loss as scale_loss  # noqa: E402
+from ._torch_rng import StepRng as StepRng  # noqa: E402
+from ._torch_rng import get_rng_state as get_rng_state  # noqa: E402
+from ._torch_rng import set_rng_state as set_rng_state  # noqa: E402
 from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401
