@@ -3,7 +3,9 @@ determinism, exact resume at every batch for every spec and source kind, clear e
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -521,3 +523,202 @@ def test_cost_budgets_are_refused_not_ignored(spec):
     """A budget the stream cannot keep is refused up front, never silently broken."""
     with pytest.raises(ValueError, match="not supported by StreamBatcher"):
         padless.StreamBatcher(range(10), spec, length=int)
+
+
+# --------------------------------------------------------------------------- issue 24: lengths
+
+
+ROWS = [{"id": i, "input_ids": [7] * int(n)} for i, n in enumerate(LENGTHS[:60])]
+
+
+def test_no_silent_length_default_for_dict_rows():
+    """A dict row's len counts its keys: without length= it is a TypeError showing the fix."""
+    spec = TokenBudget(max_tokens=100)
+    with pytest.raises(
+        TypeError, match=r'position 0 is a dict .*length=lambda row: len\(row\["input_ids"\]\)'
+    ):
+        list(StreamBatcher(ROWS, spec, buffer=8))
+    with pytest.raises(TypeError, match="length=len on the item at stream position 0"):
+        list(StreamBatcher(ROWS, spec, buffer=8, length=len))
+    with pytest.raises(TypeError, match="position 0 is an int .*length=int"):
+        list(StreamBatcher([3, 4], spec, buffer=8))
+    # sequences of token ids need no length=: their len is the length
+    tokens = [row["input_ids"] for row in ROWS]
+    for items in (tokens, [np.array(t, np.int32) for t in tokens]):
+        batches = list(StreamBatcher(items, spec, buffer=8))
+        assert sorted(len(x) for b in batches for x in b) == sorted(map(len, tokens))
+        assert all(len(b) * max(map(len, b)) <= 100 for b in batches)
+    measured = list(StreamBatcher(ROWS, spec, buffer=8, length=lambda r: len(r["input_ids"])))
+    assert all(len(b) * max(len(r["input_ids"]) for r in b) <= 100 for b in measured)
+
+
+@pytest.mark.parametrize("bad", ["7", 2.5, True, None, np.float64(3.0), np.bool_(True)])
+def test_int_length_takes_only_int_items(bad):
+    with pytest.raises(TypeError, match=f"length=int .* stream position 2 is {type(bad).__name__}"):
+        list(StreamBatcher([3, 4, bad, 5], TokenBudget(max_tokens=100), buffer=8, length=int))
+
+
+def test_a_failing_length_names_the_item_position():
+    rows = ROWS[:5] + [None] + ROWS[5:]
+    with pytest.raises(TypeError, match="stream position 5 .*NoneType"):
+        list(StreamBatcher(rows, TokenBudget(max_tokens=100), buffer=8,
+                           length=lambda r: len(r["input_ids"])))  # fmt: skip
+    with pytest.raises(ValueError, match=r"KeyError: 'ids' for the item at stream position 0"):
+        list(StreamBatcher(ROWS, TokenBudget(max_tokens=100), buffer=8, length=lambda r: r["ids"]))
+
+
+def _saved(items, cut, **kw):
+    b = StreamBatcher(items, TokenBudget(max_tokens=100), buffer=40, length=int, **kw)
+    it = iter(b)
+    got = [next(it) for _ in range(cut)]
+    return got, b.state_dict()
+
+
+def test_state_refused_over_a_source_that_does_not_fit():
+    lengths = [int(n) for n in LENGTHS]
+    got, state = _saved(lengths, 60)
+    chunk, rnd = 40 // CHUNKS, state["round"]
+    assert state["position"] > 0 and rnd >= CHUNKS
+
+    def resume(items):
+        b = StreamBatcher(items, TokenBudget(max_tokens=100), buffer=40, length=int)
+        b.load_state_dict(state)
+        return list(b)
+
+    assert got + resume(lengths) == list(StreamBatcher(lengths, TokenBudget(max_tokens=100),
+                                                       buffer=40, length=int))  # fmt: skip
+    # ends inside the saved round's chunk: a shorter round, not the saved one
+    with pytest.raises(ValueError, match="does not fit the state"):
+        resume(lengths[: rnd * chunk + 3])
+    with pytest.raises(ValueError, match="fewer items"):  # ends before the saved position
+        resume(lengths[: state["position"] + 3])
+    raw = zlib.decompress(base64.b64decode(state["waiting"]))
+    waiting = state["position"] + int(
+        np.flatnonzero(np.unpackbits(np.frombuffer(raw, np.uint8)))[0]
+    )
+    for where in (waiting, rnd * chunk + 3):  # a waiting item, an item of the round's chunk
+        other = list(lengths)
+        other[where] += 1
+        with pytest.raises(ValueError, match=r"does not fit the state: the items read again"):
+            resume(other)
+
+
+# --------------------------------------------------------------------------- issue 24: epochs
+
+
+def test_a_state_belongs_to_its_epoch():
+    lengths = [int(n) for n in LENGTHS[:300]]
+    spec = TokenBudget(max_tokens=100)
+
+    def make():
+        return StreamBatcher(lengths, spec, buffer=40, length=int)
+
+    b = make()
+    b.set_epoch(1)
+    it = iter(b)
+    got = [next(it) for _ in range(20)]
+    state = b.state_dict()
+    late = make()
+    late.load_state_dict(state)
+    with pytest.raises(
+        ValueError, match=r"set_epoch\(0\) after load_state_dict\(\) of a state of epoch 1"
+    ):
+        late.set_epoch(0)
+    early = make()
+    early.set_epoch(0)
+    with pytest.raises(ValueError, match=r"state is of epoch 1, but set_epoch\(0\) was called"):
+        early.load_state_dict(state)
+    # the right loop: from the saved epoch, which the state may be given before or after
+    ref = make()
+    ref.set_epoch(1)
+    full = list(ref)
+    for order in ("load first", "epoch first"):
+        again = make()
+        if order == "epoch first":
+            again.set_epoch(1)
+        again.load_state_dict(state)
+        again.set_epoch(1)
+        assert got + list(again) == full
+        again.set_epoch(2)  # the state was used: the next epoch is free
+        assert sum(map(len, again)) == len(lengths)
+
+
+def test_resume_loop_visits_every_item_once_per_epoch():
+    """The documented loop (save the epoch, loop from it), stopped and resumed at every 7th batch
+    of two epochs, visits each item exactly twice, in the uninterrupted order."""
+    items = list(range(1, 121))
+    spec, epochs = TokenBudget(max_tokens=300), 2
+
+    def run(checkpoint, stop_at):
+        batcher = StreamBatcher(items, spec, buffer=16, length=int)
+        start = 0
+        if checkpoint:
+            batcher.load_state_dict(checkpoint["stream"])
+            start = checkpoint["epoch"]
+        steps = []
+        for epoch in range(start, epochs):
+            batcher.set_epoch(epoch)
+            for batch in batcher:
+                if len(steps) == stop_at:
+                    return steps, checkpoint
+                steps.append((epoch, tuple(batch)))
+                checkpoint = {
+                    "stream": json.loads(json.dumps(batcher.state_dict())),
+                    "epoch": epoch,
+                }
+        return steps, checkpoint
+
+    full, _ = run(None, -1)
+    for stop in range(1, len(full), 7):
+        first, checkpoint = run(None, stop)
+        rest, _ = run(checkpoint, -1)
+        assert first + rest == full, stop
+        visits = [x for _, batch in first + rest for x in batch]
+        assert sorted(visits) == sorted(items * epochs)
+
+
+def test_pad_to_multiple_of_is_refused_for_now():
+    try:
+        spec = TokenBudget(max_tokens=4096, pad_to_multiple_of=8)
+    except TypeError:
+        pytest.skip("TokenBudget has no pad_to_multiple_of")
+    with pytest.raises(ValueError, match=r"\['pad_to_multiple_of'\] are not supported"):
+        StreamBatcher(range(10), spec, length=int)
+    StreamBatcher(range(10), TokenBudget(max_tokens=4096, pad_to_multiple_of=1), length=int)
+
+
+# --------------------------------------------------------------------------- issue 24: shuffles
+
+
+def test_shuffled_datasets_stream_resumes_exactly():
+    """The issue's case: 4,000 rows, a datasets shuffle buffer of 1000, window=1, saved after 76
+    batches (past window × buffer): the shuffled stream is re-read from the epoch's start."""
+    datasets = pytest.importorskip("datasets")
+    from padless.streams import _Source
+
+    rs = np.random.default_rng(0)
+    table = {"id": list(range(4000)), "n": rs.integers(1, 60, 4000).tolist()}
+    base = datasets.Dataset.from_dict(table).to_iterable_dataset(num_shards=4)
+    spec = TokenBudget(max_tokens=1024)
+
+    def make():
+        return StreamBatcher(base.shuffle(seed=0, buffer_size=1000), spec, buffer=1000,
+                             length=lambda r: r["n"], window=1)  # fmt: skip
+
+    full = [[r["id"] for r in b] for b in make()]
+    b = make()
+    it = iter(b)
+    got = [[r["id"] for r in next(it)] for _ in range(76)]
+    state = b.state_dict()
+    assert state["position"] >= 1000  # past window × buffer: a seek would lose items
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert got + [[r["id"] for r in b] for b in resumed] == full
+    # a shuffle anywhere in the chain takes the exact path; the exact transforms keep the seek
+    shuffled = base.shuffle(seed=1, buffer_size=10)
+    for ds in (shuffled, shuffled.map(lambda r: r), shuffled.take(100),
+               datasets.interleave_datasets([base, shuffled])):  # fmt: skip
+        assert _Source(ds).kind == "iterable"
+    for ds in (base, base.map(lambda r: r), base.filter(lambda r: r["n"] > 3), base.skip(5),
+               base.take(100), datasets.interleave_datasets([base, base.take(10)])):  # fmt: skip
+        assert _Source(ds).kind == "stateful"

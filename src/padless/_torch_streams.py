@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ._check import check_int, check_seed, positive
-from .streams import WINDOW, Piece, StreamBatcher
+from .streams import WINDOW, Piece, StreamBatcher, _check_epoch
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -126,7 +126,8 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     workers, use torchdata's ``StatefulDataLoader``: it saves each worker's state with the
     batches the loop received and restores them, so a resumed run gets exactly the batches the
     uninterrupted one would have. Call ``set_epoch(e)`` before each epoch (workers must not be
-    persistent, as they take the epoch when they start).
+    persistent, as they take the epoch when they start), and save the epoch with the loader's
+    state: a resumed loop starts from it (a state of another epoch than the one set is refused).
 
     Ranks see different numbers of batches (their shards differ): under ``torch.distributed``
     wrap the loader in :func:`stop_together` so every rank stops at the same step.
@@ -148,7 +149,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         spec: Any,
         *,
         buffer: int = 10_000,
-        length: Callable[[Any], Any] = len,
+        length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         window: int = WINDOW,
         rank: int | None = None,
@@ -169,6 +170,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.seed = seed
         self.window = window
         self.epoch = 0
+        self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         self._pending: dict[str, Any] | None = None
         self._batcher: StreamBatcher | None = None
         self._worker: tuple[int, int] | None = None
@@ -180,11 +182,18 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return state
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration yields (forwarded to the source's ``set_epoch``)."""
+        """Select the epoch the next iteration yields (forwarded to the source's ``set_epoch``).
+
+        A state is of one epoch: after ``load_state_dict`` only that epoch may be set until the
+        next iteration uses the state, and after ``set_epoch`` only a state of that epoch may
+        be loaded (what ``StatefulDataLoader`` does in each worker, after the loop's
+        ``set_epoch``). Either mistake is a ``ValueError``: a resume loop must start from the
+        epoch saved with the state.
+        """
         epoch = check_seed(epoch, "epoch")
-        if epoch != self.epoch:
-            self._pending = None
+        _check_epoch(self._pending, epoch, "StreamDataset")
         self.epoch = epoch
+        self._epoch_set = True
         # here, in the main process, before DataLoader workers start: a datasets source keeps
         # its epoch in shared memory, which workers setting it at once could corrupt
         set_source_epoch = getattr(self.source, "set_epoch", None)
@@ -247,8 +256,10 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         """Resume from ``state`` at the next iteration (checked then)."""
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        epoch = state.get("epoch")
-        self.epoch = check_seed(epoch, "state['epoch']")
+        epoch = check_seed(state.get("epoch"), "state['epoch']")
+        if self._epoch_set:
+            _check_epoch(state, self.epoch, "StreamDataset", loading=True)
+        self.epoch = epoch
         self._pending = copy.deepcopy(dict(state))
 
 

@@ -55,7 +55,12 @@ wait (zlib-compressed), and for a source with the ``datasets.IterableDataset`` p
 buffer`` items, calling ``length`` only on the items that still wait, skipping chunks where
 none waits) and the batches continue exactly as without the interruption. A plain iterable or a
 callable that re-creates the iterator is skipped from its start instead: O(position) items are
-read again (at C speed, ``itertools.islice``, no ``length`` calls).
+read again (at C speed, ``itertools.islice``, no ``length`` calls); so is a
+``datasets.IterableDataset`` with a ``.shuffle()`` in its chain, whose state does not hold its
+shuffle buffer. A state is of one epoch (a state of another epoch than ``set_epoch``'s is
+refused), and it holds a digest of the round it restores (the lengths and positions of the
+items read again): a restore over a source that ends earlier or holds other lengths there is
+refused rather than yielding another epoch.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from __future__ import annotations
 import base64
 import copy
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any, NamedTuple, NoReturn
 
@@ -71,7 +76,7 @@ import numpy as np
 
 from . import _kernels as K
 from . import _rng
-from ._check import check_seed, positive
+from ._check import _is_int, check_seed, positive
 from ._state import STATE_VERSION, _mismatch, fingerprint
 from .planners._order import group_keys
 
@@ -124,13 +129,36 @@ def _is_stateful(obj: Any) -> bool:
     )
 
 
+def _buffer_shuffled(obj: Any) -> bool:
+    """Whether ``obj`` is a ``datasets.IterableDataset`` with a shuffle buffer in its chain.
+
+    ``IterableDataset.shuffle()`` wraps the examples in a buffer whose content its
+    ``state_dict()`` does not hold ("the shuffle buffer will be refilled"), so restoring that
+    state does not continue the same order; ``.map``, ``.filter``, ``.take``, ``.skip`` and
+    ``interleave_datasets`` keep exact states. Such a source is re-read from the start of
+    the epoch instead (its order for an epoch is fixed by its seed).
+    """
+    node = getattr(obj, "_ex_iterable", None)
+    todo, seen = [node], set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if any(c.__name__ == "BufferShuffledExamplesIterable" for c in type(node).__mro__):
+            return True
+        todo.append(getattr(node, "ex_iterable", None))
+        todo.extend(getattr(node, "ex_iterables", None) or ())
+    return False
+
+
 class _Source:
     """Opens the source for an epoch at a position; snapshots the state of stateful ones."""
 
     def __init__(self, source: Any) -> None:
         self.obj = source
         if hasattr(source, "__iter__"):
-            if _is_stateful(source):
+            if _is_stateful(source) and not _buffer_shuffled(source):
                 self.kind = "stateful"
             elif isinstance(source, Iterator):
                 self.kind = "oneshot"
@@ -715,6 +743,77 @@ _ENGINES = {
 }
 
 
+# --------------------------------------------------------------------------- lengths
+
+
+_INT_TYPES: dict[type, bool] = {}
+
+
+def _int_type(kind: type) -> bool:
+    """Whether values of type ``kind`` are ints as lengths (``int``, numpy ints; not bool)."""
+    ok = _INT_TYPES.get(kind)
+    if ok is None:
+        ok = _INT_TYPES[kind] = issubclass(kind, (int, np.integer)) and not issubclass(
+            kind, (bool, np.bool_)
+        )
+    return ok
+
+
+def _token_count(item: Any) -> int | None:
+    """``len(item)`` when ``item`` is a sized sequence of ints (token ids), else None.
+
+    A list or tuple whose first element is an int, or a 1-D integer array or tensor; checked
+    on the first element only (O(1) per item).
+    """
+    if isinstance(item, (list, tuple)):
+        return len(item) if not item or _is_int(item[0]) else None
+    dtype = getattr(item, "dtype", None)
+    if dtype is None or getattr(item, "ndim", None) != 1 or isinstance(item, (str, bytes)):
+        return None
+    name = str(dtype).rsplit(".", 1)[-1]  # numpy "int64", torch "torch.int64"
+    return len(item) if name.startswith(("int", "uint")) else None
+
+
+def _length_hint(item: Any) -> str:
+    """How to write ``length=`` for an item that is not a sequence of ints."""
+    if isinstance(item, Mapping):
+        keys = list(item.keys())
+        sized = [k for k in keys if isinstance(k, str) and hasattr(item[k], "__len__")]
+        key = "input_ids" if "input_ids" in keys else (sized[0] if sized else "input_ids")
+        return (
+            f"a {type(item).__name__} with keys {keys[:6]!r:.80}, whose len() counts its keys; "
+            f'pass length=lambda row: len(row["{key}"]) (or a named function, '
+            f'def tokens(row): return len(row["{key}"]), where DataLoader workers pickle it)'
+        )
+    if _is_int(item):
+        return f"an int ({item!r}); for a stream of lengths pass length=int"
+    return (
+        f"{type(item).__name__} {item!r:.60}; pass length=, a function from an item to its "
+        "length (an int) or per-field lengths (a tuple of ints)"
+    )
+
+
+def _check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> None:
+    """Refuse a state of another epoch than ``epoch`` (the one set, or being set)."""
+    if state is None or state.get("epoch") == epoch:
+        return
+    saved = state.get("epoch")
+    fix = (
+        "save the epoch with the state and loop from it: "
+        "for epoch in range(checkpoint['epoch'], epochs): "
+        f"{'dataset' if who == 'StreamDataset' else 'batcher'}.set_epoch(epoch)"
+    )
+    if loading:
+        raise ValueError(
+            f"{who}.load_state_dict: the state is of epoch {saved}, but set_epoch({epoch}) was "
+            f"called: resuming it would yield the rest of epoch {saved} as epoch {epoch}; {fix}"
+        )
+    raise ValueError(
+        f"{who}.set_epoch({epoch}) after load_state_dict() of a state of epoch {saved}: the "
+        f"state would be dropped (or epoch {saved} yielded twice); {fix}"
+    )
+
+
 # --------------------------------------------------------------------------- the batcher
 
 
@@ -722,7 +821,7 @@ class _Live:
     """Where the running (or last) iteration stands, for ``state_dict``."""
 
     __slots__ = ("epoch", "round", "emitted", "first", "snapshot", "carry_in", "done", "start",
-                 "cached")  # fmt: skip
+                 "cached", "buf", "read")  # fmt: skip
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -733,10 +832,13 @@ class _Live:
         self.carry_in: _Entries | None = None
         self.done = False
         self.start: dict[str, Any] | None = None
-        self.cached: tuple[str, int, list[list[int]]] | None = None
+        self.cached: tuple[str, int, list[list[int]], str] | None = None
+        self.buf: _Entries | None = None  # the round's buffer (waiting items + new chunk)
+        self.read = 0  # items read in the round's chunk
 
-    def bits(self, chunk: int) -> tuple[str, int, list[list[int]]]:
-        """The waiting items as a bit mask over the chunks ``first..round-1`` (once per round)."""
+    def bits(self, chunk: int) -> tuple[str, int, list[list[int]], str]:
+        """The waiting items as a bit mask over the chunks ``first..round-1``, and the round
+        buffer's digest (once per round)."""
         if self.cached is None:
             span = (self.round - self.first) * chunk
             mask = np.zeros(span, np.uint8)
@@ -749,8 +851,17 @@ class _Live:
                 pieces = [[int(where[i]), int(pend.piece[i])] for i in split.tolist()]
             packed = zlib.compress(np.packbits(mask).tobytes(), 6)
             text = base64.b64encode(packed).decode("ascii")
-            self.cached = (text, span, pieces)
+            buf = self.buf if self.buf is not None else _Entries.empty(0)
+            self.cached = (text, span, pieces, _digest(buf, self.read))
         return self.cached
+
+
+def _digest(buf: _Entries, read: int) -> str:
+    """What a restore must find again: the round buffer's lengths, chunks, offsets and pieces,
+    and how many items its chunk held (a restore over other items is refused by it)."""
+    crc = zlib.crc32(np.ascontiguousarray(buf.lens).data)  # CRC-32: a few ns an entry
+    crc = zlib.crc32(np.ascontiguousarray(buf.meta).data, crc)
+    return f"{len(buf)}:{read}:{zlib.crc32(int(read).to_bytes(8, 'little'), crc):08x}"
 
 
 class StreamBatcher:
@@ -763,15 +874,21 @@ class StreamBatcher:
 
     Args:
         source: the items. An iterable is iterated once per epoch (its ``set_epoch`` is called
-            when it has one, e.g. a shuffled ``datasets.IterableDataset``); a callable is called
-            for a fresh iterable each epoch; a one-shot iterator (a generator) serves one epoch
-            and cannot be resumed. A source with ``state_dict()``/``load_state_dict()`` (the
+            when it has one, e.g. a ``datasets.IterableDataset``); a callable is called for a
+            fresh iterable each epoch; a one-shot iterator (a generator) serves one epoch and
+            cannot be resumed. A source with ``state_dict()``/``load_state_dict()`` (the
             ``datasets.IterableDataset`` protocol) resumes in O(buffer); others are skipped from
-            the start, O(position).
+            the start, O(position). So is a ``datasets.IterableDataset`` with a ``.shuffle()``
+            in its chain, whose state does not hold its shuffle buffer (give it a ``seed``: its
+            order for an epoch must be the same when read again).
         spec: ``TokenBudget``, ``Buckets``, ``ExactLength`` or ``Packing``.
         buffer: the most items held (at least 4; read in chunks of ``buffer // 4``).
         length: maps an item to its length (an int) or per-field lengths (a tuple of ints, e.g.
-            source and target); ``int`` for streams of lengths. Lengths lie in [0, 2**31).
+            source and target), e.g. ``lambda row: len(row["input_ids"])`` for ``datasets``
+            rows; ``int`` for a stream of lengths (the items must then be ints). Required
+            unless every item is a sequence of token ids (a list or tuple of ints, a 1-D integer
+            array), whose ``len`` is taken. Lengths must be ints (not bool, float or str) in
+            [0, 2**31); a bad one is an error naming its stream position.
         seed: non-negative int; each round's batch order comes from ``(seed, epoch)``.
         window: how far back an item may wait, in buffers of stream: the items of a batch lie
             within ``window × buffer`` positions, and a restore reads that many items again.
@@ -780,8 +897,10 @@ class StreamBatcher:
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
     waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
     of ints (``benchmarks/bench_streams.py``). Memory: ``buffer`` items, their lengths and a
-    few int64 each. ``state_dict()`` is O(1) (the bit mask is built once per round, about
-    ``window × buffer / 8`` bytes before compression); ``load_state_dict()`` is O(1).
+    few int64 each. ``state_dict()`` is O(1) (the bit mask, about ``window × buffer / 8`` bytes
+    before compression, and a digest of the round's buffer are built once per round);
+    ``load_state_dict()`` is O(1). ``length=int`` checks that every item is an int (a type
+    check per item, at C speed).
 
     >>> from padless import TokenBudget
     >>> lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5]
@@ -799,7 +918,7 @@ class StreamBatcher:
         spec: Any,
         *,
         buffer: int = 10_000,
-        length: Callable[[Any], Any] = len,
+        length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         window: int = WINDOW,
     ) -> None:
@@ -814,22 +933,26 @@ class StreamBatcher:
             raise ValueError(
                 f"spec must be one of the strategies {sorted(_ENGINES)} for a stream, got {spec.name!r}"
             )
-        costed = [
+        unsupported = [
             k for k in ("cost", "max_cost", "max_row_cost") if getattr(spec, k, None) is not None
         ]
-        if costed:
+        if getattr(spec, "pad_to_multiple_of", None) not in (None, 1):
+            unsupported.append("pad_to_multiple_of")
+        if unsupported:
             raise ValueError(
-                f"spec settings {costed} are not supported by StreamBatcher yet (its batches "
-                f"follow token budgets only), got {spec.describe()}; plan with PlanSampler instead"
+                f"spec settings {unsupported} are not supported by StreamBatcher yet (its batches "
+                f"follow token budgets of the lengths as given only), got {spec.describe()}; "
+                "plan with PlanSampler instead"
             )
         buffer = positive("buffer", buffer)
         if buffer < CHUNKS:
             raise ValueError(
                 f"buffer must be an int >= {CHUNKS} (it is read in {CHUNKS} chunks), got {buffer}"
             )
-        if not callable(length):
+        if length is not None and not callable(length):
             raise TypeError(
-                f"length must be a callable item -> int or tuple of ints, got {type(length).__name__}"
+                "length must be a callable item -> int or tuple of ints (or None for items that "
+                f"are sequences of token ids), got {type(length).__name__}"
             )
         self.spec = spec
         self.buffer = buffer
@@ -839,6 +962,7 @@ class StreamBatcher:
         self.length = length
         self.seed = check_seed(seed, "seed")
         self.epoch = 0
+        self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         self._source = _Source(source)
         self._engine: _Engine = _ENGINES[spec.name](spec)
         self._shard = (0, 1)
@@ -860,11 +984,17 @@ class StreamBatcher:
         return getattr(self._engine, "cuts", None)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch the next iteration yields (a loaded state of another epoch is dropped)."""
+        """Select the epoch the next iteration yields.
+
+        A state is of one epoch: after ``load_state_dict`` only that epoch may be set until
+        the state is used (the next iteration), and after ``set_epoch`` only a state of that
+        epoch may be loaded. Either mistake is a ``ValueError`` (a resume loop that does not
+        start from the saved epoch would otherwise yield an epoch twice or skip one).
+        """
         epoch = check_seed(epoch, "epoch")
-        if epoch != self.epoch:
-            self._loaded = None
+        _check_epoch(self._loaded, epoch, "StreamBatcher")
         self.epoch = epoch
+        self._epoch_set = True
 
     def __iter__(self) -> Iterator[Any]:
         state, self._loaded = self._loaded, None
@@ -933,6 +1063,7 @@ class StreamBatcher:
             "waiting": "",
             "waiting_bits": 0,
             "pieces": [],
+            "digest": "",
             "done": False,
             **self._engine.state(),
         }
@@ -945,7 +1076,7 @@ class StreamBatcher:
             return base
         if live.round < 0:
             return base
-        text, span, pieces = live.bits(self.chunk)
+        text, span, pieces, digest = live.bits(self.chunk)
         base.update(
             {
                 "round": live.round,
@@ -956,6 +1087,7 @@ class StreamBatcher:
                 "waiting": text,
                 "waiting_bits": span,
                 "pieces": pieces,
+                "digest": digest,
             }
         )
         return base
@@ -967,6 +1099,8 @@ class StreamBatcher:
         source, or skips ``state["position"]`` items of another one.
         """
         checked = self._check(state)
+        if self._epoch_set:
+            _check_epoch(checked, self.epoch, "StreamBatcher", loading=True)
         if checked["round"] >= 0 and not checked["done"] and not self._source.resumable:
             raise TypeError(
                 "source is a one-shot iterator (e.g. a generator), which cannot be read again to "
@@ -980,7 +1114,8 @@ class StreamBatcher:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         need = ("version", "kind", "fingerprint", "seed", "epoch", "round", "emitted", "first",
-                "position", "source", "waiting", "waiting_bits", "pieces", "done")  # fmt: skip
+                "position", "source", "waiting", "waiting_bits", "pieces", "digest",
+                "done")  # fmt: skip
         missing = [k for k in need if k not in state]
         if missing:
             raise ValueError(f"state is missing keys {missing}")
@@ -1011,8 +1146,12 @@ class StreamBatcher:
                 f"state is inconsistent: round {r}, first chunk {first}, position "
                 f"{state['position']}, {state['waiting_bits']} bits for chunks of {self.chunk}"
             )
-        if not isinstance(state["waiting"], str) or not isinstance(state["pieces"], list):
-            raise ValueError("state['waiting'] must be a str and state['pieces'] a list")
+        if not all(isinstance(state[k], str) for k in ("waiting", "digest")) or not isinstance(
+            state["pieces"], list
+        ):
+            raise ValueError(
+                "state['waiting'] and state['digest'] must be str and state['pieces'] a list"
+            )
         if not isinstance(state["done"], bool):
             raise ValueError(f"state['done'] must be a bool, got {state['done']!r}")
         return copy.deepcopy(dict(state))
@@ -1036,15 +1175,41 @@ class StreamBatcher:
         fields = self._fields
         if not items:
             return np.zeros(0, np.int64) if not fields else np.zeros((0, fields), np.int64)
-        arr: np.ndarray | None = None
+        length = self.length
         raw: list[Any] = items
-        if self.length is int and not fields:  # a stream of int lengths: no call per item
+        if length is None:  # items must be sequences of token ids
+            raw = list(map(_token_count, items))
+            if None in raw:
+                i = raw.index(None)
+                raise TypeError(
+                    "StreamBatcher needs length= unless every item is a sequence of token ids "
+                    f"(a list or tuple of ints, a 1-D integer array): the item at stream "
+                    f"position {base + i} is {_length_hint(items[i])}"
+                )
+            arr = np.array(raw, np.int64)
+        elif length is int and not fields:  # a stream of lengths: the items are the lengths
+            if not all(map(_int_type, set(map(type, items)))):
+                i = next(k for k, x in enumerate(items) if not _int_type(type(x)))
+                raise TypeError(
+                    "length=int takes the items as their lengths, which must be ints (not bool, "
+                    f"float, str or None): the item at stream position {base + i} is "
+                    f"{type(items[i]).__name__} {items[i]!r:.60}"
+                )
             try:
-                arr = np.fromiter(items, np.int64, len(items))  # int() semantics
-            except (TypeError, ValueError, OverflowError):
-                arr = None
-        if arr is None:
-            raw = list(map(self.length, items))
+                arr = np.fromiter(items, np.int64, len(items))
+            except OverflowError:
+                self._bad_length(raw, base)
+        else:
+            if length is len and any(isinstance(x, Mapping) for x in items):
+                i = next(k for k, x in enumerate(items) if isinstance(x, Mapping))
+                raise TypeError(
+                    f"length=len on the item at stream position {base + i}, "
+                    f"{_length_hint(items[i])}"
+                )
+            try:
+                raw = list(map(length, items))
+            except Exception as err:  # noqa: BLE001 - re-raised naming the item's position
+                self._failed_length(items, base, err)
             try:
                 arr = np.array(raw)
             except (ValueError, OverflowError):
@@ -1064,12 +1229,22 @@ class StreamBatcher:
             self._bad_length(raw, base)
         return np.ascontiguousarray(arr, dtype=np.int64)
 
+    def _failed_length(self, items: list[Any], base: int, err: Exception) -> NoReturn:
+        """Raise ``length``'s own error again, naming the stream position of the item."""
+        for i, item in enumerate(items):
+            try:
+                self.length(item)  # type: ignore[misc]
+            except Exception as again:  # noqa: BLE001 - the first item that fails
+                kind = TypeError if isinstance(again, TypeError) else ValueError
+                raise kind(
+                    f"length(item) raised {type(again).__name__}: {again} for the item at stream "
+                    f"position {base + i} ({type(item).__name__} {item!r:.60})"
+                ) from again
+        raise err
+
     def _bad_length(self, raw: list[Any], base: int) -> NoReturn:
         """Raise for the first length that is not an int (tuple) in [0, 2**31) of the
         stream's kind (the first length seen sets whether lengths are ints or tuples)."""
-
-        def is_int(x: Any) -> bool:
-            return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
         def fields_of(v: Any) -> int:
             return len(v) if isinstance(v, (tuple, list)) and len(v) != 1 else 0
@@ -1080,7 +1255,7 @@ class StreamBatcher:
         want = "an int" if not fields else f"a tuple of {fields} ints"
         for i, v in enumerate(raw):
             parts = list(v) if isinstance(v, (tuple, list)) else [v]
-            if fields_of(v) != fields or not parts or not all(is_int(x) for x in parts):
+            if fields_of(v) != fields or not parts or not all(_is_int(x) for x in parts):
                 raise TypeError(
                     f"length(item) must return {want} (the same kind for every item), got "
                     f"{type(v).__name__} {v!r:.60} at stream position {base + i}"
@@ -1221,6 +1396,19 @@ class StreamBatcher:
             pend = pend.concat(got)
         return pend
 
+    def _check_restored(self, buf: _Entries, read: int, expect: str, state: Any) -> None:
+        """Refuse a restore whose round buffer is not the saved one (another source)."""
+        if _digest(buf, read) == expect:
+            return
+        lo, mid = state["position"], state["round"] * self.chunk
+        raise ValueError(
+            f"the source does not fit the state: the items read again to restore round "
+            f"{state['round']} of epoch {state['epoch']} (those still waiting from stream "
+            f"positions [{lo}, {mid}), and the round's chunk from {mid}) have other lengths, or "
+            "are fewer or more, than when the state was saved (a different or changed source, "
+            "another length function or another shard)"
+        )
+
     def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> _Round:
         """Plan round ``rnd``: items ``wait`` rounds old leave, and so many others that the
         items left waiting fit in the buffer beside the next chunk."""
@@ -1236,6 +1424,7 @@ class StreamBatcher:
         c, wait, src = self.chunk, self.wait, self._source
         base_key = int(_rng.key(self.seed, epoch, _rng.STREAM_ORDER))
         snaps: dict[int, Any] = {}
+        expect: str | None = None  # a resume: the digest the restored round must have
         if state is None or state["round"] < 0:
             rnd, skip = 0, 0
             it = src.open(epoch, None, 0)
@@ -1246,11 +1435,15 @@ class StreamBatcher:
             it = src.open(epoch, state["source"], 0 if src.cheap_resume else state["position"])
             snaps[first] = state["source"]
             pend = self._replay(it, state, snaps)
+            expect = state["digest"]
         while True:
             items = list(islice(it, c))
             final = len(items) < c
             stats["items"] += len(items)
             new = self._entries(items, rnd)
+            if expect is not None:
+                self._check_restored(pend.concat(new), len(items), expect, state)
+                expect = None
             if src.cheap_resume:
                 snaps[rnd + 1] = src.snapshot()
             if rnd < CHUNKS - 1 and not final:  # filling the buffer
@@ -1267,6 +1460,7 @@ class StreamBatcher:
             live.round, live.emitted, live.first = rnd, skip, max(0, rnd - wait)
             live.snapshot = snaps.get(live.first)
             live.carry_in, live.cached = pend, None
+            live.buf, live.read = buf, len(items)
             live.start = None
             pend = buf.take(plan.carry)
             flat = buf.items[plan.order]  # leaving entries, batch after batch
