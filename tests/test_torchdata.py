@@ -100,3 +100,66 @@ def test_stateful_dataloader_resumes_exactly(name, balance, world):
 
 
 # the docs example runs in tests/test_docs_budget.py, which also checks every batch's budget
+
+
+def _epochs(make, first, last):
+    out = {}
+    for epoch in range(first, last + 1):
+        ref = make()
+        ref.set_epoch(epoch)
+        out[epoch] = list(loader(ref, workers=0))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_after_an_epoch_resumes_with_the_next_whichever_epoch_the_loop_saved(workers):
+    """torchdata loads its state when iterated, after the loop's set_epoch, and iterates the
+    sampler once more at once when the state was saved after its iterator ended. On the old code
+    a loop resumed from the saved epoch repeated it; one resumed from the next epoch trained the
+    finished epoch's batches in its place."""
+    make = SAMPLERS["budget"]
+    ref = _epochs(lambda: make(seed=3), 0, 2)
+    sampler = make(seed=3)
+    dl = loader(sampler, workers)
+    sampler.set_epoch(0)
+    assert list(dl) == ref[0]
+    finished = dl.state_dict()  # after the loop: the iterator has ended
+    for start in (0, 1):  # the epoch the loop was in, or the one after it
+        fresh = make(seed=3)
+        dl = loader(fresh, workers)
+        dl.load_state_dict(finished)
+        got = {}
+        for epoch in range(start, 3):
+            fresh.set_epoch(epoch)
+            got[epoch] = list(dl)
+        assert got == {**({0: []} if start == 0 else {}), 1: ref[1], 2: ref[2]}, start
+
+
+def test_a_loaded_state_refuses_an_epoch_that_skips_or_repeats():
+    make = SAMPLERS["budget"]
+    sampler = make(seed=3)
+    sampler.set_epoch(1)
+    it = iter(sampler)
+    for _ in range(3):
+        next(it)
+    mid = sampler.state_dict()  # epoch 1, 3 batches in
+    for wrong in (0, 2):
+        fresh = make(seed=3)
+        fresh.load_state_dict(mid)
+        with pytest.raises(
+            ValueError, match=rf"set_epoch\({wrong}\) after loading a state of epoch 1"
+        ):
+            fresh.set_epoch(wrong)
+        assert fresh.state_dict()["position"] == 3  # refused: nothing changed
+        fresh = make(seed=3)
+        fresh.set_epoch(wrong)  # the order torchdata's loader takes
+        with pytest.raises(
+            ValueError, match=rf"state is of epoch 1 at position 3, but set_epoch\({wrong}\)"
+        ):
+            fresh.load_state_dict(mid)
+        assert fresh.epoch == wrong and fresh.state_dict()["position"] == 0
+    fresh = make(seed=3)
+    fresh.load_state_dict(mid)
+    fresh.set_epoch(1)  # its own epoch keeps the position
+    assert len(list(fresh)) == len(make(seed=3)) - 3

@@ -118,6 +118,8 @@ class Resumable:
         self._yielded = 0  # batches this rank yielded in that iteration
         self._iterating = False
         self._history = ()
+        self._epoch_given: int | None = None  # set_epoch's epoch, until an iteration begins
+        self._done_at: int | None = None  # end of an epoch finished by a loaded state
 
     # ------------------------------------------------------------------ for subclasses
     def _fingerprint_now(self) -> str:
@@ -134,12 +136,22 @@ class Resumable:
     # ------------------------------------------------------------------ iteration
     def _next_start(self) -> int:
         """Global position the next iteration starts from."""
-        return self._pending if self._pending is not None else 0
+        if self._pending is not None:
+            return self._pending
+        return self._done_at if self._done_at is not None else 0
 
     def _begin_iteration(self) -> int:
-        """Start an iteration at the loaded position (then forget it); return that position."""
+        """Start an iteration at the loaded position (then forget it); return that position.
+
+        An epoch that a loaded state finished stays finished until another epoch is set:
+        torchdata's loader, given a state saved after its iterator ended, iterates the sampler
+        once more at once, which must not repeat the epoch.
+        """
         start = self._next_start()
+        if self._pending is not None:
+            self._done_at = start if self._finished_at(start) else None
         self._pending = None
+        self._epoch_given = None
         self._start = start
         self._yielded = 0
         self._iterating = True
@@ -179,15 +191,34 @@ class Resumable:
         """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
         return tail_counts(self._total(), self.world_size, self.drop_last)[1]
 
+    def _finished_at(self, position: int) -> bool:
+        """Whether an iteration of the current epoch from ``position`` yields nothing."""
+        return self._steps(self._total(), position) == 0
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration yields.
 
-        A loaded position survives only for its own epoch; another epoch starts at position 0.
+        A loaded state that has not been used yet keeps its position for its own epoch, and
+        gives way to the next epoch when it is at its epoch's end. Any other epoch would skip
+        the rest of the loaded epoch or repeat epochs: a ``ValueError`` (loop from
+        ``sampler.epoch`` after loading). Without a loaded state, any epoch starts at 0.
         """
         from ._check import check_seed
 
         epoch = check_seed(epoch, "epoch")
+        pending = self._pending
+        if pending is not None and epoch != self.epoch:
+            if not (epoch == self.epoch + 1 and self._finished_at(pending)):
+                raise ValueError(
+                    f"set_epoch({epoch}) after loading a state of epoch {self.epoch} at position "
+                    f"{pending}, before it was used: that would "
+                    f"{'skip the rest of' if epoch > self.epoch else 'repeat epochs before'} "
+                    f"epoch {self.epoch}. Resume the loop at the loaded epoch (for epoch in "
+                    "range(sampler.epoch, epochs), or the epoch saved with the state)"
+                )
+        self._epoch_given = epoch
         if epoch != self.epoch:
+            self._done_at = None
             self._pending = None
             self._start = 0
             self._yielded = 0
@@ -257,6 +288,11 @@ class Resumable:
         checked = self._checked_state(state)
         history = checked["elastic"]
         saved_world, position = checked["world_size"], checked["position"]
+        self._done_at = None
+        given = self._epoch_given
+        if given is not None and given != checked["epoch"]:
+            self._load_at_given_epoch(checked, given)
+            return
         if saved_world != self.world_size:
             history = (*history, (saved_world, position))
         previous = (self.epoch, self._history)
@@ -279,6 +315,34 @@ class Resumable:
         self._pending = position
         self._start = position
         self._yielded = 0
+
+    def _load_at_given_epoch(self, checked: dict[str, Any], given: int) -> None:
+        """Load a state of another epoch than ``set_epoch`` gave (torchdata's loader loads
+        its state when iterated, after the loop's ``set_epoch``): a state at the end of the epoch
+        before ``given`` continues with ``given`` at 0; any other would skip or repeat batches."""
+        saved = checked["epoch"]
+        if given == saved + 1:
+            before = (self.epoch, self._pending, self._start, self._yielded, self._history)
+            probe = {k: v for k, v in checked.items() if k != "elastic"}
+            if checked["elastic"]:
+                probe["elastic"] = [list(part) for part in checked["elastic"]]
+            self._epoch_given = None
+            try:
+                self.load_state_dict(probe)  # checks the position against its own epoch
+                done = self._finished_at(self._start)
+            finally:
+                self._epoch_given = given
+            if done:  # the loaded epoch is over: the given one starts at 0
+                self.epoch, self._pending, self._start, self._yielded = given, 0, 0, 0
+                self._history = ()
+                return
+            self.epoch, self._pending, self._start, self._yielded, self._history = before
+        raise ValueError(
+            f"state is of epoch {saved} at position {checked['position']}, but set_epoch({given}) "
+            f"was called before it was loaded: it would "
+            f"{'skip the rest of' if given > saved else 'repeat epochs before'} epoch {saved}. "
+            f"Save the epoch with the state and resume the loop from it (set_epoch({saved}))"
+        )
 
 
 def _check_history(value: Any) -> tuple[tuple[int, int], ...]:
