@@ -249,3 +249,56 @@ def test_plain_loop_with_step_rng_resumes_losses_bitwise():
         torch.manual_seed(stop)  # a fresh process's random state: must not matter
         resumed, _ = train(saved)
         assert resumed == full[stop:], stop
+
+
+def test_check_packed_refuses_a_model_whose_packed_documents_attend_across(tmp_path):
+    """Lightning keeps use_cache=True: a tiny Llama sees across packed documents (as OPT always
+    does); CheckPacked stops fit before the first step, and a model kept apart trains."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    import lightning.pytorch as pl
+    import torch
+    import transformers
+    from torch.utils.data import DataLoader
+
+    from padless.lightning import CheckPacked
+
+    lengths = np.random.default_rng(0).integers(3, 20, 40)
+    dataset = [list(range(1, n + 1)) for n in lengths]
+
+    class Module(pl.LightningModule):
+        def __init__(self, use_cache):
+            super().__init__()
+            config = transformers.LlamaConfig(
+                vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1, use_cache=use_cache,
+            )  # fmt: skip
+            self.model = transformers.LlamaForCausalLM(config)
+            self.steps = 0
+
+        def training_step(self, batch, batch_idx):
+            self.steps += 1
+            keys = ("input_ids", "position_ids", "labels")
+            return self.model(**{k: batch[k] for k in keys}).loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(module):
+        sampler = PackingSampler(lengths, capacity=32, rows_per_batch=2, seed=0)
+        loader = DataLoader(
+            dataset, batch_sampler=LightningBatches(sampler), collate_fn=sampler.collate()
+        )
+        trainer = pl.Trainer(
+            max_steps=2, accelerator="cpu", devices=1, use_distributed_sampler=False,
+            logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            enable_model_summary=False, callbacks=[CheckPacked()], default_root_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit(module, train_dataloaders=loader)
+        return module.steps
+
+    with pytest.raises(ValueError, match="packed documents attend to each other"):
+        fit(Module(use_cache=True))
+    assert fit(Module(use_cache=False)) == 2
+    with pytest.raises(TypeError, match="model must be an attribute name"):
+        CheckPacked(model=3)

@@ -35,13 +35,16 @@ the callback :class:`ExactResume` when the resumed losses must be bitwise (dropo
                         callbacks=[ExactResume()])
     trainer.fit(model, datamodule=Data(), ckpt_path="last")
 
-``import padless.lightning`` does not import Lightning or torch; ``ExactResume`` does, when it
-is first used.
+With a packing collate, add :class:`CheckPacked` too: it refuses, before the first step, a model
+whose packed documents attend to each other (Lightning keeps the config's ``use_cache=True``).
+
+``import padless.lightning`` does not import Lightning or torch; ``ExactResume`` and
+``CheckPacked`` do, when first used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 _SAMPLER_API = ("__iter__", "__len__", "set_epoch", "state_dict", "load_state_dict", "epoch")
@@ -258,12 +261,73 @@ def _exact_resume_class() -> type:
     return ExactResume
 
 
+def _flat_loaders(loaders: Any) -> list[Any]:
+    """The loaders of ``trainer.train_dataloader`` (one, a list, a dict, or nested)."""
+    if isinstance(loaders, Mapping):
+        return [inner for value in loaders.values() for inner in _flat_loaders(value)]
+    if isinstance(loaders, (list, tuple)):
+        return [inner for value in loaders for inner in _flat_loaders(value)]
+    return [] if loaders is None else [loaders]
+
+
+def _check_packed_class() -> type:
+    import lightning.pytorch as pl
+
+    from ._packed_check import check_packed, packs
+
+    class CheckPacked(pl.Callback):
+        """A Lightning callback that refuses a model whose packed documents see each other.
+
+        When training starts, every train loader whose batch sampler is a
+        :class:`LightningBatches` and whose ``collate_fn`` packs several sequences into a row
+        (``collate_packed``, ``PaddingFreeCollator``, ``StreamDataset.collate``) has its collate
+        run through :func:`padless.torch.check_packed` on the model: a leak is a ``ValueError``
+        before the first step, naming the fix. Lightning modules keep the config's
+        ``use_cache=True``, under which transformers lets packed documents attend across.
+
+        Args:
+            model: the attribute of the LightningModule that holds the model the batches go to
+                (default ``"model"``; the module itself when it has no such attribute), or a
+                function ``module -> model``.
+
+        Cost: one check per packing loader, a few forwards of a few dozen tokens.
+        """
+
+        def __init__(self, model: str | Callable[[Any], Any] = "model") -> None:
+            if not (isinstance(model, str) or callable(model)):
+                raise TypeError(
+                    "model must be an attribute name or a function module -> model, got "
+                    f"{type(model).__name__} {model!r:.60}"
+                )
+            self.model = model
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            if isinstance(self.model, str):
+                model = getattr(pl_module, self.model, pl_module)
+            else:
+                model = self.model(pl_module)
+            for loader in _flat_loaders(trainer.train_dataloader):
+                if not isinstance(getattr(loader, "batch_sampler", None), LightningBatches):
+                    continue
+                collate = getattr(loader, "collate_fn", None)
+                if collate is not None and packs(collate):
+                    check_packed(model, collate=collate)
+
+    CheckPacked.__module__ = __name__
+    CheckPacked.__qualname__ = "CheckPacked"
+    return CheckPacked
+
+
+_LAZY = {"ExactResume": _exact_resume_class, "CheckPacked": _check_packed_class}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "ExactResume":  # made on first use: importing Lightning takes seconds
-        cls = _exact_resume_class()
+    make = _LAZY.get(name)  # made on first use: importing Lightning takes seconds
+    if make is not None:
+        cls = make()
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ExactResume", "LightningBatches"]  # noqa: F822 (ExactResume: module __getattr__)
+__all__ = ["CheckPacked", "ExactResume", "LightningBatches"]  # noqa: F822 (module __getattr__)
