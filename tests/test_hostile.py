@@ -100,6 +100,10 @@ NOT_ATTACKED = {
     "padless.torch.dist_kwargs": "takes no arguments",
     "padless.torch.dist_rank_world": "takes no arguments",
     "padless.lightning.ExactResume": "takes no arguments (a Lightning callback)",
+    "padless.torch.get_rng_state": "takes no arguments",
+    "padless.torch.StepRng": "takes no arguments (its load_state_dict is attacked)",
+    "padless.lightning.CheckPacked": "a Lightning callback (loading it imports Lightning, ~3 s): "
+    "tests/test_lightning.py checks its model=",
     # covered where their collaborators exist
     "padless.hf.PadlessTrainerMixin": "needs a transformers Trainer: tests/test_hf.py attacks it",
 }
@@ -603,6 +607,20 @@ ENTRIES: list[Entry] = [
         lambda t: _finite(t.item()),
     ),
     (
+        padless.torch.StepRng().load_state_dict,
+        "StepRng.load_state_dict",
+        {"state": padless.torch.StepRng().state_dict()},
+        ["state"],
+        None,
+    ),
+    (
+        padless.torch.set_rng_state,
+        "set_rng_state",
+        lambda f: {"state": padless.torch.get_rng_state()},
+        ["state"],
+        None,
+    ),
+    (
         padless.torch.check_packed,
         "check_packed",
         lambda f: {"model": _tiny_model()},
@@ -690,50 +708,6 @@ RAY_ENTRIES: list[tuple[Any, str, Callable[[Any, Any], dict[str, Any]], list[str
     ),
 ]
 
-# Cases that fail today, in files of other owners (issue 24, item 12): (label, parameter) ->
-# what fails and where. Strict: a fix makes its case pass, and its line here must go.
-_PLAN = "src/padless/plan.py: info= that is no mapping fails inside dict() (names nothing)"
-_PACKED = "src/padless/planners/packing.py: PackedPlan/PieceDataset arguments unchecked"
-_READERS = "src/padless/readers.py: progress=/paths= unchecked (int is not callable/iterable)"
-_TORCH = "src/padless/torch.py: collate settings checked only when a batch is collated"
-_STREAMS = "src/padless/_torch_streams.py: source/loader checked only when iterated"
-KNOWN = {
-    ("BatchPlan", "info"): _PLAN,
-    ("PackedPlan", "info"): _PLAN,
-    ("PackedPlan", "num_sequences"): _PACKED + " (int(None), int(nan))",
-    ("PackedPlan", "row_bounds"): _PACKED + " (its errors say offsets=)",
-    ("PieceDataset", "dataset"): _PACKED + " (bytes, a list of ints: fails at item access)",
-    ("PieceDataset", "keys"): _PACKED + " (keys=None/-1: 'not iterable')",
-    ("CheckedDataset", "field"): "src/padless/checked.py: field= checked at the first item read",
-    ("StreamBatcher", "source"): "src/padless/streams.py: a str/bytes/list-of-ints source fails "
-    "when consumed, naming length=, not source=",
-    ("lengths_from_text", "progress"): _READERS,
-    ("lengths_from_file", "progress"): _READERS,
-    ("lengths_from_files", "paths"): _READERS,
-    ("collate_padded", "pad_id"): _TORCH + " (pad_id=2**63: overflow in torch.full)",
-    ("collate_padded", "fields"): _TORCH + " (fields=-1: 'int' object is not iterable)",
-    ("PaddedCollate", "pad_id"): _TORCH + " (None, 2**63)",
-    ("PaddedCollate", "multiple_of"): _TORCH + " (None, 0: ZeroDivisionError)",
-    ("PaddedCollate", "fields"): _TORCH,
-    ("PaddedCollate", "shapes"): _TORCH,
-    ("collate_packed", "position_start"): _TORCH + " (2**70: OverflowError)",
-    ("collate_packed", "pad_id"): _TORCH + " (2**63: overflow)",
-    ("collate_packed", "ignore_index"): _TORCH + " (2**63: overflow)",
-    ("PackedCollate", "position_start"): _TORCH + " (2**70: OverflowError)",
-    ("PackedCollate", "pad_id"): _TORCH + " (2**63: overflow)",
-    ("PackedCollate", "ignore_index"): _TORCH + " (2**63: overflow)",
-    ("lm_tensors", "stream"): "src/padless/torch.py: a generator function, checks at first next()",
-    ("lm_tensors", "pin_memory"): "src/padless/torch.py: a generator function, checks at first "
-    "next()",
-    ("mixture_dataset", "sampler"): "src/padless/torch.py: sampler=-1 -> AttributeError",
-    ("StreamDataset", "source"): _STREAMS,
-    ("stop_together", "loader"): _STREAMS + " (TypeError: object of type 'NoneType' has no len())",
-    ("StopTogether", "loader"): _STREAMS + " (TypeError: object of type 'NoneType' has no len())",
-    ("newest_checkpoint", "output_dir"): "src/padless/hf.py: output_dir=None lists the working "
-    "folder; -1 reads file descriptor -1 (OSError)",
-}
-
-
 LENGTH_ENTRIES = [padless.plan_token_budget, padless.plan_packing, padless.TokenBudgetSampler]
 
 
@@ -780,15 +754,12 @@ def attack(
     return failures
 
 
-def _case(label: str, param: Any) -> Any:
-    name = param[0] if isinstance(param, tuple) else param
-    owner = KNOWN.get((label, name))
-    marks = [pytest.mark.xfail(strict=True, reason=owner)] if owner else []
-    return pytest.param(label, param, id=f"{label}-{name}", marks=marks)
-
-
 BY_LABEL = {e[1]: e for e in ENTRIES}
-CASES = [_case(label, p) for _, label, _, params, _ in ENTRIES for p in params]
+CASES = [
+    pytest.param(label, p, id=f"{label}-{p[0] if isinstance(p, tuple) else p}")
+    for _, label, _, params, _ in ENTRIES
+    for p in params
+]
 
 
 @pytest.fixture(scope="module")
@@ -901,3 +872,30 @@ def test_mixture_hostile_temperature_and_weights():
                 MixtureSampler(subs, **{param: value})
             except (ValueError, TypeError) as err:
                 assert param in str(err), (param, value, err)
+
+
+@pytest.mark.parametrize(
+    ("length", "around"), [(int, [3, 5]), (None, [[1, 2], [3]])], ids=["int", "tokens"]
+)
+def test_hostile_stream_item_is_named_by_its_position(length, around):
+    """Each hostile value as item 1 of a stream of lengths (``length=int``) or of token lists:
+    batches holding every item, or a TypeError/ValueError naming stream position 1 (an item is
+    only seen when the stream reaches it)."""
+    spec = padless.TokenBudget(max_tokens=1 << 40)
+    for value in HOSTILE:
+        items = [around[0], value, around[1]]
+        try:
+            batches = list(padless.StreamBatcher(items, spec, buffer=4, length=length))
+        except (ValueError, TypeError) as err:
+            assert "stream position 1" in str(err), (value, err)
+            continue
+        assert sum(len(b) for b in batches) == 3, value
+
+
+def test_position_start_may_reach_but_not_pass_the_int64_end():
+    """The widest position, position_start + capacity - 1, must fit int64: the bound is exact."""
+    top = 2**63 - 1
+    out = padless.torch.collate_packed(4, position_start=top - 3)([[1, 2, 3, 4], [5]])
+    assert out["position_ids"].max().item() == top and out["position_ids"].min().item() >= 0
+    with pytest.raises(ValueError, match=r"position_start must be at most 9223372036854775804"):
+        padless.torch.collate_packed(4, position_start=top - 2)

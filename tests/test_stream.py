@@ -339,14 +339,21 @@ def test_iteration_clears_the_loaded_position_and_set_epoch_resets_it():
     stream.set_epoch(1)
     assert stream.state_dict()["position"] == 0
     state["position"] = 3
+    with pytest.raises(ValueError, match=r"state is of epoch 0 .* set_epoch\(1\) was called"):
+        stream.load_state_dict(state)  # it would repeat epoch 0 under epoch 1's name
+    stream = LMStream(positions(900), batch_size=2, num_steps=5)
     stream.load_state_dict(state)
     assert stream.epoch == 0 and len(stream) == len(full) - 3
     assert stream.state_dict()["position"] == 3
     assert same_batches(list(stream), full[3:])
     assert len(stream) == len(full)  # cleared: the next pass is whole
     stream.load_state_dict(state)
-    stream.set_epoch(4)  # another epoch: the loaded position does not apply
-    assert len(list(stream)) == len(stream) and stream.state_dict()["epoch"] == 4
+    with pytest.raises(ValueError, match=r"set_epoch\(4\) after loading a state of epoch 0"):
+        stream.set_epoch(4)  # would skip the rest of epoch 0
+    state["position"] = len(full)  # at its epoch's end: the next epoch starts at 0
+    stream.load_state_dict(state)
+    stream.set_epoch(1)
+    assert len(list(stream)) == len(full) and stream.state_dict()["epoch"] == 1
 
 
 def test_random_state_resumes_at_another_world_size():

@@ -247,6 +247,16 @@ def streaming_doc_example() -> str:
     return code
 
 
+def tiny_llama():
+    """The model the example checks once: packed documents kept apart (no cache)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=512, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, use_cache=False,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config)
+
+
 def run_doc_loop(code, files, checkpoint, keep_at=-1):
     """Run the example; return the documents of each step trained and the checkpoint the loop
     held when step ``keep_at`` began (where a process killed then would resume from)."""
@@ -259,7 +269,7 @@ def run_doc_loop(code, files, checkpoint, keep_at=-1):
         steps.append(tuple(first.tolist()))
 
     scope = {"files": files, "epochs": 2, "checkpoint": checkpoint, "train_step": train_step,
-             "time_to_save": True, "__name__": "streaming_doc"}  # fmt: skip
+             "time_to_save": True, "__name__": "streaming_doc", "model": tiny_llama()}  # fmt: skip
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: more threads on a busy machine only wait
     try:

@@ -35,6 +35,19 @@ def check_int(
     return value
 
 
+INT64_MAX = (1 << 63) - 1
+
+
+def check_int64(name: str, value: Any) -> int:
+    """Check an int that goes into an int64 tensor (a token id, a label): in [-2**63, 2**63)."""
+    out = cast(int, check_int(name, value))
+    if not -INT64_MAX - 1 <= out <= INT64_MAX:
+        raise ValueError(
+            f"{name} must fit in int64 (the tensors' dtype), in [-2**63, 2**63 - 1], got {out}"
+        )
+    return out
+
+
 def positive(name: str, value: Any) -> int:
     """Check a required positive int (sizes and counts: at most 2**62, so kernels never wrap)."""
     return cast(int, budget_or_none(name, value)) if value is not None else _none(name)

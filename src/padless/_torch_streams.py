@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ._check import check_int, check_seed, positive
-from .streams import WINDOW, Piece, StreamBatcher, _check_epoch
+from .streams import WINDOW, Piece, StreamBatcher, _check_epoch, _check_source
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -159,6 +159,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         from .torch import dist_rank_world
 
         StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, window=window)  # checks
+        _check_source(source, length)
         auto_rank, auto_world = dist_rank_world()
         self.rank, self.world_size = check_ranks(
             auto_rank if rank is None else rank, auto_world if world_size is None else world_size
@@ -284,6 +285,11 @@ class StopTogether:
     """
 
     def __init__(self, loader: Iterable[Any], *, every: int = 1, group: Any = None) -> None:
+        if isinstance(loader, (str, bytes)) or not hasattr(loader, "__iter__"):
+            raise TypeError(
+                "loader must be an iterable of batches (a DataLoader, a StatefulDataLoader...), "
+                f"got {type(loader).__name__} {loader!r:.60}"
+            )
         self.loader = loader
         self.every = positive("every", every)
         self.group = group

@@ -74,8 +74,10 @@ class CheckedDataset:
     over the rows in Python); its items are then served without further checks
     (``verified`` is True).
 
-    With ``field=None``, item 0 is loaded once when the check is built, so that mapping rows
-    are refused up front (a ``TypeError`` that names the key to pass).
+    Unless the Arrow path checked it whole, item 0 is loaded and measured once when the check
+    is built, so that a ``field`` that does not fit the rows is refused up front (mapping rows
+    without a key: a ``TypeError`` that names the key to pass; a key the rows lack; a function
+    that does not return a length).
 
     Cost: O(1) per item (a ``len`` and a comparison, in C-level passes over a batch): about
     0.15-0.3 us per item, 1-2.5% of a padded collate of the same batch for rows of ~300 tokens,
@@ -110,10 +112,10 @@ class CheckedDataset:
             )
         self.verified = _arrow_check(dataset, self.lengths, self.field)
         self._fast_view()
-        if self.field is None and n:
-            first = dataset[0]  # one item, to refuse dict rows now rather than at the first batch
-            if isinstance(first, Mapping):
-                _measure(first, None, self.columns, 0)  # the TypeError that shows the fix
+        if n and not self.verified:
+            # one item, so that a field that does not fit the rows (dict rows without a key, a
+            # key they lack) is refused now rather than at the first batch
+            _measure(dataset[0], self.field, self.columns, 0)
 
     def _fast_view(self) -> None:
         # a memoryview reads a Python int in ~50 ns (a numpy scalar read costs ~3x that)

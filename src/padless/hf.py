@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from ._check import check_bool, check_int, positive_or_none
+from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from ._packed_check import check_packed as check_packed
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .torch import PackedCollate
@@ -471,6 +471,11 @@ def newest_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
 
     Cost: one directory listing and one ``stat`` per checkpoint.
     """
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise TypeError(
+            "output_dir must be a str or a pathlib.Path (the Trainer's output folder), got "
+            f"{type(output_dir).__name__} {output_dir!r:.60}"
+        )
     try:
         names = os.listdir(output_dir)
     except FileNotFoundError:
@@ -579,18 +584,7 @@ def _write_json(path: str, data: Mapping[str, Any]) -> None:
 
 
 _FLAT_ROW = 1 << 62
-_INT64_MAX = (1 << 63) - 1
 _MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
-
-
-def _int64(name: str, value: Any) -> int:
-    """An int that fits the int64 tensors it goes into, else a ValueError now (not at call time)."""
-    out = cast(int, check_int(name, value))
-    if not -_INT64_MAX - 1 <= out <= _INT64_MAX:
-        raise ValueError(
-            f"{name} must fit in int64 (the tensors' dtype), in [-2**63, 2**63 - 1], got {out}"
-        )
-    return out
 
 
 class PaddingFreeCollator:
@@ -643,16 +637,16 @@ class PaddingFreeCollator:
         self.capacity = positive_or_none("capacity", capacity)
         self.flash_attn_kwargs = check_bool("flash_attn_kwargs", flash_attn_kwargs)
         self.seq_idx = check_bool("seq_idx", seq_idx)
-        self.separator_id = _int64("separator_id", separator_id)
-        pad_id = _int64("pad_id", pad_id)
+        self.separator_id = check_int64("separator_id", separator_id)
+        pad_id = check_int64("pad_id", pad_id)
         position_start = cast(int, check_int("position_start", position_start, minimum=0))
         span = self.capacity if self.capacity is not None else _MAX_SEQUENCE
-        if position_start + span - 1 > _INT64_MAX:
+        if position_start + span - 1 > INT64_MAX:
             what = f"capacity={self.capacity}" if self.capacity else "a sequence of up to 2**31"
             raise ValueError(
                 "position_start + capacity - 1 (the last position id) must fit in int64, the "
                 f"position_ids' dtype, with {what}: position_start must be at most "
-                f"{_INT64_MAX - span + 1}, got {position_start}"
+                f"{INT64_MAX - span + 1}, got {position_start}"
             )
         flat = self.capacity is None
         row = self.capacity or _FLAT_ROW  # one flat row: no sequence is too long for it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from importlib import import_module
 from typing import Any
@@ -126,6 +126,30 @@ def _as_int64_vector(name: str, value: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+def _check_info(info: Any) -> dict[str, Any]:
+    """``info`` as a new dict: a mapping of figures, or None for none."""
+    if info is None:
+        return {}
+    if not isinstance(info, Mapping):
+        raise TypeError(
+            f"info must be a mapping of JSON-safe figures (e.g. {{'dropped': 3}}) or None, "
+            f"got {type(info).__name__} {info!r:.60}"
+        )
+    return dict(info)
+
+
+def _check_offsets(name: str, value: Any, size: int) -> np.ndarray:
+    """CSR offsets as int64: 1-D, from 0 to ``size``, non-decreasing; errors say ``name``."""
+    offsets = _as_int64_vector(name, value)
+    if offsets.size == 0 or offsets[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {offsets[:1].tolist()}")
+    if offsets[-1] != size:
+        raise ValueError(f"{name} must end at len(indices)={size}, got {offsets[-1]}")
+    if np.any(np.diff(offsets) < 0):
+        raise ValueError(f"{name} must be non-decreasing")
+    return offsets
+
+
 class BatchPlan:
     """Batches as CSR: batch ``b`` is ``indices[offsets[b]:offsets[b + 1]]``.
 
@@ -150,18 +174,11 @@ class BatchPlan:
         skipped: Any = None,
         info: dict[str, Any] | None = None,
     ) -> None:
+        info = _check_info(info)
         self.indices = _as_int64_vector("indices", indices)
-        self.offsets = _as_int64_vector("offsets", offsets)
-        if self.offsets.size == 0 or self.offsets[0] != 0:
-            raise ValueError("offsets must start at 0")
-        if self.offsets[-1] != self.indices.size:
-            raise ValueError(
-                f"offsets must end at len(indices)={self.indices.size}, got {self.offsets[-1]}"
-            )
-        if np.any(np.diff(self.offsets) < 0):
-            raise ValueError("offsets must be non-decreasing")
+        self.offsets = _check_offsets("offsets", offsets, self.indices.size)
         self.skipped = _as_int64_vector("skipped", [] if skipped is None else skipped)
-        self.info = dict(info or {})
+        self.info = info
 
     # ------------------------------------------------------------------ sequence protocol
     def __len__(self) -> int:

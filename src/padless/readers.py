@@ -77,6 +77,15 @@ def _as_path(path: Any) -> Path:
     return Path(path)
 
 
+def _check_progress(progress: Any) -> Callable[[int, int], None] | None:
+    if progress is not None and not callable(progress):
+        raise TypeError(
+            "progress must be a function (text_bytes, lines) -> None, or None, got "
+            f"{type(progress).__name__} {progress!r:.60}"
+        )
+    return cast("Callable[[int, int], None] | None", progress)
+
+
 def _text_path(path: PathLike, what: str) -> Path:
     """Check that ``path`` names a readable text source (a file, a pipe), not a folder."""
     src = _as_path(path)
@@ -320,6 +329,7 @@ def lengths_from_text(
     [3, 0, 2]
     """
     tokenizer = check_tokenizer(tokenizer)
+    progress = _check_progress(progress)
     src = _text_path(path, "lengths_from_text")
     if tokenizer in _TEXT_MODES:
         return lengths_of(_count_text(src, _TEXT_MODES[tokenizer], progress))
@@ -610,6 +620,7 @@ def lengths_from_file(
     [3, 1, 4]
     """
     src = _as_path(path)
+    progress = _check_progress(progress)
     suffix = src.suffix.lower()
     if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
         return lengths_from_arrow(
@@ -644,8 +655,18 @@ def lengths_from_files(paths: Sequence[PathLike], **kwargs: Any) -> np.ndarray:
     >>> lengths_from_files([os.path.join(d, "t.en"), os.path.join(d, "t.es")]).tolist()
     [[2, 1], [1, 3]]
     """
+    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
+        raise TypeError(
+            "paths must be a list of paths (e.g. ['train.en', 'train.es']; one file: "
+            f"lengths_from_file), got {type(paths).__name__} {paths!r:.60}"
+        )
     if not paths:
         raise ValueError("paths must name at least one file")
+    for i, p in enumerate(paths):
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(
+                f"paths[{i}] must be a str or a pathlib.Path, got {type(p).__name__} {p!r:.60}"
+            )
     cols = [lengths_from_file(p, **kwargs) for p in paths]
     if len(cols) == 1:
         return cols[0]

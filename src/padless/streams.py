@@ -152,6 +152,36 @@ def _buffer_shuffled(obj: Any) -> bool:
     return False
 
 
+def _check_source(source: Any, length: Any) -> None:
+    """Refuse, up front, a ``source`` that is not a stream of items.
+
+    Text and bytes are not (their items are characters and bytes); nor is something neither
+    iterable nor callable; nor, without ``length``, a list, tuple or array of ints (item 0 is
+    looked at: an int is a length, not a sequence of tokens, so ``length=int`` is required).
+    """
+    if isinstance(source, (str, bytes, bytearray)):
+        raise TypeError(
+            "source must be a stream of items (a datasets.IterableDataset, a list of token "
+            f"lists, a generator...), got {type(source).__name__} {source!r:.40}, whose items "
+            "are single characters or byte values; a stream of texts is a list of them (with "
+            "length=)"
+        )
+    unsized = isinstance(source, np.ndarray) and source.ndim == 0
+    if unsized or not (hasattr(source, "__iter__") or callable(source)):
+        raise TypeError(
+            "source must be an iterable of items (a datasets.IterableDataset, a list, a "
+            "generator...) or a callable returning a fresh iterable, got "
+            f"{type(source).__name__}"
+        )
+    if length is None and isinstance(source, (list, tuple, np.ndarray)) and len(source):
+        first = source[0]
+        if _is_int(first):
+            raise TypeError(
+                "source holds ints, not sequences of token ids: the item at stream position 0 "
+                f"is an int ({first!r}); for a stream of lengths pass length=int"
+            )
+
+
 class _Source:
     """Opens the source for an epoch at a position; snapshots the state of stateful ones."""
 
@@ -164,14 +194,8 @@ class _Source:
                 self.kind = "oneshot"
             else:
                 self.kind = "iterable"
-        elif callable(source):
+        else:  # a callable (_check_source refused anything else)
             self.kind = "callable"
-        else:
-            raise TypeError(
-                "source must be an iterable of items (a datasets.IterableDataset, a list, a "
-                "generator...) or a callable returning a fresh iterable, got "
-                f"{type(source).__name__}"
-            )
         self.start_state: Any = None
         self.loaded = False  # a state was loaded into the source: a fresh start must undo it
         self.opened = False
@@ -963,6 +987,7 @@ class StreamBatcher:
         self.seed = check_seed(seed, "seed")
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
+        _check_source(source, length)
         self._source = _Source(source)
         self._engine: _Engine = _ENGINES[spec.name](spec)
         self._shard = (0, 1)

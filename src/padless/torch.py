@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._check import check_int, positive
+from ._check import INT64_MAX, check_int, check_int64, positive
 
 _TORCH_VERSION = torch.__version__
+_MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
 
 
 # --------------------------------------------------------------------------- distributed
@@ -73,6 +74,26 @@ def _pad(
     return ids, mask, lengths
 
 
+def _check_fields(fields: Any) -> list[str] | None:
+    """None, or the non-empty list of field names a padded collate reads from each sample."""
+    if fields is None:
+        return None
+    if isinstance(fields, (str, bytes)) or not isinstance(fields, (Sequence, np.ndarray)):
+        raise TypeError(
+            "fields must be None or a sequence of field names (e.g. ['source', 'target']), got "
+            f"{type(fields).__name__} {fields!r:.60}"
+        )
+    names = list(fields)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise TypeError(
+                f"fields[{i}] must be a field name (str), got {type(name).__name__} {name!r:.60}"
+            )
+    if not names:
+        raise ValueError("fields must name at least one field, got an empty sequence")
+    return names
+
+
 class PaddedCollate:
     """Collate function built by :func:`collate_padded` (a picklable callable, for any worker)."""
 
@@ -84,11 +105,22 @@ class PaddedCollate:
         shapes: tuple[tuple[int, int], ...] | None = None,
         pad_batches: bool = True,
     ) -> None:
-        self.pad_id = pad_id
-        self.multiple_of = multiple_of
-        self.fields = fields
-        self.shapes = shapes
-        self.pad_batches = pad_batches
+        from ._check import check_bool
+
+        self.pad_id = check_int64("pad_id", pad_id)
+        self.multiple_of = positive("multiple_of", multiple_of)
+        self.fields = _check_fields(fields)
+        self.pad_batches = check_bool("pad_batches", pad_batches)
+        self.shapes = None
+        if shapes is not None:
+            from .planners.shapes import check_shapes
+
+            if self.multiple_of != 1:
+                raise ValueError(
+                    "multiple_of must be 1 with shapes (each shape's length is the width), got "
+                    f"{self.multiple_of}"
+                )
+            self.shapes = check_shapes(shapes)
 
     def _shape(self, columns: list[list[torch.Tensor]], count: int) -> tuple[int, int] | None:
         """The (rows, width) of this batch: its shape, found from the samples alone."""
@@ -200,7 +232,8 @@ def collate_padded(
     >>> collate_padded(0, plan=TokenBudget(max_tokens=64, pad_to_multiple_of=8)).multiple_of
     8
     """
-    pad_id = check_int("pad_id", pad_id) or 0
+    pad_id = check_int64("pad_id", pad_id)
+    names = _check_fields(fields)
     if plan is not None:
         planned, spec = _plan_multiple(plan)
         if spec is not None and spec.name == "fixed_shapes":
@@ -215,21 +248,14 @@ def collate_padded(
             multiple_of = positive("multiple_of", multiple_of)
             check_collate_multiple(planned, multiple_of)
     multiple_of = 1 if multiple_of is None else positive("multiple_of", multiple_of)
-    names = None if fields is None else [str(f) for f in fields]
-    if names is not None and not names:
-        raise ValueError("fields must name at least one field, got an empty sequence")
     if shapes is None:
         return PaddedCollate(pad_id, multiple_of, names)
-    from .planners.shapes import FixedShapes, check_shapes
+    from .planners.shapes import FixedShapes
 
-    if multiple_of != 1:
-        raise ValueError(
-            f"multiple_of must be 1 with shapes (each shape's length is the width), got {multiple_of}"
-        )
     spec = getattr(shapes, "spec", shapes)
     if isinstance(spec, FixedShapes):
-        return PaddedCollate(pad_id, 1, names, spec.shapes, spec.pad_batches)
-    return PaddedCollate(pad_id, 1, names, check_shapes(shapes), True)
+        return PaddedCollate(pad_id, multiple_of, names, spec.shapes, spec.pad_batches)
+    return PaddedCollate(pad_id, multiple_of, names, shapes, True)
 
 
 # --------------------------------------------------------------------------- resumable loading
@@ -335,6 +361,11 @@ def lm_tensors(
             "pin_memory=True needs CUDA or another accelerator backend, got pin_memory=True "
             "on a machine without one"
         )
+    return _lm_batches(stream, pin)
+
+
+def _lm_batches(stream: Any, pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The generator behind :func:`lm_tensors`, given checked arguments."""
     if not pin:
         for x, y in stream:
             yield torch.from_numpy(x), torch.from_numpy(y)
@@ -394,6 +425,13 @@ def mixture_dataset(
         if not names:
             raise ValueError("datasets must hold at least one corpus, got an empty dict")
     else:
+        from .mixing import MixtureSampler
+
+        if not isinstance(sampler, MixtureSampler):
+            raise TypeError(
+                "sampler must be a padless MixtureSampler or None, got "
+                f"{type(sampler).__name__} {sampler!r:.60}"
+            )
         names = list(sampler.names)
         missing = [n for n in names if n not in datasets]
         unknown = [n for n in datasets if n not in names]
@@ -438,8 +476,16 @@ class PackedCollate:
         self.rows = positive_or_none("rows", rows)
         self.flatten = check_bool("flatten", flatten)
         self.position_start = check_int("position_start", position_start, minimum=0) or 0
-        self.pad_id = check_int("pad_id", pad_id) or 0
-        self.ignore_index = check_int("ignore_index", ignore_index) or 0
+        span = min(self.capacity, _MAX_SEQUENCE)  # the longest sequence a row can hold
+        if self.position_start > INT64_MAX - span + 1:
+            what = f"capacity={self.capacity}" if span == self.capacity else "sequences < 2**31"
+            raise ValueError(
+                "position_start + capacity - 1 (the last position id) must fit in int64, the "
+                f"position_ids' dtype: with {what}, position_start must be at most "
+                f"{INT64_MAX - span + 1}, got {self.position_start}"
+            )
+        self.pad_id = check_int64("pad_id", pad_id)
+        self.ignore_index = check_int64("ignore_index", ignore_index)
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, got {type(key).__name__} {key!r}")
         self.key = key

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import positive, positive_or_none
+from .._check import MAX_BUDGET, non_negative, positive, positive_or_none
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..lengths import lengths_of
-from ..plan import BatchPlan, PlanStats, _as_int64_vector
+from ..plan import BatchPlan, PlanStats, _as_int64_vector, _check_info, _check_offsets
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
 from .budget import check_oversize
@@ -105,7 +105,17 @@ class PackedPlan(BatchPlan):
         skipped: Any = None,
         info: dict[str, Any] | None = None,
     ) -> None:
-        rows = BatchPlan(indices, row_bounds)
+        info = _check_info(info)
+        indices = _as_int64_vector("indices", indices)
+        rows = BatchPlan(indices, _check_offsets("row_bounds", row_bounds, indices.size))
+        num_sequences = non_negative("num_sequences", num_sequences)
+        if num_sequences > MAX_BUDGET:
+            raise ValueError(f"num_sequences must be <= 2**62, got {num_sequences}")
+        if indices.size and not 0 <= int(indices.min()) <= int(indices.max()) < num_sequences:
+            raise ValueError(
+                f"indices must lie in [0, num_sequences={num_sequences}), got "
+                f"{int(indices.min())}..{int(indices.max())}"
+            )
         row_offsets = _as_int64_vector("row_offsets", row_offsets)
         if row_offsets.size == 0 or row_offsets[0] != 0 or row_offsets[-1] != len(rows):
             raise ValueError(f"row_offsets must run from 0 to the number of rows ({len(rows)})")
@@ -126,7 +136,7 @@ class PackedPlan(BatchPlan):
                 f"{self.piece_start.size} and {self.piece_stop.size}"
             )
         self.capacity = positive("capacity", capacity)
-        self.num_sequences = int(num_sequences)
+        self.num_sequences = num_sequences
 
     # ------------------------------------------------------------------ figures
     @property
@@ -512,6 +522,23 @@ def piece_of(code: int, num_sequences: int) -> tuple[int, int]:
     return index, piece
 
 
+def _check_piece_source(dataset: Any) -> None:
+    """Refuse what cannot be a dataset of token sequences: text, bytes, a flat list of ints."""
+    if isinstance(dataset, (str, bytes, bytearray)):
+        raise TypeError(
+            f"dataset must be indexable by int with token sequences as items, got "
+            f"{type(dataset).__name__} {dataset!r:.30} (text is not a dataset)"
+        )
+    flat = isinstance(dataset, np.ndarray) and dataset.ndim < 2 and dataset.dtype != object
+    if isinstance(dataset, (list, tuple)) and dataset:
+        flat = isinstance(dataset[0], (int, np.integer))
+    if flat:
+        raise TypeError(
+            "dataset must hold token sequences (lists, arrays, mappings of them), got a flat "
+            f"{type(dataset).__name__} of numbers; one sequence is [[...]], not [...]"
+        )
+
+
 class PieceDataset:
     """Serve the pieces a :class:`PackingSampler` yields codes for (split or truncated sequences).
 
@@ -540,21 +567,35 @@ class PieceDataset:
         num_sequences: int | None = None,
         keys: Sequence[str] = ("input_ids",),
     ) -> None:
+        _check_piece_source(dataset)
         self.dataset = dataset
         self.capacity = positive("capacity", capacity)
         known = len(dataset) if hasattr(dataset, "__len__") else None
         if num_sequences is None:
             if known is None:
                 raise TypeError("num_sequences is required for a dataset without len()")
+            if known == 0:
+                raise ValueError("dataset must hold at least one sequence, got an empty one")
             num_sequences = known
         self.num_sequences = positive("num_sequences", num_sequences)
         if known is not None and known != self.num_sequences:
             raise ValueError(
                 f"num_sequences must equal len(dataset)={known}, got {self.num_sequences}"
             )
-        if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
-            raise TypeError(f"keys must be a sequence of str, got {keys!r}")
+        if not hasattr(dataset, "__getitem__"):
+            raise TypeError(
+                f"dataset must be indexable by int (a list, a map-style Dataset...), got "
+                f"{type(dataset).__name__}"
+            )
+        if (
+            isinstance(keys, (str, bytes))
+            or not isinstance(keys, Iterable)
+            or not all(isinstance(k, str) for k in keys)
+        ):
+            raise TypeError(f"keys must be a sequence of str, got {keys!r:.60}")
         self.keys = tuple(keys)
+        if not self.keys:
+            raise ValueError("keys must name at least one mapping key to slice, got none")
 
     def __len__(self) -> int:
         return self.num_sequences
