@@ -1,16 +1,11 @@
 """Train a tiny Llama with ``PadlessTrainerMixin`` and record every batch; resume from checkpoints.
 
-Imported by tests/test_hf.py (one process) and launched by it under
-``accelerate launch --cpu --num_processes 2 tests/_hf_train.py OUT_DIR``: each rank then writes
-OUT_DIR/rank<r>.json with the batches of an uninterrupted run, of runs resumed from a mid-epoch
-and an epoch-end checkpoint, and of the bare sampler.
+Imported by tests/test_hf.py and tests/test_trl.py (one process; two processes, killed and
+resumed, are tests/test_integrity.py's).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -192,31 +187,3 @@ def bare_batches(
         sampler.set_epoch(epoch)
         out.append([list(b) for b in sampler])
     return out
-
-
-def main(out: str) -> None:
-    full_dir = os.path.join(out, "full")
-    per_epoch = len(make_sampler(corpus()[0], training_args(full_dir)))
-    steps = -(-per_epoch // 2)  # optimizer steps per epoch (accumulating 2 batches)
-    trainer, full = train(full_dir, save_at=(steps, steps + 1))
-    assert trainer._padless_steps() == (per_epoch, steps), trainer._padless_steps()
-    rank = trainer.args.process_index
-    result: dict[str, Any] = {
-        "rank": rank,
-        "world": trainer.args.world_size,
-        "steps_per_epoch": steps,
-        "repeated": trainer.padless_sampler.repeated,
-        "full": full,
-        "bare": bare_batches(corpus()[0], trainer.args, 2),
-        "resumed": {},
-    }
-    for step in (steps + 1, steps):  # mid-epoch 1, and the end of epoch 0
-        ckpt = os.path.join(full_dir, f"checkpoint-{step}")
-        _, record = train(os.path.join(out, f"resume{step}"), resume=ckpt)
-        result["resumed"][str(step)] = record
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
-        json.dump(result, fh)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])

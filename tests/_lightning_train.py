@@ -94,12 +94,14 @@ def fit(
     *,
     ckpt: str | None = None,
     every: int = 0,
+    epoch_ends: bool = False,
     devices: int = 1,
     max_steps: int = -1,
     exact: bool = True,
     **kw: Any,
 ) -> list[dict[str, Any]]:
-    """Train (resume from ``ckpt``), checkpoint every ``every`` steps; the model's record."""
+    """Train (resume from ``ckpt``), checkpoint every ``every`` steps (and, with
+    ``epoch_ends``, at each epoch's end: ``epoch=<e>.ckpt``); the model's record."""
     model = Tiny()
     callbacks: list[Any] = [ExactResume()] if exact else []
     if every:
@@ -108,6 +110,8 @@ def fit(
                 dirpath=out, every_n_train_steps=every, save_top_k=-1, filename="{step}"
             )
         )
+    if epoch_ends:
+        callbacks.append(ModelCheckpoint(dirpath=out, save_top_k=-1, filename="{epoch}"))
     trainer = pl.Trainer(
         default_root_dir=out,
         max_epochs=2,
@@ -119,7 +123,7 @@ def fit(
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        enable_checkpointing=bool(every),
+        enable_checkpointing=bool(every) or epoch_ends,
         callbacks=callbacks,
     )
     trainer.fit(model, datamodule=Data(**kw), ckpt_path=ckpt)

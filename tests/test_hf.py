@@ -29,7 +29,6 @@ from padless.hf import (  # noqa: E402
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import _hf_train as hft  # noqa: E402
-from _procs import torchrun  # noqa: E402
 
 # --------------------------------------------------------------------------- collator
 
@@ -329,32 +328,6 @@ def test_epoch_of_another_length_is_refused_before_use():
 
 
 # --------------------------------------------------------------------------- two processes
-
-
-def test_two_processes_torchrun(tmp_path):
-    """torchrun (gloo, CPU), 2 processes: the mixin's batches, shards and resume."""
-    torchrun("_hf_train.py", tmp_path)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    n = len(hft.corpus()[0])
-    for r, res in enumerate(ranks):
-        assert (res["rank"], res["world"], res["repeated"]) == (r, 2, 0)
-        assert _indices(res["full"]) == [b for epoch in res["bare"] for b in epoch]
-    a, b = ranks[0]["full"], ranks[1]["full"]
-    assert len(a) == len(b)  # equal steps
-    for epoch in range(2):
-        mine = [tuple(x["index"]) for x in a if x["epoch"] == epoch]
-        theirs = [tuple(x["index"]) for x in b if x["epoch"] == epoch]
-        assert not set(mine) & set(theirs)  # no batch on both processes
-        seen = sorted(i for batch in mine + theirs for i in batch)
-        assert seen == list(range(n))  # every index once per epoch
-    for res in ranks:
-        assert set(res["resumed"]) == {str(res["steps_per_epoch"]), str(res["steps_per_epoch"] + 1)}
-        for mark, resumed in res["resumed"].items():
-            tail = [x for x in res["full"] if x["step"] >= int(mark)]
-            assert _indices(resumed) == _indices(tail)
-            assert [x["loss"] for x in resumed] == pytest.approx(
-                [x["loss"] for x in tail], abs=1e-6
-            )
 
 
 def test_docs_example(tmp_path):

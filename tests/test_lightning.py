@@ -102,7 +102,8 @@ def test_a_mid_epoch_state_of_another_world_size_is_refused():
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
     """An uninterrupted 2-epoch run on one device (2 workers, dropout, ExactResume), with
-    checkpoints every half epoch; the module's import and the run's records."""
+    checkpoints every half epoch and at each epoch's end; the module's import and the run's
+    records."""
     pytest.importorskip("lightning")
     pytest.importorskip("torchdata")
     sys.path.insert(0, str(HERE))
@@ -111,7 +112,7 @@ def one_device(tmp_path_factory):
     lt.quiet()
     out = tmp_path_factory.mktemp("lightning")
     steps = lt.per_epoch(1)
-    full = lt.fit(str(out / "full"), every=steps // 2)
+    full = lt.fit(str(out / "full"), every=steps // 2, epoch_ends=True)
     return lt, out, steps, full
 
 
@@ -126,6 +127,31 @@ def test_resume_at_an_epochs_last_batch_with_workers_is_exact_batches_and_losses
     plain = lt.fit(str(out / "plain"), ckpt=str(out / "full" / f"step={steps}.ckpt"), exact=False)
     assert [x["index"] for x in plain] == [x["index"] for x in full[steps:]]
     assert [x["loss"] for x in plain] != [x["loss"] for x in full[steps:]]
+
+
+def test_resume_in_the_epoch_after_a_resumed_epochs_end_is_exact(one_device):
+    """Resumed at epoch 0's last batch, Lightning 2.6 does not count epoch 1 as started: its
+    checkpoints read as "epoch 1 not begun", and resumed from one Lightning skipped the loader's
+    state and trained epoch 1 again from its start (with 2 workers, after 4 batches of epoch 0).
+    ExactResume counts the epoch, and mends such a checkpoint written without it."""
+    lt, out, steps, full = one_device
+    begun = str(out / "full" / f"step={steps}.ckpt")
+    for exact in (True, False):
+        first = out / f"first-{exact}"
+        once = lt.fit(str(first), ckpt=begun, every=1, max_steps=steps + 1, exact=exact)
+        assert [x["index"] for x in once] == [x["index"] for x in full[steps : steps + 1]]
+        rest = lt.fit(str(out / f"rest-{exact}"), ckpt=str(first / f"step={steps + 1}.ckpt"))
+        assert [x["index"] for x in rest] == [x["index"] for x in full[steps + 1 :]], exact
+        if exact:  # the random state is in the checkpoint: losses bitwise too
+            assert once == full[steps : steps + 1] and rest == full[steps + 1 :]
+
+
+def test_resume_from_an_end_of_epoch_checkpoint_with_workers_is_exact(one_device):
+    """Lightning makes the loader's iterator (2 workers fetch 4 batches) before set_epoch when
+    it resumes at an epoch boundary: epoch 1 began with epoch 0's first batches."""
+    lt, out, steps, full = one_device
+    resumed = lt.fit(str(out / "epoch-end"), ckpt=str(out / "full" / "epoch=0.ckpt"))
+    assert resumed == full[steps:]
 
 
 def test_lightning_shows_padless_error_for_a_state_that_does_not_fit(one_device):

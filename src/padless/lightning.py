@@ -218,16 +218,42 @@ def _exact_resume_class() -> type:
         the losses are bitwise. A checkpoint must be resumed by as many processes as wrote it
         (a ``ValueError`` otherwise: drop the callback to resume at another world size).
 
+        It also mends two faults of Lightning's own resume (2.6) that change the batches:
+
+        * Resumed from a step checkpoint at an epoch's last batch, Lightning never counts the
+          next epoch as started, so every checkpoint of that epoch reads as "epoch not begun":
+          resumed from one, Lightning skips the loader's state and trains the epoch again from
+          its first batch. The callback counts the epoch when its first batch starts, and
+          mends such a count in a checkpoint written without it when it is loaded.
+        * Resumed at an epoch boundary (an end-of-epoch checkpoint), Lightning makes the
+          loader's iterator, whose workers fetch batches at once, before it selects the epoch:
+          those batches are the previous epoch's. The callback selects the epoch of every
+          :class:`LightningBatches` loader and makes its iterator again before the first step.
+
         Cost: 0.1–0.2 ms per step (``StepRng``) and, at each checkpoint, one gather of the
-        processes' random states (about 14 KB each).
+        processes' random states (about 14 KB each); a resume at an epoch boundary starts the
+        loader's workers twice.
         """
 
         def __init__(self) -> None:
             self.rng = StepRng()
+            self._first_batch = True
+
+        def on_load_checkpoint(
+            self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]
+        ) -> None:
+            _repair_loop_state(checkpoint)  # before Lightning restores its loops from it
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self._first_batch = True
+            _start_at_the_loops_epoch(trainer)
 
         def on_train_batch_start(
             self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
         ) -> None:
+            if self._first_batch:
+                self._first_batch = False
+                _count_the_running_epoch(trainer.fit_loop.epoch_progress)
             self.rng.begin()
 
         def on_train_batch_end(
@@ -259,6 +285,78 @@ def _exact_resume_class() -> type:
     ExactResume.__module__ = __name__
     ExactResume.__qualname__ = "ExactResume"
     return ExactResume
+
+
+def _batches_of(loader: Any) -> LightningBatches | None:
+    """The :class:`LightningBatches` of a train loader (a DataLoader's, or a wrapper's), if any."""
+    for name in ("batch_sampler", "sampler"):
+        found = getattr(loader, name, None)
+        if isinstance(found, LightningBatches):
+            return found
+    return None
+
+
+def _count_the_running_epoch(progress: Any) -> None:
+    """Count an epoch whose batches run as started (Lightning 2.6 forgets it after a resume).
+
+    Resumed at an epoch's last batch, Lightning closes that epoch and runs the next without
+    counting it as ready and started: a checkpoint of it then reads as an epoch boundary.
+    """
+    current = progress.current
+    if current.started == current.processed:
+        if current.ready == current.processed:
+            progress.increment_ready()
+        progress.increment_started()
+
+
+def _repair_loop_state(checkpoint: Any) -> None:
+    """Mend a checkpoint written inside an epoch that Lightning did not count as started.
+
+    A checkpoint written at a training batch's end (a batch processed, not yet completed)
+    lies inside an epoch, so that epoch was started; Lightning 2.6 writes it with ready =
+    started = processed after a resume at an epoch's last batch (see
+    :func:`_count_the_running_epoch`), and a resume from it skips the loader's state.
+    """
+    loop = checkpoint.get("loops", {}).get("fit_loop") if isinstance(checkpoint, dict) else None
+    if not isinstance(loop, dict):
+        return
+    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+    try:
+        inside = batches["current"]["processed"] > batches["current"]["completed"]
+        counts = [epochs[part] for part in ("current", "total")]
+        begun = [c["ready"] == c["started"] == c["processed"] for c in counts]
+    except (KeyError, TypeError):
+        return  # another layout: leave it to Lightning
+    if inside and all(begun):
+        for c in counts:
+            c["ready"] += 1
+            c["started"] += 1
+
+
+def _start_at_the_loops_epoch(trainer: Any) -> None:
+    """Select Lightning's epoch in every padless loader, and remake the iterator if it was made
+    (with its workers' prefetch) at another epoch: on a resume at an epoch boundary Lightning
+    makes the iterator before it calls ``set_epoch``."""
+    loop = trainer.fit_loop
+    epoch = loop.epoch_progress.current.processed  # what Lightning passes to set_epoch next
+    stale, made_at = [], None
+    for loader in _flat_loaders(trainer.train_dataloader):
+        batches = _batches_of(loader)
+        if batches is not None and batches._refused is None:
+            if batches.padless_sampler.epoch != epoch:
+                stale.append(batches)
+                made_at = batches.padless_sampler.epoch
+    if not stale:
+        return
+    for batches in stale:
+        batches.set_epoch(epoch)
+    fetcher = getattr(loop, "_data_fetcher", None)
+    if fetcher is None:
+        raise RuntimeError(
+            f"ExactResume: the train loader's iterator was made at epoch {made_at}, Lightning resumes epoch {epoch}, and this "
+            "Lightning version does not let padless make it again (no fit_loop._data_fetcher)"
+        )
+    iter(fetcher)  # a new iterator of the loaders, whose workers fetch the right epoch
 
 
 def _flat_loaders(loaders: Any) -> list[Any]:
