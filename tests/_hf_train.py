@@ -100,22 +100,24 @@ def tiny_model() -> LlamaForCausalLM:
     return LlamaForCausalLM(config)
 
 
+SETTINGS: dict[str, Any] = {
+    "num_train_epochs": 2,
+    "gradient_accumulation_steps": 2,
+    "learning_rate": 3e-3,
+    "optim": "adamw_torch",
+    "save_strategy": "no",
+    "logging_strategy": "no",
+    "report_to": [],
+    "use_cpu": True,
+    "remove_unused_columns": False,
+    "seed": 0,
+    "disable_tqdm": True,
+}
+"""The TrainingArguments of every test run (tests/test_trl.py adds TRL's own)."""
+
+
 def training_args(out: str, **overrides: Any) -> TrainingArguments:
-    kwargs: dict[str, Any] = {
-        "num_train_epochs": 2,
-        "gradient_accumulation_steps": 2,
-        "learning_rate": 3e-3,
-        "optim": "adamw_torch",
-        "save_strategy": "no",
-        "logging_strategy": "no",
-        "report_to": [],
-        "use_cpu": True,
-        "remove_unused_columns": False,
-        "seed": 0,
-        "disable_tqdm": True,
-    }
-    kwargs.update(overrides)
-    return TrainingArguments(out, **kwargs)
+    return TrainingArguments(out, **{**SETTINGS, **overrides})
 
 
 def make_sampler(

@@ -40,21 +40,7 @@ def _tokenizer() -> PreTrainedTokenizerFast:
 def _trainer(out: Path, rows: list | None = None, save_at=(), **config) -> PadlessSFT:
     """An SFTTrainer over the tokenized corpus (or ``rows``), the sampler on the corpus lengths."""
     lengths, data = hft.corpus()
-    settings = {
-        "num_train_epochs": 2,
-        "gradient_accumulation_steps": 2,
-        "learning_rate": 3e-3,
-        "optim": "adamw_torch",
-        "save_strategy": "no",
-        "logging_strategy": "no",
-        "report_to": [],
-        "use_cpu": True,
-        "remove_unused_columns": False,
-        "seed": 0,
-        "disable_tqdm": True,
-        "max_length": None,
-    }
-    settings.update(config)
+    settings = {**hft.SETTINGS, "max_length": None, **config}
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
