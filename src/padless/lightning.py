@@ -1,6 +1,6 @@
 """Lightning glue: a padless sampler as the batch sampler of a Lightning ``Trainer``'s train loader.
 
-Lightning has three traps for a batch sampler that shards itself and resumes mid-epoch:
+Lightning has four traps for a batch sampler that shards itself and resumes mid-epoch:
 
 1. On several devices with ``use_distributed_sampler=True`` (the default) it tries to put a
    ``DistributedSampler`` into the batch sampler and stops with a ``TypeError``. Pass
@@ -10,12 +10,17 @@ Lightning has three traps for a batch sampler that shards itself and resumes mid
    the batch sampler itself, so a bare padless sampler would repeat epoch 0's order forever.
 3. It sizes every epoch with ``len(loader)`` and counts the batches already trained itself, so
    after a mid-epoch resume the loader must still report the *whole* epoch.
+4. Its own resume bookkeeping (2.6) changes the batches: at an epoch boundary it makes the
+   loader's iterator (whose workers fetch at once) before it selects the epoch, and after a
+   resume at an epoch's last batch it writes checkpoints that it later reads as the epoch's
+   start (it skips the loader's state and trains the epoch again).
 
 :class:`LightningBatches` fixes 2 and 3, goes on with the next epoch from a state saved at an
-epoch's last batch, and reports a saved state that does not fit as padless's own error. Put it
-in a loader whose state Lightning saves in its checkpoints — torchdata's ``StatefulDataLoader``
-(recommended; exact with workers) — and resume with ``trainer.fit(..., ckpt_path=...)``; add
-the callback :class:`ExactResume` when the resumed losses must be bitwise (dropout)::
+epoch's last batch, and reports a saved state that does not fit as padless's own error; the
+callback :class:`ExactResume` fixes 4 and makes the resumed losses bitwise (dropout). Put
+``LightningBatches`` in a loader whose state Lightning saves in its checkpoints — torchdata's
+``StatefulDataLoader`` (recommended; exact with workers) — add ``ExactResume``, and resume with
+``trainer.fit(..., ckpt_path=...)``::
 
     import lightning as L
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -44,6 +49,7 @@ whose packed documents attend to each other (Lightning keeps the config's ``use_
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -62,7 +68,10 @@ class LightningBatches:
 
     A state saved after an epoch's last batch (``position`` at the epoch's end) continues with
     the next epoch from its first batch, as Lightning does: the loader's iterator (and its
-    workers' prefetch) is made before Lightning calls ``set_epoch`` on a resume.
+    workers' prefetch) is made before Lightning calls ``set_epoch`` on a resume. Resume with
+    :class:`ExactResume` among the callbacks: Lightning's own bookkeeping changes the batches
+    of some resumes (an end-of-epoch checkpoint with workers; a checkpoint in the epoch after a
+    resume at an epoch's last batch), and the callback mends it.
 
     A state that does not fit the sampler (other lengths, settings, seed...) is refused with a
     ``ValueError`` carrying the sampler's message at the next ``len()`` — Lightning asks right
@@ -207,7 +216,7 @@ def _exact_resume_class() -> type:
     from ._torch_rng import StepRng
 
     class ExactResume(pl.Callback):
-        """A Lightning callback that makes resumed losses bitwise: it checkpoints the random state.
+        """A Lightning callback that makes a resume exact: the batches, and the losses bitwise.
 
         Each training step starts from the random state (torch CPU and CUDA, numpy, python) that
         the previous step ended with, saved in every checkpoint for every process and restored on
@@ -215,8 +224,8 @@ def _exact_resume_class() -> type:
         uninterrupted one, mid-epoch and from an epoch's end alike
         (:class:`padless.torch.StepRng` does the work; see it for what is covered). With
         :class:`LightningBatches` in a ``StatefulDataLoader`` the batches are the same too, so
-        the losses are bitwise. A checkpoint must be resumed by as many processes as wrote it
-        (a ``ValueError`` otherwise: drop the callback to resume at another world size).
+        the losses are bitwise. Resumed by another number of processes than wrote it, the
+        batches still resume exactly and the random state starts afresh (a warning says so).
 
         It also mends two faults of Lightning's own resume (2.6) that change the batches:
 
@@ -274,12 +283,14 @@ def _exact_resume_class() -> type:
                     f"{state_dict!r:.80}"
                 )
             rank, world = _rank_and_world()
-            if len(ranks) != world:
-                raise ValueError(
+            if len(ranks) != world:  # the batches still resume exactly; the dropout cannot
+                warnings.warn(
                     f"ExactResume: the checkpoint holds the random state of {len(ranks)} "
-                    f"processes, this run has {world}; bitwise losses need the same world size "
-                    "(remove ExactResume from the callbacks to resume at another world size)"
+                    f"processes, this run has {world}: the batches resume exactly, the random "
+                    "state starts afresh (bitwise losses need the same world size)",
+                    stacklevel=2,
                 )
+                return
             self.rng.load_state_dict(ranks[rank])
 
     ExactResume.__module__ = __name__
@@ -317,13 +328,11 @@ def _repair_loop_state(checkpoint: Any) -> None:
     started = processed after a resume at an epoch's last batch (see
     :func:`_count_the_running_epoch`), and a resume from it skips the loader's state.
     """
-    loop = checkpoint.get("loops", {}).get("fit_loop") if isinstance(checkpoint, dict) else None
-    if not isinstance(loop, dict):
-        return
-    epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
     try:
-        inside = batches["current"]["processed"] > batches["current"]["completed"]
-        counts = [epochs[part] for part in ("current", "total")]
+        loop: Any = checkpoint["loops"]["fit_loop"]
+        batches = loop["epoch_loop.batch_progress"]["current"]
+        inside = batches["processed"] > batches["completed"]
+        counts = [loop["epoch_progress"][part] for part in ("current", "total")]
         begun = [c["ready"] == c["started"] == c["processed"] for c in counts]
     except (KeyError, TypeError):
         return  # another layout: leave it to Lightning
