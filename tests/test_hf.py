@@ -372,3 +372,30 @@ def test_a_model_that_lets_packed_documents_attend_across_is_refused_before_trai
     trainer = PadlessTrainer(model=OPTForCausalLM(config), check_packed=False, **made)
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_a_collator_that_pads_past_the_plan_is_refused(tmp_path):
+    """DataCollatorWithPadding(pad_to_multiple_of=8) under a plan that does not round widens
+    batches past max_tokens; with the multiple in the plan it is the planned batch."""
+    from transformers import DataCollatorWithPadding
+
+    from padless.torch import collate_padded
+
+    lengths, data = hft.corpus()
+    args = hft.training_args(str(tmp_path / "w"))
+
+    def build(collator, **plan):
+        sampler = TokenBudgetSampler(lengths, max_tokens=112, seed=1, **plan)
+        return hft.RecordingTrainer(
+            model=hft.tiny_model(), args=args, train_dataset=data, data_collator=collator,
+            batch_sampler=sampler,
+        )  # fmt: skip
+
+    hf8 = DataCollatorWithPadding(tokenizer=None, pad_to_multiple_of=8)
+    with pytest.raises(ValueError, match="pad_to_multiple_of=8 is not the plan's pad_to_multi"):
+        build(hf8)
+    build(hf8, pad_to_multiple_of=8)
+    with pytest.raises(ValueError, match=r"multiple_of=4 is not the plan's pad_to_multiple_of=8"):
+        build(collate_padded(0, multiple_of=4), pad_to_multiple_of=8)
+    with pytest.raises(ValueError, match="pads every batch to max_length"):
+        build(DataCollatorWithPadding(tokenizer=None, padding="max_length", max_length=64))

@@ -204,6 +204,7 @@ class PadlessTrainerMixin:
         super().__init__(*args, **kwargs)
         trainer: Any = self
         _refuse_reordering(trainer.args)
+        _check_collator_width(trainer.data_collator, sampler)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -537,6 +538,31 @@ def _refuse_reordering(args: Any) -> None:
             "together and in which order (padless samplers already group by length). Remove it; "
             "for a fixed order build the sampler with shuffle=False"
         )
+
+
+def _check_collator_width(collator: Any, sampler: Any) -> None:
+    """Refuse a collator that pads past what the plan budgeted: to ``max_length``, or to another
+    width multiple than the plan's ``pad_to_multiple_of`` (the budget is a promise about the
+    batch the model receives)."""
+    from .planners.spec import check_collate_multiple
+
+    spec = getattr(sampler, "spec", None)
+    if spec is None or collator is None:
+        return
+    name = type(collator).__name__
+    padding = getattr(collator, "padding", None)
+    if str(getattr(padding, "value", padding)) == "max_length":
+        raise ValueError(
+            f"data_collator {name} pads every batch to max_length, past the widths the "
+            "batch_sampler planned its budget on; pad to the longest (padding=True) and put any "
+            "width multiple in the plan (e.g. TokenBudget(..., pad_to_multiple_of=8))"
+        )
+    for attr in ("pad_to_multiple_of", "multiple_of"):  # HF's collators; padless's collate
+        multiple = getattr(collator, attr, None)
+        if isinstance(multiple, int) and not isinstance(multiple, bool):
+            planned = int(getattr(spec, "pad_to_multiple_of", 1))
+            check_collate_multiple(planned, multiple, f"data_collator.{attr}")
+            return
 
 
 def _prepared_hint(trainer: Any) -> str:
