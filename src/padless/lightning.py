@@ -362,8 +362,9 @@ def _start_at_the_loops_epoch(trainer: Any) -> None:
     fetcher = getattr(loop, "_data_fetcher", None)
     if fetcher is None:
         raise RuntimeError(
-            f"ExactResume: the train loader's iterator was made at epoch {made_at}, Lightning resumes epoch {epoch}, and this "
-            "Lightning version does not let padless make it again (no fit_loop._data_fetcher)"
+            f"ExactResume: the train loader's iterator was made at epoch {made_at}, Lightning "
+            f"resumes epoch {epoch}, and this Lightning version does not let padless make it "
+            "again (no fit_loop._data_fetcher)"
         )
     iter(fetcher)  # a new iterator of the loaders, whose workers fetch the right epoch
 
@@ -387,7 +388,7 @@ def _check_packed_class() -> type:
 
         When training starts, every train loader whose batch sampler is a
         :class:`LightningBatches` and whose ``collate_fn`` packs several sequences into a row
-        (``collate_packed``, ``PaddingFreeCollator``, ``StreamDataset.collate``) has its collate
+        (``collate_packed``, ``PackingSampler.collate()``, ``PaddingFreeCollator``) has its collate
         run through :func:`padless.torch.check_packed` on the model: a leak is a ``ValueError``
         before the first step, naming the fix. Lightning modules keep the config's
         ``use_cache=True``, under which transformers lets packed documents attend across.
@@ -414,7 +415,7 @@ def _check_packed_class() -> type:
             else:
                 model = self.model(pl_module)
             for loader in _flat_loaders(trainer.train_dataloader):
-                if not isinstance(getattr(loader, "batch_sampler", None), LightningBatches):
+                if _batches_of(loader) is None:
                     continue
                 collate = getattr(loader, "collate_fn", None)
                 if collate is not None and packs(collate):
