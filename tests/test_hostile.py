@@ -779,12 +779,6 @@ def test_hostile_value_gets_a_clear_error_or_a_right_answer(
     assert not failures, "\n".join(failures)
 
 
-def test_count_of_hostile_cases():
-    """Recorded for the closing note: how many (entry, parameter, value) triples run here."""
-    triples = sum(len(params) for *_, params, _ in ENTRIES) * len(HOSTILE)
-    assert triples > 5000
-
-
 def _public_callables(name: str) -> dict[str, Any]:
     """A module's public callables: its ``__all__``, or its names not starting with ``_``
     defined in padless (not the argument checks it imports). Names in NOT_ATTACKED are left
