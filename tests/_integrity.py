@@ -85,7 +85,9 @@ RECIPES: dict[str, Recipe] = {
     "hf-torn-checkpoint": Recipe("hf", collate="flat", extra={"torn": True}),
     "trl": Recipe("trl", collate="flat"),
     "lightning": Recipe("lightning", workers=2),
-    "lightning-ddp": Recipe("lightning", world=2, workers=1),
+    # no workers under DDP: a DataLoader worker forked beside gloo's threads can deadlock in
+    # CPython's after-fork (tests/_lightning_train.py); "lightning" has 2 workers
+    "lightning-ddp": Recipe("lightning", world=2),
     "torchdata": Recipe("loop", workers=2, multiple=8, extra={"balance": True}),
     "stream": Recipe("stream", sampler="stream", collate="rows"),
     # a shuffled `datasets` stream (its shuffle buffer is not saved), window=1: item 8

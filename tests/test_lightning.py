@@ -193,7 +193,7 @@ def test_ddp_two_processes_resume_exactly(tmp_path):
         assert [x["index"] for x in res["torch_first"]] == res["bare"][:step]
         epochs = [[x["index"] for x in res["full"] if x["epoch"] == e] for e in (0, 1)]
         assert epochs[0] != epochs[1]
-        for mark, record in res["resumed"].items():  # torchdata, 2 workers: batches and losses
+        for mark, record in res["resumed"].items():  # torchdata: batches and losses
             assert record == [x for x in res["full"] if x["step"] >= int(mark)], mark
         for mark, record in res["torch_resumed"].items():  # padless.torch's loader: batches
             tail = [x["index"] for x in res["full"] if x["step"] >= int(mark)]
