@@ -11,9 +11,9 @@ from hypothesis.extra.numpy import arrays
 
 from padless import _kernels as K
 from padless import builtin_corpus
+from padless.plan import PackedPlan
 from padless.planners._order import length_order
 from padless.planners.packing import (
-    PackedPlan,
     PackingSampler,
     PieceDataset,
     next_fit_rows,

@@ -40,7 +40,7 @@ _EXPORTS = {
     "LMStream": "padless.lm",
     "StreamBatcher": "padless.streams",
     "plan_packing": "padless.planners.packing",
-    "PackedPlan": "padless.planners.packing",
+    "PackedPlan": "padless.plan",
     "PackingSampler": "padless.planners.packing",
     "PieceDataset": "padless.planners.packing",
     "shuffle_file": "padless.shuffle",
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .mixing import ZippedLengths as ZippedLengths
     from .mixing import zip_lengths as zip_lengths
     from .plan import BatchPlan as BatchPlan
+    from .plan import PackedPlan as PackedPlan
     from .plan import PlanStats as PlanStats
     from .planners import get_strategy as get_strategy
     from .planners import strategies as strategies
@@ -75,7 +76,6 @@ if TYPE_CHECKING:
     from .planners.exact import ExactLength as ExactLength
     from .planners.exact import ExactLengthSampler as ExactLengthSampler
     from .planners.exact import plan_exact_length as plan_exact_length
-    from .planners.packing import PackedPlan as PackedPlan
     from .planners.packing import Packing as Packing
     from .planners.packing import PackingSampler as PackingSampler
     from .planners.packing import PieceDataset as PieceDataset

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._check import check_real
+from .plan import PackedPlan
 
 __all__ = ["Cost", "as_cost", "check_max_cost"]
 
@@ -284,8 +285,6 @@ def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
 
     Cost: one pass over the plan's entries.
     """
-    from .planners.packing import PackedPlan
-
     model = model_of(cost)
     if len(plan) == 0:
         return 1.0

@@ -1,25 +1,35 @@
-"""BatchPlan: which indices go together, in what order (flat int64 indices + CSR offsets)."""
+"""The plan types: which indices go together, in what order (flat int64 indices + CSR offsets).
+
+:class:`BatchPlan` is the plain plan; :class:`PackedPlan` (rows of packed sequences, from the
+packing strategy) and :class:`ShapedPlan` (batches tagged with fixed shapes, from ``FixedShapes``)
+extend it. This module is the floor of value types: it imports numpy and padless's lowest
+modules only (``_check``, ``lengths``; ``_kernels`` and ``_output`` inside the functions using them).
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import import_module
 from typing import Any
 
 import numpy as np
 
+from ._check import MAX_BUDGET, _is_int, check_bool, non_negative, positive
+from .lengths import lengths_of, sizes_of
+
 PLAN_FORMAT = "padless-plan-1"
 PLAN_MARKER = "padless_plan"  # the archive member holding the JSON record of a saved plan
 # saved type name -> (module, class); plans saved before the record are told apart by their arrays
 _PLAN_TYPES = {
     "BatchPlan": ("padless.plan", "BatchPlan"),
-    "PackedPlan": ("padless.planners.packing", "PackedPlan"),
+    "PackedPlan": ("padless.plan", "PackedPlan"),
 }
 _PLAN_ARRAYS = {"indices", "offsets", "skipped"}
 _PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
+MAX_SHAPE_SIDE = 1 << 31  # rows and lengths stay below this, so rows × length fits int64
 
 
 def _json_default(value: Any) -> Any:
@@ -316,7 +326,6 @@ class BatchPlan:
         8
         """
         from ._kernels import segment_max
-        from .lengths import lengths_of
 
         lens = lengths_of(lengths)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
@@ -334,3 +343,377 @@ class BatchPlan:
                 width = -(-width // multiple) * multiple
             padded += int((width * sizes).sum())
         return PlanStats.of(sizes, self.indices.size, int(picked.sum()), padded)
+
+
+class PackedPlan(BatchPlan):
+    """A packing plan: rows of sequence pieces, grouped into batches of rows.
+
+    Entry ``e`` (one position of ``indices``) is tokens ``piece_start[e]:piece_stop[e]`` of sequence
+    ``indices[e]``; unsplit sequences have ``(0, length)``. Row ``r`` is entries
+    ``row_bounds[r]:row_bounds[r + 1]``, i.e. ``plan.rows[r]``; batch ``b`` is rows
+    ``row_offsets[b]:row_offsets[b + 1]``, and ``plan[b]`` (its ``indices``) is the concatenation
+    of those rows. Within a batch, rows come in the order they were opened and entries longest
+    first, which lets :func:`padless.planners.packing.next_fit_rows` rebuild the rows from the lengths alone.
+
+    Args:
+        indices: int64 sequence index of every entry, row after row.
+        row_bounds: int64 CSR offsets of the rows into ``indices`` (length rows + 1).
+        row_offsets: int64 CSR offsets of the batches into the rows (length batches + 1).
+        piece_start, piece_stop: int64 token range of every entry within its sequence;
+            ``piece_start=None`` means all zeros (nothing split), kept as a read-only view that
+            takes no memory.
+        capacity: tokens per row.
+        num_sequences: N, the number of sequences the plan was made for.
+        skipped: sequences left out (``oversize="drop"``), sorted.
+        info: JSON-safe figures (efficiency, rows, oversize reports...).
+
+    >>> from padless import plan_packing
+    >>> plan = plan_packing([5, 3, 3, 8, 1], capacity=8)
+    >>> plan.num_rows, plan.efficiency
+    (3, 0.8333333333333334)
+    >>> sorted(sorted(r.tolist()) for r in plan.rows)
+    [[0, 1], [2, 4], [3]]
+    """
+
+    __slots__ = ("rows", "row_offsets", "piece_start", "piece_stop", "capacity", "num_sequences")
+
+    def __init__(
+        self,
+        indices: Any,
+        row_bounds: Any,
+        row_offsets: Any,
+        piece_start: Any,
+        piece_stop: Any,
+        *,
+        capacity: int,
+        num_sequences: int,
+        skipped: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        info = _check_info(info)
+        indices = _as_int64_vector("indices", indices)
+        rows = BatchPlan(indices, _check_offsets("row_bounds", row_bounds, indices.size))
+        num_sequences = non_negative("num_sequences", num_sequences)
+        if num_sequences > MAX_BUDGET:
+            raise ValueError(f"num_sequences must be <= 2**62, got {num_sequences}")
+        if indices.size and not 0 <= int(indices.min()) <= int(indices.max()) < num_sequences:
+            raise ValueError(
+                f"indices must lie in [0, num_sequences={num_sequences}), got "
+                f"{int(indices.min())}..{int(indices.max())}"
+            )
+        row_offsets = _as_int64_vector("row_offsets", row_offsets)
+        if row_offsets.size == 0 or row_offsets[0] != 0 or row_offsets[-1] != len(rows):
+            raise ValueError(f"row_offsets must run from 0 to the number of rows ({len(rows)})")
+        if np.any(np.diff(row_offsets) < 0):
+            raise ValueError("row_offsets must be non-decreasing")
+        super().__init__(rows.indices, rows.offsets[row_offsets], skipped=skipped, info=info)
+        self.rows = rows
+        self.row_offsets = row_offsets
+        n = self.indices.size
+        if piece_start is None:
+            self.piece_start = np.broadcast_to(np.zeros(1, dtype=np.int64), (n,))
+        else:
+            self.piece_start = _as_int64_vector("piece_start", piece_start)
+        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
+        if self.piece_start.size != n or self.piece_stop.size != n:
+            raise ValueError(
+                f"piece_start and piece_stop must have one entry per index ({n}), got "
+                f"{self.piece_start.size} and {self.piece_stop.size}"
+            )
+        self.capacity = positive("capacity", capacity)
+        self.num_sequences = num_sequences
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def num_rows(self) -> int:
+        """Number of rows."""
+        return len(self.rows)
+
+    @property
+    def piece_lengths(self) -> np.ndarray:
+        """Tokens of every entry (``piece_stop - piece_start``)."""
+        return self.piece_stop - self.piece_start
+
+    @property
+    def real_tokens(self) -> int:
+        """Tokens placed in rows (kept tokens: truncated or dropped ones are not counted)."""
+        return int(self.piece_lengths.sum())
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens ÷ (rows × capacity); 1.0 for a plan with no rows."""
+        slots = self.num_rows * self.capacity
+        return self.real_tokens / slots if slots else 1.0
+
+    @property
+    def codes(self) -> np.ndarray:
+        """What :class:`padless.PackingSampler` yields per entry: ``index + (piece_start // capacity) · N``.
+
+        Equal to ``indices`` unless sequences were split (piece ``k`` starts at ``k · capacity``).
+        """
+        return self.indices + (self.piece_start // self.capacity) * self.num_sequences
+
+    def batch_rows(self, b: int) -> list[np.ndarray]:
+        """Return the rows of batch ``b`` (sequence indices per row).
+
+        >>> from padless import plan_packing
+        >>> plan = plan_packing([4, 4, 4], capacity=8, rows_per_batch=2)
+        >>> [r.tolist() for r in plan.batch_rows(0)]
+        [[0, 2], [1]]
+        """
+        self[b]  # range and type check
+        b = int(b) % len(self)
+        return [self.rows[r] for r in range(int(self.row_offsets[b]), int(self.row_offsets[b + 1]))]
+
+    def stats(self, lengths: Any) -> PlanStats:
+        """Return packing figures over ``lengths`` (the lengths the plan was made for).
+
+        ``padded_slots`` is rows × capacity, ``padding_fraction`` is 1 − efficiency and
+        ``sentences`` counts entries (a split sequence counts once per piece).
+
+        >>> from padless import plan_packing
+        >>> plan_packing([5, 3, 3, 8, 1], capacity=8).stats([5, 3, 3, 8, 1]).padded_slots
+        24
+        """
+        n = lengths_of(lengths).shape[0]
+        if n != self.num_sequences:
+            raise ValueError(
+                f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
+            )
+        padded = self.num_rows * self.capacity
+        return PlanStats.of(self.sizes, self.indices.size, self.real_tokens, padded)
+
+    # ------------------------------------------------------------------ protocol
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchPlan):
+            return NotImplemented
+        if not isinstance(other, PackedPlan):
+            return False
+        return (
+            BatchPlan.__eq__(self, other) is True
+            and np.array_equal(self.rows.offsets, other.rows.offsets)
+            and np.array_equal(self.row_offsets, other.row_offsets)
+            and np.array_equal(self.piece_start, other.piece_start)
+            and np.array_equal(self.piece_stop, other.piece_stop)
+            and self.capacity == other.capacity
+            and self.num_sequences == other.num_sequences
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedPlan(batches={len(self)}, rows={self.num_rows}, entries={self.indices.size}, "
+            f"capacity={self.capacity}, efficiency={self.efficiency:.4f}, "
+            f"skipped={self.skipped.size})"
+        )
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        meta = {"capacity": self.capacity, "num_sequences": self.num_sequences, "info": self.info}
+        return {
+            **super()._arrays(),
+            "row_bounds": self.rows.offsets,
+            "row_offsets": self.row_offsets,
+            "piece_start": self.piece_start,
+            "piece_stop": self.piece_stop,
+            "packing": np.array(json.dumps(meta)),
+        }
+
+    @classmethod
+    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PackedPlan:
+        need = {"indices", "row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
+        missing = need - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a padless packing plan: missing {sorted(missing)}")
+        packing = json.loads(str(data["packing"]))
+        return cls(
+            data["indices"],
+            data["row_bounds"],
+            data["row_offsets"],
+            data["piece_start"],
+            data["piece_stop"],
+            capacity=packing["capacity"],
+            num_sequences=packing["num_sequences"],
+            skipped=data["skipped"] if "skipped" in data.files else None,
+            info=packing["info"],
+        )
+
+
+def check_shapes(shapes: Any, name: str = "shapes") -> tuple[tuple[int, int], ...]:
+    """Check a list of ``(batch_size, length)`` pairs; return them sorted by (length, batch_size).
+
+    >>> check_shapes([(8, 128), (32, 32)])
+    ((32, 32), (8, 128))
+    """
+    if isinstance(shapes, np.ndarray):
+        shapes = shapes.tolist()
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
+        raise TypeError(
+            f"{name} must be a list of (batch_size, length) pairs, got {type(shapes).__name__}"
+        )
+    if not shapes:
+        raise ValueError(f"{name} must hold at least one (batch_size, length) pair, got none")
+    out = []
+    for i, pair in enumerate(shapes):
+        if isinstance(pair, np.ndarray):
+            pair = pair.tolist()
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise TypeError(f"{name}[{i}] must be a (batch_size, length) pair, got {pair!r:.60}")
+        rows, length = pair
+        for what, value in (("batch_size", rows), ("length", length)):
+            if not _is_int(value):
+                raise TypeError(
+                    f"{name}[{i}] {what} must be an int, got {type(value).__name__} {value!r}"
+                )
+            if not 1 <= int(value) < MAX_SHAPE_SIDE:
+                raise ValueError(f"{name}[{i}] {what} must be in [1, 2**31), got {int(value)}")
+        out.append((int(rows), int(length)))
+    ordered = sorted(out, key=lambda s: (s[1], s[0]))
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if a == b:
+            raise ValueError(f"{name} must not repeat a shape, got {a} twice")
+    return tuple(ordered)
+
+
+class ShapedPlan(BatchPlan):
+    """A plan whose every batch is tagged with one of a few fixed shapes.
+
+    Batch ``b`` is padded to ``shapes[shape_of[b]]``: its sequences to that length and, with
+    ``pad_batches``, its rows up to that batch size.
+
+    Args:
+        indices, offsets, skipped, info: as :class:`padless.BatchPlan`.
+        shapes: (k, 2) int64 ``(batch_size, length)`` rows, sorted by length.
+        shape_of: int64 index into ``shapes`` per batch.
+        pad_batches: whether a short batch is padded with dummy rows up to its batch size.
+
+    >>> from padless import FixedShapes
+    >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
+    ([[3, 0], [2], [1]], [[2, 4], [2, 4], [1, 8]])
+    """
+
+    __slots__ = ("shapes", "shape_of", "pad_batches")
+
+    def __init__(
+        self,
+        indices: Any,
+        offsets: Any,
+        *,
+        shapes: Any,
+        shape_of: Any,
+        pad_batches: bool = True,
+        skipped: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(indices, offsets, skipped=skipped, info=info)
+        self.shapes = np.array(check_shapes(shapes), dtype=np.int64).reshape(-1, 2)
+        self.shape_of = _as_int64_vector("shape_of", shape_of)
+        self.pad_batches = check_bool("pad_batches", pad_batches)
+        if self.shape_of.size != len(self):
+            raise ValueError(
+                f"shape_of must hold one shape per batch ({len(self)}), got {self.shape_of.size}"
+            )
+        if self.shape_of.size and (
+            self.shape_of.min() < 0 or self.shape_of.max() >= self.shapes.shape[0]
+        ):
+            bad = int(self.shape_of[(self.shape_of < 0) | (self.shape_of >= len(self.shapes))][0])
+            raise ValueError(f"shape_of must index the {len(self.shapes)} shapes, got {bad}")
+        rows = self.shapes[self.shape_of, 0]
+        over = np.flatnonzero(self.sizes > rows)
+        if over.size:
+            b = int(over[0])
+            raise ValueError(
+                f"batch {b} holds {int(self.sizes[b])} sequences, more than its shape's "
+                f"batch size {int(rows[b])}"
+            )
+
+    @property
+    def batch_shapes(self) -> np.ndarray:
+        """The ``(batch_size, length)`` of every batch, (batches, 2) int64."""
+        return self.shapes[self.shape_of]
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Rows each batch occupies: its shape's batch size with ``pad_batches``, else its count."""
+        return self.shapes[self.shape_of, 0] if self.pad_batches else self.sizes
+
+    @property
+    def dummy_rows(self) -> int:
+        """Rows added to short batches (0 without ``pad_batches``)."""
+        return int((self.rows - self.sizes).sum())
+
+    def stats(self, lengths: Any) -> PlanStats:
+        """Padding figures with every batch at its shape (dummy rows are padding slots).
+
+        ``padded_slots`` is Σ rows × shape length (per field for (N, F) lengths), rows being the
+        shape's batch size with ``pad_batches``. Raises ValueError when a batch's longest
+        sequence in ``lengths`` is longer than its shape (lengths other than the plan's).
+
+        Cost: O(len(indices)) time, one gather of the planned lengths.
+
+        >>> from padless import FixedShapes
+        >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+        >>> plan.stats([3, 7, 4, 1]).padded_slots  # 2·4 + 2·4 + 1·8
+        24
+        """
+        from ._kernels import segment_max
+
+        lens = lengths_of(lengths)
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
+            raise ValueError(f"plan indices fall outside lengths of size {lens.shape[0]}")
+        picked = lens[self.indices]
+        fields = 1 if picked.ndim == 1 else picked.shape[1]
+        sizes = np.ascontiguousarray(sizes_of(picked))
+        longest = segment_max(sizes, self.offsets)
+        width = self.shapes[self.shape_of, 1]
+        over = np.flatnonzero(longest > width)
+        if over.size:
+            b = int(over[0])
+            raise ValueError(
+                f"batch {b} has a sequence of length {int(longest[b])}, longer than its shape's "
+                f"length {int(width[b])}: were these lengths the plan's?"
+            )
+        padded = int((self.rows * width).sum()) * fields
+        return PlanStats.of(self.sizes, self.indices.size, int(picked.sum()), padded)
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        # what a saved plan holds beside the plain arrays (for BatchPlan.save)
+        return {
+            "indices": self.indices,
+            "offsets": self.offsets,
+            "skipped": self.skipped,
+            "shapes": self.shapes,
+            "shape_of": self.shape_of,
+            "pad_batches": np.array(self.pad_batches),
+        }
+
+    @classmethod
+    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> ShapedPlan:
+        missing = {"indices", "offsets", "shapes", "shape_of", "pad_batches"} - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a shaped plan: missing {sorted(missing)}")
+        skipped = data["skipped"] if "skipped" in data.files else None
+        return cls(
+            data["indices"],
+            data["offsets"],
+            shapes=data["shapes"],
+            shape_of=data["shape_of"],
+            pad_batches=bool(data["pad_batches"]),
+            skipped=skipped,
+            info=meta.get("info"),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchPlan):
+            return NotImplemented
+        if not isinstance(other, ShapedPlan):
+            return False
+        return (
+            BatchPlan.__eq__(self, other) is True
+            and np.array_equal(self.shapes, other.shapes)
+            and np.array_equal(self.shape_of, other.shape_of)
+            and self.pad_batches == other.pad_batches
+        )
+
+    __hash__ = None  # type: ignore[assignment]

@@ -1006,7 +1006,7 @@ def _pack_window(
     table: pa.Table, spec: Packing, column: str, seed: int, epoch: int, first_row: int
 ) -> pa.Table:
     """:func:`pack_table` of checked arguments; messages count rows from ``first_row``."""
-    from .planners.packing import PackedPlan
+    from .plan import PackedPlan
     from .windows import _shift_index
 
     off, values = _list_parts(table.column(column), f"column {column!r}", first_row)

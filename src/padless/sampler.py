@@ -37,7 +37,7 @@ from ._schedule import (
 )
 from ._state import Resumable, fingerprint
 from .lengths import lengths_of
-from .plan import BatchPlan
+from .plan import BatchPlan, PackedPlan
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
@@ -285,7 +285,6 @@ class PlanSampler(Resumable):
 
     def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
         from .cost import real_work
-        from .planners.packing import PackedPlan
 
         plan = sched.plan
         cost = getattr(self.spec, "cost", None)
@@ -393,8 +392,6 @@ class PlanSampler(Resumable):
 
     def _plan_entries(self, plan: BatchPlan) -> np.ndarray:
         """Target-side length of every entry of a plan (pieces for packing)."""
-        from .planners.packing import PackedPlan
-
         if isinstance(plan, PackedPlan):
             return plan.piece_lengths
         lens = self.lengths

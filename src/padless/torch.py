@@ -113,7 +113,7 @@ class PaddedCollate:
         self.pad_batches = check_bool("pad_batches", pad_batches)
         self.shapes = None
         if shapes is not None:
-            from .planners.shapes import check_shapes
+            from .plan import check_shapes
 
             if self.multiple_of != 1:
                 raise ValueError(

@@ -57,7 +57,7 @@ from . import _rng
 from ._check import MAX_BUDGET, check_seed, non_negative, positive
 from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, lengths_of, sizes_of
-from .plan import BatchPlan, PlanStats
+from .plan import BatchPlan, PackedPlan, PlanStats
 
 KW = K.windows
 
@@ -492,8 +492,6 @@ class WindowedPlanner:
         return BatchPlan(order[:kept], offsets, skipped=np.sort(order[kept:]))
 
     def _packing(self, member: Membership, blocks: np.ndarray, sub: int) -> BatchPlan:
-        from .planners.packing import PackedPlan
-
         s = self.window_spec
         capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch  # type: ignore[attr-defined]
         lay = self.layout
@@ -594,8 +592,6 @@ def _indexing_entries(plan: BatchPlan) -> BatchPlan:
 
 def _to_global(plan: BatchPlan, items: np.ndarray, n: int) -> BatchPlan:
     """A window's plan with its local positions replaced by the items' global ids."""
-    from .planners.packing import PackedPlan
-
     out = copy.copy(plan)
     out.indices = items[plan.indices]
     out.skipped = np.sort(items[plan.skipped])

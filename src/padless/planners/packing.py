@@ -24,7 +24,6 @@ How the pieces fit together:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,10 +31,9 @@ import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import MAX_BUDGET, non_negative, positive, positive_or_none
+from .._check import positive, positive_or_none
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
-from ..lengths import lengths_of
-from ..plan import BatchPlan, PlanStats, _as_int64_vector, _check_info, _check_offsets
+from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
 from .budget import check_oversize
@@ -59,197 +57,6 @@ def check_capacity(capacity: Any) -> int:
             f"got {capacity}"
         )
     return capacity
-
-
-class PackedPlan(BatchPlan):
-    """A packing plan: rows of sequence pieces, grouped into batches of rows.
-
-    Entry ``e`` (one position of ``indices``) is tokens ``piece_start[e]:piece_stop[e]`` of sequence
-    ``indices[e]``; unsplit sequences have ``(0, length)``. Row ``r`` is entries
-    ``row_bounds[r]:row_bounds[r + 1]``, i.e. ``plan.rows[r]``; batch ``b`` is rows
-    ``row_offsets[b]:row_offsets[b + 1]``, and ``plan[b]`` (its ``indices``) is the concatenation
-    of those rows. Within a batch, rows come in the order they were opened and entries longest
-    first, which lets :func:`next_fit_rows` rebuild the rows from the lengths alone.
-
-    Args:
-        indices: int64 sequence index of every entry, row after row.
-        row_bounds: int64 CSR offsets of the rows into ``indices`` (length rows + 1).
-        row_offsets: int64 CSR offsets of the batches into the rows (length batches + 1).
-        piece_start, piece_stop: int64 token range of every entry within its sequence;
-            ``piece_start=None`` means all zeros (nothing split), kept as a read-only view that
-            takes no memory.
-        capacity: tokens per row.
-        num_sequences: N, the number of sequences the plan was made for.
-        skipped: sequences left out (``oversize="drop"``), sorted.
-        info: JSON-safe figures (efficiency, rows, oversize reports...).
-
-    >>> plan = plan_packing([5, 3, 3, 8, 1], capacity=8)
-    >>> plan.num_rows, plan.efficiency
-    (3, 0.8333333333333334)
-    >>> sorted(sorted(r.tolist()) for r in plan.rows)
-    [[0, 1], [2, 4], [3]]
-    """
-
-    __slots__ = ("rows", "row_offsets", "piece_start", "piece_stop", "capacity", "num_sequences")
-
-    def __init__(
-        self,
-        indices: Any,
-        row_bounds: Any,
-        row_offsets: Any,
-        piece_start: Any,
-        piece_stop: Any,
-        *,
-        capacity: int,
-        num_sequences: int,
-        skipped: Any = None,
-        info: dict[str, Any] | None = None,
-    ) -> None:
-        info = _check_info(info)
-        indices = _as_int64_vector("indices", indices)
-        rows = BatchPlan(indices, _check_offsets("row_bounds", row_bounds, indices.size))
-        num_sequences = non_negative("num_sequences", num_sequences)
-        if num_sequences > MAX_BUDGET:
-            raise ValueError(f"num_sequences must be <= 2**62, got {num_sequences}")
-        if indices.size and not 0 <= int(indices.min()) <= int(indices.max()) < num_sequences:
-            raise ValueError(
-                f"indices must lie in [0, num_sequences={num_sequences}), got "
-                f"{int(indices.min())}..{int(indices.max())}"
-            )
-        row_offsets = _as_int64_vector("row_offsets", row_offsets)
-        if row_offsets.size == 0 or row_offsets[0] != 0 or row_offsets[-1] != len(rows):
-            raise ValueError(f"row_offsets must run from 0 to the number of rows ({len(rows)})")
-        if np.any(np.diff(row_offsets) < 0):
-            raise ValueError("row_offsets must be non-decreasing")
-        super().__init__(rows.indices, rows.offsets[row_offsets], skipped=skipped, info=info)
-        self.rows = rows
-        self.row_offsets = row_offsets
-        n = self.indices.size
-        if piece_start is None:
-            self.piece_start = np.broadcast_to(np.zeros(1, dtype=np.int64), (n,))
-        else:
-            self.piece_start = _as_int64_vector("piece_start", piece_start)
-        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
-        if self.piece_start.size != n or self.piece_stop.size != n:
-            raise ValueError(
-                f"piece_start and piece_stop must have one entry per index ({n}), got "
-                f"{self.piece_start.size} and {self.piece_stop.size}"
-            )
-        self.capacity = positive("capacity", capacity)
-        self.num_sequences = num_sequences
-
-    # ------------------------------------------------------------------ figures
-    @property
-    def num_rows(self) -> int:
-        """Number of rows."""
-        return len(self.rows)
-
-    @property
-    def piece_lengths(self) -> np.ndarray:
-        """Tokens of every entry (``piece_stop - piece_start``)."""
-        return self.piece_stop - self.piece_start
-
-    @property
-    def real_tokens(self) -> int:
-        """Tokens placed in rows (kept tokens: truncated or dropped ones are not counted)."""
-        return int(self.piece_lengths.sum())
-
-    @property
-    def efficiency(self) -> float:
-        """Real tokens ÷ (rows × capacity); 1.0 for a plan with no rows."""
-        slots = self.num_rows * self.capacity
-        return self.real_tokens / slots if slots else 1.0
-
-    @property
-    def codes(self) -> np.ndarray:
-        """What :class:`PackingSampler` yields per entry: ``index + (piece_start // capacity) · N``.
-
-        Equal to ``indices`` unless sequences were split (piece ``k`` starts at ``k · capacity``).
-        """
-        return self.indices + (self.piece_start // self.capacity) * self.num_sequences
-
-    def batch_rows(self, b: int) -> list[np.ndarray]:
-        """Return the rows of batch ``b`` (sequence indices per row).
-
-        >>> plan = plan_packing([4, 4, 4], capacity=8, rows_per_batch=2)
-        >>> [r.tolist() for r in plan.batch_rows(0)]
-        [[0, 2], [1]]
-        """
-        self[b]  # range and type check
-        b = int(b) % len(self)
-        return [self.rows[r] for r in range(int(self.row_offsets[b]), int(self.row_offsets[b + 1]))]
-
-    def stats(self, lengths: Any) -> PlanStats:
-        """Return packing figures over ``lengths`` (the lengths the plan was made for).
-
-        ``padded_slots`` is rows × capacity, ``padding_fraction`` is 1 − efficiency and
-        ``sentences`` counts entries (a split sequence counts once per piece).
-
-        >>> plan_packing([5, 3, 3, 8, 1], capacity=8).stats([5, 3, 3, 8, 1]).padded_slots
-        24
-        """
-        n = lengths_of(lengths).shape[0]
-        if n != self.num_sequences:
-            raise ValueError(
-                f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
-            )
-        padded = self.num_rows * self.capacity
-        return PlanStats.of(self.sizes, self.indices.size, self.real_tokens, padded)
-
-    # ------------------------------------------------------------------ protocol
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BatchPlan):
-            return NotImplemented
-        if not isinstance(other, PackedPlan):
-            return False
-        return (
-            BatchPlan.__eq__(self, other) is True
-            and np.array_equal(self.rows.offsets, other.rows.offsets)
-            and np.array_equal(self.row_offsets, other.row_offsets)
-            and np.array_equal(self.piece_start, other.piece_start)
-            and np.array_equal(self.piece_stop, other.piece_stop)
-            and self.capacity == other.capacity
-            and self.num_sequences == other.num_sequences
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (
-            f"PackedPlan(batches={len(self)}, rows={self.num_rows}, entries={self.indices.size}, "
-            f"capacity={self.capacity}, efficiency={self.efficiency:.4f}, "
-            f"skipped={self.skipped.size})"
-        )
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        meta = {"capacity": self.capacity, "num_sequences": self.num_sequences, "info": self.info}
-        return {
-            **super()._arrays(),
-            "row_bounds": self.rows.offsets,
-            "row_offsets": self.row_offsets,
-            "piece_start": self.piece_start,
-            "piece_stop": self.piece_stop,
-            "packing": np.array(json.dumps(meta)),
-        }
-
-    @classmethod
-    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PackedPlan:
-        need = {"indices", "row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
-        missing = need - set(data.files)
-        if missing:
-            raise ValueError(f"{where} is not a padless packing plan: missing {sorted(missing)}")
-        packing = json.loads(str(data["packing"]))
-        return cls(
-            data["indices"],
-            data["row_bounds"],
-            data["row_offsets"],
-            data["piece_start"],
-            data["piece_stop"],
-            capacity=packing["capacity"],
-            num_sequences=packing["num_sequences"],
-            skipped=data["skipped"] if "skipped" in data.files else None,
-            info=packing["info"],
-        )
 
 
 # ---------------------------------------------------------------------------------- planner

@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from .. import _kernels as K
-from .._check import _is_int, budget, check_bool, check_seed, positive
+from .._check import budget, check_bool, check_seed, positive
 from ..lengths import lengths_of, sizes_of
-from ..plan import BatchPlan, PlanStats, _as_int64_vector
+from ..plan import MAX_SHAPE_SIDE as MAX_SHAPE_SIDE  # moved to padless.plan; importable here too
+from ..plan import BatchPlan, ShapedPlan, check_shapes  # ShapedPlan, check_shapes: likewise
 from ._order import length_order
 from .buckets import _histogram
 from .budget import check_oversize, oversize_filter
@@ -49,7 +50,6 @@ from .exact import round_size
 from .spec import Planner, Spec
 
 OVERSIZE = ("error", "drop")
-MAX_SHAPE_SIDE = 1 << 31  # rows and lengths stay below this, so rows × length fits int64
 MAX_SHAPE_SET_TOKENS = 1 << 40  # shape_set's budget: k batches' worth of slots stay in int64
 MAX_DP_CELLS = 1 << 26  # the per-group DP's table: (shapes + 1) × (distinct lengths + 1) int32
 MAX_CARRY_CELLS = 1 << 22  # the exact DP's table: (shapes + 1) × carry states, 16 bytes each
@@ -84,42 +84,6 @@ def _check_walk(order: Any, n: int) -> np.ndarray:
     return arr
 
 
-def check_shapes(shapes: Any, name: str = "shapes") -> tuple[tuple[int, int], ...]:
-    """Check a list of ``(batch_size, length)`` pairs; return them sorted by (length, batch_size).
-
-    >>> check_shapes([(8, 128), (32, 32)])
-    ((32, 32), (8, 128))
-    """
-    if isinstance(shapes, np.ndarray):
-        shapes = shapes.tolist()
-    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Sequence):
-        raise TypeError(
-            f"{name} must be a list of (batch_size, length) pairs, got {type(shapes).__name__}"
-        )
-    if not shapes:
-        raise ValueError(f"{name} must hold at least one (batch_size, length) pair, got none")
-    out = []
-    for i, pair in enumerate(shapes):
-        if isinstance(pair, np.ndarray):
-            pair = pair.tolist()
-        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
-            raise TypeError(f"{name}[{i}] must be a (batch_size, length) pair, got {pair!r:.60}")
-        rows, length = pair
-        for what, value in (("batch_size", rows), ("length", length)):
-            if not _is_int(value):
-                raise TypeError(
-                    f"{name}[{i}] {what} must be an int, got {type(value).__name__} {value!r}"
-                )
-            if not 1 <= int(value) < MAX_SHAPE_SIDE:
-                raise ValueError(f"{name}[{i}] {what} must be in [1, 2**31), got {int(value)}")
-        out.append((int(rows), int(length)))
-    ordered = sorted(out, key=lambda s: (s[1], s[0]))
-    for a, b in zip(ordered, ordered[1:], strict=False):
-        if a == b:
-            raise ValueError(f"{name} must not repeat a shape, got {a} twice")
-    return tuple(ordered)
-
-
 def shape_for(
     shapes: Sequence[tuple[int, int]], count: int, longest: int, pad_batches: bool = True
 ) -> int:
@@ -141,146 +105,6 @@ def shape_for(
             if at < 0 or cost < best:
                 best, at = cost, s
     return at
-
-
-class ShapedPlan(BatchPlan):
-    """A plan whose every batch is tagged with one of a few fixed shapes.
-
-    Batch ``b`` is padded to ``shapes[shape_of[b]]``: its sequences to that length and, with
-    ``pad_batches``, its rows up to that batch size.
-
-    Args:
-        indices, offsets, skipped, info: as :class:`padless.BatchPlan`.
-        shapes: (k, 2) int64 ``(batch_size, length)`` rows, sorted by length.
-        shape_of: int64 index into ``shapes`` per batch.
-        pad_batches: whether a short batch is padded with dummy rows up to its batch size.
-
-    >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
-    >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
-    ([[3, 0], [2], [1]], [[2, 4], [2, 4], [1, 8]])
-    """
-
-    __slots__ = ("shapes", "shape_of", "pad_batches")
-
-    def __init__(
-        self,
-        indices: Any,
-        offsets: Any,
-        *,
-        shapes: Any,
-        shape_of: Any,
-        pad_batches: bool = True,
-        skipped: Any = None,
-        info: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(indices, offsets, skipped=skipped, info=info)
-        self.shapes = np.array(check_shapes(shapes), dtype=np.int64).reshape(-1, 2)
-        self.shape_of = _as_int64_vector("shape_of", shape_of)
-        self.pad_batches = check_bool("pad_batches", pad_batches)
-        if self.shape_of.size != len(self):
-            raise ValueError(
-                f"shape_of must hold one shape per batch ({len(self)}), got {self.shape_of.size}"
-            )
-        if self.shape_of.size and (
-            self.shape_of.min() < 0 or self.shape_of.max() >= self.shapes.shape[0]
-        ):
-            bad = int(self.shape_of[(self.shape_of < 0) | (self.shape_of >= len(self.shapes))][0])
-            raise ValueError(f"shape_of must index the {len(self.shapes)} shapes, got {bad}")
-        rows = self.shapes[self.shape_of, 0]
-        over = np.flatnonzero(self.sizes > rows)
-        if over.size:
-            b = int(over[0])
-            raise ValueError(
-                f"batch {b} holds {int(self.sizes[b])} sequences, more than its shape's "
-                f"batch size {int(rows[b])}"
-            )
-
-    @property
-    def batch_shapes(self) -> np.ndarray:
-        """The ``(batch_size, length)`` of every batch, (batches, 2) int64."""
-        return self.shapes[self.shape_of]
-
-    @property
-    def rows(self) -> np.ndarray:
-        """Rows each batch occupies: its shape's batch size with ``pad_batches``, else its count."""
-        return self.shapes[self.shape_of, 0] if self.pad_batches else self.sizes
-
-    @property
-    def dummy_rows(self) -> int:
-        """Rows added to short batches (0 without ``pad_batches``)."""
-        return int((self.rows - self.sizes).sum())
-
-    def stats(self, lengths: Any) -> PlanStats:
-        """Padding figures with every batch at its shape (dummy rows are padding slots).
-
-        ``padded_slots`` is Σ rows × shape length (per field for (N, F) lengths), rows being the
-        shape's batch size with ``pad_batches``. Raises ValueError when a batch's longest
-        sequence in ``lengths`` is longer than its shape (lengths other than the plan's).
-
-        Cost: O(len(indices)) time, one gather of the planned lengths.
-
-        >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
-        >>> plan.stats([3, 7, 4, 1]).padded_slots  # 2·4 + 2·4 + 1·8
-        24
-        """
-        lens = lengths_of(lengths)
-        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
-            raise ValueError(f"plan indices fall outside lengths of size {lens.shape[0]}")
-        picked = lens[self.indices]
-        fields = 1 if picked.ndim == 1 else picked.shape[1]
-        sizes = np.ascontiguousarray(sizes_of(picked))
-        longest = K.segment_max(sizes, self.offsets)
-        width = self.shapes[self.shape_of, 1]
-        over = np.flatnonzero(longest > width)
-        if over.size:
-            b = int(over[0])
-            raise ValueError(
-                f"batch {b} has a sequence of length {int(longest[b])}, longer than its shape's "
-                f"length {int(width[b])}: were these lengths the plan's?"
-            )
-        padded = int((self.rows * width).sum()) * fields
-        return PlanStats.of(self.sizes, self.indices.size, int(picked.sum()), padded)
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        # what a saved plan holds beside the plain arrays (for BatchPlan.save)
-        return {
-            "indices": self.indices,
-            "offsets": self.offsets,
-            "skipped": self.skipped,
-            "shapes": self.shapes,
-            "shape_of": self.shape_of,
-            "pad_batches": np.array(self.pad_batches),
-        }
-
-    @classmethod
-    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> ShapedPlan:
-        missing = {"indices", "offsets", "shapes", "shape_of", "pad_batches"} - set(data.files)
-        if missing:
-            raise ValueError(f"{where} is not a shaped plan: missing {sorted(missing)}")
-        skipped = data["skipped"] if "skipped" in data.files else None
-        return cls(
-            data["indices"],
-            data["offsets"],
-            shapes=data["shapes"],
-            shape_of=data["shape_of"],
-            pad_batches=bool(data["pad_batches"]),
-            skipped=skipped,
-            info=meta.get("info"),
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BatchPlan):
-            return NotImplemented
-        if not isinstance(other, ShapedPlan):
-            return False
-        return (
-            BatchPlan.__eq__(self, other) is True
-            and np.array_equal(self.shapes, other.shapes)
-            and np.array_equal(self.shape_of, other.shape_of)
-            and self.pad_batches == other.pad_batches
-        )
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclasses.dataclass(frozen=True)

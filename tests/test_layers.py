@@ -1,0 +1,295 @@
+"""padless's layers: every import points down (or sideways), heavy libraries stay at the edge.
+
+The test reads the source (pure AST, nothing is imported) and finds every import of a padless
+module: module level, inside functions, under ``TYPE_CHECKING``, relative (``from . import x``,
+``from .x import y``) or absolute. A module may import its own layer or a lower one; an import of a
+higher layer is a violation. Today's violations are listed in :data:`ALLOWED` with a reason each;
+a new one fails, and so does a listed one that no longer exists, so the list only shrinks (the
+later slices of issue 25 empty it). Imports made by ``import_module`` on a computed name (the lazy
+``padless.__getattr__``, the strategy registry, loading a saved plan) are not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import functools
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "padless"
+
+# lowest first; a module belongs to the first layer with a pattern matching its dotted name
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("checks", ("padless._check", "padless._splitmix", "padless._output", "padless._progress")),
+    (
+        "kernels",
+        ("padless._kernels", "padless._kernels.*", "padless._rng", "padless._text_kernels"),
+    ),
+    ("schedules", ("padless._schedule", "padless._state")),
+    ("values", ("padless.lengths", "padless.plan")),
+    ("costs", ("padless.cost",)),
+    ("planners", ("padless.planners", "padless.planners.*")),
+    (
+        "features",
+        (
+            "padless.sampler",
+            "padless.windows",
+            "padless.streams",
+            "padless.lm",
+            "padless.mixing",
+            "padless.readers",
+            "padless.report",
+            "padless.checked",
+            "padless.shuffle",
+            "padless.shuffle.*",
+        ),
+    ),
+    (
+        "torch parts",
+        (
+            "padless._packed_check",
+            "padless._torch_rng",
+            "padless._torch_loss",
+            "padless._torch_streams",
+        ),
+    ),
+    ("torch", ("padless.torch",)),
+    ("integrations", ("padless.hf", "padless.lightning", "padless.ray")),
+    ("face", ("padless",)),  # the package's lazy __init__
+    ("cli", ("padless.cli", "padless.cli.*")),
+)
+# the layers whose modules may import a heavy library at module level
+EDGE = {"torch parts", "torch", "integrations"}
+
+# Today's upward imports (importer -> imported), each with why it is there. Remove a line when the
+# import goes; never add one (fix the import instead).
+ALLOWED: dict[tuple[str, str], str] = {
+    # values -> readers: lengths_of(path) reads a lengths file
+    ("padless.lengths", "padless.readers"): "lengths_of(Path) calls readers.lengths_from_file",
+    # values -> planners: BatchPlan.save(spec=...) records the spec
+    ("padless.plan", "padless.planners.spec"): "BatchPlan.save calls spec_to_dict",
+    # planners -> features: the keyword samplers live beside their strategies
+    ("padless.planners.budget", "padless.sampler"): "TokenBudgetSampler subclasses PlanSampler",
+    ("padless.planners.buckets", "padless.sampler"): "BucketSampler subclasses PlanSampler",
+    ("padless.planners.exact", "padless.sampler"): "ExactLengthSampler subclasses PlanSampler",
+    ("padless.planners.packing", "padless.sampler"): "PackingSampler subclasses PlanSampler",
+    # planners -> torch: a planner hands out its collate function
+    ("padless.planners.packing", "padless.torch"): "PackPlanner.collate returns collate_packed",
+    ("padless.planners.shapes", "padless.torch"): "ShapesPlanner.collate returns collate_padded",
+    # features -> torch: the samplers' collate() shortcut, the torch side of streams
+    ("padless.sampler", "padless.torch"): "PlanSampler.collate builds a padless.torch collate",
+    ("padless.streams", "padless._torch_streams"): "StreamBatcher's torch loader helpers",
+    # torch parts -> torch: padless.torch re-exports these modules, which import it back
+    ("padless._torch_loss", "padless.torch"): "loss helpers use padless.torch's tensor checks",
+    ("padless._torch_streams", "padless.torch"): "stream loaders use padless.torch's collates",
+}
+
+# optional libraries too heavy (or too optional) for the core: at module level only in EDGE modules
+HEAVY = frozenset(
+    {
+        "torch",
+        "transformers",
+        "trl",
+        "lightning",
+        "pytorch_lightning",
+        "ray",
+        "datasets",
+        "pyarrow",
+        "matplotlib",
+        "torchdata",
+    }
+)
+
+
+def module_name(path: Path) -> str:
+    """``src/padless/planners/spec.py`` -> ``padless.planners.spec`` (a package is its ``__init__``)."""
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@functools.cache
+def modules() -> dict[str, Path]:
+    """Every module of the padless source tree, by dotted name."""
+    return {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def imports_of(
+    source: str, name: str, is_package: bool, known: set[str]
+) -> list[tuple[str, int, bool]]:
+    """``(imported module, line, deferred)`` for every import in ``source`` (module ``name``).
+
+    Relative imports are resolved against the module's package; ``from m import x`` names the
+    module ``m.x`` when that is a module (``known``), else ``m``. ``deferred`` is true inside a
+    function body (it runs on call, not at import).
+    """
+    tree = ast.parse(source)
+    package = name if is_package else name.rpartition(".")[0]
+    found: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = deferred or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
+            if isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, deferred) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    stem = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    stem = child.module or ""
+                for a in child.names:
+                    sub = f"{stem}.{a.name}"
+                    found.append((sub if sub in known else stem, child.lineno, deferred))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+@functools.cache
+def graph() -> tuple[tuple[str, str, int, bool], ...]:
+    """``(importer, imported, line, deferred)`` over the whole source tree."""
+    known = set(modules())
+    out = []
+    for name, path in modules().items():
+        for target, line, deferred in imports_of(
+            path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known
+        ):
+            out.append((name, target, line, deferred))
+    return tuple(out)
+
+
+def layer_of(name: str) -> int:
+    for i, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return i
+    raise LookupError(name)
+
+
+def test_every_module_has_one_layer_and_every_pattern_a_module():
+    unplaced = []
+    for name in modules():
+        try:
+            layer_of(name)
+        except LookupError:
+            unplaced.append(name)
+    assert not unplaced, f"place these modules in LAYERS: {unplaced}"
+    unused = [
+        p for _, ps in LAYERS for p in ps if not any(fnmatch.fnmatchcase(m, p) for m in modules())
+    ]
+    assert not unused, f"LAYERS names modules that do not exist: {unused}"
+
+
+def test_imports_point_down():
+    known = set(modules())
+    unknown = sorted(
+        {(a, b) for a, b, _, _ in graph() if b.startswith("padless") and b not in known}
+    )
+    assert not unknown, f"imports of modules that do not exist: {unknown}"
+    upward: dict[tuple[str, str], list[int]] = {}
+    for importer, imported, line, _ in graph():
+        if imported in known and layer_of(imported) > layer_of(importer):
+            upward.setdefault((importer, imported), []).append(line)
+    new = {
+        f"{a} ({LAYERS[layer_of(a)][0]}, line {lines[0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
+        for (a, b), lines in upward.items()
+        if (a, b) not in ALLOWED
+    }
+    gone = {f"{a} -> {b}" for a, b in ALLOWED if (a, b) not in upward}
+    assert not new, f"imports that point up a layer (import down, or move the code): {sorted(new)}"
+    assert not gone, (
+        f"these allowed upward imports are gone: delete them from ALLOWED: {sorted(gone)}"
+    )
+
+
+def test_heavy_libraries_are_imported_at_top_only_at_the_edge():
+    # elsewhere they are imported inside the function that needs them, so `import padless` (and
+    # every core module) stays free of torch, Ray, HF, Lightning, pyarrow and matplotlib
+    eager = sorted(
+        f"{importer}:{line} imports {imported}"
+        for importer, imported, line, deferred in graph()
+        if imported.partition(".")[0] in HEAVY
+        and not deferred
+        and LAYERS[layer_of(importer)][0] not in EDGE
+    )
+    assert not eager, f"heavy libraries imported at module level outside the edge: {eager}"
+    # the rule has something to hold: the edge does import them eagerly, the core only deferred
+    assert any(i == "padless.torch" and t == "torch" and not d for i, t, _, d in graph())
+    assert any(
+        i == "padless.cli.plot" and t.startswith("matplotlib") and d for i, t, _, d in graph()
+    )
+
+
+def test_the_walker_sees_relative_local_and_guarded_imports():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import spec\n"
+        "from .. import _kernels as K\n"
+        "from ..plan import BatchPlan\n"
+        "import padless.lengths\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..sampler import SamplerOptions\n"
+        "class C:\n"
+        "    def collate(self):\n"
+        "        from ..torch import collate_padded\n"
+        "        import torch\n"
+    )
+    known = {"padless.planners.spec", "padless._kernels", "padless.plan", "padless.sampler"}
+    got = imports_of(source, "padless.planners.budget", False, known)
+    assert [(t, d) for t, _, d in got if t != "typing"] == [
+        ("padless.planners.spec", False),
+        ("padless._kernels", False),
+        ("padless.plan", False),
+        ("padless.lengths", False),
+        ("padless.sampler", False),
+        ("padless.torch", True),
+        ("torch", True),
+    ]
+    # a package's own relative imports resolve inside it
+    assert imports_of("from .spec import Spec\n", "padless.planners", True, known)[0][0] == (
+        "padless.planners.spec"
+    )
+
+
+# ---------------------------------------------------------------------- the plan types' old homes
+
+
+def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes(tmp_path):
+    import padless
+    from padless import plan as plan_module
+    from padless.planners import packing, shapes
+
+    assert packing.PackedPlan is plan_module.PackedPlan is padless.PackedPlan
+    assert shapes.ShapedPlan is plan_module.ShapedPlan
+    assert shapes.check_shapes is plan_module.check_shapes
+    assert shapes.MAX_SHAPE_SIDE == plan_module.MAX_SHAPE_SIDE == 1 << 31
+    packed = padless.plan_packing([5, 3, 3, 8, 1], capacity=8)
+    shaped = padless.FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    assert type(packed).__module__ == type(shaped).__module__ == "padless.plan"
+    for plan, old in ((packed, "padless.planners.packing"), (shaped, "padless.planners.shapes")):
+        kind = type(plan).__name__
+        # a pickle made before the move names the old module (protocol 2 writes it as text)
+        blob = pickle.dumps(plan, protocol=2)
+        new_ref = f"cpadless.plan\n{kind}\n".encode()
+        assert new_ref in blob
+        back = pickle.loads(blob.replace(new_ref, f"c{old}\n{kind}\n".encode()))
+        assert type(back) is type(plan) and back == plan
+        # a plan saved before the move records the old module in its JSON record
+        path = tmp_path / f"{kind}.npz"
+        plan.save(path)
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+        meta = json.loads(str(arrays["padless_plan"]))
+        assert meta["module"] == "padless.plan"
+        arrays["padless_plan"] = np.array(json.dumps({**meta, "module": old}))
+        np.savez(path, **arrays)
+        loaded = padless.BatchPlan.load(path)
+        assert type(loaded) is type(plan) and loaded == plan
