@@ -73,13 +73,13 @@ def corpus(name: str, lengths: np.ndarray, repeat: int) -> None:
     for k in KS:
         t_set = best_of(lambda k=k: shape_set(lengths, k, max_tokens=MAX_TOKENS), repeat)
         shapes = shape_set(lengths, k, max_tokens=MAX_TOKENS)
-        spec = FixedShapes(shapes)
+        spec = FixedShapes(shapes=shapes)
         t_plan = best_of(lambda spec=spec: spec.plan(lengths), repeat)
         ours = padding(spec.plan(lengths))
         dp_shapes = shapes_from_cuts(lengths, bucket_boundaries(lengths, k))
-        dp_static = padding(FixedShapes(dp_shapes).plan(lengths))
+        dp_static = padding(FixedShapes(shapes=dp_shapes).plan(lengths))
         q_shapes = shapes_from_cuts(lengths, bucket_boundaries(lengths, k, method="quantile"))
-        quant = padding(FixedShapes(q_shapes).plan(lengths))
+        quant = padding(FixedShapes(shapes=q_shapes).plan(lengths))
         free = padding(padless.Buckets(num_buckets=k, max_tokens=MAX_TOKENS).plan(lengths))
 
         def pct(p: int) -> str:
@@ -104,7 +104,7 @@ def main() -> None:
     from padless.planners.shapes import FixedShapes, shape_set
 
     warm = np.array([3, 1, 2, 5, 5])
-    FixedShapes(shape_set(warm, 2, max_tokens=16)).plan(warm).stats(warm)
+    FixedShapes(shapes=shape_set(warm, 2, max_tokens=16)).plan(warm).stats(warm)
     padless.TokenBudget(max_tokens=16).plan(warm)
     print(f"import + kernel load/compile: {time.perf_counter() - t0:.2f} s (not in the figures)")
     corpus("built-in corpus (en)", padless.builtin_corpus(), args.repeat)

@@ -54,7 +54,7 @@ def test_report_json_agrees_with_library():
         "packing",
         "fixed_shapes",  # static shapes at the buckets' k, chosen by shape_set
     }
-    shapes = padless.FixedShapes(padless.shape_set(lengths, 8, max_tokens=2048))
+    shapes = padless.FixedShapes(shapes=padless.shape_set(lengths, 8, max_tokens=2048))
     assert rows["fixed_shapes"]["batches"] == len(shapes.plan(lengths))
     plan = padless.plan_token_budget(lengths, max_tokens=2048)
     st = plan.stats(lengths)

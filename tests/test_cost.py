@@ -242,7 +242,14 @@ def test_best_fit_cost_kernel_matches_reference(sizes, cost, max_per_row, slack)
     st.integers(0, 3),
 )
 def test_token_budget_keeps_both_budgets(lens, cost, max_tokens, max_cost, cap, mult, seed):
-    spec = TokenBudget(max_tokens, cap, mult, "drop", cost, max_cost)
+    spec = TokenBudget(
+        max_tokens=max_tokens,
+        max_sentences=cap,
+        multiple_of=mult,
+        oversize="drop",
+        cost=cost,
+        max_cost=max_cost,
+    )
     plan = spec.plan(lens, seed=seed)
     seen = np.sort(np.concatenate([plan.indices, plan.skipped]))
     assert np.array_equal(seen, np.arange(lens.size))  # every index once: batched or skipped
@@ -263,7 +270,7 @@ def test_a_cost_budget_never_reached_changes_nothing(lens, seed):
     order = np.random.default_rng(seed).permutation(lens.size)
     assert loose.plan(lens, order=order) == plain.plan(lens, order=order)
     # a cost budget of linear=1 tokens is the token budget
-    assert TokenBudget(max_cost=200.0).plan(lens, seed=seed) == TokenBudget(200).plan(
+    assert TokenBudget(max_cost=200.0).plan(lens, seed=seed) == TokenBudget(max_tokens=200).plan(
         lens, seed=seed
     )
 
@@ -339,7 +346,14 @@ def test_packing_rows_keep_the_row_cost_cap(lens, cost, max_per_row, slack, seed
     capacity = 64
     base = cost.linear * capacity
     cap = base + slack * float(cost.extra([40])[0]) + 1.0
-    spec = Packing(capacity, max_per_row, 2, "drop", cost, cap)
+    spec = Packing(
+        capacity=capacity,
+        max_per_row=max_per_row,
+        rows_per_batch=2,
+        oversize="drop",
+        cost=cost,
+        max_row_cost=cap,
+    )
     plan = spec.plan(lens, seed=seed)
     assert all(c <= cap for c in _row_costs(plan, cost))
     assert all(len(r) <= (max_per_row or 10**9) for r in plan.rows)
@@ -357,7 +371,17 @@ def test_packing_rows_keep_the_row_cost_cap(lens, cost, max_per_row, slack, seed
 
 def test_packing_with_a_cap_never_reached_is_the_plain_plan():
     plain = Packing(capacity=512, rows_per_batch=2).plan(LENS, seed=4)
-    assert Packing(512, None, 2, "error", QUAD, 1e15).plan(LENS, seed=4) == plain
+    assert (
+        Packing(
+            capacity=512,
+            max_per_row=None,
+            rows_per_batch=2,
+            oversize="error",
+            cost=QUAD,
+            max_row_cost=1e15,
+        ).plan(LENS, seed=4)
+        == plain
+    )
     split = Packing(capacity=100, oversize="split", cost=QUAD, max_row_cost=1e9)
     assert split.plan(LENS, seed=1) == Packing(capacity=100, oversize="split").plan(LENS, seed=1)
 

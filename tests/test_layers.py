@@ -272,7 +272,7 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
     assert shapes.check_shapes is plan_module.check_shapes
     assert shapes.MAX_SHAPE_SIDE == plan_module.MAX_SHAPE_SIDE == 1 << 31
     packed = padless.plan_packing([5, 3, 3, 8, 1], capacity=8)
-    shaped = padless.FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    shaped = padless.FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
     assert type(packed).__module__ == type(shaped).__module__ == "padless.plan"
     for plan, old in ((packed, "padless.planners.packing"), (shaped, "padless.planners.shapes")):
         kind = type(plan).__name__

@@ -108,7 +108,7 @@ def test_same_batches_as_fairseq_wherever_fairseq_is_valid(shapes, sizes, rnd, p
     order = list(range(len(sizes)))
     rnd.shuffle(order)
     theirs = fairseq_fixed_shapes(order, sizes, shapes)
-    spec = FixedShapes(shapes, pad_batches=pad, oversize="drop")
+    spec = FixedShapes(shapes=shapes, pad_batches=pad, oversize="drop")
     ours = as_lists(spec.plan(np.array(sizes, dtype=np.int64), order=order))
     if all(fits_some_shape(b, sizes, shapes) for b in theirs):
         assert ours == theirs
@@ -120,7 +120,7 @@ def test_same_batches_as_fairseq_wherever_fairseq_is_valid(shapes, sizes, rnd, p
 def test_default_order_agrees_with_fairseq_when_nothing_is_too_long(shapes, sizes, seed):
     top = max(n for _, n in shapes)
     sizes = np.minimum(np.array(sizes, dtype=np.int64), top)
-    plan = FixedShapes(shapes).plan(sizes, seed=seed)
+    plan = FixedShapes(shapes=shapes).plan(sizes, seed=seed)
     theirs = fairseq_fixed_shapes(plan.indices.tolist(), sizes, shapes)
     assert as_lists(plan) == theirs  # a length-sorted walk never trips fairseq
 
@@ -132,7 +132,7 @@ def test_fairseq_forgets_the_opener_length_padless_counts_it():
     theirs = fairseq_fixed_shapes([0, 1, 2], sizes, shapes)
     assert theirs == [[0], [1, 2]]  # two rows, one of length 8: no shape holds that
     assert not fits_some_shape(theirs[1], sizes, shapes)
-    plan = FixedShapes(shapes).plan(sizes, order=[0, 1, 2])
+    plan = FixedShapes(shapes=shapes).plan(sizes, order=[0, 1, 2])
     assert as_lists(plan) == [[0], [1], [2]]
     assert plan.batch_shapes.tolist() == [[2, 4], [1, 8], [2, 4]]
 
@@ -142,7 +142,7 @@ def test_fairseq_breaks_shapes_on_pairs_in_its_own_order():
     # the size is the longer field, so the walk is not sorted by size
     pairs = np.array([[2, 1], [8, 2], [3, 3]])
     shapes = [(2, 4), (1, 8)]
-    plan = FixedShapes(shapes).plan(pairs)
+    plan = FixedShapes(shapes=shapes).plan(pairs)
     assert plan.indices.tolist() == [0, 1, 2]
     theirs = fairseq_fixed_shapes([0, 1, 2], pairs.max(axis=1), shapes)
     assert theirs == [[0], [1, 2]]
@@ -155,8 +155,8 @@ def test_fairseq_batches_a_too_long_sequence_padless_refuses_or_drops_it():
     shapes = [(2, 4)]
     assert fairseq_fixed_shapes([0, 1, 2], sizes, shapes) == [[], [0, 1], [2]]
     with pytest.raises(ValueError, match=r"index 0 has length 9, which exceeds the longest shape"):
-        FixedShapes(shapes).plan(sizes, order=[0, 1, 2])
-    plan = FixedShapes(shapes, oversize="drop").plan(sizes, order=[0, 1, 2])
+        FixedShapes(shapes=shapes).plan(sizes, order=[0, 1, 2])
+    plan = FixedShapes(shapes=shapes, oversize="drop").plan(sizes, order=[0, 1, 2])
     assert as_lists(plan) == [[1, 2]] and plan.skipped.tolist() == [0]
     # the same later in the walk: fairseq emits a batch of one too-long sequence
     assert fairseq_fixed_shapes([1, 0], sizes, shapes) == [[1], [0]]
@@ -182,7 +182,7 @@ lengths_2d = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_siz
 def test_every_batch_fits_its_shape_and_every_index_once(lengths, shapes, pad, epoch):
     lens = np.array(lengths, dtype=np.int64)  # (N,), (N, 2), or (0,) when empty
     sizes = lens if lens.ndim == 1 else lens.max(axis=1)
-    spec = FixedShapes(shapes, pad_batches=pad, oversize="drop")
+    spec = FixedShapes(shapes=shapes, pad_batches=pad, oversize="drop")
     plan = spec.plan(lens, seed=5, epoch=epoch)
     assert isinstance(plan, ShapedPlan)
     table = check_shapes(shapes)
@@ -208,7 +208,7 @@ def test_every_batch_fits_its_shape_and_every_index_once(lengths, shapes, pad, e
 
 def test_order_is_by_length_with_a_tie_break_per_epoch():
     lens = np.array([5, 3, 5, 3, 5, 3, 5, 3, 1, 9])
-    spec = FixedShapes([(3, 5), (1, 9)])
+    spec = FixedShapes(shapes=[(3, 5), (1, 9)])
     plans = [spec.plan(lens, seed=0, epoch=e) for e in range(6)]
     for plan in plans:
         assert np.all(np.diff(lens[plan.indices]) >= 0)
@@ -219,27 +219,27 @@ def test_order_is_by_length_with_a_tie_break_per_epoch():
 def test_stats_count_dummy_rows_only_with_pad_batches():
     lens = np.array([3, 3, 3, 7, 7])
     shapes = [(4, 4), (2, 8)]
-    padded = FixedShapes(shapes).plan(lens)
+    padded = FixedShapes(shapes=shapes).plan(lens)
     assert [sorted(b) for b in as_lists(padded)] == [[0, 1, 2], [3, 4]]
     assert padded.stats(lens).padded_slots == 4 * 4 + 2 * 8
     assert padded.dummy_rows == 1 and padded.info["dummy_rows"] == 1
     assert padded.stats(lens).real_tokens == int(lens.sum())
-    plain = FixedShapes(shapes, pad_batches=False).plan(lens)
+    plain = FixedShapes(shapes=shapes, pad_batches=False).plan(lens)
     assert plain.stats(lens).padded_slots == 3 * 4 + 2 * 8
     assert plain.dummy_rows == 0
 
 
 def test_stats_refuse_lengths_longer_than_the_batch_shape():
-    plan = FixedShapes([(2, 4)]).plan([3, 4])
+    plan = FixedShapes(shapes=[(2, 4)]).plan([3, 4])
     with pytest.raises(ValueError, match="longer than its shape's length 4"):
         plan.stats([3, 5])
 
 
 def test_plan_equality_and_checks():
-    a = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
-    b = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    a = FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    b = FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
     assert a == b
-    assert a != FixedShapes([(2, 4), (1, 8)], pad_batches=False).plan([3, 7, 4, 1])
+    assert a != FixedShapes(shapes=[(2, 4), (1, 8)], pad_batches=False).plan([3, 7, 4, 1])
     assert a != padless.BatchPlan(a.indices, a.offsets)
     with pytest.raises(ValueError, match="shape_of must hold one shape per batch"):
         ShapedPlan([0, 1], [0, 2], shapes=[(2, 4)], shape_of=[0, 0])
@@ -250,7 +250,7 @@ def test_plan_equality_and_checks():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    spec = FixedShapes([(2, 4), (1, 8)])
+    spec = FixedShapes(shapes=[(2, 4), (1, 8)])
     plan = spec.plan([3, 7, 4, 1])
     path = tmp_path / "plan.npz"
     plan.save(path, spec=spec)
@@ -261,7 +261,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 def test_spec_round_trip_registry_and_describe():
-    spec = FixedShapes([[8, 128], (32, 32)], pad_batches=False, oversize="skip")
+    spec = FixedShapes(shapes=[[8, 128], (32, 32)], pad_batches=False, oversize="skip")
     assert spec.shapes == ((32, 32), (8, 128)) and spec.oversize == "drop"
     assert type(spec)(**spec.as_dict()) == spec
     assert spec_from_dict(spec_to_dict(spec)) == spec
@@ -288,20 +288,20 @@ def test_spec_round_trip_registry_and_describe():
 )
 def test_bad_shapes_are_refused_by_name(shapes, error, message):
     with pytest.raises(error, match=re.escape(message)):
-        FixedShapes(shapes)
+        FixedShapes(shapes=shapes)
 
 
 def test_bad_settings_are_refused_by_name():
     with pytest.raises(TypeError, match="pad_batches must be a bool"):
-        FixedShapes([(2, 4)], pad_batches=1)
+        FixedShapes(shapes=[(2, 4)], pad_batches=1)
     with pytest.raises(ValueError, match="oversize must be one of 'error', 'drop'"):
-        FixedShapes([(2, 4)], oversize="split")
+        FixedShapes(shapes=[(2, 4)], oversize="split")
     with pytest.raises(ValueError, match=r"order must hold each index at most once"):
-        FixedShapes([(2, 4)]).plan([1, 2], order=[0, 0])
+        FixedShapes(shapes=[(2, 4)]).plan([1, 2], order=[0, 0])
 
 
 def test_shape_of_method_and_shapes_for_pad_rules():
-    spec = FixedShapes([(4, 8), (3, 12), (1, 16)])
+    spec = FixedShapes(shapes=[(4, 8), (3, 12), (1, 16)])
     assert spec.shape_of(2, 9) == (3, 12)
     assert spec.shape_of(2, 6) == (4, 8)  # 32 slots beat 36
     shapes = check_shapes([(10, 8), (3, 12)])
@@ -310,7 +310,7 @@ def test_shape_of_method_and_shapes_for_pad_rules():
 
 
 def test_empty_lengths_give_an_empty_plan():
-    plan = FixedShapes([(2, 4)]).plan(np.zeros(0, np.int64))
+    plan = FixedShapes(shapes=[(2, 4)]).plan(np.zeros(0, np.int64))
     assert len(plan) == 0 and plan.stats(np.zeros(0, np.int64)).padded_slots == 0
 
 
@@ -410,7 +410,7 @@ def histogram_of(sizes, max_tokens, multiple_of):
 
 
 def plan_slots(sizes, shapes):
-    return FixedShapes(shapes).plan(sizes).stats(sizes).padded_slots
+    return FixedShapes(shapes=shapes).plan(sizes).stats(sizes).padded_slots
 
 
 small_cases = st.tuples(
@@ -525,9 +525,9 @@ def test_shape_set_goals_on_the_builtin_corpus():
     lens = padless.builtin_corpus()
     real = int(lens.sum())
     for k in (2, 4, 8, 16):
-        ours = FixedShapes(shape_set(lens, k, max_tokens=4096)).plan(lens).stats(lens)
+        ours = FixedShapes(shapes=shape_set(lens, k, max_tokens=4096)).plan(lens).stats(lens)
         cuts = bucket_boundaries(lens, k, method="quantile")
-        quant = FixedShapes(shapes_at(lens, cuts, 4096)).plan(lens).stats(lens)
+        quant = FixedShapes(shapes=shapes_at(lens, cuts, 4096)).plan(lens).stats(lens)
         assert ours.padded_slots < quant.padded_slots
         if k == 8:
             dp = padless.Buckets(num_buckets=8, max_tokens=4096).plan(lens).stats(lens)
@@ -573,7 +573,7 @@ SHAPES = shape_set(LENS, 4, max_tokens=800)
 
 
 def test_sampler_ranks_cover_every_index_once():
-    spec = FixedShapes(SHAPES)
+    spec = FixedShapes(shapes=SHAPES)
     total = len(spec.plan(LENS, seed=4))
     seen, batches = [], 0
     for rank in range(3):
@@ -587,7 +587,7 @@ def test_sampler_ranks_cover_every_index_once():
 
 
 def test_sampler_resume_balance_and_stats():
-    spec = FixedShapes(SHAPES)
+    spec = FixedShapes(shapes=SHAPES)
     s = padless.PlanSampler(LENS, spec, seed=2, world_size=2, rank=1, balance=True)
     s.set_epoch(1)
     it = iter(s)
@@ -604,7 +604,7 @@ def test_sampler_resume_balance_and_stats():
     assert stats["dummy_rows"] == plan.dummy_rows
     assert s.planner.costs(plan).tolist() == (plan.rows * plan.batch_shapes[:, 1]).tolist()
     # a state from other shapes is refused
-    other = padless.PlanSampler(LENS, FixedShapes(SHAPES[1:] + [(1, 1000)]), seed=2)
+    other = padless.PlanSampler(LENS, FixedShapes(shapes=SHAPES[1:] + [(1, 1000)]), seed=2)
     with pytest.raises(ValueError):
         other.load_state_dict(state)
 
@@ -614,7 +614,7 @@ def test_sampler_resume_balance_and_stats():
 
 def test_sampler_collate_pads_every_batch_to_its_tagged_shape():
     pytest.importorskip("torch")
-    spec = FixedShapes(SHAPES)
+    spec = FixedShapes(shapes=SHAPES)
     s = padless.PlanSampler(LENS, spec, seed=1)
     collate = s.collate(pad_id=-1)
     data = [np.arange(n) + 1 for n in LENS]
@@ -635,7 +635,7 @@ def test_collate_without_dummy_rows_and_with_fields():
     pytest.importorskip("torch")
     from padless.torch import collate_padded
 
-    spec = FixedShapes([(4, 8), (2, 16)], pad_batches=False)
+    spec = FixedShapes(shapes=[(4, 8), (2, 16)], pad_batches=False)
     collate = collate_padded(0, shapes=spec, fields=("src", "tgt"))
     out = collate([{"src": [1, 2, 3], "tgt": [4] * 9}, ([5], [6, 7])])
     assert tuple(out["src"].shape) == (2, 16) and tuple(out["tgt"].shape) == (2, 16)
@@ -653,7 +653,7 @@ def test_collate_refusals():
         collate_padded(0, shapes=[(2, 4)], multiple_of=8)
     with pytest.raises(TypeError, match="shapes must be a list"):
         collate_padded(0, shapes=padless.TokenBudget(max_tokens=8))
-    s = padless.PlanSampler(LENS, FixedShapes(SHAPES))
+    s = padless.PlanSampler(LENS, FixedShapes(shapes=SHAPES))
     with pytest.raises(ValueError, match="shapes must not be passed to sampler.collate"):
         s.collate(pad_id=0, shapes=[(2, 4)])
 
@@ -680,7 +680,7 @@ HOSTILE_ENTRIES = [
     (shape_set, {"lengths": LENS, "k": 4, "max_tokens": 800}, ["k", "max_tokens", "multiple_of"]),
     (FixedShapes, {"shapes": SHAPES}, ["shapes", "pad_batches", "oversize"]),
     (
-        lambda **kw: padless.PlanSampler(LENS, FixedShapes(SHAPES), **kw),
+        lambda **kw: padless.PlanSampler(LENS, FixedShapes(shapes=SHAPES), **kw),
         {},
         ["seed", "rank", "world_size", "balance"],
     ),

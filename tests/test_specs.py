@@ -111,6 +111,27 @@ def test_settings_are_checked_once_when_the_spec_is_made():
         PlanSampler(LENGTHS, {"max_tokens": 4})
 
 
+@pytest.mark.parametrize("name", sorted(strategies()))
+def test_specs_take_keywords_only(name):
+    # Packing(512, 8) once set max_per_row=8 silently; every registered spec now refuses
+    # positional settings, so a new strategy is covered by its registry line
+    cls = strategies()[name]
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    assert fields and all(f.kw_only for f in fields), name
+    settings = {f.name: getattr(EXAMPLES[name], f.name) for f in fields}
+    assert cls(**settings) == EXAMPLES[name]  # the same values are fine as keywords
+    with pytest.raises(TypeError, match="positional argument"):
+        cls(*settings.values())
+    with pytest.raises(TypeError, match="positional argument"):
+        cls(settings[fields[0].name])
+
+
+def test_packing_refuses_positional_max_per_row():
+    with pytest.raises(TypeError, match="positional argument"):
+        padless.Packing(512, 8)  # type: ignore[misc]
+    assert padless.Packing(capacity=512, max_per_row=8).max_per_row == 8
+
+
 def test_packing_sampler_collate_carries_its_capacity():
     pytest.importorskip("torch")
     sampler = padless.PackingSampler([6, 2, 5, 3], capacity=8, max_per_row=2, seed=0)

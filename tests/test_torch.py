@@ -168,7 +168,7 @@ def test_collate_takes_the_width_multiple_from_the_plan():
         collate_padded(0, plan=[3, 4])
     with pytest.raises(ValueError, match="collate_packed"):
         collate_padded(0, plan=PackingSampler(lens, capacity=32))
-    shaped = collate_padded(0, plan=FixedShapes([(2, 32), (1, 64)]))
+    shaped = collate_padded(0, plan=FixedShapes(shapes=[(2, 32), (1, 64)]))
     assert shaped([data[0], data[1]])["input_ids"].shape == (2, 32)
 
 

@@ -50,7 +50,7 @@ EXAMPLES = {
         padless.Packing(capacity=512, rows_per_batch=3),
         padless.Packing(capacity=128, max_per_row=4, oversize="split"),
     ],
-    "fixed_shapes": [padless.FixedShapes([(16, 40), (6, 120), (2, 420)])],
+    "fixed_shapes": [padless.FixedShapes(shapes=[(16, 40), (6, 120), (2, 420)])],
 }
 
 

@@ -588,7 +588,7 @@ class ShapedPlan(BatchPlan):
         pad_batches: whether a short batch is padded with dummy rows up to its batch size.
 
     >>> from padless import FixedShapes
-    >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+    >>> plan = FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
     >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
     ([[3, 0], [2], [1]], [[2, 4], [2, 4], [1, 8]])
     """
@@ -653,7 +653,7 @@ class ShapedPlan(BatchPlan):
         Cost: O(len(indices)) time, one gather of the planned lengths.
 
         >>> from padless import FixedShapes
-        >>> plan = FixedShapes([(2, 4), (1, 8)]).plan([3, 7, 4, 1])
+        >>> plan = FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
         >>> plan.stats([3, 7, 4, 1]).padded_slots  # 2·4 + 2·4 + 1·8
         24
         """

@@ -358,7 +358,7 @@ def compare_report(
         t0 = time.perf_counter()
         try:
             shapes = shape_set(lens, k, max_tokens=max_tokens)
-            spec = FixedShapes(shapes)
+            spec = FixedShapes(shapes=shapes)
             plan, ms = _timed(lambda: spec.plan(lens))
         except ValueError as exc:  # listed in not_run already; add why shape_set could not help
             for entry in not_run:

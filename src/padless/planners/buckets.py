@@ -303,13 +303,19 @@ def plan_buckets(
     [[2, 2, 3], [8, 9, 10]]
     """
     spec = Buckets(
-        boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost,
-        pad_to_multiple_of,
-    )  # fmt: skip
+        boundaries=boundaries,
+        num_buckets=num_buckets,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        multiple_of=multiple_of,
+        cost=cost,
+        max_cost=max_cost,
+        pad_to_multiple_of=pad_to_multiple_of,
+    )
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Buckets(Spec):
     """Length buckets: batches form within a bucket and pad to at most its longest member.
 
@@ -438,7 +444,13 @@ class BucketSampler(PlanSampler):
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = Buckets(
-            boundaries, num_buckets, max_tokens, batch_size, multiple_of, cost, max_cost,
-            pad_to_multiple_of,
-        )  # fmt: skip
+            boundaries=boundaries,
+            num_buckets=num_buckets,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            multiple_of=multiple_of,
+            cost=cost,
+            max_cost=max_cost,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
         super().__init__(lengths, spec, **options)

@@ -73,7 +73,7 @@ def oversize_filter(
     return too_long
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenBudget(Spec):
     """Token-budget batching, batch for batch as fairseq's ``batch_by_size``.
 
@@ -345,7 +345,13 @@ def plan_token_budget(
     [[4, 2, 1], [0], [3]]
     """
     spec = TokenBudget(
-        max_tokens, max_sentences, multiple_of, oversize, cost, max_cost, pad_to_multiple_of
+        max_tokens=max_tokens,
+        max_sentences=max_sentences,
+        multiple_of=multiple_of,
+        oversize=oversize,
+        cost=cost,
+        max_cost=max_cost,
+        pad_to_multiple_of=pad_to_multiple_of,
     )
     return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
 
@@ -377,6 +383,12 @@ class TokenBudgetSampler(PlanSampler):
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = TokenBudget(
-            max_tokens, max_sentences, multiple_of, oversize, cost, max_cost, pad_to_multiple_of
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            multiple_of=multiple_of,
+            oversize=oversize,
+            cost=cost,
+            max_cost=max_cost,
+            pad_to_multiple_of=pad_to_multiple_of,
         )
         super().__init__(lengths, spec, **options)

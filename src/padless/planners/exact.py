@@ -400,21 +400,21 @@ def plan_exact_length(
     ([[3, 3], [5, 5]], 2)
     """
     spec = ExactLength(
-        batch_size,
-        max_tokens,
-        batch_sizes,
-        max_length,
-        include_partial,
-        leftovers,
-        multiple_of,
-        cost,
-        max_cost,
-        pad_to_multiple_of,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        batch_sizes=batch_sizes,
+        max_length=max_length,
+        include_partial=include_partial,
+        leftovers=leftovers,
+        multiple_of=multiple_of,
+        cost=cost,
+        max_cost=max_cost,
+        pad_to_multiple_of=pad_to_multiple_of,
     )
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ExactLength(Spec):
     """Exact-length batching: every batch holds one length (one length tuple), so no padding.
 
@@ -555,15 +555,15 @@ class ExactLengthSampler(PlanSampler):
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = ExactLength(
-            batch_size,
-            max_tokens,
-            batch_sizes,
-            max_length,
-            include_partial,
-            leftovers,
-            multiple_of,
-            cost,
-            max_cost,
-            pad_to_multiple_of,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            batch_sizes=batch_sizes,
+            max_length=max_length,
+            include_partial=include_partial,
+            leftovers=leftovers,
+            multiple_of=multiple_of,
+            cost=cost,
+            max_cost=max_cost,
+            pad_to_multiple_of=pad_to_multiple_of,
         )
         super().__init__(lengths, spec, **options)

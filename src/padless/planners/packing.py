@@ -185,7 +185,14 @@ def plan_packing(
     >>> plan.efficiency
     1.0
     """
-    spec = Packing(capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost)
+    spec = Packing(
+        capacity=capacity,
+        max_per_row=max_per_row,
+        rows_per_batch=rows_per_batch,
+        oversize=oversize,
+        cost=cost,
+        max_row_cost=max_row_cost,
+    )
     return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
 
 
@@ -434,7 +441,7 @@ class PieceDataset:
 # ---------------------------------------------------------------------------------- sampler
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Packing(Spec):
     """Sequence packing: best-fit decreasing into rows of ``capacity`` tokens, batches of rows.
 
@@ -639,7 +646,14 @@ class PackingSampler(PlanSampler):
         max_row_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Packing(capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost)
+        spec = Packing(
+            capacity=capacity,
+            max_per_row=max_per_row,
+            rows_per_batch=rows_per_batch,
+            oversize=oversize,
+            cost=cost,
+            max_row_cost=max_row_cost,
+        )
         super().__init__(lengths, spec, **options)
         self.spec: Packing = spec
 

@@ -107,7 +107,7 @@ def shape_for(
     return at
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class FixedShapes(Spec):
     """Static-shape batching: every batch fits one of ``shapes`` and is tagged with it.
 
@@ -132,7 +132,7 @@ class FixedShapes(Spec):
     Cost: O(N + max length) time and O(N) memory (counting sort, one compiled greedy pass, one
     O(shapes) look-up per batch).
 
-    >>> spec = FixedShapes([(4, 8), (2, 16)])
+    >>> spec = FixedShapes(shapes=[(4, 8), (2, 16)])
     >>> plan = spec.plan([5, 12, 3, 7, 16, 2])
     >>> [b.tolist() for b in plan], plan.batch_shapes.tolist()
     ([[5, 2, 0, 3], [1, 4]], [[4, 8], [2, 16]])
@@ -167,9 +167,9 @@ class FixedShapes(Spec):
         """The ``(batch_size, length)`` a batch of ``count`` sequences, the longest ``longest``,
         pads to; None when no shape holds it.
 
-        >>> FixedShapes([(4, 8), (2, 16)]).shape_of(3, 10) is None
+        >>> FixedShapes(shapes=[(4, 8), (2, 16)]).shape_of(3, 10) is None
         True
-        >>> FixedShapes([(4, 8), (2, 16)]).shape_of(2, 10)
+        >>> FixedShapes(shapes=[(4, 8), (2, 16)]).shape_of(2, 10)
         (2, 16)
         """
         at = shape_for(self.shapes, count, longest, self.pad_batches)
@@ -392,7 +392,7 @@ def shape_curve(
     out = []
     for k in ks:
         shapes = shape_set(lens, k, max_tokens=max_tokens, multiple_of=multiple_of)
-        plan = FixedShapes(shapes).plan(lens)
+        plan = FixedShapes(shapes=shapes).plan(lens)
         st = plan.stats(lens)
         out.append(
             {

@@ -113,9 +113,9 @@ def round_up(lengths: np.ndarray, multiple: int) -> np.ndarray:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
-    """Base of the planner specs (frozen dataclasses, validated in ``__post_init__``).
+    """Base of the planner specs (frozen, keyword-only dataclasses, validated in ``__post_init__``).
 
     Subclasses set ``name`` (the registry key) and ``sampler_name`` (the sampler class whose
     state fingerprints they share, so ``PlanSampler(L, TokenBudget(...))`` and
