@@ -4,7 +4,9 @@ A factory builds a sampler from the common options (``shuffle``, ``seed``, ``ran
 ``world_size``, ``drop_last`` and, where ``balance`` is true, ``balance``). ``key`` turns one
 yielded batch into something hashable; ``units`` (optional) lists the dataset units a batch
 covers, for the "every unit exactly once per epoch" check; ``elastic`` says whether a state
-loads at another world size.
+loads at another world size; ``batch_sampler`` says whether its batches are lists of dataset keys
+that a ``torch.utils.data.DataLoader`` can take as its ``batch_sampler``. Every test runs every
+factory: a test that does not apply to one asks these attributes, never the factory's name.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Factory:
     make: Callable[..., Any]
     balance: bool = True
     elastic: bool = True
+    batch_sampler: bool = True  # False: it yields arrays (LM streams), not lists of dataset keys
     key: Callable[[Any], Any] = _list_key
     units: Callable[[Any], list[int]] | None = list
     all_units: Callable[[Any], list[int]] | None = None  # None: every index of LENGTHS
@@ -81,7 +84,10 @@ FACTORIES = [
     Factory(
         "packing_split",
         lambda **o: padless.PackingSampler(LENGTHS, capacity=64, oversize="split", **o),
-        units=None,  # piece codes, checked by the packing tests
+        # units: piece codes ``index + piece * N``, ceil(length / 64) pieces per sequence
+        all_units=lambda s: sorted(
+            i + p * len(LENGTHS) for i, n in enumerate(LENGTHS.tolist()) for p in range(-(-n // 64))
+        ),
     ),
     Factory(
         "plan_sampler_spec",
@@ -97,7 +103,7 @@ FACTORIES = [
     Factory(
         "fixed_shapes",
         lambda **o: padless.PlanSampler(
-            PAIRS, padless.FixedShapes([(8, 40), (3, 120), (2, 330)]), **o
+            PAIRS, padless.FixedShapes(shapes=[(8, 40), (3, 120), (2, 330)]), **o
         ),
     ),
     Factory(
@@ -106,11 +112,12 @@ FACTORIES = [
             LENGTHS, max_tokens=900, cost=padless.Cost(quadratic=0.02), max_cost=2000.0, **o
         ),
     ),
-    Factory("mixture", _mixture, balance=False, units=None),
+    Factory("mixture", _mixture, balance=False, units=None),  # draws by weight: no "each once"
     Factory(
         "lm_random",
         lambda **o: padless.LMStream(TOKENS, batch_size=4, num_steps=16, **o),
         balance=False,
+        batch_sampler=False,
         key=_lm_key,
         units=_lm_units,
         all_units=lambda s: list(
@@ -122,9 +129,11 @@ FACTORIES = [
         lambda **o: padless.LMStream(TOKENS, batch_size=2, num_steps=16, mode="sequential", **o),
         balance=False,
         elastic=False,
+        batch_sampler=False,
         key=_lm_key,
-        units=None,
+        units=_lm_units,  # every target in (o, o + S * L] once: S = 2 streams of L tokens
+        all_units=lambda s: list(
+            range(s.offset + 1, s.offset + 1 + (len(TOKENS) - 1 - s.offset) // 2 * 2)
+        ),
     ),
 ]
-
-BY_NAME = {f.name: f for f in FACTORIES}
