@@ -674,3 +674,23 @@ from ._torch_rng import StepRng as StepRng  # noqa: E402
 from ._torch_rng import get_rng_state as get_rng_state  # noqa: E402
 from ._torch_rng import set_rng_state as set_rng_state  # noqa: E402
 from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401
+
+__all__ = [
+    "PackedCollate",
+    "PaddedCollate",
+    "StatefulLoader",
+    "StepRng",
+    "StopTogether",
+    "StreamDataset",
+    "check_packed",
+    "collate_packed",
+    "collate_padded",
+    "dist_kwargs",
+    "dist_rank_world",
+    "get_rng_state",
+    "lm_tensors",
+    "mixture_dataset",
+    "scale_loss",
+    "set_rng_state",
+    "stop_together",
+]
