@@ -7,6 +7,11 @@ plan: every planned index in range, each at most once; a sampler, stream or iter
 without error; an entry's own check where it has one). Errors must come up front: one raised
 while a result is consumed fails too.
 
+Each validation is attacked once, where it lives: a spec's settings through the spec class (which
+then plans, so refusals that need the lengths are met too); ``PlanSampler``'s own keywords
+through ``PlanSampler``; a ``plan_*`` function, keyword sampler or other wrapper only on what it
+checks itself, plus one setting it forwards (proof that a bad one still gets its owner's error).
+
 Every public callable of the modules in ``MODULES`` is either an entry here or listed, with its
 reason, in ``NOT_ATTACKED``; a new public callable fails ``test_every_public_entry_is_attacked``
 until it is added to one of them. Entries whose module needs a running Ray (``RAY_ENTRIES``) are
@@ -203,61 +208,56 @@ ENTRIES: list[Entry] = [
         padless.plan_token_budget,
         "plan_token_budget",
         {"lengths": L, "max_tokens": 200},
-        ["max_tokens", "max_sentences", "multiple_of", "oversize", "seed", "epoch", "order"]
-        + ["cost", "max_cost", "pad_to_multiple_of"],
+        ["seed", "epoch", "order", "max_tokens"],
         None,
     ),
     (
         padless.plan_exact_length,
         "plan_exact_length",
         {"lengths": L, "batch_size": 4},
-        ["batch_size", "max_length", "multiple_of", "leftovers", "include_partial", "seed"]
-        + ["epoch", "batch_sizes", "pad_to_multiple_of"],
+        ["seed", "epoch", "batch_size"],
         None,
     ),
     (
         padless.plan_buckets,
         "plan_buckets",
         {"lengths": L, "num_buckets": 3, "max_tokens": 300},
-        ["num_buckets", "max_tokens", "multiple_of", "boundaries", "seed", "epoch"]
-        + ["pad_to_multiple_of"],
+        ["seed", "epoch", "num_buckets"],
         None,
     ),
     (
         padless.plan_packing,
         "plan_packing",
         {"lengths": L, "capacity": 128},
-        ["capacity", "max_per_row", "rows_per_batch", "oversize", "seed", "epoch", "cost"]
-        + ["max_row_cost"],
+        ["seed", "epoch", "capacity"],
         None,
     ),
     (
         padless.TokenBudgetSampler,
         "TokenBudgetSampler",
         {"lengths": L, "max_tokens": 200},
-        ["max_tokens", "seed", "rank", "world_size", "shuffle", "drop_last", "balance"]
-        + ["window", "pad_to_multiple_of"],
+        ["max_tokens", "window"],
         None,
     ),
     (
         padless.PackingSampler,
         "PackingSampler",
         {"lengths": L, "capacity": 128},
-        ["capacity", "rows_per_batch", "world_size", "rank", "balance", "max_per_row"],
+        ["capacity", "balance"],
         None,
     ),
     (
         padless.BucketSampler,
         "BucketSampler",
         {"lengths": L, "num_buckets": 2, "batch_size": 8},
-        ["num_buckets", "batch_size", "seed", "boundaries"],
+        ["num_buckets", "seed"],
         None,
     ),
     (
         padless.ExactLengthSampler,
         "ExactLengthSampler",
         {"lengths": L, "max_tokens": 100},
-        ["max_tokens", "max_length", "seed"],
+        ["max_tokens", "world_size"],
         None,
     ),
     (
@@ -301,11 +301,25 @@ ENTRIES: list[Entry] = [
         None,
     ),
     (
+        padless.ExactLength,
+        "ExactLength/budget",
+        {"max_tokens": 100},
+        ["max_tokens", "max_length"],
+        None,
+    ),
+    (
         padless.Buckets,
         "Buckets",
         {"boundaries": [10, 30], "max_tokens": 300},
         ["boundaries", "max_tokens", "batch_size", "multiple_of", "cost", "max_cost"]
         + ["pad_to_multiple_of"],
+        None,
+    ),
+    (
+        padless.Buckets,
+        "Buckets/fitted",
+        {"num_buckets": 3, "batch_size": 8},
+        ["num_buckets", "batch_size"],
         None,
     ),
     (
@@ -404,7 +418,7 @@ ENTRIES: list[Entry] = [
         padless.plan_windows,
         "plan_windows",
         {"lengths": L, "spec": padless.TokenBudget(max_tokens=200), "window": 50},
-        ["lengths", "spec", "window", "seed", "epoch", "threads"],
+        ["seed", "epoch", "window"],
         None,
     ),
     (
@@ -545,8 +559,7 @@ ENTRIES: list[Entry] = [
         padless.torch.collate_packed,
         "collate_packed",
         {"capacity": 16},
-        ["capacity", "max_per_row", "rows", "flatten", "position_start", "pad_id"]
-        + ["ignore_index", "key", "truncate", "attention_mask"],
+        ["capacity", "max_per_row", "rows"],
         _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
     ),
     (
@@ -568,14 +581,14 @@ ENTRIES: list[Entry] = [
         padless.torch.StreamDataset,
         "StreamDataset",
         {"source": DOCS, "spec": padless.TokenBudget(max_tokens=200), "buffer": 4},
-        ["source", "spec", "buffer", "length", "seed", "window", "rank", "world_size"],
+        ["source", "rank", "world_size", "buffer"],
         None,
     ),
     (
         padless.torch.stop_together,
         "stop_together",
         {"loader": [1, 2, 3]},
-        ["loader", "every", "group"],
+        ["every"],
         None,
     ),
     (
@@ -717,6 +730,20 @@ neither called (collates) nor consumed (samplers)."""
 PATH_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 
+def _plan_with(spec: padless.Spec, named: str, *, check: bool) -> None:
+    """A spec that took a hostile setting plans ``L``: a valid plan, or (for a refusal that
+    depends on the lengths, like a ``max_cost`` below one sequence's cost) an error naming the
+    setting. The ``plan_*`` functions and samplers plan through this one spec."""
+    try:
+        plan = spec.plan(L)
+    except (ValueError, TypeError) as err:
+        if named not in str(err):
+            raise AssertionError(f"plan: {type(err).__name__} {err}") from err
+        return
+    if check:
+        _valid_plan(plan, L.shape[0])
+
+
 def attack(
     entry: Callable[..., Any], label: str, base: dict[str, Any], param: Any, check: Any
 ) -> list[str]:
@@ -745,6 +772,8 @@ def attack(
             continue
         big = param in SIZES and isinstance(value, (int, np.integer)) and value > 1 << 20
         try:
+            if isinstance(out, padless.Spec):
+                _plan_with(out, named, check=not big)
             if not big:
                 _check_result(out)
                 if check is not None:
