@@ -255,3 +255,24 @@ def test_packing_pieces_and_mixtures():
     assert len(_load_all(mix, checked)) == 12
     assert sampler_lengths(object()) is None
     assert Packing(capacity=16).name == "packing"
+
+
+def test_memory_mapped_lengths_are_neither_copied_nor_pickled(tmp_path):
+    """A windowed sampler over a billion int32 lengths on disk: the check reads the same map
+    (no int64 copy of N lengths) and a DataLoader worker maps the file again."""
+    import pickle
+
+    lengths = np.random.default_rng(0).integers(1, 50, 200_000).astype(np.int32)
+    np.save(tmp_path / "lengths.npy", lengths)
+    mapped = np.load(tmp_path / "lengths.npy", mmap_mode="r")
+    sampler = TokenBudgetSampler(mapped, max_tokens=4096, window=50_000)
+    rows = [[1] * int(n) for n in lengths]
+    checked = sampler.checked(rows)
+    assert np.shares_memory(np.asarray(checked.lengths), mapped)
+    blob = pickle.dumps(checked)
+    assert len(blob) < lengths.nbytes // 2 + len(pickle.dumps(rows))  # the lengths by file
+    again = pickle.loads(blob)
+    assert again.__getitems__([0, 7]) == [rows[0], rows[7]]
+    again.dataset[9].append(1)
+    with pytest.raises(ValueError, match="item 9 has length"):
+        again[9]

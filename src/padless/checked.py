@@ -46,8 +46,25 @@ def sampler_lengths(sampler: Any) -> np.ndarray | None:
     return lengths_of(lengths) if not _int_array(lengths) else np.asarray(lengths)
 
 
+def _mapped_file(x: Any) -> tuple[str, int, str, tuple[int, ...]] | None:
+    """(path, offset, dtype, shape) of a read-only memory map over a whole C-ordered file
+    region, or None."""
+    if not isinstance(x, np.memmap) or getattr(x, "filename", None) is None:
+        return None
+    if not x.flags.c_contiguous or x.base is None or x.flags.writeable:
+        return None
+    return (str(x.filename), int(x.offset), x.dtype.str, tuple(int(n) for n in x.shape))
+
+
 def _int_array(x: Any) -> bool:
-    return isinstance(x, np.ndarray) and x.dtype == np.int64 and x.ndim in (1, 2)
+    """An integer array the sampler already holds (its validated lengths; a memory-mapped
+    int32 file of a billion lengths among them): kept as it is, never copied to int64."""
+    return (
+        isinstance(x, np.ndarray)
+        and x.dtype.kind in "iu"
+        and x.dtype != np.uint64
+        and x.ndim in (1, 2)
+    )
 
 
 class CheckedDataset:
@@ -94,7 +111,7 @@ class CheckedDataset:
     """
 
     def __init__(self, dataset: Any, lengths: Any, *, field: Field = None) -> None:
-        self.lengths = np.asarray(lengths) if _int_array(lengths) else lengths_of(lengths)
+        self.lengths = lengths if _int_array(lengths) else lengths_of(lengths)
         self.dataset = dataset
         self.field = _check_field(field, self.columns)
         n = int(self.lengths.shape[0])
@@ -119,7 +136,7 @@ class CheckedDataset:
 
     def _fast_view(self) -> None:
         # a memoryview reads a Python int in ~50 ns (a numpy scalar read costs ~3x that)
-        flat = np.ascontiguousarray(self.lengths, dtype=np.int64).reshape(-1)
+        flat = np.ascontiguousarray(self.lengths).reshape(-1)  # a memory map stays one
         self._planned = memoryview(flat) if flat.size else None  # type: ignore[arg-type]
         self._key = self.field if isinstance(self.field, str) else None
         self._getter = itemgetter(self._key) if self._key is not None else None
@@ -134,9 +151,15 @@ class CheckedDataset:
         state["_planned"] = state["_getter"] = (
             None  # rebuilt on load (a memoryview does not pickle)
         )
+        mapped = _mapped_file(self.lengths)
+        if mapped is not None:  # a worker maps the file again instead of receiving a copy
+            state["lengths"] = mapped
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("lengths"), tuple):
+            path, offset, dtype, shape = state["lengths"]
+            state["lengths"] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
         self.__dict__.update(state)
         self._fast_view()
 
