@@ -156,37 +156,39 @@ def lhotse_table(name: str, lengths: np.ndarray, rows: list[str]) -> None:
         print(rows[-1], flush=True)
 
 
-def window_table(lengths: np.ndarray, repeat: int, rows: list[str]) -> None:
-    """Padding and restore time against ``window`` at buffer 10k."""
+def max_wait_table(lengths: np.ndarray, repeat: int, rows: list[str]) -> None:
+    """Padding and restore time against ``max_wait`` at buffer 10k."""
     spec = TokenBudget(max_tokens=BUDGET)
     items = lengths.tolist()
     buffer = 10_000
     rows.append(
-        "\n| window | padding | restore + first batch ÷ fresh first batch (stateful source) |"
+        "\n| max_wait | padding | restore + first batch ÷ fresh first batch (stateful source) |"
     )
     rows.append("|---:|---:|---:|")
-    for window in (1, 2, 4):
-        b = StreamBatcher(items, spec, buffer=buffer, length=int, window=window)
+    for max_wait in (1, 2, 4):
+        b = StreamBatcher(items, spec, buffer=buffer, length=int, max_wait=max_wait)
         total = sum(1 for _ in b)
         pad = b.stats()["padding_fraction"]
-        ratio = restore_ratio(items, spec, buffer, window, total, repeat, Resumable)
-        rows.append(f"| {window} | {pad:.3%} | {ratio:.2f} |")
+        ratio = restore_ratio(items, spec, buffer, max_wait, total, repeat, Resumable)
+        rows.append(f"| {max_wait} | {pad:.3%} | {ratio:.2f} |")
         print(rows[-1], flush=True)
 
 
-def restore_ratio(items, spec, buffer, window, total, repeat, make_source) -> float:
-    b = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+def restore_ratio(items, spec, buffer, max_wait, total, repeat, make_source) -> float:
+    b = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, max_wait=max_wait)
     it = iter(b)
     for _ in range(total // 2):
         next(it)
     state = b.state_dict()
 
     def fresh() -> None:
-        batcher = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+        batcher = StreamBatcher(
+            make_source(items), spec, buffer=buffer, length=int, max_wait=max_wait
+        )
         next(iter(batcher))
 
     def resumed() -> None:
-        r = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, window=window)
+        r = StreamBatcher(make_source(items), spec, buffer=buffer, length=int, max_wait=max_wait)
         r.load_state_dict(state)
         next(iter(r))
 
@@ -431,8 +433,8 @@ def main() -> None:
     ]
     lhotse_table("lognormal lengths, the first 200,000", lengths[:200_000], rows)
     lhotse_table("built-in corpus, en", en, rows)
-    rows += ["", "Padding against `window` (buffer 10,000, the lognormal stream):"]
-    window_table(lengths, args.repeat, rows)
+    rows += ["", "Padding against `max_wait` (buffer 10,000, the lognormal stream):"]
+    max_wait_table(lengths, args.repeat, rows)
     rows += ["", "## Packing efficiency (real tokens ÷ rows × capacity)"]
     packing_table("lognormal lengths", lengths, rows)
     packing_table("built-in corpus, en", en, rows)

@@ -90,7 +90,7 @@ RECIPES: dict[str, Recipe] = {
     "lightning-ddp": Recipe("lightning", world=2),
     "torchdata": Recipe("loop", workers=2, multiple=8, extra={"balance": True}),
     "stream": Recipe("stream", sampler="stream", collate="rows"),
-    # a shuffled `datasets` stream (its shuffle buffer is not saved), window=1: item 8
+    # a shuffled `datasets` stream (its shuffle buffer is not saved), max_wait=1: item 8
     "stream-shuffled": Recipe("stream", sampler="stream", collate="rows", extra={"shuffle": 64}),
     # the same over 4 shards in 2 DataLoader workers: the plan is each worker's, interleaved
     "stream-workers": Recipe(
@@ -149,7 +149,7 @@ def make_stream(name: str = "stream", **kw: Any) -> Any:
     shuffle = extra.get("shuffle", 0)
     spec = Packing(capacity=CAPACITY, rows_per_batch=ROWS)
     kw.setdefault("length", token_count)
-    kw.setdefault("window", 1 if shuffle else 4)
+    kw.setdefault("max_wait", 1 if shuffle else 4)
     source = stream_source(shuffle, extra.get("shards", 1))
     return StreamDataset(source, spec, buffer=48, seed=1, **kw)
 

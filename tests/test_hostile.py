@@ -400,7 +400,7 @@ ENTRIES: list[Entry] = [
         padless.StreamBatcher,
         "StreamBatcher",
         {"source": DOCS, "spec": padless.TokenBudget(max_tokens=200), "buffer": 4},
-        ["source", "spec", "buffer", "length", "seed", "window"],
+        ["source", "spec", "buffer", "length", "seed", "max_wait"],
         None,
     ),
     (

@@ -1,4 +1,4 @@
-"""StreamBatcher: every item exactly once, never over budget, window and memory bounds,
+"""StreamBatcher: every item exactly once, never over budget, max_wait and memory bounds,
 determinism, exact resume at every batch for every spec and source kind, clear errors."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import padless
 from padless import Buckets, ExactLength, Packing, StreamBatcher, TokenBudget, bucket_boundaries
 from padless._kernels.streams import budget_round, budget_round_reference
 from padless.planners._order import group_keys
-from padless.streams import CHUNKS, WINDOW, Piece
+from padless.streams import CHUNKS, MAX_WAIT, WINDOW, Piece
 
 LENGTHS = np.minimum(np.random.default_rng(3).lognormal(2.5, 0.8, 600).astype(int) + 1, 90)
 ITEMS = [(i, int(n)) for i, n in enumerate(LENGTHS)]  # (stream position, length)
@@ -83,14 +83,14 @@ class Stateful:
 
 
 def check_batches(spec, batches, items, buffer):
-    """Every kept item once, no batch over its limits, no batch wider than the window."""
+    """Every kept item once, no batch over its limits, none wider than max_wait buffers."""
     seen = []
     for batch in batches:
         flat = entries(spec, batch)
         assert flat, "empty batch"
         lens = [x.stop - x.start if isinstance(x, Piece) else x[1] for x in flat]
         where = [(x.item if isinstance(x, Piece) else x)[0] for x in flat]
-        assert max(where) - min(where) < WINDOW * buffer + buffer // CHUNKS
+        assert max(where) - min(where) < MAX_WAIT * buffer + buffer // CHUNKS
         if spec.name == "token_budget":
             assert len(flat) * max(lens) <= spec.max_tokens
             assert spec.max_sentences is None or len(flat) <= spec.max_sentences
@@ -145,26 +145,71 @@ def test_every_item_once_within_limits(name):
         assert all(len({x[1] for x in batch}) == 1 for batch in batches)
 
 
-@pytest.mark.parametrize("window", [1, 2])
-def test_window_bounds_batches_and_replay(window):
+@pytest.mark.parametrize("max_wait", [1, 2])
+def test_max_wait_bounds_batches_and_replay(max_wait):
     spec = SPECS["budget"]
-    b = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=window)
+    b = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, max_wait=max_wait)
     batches = list(b)
     for batch in batches:
         where = [x[0] for x in batch]
-        assert max(where) - min(where) < window * 40
+        assert max(where) - min(where) < max_wait * 40
     source = Stateful(ITEMS)
-    b = StreamBatcher(source, spec, buffer=40, length=size, window=window)
+    b = StreamBatcher(source, spec, buffer=40, length=size, max_wait=max_wait)
     it = iter(b)
     for _ in range(len(batches) // 2):
         next(it)
     state = b.state_dict()
-    assert 0 <= source.pos - state["position"] <= window * 40
-    other = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=window + 1)
+    assert 0 <= source.pos - state["position"] <= max_wait * 40
+    other = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, max_wait=max_wait + 1)
     with pytest.raises(ValueError, match="settings differ"):
         other.load_state_dict(state)
-    with pytest.raises(ValueError, match="window must be a positive int"):
+    with pytest.raises(ValueError, match="max_wait must be a positive int"):
+        StreamBatcher(ITEMS, spec, max_wait=0)
+
+
+def test_deprecated_window_is_max_wait_and_states_load_across_the_names():
+    """``window=`` (the former name) warns naming ``max_wait``, builds the same batcher, and a
+    state saved under either name loads under the other; both names at once is a TypeError."""
+    spec = SPECS["budget"]
+    with pytest.warns(DeprecationWarning, match="max_wait=") as caught:
+        old = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=4)
+    assert caught[0].filename == __file__  # points at the caller
+    new = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, max_wait=4)
+    assert old.max_wait == new.max_wait == 4
+    full = [key(x) for x in StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size)]
+    for saver, loader in ((old, new), (new, old)):
+        it = iter(saver)
+        got = [key(next(it)) for _ in range(len(full) // 2)]
+        state = json.loads(json.dumps(saver.state_dict()))
+        loader.load_state_dict(state)
+        assert got + [key(x) for x in loader] == full
+    with pytest.raises(TypeError, match="max_wait or its former name window, not both"):
+        StreamBatcher(ITEMS, spec, max_wait=4, window=4)
+    with (
+        pytest.raises(ValueError, match="window must be a positive int"),
+        pytest.warns(DeprecationWarning),
+    ):
         StreamBatcher(ITEMS, spec, window=0)
+    assert WINDOW == MAX_WAIT == 4  # the module constant's former name
+
+
+# A state saved by padless before ``window`` became ``max_wait`` (TokenBudget(max_tokens=10),
+# buffer=8, window=4, before the first batch): its settings fingerprint must still match.
+OLD_STATE = {"version": 1, "kind": "StreamBatcher", "fingerprint": "bfd5f09b-f637bed3",
+             "seed": 0, "epoch": 0, "round": -1, "emitted": 0, "first": 0, "position": 0,
+             "source": None, "waiting": "", "waiting_bits": 0, "pieces": [], "digest": "",
+             "done": False}  # fmt: skip
+
+
+def test_state_saved_before_the_rename_loads():
+    lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5, 7, 7, 4, 6, 2, 8]
+    spec = TokenBudget(max_tokens=10)
+    b = StreamBatcher(lengths, spec, buffer=8, length=int, max_wait=4)
+    assert b.state_dict() == OLD_STATE
+    b.load_state_dict(dict(OLD_STATE))
+    assert list(b) == list(StreamBatcher(lengths, spec, buffer=8, length=int))
+    with pytest.raises(ValueError, match="settings differ"):
+        StreamBatcher(lengths, spec, buffer=8, length=int, max_wait=3).load_state_dict(OLD_STATE)
 
 
 def test_lengths_only_stream_and_int_length():
@@ -288,7 +333,7 @@ def test_resume_at_every_batch(name):
 
 
 @pytest.mark.parametrize("name", ["budget", "packing_split", "exact_merge", "buckets"])
-def test_stateful_source_replays_at_most_the_window(name):
+def test_stateful_source_replays_at_most_max_wait_buffers(name):
     spec = SPECS[name]
     buffer = 24
     full = [key(x) for x in StreamBatcher(Stateful(ITEMS), spec, buffer=buffer, length=size)]
@@ -305,8 +350,8 @@ def test_stateful_source_replays_at_most_the_window(name):
         assert got + [key(x) for x in resumed] == full, cut
         # the restore read again only the items since the oldest waiting one's chunk
         assert fresh.reads == len(ITEMS) - state["position"]
-        assert 0 <= read - state["position"] <= WINDOW * buffer
-        if read > WINDOW * buffer:
+        assert 0 <= read - state["position"] <= MAX_WAIT * buffer
+        if read > MAX_WAIT * buffer:
             assert state["position"] > 0  # ...not the stream from its start
 
 
@@ -691,8 +736,8 @@ def test_pad_to_multiple_of_is_refused_for_now():
 
 
 def test_shuffled_datasets_stream_resumes_exactly():
-    """The issue's case: 4,000 rows, a datasets shuffle buffer of 1000, window=1, saved after 76
-    batches (past window × buffer): the shuffled stream is re-read from the epoch's start."""
+    """The issue's case: 4,000 rows, a datasets shuffle buffer of 1000, max_wait=1, saved after 76
+    batches (past max_wait × buffer): the shuffled stream is re-read from the epoch's start."""
     datasets = pytest.importorskip("datasets")
     from padless.streams import _Source
 
@@ -703,14 +748,14 @@ def test_shuffled_datasets_stream_resumes_exactly():
 
     def make():
         return StreamBatcher(base.shuffle(seed=0, buffer_size=1000), spec, buffer=1000,
-                             length=lambda r: r["n"], window=1)  # fmt: skip
+                             length=lambda r: r["n"], max_wait=1)  # fmt: skip
 
     full = [[r["id"] for r in b] for b in make()]
     b = make()
     it = iter(b)
     got = [[r["id"] for r in next(it)] for _ in range(76)]
     state = b.state_dict()
-    assert state["position"] >= 1000  # past window × buffer: a seek would lose items
+    assert state["position"] >= 1000  # past max_wait × buffer: a seek would lose items
     resumed = make()
     resumed.load_state_dict(state)
     assert got + [[r["id"] for r in b] for b in resumed] == full

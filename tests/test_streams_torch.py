@@ -22,7 +22,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from padless import Packing, TokenBudget  # noqa: E402
+from padless import Packing, StreamBatcher, TokenBudget  # noqa: E402
 from padless.streams import Piece  # noqa: E402
 from padless.torch import StreamDataset, stop_together  # noqa: E402
 
@@ -101,6 +101,24 @@ def test_plain_source_split_over_workers_and_ranks():
         loader = DataLoader(ds, batch_size=None, num_workers=2, collate_fn=list)
         seen += [x for batch in loader for x in batch]
     assert sorted(seen) == lengths
+
+
+def test_max_wait_reaches_the_batchers_and_window_is_its_deprecated_name():
+    lengths = np.random.default_rng(0).integers(1, 50, 120).tolist()
+    spec = TokenBudget(max_tokens=100)
+
+    def batches(ds):
+        return list(DataLoader(ds, batch_size=None, collate_fn=list))
+
+    want = list(StreamBatcher(lengths, spec, buffer=8, length=int, max_wait=1))
+    assert want != list(StreamBatcher(lengths, spec, buffer=8, length=int))  # it matters here
+    assert batches(StreamDataset(lengths, spec, buffer=8, length=int, max_wait=1)) == want
+    with pytest.warns(DeprecationWarning, match="max_wait=") as caught:
+        old = StreamDataset(lengths, spec, buffer=8, length=int, window=1)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert batches(old) == want
+    with pytest.raises(TypeError, match="not both"):
+        StreamDataset(lengths, spec, max_wait=2, window=2)
 
 
 def test_stateful_dataloader_resumes_exactly(parquet_dir):
@@ -283,7 +301,7 @@ def run_doc_loop(code, files, checkpoint, keep_at=-1):
 
 def test_docs_resume_loop_visits_each_item_once_per_epoch(token_dir, monkeypatch):
     """The documented loop, over a shuffled datasets stream with 2 workers, resumed from the
-    checkpoint of a step in epoch 1 past window × buffer: every row trained exactly twice, in
+    checkpoint of a step in epoch 1 past max_wait × buffer: every row trained exactly twice, in
     the uninterrupted order (a shuffled stream resumes by re-reading; items 3 and 8 of issue
     24). Written with range(epochs), the resumed loop is refused, not trained 1.5 times."""
     pytest.importorskip("torchdata.stateful_dataloader")
@@ -292,7 +310,7 @@ def test_docs_resume_loop_visits_each_item_once_per_epoch(token_dir, monkeypatch
     monkeypatch.setattr(datasets.config, "SLEEP_TIME_ON_THREADS_SHUTDOWN", 0)
     files = sorted(str(p) for p in token_dir.glob("*.parquet"))
     code = streaming_doc_example()
-    stop = 85  # of 104 steps: in epoch 1, past window × buffer of each worker
+    stop = 85  # of 104 steps: in epoch 1, past max_wait × buffer of each worker
     full, checkpoint = run_doc_loop(code, files, None, keep_at=stop)
     assert sorted(i for step in full for i in step) == sorted(list(range(400)) * 2)
     assert checkpoint["epoch"] == 1 and len(full) // 2 < stop < len(full)

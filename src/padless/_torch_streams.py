@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ._check import check_int, check_seed, positive
-from .streams import WINDOW, Piece, StreamBatcher, _check_epoch, _check_source
+from .streams import Piece, StreamBatcher, _check_epoch, _check_source, _resolve_max_wait
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -133,7 +133,8 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     wrap the loader in :func:`stop_together` so every rank stops at the same step.
 
     Args:
-        source, spec, buffer, length, seed, window: see :class:`padless.StreamBatcher`.
+        source, spec, buffer, length, seed, max_wait: see :class:`padless.StreamBatcher`.
+        window: the former name of ``max_wait`` (a ``DeprecationWarning``; not both).
         rank, world_size: this process's rank; by default from ``torch.distributed`` (0 and 1
             when it is not initialized).
 
@@ -151,14 +152,17 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         buffer: int = 10_000,
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
-        window: int = WINDOW,
+        max_wait: int | None = None,
+        window: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
         from ._schedule import check_ranks
         from .torch import dist_rank_world
 
-        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, window=window)  # checks
+        max_wait = _resolve_max_wait(max_wait, window, "StreamDataset")
+        # the batcher's checks, once, in this process
+        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
         _check_source(source, length)
         auto_rank, auto_world = dist_rank_world()
         self.rank, self.world_size = check_ranks(
@@ -169,7 +173,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.buffer = buffer
         self.length = length
         self.seed = seed
-        self.window = window
+        self.max_wait = max_wait
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         self._pending: dict[str, Any] | None = None
@@ -230,7 +234,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             buffer=self.buffer,
             length=self.length,
             seed=self.seed,
-            window=self.window,
+            max_wait=self.max_wait,
         )
         batcher._shard = (shard, total)
         self._batcher, self._worker = batcher, (worker, workers)

@@ -13,14 +13,16 @@ chunks. Two rules bound the waiting:
 - *memory*: when more than ``buffer - buffer // 4`` items would wait, the best of the waiting
   batches (least padded, fullest) leave too, so the buffer never holds more than ``buffer``
   items (the extra pieces of a split item come on top);
-- *window*: an item leaves, whatever its padding, before ``window`` buffers of items have been
-  read after it. So the items of a batch lie within ``window × buffer`` positions of each other
-  in the stream, and a restore reads at most that many items again.
+- *max_wait*: an item leaves, whatever its padding, before ``max_wait`` buffers of items have
+  been read after it. So the items of a batch lie within ``max_wait × buffer`` positions of each
+  other in the stream, and a restore reads at most that many items again.
 
-At the end of the stream everything left leaves. ``window`` trades padding for restore time:
+At the end of the stream everything left leaves. ``max_wait`` trades padding for restore time:
 with 1e6 lognormal lengths and ``TokenBudget(max_tokens=4096)`` at ``buffer=10_000``, padding is
-2.0% with ``window=1``, 0.9% with 2 and 0.42% with 4 (a global sort: 0.13%), and a restore reads
-about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``).
+2.0% with ``max_wait=1``, 0.9% with 2 and 0.42% with 4 (a global sort: 0.13%), and a restore
+reads about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``). (``max_wait`` counts
+buffers; the ``window`` of samplers and :func:`padless.plan_windows` counts items. Streams took
+``window=`` for it before, which still works with a ``DeprecationWarning``.)
 
 - ``TokenBudget``: each round sorts the buffer by length, takes out the full batches of a
   single length (no padding), and cuts the rest with the greedy budget rule (fairseq's), so no
@@ -48,12 +50,12 @@ about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``).
   varlen format.
 
 Resume. ``state_dict()`` is small and JSON-safe (when the source's own state is): the round, the
-batches of that round already yielded, one bit per item of the window saying which ones still
-wait (zlib-compressed), and for a source with the ``datasets.IterableDataset`` protocol
-(``state_dict()`` / ``load_state_dict()``) its state at the oldest chunk of the window.
-``load_state_dict()`` is O(1); the next iteration reads the window again (at most ``window ×
-buffer`` items, calling ``length`` only on the items that still wait, skipping chunks where
-none waits) and the batches continue exactly as without the interruption. A plain iterable or a
+batches of that round already yielded, one bit per item still in reach (the last ``max_wait``
+buffers) saying which ones still wait (zlib-compressed), and for a source with the
+``datasets.IterableDataset`` protocol (``state_dict()`` / ``load_state_dict()``) its state at the
+oldest chunk in reach. ``load_state_dict()`` is O(1); the next iteration reads those chunks again
+(at most ``max_wait × buffer`` items, calling ``length`` only on the items that still wait,
+skipping chunks where none waits) and the batches continue exactly as without the interruption. A plain iterable or a
 callable that re-creates the iterator is skipped from its start instead: O(position) items are
 read again (at C speed, ``itertools.islice``, no ``length`` calls); so is a
 ``datasets.IterableDataset`` with a ``.shuffle()`` in its chain, whose state does not hold its
@@ -67,6 +69,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
@@ -84,8 +87,10 @@ __all__ = ["Piece", "StreamBatcher"]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
 CHUNKS = 4
-#: Default ``window``: an item waits at most until this many buffers of items were read after it.
-WINDOW = 4
+#: Default ``max_wait``: an item waits at most until this many buffers of items were read after it.
+MAX_WAIT = 4
+#: The former name of :data:`MAX_WAIT`.
+WINDOW = MAX_WAIT
 #: ``TokenBudget``: a full batch is emitted when padding is at most this fraction of its slots.
 PAD_TARGET = 0.005
 #: ``Packing``: a row is emitted when its tokens fill at least this fraction of ``capacity``.
@@ -150,6 +155,28 @@ def _buffer_shuffled(obj: Any) -> bool:
         todo.append(getattr(node, "ex_iterable", None))
         todo.extend(getattr(node, "ex_iterables", None) or ())
     return False
+
+
+def _resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
+    """``max_wait`` checked, or the deprecated ``window`` it replaces (warned); never both.
+
+    >>> _resolve_max_wait(None, None, "StreamBatcher"), _resolve_max_wait(2, None, "StreamBatcher")
+    (4, 2)
+    """
+    if window is None:
+        return positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
+    if max_wait is not None:
+        raise TypeError(
+            f"{owner} takes max_wait or its former name window, not both; got "
+            f"max_wait={max_wait!r} and window={window!r}: give max_wait only"
+        )
+    warnings.warn(
+        f"{owner}(window=...) is deprecated: the number of buffers an item may wait is now "
+        "max_wait=... (window counts items for samplers and plan_windows)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return positive("window", window)
 
 
 def _check_source(source: Any, length: Any) -> None:
@@ -914,14 +941,17 @@ class StreamBatcher:
             array), whose ``len`` is taken. Lengths must be ints (not bool, float or str) in
             [0, 2**31); a bad one is an error naming its stream position.
         seed: non-negative int; each round's batch order comes from ``(seed, epoch)``.
-        window: how far back an item may wait, in buffers of stream: the items of a batch lie
-            within ``window × buffer`` positions, and a restore reads that many items again.
-            Larger pads less (see the module docstring).
+        max_wait: how many buffers of stream an item may wait before it must leave (default
+            :data:`MAX_WAIT`, 4): the items of a batch lie within ``max_wait × buffer``
+            positions, and a restore reads that many items again. Larger pads less (see the
+            module docstring).
+        window: the former name of ``max_wait`` (a ``DeprecationWarning``; giving both is a
+            ``TypeError``).
 
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
     waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
     of ints (``benchmarks/bench_streams.py``). Memory: ``buffer`` items, their lengths and a
-    few int64 each. ``state_dict()`` is O(1) (the bit mask, about ``window × buffer / 8`` bytes
+    few int64 each. ``state_dict()`` is O(1) (the bit mask, about ``max_wait × buffer / 8`` bytes
     before compression, and a digest of the round's buffer are built once per round);
     ``load_state_dict()`` is O(1). ``length=int`` checks that every item is an int (a type
     check per item, at C speed).
@@ -944,9 +974,12 @@ class StreamBatcher:
         buffer: int = 10_000,
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
-        window: int = WINDOW,
+        max_wait: int | None = None,
+        window: int | None = None,
     ) -> None:
         from .planners.spec import Spec, spec_to_dict
+
+        max_wait = _resolve_max_wait(max_wait, window, "StreamBatcher")
 
         if not isinstance(spec, Spec):
             raise TypeError(
@@ -981,8 +1014,8 @@ class StreamBatcher:
         self.spec = spec
         self.buffer = buffer
         self.chunk = buffer // CHUNKS
-        self.window = positive("window", window)
-        self.wait = CHUNKS * self.window - 1  # rounds an item may wait
+        self.max_wait = max_wait
+        self.wait = CHUNKS * max_wait - 1  # rounds an item may wait
         self.length = length
         self.seed = check_seed(seed, "seed")
         self.epoch = 0
@@ -1059,7 +1092,7 @@ class StreamBatcher:
             "class": STATE_KIND,
             "spec": self._spec_dict,
             "buffer": self.buffer,
-            "window": self.window,
+            "window": self.max_wait,  # its former name: states saved before still load
             "chunks": CHUNKS,
         }
         return fingerprint(config, data={"shard": list(self._shard)})
