@@ -20,7 +20,7 @@ from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from .exact import round_size
-from .spec import Planner, Spec, check_pad_multiple
+from .spec import Planner, Spec, check_pad_multiple, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -302,16 +302,7 @@ def plan_buckets(
     >>> [sorted(lens[b].tolist()) for b in plan]
     [[2, 2, 3], [8, 9, 10]]
     """
-    spec = Buckets(
-        boundaries=boundaries,
-        num_buckets=num_buckets,
-        max_tokens=max_tokens,
-        batch_size=batch_size,
-        multiple_of=multiple_of,
-        cost=cost,
-        max_cost=max_cost,
-        pad_to_multiple_of=pad_to_multiple_of,
-    )
+    spec = spec_of(Buckets, locals())
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
@@ -443,14 +434,5 @@ class BucketSampler(PlanSampler):
         pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Buckets(
-            boundaries=boundaries,
-            num_buckets=num_buckets,
-            max_tokens=max_tokens,
-            batch_size=batch_size,
-            multiple_of=multiple_of,
-            cost=cost,
-            max_cost=max_cost,
-            pad_to_multiple_of=pad_to_multiple_of,
-        )
+        spec = spec_of(Buckets, locals())
         super().__init__(lengths, spec, **options)

@@ -14,7 +14,7 @@ from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
-from .spec import Planner, Spec, check_pad_multiple, round_up
+from .spec import Planner, Spec, check_pad_multiple, round_up, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -344,15 +344,7 @@ def plan_token_budget(
     >>> [b.tolist() for b in plan]
     [[4, 2, 1], [0], [3]]
     """
-    spec = TokenBudget(
-        max_tokens=max_tokens,
-        max_sentences=max_sentences,
-        multiple_of=multiple_of,
-        oversize=oversize,
-        cost=cost,
-        max_cost=max_cost,
-        pad_to_multiple_of=pad_to_multiple_of,
-    )
+    spec = spec_of(TokenBudget, locals())
     return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
 
 
@@ -382,13 +374,5 @@ class TokenBudgetSampler(PlanSampler):
         pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = TokenBudget(
-            max_tokens=max_tokens,
-            max_sentences=max_sentences,
-            multiple_of=multiple_of,
-            oversize=oversize,
-            cost=cost,
-            max_cost=max_cost,
-            pad_to_multiple_of=pad_to_multiple_of,
-        )
+        spec = spec_of(TokenBudget, locals())
         super().__init__(lengths, spec, **options)

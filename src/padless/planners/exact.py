@@ -15,7 +15,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order
-from .spec import Planner, Spec, check_pad_multiple
+from .spec import Planner, Spec, check_pad_multiple, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -399,18 +399,7 @@ def plan_exact_length(
     >>> [lens[b].tolist() for b in drop], drop.info["dropped_leftovers"]
     ([[3, 3], [5, 5]], 2)
     """
-    spec = ExactLength(
-        batch_size=batch_size,
-        max_tokens=max_tokens,
-        batch_sizes=batch_sizes,
-        max_length=max_length,
-        include_partial=include_partial,
-        leftovers=leftovers,
-        multiple_of=multiple_of,
-        cost=cost,
-        max_cost=max_cost,
-        pad_to_multiple_of=pad_to_multiple_of,
-    )
+    spec = spec_of(ExactLength, locals())
     return spec.plan(lengths, seed=seed, epoch=epoch)
 
 
@@ -554,16 +543,5 @@ class ExactLengthSampler(PlanSampler):
         pad_to_multiple_of: int = 1,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = ExactLength(
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            batch_sizes=batch_sizes,
-            max_length=max_length,
-            include_partial=include_partial,
-            leftovers=leftovers,
-            multiple_of=multiple_of,
-            cost=cost,
-            max_cost=max_cost,
-            pad_to_multiple_of=pad_to_multiple_of,
-        )
+        spec = spec_of(ExactLength, locals())
         super().__init__(lengths, spec, **options)

@@ -37,7 +37,7 @@ from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; im
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import Planner, Spec
+from .spec import Planner, Spec, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -185,14 +185,7 @@ def plan_packing(
     >>> plan.efficiency
     1.0
     """
-    spec = Packing(
-        capacity=capacity,
-        max_per_row=max_per_row,
-        rows_per_batch=rows_per_batch,
-        oversize=oversize,
-        cost=cost,
-        max_row_cost=max_row_cost,
-    )
+    spec = spec_of(Packing, locals())
     return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
 
 
@@ -646,14 +639,7 @@ class PackingSampler(PlanSampler):
         max_row_cost: float | None = None,
         **options: Unpack[SamplerOptions],
     ) -> None:
-        spec = Packing(
-            capacity=capacity,
-            max_per_row=max_per_row,
-            rows_per_batch=rows_per_batch,
-            oversize=oversize,
-            cost=cost,
-            max_row_cost=max_row_cost,
-        )
+        spec = spec_of(Packing, locals())
         super().__init__(lengths, spec, **options)
         self.spec: Packing = spec
 

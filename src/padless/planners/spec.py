@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
@@ -52,9 +52,25 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+S = TypeVar("S", bound="Spec")
+
+
 def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
     """The user-given fields of a spec (not those it derives in ``__post_init__``)."""
     return [f for f in dataclasses.fields(spec) if f.init]
+
+
+def spec_of(cls: type[S], given: Mapping[str, Any]) -> S:
+    """``cls`` built from the names of ``given`` that are its settings (a function's ``locals()``).
+
+    The ``plan_*`` functions and keyword samplers take a spec's settings as keywords; this builds
+    the spec from them without listing them a second time (the signature lists them once).
+
+    >>> from padless import TokenBudget
+    >>> spec_of(TokenBudget, {"max_tokens": 64, "lengths": [3], "seed": 0}).max_tokens
+    64
+    """
+    return cls(**{f.name: given[f.name] for f in _settings(cls) if f.name in given})
 
 
 # settings added after records existed: left out of ``as_dict`` while at these values, so every
