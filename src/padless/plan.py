@@ -32,7 +32,7 @@ _PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "pac
 MAX_SHAPE_SIDE = 1 << 31  # rows and lengths stay below this, so rows × length fits int64
 
 
-def _json_default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -59,7 +59,7 @@ def plan_meta(data: Any) -> dict[str, Any]:
     return {}
 
 
-def _saved_type(meta: dict[str, Any], where: str) -> type[BatchPlan]:
+def saved_type(meta: dict[str, Any], where: str) -> type[BatchPlan]:
     """The plan class a saved record names (only padless's own modules are imported)."""
     name = str(meta.get("type", "BatchPlan"))
     module = meta.get("module")
@@ -275,7 +275,7 @@ class BatchPlan:
 
             meta["spec"] = spec_to_dict(spec)
         try:
-            meta["info"] = json.loads(json.dumps(self.info, default=_json_default))
+            meta["info"] = json.loads(json.dumps(self.info, default=json_default))
         except (TypeError, ValueError):
             pass  # info that is not JSON-safe is not saved
         arrays: dict[str, Any] = {**self._arrays(), PLAN_MARKER: np.array(json.dumps(meta))}
@@ -302,7 +302,7 @@ class BatchPlan:
             raise ValueError(f"{where} is not a padless plan (it holds one array, not an archive)")
         with data:
             meta = plan_meta(data)
-            plan_type = _saved_type(meta, where)
+            plan_type = saved_type(meta, where)
             if not issubclass(plan_type, cls):
                 wanted = "packing plan" if cls.__name__ == "PackedPlan" else cls.__name__
                 raise ValueError(

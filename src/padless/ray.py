@@ -531,11 +531,11 @@ def _detach(planner: Any) -> dict[str, Any]:
 
 def _attach(state: dict[str, Any], path: str) -> Any:
     """The planner again, its lengths mapped from ``path`` (as WindowedPlanner maps them)."""
-    from .windows import WindowedPlanner, _source
+    from .windows import WindowedPlanner, source_lengths
 
     planner = WindowedPlanner.__new__(WindowedPlanner)
     vars(planner).update(state)
-    src = _source(Path(path))
+    src = source_lengths(Path(path))
     if int(src.shape[0]) != state["n"]:
         raise ValueError(
             f"{path} holds {src.shape[0]} lengths, but the plan was started over {state['n']}: "
@@ -563,7 +563,7 @@ def _plan_part(
     where each window's slice of each array starts and ends, and holds its scalars and info.
     Returns the windows' batch counts.
     """
-    from .plan import _json_default
+    from .plan import json_default
 
     planner = _attach(state, path)
     member = planner.layout.membership(seed, epoch)
@@ -598,7 +598,7 @@ def _plan_part(
                     "ranges": ranges,
                     "scalars": scalars,
                     "dtypes": {n: streams[n].dtype.str for n in ranges},
-                    "info": json.loads(json.dumps(plan.info, default=_json_default)),
+                    "info": json.loads(json.dumps(plan.info, default=json_default)),
                 }
             )
         for s in streams.values():
@@ -874,7 +874,7 @@ class PlanFiles:
 
     def window(self, w: int) -> BatchPlan:
         """Window ``w``'s plan, with global indices (arrays mapped from the files)."""
-        from .plan import _saved_type
+        from .plan import saved_type
 
         if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
             raise TypeError(f"window must be an int, got {type(w).__name__}")
@@ -889,7 +889,7 @@ class PlanFiles:
         for n, v in entry["scalars"].items():
             data[n] = np.array(v)
         where = f"{self.path} window {w}"
-        kind = _saved_type({"type": entry["type"], "module": entry["module"]}, where)
+        kind = saved_type({"type": entry["type"], "module": entry["module"]}, where)
         out = kind._from_arrays(data, {"info": entry["info"]}, where)
         out.info = dict(entry["info"])
         self._last = (int(w), out)
@@ -1007,14 +1007,14 @@ def _pack_window(
 ) -> pa.Table:
     """:func:`pack_table` of checked arguments; messages count rows from ``first_row``."""
     from .plan import PackedPlan
-    from .windows import _shift_index
+    from .windows import shift_index
 
     off, values = _list_parts(table.column(column), f"column {column!r}", first_row)
     sizes = np.diff(off)
     try:
         window_plan = spec.plan(sizes, seed=_window_seed(seed, epoch, sizes), epoch=0)
     except ValueError as exc:  # e.g. "index 1 has length 5, which exceeds capacity=4"
-        raise ValueError(_shift_index(str(exc), first_row)) from None
+        raise ValueError(shift_index(str(exc), first_row)) from None
     if not isinstance(window_plan, PackedPlan):  # pragma: no cover - Packing plans are packed
         raise TypeError("a Packing spec must plan a PackedPlan")
     return _rows(window_plan, off, values, column)

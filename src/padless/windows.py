@@ -195,7 +195,7 @@ def window_seed(seed: int, epoch: int, w: int) -> int:
 # ---------------------------------------------------------------------------------- lengths
 
 
-def _source(lengths: Any) -> np.ndarray:
+def source_lengths(lengths: Any) -> np.ndarray:
     """The lengths as an (N,) or (N, F) integer array, without a copy when they are one already.
 
     A ``pathlib.Path`` to a ``.npy`` file is memory-mapped read-only. Anything else goes
@@ -261,7 +261,7 @@ def _bad_position(rows: np.ndarray, lo: int, one_d: bool) -> str:
 _INDEX = re.compile(r"index (\d+)")
 
 
-def _shift_index(message: str, lo: int) -> str:
+def shift_index(message: str, lo: int) -> str:
     """A planner's message about a chunk starting at ``lo``, with its first index made global."""
     return _INDEX.sub(lambda m: f"index {lo + int(m.group(1))}", message, count=1)
 
@@ -294,7 +294,7 @@ class WindowedPlanner:
             )
         self.window = positive("window", window)
         self.threads = _threads(threads)
-        src = _source(lengths)
+        src = source_lengths(lengths)
         self.lengths = src
         self.n = int(src.shape[0])
         self.fields = 1 if src.ndim == 1 else int(src.shape[1])
@@ -384,7 +384,7 @@ class WindowedPlanner:
                 try:
                     spec.bind(self._int64(self._rows[lo:hi]))
                 except ValueError as e:
-                    raise ValueError(_shift_index(str(e), lo)) from None
+                    raise ValueError(shift_index(str(e), lo)) from None
             raise
 
     def _fast_path(self) -> str | None:

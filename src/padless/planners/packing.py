@@ -37,7 +37,7 @@ from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; im
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import Planner, Spec, spec_of
+from .spec import CollateForm, Planner, Spec, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -456,6 +456,7 @@ class Packing(Spec):
 
     name = "packing"
     sampler_name = "PackingSampler"
+    packs_rows = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "capacity", check_capacity(self.capacity))
@@ -484,6 +485,10 @@ class Packing(Spec):
 
     def bind(self, lengths: np.ndarray) -> PackPlanner:
         return PackPlanner(self, lengths)
+
+    def collate_form(self) -> CollateForm:
+        """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...)``."""
+        return CollateForm(packed=True, capacity=self.capacity, max_per_row=self.max_per_row)
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())

@@ -47,7 +47,7 @@ from ._order import length_order
 from .buckets import _histogram
 from .budget import check_oversize, oversize_filter
 from .exact import round_size
-from .spec import Planner, Spec
+from .spec import CollateForm, Planner, Spec
 
 OVERSIZE = ("error", "drop")
 MAX_SHAPE_SET_TOKENS = 1 << 40  # shape_set's budget: k batches' worth of slots stay in int64
@@ -152,6 +152,10 @@ class FixedShapes(Spec):
 
     def bind(self, lengths: np.ndarray) -> ShapesPlanner:
         return ShapesPlanner(self, lengths)
+
+    def collate_form(self) -> CollateForm:
+        """Padded to the static shapes (dummy rows with ``pad_batches``)."""
+        return CollateForm(shapes=self.shapes, pad_batches=self.pad_batches)
 
     def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0, order: Any = None) -> ShapedPlan:
         """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""

@@ -129,6 +129,23 @@ def round_up(lengths: np.ndarray, multiple: int) -> np.ndarray:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class CollateForm:
+    """How a strategy's batches become tensors: what ``padless.torch`` needs to collate them.
+
+    ``packed``: the batches are rows of concatenated pieces of at most ``capacity`` tokens
+    (``collate_packed(capacity, max_per_row=...)``); else padded sequences, to a width
+    multiple of ``multiple_of`` or to one of the static ``shapes`` (``collate_padded``).
+    """
+
+    packed: bool = False
+    multiple_of: int = 1
+    shapes: tuple[tuple[int, int], ...] | None = None
+    pad_batches: bool = True
+    capacity: int = 0
+    max_per_row: int | None = None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
     """Base of the planner specs (frozen, keyword-only dataclasses, validated in ``__post_init__``).
@@ -140,6 +157,13 @@ class Spec:
 
     name: ClassVar[str] = ""
     sampler_name: ClassVar[str] = ""
+    # the strategy's answers to generic code (which never tests a spec's type):
+    # batches are rows of packed pieces (the plan is a PackedPlan, ``capacity`` a row's length)
+    packs_rows: ClassVar[bool] = False
+
+    def collate_form(self) -> CollateForm:
+        """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""
+        return CollateForm(multiple_of=int(getattr(self, "pad_to_multiple_of", 1)))
 
     def bind(self, lengths: np.ndarray) -> Planner:
         """Check the (N,) or (N, F) int64 lengths against this spec; return their planner."""
