@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ._check import check_real
-from .plan import PackedPlan
+from .plan import BatchPlan
 
 __all__ = ["Cost", "as_cost", "check_max_cost"]
 
@@ -255,12 +255,7 @@ def padded_batch_costs(cost: Cost, plan: Any, sizes: np.ndarray) -> np.ndarray:
 
     Cost: one pass over the plan's entries.
     """
-    from ._kernels import segment_max
-
-    if len(plan) == 0:
-        return np.zeros(0, dtype=np.float64)
-    units = cost.of(np.ascontiguousarray(sizes[plan.indices]))
-    return plan.sizes * segment_max(units, plan.offsets)
+    return BatchPlan.work_costs(plan, cost, sizes)
 
 
 def packed_batch_costs(cost: Cost, plan: Any) -> np.ndarray:
@@ -268,13 +263,7 @@ def packed_batch_costs(cost: Cost, plan: Any) -> np.ndarray:
 
     Cost: one pass over the plan's entries.
     """
-    from ._kernels import cost as KC
-
-    if len(plan) == 0:
-        return np.zeros(0, dtype=np.float64)
-    extras = cost.extra(plan.piece_lengths)
-    base = cost.linear * plan.capacity
-    return KC.packed_batch_costs(extras, plan.rows.offsets, plan.row_offsets, base)
+    return cast(np.ndarray, plan.work_costs(cost))
 
 
 def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
@@ -288,14 +277,10 @@ def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
     model = model_of(cost)
     if len(plan) == 0:
         return 1.0
-    if isinstance(plan, PackedPlan):
-        lens = plan.piece_lengths
-        total = float(packed_batch_costs(model, plan).sum())
-    else:
-        lens = sizes[plan.indices]
-        multiple = int(plan.info.get("pad_to_multiple_of", 1))  # the width the collate pads to
-        widths = sizes if multiple == 1 else -(-sizes // multiple) * multiple
-        total = float(padded_batch_costs(model, plan, widths).sum())
+    lens = plan.entry_lengths(sizes)
+    multiple = int(plan.info.get("pad_to_multiple_of", 1))  # the width the collate pads to
+    widths = sizes if multiple == 1 else -(-sizes // multiple) * multiple
+    total = float(plan.work_costs(model, widths).sum())
     real = float(model.of(lens).sum()) if lens.size else 0.0
     return real / total if total > 0 else 1.0
 

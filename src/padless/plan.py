@@ -8,12 +8,13 @@ modules only (``_check``, ``lengths``; ``_kernels`` and ``_output`` inside the f
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import import_module
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -232,6 +233,38 @@ class BatchPlan:
         """Number of indices in each batch."""
         return np.diff(self.offsets)
 
+    # ------------------------------------------------------------------ what generic code asks
+    def entry_lengths(self, sizes: np.ndarray) -> np.ndarray:
+        """Tokens of every entry (parallel to ``indices``), given one size per sequence: the
+        sequence's size here, the piece's length in a packed plan."""
+        return sizes[self.indices]
+
+    def work_costs(self, cost: Any, widths: np.ndarray) -> np.ndarray:
+        """What every batch costs under ``cost`` (a :class:`padless.Cost`), float64: here count ×
+        cost(longest width) (``widths``: one per sequence, the size the collate pads to); a
+        packed plan: its rows, padded to capacity.
+
+        Cost: one pass over the plan's entries.
+        """
+        from ._kernels import segment_max
+
+        if len(self) == 0:
+            return np.zeros(0, dtype=np.float64)
+        units = cost.of(np.ascontiguousarray(widths[self.indices]))
+        return self.sizes * segment_max(units, self.offsets)
+
+    def with_indices(
+        self, indices: np.ndarray, num_sequences: int, skipped: Any = None
+    ) -> BatchPlan:
+        """A copy whose entries are ``indices`` (same batches, same info), for a plan made over
+        ``num_sequences`` sequences; ``skipped`` replaces the skipped ones when given. This is how a
+        plan of some items becomes a plan of the whole corpus, and back."""
+        out = copy.copy(self)
+        out.indices = indices
+        if skipped is not None:
+            out.skipped = skipped
+        return out
+
     # ------------------------------------------------------------------ persistence
     def _arrays(self) -> dict[str, np.ndarray]:
         """The arrays :meth:`save` writes (subclasses add theirs)."""
@@ -444,6 +477,31 @@ class PackedPlan(BatchPlan):
         """Real tokens ÷ (rows × capacity); 1.0 for a plan with no rows."""
         slots = self.num_rows * self.capacity
         return self.real_tokens / slots if slots else 1.0
+
+    def entry_lengths(self, sizes: np.ndarray) -> np.ndarray:
+        """The length of every piece (``sizes`` is not needed: pieces carry theirs)."""
+        return self.piece_lengths
+
+    def work_costs(self, cost: Any, widths: Any = None) -> np.ndarray:
+        """Cost of every batch: its rows, each padded to capacity (``widths`` is not used).
+
+        Cost: one pass over the plan's entries.
+        """
+        from ._kernels import cost as KC
+
+        if len(self) == 0:
+            return np.zeros(0, dtype=np.float64)
+        extras = cost.extra(self.piece_lengths)
+        base = cost.linear * self.capacity
+        return KC.packed_batch_costs(extras, self.rows.offsets, self.row_offsets, base)
+
+    def with_indices(
+        self, indices: np.ndarray, num_sequences: int, skipped: Any = None
+    ) -> PackedPlan:
+        out = cast(PackedPlan, super().with_indices(indices, num_sequences, skipped))
+        out.rows = BatchPlan(indices, self.rows.offsets)
+        out.num_sequences = num_sequences
+        return out
 
     @property
     def codes(self) -> np.ndarray:

@@ -37,7 +37,7 @@ from ._schedule import (
 )
 from ._state import Resumable, fingerprint
 from .lengths import lengths_of
-from .plan import BatchPlan, PackedPlan
+from .plan import BatchPlan
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
@@ -288,10 +288,7 @@ class PlanSampler(Resumable):
 
         plan = sched.plan
         cost = getattr(self.spec, "cost", None)
-        if isinstance(plan, PackedPlan):
-            entry = plan.piece_lengths
-        else:
-            entry = self.sizes[plan.indices]
+        entry = plan.entry_lengths(self.sizes)
         csum = np.zeros(entry.size + 1, dtype=np.int64)
         np.cumsum(entry, out=csum[1:])
         tokens = csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
@@ -392,23 +389,12 @@ class PlanSampler(Resumable):
 
     def _plan_entries(self, plan: BatchPlan) -> np.ndarray:
         """Target-side length of every entry of a plan (pieces for packing)."""
-        if isinstance(plan, PackedPlan):
-            return plan.piece_lengths
         lens = self.lengths
-        return lens[plan.indices] if lens.ndim == 1 else lens[plan.indices, -1]
+        return plan.entry_lengths(lens if lens.ndim == 1 else lens[:, -1])
 
     def _window_entries(self, values: list[int]) -> np.ndarray:
-        """Target-side lengths of a windowed batch's yielded values (codes for packing)."""
-        codes = np.asarray(values, dtype=np.int64)
-        n = int(self.lengths.shape[0])
-        index = codes % n if n else codes
-        rows = np.asarray(self.lengths[index], dtype=np.int64)
-        if self.spec.name != "packing":
-            return rows if rows.ndim == 1 else rows[:, -1]
-        size = rows if rows.ndim == 1 else rows.max(axis=1)
-        cap = int(getattr(self.spec, "capacity", 0))
-        piece = codes // n if n else codes
-        return np.minimum(size - piece * cap, cap)
+        """Target-side lengths of a windowed batch's yielded values (pieces' for packing)."""
+        return self.planner.yielded_lengths(np.asarray(values, dtype=np.int64), self.lengths)
 
     def collate(self, **options: Any) -> Any:
         """A collate function for this sampler's batches (``padless.torch``), settings filled in.

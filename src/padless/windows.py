@@ -41,7 +41,6 @@ the thread count.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import re
@@ -57,12 +56,12 @@ from . import _rng
 from ._check import MAX_BUDGET, check_seed, non_negative, positive
 from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, lengths_of, sizes_of
-from .plan import BatchPlan, PackedPlan, PlanStats
+from .plan import BatchPlan, PlanStats
 
 KW = K.windows
 
 if TYPE_CHECKING:
-    from .planners.spec import Planner, Spec
+    from .planners.spec import Planner, Spec, WindowKernel
     from .sampler import PlanSampler
 
 __all__ = ["WindowLayout", "WindowedPlanner", "plan_windows"]
@@ -302,7 +301,7 @@ class WindowedPlanner:
         self.layout = WindowLayout(self.n, self.window)
         self.size_min, self.size_max = self._scan()
         self.spec = spec
-        self.window_spec = self._resolve(spec)
+        self.window_spec = spec.for_windows(self)
         self._check_spec()
         empty = np.zeros((0,) if src.ndim == 1 else (0, self.fields), dtype=np.int64)
         self.template: Planner = self.window_spec.bind(empty)
@@ -332,50 +331,20 @@ class WindowedPlanner:
         out = np.asarray(rows, dtype=np.int64)
         return out.reshape(-1) if self.lengths.ndim == 1 else out
 
-    def _resolve(self, spec: Spec) -> Spec:
-        from .planners.buckets import Buckets
-
-        if isinstance(spec, Buckets) and spec.num_buckets is not None:
-            cuts = self._fit_boundaries(spec.num_buckets, spec.pad_to_multiple_of)
-            return dataclasses.replace(spec, boundaries=tuple(cuts.tolist()), num_buckets=None)
-        return spec
-
-    def _fit_boundaries(self, k: int, multiple: int = 1) -> np.ndarray:
-        """``bucket_boundaries(lengths, k)`` from the histogram, built chunk by chunk (of the
-        widths, the sizes rounded up to ``multiple``, as the bucket planner fits them)."""
-        from .planners.buckets import _histogram
+    def size_chunks(self, multiple: int = 1) -> Iterator[np.ndarray]:
+        """The sizes (max over fields), rounded up to ``multiple``, chunk by chunk (int64)."""
         from .planners.spec import round_up
 
-        values_parts, count_parts = [], []
         for lo, hi in _chunks(self.n):
-            sizes = round_up(sizes_of(self._int64(self._rows[lo:hi])), multiple)
-            v, c = _histogram(sizes)
-            values_parts.append(v)
-            count_parts.append(c)
-        if not values_parts:
-            return np.zeros(0, np.int64)
-        values, inverse = np.unique(np.concatenate(values_parts), return_inverse=True)
-        counts = np.bincount(inverse.ravel(), weights=np.concatenate(count_parts)).astype(np.int64)
-        if values.size <= 1 or k == 1:
-            return np.zeros(0, np.int64)
-        return values[K.optimal_cuts(values.astype(np.int64), counts, k)]
+            yield round_up(sizes_of(self._int64(self._rows[lo:hi])), multiple)
 
     def _check_spec(self) -> None:
         """Bind the spec to the smallest and the largest sequence: every rule a spec checks at
         bind time holds for all sequences when it holds for those two. On failure, find the
         first offending sequence chunk by chunk and name its position in the whole array."""
-        from .planners.buckets import Buckets
-
         if self.n == 0:
             return
         spec = self.window_spec
-        if isinstance(spec, Buckets) and spec.max_tokens is not None and self.size_min == 0:
-            raise ValueError(
-                f"lengths must be positive for windowed buckets with max_tokens: index "
-                f"{self._arg_min} has length 0, and a window whose bucket holds only empty "
-                "sequences has no token cost to budget; drop empty sequences first, or pass "
-                "batch_size instead"
-            )
         probe = self._int64(self._rows[[self._arg_min, self._arg_max]])
         try:
             spec.bind(probe)
@@ -387,23 +356,23 @@ class WindowedPlanner:
                     raise ValueError(shift_index(str(e), lo)) from None
             raise
 
-    def _fast_path(self) -> str | None:
-        from .planners.budget import TokenBudget
-        from .planners.packing import Packing
-
+    def _fast_path(self) -> WindowKernel | None:
         if self.fields != 1 or self.n == 0:
             return None
         span = self.size_max + 1
         if span > 2 * self.window + (1 << 16):
             return None  # sparse huge lengths: the spec's planner ranks them
-        spec = self.window_spec
-        budget = ("max_tokens", "max_sentences", "multiple_of", "oversize")
-        if type(spec) is TokenBudget and _plain(spec, budget):
-            return "budget"
-        packing = ("capacity", "max_per_row", "rows_per_batch", "oversize")
-        if type(spec) is Packing and _plain(spec, packing) and self.size_max <= spec.capacity:
-            return "packing"
-        return None
+        return self.window_spec.window_kernel(self)
+
+    @property
+    def arg_min(self) -> int:
+        """Position of the first shortest sequence (-1 for no sequences)."""
+        return self._arg_min
+
+    @property
+    def first_field(self) -> np.ndarray:
+        """The first field of every sequence (the lengths of (N,) lengths), as stored."""
+        return self._rows[:, 0]
 
     # ------------------------------------------------------------------ Planner protocol
     @property
@@ -444,103 +413,17 @@ class WindowedPlanner:
         lay = self.layout
         sub = window_seed(seed, epoch, w)
         blocks = member.blocks(w)
-        if self._fast == "budget":
-            return self._budget(member, blocks, sub)
-        if self._fast == "packing":
-            return self._packing(member, blocks, sub)
+        if self._fast is not None:
+            return self._fast.plan(member, blocks, sub)
         items = KW.window_items(lay.n, lay.block, member.rotation, blocks)
         local = self.window_spec.bind(self._int64(KW.gather_rows(self._rows, items))).plan(sub, 0)
         return _to_global(local, items, self.n)
 
     def count_window(self, member: Membership, w: int, seed: int, epoch: int) -> int:
-        """Number of batches of :meth:`plan_window` (cheaper for token budget and packing)."""
-        lay = self.layout
-        blocks = member.blocks(w)
-        sizes = self._rows[:, 0]
-        span = self.size_max + 1
-        if self._fast == "budget":
-            s = self.window_spec
-            args = (s.max_tokens or 0, s.max_sentences or 0, s.multiple_of)  # type: ignore[attr-defined]
-            limit = min(span - 1, s.max_tokens or span)  # type: ignore[attr-defined]
-            return int(
-                KW.budget_window_count(
-                    sizes, lay.n, lay.block, member.rotation, blocks, span, limit, *args
-                )
-            )
-        if self._fast == "packing":
-            s = self.window_spec
-            rows = KW.pack_window_count(
-                sizes, lay.n, lay.block, member.rotation, blocks, span,
-                s.capacity, s.max_per_row or 0,  # type: ignore[attr-defined]
-            )  # fmt: skip
-            per = s.rows_per_batch  # type: ignore[attr-defined]
-            return int(-(-int(rows) // per))
+        """Number of batches of :meth:`plan_window` (cheaper with a fused kernel)."""
+        if self._fast is not None:
+            return self._fast.count(member, member.blocks(w))
         return len(self.plan_window(member, w, seed, epoch))
-
-    def _budget(self, member: Membership, blocks: np.ndarray, sub: int) -> BatchPlan:
-        s = self.window_spec
-        lay = self.layout
-        span = self.size_max + 1
-        limit = min(span - 1, s.max_tokens or span)  # type: ignore[attr-defined]
-        key = _rng.key(sub, 0, _rng.TIE_BREAK)
-        order, kept, ends = KW.budget_window(
-            self._rows[:, 0], lay.n, lay.block, member.rotation, blocks, span, key, limit,
-            s.max_tokens or 0, s.max_sentences or 0, s.multiple_of,  # type: ignore[attr-defined]
-        )  # fmt: skip
-        kept = int(kept)
-        offsets = np.concatenate([np.zeros(1, np.int64), ends])
-        return BatchPlan(order[:kept], offsets, skipped=np.sort(order[kept:]))
-
-    def _packing(self, member: Membership, blocks: np.ndarray, sub: int) -> BatchPlan:
-        s = self.window_spec
-        capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch  # type: ignore[attr-defined]
-        lay = self.layout
-        span = self.size_max + 1
-        key = _rng.key(sub, 0, _rng.TIE_BREAK)
-        order, visits, num_rows = KW.pack_window_rows(
-            self._rows[:, 0], lay.n, lay.block, member.rotation, blocks, span, key,
-            capacity, max_per_row or 0,
-        )  # fmt: skip
-        num_rows = int(num_rows)
-        # the packing planner's row order: shuffled, rows of a batch in the order they opened
-        final = _rng.rng(sub, 0, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
-        if per > 1:
-            full = num_rows // per * per
-            final[:full].reshape(-1, per).sort(axis=1)
-            final[full:].sort()
-        rank = np.empty(num_rows, dtype=np.int64)
-        rank[final] = np.arange(num_rows, dtype=np.int64)
-        indices, row_bounds = KW.scatter_visits(order, visits, rank)
-        del order
-        piece_len = KW.visit_lengths(visits, rank, row_bounds)
-        num_batches = -(-num_rows // per)
-        row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, num_rows)
-        real = int(piece_len.sum())
-        info: dict[str, Any] = {
-            "capacity": capacity,
-            "rows": num_rows,
-            "rows_per_batch": per,
-            "max_per_row": max_per_row,
-            "real_tokens": real,
-            "efficiency": real / (num_rows * capacity) if num_rows else 1.0,
-            "oversize": s.oversize,  # type: ignore[attr-defined]
-            "oversize_count": 0,
-            "split": 0,
-            "pieces": 0,
-            "truncated": 0,
-            "dropped": 0,
-            "tokens_lost": 0,
-        }
-        return PackedPlan(
-            indices,
-            row_bounds,
-            row_offsets,
-            None,
-            piece_len,
-            capacity=capacity,
-            num_sequences=self.n,
-            info=info,
-        )
 
     def plans(self, seed: int, epoch: int, threads: int | None = None) -> Iterator[BatchPlan]:
         """Every window's plan of ``(seed, epoch)``, in window order (planned in threads)."""
@@ -568,37 +451,15 @@ class WindowedPlanner:
         )
 
 
-def _plain(spec: Spec, known: tuple[str, ...]) -> bool:
-    """Whether every setting of ``spec`` but ``known`` is at its default (what a fused kernel
-    implements: a setting added to the spec later sends the spec to its own planner)."""
-    return all(
-        f.name in known or getattr(spec, f.name) == f.default
-        for f in dataclasses.fields(spec)
-        if f.init
-    )
-
-
 def _indexing_entries(plan: BatchPlan) -> BatchPlan:
     """A copy of ``plan`` whose entry ``e`` is index ``e`` (over lengths gathered in plan order)."""
-    local = copy.copy(plan)
     m = plan.indices.size
-    local.indices = np.arange(m, dtype=np.int64)
-    if hasattr(local, "num_sequences"):
-        local.num_sequences = m
-    if hasattr(local, "rows") and isinstance(local.rows, BatchPlan):
-        local.rows = BatchPlan(local.indices, local.rows.offsets)
-    return local
+    return plan.with_indices(np.arange(m, dtype=np.int64), m)
 
 
 def _to_global(plan: BatchPlan, items: np.ndarray, n: int) -> BatchPlan:
     """A window's plan with its local positions replaced by the items' global ids."""
-    out = copy.copy(plan)
-    out.indices = items[plan.indices]
-    out.skipped = np.sort(items[plan.skipped])
-    if isinstance(plan, PackedPlan) and isinstance(out, PackedPlan):
-        out.rows = BatchPlan(out.indices, plan.rows.offsets)
-        out.num_sequences = n
-    return out
+    return plan.with_indices(items[plan.indices], n, np.sort(items[plan.skipped]))
 
 
 # ---------------------------------------------------------------------------------- public

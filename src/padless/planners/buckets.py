@@ -8,6 +8,7 @@ A sequence's size is its length, or for (N, F) lengths its max over fields (fair
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +43,22 @@ def _histogram(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return values, counts[values].astype(np.int64)
     values, counts = np.unique(sizes, return_counts=True)
     return values.astype(np.int64), counts.astype(np.int64)
+
+
+def _fit_chunks(chunks: Iterable[np.ndarray], k: int) -> np.ndarray:
+    """``bucket_boundaries`` of the sizes given chunk by chunk, from their merged histogram."""
+    values_parts, count_parts = [], []
+    for sizes in chunks:
+        v, c = _histogram(sizes)
+        values_parts.append(v)
+        count_parts.append(c)
+    if not values_parts:
+        return np.zeros(0, np.int64)
+    values, inverse = np.unique(np.concatenate(values_parts), return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=np.concatenate(count_parts)).astype(np.int64)
+    if values.size <= 1 or k == 1:
+        return np.zeros(0, np.int64)
+    return values[K.optimal_cuts(values.astype(np.int64), counts, k)]
 
 
 def _check_boundaries(boundaries: Any) -> np.ndarray:
@@ -354,6 +371,24 @@ class Buckets(Spec):
 
     def bind(self, lengths: np.ndarray) -> BucketPlanner:
         return BucketPlanner(self, lengths)
+
+    def for_windows(self, src: Any) -> Buckets:
+        """With ``num_buckets``: the boundaries fitted once to the whole corpus' histogram of
+        widths (built chunk by chunk), so that every window uses the same buckets. With
+        ``max_tokens``, every length must be positive (a window whose bucket holds only empty
+        sequences has no token cost to budget)."""
+        spec = self
+        if self.num_buckets is not None:
+            cuts = _fit_chunks(src.size_chunks(self.pad_to_multiple_of), self.num_buckets)
+            spec = dataclasses.replace(self, boundaries=tuple(cuts.tolist()), num_buckets=None)
+        if spec.max_tokens is not None and src.n and src.size_min == 0:
+            raise ValueError(
+                f"lengths must be positive for windowed buckets with max_tokens: index "
+                f"{src.arg_min} has length 0, and a window whose bucket holds only empty "
+                "sequences has no token cost to budget; drop empty sequences first, or pass "
+                "batch_size instead"
+            )
+        return spec
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())

@@ -8,13 +8,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _kernels as K
+from .. import _rng
 from .._check import budget_or_none, check_choice, check_seed, positive
+from .._kernels import windows as KW
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
-from .spec import Planner, Spec, check_pad_multiple, round_up, spec_of
+from .spec import (
+    Planner,
+    Spec,
+    WindowKernel,
+    check_pad_multiple,
+    plain,
+    round_up,
+    spec_of,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -132,6 +142,13 @@ class TokenBudget(Spec):
         object.__setattr__(self, "cost", as_cost(self.cost))
         object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
         object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
+
+    def window_kernel(self, src: Any) -> WindowKernel | None:
+        """The fused windowed token budget (settings beyond the budget's own go to the planner)."""
+        known = ("max_tokens", "max_sentences", "multiple_of", "oversize")
+        return (
+            BudgetWindows(self, src) if type(self) is TokenBudget and plain(self, known) else None
+        )
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
         if self.max_cost is not None:
@@ -296,6 +313,44 @@ class CostBudgetPlanner(BudgetPlanner):
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         return self._recut(super().plan_order(order, narrowed))
+
+
+class BudgetWindows(WindowKernel):
+    """Token-budget batches of a window straight from the (memory-mapped) lengths."""
+
+    spec: TokenBudget
+
+    def _limits(self) -> tuple[int, int, int, int]:
+        s, span = self.spec, self.src.size_max + 1
+        limit = min(span - 1, s.max_tokens or span)
+        return limit, s.max_tokens or 0, s.max_sentences or 0, s.multiple_of
+
+    def plan(self, member: Any, blocks: np.ndarray, sub: int) -> BatchPlan:
+        lay, span = self.src.layout, self.src.size_max + 1
+        key = _rng.key(sub, 0, _rng.TIE_BREAK)
+        order, kept, ends = KW.budget_window(
+            self.src.first_field, lay.n, lay.block, member.rotation, blocks, span, key,
+            *self._limits(),
+        )  # fmt: skip
+        kept = int(kept)
+        offsets = np.concatenate([np.zeros(1, np.int64), ends])
+        return BatchPlan(order[:kept], offsets, skipped=np.sort(order[kept:]))
+
+    def count(self, member: Any, blocks: np.ndarray) -> int:
+        lay, span = self.src.layout, self.src.size_max + 1
+        limit, *args = self._limits()
+        return int(
+            KW.budget_window_count(
+                self.src.first_field,
+                lay.n,
+                lay.block,
+                member.rotation,
+                blocks,
+                span,
+                limit,
+                *args,
+            )  # fmt: skip
+        )
 
 
 def plan_token_budget(

@@ -32,12 +32,13 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import positive, positive_or_none
+from .._kernels import windows as KW
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from ..sampler import PlanSampler
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import CollateForm, Planner, Spec, spec_of
+from .spec import CollateForm, Planner, Spec, WindowKernel, plain, spec_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -249,12 +250,34 @@ def _pack(
         piece_start = item_piece[items] * capacity
         piece_stop = piece_start + piece_len
 
+    return _packed_plan(
+        indices, row_bounds, piece_start, piece_stop, capacity, max_per_row, rows_per_batch,
+        oversize, report, n, skipped,
+    )  # fmt: skip
+
+
+def _packed_plan(
+    indices: np.ndarray,
+    row_bounds: np.ndarray,
+    piece_start: np.ndarray | None,
+    piece_stop: np.ndarray,
+    capacity: int,
+    max_per_row: int | None,
+    rows_per_batch: int,
+    oversize: str,
+    report: dict[str, int],
+    n: int,
+    skipped: np.ndarray | None,
+) -> PackedPlan:
+    """The plan of rows placed in their final order: batches of ``rows_per_batch`` rows, the
+    figures in ``info``."""
+    num_rows = int(row_bounds.size - 1)
     num_batches = -(-num_rows // rows_per_batch)
     row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * rows_per_batch, num_rows)
-    real = int(piece_len.sum())
+    real = int(piece_stop.sum() - (0 if piece_start is None else piece_start.sum()))
     info: dict[str, Any] = {
         "capacity": capacity,
-        "rows": int(num_rows),
+        "rows": num_rows,
         "rows_per_batch": rows_per_batch,
         "max_per_row": max_per_row,
         "real_tokens": real,
@@ -486,6 +509,12 @@ class Packing(Spec):
     def bind(self, lengths: np.ndarray) -> PackPlanner:
         return PackPlanner(self, lengths)
 
+    def window_kernel(self, src: Any) -> WindowKernel | None:
+        """The fused windowed packing, when every sequence fits a row as it is."""
+        known = ("capacity", "max_per_row", "rows_per_batch", "oversize")
+        fused = type(self) is Packing and plain(self, known) and src.size_max <= self.capacity
+        return PackWindows(self, src) if fused else None
+
     def collate_form(self) -> CollateForm:
         """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...)``."""
         return CollateForm(packed=True, capacity=self.capacity, max_per_row=self.max_per_row)
@@ -585,12 +614,59 @@ class PackPlanner(Planner):
     def config(self) -> dict[str, Any]:
         return self.spec.as_dict()
 
+    def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Tokens of the pieces the yielded codes name (``index + piece · N``): the sequence's
+        size (max over fields) past the piece's start, at most ``capacity``."""
+        n = int(lengths.shape[0])
+        index = values % n if n else values
+        rows = np.asarray(lengths[index], dtype=np.int64)
+        size = rows if rows.ndim == 1 else rows.max(axis=1)
+        cap = self.spec.capacity
+        piece = values // n if n else values
+        return np.minimum(size - piece * cap, cap)
+
     def collate(self, **options: Any) -> Any:
         """``padless.torch.collate_packed`` with this spec's capacity and max_per_row."""
         from ..torch import collate_packed
 
         s = self.spec
         return collate_packed(s.capacity, max_per_row=s.max_per_row, **options)
+
+
+class PackWindows(WindowKernel):
+    """Packed rows of a window straight from the (memory-mapped) lengths, in the packing
+    planner's row order (rows shuffled, a batch's rows in the order they opened)."""
+
+    spec: Packing
+
+    def plan(self, member: Any, blocks: np.ndarray, sub: int) -> BatchPlan:
+        s, src = self.spec, self.src
+        capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch
+        lay, span = src.layout, src.size_max + 1
+        key = _rng.key(sub, 0, _rng.TIE_BREAK)
+        order, visits, num_rows = KW.pack_window_rows(
+            src.first_field, lay.n, lay.block, member.rotation, blocks, span, key,
+            capacity, max_per_row or 0,
+        )  # fmt: skip
+        rank = _row_rank(int(num_rows), per, sub, 0)  # the planner's row order
+        indices, row_bounds = KW.scatter_visits(order, visits, rank)
+        del order
+        piece_len = KW.visit_lengths(visits, rank, row_bounds)
+        report = {"oversize_count": 0, "split": 0, "pieces": 0, "truncated": 0}
+        report.update({"dropped": 0, "tokens_lost": 0})
+        return _packed_plan(
+            indices, row_bounds, None, piece_len, capacity, max_per_row, per, s.oversize,
+            report, src.n, None,
+        )  # fmt: skip
+
+    def count(self, member: Any, blocks: np.ndarray) -> int:
+        s, src = self.spec, self.src
+        lay, span = src.layout, src.size_max + 1
+        rows = KW.pack_window_count(
+            src.first_field, lay.n, lay.block, member.rotation, blocks, span,
+            s.capacity, s.max_per_row or 0,
+        )  # fmt: skip
+        return int(-(-int(rows) // s.rows_per_batch))
 
 
 class PackingSampler(PlanSampler):

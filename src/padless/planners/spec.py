@@ -165,6 +165,18 @@ class Spec:
         """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""
         return CollateForm(multiple_of=int(getattr(self, "pad_to_multiple_of", 1)))
 
+    def for_windows(self, src: Any) -> Spec:
+        """This spec as windowed plans use it over all of ``src``'s lengths (a
+        :class:`padless.windows.WindowedPlanner` being built: ``n``, ``size_min``, ``size_max``,
+        ``size_chunks()``): settings fitted to them once, so that every window agrees, and the
+        rules only windows have checked. By default the spec itself."""
+        return self
+
+    def window_kernel(self, src: Any) -> WindowKernel | None:
+        """A fused planner for the windows of ``src`` (1-D lengths), or None: each window's
+        items are then gathered and planned by this spec's planner."""
+        return None
+
     def bind(self, lengths: np.ndarray) -> Planner:
         """Check the (N,) or (N, F) int64 lengths against this spec; return their planner."""
         raise NotImplementedError
@@ -202,6 +214,35 @@ class Spec:
             if value != f.default:
                 parts.append(f"{f.name}={_json_safe(value)}")
         return f"{self.name}({', '.join(parts)})"
+
+
+class WindowKernel:
+    """A strategy's fused planner for windows: plans (and counts) the batches of one window
+    straight from the lengths, as the spec's planner would plan the window's items.
+
+    ``src`` is the :class:`padless.windows.WindowedPlanner`; ``member`` its window membership
+    of the epoch, ``blocks`` the window's blocks, ``sub`` the window's seed.
+    """
+
+    def __init__(self, spec: Spec, src: Any) -> None:
+        self.spec = spec
+        self.src = src
+
+    def plan(self, member: Any, blocks: np.ndarray, sub: int) -> BatchPlan:
+        raise NotImplementedError
+
+    def count(self, member: Any, blocks: np.ndarray) -> int:
+        raise NotImplementedError
+
+
+def plain(spec: Spec, known: tuple[str, ...]) -> bool:
+    """Whether every setting of ``spec`` but ``known`` is at its default (what a fused kernel
+    implements: a setting added to the spec later sends the spec to its own planner)."""
+    return all(
+        f.name in known or getattr(spec, f.name) == f.default
+        for f in dataclasses.fields(spec)
+        if f.init
+    )
 
 
 class Planner:
@@ -248,6 +289,12 @@ class Planner:
     def config(self) -> dict[str, Any]:
         """JSON-safe settings for state fingerprints."""
         return self.spec.as_dict()
+
+    def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
+        them) over the (N,) or (N, F) ``lengths``: the last field of each sequence."""
+        rows = np.asarray(lengths[values], dtype=np.int64)
+        return rows if rows.ndim == 1 else rows[:, -1]
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> Spec:
