@@ -77,11 +77,10 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from . import _kernels as K
 from . import _rng
 from ._check import _is_int, check_seed, positive
 from ._state import STATE_VERSION, _mismatch, fingerprint
-from .planners._order import group_keys
+from .planners._rounds import Round, StreamEngine, shuffled, sizes_of_rows
 
 __all__ = ["Piece", "StreamBatcher"]
 
@@ -91,10 +90,6 @@ CHUNKS = 4
 MAX_WAIT = 4
 #: The former name of :data:`MAX_WAIT`.
 WINDOW = MAX_WAIT
-#: ``TokenBudget``: a full batch is emitted when padding is at most this fraction of its slots.
-PAD_TARGET = 0.005
-#: ``Packing``: a row is emitted when its tokens fill at least this fraction of ``capacity``.
-FILL_TARGET = 0.999
 #: Largest length accepted (lengths are int64 sums in the kernels, like ``lengths_of``).
 MAX_LENGTH = 1 << 31
 STATE_KIND = "StreamBatcher"
@@ -305,7 +300,7 @@ class _Entries:
     def __init__(self, items: np.ndarray, lens: np.ndarray, meta: np.ndarray) -> None:
         self.items = items
         self.lens = lens
-        self.sizes = _sizes(lens)
+        self.sizes = sizes_of_rows(lens)
         self.meta = meta
 
     @classmethod
@@ -353,47 +348,7 @@ class _Entries:
         return _Entries(self.items[idx], self.lens[idx], self.meta[idx])
 
 
-def _sizes(lens: np.ndarray) -> np.ndarray:
-    if lens.ndim == 1:
-        return lens
-    return lens.max(axis=1) if lens.shape[0] else np.zeros(0, np.int64)
-
-
 # --------------------------------------------------------------------------- round plans
-
-
-class _Round:
-    """One round's emitted batches over the buffer entries, and the entries that wait.
-
-    Batch ``b`` is entries ``order[offsets[b]:offsets[b + 1]]``; for packing, batch ``b`` is
-    rows ``row_offsets[b]:row_offsets[b + 1]`` and row ``k`` entries
-    ``order[offsets[k]:offsets[k + 1]]``. ``real``/``padded`` are per-batch figures.
-    """
-
-    __slots__ = ("order", "offsets", "row_offsets", "carry", "dropped", "real", "padded")
-
-    def __init__(
-        self,
-        order: np.ndarray,
-        offsets: np.ndarray,
-        carry: np.ndarray,
-        real: np.ndarray,
-        padded: np.ndarray,
-        row_offsets: np.ndarray | None = None,
-        dropped: int = 0,
-    ) -> None:
-        self.order = order
-        self.offsets = offsets
-        self.row_offsets = row_offsets
-        self.carry = carry
-        self.real = real
-        self.padded = padded
-        self.dropped = dropped
-
-    @property
-    def num_batches(self) -> int:
-        bounds = self.offsets if self.row_offsets is None else self.row_offsets
-        return int(bounds.size - 1)
 
 
 def _mix(z: int) -> int:
@@ -401,397 +356,6 @@ def _mix(z: int) -> int:
     from ._kernels.rng import mix64_reference
 
     return mix64_reference(z)
-
-
-def _shuffled(n: int, key: int) -> np.ndarray:
-    """A permutation of ``range(n)`` drawn from the 64-bit ``key`` (compiled Fisher-Yates)."""
-    out = np.arange(n, dtype=np.int64)
-    if n > 1:
-        K.shuffle_runs(out, np.array([0, n], np.int64), np.uint64(key & _MASK64))
-    return out
-
-
-def _csr(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(counts.size + 1, np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-def _left_out(n: int, taken: np.ndarray) -> np.ndarray:
-    """Sorted positions in ``[0, n)`` that are not in ``taken``."""
-    keep = np.ones(n, np.bool_)
-    keep[taken] = False
-    return np.flatnonzero(keep)
-
-
-def _padding(lens: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Real tokens and padded slots of each batch (2-D lengths: summed over fields)."""
-    if offsets.size <= 1:
-        z = np.zeros(0, np.int64)
-        return z, z
-    starts = offsets[:-1]
-    counts = np.diff(offsets)
-    picked = lens[order]
-    if picked.ndim == 1:
-        picked = picked[:, None]
-    real = np.add.reduceat(picked.sum(axis=1), starts) if order.size else np.zeros(0, np.int64)
-    padded = np.zeros(counts.size, np.int64)
-    for f in range(picked.shape[1]):
-        padded += counts * np.maximum.reduceat(picked[:, f], starts)
-    return real.astype(np.int64), padded
-
-
-class _Engine:
-    """What a strategy does with a buffer: which items it admits and how a round is planned."""
-
-    splits = False
-
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-
-    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        """Mask of items to keep (None: all); raise for items the spec refuses."""
-        return None
-
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
-        """The round's batches: every ``forced`` entry leaves (all with ``final``), and at most
-        ``room`` entries wait."""
-        raise NotImplementedError
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def load(self, state: dict[str, Any]) -> None:
-        pass
-
-
-def _too_long(sizes: np.ndarray, limit: int, what: str, where: Callable[[int], int]) -> None:
-    i = int(np.flatnonzero(sizes > limit)[0])
-    raise ValueError(
-        f"the item at stream position {where(i)} has length {int(sizes[i])}, which exceeds "
-        f'{what}={limit} (pass oversize="drop" to leave such items out)'
-    )
-
-
-class _BudgetEngine(_Engine):
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.max_tokens = spec.max_tokens or 0
-        self.max_sentences = spec.max_sentences or 0
-        self.multiple = spec.multiple_of
-
-    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        if not self.max_tokens or not sizes.size or int(sizes.max()) <= self.max_tokens:
-            return None
-        if self.spec.oversize == "error":
-            _too_long(sizes, self.max_tokens, "max_tokens", where)
-        return sizes <= self.max_tokens
-
-    def full(self, counts: np.ndarray, padded: np.ndarray) -> np.ndarray:
-        """Batches one more item of their longest size (``multiple_of`` more once they hold
-        that many) would push over a limit: the kernel's rule."""
-        longest = padded // np.maximum(counts, 1)
-        step = np.where(counts >= self.multiple, self.multiple, 1)
-        if not self.max_tokens and not self.max_sentences:
-            return np.ones(counts.size, np.bool_)
-        full = np.zeros(counts.size, np.bool_)
-        if self.max_tokens:
-            full |= (counts + step) * longest > self.max_tokens
-        if self.max_sentences:
-            full |= counts + step > self.max_sentences
-        return full
-
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
-        keys, span = group_keys(buf.lens)
-        order, ends, real, padded, leave = K.streams.budget_round(
-            keys, span, buf.sizes, forced, self.max_tokens, self.max_sentences, self.multiple,
-            final, PAD_TARGET,
-        )  # fmt: skip
-        offsets = np.zeros(ends.size + 1, np.int64)
-        offsets[1:] = ends
-        counts = np.diff(offsets)
-        # under pressure full batches leave before others, the least padded first
-        score = (padded - real) / np.maximum(padded, 1) + ~self.full(counts, padded)
-        leave = _release(counts, leave, score, room)
-        return _select(buf.lens, order, offsets, leave, len(buf), real, padded)
-
-
-def _release(counts: np.ndarray, leave: np.ndarray, score: np.ndarray, room: int) -> np.ndarray:
-    """Let go the waiting groups of lowest ``score`` too, until at most ``room`` entries wait.
-
-    This is what keeps the buffer within its size: when too many entries would wait, the
-    least padded (fullest) of the waiting batches leave, the worst keep waiting.
-    """
-    waiting = int(counts[~leave].sum())
-    if waiting <= room:
-        return leave
-    cand = np.flatnonzero(~leave)
-    cand = cand[np.argsort(score[cand], kind="stable")]
-    k = int(np.searchsorted(np.cumsum(counts[cand]), waiting - room)) + 1
-    leave = leave.copy()
-    leave[cand[:k]] = True
-    return leave
-
-
-def _select(
-    lens: np.ndarray,
-    order: np.ndarray,
-    offsets: np.ndarray,
-    emit: np.ndarray,
-    n: int,
-    real: np.ndarray | None = None,
-    padded: np.ndarray | None = None,
-) -> _Round:
-    """Keep the batches marked ``emit`` (in plan order); their entries leave, the rest wait.
-
-    ``real``/``padded`` per batch of 1-D lengths may be given; 2-D lengths sum every field.
-    """
-    counts = np.diff(offsets)
-    if emit.all():
-        e_order, e_offsets = order, offsets
-    else:
-        e_order = order[np.repeat(emit, counts)]
-        e_offsets = _csr(counts[emit])
-    if real is None or padded is None or lens.ndim == 2:
-        real, padded = _padding(lens, e_order, e_offsets)
-    else:
-        real, padded = real[emit], padded[emit]
-    return _Round(e_order, e_offsets, _left_out(n, e_order), real, padded)
-
-
-class _GroupEngine(_Engine):
-    """Fixed-size batches within groups (exact lengths or buckets): oldest first, remainders wait."""
-
-    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(order, starts, batch size per group)."""
-        raise NotImplementedError
-
-    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
-        raise NotImplementedError
-
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
-        order, starts, run_size = self.groups(buf)
-        kept, ends, rest, rest_run = K.exact_split(order, starts, run_size, 1)
-        full_order = order[:kept]
-        full_offsets = np.zeros(ends.size + 1, np.int64)
-        full_offsets[1:] = ends
-        runs = run_size.size
-        if final:
-            due = np.ones(runs, np.bool_)
-        else:  # a remainder with a late entry leaves whole; so do the fullest under pressure
-            due = np.bincount(rest_run, weights=forced[rest], minlength=runs) > 0
-            counts = np.bincount(rest_run, minlength=runs)
-            has = counts > 0
-            score = 1.0 - counts / np.maximum(run_size, 1)
-            due = _release(counts[has], due[has], score[has], room)
-            due = _spread(has, due)
-        late = due[rest_run]
-        out = self.expired(buf.lens, rest[late], rest_run[late])
-        e_order = np.concatenate([full_order, out.order])
-        e_offsets = np.concatenate([full_offsets, kept + out.offsets[1:]])
-        real, padded = _padding(buf.lens, e_order, e_offsets)
-        carry = np.sort(rest[~late])
-        return _Round(e_order, e_offsets, carry, real, padded, dropped=out.dropped)
-
-
-def _spread(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``values`` put back at the True places of ``mask`` (False elsewhere)."""
-    out = np.zeros(mask.size, np.bool_)
-    out[mask] = values
-    return out
-
-
-class _ExactEngine(_GroupEngine):
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.rule = spec._rule
-
-    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        keep = None
-        if (
-            self.spec.max_length is not None
-            and sizes.size
-            and int(sizes.max()) > self.spec.max_length
-        ):
-            keep = sizes <= self.spec.max_length
-        kept = sizes if keep is None else sizes[keep]
-        rule = self.rule
-        bad = np.zeros(0, np.int64)
-        why = ""
-        if rule.max_tokens is not None:
-            bad, why = np.flatnonzero(kept == 0), "is 0, which max_tokens cannot budget (no cost)"
-        elif rule.keys.size and rule.batch_size is None:
-            low = int(rule.keys[0])
-            bad = np.flatnonzero(kept < low)
-            why = f"is below the smallest batch_sizes key {low} and batch_size is None"
-        if bad.size:
-            i = int(bad[0]) if keep is None else int(np.flatnonzero(keep)[bad[0]])
-            raise ValueError(f"the length of the item at stream position {where(i)} {why}")
-        return keep
-
-    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        keys, span = group_keys(buf.lens)
-        order, starts = K.counting_order(keys, span)
-        counts = np.diff(starts)
-        nonempty = np.flatnonzero(counts)
-        run_size = np.zeros(counts.size, np.int64)
-        run_size[nonempty] = self.rule.sizes_for(buf.sizes[order[starts[nonempty]]])
-        return order, starts, run_size
-
-    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
-        if rest.size == 0:
-            return _Round(rest, np.zeros(1, np.int64), rest, rest, rest)
-        plan = self.spec.bind(lens[rest]).plan(0, 0)  # the spec's own leftovers rule
-        z = np.zeros(0, np.int64)
-        return _Round(rest[plan.indices], plan.offsets, z, z, z, dropped=int(plan.skipped.size))
-
-
-class _BucketEngine(_GroupEngine):
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.cuts: np.ndarray | None = (
-            None if spec.boundaries is None else np.array(spec.boundaries, np.int64)
-        )
-
-    def groups(self, buf: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from .planners.buckets import bucket_boundaries
-        from .planners.exact import round_size
-
-        s = self.spec
-        if self.cuts is None:  # fitted once, on the first buffer planned
-            self.cuts = bucket_boundaries(buf.sizes, s.num_buckets or 1)
-        cuts = self.cuts
-        k = cuts.size + 1
-        ids = np.searchsorted(cuts, buf.sizes, side="left").astype(np.int64)
-        order, starts = K.counting_order(ids, k)
-        if s.max_tokens is not None:
-            longest = np.empty(k, np.int64)
-            longest[:-1] = cuts
-            last = buf.sizes[ids == k - 1]
-            longest[-1] = int(last.max()) if last.size else 1
-            raw = s.max_tokens // np.maximum(longest, 1)
-        else:
-            raw = np.full(k, s.batch_size, np.int64)
-        return order, starts, round_size(raw, s.multiple_of)
-
-    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> _Round:
-        # rest is grouped by bucket: each bucket's remainder is one smaller batch
-        if rest.size == 0:
-            return _Round(rest, np.zeros(1, np.int64), rest, rest, rest)
-        change = np.flatnonzero(np.diff(runs)) + 1
-        offsets = np.concatenate([[0], change, [rest.size]]).astype(np.int64)
-        z = np.zeros(0, np.int64)
-        return _Round(rest, offsets, z, z, z)
-
-    def state(self) -> dict[str, Any]:
-        return {"boundaries": None if self.cuts is None else self.cuts.tolist()}
-
-    def load(self, state: dict[str, Any]) -> None:
-        cuts = state.get("boundaries")
-        if cuts is not None:
-            self.cuts = np.array(cuts, np.int64)
-
-
-class _PackEngine(_Engine):
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.capacity = spec.capacity
-        self.splits = spec.oversize == "split"
-        self.need = int(np.ceil(FILL_TARGET * spec.capacity))
-
-    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        cap = self.capacity
-        if not sizes.size or int(sizes.max()) <= cap:
-            return None
-        if self.spec.oversize == "error":
-            i = int(np.flatnonzero(sizes > cap)[0])
-            raise ValueError(
-                f"the item at stream position {where(i)} has length {int(sizes[i])}, which "
-                f'exceeds capacity={cap} (pass oversize="split", "truncate" or "drop")'
-            )
-        if self.spec.oversize == "drop":
-            return sizes <= cap
-        return None  # split / truncate: expanded into pieces
-
-    def plan(self, buf: _Entries, forced: np.ndarray, final: bool, key: int, room: int) -> _Round:
-        cap = self.capacity
-        spec = self.spec
-        n = len(buf)
-        sizes = buf.sizes
-        # items that must leave are placed first (so they share full rows with others and
-        # the rows left under-filled hold items that may still wait), then longest first;
-        # oldest first among equals
-        keys = (cap - sizes) + np.where(forced, 0, cap + 1)
-        if 2 * (cap + 1) <= 2 * n + (1 << 16):
-            order, _ = K.counting_order(keys, 2 * (cap + 1))
-        else:
-            order = np.argsort(keys, kind="stable").astype(np.int64)
-        walk = np.ascontiguousarray(sizes[order])
-        row_of, num_rows = K.best_fit_rows(walk, cap, spec.max_per_row or 0)
-        used = np.bincount(row_of, weights=walk, minlength=num_rows).astype(np.int64)
-        count = np.bincount(row_of, minlength=num_rows)
-        if final:
-            must = np.ones(num_rows, np.bool_)
-            good = must
-        else:
-            must = np.bincount(row_of, weights=forced[order], minlength=num_rows) > 0
-            good = used >= self.need
-            if spec.max_per_row:
-                good |= count >= spec.max_per_row
-            # under pressure the fullest waiting rows leave too (even in a short batch)
-            leave = _release(count, must | good, 1.0 - used / cap, room)
-            must = must | (leave & ~good)
-        per = spec.rows_per_batch
-        rows = np.flatnonzero(must | good)
-        if per > 1 and not final:
-            others = int(count.sum() - count[rows].sum())
-            rows = _whole_batches(rows, must[rows], used[rows], count[rows], per, room - others)
-        picked = rows[_shuffled(rows.size, key)]
-        num_batches = -(-picked.size // per)
-        row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, picked.size)
-        if per > 1:  # a batch lists its rows in the order they opened (what collate_packed needs)
-            for a, b in zip(row_offsets[:-1].tolist(), row_offsets[1:].tolist(), strict=True):
-                picked[a:b].sort()
-        rank = np.full(num_rows, picked.size, np.int64)
-        rank[picked] = np.arange(picked.size, dtype=np.int64)
-        rank[rank == picked.size] = picked.size + np.arange(num_rows - picked.size)
-        values, _, bounds = K.scatter_rows(row_of, rank, order, walk)
-        placed = int(bounds[picked.size])
-        e_order = values[:placed]
-        offsets = bounds[: picked.size + 1].copy()
-        carry = np.sort(values[placed:])
-        real = np.zeros(num_batches, np.int64)
-        if picked.size:
-            real = np.add.reduceat(used[picked], row_offsets[:-1]).astype(np.int64)
-        padded = np.diff(row_offsets) * cap
-        return _Round(e_order, offsets, carry, real, padded, row_offsets)
-
-
-def _whole_batches(
-    rows: np.ndarray, must: np.ndarray, used: np.ndarray, count: np.ndarray, per: int, room: int
-) -> np.ndarray:
-    """Rows to emit as whole batches of ``per`` rows: every row that must leave, then the
-    fullest others; the rows not taken wait (their items are placed again).
-
-    A short batch is made only for rows that must leave and do not fill a whole batch with the
-    others, or when the rows not taken would hold more than ``room`` entries.
-    """
-    num = max(rows.size // per, -(-int(must.sum()) // per))
-    rank = np.lexsort((-used, ~must))  # must first, then fullest
-    left = np.cumsum(count[rank][::-1])[::-1]  # entries from rank position i on
-    take = min(rows.size, num * per)
-    while take < rows.size and left[take] > room:
-        num += 1
-        take = min(rows.size, num * per)
-    return np.sort(rows[rank[:take]])
-
-
-_ENGINES = {
-    "token_budget": _BudgetEngine,
-    "exact_length": _ExactEngine,
-    "buckets": _BucketEngine,
-    "packing": _PackEngine,
-}
 
 
 # --------------------------------------------------------------------------- lengths
@@ -842,6 +406,14 @@ def _length_hint(item: Any) -> str:
         f"{type(item).__name__} {item!r:.60}; pass length=, a function from an item to its "
         "length (an int) or per-field lengths (a tuple of ints)"
     )
+
+
+def _streamable() -> list[str]:
+    """The strategies with a stream form."""
+    from .planners import strategies
+    from .planners.spec import Spec
+
+    return sorted(n for n, c in strategies().items() if c.stream_engine is not Spec.stream_engine)
 
 
 def _check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> None:
@@ -986,20 +558,11 @@ class StreamBatcher:
                 "spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
                 f"got {type(spec).__name__}"
             )
-        if spec.name not in _ENGINES:
+        engine = spec.stream_engine()  # refuses a setting the stream form does not follow
+        if engine is None:
             raise ValueError(
-                f"spec must be one of the strategies {sorted(_ENGINES)} for a stream, got {spec.name!r}"
-            )
-        unsupported = [
-            k for k in ("cost", "max_cost", "max_row_cost") if getattr(spec, k, None) is not None
-        ]
-        if getattr(spec, "pad_to_multiple_of", None) not in (None, 1):
-            unsupported.append("pad_to_multiple_of")
-        if unsupported:
-            raise ValueError(
-                f"spec settings {unsupported} are not supported by StreamBatcher yet (its batches "
-                f"follow token budgets of the lengths as given only), got {spec.describe()}; "
-                "plan with PlanSampler instead"
+                f"spec must be one of the strategies {_streamable()} for a stream, got "
+                f"{spec.name!r}"
             )
         buffer = positive("buffer", buffer)
         if buffer < CHUNKS:
@@ -1022,7 +585,7 @@ class StreamBatcher:
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         _check_source(source, length)
         self._source = _Source(source)
-        self._engine: _Engine = _ENGINES[spec.name](spec)
+        self._engine: StreamEngine = engine
         self._shard = (0, 1)
         self._spec_dict = spec_to_dict(spec)
         self._fields: int | None = None
@@ -1068,7 +631,7 @@ class StreamBatcher:
         ``position_ids``...) from a batch of rows, pieces sliced; the other specs:
         ``padless.torch.collate_padded(**options)``.
         """
-        from ._torch_streams import stream_collate
+        from .torch._streams import stream_collate
 
         return stream_collate(self.spec, **options)
 
@@ -1082,7 +645,7 @@ class StreamBatcher:
         out = dict(self._stats)
         padded = out["padded_slots"]
         out["padding_fraction"] = 1.0 - out["real_tokens"] / padded if padded else 0.0
-        if self.spec.name == "packing":
+        if self.spec.packs_rows:
             out["efficiency"] = out["real_tokens"] / padded if padded else 1.0
         return out
 
@@ -1330,7 +893,7 @@ class StreamBatcher:
         base = chunk * self.chunk
         n = len(items)
         lens = self._lengths(items, base)
-        sizes = _sizes(lens)
+        sizes = sizes_of_rows(lens)
         engine = self._engine
 
         def where(i: int) -> int:
@@ -1338,49 +901,44 @@ class StreamBatcher:
 
         keep = engine.admit(sizes, where)
         offs = np.arange(n, dtype=np.int64)
-        if isinstance(engine, _PackEngine):  # packing needs only sizes
-            if n and int(sizes.max()) > engine.capacity:
-                return self._pieces(items, sizes, chunk, offs)
+        if engine.sizes_only:
             lens = sizes
+        if engine.cut_above is not None and n and int(sizes.max()) > engine.cut_above:
+            return self._pieces(items, sizes, chunk, offs)
         if keep is not None:
             self._stats["skipped"] += int(n - keep.sum())
             idx = np.flatnonzero(keep)
             items = [items[i] for i in idx.tolist()]
             lens, offs = lens[idx], offs[idx]
-            sizes = _sizes(lens)
+            sizes = sizes_of_rows(lens)
         return _Entries.make(items, lens, chunk, offs)
 
     def _pieces(
         self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray
     ) -> _Entries:
-        """Packing entries when some items are longer than capacity (split, truncate or drop)."""
-        spec: Any = self.spec  # a Packing spec
-        cap, mode = spec.capacity, spec.oversize
+        """Entries when some items are longer than the engine's ``cut_above``: each such item
+        becomes the entries the engine cuts it into (pieces, a truncated piece, or none)."""
+        engine = self._engine
+        cap = engine.cut_above
         out_items: list[Any] = []
         out_sizes: list[int] = []
         out_off: list[int] = []
         out_piece: list[int] = []
         for item, size, off in zip(items, sizes.tolist(), offs.tolist(), strict=True):
-            if size <= cap:
+            if cap is None or size <= cap:
                 out_items.append(item)
                 out_sizes.append(size)
                 out_off.append(off)
                 out_piece.append(-1)
-            elif mode == "drop":
+                continue
+            parts = engine.cut(size)
+            if not parts:
                 self._stats["skipped"] += 1
-            elif mode == "truncate":
-                out_items.append(Piece(item, 0, 1, 0, cap))
-                out_sizes.append(cap)
+            for k, count, start, stop, piece in parts:
+                out_items.append(Piece(item, k, count, start, stop))
+                out_sizes.append(stop - start)
                 out_off.append(off)
-                out_piece.append(-1)
-            else:  # split
-                count = -(-size // cap)
-                for k in range(count):
-                    stop = min(size, (k + 1) * cap)
-                    out_items.append(Piece(item, k, count, k * cap, stop))
-                    out_sizes.append(stop - k * cap)
-                    out_off.append(off)
-                    out_piece.append(k)
+                out_piece.append(piece)
         arr = np.array(out_sizes, dtype=np.int64)
         return _Entries.make(out_items, arr, chunk, np.array(out_off, np.int64),
                              np.array(out_piece, np.int64))  # fmt: skip
@@ -1440,10 +998,11 @@ class StreamBatcher:
             lens = self._lengths(chosen, k * c)
             m = len(chosen)
             engine = self._engine
-            if isinstance(engine, _PackEngine):
-                lens = _sizes(lens)
+            if engine.sizes_only:
+                lens = sizes_of_rows(lens)
             got = _Entries.make(chosen, lens, k, offs)
-            if isinstance(engine, _PackEngine) and m and int(got.sizes.max()) > engine.capacity:
+            cut = engine.cut_above
+            if cut is not None and m and int(got.sizes.max()) > cut:
                 saved = self._stats["skipped"]
                 got = self._pieces(chosen, got.sizes, k, offs)
                 self._stats["skipped"] = saved
@@ -1467,7 +1026,7 @@ class StreamBatcher:
             "another length function or another shard)"
         )
 
-    def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> _Round:
+    def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> Round:
         """Plan round ``rnd``: items ``wait`` rounds old leave, and so many others that the
         items left waiting fit in the buffer beside the next chunk."""
         forced = buf.chunk <= rnd - self.wait
@@ -1514,7 +1073,7 @@ class StreamBatcher:
             key = self._round_key(base_key, rnd)
             plan = self._plan(buf, rnd, final, key)
             stats["skipped"] += plan.dropped
-            perm = _shuffled(plan.num_batches, _mix(key ^ 0x5EED))
+            perm = shuffled(plan.num_batches, _mix(key ^ 0x5EED))
             live.round, live.emitted, live.first = rnd, skip, max(0, rnd - wait)
             live.snapshot = snaps.get(live.first)
             live.carry_in, live.cached = pend, None

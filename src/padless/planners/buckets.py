@@ -20,6 +20,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
+from . import _rounds as R
 from .exact import round_size
 from .spec import Planner, Spec, check_pad_multiple, spec_of
 
@@ -369,6 +370,13 @@ class Buckets(Spec):
         for k, v in settings.items():
             object.__setattr__(self, k, v)
 
+    def stream_engine(self) -> R.StreamEngine:
+        """The stream form: full batches per bucket leave, remainders wait (boundaries fitted on the first buffer)."""
+        R.check_streamable(
+            self, ("boundaries", "num_buckets", "max_tokens", "batch_size", "multiple_of")
+        )
+        return BucketStream(self)
+
     def bind(self, lengths: np.ndarray) -> BucketPlanner:
         return BucketPlanner(self, lengths)
 
@@ -471,3 +479,51 @@ class BucketSampler(PlanSampler):
     ) -> None:
         spec = spec_of(Buckets, locals())
         super().__init__(lengths, spec, **options)
+
+
+# --------------------------------------------------------------------------- stream form
+
+
+class BucketStream(R.GroupEngine):
+    """Buckets' stream form (see :mod:`padless.streams`)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.cuts: np.ndarray | None = (
+            None if spec.boundaries is None else np.array(spec.boundaries, np.int64)
+        )
+
+    def groups(self, buf: R.Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = self.spec
+        if self.cuts is None:  # fitted once, on the first buffer planned
+            self.cuts = bucket_boundaries(buf.sizes, s.num_buckets or 1)
+        cuts = self.cuts
+        k = cuts.size + 1
+        ids = np.searchsorted(cuts, buf.sizes, side="left").astype(np.int64)
+        order, starts = K.counting_order(ids, k)
+        if s.max_tokens is not None:
+            longest = np.empty(k, np.int64)
+            longest[:-1] = cuts
+            last = buf.sizes[ids == k - 1]
+            longest[-1] = int(last.max()) if last.size else 1
+            raw = s.max_tokens // np.maximum(longest, 1)
+        else:
+            raw = np.full(k, s.batch_size, np.int64)
+        return order, starts, round_size(raw, s.multiple_of)
+
+    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> R.Round:
+        # rest is grouped by bucket: each bucket's remainder is one smaller batch
+        if rest.size == 0:
+            return R.Round(rest, np.zeros(1, np.int64), rest, rest, rest)
+        change = np.flatnonzero(np.diff(runs)) + 1
+        offsets = np.concatenate([[0], change, [rest.size]]).astype(np.int64)
+        z = np.zeros(0, np.int64)
+        return R.Round(rest, offsets, z, z, z)
+
+    def state(self) -> dict[str, Any]:
+        return {"boundaries": None if self.cuts is None else self.cuts.tolist()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        cuts = state.get("boundaries")
+        if cuts is not None:
+            self.cuts = np.array(cuts, np.int64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,8 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, mo
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
-from ._order import length_order, run_sizes
+from . import _rounds as R
+from ._order import group_keys, length_order, run_sizes
 from .spec import (
     Planner,
     Spec,
@@ -142,6 +144,11 @@ class TokenBudget(Spec):
         object.__setattr__(self, "cost", as_cost(self.cost))
         object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
         object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
+
+    def stream_engine(self) -> R.StreamEngine:
+        """The stream form: budget batches cut from each round's buffer."""
+        R.check_streamable(self, ("max_tokens", "max_sentences", "multiple_of", "oversize"))
+        return BudgetStream(self)
 
     def window_kernel(self, src: Any) -> WindowKernel | None:
         """The fused windowed token budget (settings beyond the budget's own go to the planner)."""
@@ -431,3 +438,51 @@ class TokenBudgetSampler(PlanSampler):
     ) -> None:
         spec = spec_of(TokenBudget, locals())
         super().__init__(lengths, spec, **options)
+
+
+# --------------------------------------------------------------------------- stream form
+
+
+class BudgetStream(R.StreamEngine):
+    """TokenBudget's stream form (see :mod:`padless.streams`)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.max_tokens = spec.max_tokens or 0
+        self.max_sentences = spec.max_sentences or 0
+        self.multiple = spec.multiple_of
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        if not self.max_tokens or not sizes.size or int(sizes.max()) <= self.max_tokens:
+            return None
+        if self.spec.oversize == "error":
+            R.too_long(sizes, self.max_tokens, "max_tokens", where)
+        return sizes <= self.max_tokens
+
+    def full(self, counts: np.ndarray, padded: np.ndarray) -> np.ndarray:
+        """Batches one more item of their longest size (``multiple_of`` more once they hold
+        that many) would push over a limit: the kernel's rule."""
+        longest = padded // np.maximum(counts, 1)
+        step = np.where(counts >= self.multiple, self.multiple, 1)
+        if not self.max_tokens and not self.max_sentences:
+            return np.ones(counts.size, np.bool_)
+        full = np.zeros(counts.size, np.bool_)
+        if self.max_tokens:
+            full |= (counts + step) * longest > self.max_tokens
+        if self.max_sentences:
+            full |= counts + step > self.max_sentences
+        return full
+
+    def plan(self, buf: R.Buffer, forced: np.ndarray, final: bool, key: int, room: int) -> R.Round:
+        keys, span = group_keys(buf.lens)
+        order, ends, real, padded, leave = K.streams.budget_round(
+            keys, span, buf.sizes, forced, self.max_tokens, self.max_sentences, self.multiple,
+            final, R.PAD_TARGET,
+        )  # fmt: skip
+        offsets = np.zeros(ends.size + 1, np.int64)
+        offsets[1:] = ends
+        counts = np.diff(offsets)
+        # under pressure full batches leave before others, the least padded first
+        score = (padded - real) / np.maximum(padded, 1) + ~self.full(counts, padded)
+        leave = R.release(counts, leave, score, room)
+        return R.select(buf.lens, order, offsets, leave, len(buf), real, padded)

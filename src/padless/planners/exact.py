@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +14,8 @@ from .._check import budget_or_none, check_bool, check_choice, positive, positiv
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
 from ..plan import BatchPlan
 from ..sampler import PlanSampler
-from ._order import length_order
+from . import _rounds as R
+from ._order import group_keys, length_order
 from .spec import Planner, Spec, check_pad_multiple, spec_of
 
 if TYPE_CHECKING:
@@ -457,6 +458,22 @@ class ExactLength(Spec):
         for k, v in settings.items():
             object.__setattr__(self, k, v)
 
+    def stream_engine(self) -> R.StreamEngine:
+        """The stream form: full batches of one length leave, leftovers wait."""
+        R.check_streamable(
+            self,
+            (
+                "batch_size",
+                "max_tokens",
+                "batch_sizes",
+                "max_length",
+                "include_partial",
+                "leftovers",
+                "multiple_of",
+            ),
+        )
+        return ExactStream(self)
+
     def bind(self, lengths: np.ndarray) -> ExactPlanner:
         return ExactPlanner(self, lengths)
 
@@ -545,3 +562,53 @@ class ExactLengthSampler(PlanSampler):
     ) -> None:
         spec = spec_of(ExactLength, locals())
         super().__init__(lengths, spec, **options)
+
+
+# --------------------------------------------------------------------------- stream form
+
+
+class ExactStream(R.GroupEngine):
+    """ExactLength's stream form (see :mod:`padless.streams`)."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.rule = spec._rule
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        keep = None
+        if (
+            self.spec.max_length is not None
+            and sizes.size
+            and int(sizes.max()) > self.spec.max_length
+        ):
+            keep = sizes <= self.spec.max_length
+        kept = sizes if keep is None else sizes[keep]
+        rule = self.rule
+        bad = np.zeros(0, np.int64)
+        why = ""
+        if rule.max_tokens is not None:
+            bad, why = np.flatnonzero(kept == 0), "is 0, which max_tokens cannot budget (no cost)"
+        elif rule.keys.size and rule.batch_size is None:
+            low = int(rule.keys[0])
+            bad = np.flatnonzero(kept < low)
+            why = f"is below the smallest batch_sizes key {low} and batch_size is None"
+        if bad.size:
+            i = int(bad[0]) if keep is None else int(np.flatnonzero(keep)[bad[0]])
+            raise ValueError(f"the length of the item at stream position {where(i)} {why}")
+        return keep
+
+    def groups(self, buf: R.Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keys, span = group_keys(buf.lens)
+        order, starts = K.counting_order(keys, span)
+        counts = np.diff(starts)
+        nonempty = np.flatnonzero(counts)
+        run_size = np.zeros(counts.size, np.int64)
+        run_size[nonempty] = self.rule.sizes_for(buf.sizes[order[starts[nonempty]]])
+        return order, starts, run_size
+
+    def expired(self, lens: np.ndarray, rest: np.ndarray, runs: np.ndarray) -> R.Round:
+        if rest.size == 0:
+            return R.Round(rest, np.zeros(1, np.int64), rest, rest, rest)
+        plan = self.spec.bind(lens[rest]).plan(0, 0)  # the spec's own leftovers rule
+        z = np.zeros(0, np.int64)
+        return R.Round(rest[plan.indices], plan.offsets, z, z, z, dropped=int(plan.skipped.size))

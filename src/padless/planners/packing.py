@@ -36,6 +36,7 @@ from .._kernels import windows as KW
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from ..sampler import PlanSampler
+from . import _rounds as R
 from ._order import length_order, run_sizes
 from .budget import check_oversize
 from .spec import CollateForm, Planner, Spec, WindowKernel, plain, spec_of
@@ -509,6 +510,11 @@ class Packing(Spec):
     def bind(self, lengths: np.ndarray) -> PackPlanner:
         return PackPlanner(self, lengths)
 
+    def stream_engine(self) -> R.StreamEngine:
+        """The stream form: best-fit rows over each round's buffer; well-filled rows leave."""
+        R.check_streamable(self, ("capacity", "max_per_row", "rows_per_batch", "oversize"))
+        return PackStream(self)
+
     def window_kernel(self, src: Any) -> WindowKernel | None:
         """The fused windowed packing, when every sequence fits a row as it is."""
         known = ("capacity", "max_per_row", "rows_per_batch", "oversize")
@@ -735,3 +741,116 @@ class PackingSampler(PlanSampler):
         return PieceDataset(
             dataset, capacity=self.spec.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
         )
+
+
+# --------------------------------------------------------------------------- stream form
+
+
+class PackStream(R.StreamEngine):
+    """Packing's stream form (see :mod:`padless.streams`)."""
+
+    sizes_only = True
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.capacity = spec.capacity
+        self.cut_above = spec.capacity
+        self.splits = spec.oversize == "split"
+        self.need = int(np.ceil(R.FILL_TARGET * spec.capacity))
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        cap = self.capacity
+        if not sizes.size or int(sizes.max()) <= cap:
+            return None
+        if self.spec.oversize == "error":
+            i = int(np.flatnonzero(sizes > cap)[0])
+            raise ValueError(
+                f"the item at stream position {where(i)} has length {int(sizes[i])}, which "
+                f'exceeds capacity={cap} (pass oversize="split", "truncate" or "drop")'
+            )
+        if self.spec.oversize == "drop":
+            return sizes <= cap
+        return None  # split / truncate: expanded into pieces
+
+    def cut(self, size: int) -> list[tuple[int, int, int, int, int]]:
+        """``oversize``: "drop" leaves the item out, "truncate" keeps its first ``capacity``
+        tokens, "split" cuts it into pieces of ``capacity`` tokens (the last one shorter)."""
+        cap, mode = self.capacity, self.spec.oversize
+        if mode == "drop":
+            return []
+        if mode == "truncate":
+            return [(0, 1, 0, cap, -1)]
+        count = -(-size // cap)
+        return [(k, count, k * cap, min(size, (k + 1) * cap), k) for k in range(count)]
+
+    def plan(self, buf: R.Buffer, forced: np.ndarray, final: bool, key: int, room: int) -> R.Round:
+        cap = self.capacity
+        spec = self.spec
+        n = len(buf)
+        sizes = buf.sizes
+        # items that must leave are placed first (so they share full rows with others and
+        # the rows left under-filled hold items that may still wait), then longest first;
+        # oldest first among equals
+        keys = (cap - sizes) + np.where(forced, 0, cap + 1)
+        if 2 * (cap + 1) <= 2 * n + (1 << 16):
+            order, _ = K.counting_order(keys, 2 * (cap + 1))
+        else:
+            order = np.argsort(keys, kind="stable").astype(np.int64)
+        walk = np.ascontiguousarray(sizes[order])
+        row_of, num_rows = K.best_fit_rows(walk, cap, spec.max_per_row or 0)
+        used = np.bincount(row_of, weights=walk, minlength=num_rows).astype(np.int64)
+        count = np.bincount(row_of, minlength=num_rows)
+        if final:
+            must = np.ones(num_rows, np.bool_)
+            good = must
+        else:
+            must = np.bincount(row_of, weights=forced[order], minlength=num_rows) > 0
+            good = used >= self.need
+            if spec.max_per_row:
+                good |= count >= spec.max_per_row
+            # under pressure the fullest waiting rows leave too (even in a short batch)
+            leave = R.release(count, must | good, 1.0 - used / cap, room)
+            must = must | (leave & ~good)
+        per = spec.rows_per_batch
+        rows = np.flatnonzero(must | good)
+        if per > 1 and not final:
+            others = int(count.sum() - count[rows].sum())
+            rows = _whole_batches(rows, must[rows], used[rows], count[rows], per, room - others)
+        picked = rows[R.shuffled(rows.size, key)]
+        num_batches = -(-picked.size // per)
+        row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * per, picked.size)
+        if per > 1:  # a batch lists its rows in the order they opened (what collate_packed needs)
+            for a, b in zip(row_offsets[:-1].tolist(), row_offsets[1:].tolist(), strict=True):
+                picked[a:b].sort()
+        rank = np.full(num_rows, picked.size, np.int64)
+        rank[picked] = np.arange(picked.size, dtype=np.int64)
+        rank[rank == picked.size] = picked.size + np.arange(num_rows - picked.size)
+        values, _, bounds = K.scatter_rows(row_of, rank, order, walk)
+        placed = int(bounds[picked.size])
+        e_order = values[:placed]
+        offsets = bounds[: picked.size + 1].copy()
+        carry = np.sort(values[placed:])
+        real = np.zeros(num_batches, np.int64)
+        if picked.size:
+            real = np.add.reduceat(used[picked], row_offsets[:-1]).astype(np.int64)
+        padded = np.diff(row_offsets) * cap
+        return R.Round(e_order, offsets, carry, real, padded, row_offsets)
+
+
+def _whole_batches(
+    rows: np.ndarray, must: np.ndarray, used: np.ndarray, count: np.ndarray, per: int, room: int
+) -> np.ndarray:
+    """Rows to emit as whole batches of ``per`` rows: every row that must leave, then the
+    fullest others; the rows not taken wait (their items are placed again).
+
+    A short batch is made only for rows that must leave and do not fill a whole batch with the
+    others, or when the rows not taken would hold more than ``room`` entries.
+    """
+    num = max(rows.size // per, -(-int(must.sum()) // per))
+    rank = np.lexsort((-used, ~must))  # must first, then fullest
+    left = np.cumsum(count[rank][::-1])[::-1]  # entries from rank position i on
+    take = min(rows.size, num * per)
+    while take < rows.size and left[take] > room:
+        num += 1
+        take = min(rows.size, num * per)
+    return np.sort(rows[rank[:take]])

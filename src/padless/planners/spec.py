@@ -172,6 +172,12 @@ class Spec:
         rules only windows have checked. By default the spec itself."""
         return self
 
+    def stream_engine(self) -> Any:
+        """A fresh :class:`padless.planners._rounds.StreamEngine` that plans this strategy over a
+        stream's buffer, or None: the strategy has no stream form (StreamBatcher refuses it).
+        Raises ValueError for a setting the stream form does not follow."""
+        return None
+
     def window_kernel(self, src: Any) -> WindowKernel | None:
         """A fused planner for the windows of ``src`` (1-D lengths), or None: each window's
         items are then gathered and planned by this spec's planner."""
