@@ -1,4 +1,9 @@
-"""``shuffle_file``: checks, temporary files, atomic replacement, and the result."""
+"""``shuffle_file`` in four stages: check, resolve, run, commit.
+
+:func:`_check` refuses bad arguments before anything is touched; :func:`_resolve` makes what the
+run needs (recording each piece in a :class:`_Held` so that it is undone whatever happens);
+:func:`_run` writes only temporary files; :func:`_commit` renames the finished outputs into place.
+"""
 
 from __future__ import annotations
 
@@ -253,6 +258,293 @@ def _trailing_error(size: int, record_size: int, what: str) -> ValueError:
     )
 
 
+# --------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The checked arguments of one :func:`shuffle_file` call and the paths they name."""
+
+    src: str
+    dst: str
+    record_size: int | None
+    memory: Any  # as given, for messages
+    budget: int
+    seed: int
+    progress: bool
+    shards: int
+    stream_src: bool  # a pipe, a device or standard input: copied to a file first
+    size: int  # of a regular ``src`` (0 until a copied one is read)
+    out_dir: str  # "" for standard output
+    finals: tuple[str, ...]  # the outputs' final names, links followed
+    device: bool  # ``dst`` is an existing device or pipe, written in place
+    tmp_root: str
+
+    @property
+    def from_stdin(self) -> bool:
+        return self.src == "-"
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.dst == "-"
+
+
+def _check_kind(record_size: Any, lines: Any) -> int | None:
+    """Return ``record_size`` once exactly one of it and ``lines`` is given."""
+    record_size = positive_or_none("record_size", record_size)
+    lines = check_bool("lines", lines)
+    if (record_size is None) == (not lines):
+        if lines:
+            raise ValueError(
+                f"give either record_size or lines=True, not both; got record_size={record_size}"
+            )
+        raise ValueError("give record_size (bytes per record) or lines=True, got neither")
+    return record_size
+
+
+def _check_names(src: Any, dst: Any, shards: int) -> tuple[str, str]:
+    """Return ``src`` and ``dst`` as strings once both are paths (or ``"-"``)."""
+    for name, value in (("src", src), ("dst", dst)):
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a path or '-', got {type(value).__name__} {value!r}")
+    src_name, dst_name = os.fspath(src), os.fspath(dst)
+    if dst_name == "-" and shards > 1:
+        raise ValueError(f"shards must be 1 when dst is '-' (standard output), got {shards}")
+    return src_name, dst_name
+
+
+def _check_source(src_name: str, record_size: int | None) -> tuple[bool, int]:
+    """Return (copied first?, size) for ``src``, refusing a folder or a partial record."""
+    if src_name == "-":
+        return True, 0
+    info = os.stat(src_name)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "src is a directory", src_name)
+    stream_src = not stat.S_ISREG(info.st_mode)  # a pipe or device: copy it first
+    if not stream_src and record_size is not None and info.st_size % record_size:
+        raise _trailing_error(info.st_size, record_size, f"src {src_name!r}")
+    return stream_src, info.st_size
+
+
+def _check_destination(dst_name: str, shards: int) -> tuple[str, tuple[str, ...], bool]:
+    """Return (folder, final names, device?) for ``dst``, refusing what cannot be written."""
+    if dst_name == "-":
+        return "", (), False
+    out_dir = os.path.dirname(os.path.abspath(dst_name))
+    if not os.path.isdir(out_dir):
+        raise FileNotFoundError(errno.ENOENT, "the directory of dst does not exist", out_dir)
+    # A symbolic link is followed: the file it points to is replaced, as `sort -o` does.
+    finals = tuple(os.path.realpath(p) for p in shard_paths(dst_name, shards))
+    for path in finals:
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "dst is a directory", path)
+    # An existing device or pipe (/dev/null, a FIFO) is written in place, not replaced.
+    device = shards == 1 and os.path.exists(finals[0]) and not os.path.isfile(finals[0])
+    return out_dir, finals, device
+
+
+def _check_tmp_dir(tmp_dir: Any, out_dir: str, to_stdout: bool) -> str:
+    """Return the folder for bucket files: ``tmp_dir``, or a default beside the output."""
+    if tmp_dir is None:
+        return tempfile.gettempdir() if to_stdout else out_dir
+    if not isinstance(tmp_dir, (str, os.PathLike)):
+        raise TypeError(f"tmp_dir must be a path or None, got {type(tmp_dir).__name__}")
+    tmp_root = os.fspath(tmp_dir)
+    if not os.path.isdir(tmp_root):
+        raise ValueError(f"tmp_dir must be an existing directory, got {tmp_root!r}")
+    return tmp_root
+
+
+def _check(
+    src: Any,
+    dst: Any,
+    *,
+    record_size: Any,
+    lines: Any,
+    memory: Any,
+    seed: Any,
+    tmp_dir: Any,
+    progress: Any,
+    shards: Any,
+) -> _Settings:
+    """Check every argument, in the documented order, before anything is created or changed."""
+    record_size = _check_kind(record_size, lines)
+    budget = parse_memory(memory)
+    _safety.check_memory(budget, memory)
+    seed = _fresh_seed() if seed is None else check_seed(seed)
+    progress = check_bool("progress", progress)
+    shards = positive("shards", shards)
+    _safety.check_open_files(shards)
+    src_name, dst_name = _check_names(src, dst, shards)
+    # Check the source before anything is written.
+    stream_src, size = _check_source(src_name, record_size)
+    out_dir, finals, device = _check_destination(dst_name, shards)
+    tmp_root = _check_tmp_dir(tmp_dir, out_dir, dst_name == "-")
+    return _Settings(
+        src=src_name, dst=dst_name, record_size=record_size, memory=memory, budget=budget,
+        seed=seed, progress=progress, shards=shards, stream_src=stream_src, size=size,
+        out_dir=out_dir, finals=finals, device=device, tmp_root=tmp_root,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+class _Held:
+    """What a call has made so far and must undo: the bar, writer, open files, temporaries."""
+
+    def __init__(self, settings: _Settings) -> None:
+        self.device = settings.device
+        self.bar = Progress(2 * settings.size, label="shuffle", enabled=settings.progress)
+        self.work_dir: str | None = None
+        self.targets: list[Any] = []
+        self.writer: _passes.Writer | None = None
+        self.shuffler: _passes.Shuffler | None = None
+        self.committed = False
+
+    def release(self) -> None:
+        """Stop the writer, close every file, remove temporaries (outputs too unless committed)."""
+        if self.writer is not None:
+            self.writer.close()
+        if self.shuffler is not None:
+            self.shuffler.close_files()
+        self.bar.close()
+        for target in self.targets:
+            if not self.committed:
+                target.discard()
+            if self.device:
+                target.close()
+        if self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Everything the run needs: the input file to read, the engine, the sink and the passes."""
+
+    src_path: str
+    size: int
+    engine: _engines.Engine
+    sink: _passes.Sink
+    writer: _passes.Writer
+    shuffler: _passes.Shuffler
+    stale: tuple[str, ...]
+
+
+def _open_source(s: _Settings, work_dir: str, bar: Progress) -> tuple[str, int]:
+    """Return (path, size) of the file to shuffle: ``src``, or its copy in ``work_dir``."""
+    if not s.stream_src:
+        return s.src, s.size
+    stdin = getattr(sys.stdin, "buffer", None)
+    if s.from_stdin and stdin is None:
+        raise ValueError("src '-' needs a binary standard input (sys.stdin.buffer)")
+    source: Any = stdin if s.from_stdin else open(s.src, "rb")
+    try:
+        path, size = _spool(source, work_dir, bar)
+    finally:
+        if not s.from_stdin:
+            source.close()
+    if s.record_size is not None and size % s.record_size:
+        raise _trailing_error(size, s.record_size, "standard input" if s.from_stdin else s.src)
+    return path, size
+
+
+def _make_engine(s: _Settings, size: int) -> _engines.Engine:
+    """Return the engine for an input of ``size`` bytes, refusing a budget below two records."""
+    engine = _engines.make_engine(_engines.choose_engine(s.budget, size), s.record_size, s.budget)
+    if s.record_size is not None and engine.cap < 2 * s.record_size:
+        raise ValueError(
+            f"memory={s.memory!r} is too small for record_size={s.record_size}: a buffer must "
+            f"hold at least two records; give memory of at least {-(-16 * s.record_size // 3)}"
+        )
+    return engine
+
+
+def _open_targets(s: _Settings, targets: list[Any]) -> None:
+    """Append the outputs to ``targets`` as they open (temporary files, or a stream in place)."""
+    if s.to_stdout:
+        stdout = getattr(sys.stdout, "buffer", None)
+        if stdout is None:
+            raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
+        targets.append(_StreamTarget(stdout))
+    elif s.device:
+        targets.append(_StreamTarget(open(s.finals[0], "wb", buffering=0), s.finals[0]))
+    else:
+        for path in s.finals:
+            targets.append(_FileTarget(path))
+
+
+def _resolve(s: _Settings, held: _Held) -> _Job:
+    """Make what the run needs, recording each piece in ``held`` as soon as it exists.
+
+    Removes earlier runs' stale temporaries, creates the bucket folder, copies a streamed input
+    there, picks the engine and opens the outputs under their temporary names.
+    """
+    # Temporary files of earlier runs that were killed (their process is gone) are removed first.
+    stale = tuple(_safety.remove_stale([d for d in dict.fromkeys([s.out_dir, s.tmp_root]) if d]))
+    held.work_dir = _make_work_dir(s.tmp_root)
+    src_path, size = _open_source(s, held.work_dir, held.bar)
+    engine = _make_engine(s, size)
+    _open_targets(s, held.targets)
+    sink = _passes.Sink(held.targets, s.record_size)
+    held.writer = _passes.Writer()
+    seeds = _rng.seed_sequence(s.seed, 0, _rng.FILE_SHUFFLE)
+    held.shuffler = _passes.Shuffler(engine, held.work_dir, seeds, held.writer, held.bar)
+    return _Job(src_path, size, engine, sink, held.writer, held.shuffler, stale)
+
+
+# --------------------------------------------------------------------------- run and commit
+
+
+def _run(job: _Job) -> int:
+    """Run the shuffle passes into the outputs' temporary files; return the records written."""
+    records = job.shuffler.run(job.src_path, job.size, job.sink)
+    job.writer.drain()
+    return records
+
+
+def _commit(s: _Settings, held: _Held) -> None:
+    """Flush each output to disk and rename it over its final name, then sync the folder."""
+    for target in held.targets:
+        target.commit()
+    if not s.to_stdout and not s.device:
+        _fsync_dir(s.out_dir)
+    held.committed = True
+
+
+def _explained(exc: OSError, s: _Settings) -> OSError:
+    """Return ``exc`` re-made to say the file it names and what became of ``dst``."""
+    if s.to_stdout or s.device:
+        kept = f"{'standard output' if s.to_stdout else s.dst} may hold part of the output"
+    else:
+        kept = f"{s.dst!r} was left unchanged"
+    code = exc.errno if exc.errno is not None else errno.EIO
+    where = f": {exc.filename!r}" if exc.filename else ""
+    return type(exc)(code, f"{exc.strerror or exc}{where}; {kept} and temporary files were removed")
+
+
+def _report(s: _Settings, job: _Job, records: int, started: float) -> ShuffleResult:
+    """Warn of an added final newline and return the :class:`ShuffleResult` of a finished call."""
+    if job.shuffler.added_newline:
+        where = "standard input" if s.from_stdin else repr(s.src)
+        warnings.warn(
+            f"the last line of {where} had no newline; one was added to the output",
+            UserWarning,
+            stacklevel=3,
+        )
+    return ShuffleResult(
+        seed=s.seed,
+        records=records,
+        bytes=job.sink.bytes,
+        buckets=job.shuffler.buckets,
+        seconds=time.perf_counter() - started,
+        outputs=("-",) if s.to_stdout else s.finals,
+        engine=job.engine.name,
+        depth=job.shuffler.depth,
+        stale_removed=job.stale,
+    )
+
+
 def shuffle_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -358,158 +650,20 @@ def shuffle_file(
     >>> import shutil; shutil.rmtree(folder)
     """
     started = time.perf_counter()
-    record_size = positive_or_none("record_size", record_size)
-    lines = check_bool("lines", lines)
-    if (record_size is None) == (not lines):
-        if lines:
-            raise ValueError(
-                f"give either record_size or lines=True, not both; got record_size={record_size}"
-            )
-        raise ValueError("give record_size (bytes per record) or lines=True, got neither")
-    budget = parse_memory(memory)
-    _safety.check_memory(budget, memory)
-    seed = _fresh_seed() if seed is None else check_seed(seed)
-    progress = check_bool("progress", progress)
-    shards = positive("shards", shards)
-    _safety.check_open_files(shards)
-    for name, value in (("src", src), ("dst", dst)):
-        if not isinstance(value, (str, os.PathLike)):
-            raise TypeError(f"{name} must be a path or '-', got {type(value).__name__} {value!r}")
-    src_name, dst_name = os.fspath(src), os.fspath(dst)
-    from_stdin, to_stdout = src_name == "-", dst_name == "-"
-    if to_stdout and shards > 1:
-        raise ValueError(f"shards must be 1 when dst is '-' (standard output), got {shards}")
-
-    # Check the source before anything is written.
-    stream_src = from_stdin
-    size = 0
-    if not from_stdin:
-        info = os.stat(src_name)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "src is a directory", src_name)
-        stream_src = not stat.S_ISREG(info.st_mode)  # a pipe or device: copy it first
-        size = info.st_size
-        if not stream_src and record_size is not None and size % record_size:
-            raise _trailing_error(size, record_size, f"src {src_name!r}")
-    device = False
-    if to_stdout:
-        out_dir = ""
-        finals: list[str] = []
-    else:
-        out_dir = os.path.dirname(os.path.abspath(dst_name))
-        if not os.path.isdir(out_dir):
-            raise FileNotFoundError(errno.ENOENT, "the directory of dst does not exist", out_dir)
-        # A symbolic link is followed: the file it points to is replaced, as `sort -o` does.
-        finals = [os.path.realpath(p) for p in shard_paths(dst_name, shards)]
-        for path in finals:
-            if os.path.isdir(path):
-                raise IsADirectoryError(errno.EISDIR, "dst is a directory", path)
-        # An existing device or pipe (/dev/null, a FIFO) is written in place, not replaced.
-        device = shards == 1 and os.path.exists(finals[0]) and not os.path.isfile(finals[0])
-    if tmp_dir is None:
-        tmp_root = tempfile.gettempdir() if to_stdout else out_dir
-    else:
-        if not isinstance(tmp_dir, (str, os.PathLike)):
-            raise TypeError(f"tmp_dir must be a path or None, got {type(tmp_dir).__name__}")
-        tmp_root = os.fspath(tmp_dir)
-        if not os.path.isdir(tmp_root):
-            raise ValueError(f"tmp_dir must be an existing directory, got {tmp_root!r}")
-
-    # Temporary files of earlier runs that were killed (their process is gone) are removed first.
-    stale = tuple(_safety.remove_stale([d for d in dict.fromkeys([out_dir, tmp_root]) if d]))
+    settings = _check(
+        src, dst, record_size=record_size, lines=lines, memory=memory, seed=seed,
+        tmp_dir=tmp_dir, progress=progress, shards=shards,
+    )  # fmt: skip
     # SIGTERM and SIGHUP clean up like Ctrl-C does, then end the process as they would have.
     with _safety.Signals() as signals:
-        bar = Progress(2 * size, label="shuffle", enabled=progress)
-        work_dir: str | None = None
-        targets: list[Any] = []
-        writer: _passes.Writer | None = None
-        shuffler: _passes.Shuffler | None = None
-        committed = False
+        held = _Held(settings)
         try:
-            work_dir = _make_work_dir(tmp_root)
-            src_path = src_name
-            if stream_src:
-                stdin = getattr(sys.stdin, "buffer", None)
-                if from_stdin and stdin is None:
-                    raise ValueError("src '-' needs a binary standard input (sys.stdin.buffer)")
-                source: Any = stdin if from_stdin else open(src_name, "rb")
-                try:
-                    src_path, size = _spool(source, work_dir, bar)
-                finally:
-                    if not from_stdin:
-                        source.close()
-                if record_size is not None and size % record_size:
-                    raise _trailing_error(
-                        size, record_size, "standard input" if from_stdin else src_name
-                    )
-            engine = _engines.make_engine(_engines.choose_engine(budget, size), record_size, budget)
-            if record_size is not None and engine.cap < 2 * record_size:
-                raise ValueError(
-                    f"memory={memory!r} is too small for record_size={record_size}: a buffer must "
-                    f"hold at least two records; give memory of at least {-(-16 * record_size // 3)}"
-                )
-            if to_stdout:
-                stdout = getattr(sys.stdout, "buffer", None)
-                if stdout is None:
-                    raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
-                targets = [_StreamTarget(stdout)]
-            elif device:
-                targets = [_StreamTarget(open(finals[0], "wb", buffering=0), finals[0])]
-            else:
-                for path in finals:
-                    targets.append(_FileTarget(path))
-            sink = _passes.Sink(targets, record_size)
-            writer = _passes.Writer()
-            seeds = _rng.seed_sequence(seed, 0, _rng.FILE_SHUFFLE)
-            shuffler = _passes.Shuffler(engine, work_dir, seeds, writer, bar)
-            records = shuffler.run(src_path, size, sink)
-            writer.drain()
+            job = _resolve(settings, held)
+            records = _run(job)
             signals.check()  # a signal swallowed by a C callback still stops the run here
-            for target in targets:
-                target.commit()
-            if not to_stdout and not device:
-                _fsync_dir(out_dir)
-            committed = True
+            _commit(settings, held)
         except OSError as exc:
-            if to_stdout or device:
-                kept = f"{'standard output' if to_stdout else dst_name} may hold part of the output"
-            else:
-                kept = f"{dst_name!r} was left unchanged"
-            code = exc.errno if exc.errno is not None else errno.EIO
-            where = f": {exc.filename!r}" if exc.filename else ""
-            raise type(exc)(
-                code, f"{exc.strerror or exc}{where}; {kept} and temporary files were removed"
-            ) from exc
+            raise _explained(exc, settings) from exc
         finally:
-            if writer is not None:
-                writer.close()
-            if shuffler is not None:
-                shuffler.close_files()
-            bar.close()
-            for target in targets:
-                if not committed:
-                    target.discard()
-                if device:
-                    target.close()
-            if work_dir is not None:
-                shutil.rmtree(work_dir, ignore_errors=True)
-        if shuffler is None:  # pragma: no cover - the try block either sets it or raises
-            raise RuntimeError("internal error: the shuffle did not run")
-        if shuffler.added_newline:
-            where = "standard input" if from_stdin else repr(src_name)
-            warnings.warn(
-                f"the last line of {where} had no newline; one was added to the output",
-                UserWarning,
-                stacklevel=2,
-            )
-        return ShuffleResult(
-            seed=seed,
-            records=records,
-            bytes=sink.bytes,
-            buckets=shuffler.buckets,
-            seconds=time.perf_counter() - started,
-            outputs=("-",) if to_stdout else tuple(finals),
-            engine=engine.name,
-            depth=shuffler.depth,
-            stale_removed=stale,
-        )
+            held.release()
+        return _report(settings, job, records, started)
