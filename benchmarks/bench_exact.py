@@ -54,8 +54,8 @@ def random_batches(n: int, batch_size: int, seed: int = 0):
 
 def speed(n: int, repeat: int) -> None:
     from padless.planners._order import length_order
-    from padless.planners.buckets import bucket_boundaries, plan_buckets
-    from padless.planners.exact import plan_exact_length
+    from padless.planners.buckets import bucket_boundaries
+    from padless.shortcuts import plan_buckets, plan_exact_length
 
     lengths = lognormal_lengths(n)
     t0 = time.perf_counter()
@@ -105,8 +105,8 @@ def padding_rows(lengths: np.ndarray, batch_size: int | None, max_tokens: int | 
     """(method, plan) pairs for one dataset at one batch setting."""
     from padless import plan_token_budget
     from padless.lengths import sizes_of
-    from padless.planners.buckets import bucket_boundaries, plan_buckets
-    from padless.planners.exact import plan_exact_length
+    from padless.planners.buckets import bucket_boundaries
+    from padless.shortcuts import plan_buckets, plan_exact_length
 
     sizes = sizes_of(lengths)
     size_kw = {"batch_size": batch_size} if batch_size else {"max_tokens": max_tokens}

@@ -22,7 +22,7 @@ import numpy as np
 
 from padless import builtin_corpus
 from padless.mixing import MixtureSampler
-from padless.planners.budget import TokenBudgetSampler
+from padless.shortcuts import TokenBudgetSampler
 
 
 class TimedSampler(TokenBudgetSampler):

@@ -8,8 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import builtin_corpus
-from padless.planners.buckets import BucketSampler, plan_buckets
-from padless.planners.exact import ExactLengthSampler, plan_exact_length
+from padless.shortcuts import BucketSampler, ExactLengthSampler, plan_buckets, plan_exact_length
 
 CONFIGS = {
     "exact-partial": (ExactLengthSampler, {"batch_size": 4}),

@@ -20,9 +20,9 @@ from padless.mixing import (
     zip_lengths,
 )
 from padless.plan import BatchPlan
-from padless.planners.budget import TokenBudgetSampler, plan_token_budget
 from padless.planners.spec import Planner, Spec
 from padless.sampler import PlanSampler
+from padless.shortcuts import PackingSampler, TokenBudgetSampler, plan_token_budget
 
 INF = float("inf")
 
@@ -678,8 +678,7 @@ def test_every_strategy_mixes():
 
 
 def test_split_pieces_are_refused():
-    packing = pytest.importorskip("padless.planners.packing")
-    sub = packing.PackingSampler([9, 2, 3], capacity=4, oversize="split")
+    sub = PackingSampler([9, 2, 3], capacity=4, oversize="split")
     mix = MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
     with pytest.raises(ValueError, match="corpus 'a'.*oversize='split'"):
         list(mix)

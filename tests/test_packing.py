@@ -13,13 +13,8 @@ from padless import _kernels as K
 from padless import builtin_corpus
 from padless.plan import PackedPlan
 from padless.planners._order import length_order
-from padless.planners.packing import (
-    PackingSampler,
-    PieceDataset,
-    next_fit_rows,
-    piece_of,
-    plan_packing,
-)
+from padless.planners.packing import PieceDataset, next_fit_rows, piece_of
+from padless.shortcuts import PackingSampler, plan_packing
 
 # capacities that are powers of two, one off them, and 8192·n + 1 (trl #3887)
 EDGE_CAPACITIES = [1, 2, 3, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 8193, 16385, 24577]

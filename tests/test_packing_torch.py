@@ -9,7 +9,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from padless.planners.packing import PackingSampler, next_fit_rows
+from padless.planners.packing import next_fit_rows
+from padless.shortcuts import PackingSampler
 from padless.torch import collate_packed
 
 

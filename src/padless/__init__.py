@@ -16,7 +16,7 @@ _EXPORTS = {
     "PlanStats": "padless.plan",
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
-    "plan_token_budget": "padless.planners.budget",
+    "plan_token_budget": "padless.shortcuts",
     "TokenBudget": "padless.planners.budget",
     "ExactLength": "padless.planners.exact",
     "Buckets": "padless.planners.buckets",
@@ -29,19 +29,19 @@ _EXPORTS = {
     "spec_to_dict": "padless.planners.spec",
     "strategies": "padless.planners",
     "get_strategy": "padless.planners",
-    "TokenBudgetSampler": "padless.planners.budget",
+    "TokenBudgetSampler": "padless.shortcuts",
     "PlanSampler": "padless.sampler",
     "CheckedDataset": "padless.checked",
-    "plan_exact_length": "padless.planners.exact",
-    "ExactLengthSampler": "padless.planners.exact",
-    "plan_buckets": "padless.planners.buckets",
+    "plan_exact_length": "padless.shortcuts",
+    "ExactLengthSampler": "padless.shortcuts",
+    "plan_buckets": "padless.shortcuts",
     "bucket_boundaries": "padless.planners.buckets",
-    "BucketSampler": "padless.planners.buckets",
+    "BucketSampler": "padless.shortcuts",
     "LMStream": "padless.lm",
     "StreamBatcher": "padless.streams",
-    "plan_packing": "padless.planners.packing",
+    "plan_packing": "padless.shortcuts",
     "PackedPlan": "padless.plan",
-    "PackingSampler": "padless.planners.packing",
+    "PackingSampler": "padless.shortcuts",
     "PieceDataset": "padless.planners.packing",
     "shuffle_file": "padless.shuffle",
     "ShuffleResult": "padless.shuffle",
@@ -67,25 +67,25 @@ if TYPE_CHECKING:
     from .planners import get_strategy as get_strategy
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
-    from .planners.buckets import BucketSampler as BucketSampler
     from .planners.buckets import bucket_boundaries as bucket_boundaries
-    from .planners.buckets import plan_buckets as plan_buckets
     from .planners.budget import TokenBudget as TokenBudget
-    from .planners.budget import TokenBudgetSampler as TokenBudgetSampler
-    from .planners.budget import plan_token_budget as plan_token_budget
     from .planners.exact import ExactLength as ExactLength
-    from .planners.exact import ExactLengthSampler as ExactLengthSampler
-    from .planners.exact import plan_exact_length as plan_exact_length
     from .planners.packing import Packing as Packing
-    from .planners.packing import PackingSampler as PackingSampler
     from .planners.packing import PieceDataset as PieceDataset
-    from .planners.packing import plan_packing as plan_packing
     from .planners.shapes import FixedShapes as FixedShapes
     from .planners.shapes import shape_set as shape_set
     from .planners.spec import Spec as Spec
     from .planners.spec import spec_from_dict as spec_from_dict
     from .planners.spec import spec_to_dict as spec_to_dict
     from .sampler import PlanSampler as PlanSampler
+    from .shortcuts import BucketSampler as BucketSampler
+    from .shortcuts import ExactLengthSampler as ExactLengthSampler
+    from .shortcuts import PackingSampler as PackingSampler
+    from .shortcuts import TokenBudgetSampler as TokenBudgetSampler
+    from .shortcuts import plan_buckets as plan_buckets
+    from .shortcuts import plan_exact_length as plan_exact_length
+    from .shortcuts import plan_packing as plan_packing
+    from .shortcuts import plan_token_budget as plan_token_budget
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
     from .streams import StreamBatcher as StreamBatcher

@@ -522,7 +522,7 @@ class MixtureSampler(Resumable):
     at most two of its epochs (the first of this mixture epoch and the current one) and the batch
     order of every epoch it started.
 
-    >>> from padless.planners.budget import TokenBudgetSampler
+    >>> from padless.shortcuts import TokenBudgetSampler
     >>> a = TokenBudgetSampler([3, 5, 2, 7, 4, 6], max_tokens=8)
     >>> b = TokenBudgetSampler([2, 2], max_tokens=8)
     >>> mix = MixtureSampler({"a": a, "b": b}, temperature=float("inf"), num_batches=8, seed=3)
@@ -636,7 +636,7 @@ class MixtureSampler(Resumable):
     def corpus_of(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Split global indices into (corpus number, index within that corpus).
 
-        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> from padless.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=4),
         ...                       "b": TokenBudgetSampler([4, 5], max_tokens=8)})
         >>> [x.tolist() for x in mix.corpus_of([0, 2, 3, 4])]
@@ -665,7 +665,7 @@ class MixtureSampler(Resumable):
 
         Cost: O(number of corpora); plans nothing (beyond the default ``num_batches``).
 
-        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> from padless.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
         ...                       "b": TokenBudgetSampler([3], max_tokens=4)},
         ...                      weights={"a": 1, "b": 1}, num_batches=1000)
@@ -716,7 +716,7 @@ class MixtureSampler(Resumable):
 
         Cost: plans every sampler epoch the mixture epoch touches, plus O(num_batches).
 
-        >>> from padless.planners.budget import TokenBudgetSampler
+        >>> from padless.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=3),
         ...                       "b": TokenBudgetSampler([4], max_tokens=8)},
         ...                      weights=[1, 0], num_batches=3)

@@ -65,7 +65,7 @@ def length_summary(lengths: Any) -> dict[str, Any]:
 
 def warm_up() -> None:
     """Load (or compile) the kernels once so plan times measure planning, not compilation."""
-    from .planners.budget import plan_token_budget
+    from .shortcuts import plan_token_budget
 
     plan_token_budget(np.array([2, 1, 3]), max_tokens=8, multiple_of=2).stats([2, 1, 3])
 
@@ -76,7 +76,7 @@ def budget_sweep(lengths: Any, budgets: list[int]) -> list[dict[str, Any]]:
     >>> [r["max_tokens"] for r in budget_sweep([3, 4, 5], [8, 16])]
     [8, 16]
     """
-    from .planners.budget import plan_token_budget
+    from .shortcuts import plan_token_budget
 
     lens = lengths_of(lengths)
     warm_up()

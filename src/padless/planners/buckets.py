@@ -19,15 +19,12 @@ from .._check import budget_or_none, check_choice, positive, positive_or_none
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
-from ..sampler import PlanSampler
 from . import _rounds as R
 from .exact import round_size
-from .spec import Planner, Spec, check_pad_multiple, spec_of
+from .spec import Planner, Spec, check_pad_multiple
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..sampler import SamplerOptions
+    pass
 
 METHODS = ("optimal", "quantile")
 
@@ -260,70 +257,6 @@ def _sizing(
     return cuts, num_buckets, max_tokens, batch_size, multiple_of
 
 
-def plan_buckets(
-    lengths: Any,
-    *,
-    boundaries: Any = None,
-    num_buckets: int | None = None,
-    max_tokens: int | None = None,
-    batch_size: int | None = None,
-    multiple_of: int = 1,
-    seed: int = 0,
-    epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
-) -> BatchPlan:
-    """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
-
-    Each bucket is shuffled from (seed, epoch) and cut into batches of one size per bucket: a
-    fixed ``batch_size``, or ``max_tokens // (bucket's longest size)`` rounded down to
-    ``multiple_of``, so no batch costs more than max_tokens even padded to the bucket's longest
-    member (a sequence longer than max_tokens gets a batch of its own). A bucket's last batch may
-    be smaller (nothing is dropped). Batches come bucket by bucket, shortest bucket first.
-
-    Args:
-        lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields).
-        boundaries: sorted interior cut points ``b1 < … < b(k−1)`` (see the module docstring).
-        num_buckets: choose the boundaries with :func:`bucket_boundaries` (minimum padded
-            slots) instead. Exactly one of boundaries and num_buckets.
-        max_tokens: token budget per batch; or
-        batch_size: sequences per batch. Exactly one of the two.
-        multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
-        seed, epoch: the within-bucket shuffle, so batch membership changes between epochs.
-        cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
-            (``count × cost(longest)`` per batch); None counts padded tokens. Boundaries from
-            ``num_buckets`` still minimise padded tokens.
-        max_cost: budget in cost units: a bucket's batches hold
-            ``floor(max_cost / cost(bucket's longest))`` sequences (at least 1; the smaller
-            size when max_tokens is given too). Instead of, or beside, max_tokens.
-        pad_to_multiple_of: the width the collate rounds each batch up to. The plan is that of
-            the lengths rounded up to it: buckets, boundaries (given or fitted) and budgets
-            all see each sequence at its padded width, so ``max_tokens`` holds for the padded
-            batch.
-
-    Returns:
-        A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,
-        longest size and batch size, and the padded-slot bound Σ count × longest.
-
-    Raises:
-        TypeError, ValueError: both or neither of boundaries/num_buckets or of
-            max_tokens/batch_size, non-positive sizes, unsorted boundaries, and a bucket of
-            only empty sequences with max_tokens.
-
-    Cost: O(N + max length) time and O(N) memory (histogram, counting sort by bucket, one
-    Fisher-Yates pass; one more pass rounds the lengths when ``pad_to_multiple_of`` > 1), plus
-    :func:`bucket_boundaries` when ``num_buckets`` is given.
-
-    >>> lens = np.array([2, 9, 3, 8, 2, 10])
-    >>> plan = plan_buckets(lens, boundaries=[3], batch_size=3)
-    >>> [sorted(lens[b].tolist()) for b in plan]
-    [[2, 2, 3], [8, 9, 10]]
-    """
-    spec = spec_of(Buckets, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Buckets(Spec):
     """Length buckets: batches form within a bucket and pad to at most its longest member.
@@ -447,38 +380,6 @@ class BucketPlanner(Planner):
 
     def config(self) -> dict[str, Any]:
         return {**self.spec.as_dict(), "boundaries": self.boundaries.tolist()}
-
-
-class BucketSampler(PlanSampler):
-    """Batch sampler over :class:`Buckets` batches.
-
-    ``PlanSampler(lengths, Buckets(...), ...)`` with today's keywords. With ``num_buckets`` the
-    boundaries are chosen once, here (minimum padded slots), and kept in ``self.boundaries``.
-    Batch membership changes with the epoch (each bucket is reshuffled) and the batch order is
-    shuffled per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and
-    resume.
-
-    >>> s = BucketSampler([5, 1, 2, 9, 8, 1, 2, 7], num_buckets=2, batch_size=4, seed=1)
-    >>> s.boundaries.tolist(), sorted(i for b in s for i in b)
-    ([2], [0, 1, 2, 3, 4, 5, 6, 7])
-    """
-
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        boundaries: Any = None,
-        num_buckets: int | None = None,
-        max_tokens: int | None = None,
-        batch_size: int | None = None,
-        multiple_of: int = 1,
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(Buckets, locals())
-        super().__init__(lengths, spec, **options)
 
 
 # --------------------------------------------------------------------------- stream form

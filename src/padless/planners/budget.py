@@ -15,7 +15,6 @@ from .._kernels import windows as KW
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
-from ..sampler import PlanSampler
 from . import _rounds as R
 from ._order import group_keys, length_order, run_sizes
 from .spec import (
@@ -25,13 +24,10 @@ from .spec import (
     check_pad_multiple,
     plain,
     round_up,
-    spec_of,
 )
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..sampler import SamplerOptions
+    pass
 
 OVERSIZE = ("error", "drop")
 OVERSIZE_ALIASES = {"skip": "drop"}
@@ -358,86 +354,6 @@ class BudgetWindows(WindowKernel):
                 *args,
             )  # fmt: skip
         )
-
-
-def plan_token_budget(
-    lengths: Any,
-    *,
-    max_tokens: int | None = None,
-    max_sentences: int | None = None,
-    multiple_of: int = 1,
-    order: Any = None,
-    oversize: str = "error",
-    seed: int = 0,
-    epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
-) -> BatchPlan:
-    """Batch sequences greedily under a padded-token budget, exactly as fairseq's ``batch_by_size``.
-
-    Walks ``order``; a batch costs count × longest. Batches hold at most ``max_sentences`` items
-    and cost at most ``max_tokens``; sizes are multiples of ``multiple_of`` except small batches
-    and the last one. Unlike fairseq, the last batch is never dropped.
-
-    Args:
-        lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over fields).
-        max_tokens: padded-token budget per batch, or None for no budget.
-        max_sentences: most sequences per batch, or None for no cap.
-        multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
-        order: indices to walk, each at most once; None sorts by length (2-D: last field, then the first) with ties
-            broken at random from (seed, epoch), so batch membership changes between epochs.
-        oversize: "error" raises for a sequence longer than max_tokens; "drop" (or "skip")
-            leaves it out and records it in ``plan.skipped``.
-        seed, epoch: pick the tie-break stream when ``order`` is None.
-        cost, max_cost: a budget in cost units beside max_tokens (see :class:`TokenBudget`).
-        pad_to_multiple_of: the width the collate rounds each batch up to: the plan is that of
-            the rounded lengths, so a batch costs count × round_up(longest, pad_to_multiple_of)
-            (see :class:`TokenBudget`).
-
-    Cost: O(N + max length) time (counting sort + one compiled pass), O(N) memory (with
-    ``pad_to_multiple_of`` > 1, one more pass makes the rounded copy of the lengths); with
-    ``max_cost`` one more compiled pass and N float64 costs. With ``order``: one pass narrows the
-    sizes (to uint16 or uint32) and checks the lengths, then the walk is checked and its sizes
-    gathered on one thread per core (at most four), and the greedy rule runs; about 1.6-1.8
-    times ``np.sort`` of the lengths for 1e7 of them on two cores (2.4-2.9 for a random walk).
-
-    >>> plan = plan_token_budget([5, 3, 3, 8, 1], max_tokens=9)
-    >>> [b.tolist() for b in plan]
-    [[4, 2, 1], [0], [3]]
-    """
-    spec = spec_of(TokenBudget, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
-
-
-class TokenBudgetSampler(PlanSampler):
-    """Batch sampler over :class:`TokenBudget` batches (fairseq semantics, never drops data).
-
-    ``PlanSampler(lengths, TokenBudget(...), ...)`` with today's keywords. Batch membership
-    changes with the epoch (random tie-break among equal lengths) and the batch order is
-    shuffled per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and
-    resume.
-
-    >>> s = TokenBudgetSampler([3, 5, 2, 7, 4, 4], max_tokens=10, seed=1)
-    >>> sorted(i for batch in s for i in batch)
-    [0, 1, 2, 3, 4, 5]
-    """
-
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        max_tokens: int | None,
-        max_sentences: int | None = None,
-        multiple_of: int = 1,
-        oversize: str = "error",
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(TokenBudget, locals())
-        super().__init__(lengths, spec, **options)
 
 
 # --------------------------------------------------------------------------- stream form

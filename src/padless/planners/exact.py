@@ -13,15 +13,12 @@ from .. import _rng
 from .._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
 from ..plan import BatchPlan
-from ..sampler import PlanSampler
 from . import _rounds as R
 from ._order import group_keys, length_order
-from .spec import Planner, Spec, check_pad_multiple, spec_of
+from .spec import Planner, Spec, check_pad_multiple
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..sampler import SamplerOptions
+    pass
 
 LEFTOVERS = ("partial", "drop", "merge")
 _MODES = {"partial": 0, "drop": 1, "merge": 2}
@@ -321,89 +318,6 @@ def _exact_plan(
     return BatchPlan(indices, offsets, skipped=skipped, info=info)
 
 
-def plan_exact_length(
-    lengths: Any,
-    *,
-    batch_size: int | None = None,
-    max_tokens: int | None = None,
-    batch_sizes: Mapping[int, int] | None = None,
-    max_length: int | None = None,
-    include_partial: bool = True,
-    leftovers: str = "partial",
-    multiple_of: int = 1,
-    seed: int = 0,
-    epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
-) -> BatchPlan:
-    """Batch sequences of exactly equal length together, so no batch needs padding.
-
-    Sequences are grouped by length ((N, F) lengths: by the tuple of field lengths, so every field
-    is unpadded); each group is shuffled from (seed, epoch) and cut into batches. Batches come in
-    length order (2-D: last field, then the first), a group's full batches before its leftover.
-
-    Args:
-        lengths: (N,) lengths or (N, F) per-field lengths.
-        batch_size: the same batch size for every length.
-        max_tokens: token budget: length L gets ``max_tokens // L`` sequences (2-D: L is the max
-            over fields), at least 1, so a sequence longer than the budget gets a batch of its own
-            (counted in ``info["over_budget"]``; pass ``max_length`` to skip such sequences).
-            Lengths of 0 are an error here (an empty batch has no cost to budget).
-        batch_sizes: step schedule ``{length: size}``: length L gets the value at the largest key
-            <= L, and ``batch_size`` below the smallest key (an error if batch_size is None).
-            Exactly one of batch_size, max_tokens and batch_sizes sizes the batches.
-        max_length: sequences longer than this (2-D: max over fields) are left out and listed
-            in ``plan.skipped``.
-        include_partial: False keeps no incomplete batch: leftovers "partial" becomes "drop",
-            and with "merge" the last pooled batch is dropped (and reported) when it holds
-            fewer items than its longest member's size allows. (Every other pooled batch was
-            closed because the next leftover did not fit.)
-        leftovers: what to do with each group's last, incomplete batch. "partial" keeps it as a
-            smaller batch (nothing lost), "drop" leaves its items out (listed in
-            ``plan.skipped``), "merge" pools the leftovers of all lengths, in length order (2-D:
-            by size, the max over fields), into batches that hold at most the batch size of their
-            longest member: as few batches as the greedy fill makes, with the cuts placed where
-            they pad least (a dynamic programme, O(pooled items × largest batch size), up to
-            1e8 steps; beyond that, or with include_partial=False, the greedy fill). A little
-            padding, nearly full batches; they come after the exact batches.
-        multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
-        seed, epoch: the within-length shuffle, so batch membership changes between epochs.
-        cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
-            (``count × cost(L)`` per batch); None counts padded tokens.
-        max_cost: budget in cost units: length L gets ``floor(max_cost / cost(L))`` sequences
-            (at least 1, as with max_tokens; the smaller of the two when both are given).
-        pad_to_multiple_of: the width the collate rounds each batch up to. The plan is that of
-            the lengths rounded up to it: a batch holds one padded width (lengths 1-8 share a
-            batch with 8), and ``max_tokens``, ``max_length`` and ``batch_sizes`` keys are
-            compared with that width, so the budget holds for the padded batch.
-
-    Returns:
-        A :class:`BatchPlan`; ``plan.info`` holds ``too_long``, ``leftover_items`` (items in
-        incomplete last batches, whatever became of them), ``dropped_leftovers``,
-        ``merged_batches`` and ``over_budget``.
-
-    Raises:
-        TypeError, ValueError: conflicting or missing size options, non-positive sizes, a
-            malformed schedule, lengths of 0 with max_tokens, lengths below a schedule without
-            batch_size, an unknown ``leftovers``.
-
-    Cost: O(N + distinct lengths) time and O(N) memory: a counting sort by length, a Fisher-Yates
-    pass per length and one compiled pass that cuts the runs; no comparison sort (planning 1e7
-    lengths takes about a fifth of ``np.argsort(kind="stable")``, see benchmarks/bench_exact.py).
-
-    >>> lens = np.array([3, 5, 3, 3, 5, 2])
-    >>> plan = plan_exact_length(lens, batch_size=2)
-    >>> [lens[b].tolist() for b in plan]
-    [[2], [3, 3], [3], [5, 5]]
-    >>> drop = plan_exact_length(lens, batch_size=2, leftovers="drop")
-    >>> [lens[b].tolist() for b in drop], drop.info["dropped_leftovers"]
-    ([[3, 3], [5, 5]], 2)
-    """
-    spec = spec_of(ExactLength, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExactLength(Spec):
     """Exact-length batching: every batch holds one length (one length tuple), so no padding.
@@ -527,41 +441,6 @@ class ExactPlanner(Planner):
         if s.pad_to_multiple_of != 1:
             out["pad_to_multiple_of"] = s.pad_to_multiple_of
         return out
-
-
-class ExactLengthSampler(PlanSampler):
-    """Batch sampler over :class:`ExactLength` batches: no padding at all.
-
-    ``PlanSampler(lengths, ExactLength(...), ...)`` with today's keywords. Batch membership
-    changes with the epoch (each length group is reshuffled) and the batch order is shuffled
-    per epoch; see :class:`padless.PlanSampler` for ranks, tail policy, balance and resume.
-    Sizing options are checked against the lengths here, up front.
-
-    >>> s = ExactLengthSampler([4, 2, 4, 2, 4, 7], batch_size=2, seed=3)
-    >>> sorted(len(set([4, 2, 4, 2, 4, 7][i] for i in b)) for b in s)
-    [1, 1, 1, 1]
-    >>> sorted(i for b in s for i in b)
-    [0, 1, 2, 3, 4, 5]
-    """
-
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        batch_sizes: Mapping[int, int] | None = None,
-        max_length: int | None = None,
-        include_partial: bool = True,
-        leftovers: str = "partial",
-        multiple_of: int = 1,
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(ExactLength, locals())
-        super().__init__(lengths, spec, **options)
 
 
 # --------------------------------------------------------------------------- stream form

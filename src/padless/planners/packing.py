@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,16 +35,13 @@ from .._check import positive, positive_or_none
 from .._kernels import windows as KW
 from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
-from ..sampler import PlanSampler
 from . import _rounds as R
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import CollateForm, Planner, Spec, WindowKernel, plain, spec_of
+from .spec import CollateForm, Planner, Spec, WindowKernel, plain
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..sampler import SamplerOptions
+    pass
 
 OVERSIZE = ("error", "split", "truncate", "drop")
 MAX_CAPACITY = 1 << 28  # the open-row table holds one int64 per unit of capacity (2 GiB here)
@@ -128,67 +125,6 @@ def _descending_sizes(sizes: np.ndarray, order: np.ndarray, starts: np.ndarray) 
     delta = np.zeros(n, dtype=np.int64)
     delta[firsts] = np.diff(run_values, prepend=0)
     return np.cumsum(delta, out=delta)
-
-
-def plan_packing(
-    lengths: Any,
-    *,
-    capacity: int,
-    max_per_row: int | None = None,
-    rows_per_batch: int = 1,
-    oversize: str = "error",
-    seed: int = 0,
-    epoch: int = 0,
-    cost: Cost | None = None,
-    max_row_cost: float | None = None,
-) -> PackedPlan:
-    """Pack sequences into rows of ``capacity`` tokens by best-fit decreasing over all of them.
-
-    Sequences are taken longest first (ties in a random order drawn from (seed, epoch)); each goes
-    into the open row whose remaining space is the smallest that still fits it, else opens a new
-    row. A row closes when it holds ``max_per_row`` sequences. Rows are then shuffled (per epoch)
-    and grouped into batches of ``rows_per_batch`` rows; the last batch may hold fewer. Inside a
-    batch, rows are listed in the order they were opened and each row's sequences longest first.
-
-    Args:
-        lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over
-            fields, so every field of a row fits in ``capacity``).
-        capacity: tokens per row.
-        max_per_row: most sequences (or pieces) per row, or None for no cap.
-        rows_per_batch: rows per batch.
-        oversize: what to do with a sequence longer than ``capacity``: ``"error"`` raises (naming
-            the first such index and its length); ``"split"`` cuts it into pieces of
-            ``capacity`` tokens (the last one shorter) placed as separate items, each recorded as
-            a ``(piece_start, piece_stop)`` range; ``"truncate"`` keeps its first ``capacity``
-            tokens; ``"drop"`` leaves it out (``plan.skipped``). ``plan.info`` reports
-            ``split``/``pieces``, ``truncated``, ``dropped`` and ``tokens_lost``.
-        seed, epoch: the tie-break stream and the row order.
-        cost: a :class:`padless.Cost` model (or its dict) for ``max_row_cost`` and for
-            balancing: a row costs ``Σ cost(lᵢ)`` plus its padding at the linear rate, a batch
-            the sum of its rows. None: a batch costs its real tokens, as before.
-        max_row_cost: most cost per row (padding included). A sequence goes to the best-fitting
-            row (by tokens) among those it keeps within the cap; a sequence whose row alone
-            would pass it is oversize ("error" or "drop"; "split" and "truncate" need a row of
-            ``capacity`` tokens of one sequence to fit the cap).
-
-    Returns:
-        A :class:`PackedPlan`; ``plan.info`` holds ``efficiency`` = real tokens ÷ (rows ×
-        capacity), ``rows``, ``real_tokens`` and the oversize report.
-
-    Cost: O(N + max length) for the counting sort, then O(log_64 capacity) per placement (a
-    64-ary bit tree over remaining spaces, with a stack of open rows per remaining space), then
-    one scatter of the entries into their rows: within 2× of ``np.argsort(kind="stable")`` of
-    the lengths at N = 10^7 (``benchmarks/bench_packing.py``). Memory: about 8 int64 words per
-    sequence plus 8 bytes per unit of capacity (capacity is limited to 2^28).
-
-    >>> plan = plan_packing([6, 2, 5, 3, 7, 1], capacity=8, rows_per_batch=2)
-    >>> [[r.tolist() for r in plan.batch_rows(b)] for b in range(len(plan))]
-    [[[4, 5], [0, 1]], [[2, 3]]]
-    >>> plan.efficiency
-    1.0
-    """
-    spec = spec_of(Packing, locals())
-    return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
 
 
 def _row_rank(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
@@ -673,74 +609,6 @@ class PackWindows(WindowKernel):
             s.capacity, s.max_per_row or 0,
         )  # fmt: skip
         return int(-(-int(rows) // s.rows_per_batch))
-
-
-class PackingSampler(PlanSampler):
-    """Batch sampler over :func:`plan_packing` batches of packed rows.
-
-    ``PlanSampler(lengths, Packing(...), ...)`` with today's keywords. Each batch is a list of
-    Python ints: the batch's rows one after the other, rows in the order they were opened, each
-    row's sequences longest first. Feed the items to ``sampler.collate()`` (that is
-    ``padless.torch.collate_packed`` with this sampler's ``capacity`` and ``max_per_row``): it cuts the
-    list back into the planned rows next fit (see :func:`next_fit_rows`) and builds ``input_ids``,
-    ``cu_seqlens``, ``position_ids``, labels... With ``oversize="split"`` (or ``"truncate"``)
-    wrap the dataset with :meth:`pieces`, since pieces are yielded as codes
-    ``index + piece · N``::
-
-        sampler = PackingSampler(lengths, capacity=4096, rows_per_batch=8)
-        loader = DataLoader(dataset, batch_sampler=sampler,
-                            collate_fn=sampler.collate(flatten=True))
-        for batch in loader:  # batch["cu_seqlens"], batch["max_seqlen"] -> flash_attn_varlen_func
-            ...
-
-        # sequences longer than capacity, cut into pieces:
-        sampler = PackingSampler(lengths, capacity=4096, oversize="split")
-        loader = DataLoader(sampler.pieces(dataset), batch_sampler=sampler,
-                            collate_fn=sampler.collate())
-
-    Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
-    the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,
-    tail policy, balance and resume. With ``balance=True`` the cost of a batch is its real tokens
-    (with ``cost=``, its rows' cost in that model).
-
-    Args:
-        lengths: (N,) or (N, F) lengths, exactly the token counts of the dataset items.
-        capacity, max_per_row, rows_per_batch, oversize, cost, max_row_cost: see
-            :func:`plan_packing`.
-        shuffle, seed, rank, world_size, drop_last, balance: see the sampler base.
-
-    >>> s = PackingSampler([6, 2, 5, 3, 7, 1], capacity=8, seed=1)
-    >>> sorted(i for batch in s for i in batch), len(s)
-    ([0, 1, 2, 3, 4, 5], 3)
-    """
-
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        capacity: int,
-        max_per_row: int | None = None,
-        rows_per_batch: int = 1,
-        oversize: str = "error",
-        cost: Cost | None = None,
-        max_row_cost: float | None = None,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(Packing, locals())
-        super().__init__(lengths, spec, **options)
-        self.spec: Packing = spec
-
-    def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> PieceDataset:
-        """Wrap ``dataset`` so the codes this sampler yields give back pieces (see PieceDataset).
-
-        >>> s = PackingSampler([5, 1], capacity=2, oversize="split")
-        >>> ds = s.pieces([[1, 2, 3, 4, 5], [6]])
-        >>> sorted(tuple(ds[c]) for batch in s for c in batch)
-        [(1, 2), (3, 4), (5,), (6,)]
-        """
-        return PieceDataset(
-            dataset, capacity=self.spec.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
-        )
 
 
 # --------------------------------------------------------------------------- stream form
