@@ -22,6 +22,16 @@ import numpy as np
 
 from .lengths import lengths_of  # one way only: lengths imports this module lazily, for paths
 
+__all__ = [
+    "TOKENIZERS",
+    "MissingDependency",
+    "check_tokenizer",
+    "lengths_from_arrow",
+    "lengths_from_file",
+    "lengths_from_files",
+    "lengths_from_text",
+]  # the user's readers; tokenizer_counter, arrow_lengths, load_npy serve padless.ray too
+
 PathLike = str | os.PathLike[str]
 
 TOKENIZERS = ("whitespace", "chars", "bytes", "spm:MODEL", "hf:TOKENIZER.json")
@@ -251,7 +261,7 @@ def _decode_lines(data: bytes) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def _tokenizer_counter(tokenizer: str) -> Callable[[list[str]], np.ndarray]:
+def tokenizer_counter(tokenizer: str) -> Callable[[list[str]], np.ndarray]:
     """A batch function: list of texts -> token counts, for spm:/hf: tokenizers.
 
     Each call is one batch call of the tokenizer, which spreads the batch over its own threads
@@ -333,7 +343,7 @@ def lengths_from_text(
     src = _text_path(path, "lengths_from_text")
     if tokenizer in _TEXT_MODES:
         return lengths_of(_count_text(src, _TEXT_MODES[tokenizer], progress))
-    parts = _count_tokens(src, _tokenizer_counter(tokenizer), progress)
+    parts = _count_tokens(src, tokenizer_counter(tokenizer), progress)
     return lengths_of(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -381,7 +391,11 @@ def _count_tokens(
 # --------------------------------------------------------------------------- arrow
 
 
-def _arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray:
+def arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray:
+    """The int64 lengths of an Arrow column (lists, text by ``tokenizer``, or integers).
+
+    ``where`` names the column in messages; a null row is a ValueError.
+    """
     pa = _need("pyarrow", "arrow", where)
     pc = _need("pyarrow.compute", "arrow", where)
     if column.null_count:
@@ -407,7 +421,7 @@ def _arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray
             drop = np.bincount(parents[empty.to_numpy(zero_copy_only=False)], minlength=counts.size)
             return (counts - drop).astype(np.int64)
         else:
-            counter = _tokenizer_counter(tok)
+            counter = tokenizer_counter(tok)
             texts = column.to_pylist()
             parts = [counter(texts[i : i + _TEXT_BATCH]) for i in range(0, len(texts), _TEXT_BATCH)]
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -496,9 +510,7 @@ def lengths_from_arrow(
     if src.is_dir():
         files = _hf_dataset_files(src, split)
         parts = [
-            _arrow_lengths(
-                _pick_column(_read_arrow_table(f, None), column, where), tokenizer, where
-            )
+            arrow_lengths(_pick_column(_read_arrow_table(f, None), column, where), tokenizer, where)
             for f in files
         ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -512,7 +524,7 @@ def lengths_from_arrow(
             raise ValueError(f"column must be one of {names} in {where}, got {column!r}")
         columns = [column]
     table = _read_arrow_table(src, columns)
-    return _arrow_lengths(_pick_column(table, column, where), tokenizer, where)
+    return arrow_lengths(_pick_column(table, column, where), tokenizer, where)
 
 
 # --------------------------------------------------------------------------- arrays and dispatch
@@ -538,7 +550,7 @@ def _checked(values: Any, where: str) -> np.ndarray:
         raise type(exc)(f"{where}: {exc}") from exc
 
 
-def _load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
+def load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
     """``np.load`` of a .npy, its failures (not .npy, truncated, pickled objects) naming the file."""
     try:
         arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
@@ -632,10 +644,10 @@ def lengths_from_file(
     if not src.exists():
         raise FileNotFoundError(f"no such file: {src}")
     if suffix == ".npy":
-        arr = _load_npy(src, mmap_mode="r")
+        arr = load_npy(src, mmap_mode="r")
         if offsets is None:
             return _checked(arr, str(src))
-        off = _load_npy(Path(offsets))
+        off = load_npy(Path(offsets))
         return _lengths_from_offsets(off, str(offsets), int(arr.shape[0]))
     if suffix == ".npz":
         return _lengths_from_npz(src, fields)
