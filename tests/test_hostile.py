@@ -571,6 +571,13 @@ ENTRIES: list[Entry] = [
         _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
     ),
     (
+        padless.torch.collate_for,
+        "collate_for",
+        {"source": SAMPLER, "pad_id": 0},
+        ["source", "pad_id"],
+        _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
+    ),
+    (
         padless.torch.StatefulLoader,
         "StatefulLoader",
         {"loader": torch.utils.data.DataLoader(DOCS, batch_sampler=SAMPLER, collate_fn=list)},

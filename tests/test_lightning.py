@@ -227,7 +227,7 @@ def test_plain_loop_with_step_rng_resumes_losses_bitwise():
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from padless._torch_rng import StepRng
+    from padless.torch._rng import StepRng
 
     lengths = np.random.default_rng(0).integers(1, 50, 120)
 

@@ -10,9 +10,9 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 import transformers as tf  # noqa: E402
 
-from padless._packed_check import block_causal_mask, check_packed  # noqa: E402
 from padless.hf import PaddingFreeCollator  # noqa: E402
 from padless.torch import collate_packed  # noqa: E402
+from padless.torch._packed_check import block_causal_mask, check_packed  # noqa: E402
 
 VOCAB = 64
 TOKENS = dict(vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2)

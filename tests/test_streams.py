@@ -739,7 +739,7 @@ def test_shuffled_datasets_stream_resumes_exactly():
     """The issue's case: 4,000 rows, a datasets shuffle buffer of 1000, max_wait=1, saved after 76
     batches (past max_wait × buffer): the shuffled stream is re-read from the epoch's start."""
     datasets = pytest.importorskip("datasets")
-    from padless.streams import _Source
+    from padless.streams._source import Source as _Source
 
     rs = np.random.default_rng(0)
     table = {"id": list(range(4000)), "n": rs.integers(1, 60, 4000).tolist()}

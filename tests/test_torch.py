@@ -172,6 +172,53 @@ def test_collate_takes_the_width_multiple_from_the_plan():
     assert shaped([data[0], data[1]])["input_ids"].shape == (2, 32)
 
 
+def _same_batch(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), key
+
+
+@pytest.mark.parametrize(
+    ("strategy", "settings", "given"),
+    [
+        ("TokenBudget", {"max_tokens": 40, "pad_to_multiple_of": 8}, "plan"),
+        ("Packing", {"capacity": 24, "max_per_row": 3}, "max_per_row"),
+        ("FixedShapes", {"shapes": [(4, 16), (2, 32)], "pad_batches": False}, "shapes"),
+    ],
+)
+def test_collate_for_is_the_samplers_collate(strategy, settings, given):
+    """collate_for(sampler or spec) builds what sampler.collate() builds, from spec.collate_form();
+    a setting the source gives may not be passed again."""
+    import padless
+    from padless.torch import collate_for
+
+    spec = getattr(padless, strategy)(**settings)
+    lens = [3, 9, 17, 5, 12, 7, 2, 20]
+    data = [torch.arange(1, n + 1) for n in lens]
+    sampler = padless.PlanSampler(lens, spec, seed=1)
+    for batch in sampler:
+        want = sampler.collate(pad_id=0)([data[i] for i in batch])
+        for source in (sampler, spec):
+            _same_batch(collate_for(source, pad_id=0)([data[i] for i in batch]), want)
+    with pytest.raises((TypeError, ValueError), match=f"{given} must not be passed"):
+        collate_for(sampler, pad_id=0, **{given: 3})
+    with pytest.raises(TypeError, match="source must be a padless sampler"):
+        collate_for([3, 4], pad_id=0)
+
+
+def test_collate_for_a_stream_is_the_stream_collate():
+    from padless import Packing, StreamBatcher
+    from padless.torch import StreamDataset, collate_for
+
+    docs = [list(range(1, n + 1)) for n in (3, 9, 5, 12, 7, 2)]
+    batcher = StreamBatcher(docs, Packing(capacity=16), buffer=4)
+    dataset = StreamDataset(docs, Packing(capacity=16), buffer=4)
+    for batch in batcher:
+        want = batcher.collate()(batch)
+        _same_batch(collate_for(batcher)(batch), want)
+        _same_batch(collate_for(dataset)(batch), want)
+
+
 @pytest.mark.parametrize("fields", [None, ("source", "target")])
 def test_every_collated_batch_is_within_its_budget(fields):
     from padless import Buckets, ExactLength, PlanSampler, TokenBudget

@@ -28,9 +28,9 @@ from functools import partial
 from typing import Any, cast
 
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
-from ._packed_check import check_packed as check_packed
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .torch import PackedCollate
+from .torch._packed_check import check_packed as check_packed
 
 logger = logging.getLogger(__name__)
 
@@ -388,7 +388,7 @@ class PadlessTrainerMixin:
 
     def _padless_packed_check(self) -> None:
         """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
-        from ._packed_check import check_packed, packs
+        from .torch._packed_check import check_packed, packs
 
         trainer: Any = self
         collator = trainer.data_collator

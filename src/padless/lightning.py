@@ -213,7 +213,7 @@ def _rank_and_world() -> tuple[int, int]:
 def _exact_resume_class() -> type:
     import lightning.pytorch as pl
 
-    from ._torch_rng import StepRng
+    from .torch._rng import StepRng
 
     class ExactResume(pl.Callback):
         """A Lightning callback that makes a resume exact: the batches, and the losses bitwise.
@@ -381,7 +381,7 @@ def _flat_loaders(loaders: Any) -> list[Any]:
 def _check_packed_class() -> type:
     import lightning.pytorch as pl
 
-    from ._packed_check import check_packed, packs
+    from .torch._packed_check import check_packed, packs
 
     class CheckPacked(pl.Callback):
         """A Lightning callback that refuses a model whose packed documents see each other.

@@ -13,6 +13,7 @@ import numpy as np
 from . import _rng
 from .lengths import lengths_of, sizes_of
 from .plan import BatchPlan
+from .planners.budget import TokenBudget
 from .sampler import step_imbalance
 
 
@@ -65,9 +66,7 @@ def length_summary(lengths: Any) -> dict[str, Any]:
 
 def warm_up() -> None:
     """Load (or compile) the kernels once so plan times measure planning, not compilation."""
-    from .shortcuts import plan_token_budget
-
-    plan_token_budget(np.array([2, 1, 3]), max_tokens=8, multiple_of=2).stats([2, 1, 3])
+    TokenBudget(max_tokens=8, multiple_of=2).plan(np.array([2, 1, 3])).stats([2, 1, 3])
 
 
 def budget_sweep(lengths: Any, budgets: list[int]) -> list[dict[str, Any]]:
@@ -76,14 +75,12 @@ def budget_sweep(lengths: Any, budgets: list[int]) -> list[dict[str, Any]]:
     >>> [r["max_tokens"] for r in budget_sweep([3, 4, 5], [8, 16])]
     [8, 16]
     """
-    from .shortcuts import plan_token_budget
-
     lens = lengths_of(lengths)
     warm_up()
     out = []
     for budget in budgets:
         plan, ms = _timed(
-            lambda b=budget: plan_token_budget(lens, max_tokens=b, oversize="skip")  # type: ignore[misc]
+            lambda b=budget: TokenBudget(max_tokens=b, oversize="skip").plan(lens)  # type: ignore[misc]
         )
         st = plan.stats(lens)
         out.append(

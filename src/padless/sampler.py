@@ -404,10 +404,9 @@ class PlanSampler(Resumable):
         ``pad_to_multiple_of`` (the width the plan budgeted; another ``multiple_of=`` is a
         ValueError). ``options`` go to that function (``pad_id=``, ``flatten=``, ``fields=``...).
         """
-        from . import torch as pt
+        from .torch import collate_for  # torch's face, deferred like torch itself
 
-        make = getattr(self.planner, "collate", None)
-        return make(**options) if make is not None else pt.collate_padded(plan=self, **options)
+        return collate_for(self, **options)
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:

@@ -567,13 +567,6 @@ class PackPlanner(Planner):
         piece = values // n if n else values
         return np.minimum(size - piece * cap, cap)
 
-    def collate(self, **options: Any) -> Any:
-        """``padless.torch.collate_packed`` with this spec's capacity and max_per_row."""
-        from ..torch import collate_packed
-
-        s = self.spec
-        return collate_packed(s.capacity, max_per_row=s.max_per_row, **options)
-
 
 class PackWindows(WindowKernel):
     """Packed rows of a window straight from the (memory-mapped) lengths, in the packing

@@ -237,17 +237,6 @@ class ShapesPlanner(Planner):
             return (plan.rows * plan.shapes[plan.shape_of, 1]).astype(np.int64)
         return super().costs(plan)
 
-    def collate(self, **options: Any) -> Any:
-        """``padless.torch.collate_padded(shapes=<this spec>, **options)``: pads to the shapes."""
-        from ..torch import collate_padded
-
-        if "shapes" in options:
-            raise ValueError(
-                "shapes must not be passed to sampler.collate(): the sampler's FixedShapes "
-                f"spec gives them, got shapes={options['shapes']!r:.60}"
-            )
-        return collate_padded(shapes=self.spec, **options)
-
 
 # --------------------------------------------------------------------------- shape sets
 

@@ -14,7 +14,7 @@ loader's own draws) cannot change what the next step draws. ``end()`` then moves
 generators to a stream derived from that state, so what runs between steps does not draw the
 very numbers the next step will draw.
 
-torch only (numpy and python's ``random`` too): imported by ``padless.torch`` and
+torch only (numpy and python's ``random`` too): re-exported by ``padless.torch``, imported by
 ``padless.lightning``.
 """
 

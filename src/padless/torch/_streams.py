@@ -1,6 +1,6 @@
 """PyTorch glue for streams: :class:`StreamDataset`, :class:`StopTogether` and the stream collates.
 
-Exported from :mod:`padless.torch`. This module imports torch; :mod:`padless.streams` does not.
+Re-exported by :mod:`padless.torch`. This module imports torch; :mod:`padless.streams` does not.
 """
 
 from __future__ import annotations
@@ -12,8 +12,14 @@ from typing import Any
 
 import torch
 
-from ._check import check_int, check_seed, positive
-from .streams import Piece, StreamBatcher, _check_epoch, _check_source, _resolve_max_wait
+from .._check import check_int, check_seed, positive
+from .._schedule import check_ranks
+from ..streams import Piece, StreamBatcher
+from ..streams import check_epoch as _check_epoch
+from ..streams import check_source as _check_source
+from ..streams import resolve_max_wait as _resolve_max_wait
+from ._collate import collate_packed, collate_padded, form_of
+from ._dist import dist_rank_world
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -67,9 +73,8 @@ def stream_collate(spec: Any, **options: Any) -> Callable[[Any], Any]:
     >>> out["input_ids"].tolist(), out["cu_seqlens"].tolist()
     ([[1, 2, 3, 4]], [0, 3, 4])
     """
-    from .torch import collate_packed, collate_padded
-
-    if getattr(spec, "name", None) == "packing":
+    form = form_of(spec)
+    if form is not None and form.packed:
         key = options.get("key", "input_ids")
         return StreamPackedCollate(collate_packed(spec, **options), key)
     return collate_padded(**options)
@@ -157,9 +162,6 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        from ._schedule import check_ranks
-        from .torch import dist_rank_world
-
         max_wait = _resolve_max_wait(max_wait, window, "StreamDataset")
         # the batcher's checks, once, in this process
         StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)

@@ -1,41 +1,46 @@
-"""PyTorch glue: collate functions and DataLoader helpers. The only padless module that imports torch."""
+"""Collate functions: padded (to a width multiple or static shapes) and packed (varlen rows).
+
+A strategy's batches are collated by the form its spec gives (:meth:`padless.Spec.collate_form`);
+:func:`padless.torch.collate_for` picks the function from it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._check import INT64_MAX, check_int, check_int64, positive
+from .._check import (
+    INT64_MAX,
+    check_bool,
+    check_choice,
+    check_int,
+    check_int64,
+    positive,
+    positive_or_none,
+)
+from ..plan import BatchPlan, check_shapes
+from ..planners.packing import next_fit_rows
+from ..planners.shapes import shape_for
+from ..planners.spec import CollateForm, Spec, check_collate_multiple
+from ._packed_check import block_causal_mask
 
-_TORCH_VERSION = torch.__version__
+__all__ = ["PackedCollate", "PaddedCollate", "collate_packed", "collate_padded", "form_of"]
+
 _MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
 
 
-# --------------------------------------------------------------------------- distributed
+def form_of(source: Any) -> CollateForm | None:
+    """The collate form of a spec, or of the spec of a sampler or batcher; None for anything else.
 
-
-def dist_rank_world() -> tuple[int, int]:
-    """Return ``(rank, world_size)`` from ``torch.distributed``, or ``(0, 1)`` when not initialized.
-
-    >>> dist_rank_world()
-    (0, 1)
+    >>> from padless import Packing
+    >>> form_of(Packing(capacity=8)).packed, form_of(8)
+    (True, None)
     """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def dist_kwargs() -> dict[str, int]:
-    """Keyword arguments ``rank=…, world_size=…`` for a padless sampler, from torch.distributed.
-
-    >>> dist_kwargs()
-    {'rank': 0, 'world_size': 1}
-    """
-    rank, world = dist_rank_world()
-    return {"rank": rank, "world_size": world}
+    spec = getattr(source, "spec", source)
+    return spec.collate_form() if isinstance(spec, Spec) else None
 
 
 # --------------------------------------------------------------------------- padded collate
@@ -105,16 +110,12 @@ class PaddedCollate:
         shapes: tuple[tuple[int, int], ...] | None = None,
         pad_batches: bool = True,
     ) -> None:
-        from ._check import check_bool
-
         self.pad_id = check_int64("pad_id", pad_id)
         self.multiple_of = positive("multiple_of", multiple_of)
         self.fields = _check_fields(fields)
         self.pad_batches = check_bool("pad_batches", pad_batches)
         self.shapes = None
         if shapes is not None:
-            from .plan import check_shapes
-
             if self.multiple_of != 1:
                 raise ValueError(
                     "multiple_of must be 1 with shapes (each shape's length is the width), got "
@@ -126,8 +127,6 @@ class PaddedCollate:
         """The (rows, width) of this batch: its shape, found from the samples alone."""
         if self.shapes is None:
             return None
-        from .planners.shapes import shape_for
-
         longest = max((t.numel() for col in columns for t in col), default=0)
         at = shape_for(self.shapes, count, longest, self.pad_batches)
         if at < 0:
@@ -161,9 +160,6 @@ class PaddedCollate:
 
 def _plan_multiple(plan: Any) -> tuple[int, Any]:
     """The width multiple a sampler, spec or BatchPlan plans with, and its spec (or None)."""
-    from .plan import BatchPlan
-    from .planners.spec import Spec
-
     if isinstance(plan, BatchPlan):
         return int(plan.info.get("pad_to_multiple_of", 1)), None
     spec = getattr(plan, "spec", plan)
@@ -172,12 +168,13 @@ def _plan_multiple(plan: Any) -> tuple[int, Any]:
             "plan must be a padless sampler, spec (e.g. padless.TokenBudget(...)) or BatchPlan, "
             f"got {type(plan).__name__}"
         )
-    if spec.name == "packing":
+    form = spec.collate_form()
+    if form.packed:
         raise ValueError(
             "plan is a packing plan, whose batches are rows of packed sequences: collate them "
             "with padless.torch.collate_packed(sampler) or sampler.collate(), not collate_padded"
         )
-    return int(getattr(spec, "pad_to_multiple_of", 1)), spec
+    return form.multiple_of, spec
 
 
 def collate_padded(
@@ -236,217 +233,22 @@ def collate_padded(
     names = _check_fields(fields)
     if plan is not None:
         planned, spec = _plan_multiple(plan)
-        if spec is not None and spec.name == "fixed_shapes":
+        if spec is not None and spec.collate_form().shapes is not None:
             if shapes is not None:
                 raise ValueError("pass shapes or a FixedShapes plan, not both")
             shapes = spec
         if multiple_of is None:
             multiple_of = planned
         else:
-            from .planners.spec import check_collate_multiple
-
             multiple_of = positive("multiple_of", multiple_of)
             check_collate_multiple(planned, multiple_of)
     multiple_of = 1 if multiple_of is None else positive("multiple_of", multiple_of)
     if shapes is None:
         return PaddedCollate(pad_id, multiple_of, names)
-    from .planners.shapes import FixedShapes
-
-    spec = getattr(shapes, "spec", shapes)
-    if isinstance(spec, FixedShapes):
-        return PaddedCollate(pad_id, multiple_of, names, spec.shapes, spec.pad_batches)
+    form = form_of(shapes)
+    if form is not None and form.shapes is not None:
+        return PaddedCollate(pad_id, multiple_of, names, form.shapes, form.pad_batches)
     return PaddedCollate(pad_id, multiple_of, names, shapes, True)
-
-
-# --------------------------------------------------------------------------- resumable loading
-
-
-class StatefulLoader:
-    """Wrap a DataLoader whose ``batch_sampler`` is a padless sampler, and count what the loop got.
-
-    A DataLoader with workers pulls batches from the sampler ahead of the training loop, so the
-    sampler's own count runs ahead. This wrapper counts the batches actually delivered and saves
-    that position, so a resumed run continues with exactly the batches the uninterrupted run would
-    have received next.
-
-    >>> from torch.utils.data import DataLoader
-    >>> from padless import TokenBudgetSampler
-    >>> sampler = TokenBudgetSampler([3, 1, 2, 5], max_tokens=6, seed=0)
-    >>> loader = StatefulLoader(DataLoader(range(4), batch_sampler=sampler))
-    >>> first = next(iter(loader))
-    >>> loader.state_dict()["position"]
-    1
-    """
-
-    def __init__(self, loader: Any) -> None:
-        sampler: Any = getattr(loader, "batch_sampler", None)
-        if not hasattr(sampler, "state_dict") or not hasattr(sampler, "load_state_dict"):
-            raise TypeError(
-                "loader.batch_sampler must be a padless sampler (with state_dict), got "
-                f"{type(sampler).__name__}"
-            )
-        self.loader = loader
-        self.sampler = sampler
-        self.delivered = 0
-        self._epoch = getattr(sampler, "epoch", None)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[Any]:
-        self.delivered = 0
-        self._epoch = getattr(self.sampler, "epoch", None)
-        for batch in self.loader:
-            self.delivered += 1
-            yield batch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Forward to the sampler's ``set_epoch``."""
-        self.sampler.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Return the sampler state at the batches delivered to the loop.
-
-        Also right after ``set_epoch`` (a start-of-epoch checkpoint): the new epoch has
-        delivered nothing yet, so the state is that epoch's start.
-        """
-        if getattr(self.sampler, "epoch", None) != self._epoch:
-            return dict(self.sampler.state_dict())  # no batch of this epoch delivered yet
-        return dict(self.sampler.state_dict(consumed=self.delivered))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the sampler from ``state`` at the next iteration."""
-        self.sampler.load_state_dict(state)
-        self.delivered = 0
-        self._epoch = getattr(self.sampler, "epoch", None)
-
-
-# --------------------------------------------------------------------------- LM streams
-_LM_TORCH_DTYPES = {"int64": torch.int64, "int32": torch.int32, "uint16": torch.uint16}
-
-
-def lm_tensors(
-    stream: Any, *, pin_memory: bool = False
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield the ``(x, y)`` batches of a :class:`padless.lm.LMStream` as CPU tensors.
-
-    Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
-    copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
-    page-locked tensors (one ``torch.empty((2, rows, cols), pin_memory=True)`` per batch, x and y
-    its halves, recycled by torch's caching host allocator), so ``x.to("cuda",
-    non_blocking=True)`` overlaps with compute and no extra copy is made. The stream's position
-    advances as with plain iteration, so ``stream.state_dict()`` works unchanged.
-
-    Args:
-        stream: an ``LMStream``.
-        pin_memory: allocate outputs in pinned memory; needs CUDA or another accelerator.
-
-    Cost: as iterating the stream; pinning adds the host allocator's bookkeeping per batch.
-
-    >>> import numpy as np
-    >>> from padless.lm import LMStream
-    >>> s = LMStream(np.arange(64), batch_size=2, num_steps=4)
-    >>> x, y = next(lm_tensors(s))
-    >>> x.dtype, tuple(x.shape), bool((y == x + 1).all())
-    (torch.int64, (2, 4), True)
-    """
-    from ._check import check_bool as _check_bool
-    from .lm import LMStream
-
-    if not isinstance(stream, LMStream):
-        raise TypeError(f"stream must be a padless LMStream, got {type(stream).__name__}")
-    pin = _check_bool("pin_memory", pin_memory)
-    if pin and not _pinned_memory_available():
-        raise ValueError(
-            "pin_memory=True needs CUDA or another accelerator backend, got pin_memory=True "
-            "on a machine without one"
-        )
-    return _lm_batches(stream, pin)
-
-
-def _lm_batches(stream: Any, pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The generator behind :func:`lm_tensors`, given checked arguments."""
-    if not pin:
-        for x, y in stream:
-            yield torch.from_numpy(x), torch.from_numpy(y)
-        return
-    made: list[torch.Tensor] = []
-
-    def pinned_empty(shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
-        pair = torch.empty(shape, dtype=_LM_TORCH_DTYPES[dtype.name], pin_memory=True)
-        made.append(pair)
-        return pair.numpy()
-
-    for _x, _y in stream.batches(pinned_empty):
-        pair = made.pop()
-        yield pair[0], pair[1]
-
-
-def _pinned_memory_available() -> bool:
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.is_available():
-        return True
-    return bool(torch.cuda.is_available())
-
-
-# --------------------------------------------------------------------------- multi-corpus mixtures
-
-
-def mixture_dataset(
-    datasets: Mapping[str, Any], sampler: Any = None
-) -> torch.utils.data.ConcatDataset[Any]:
-    """Build the ``ConcatDataset`` whose indices are a ``MixtureSampler``'s global indices.
-
-    Corpora are concatenated in the sampler's order (its ``samplers`` dict's order), or in the
-    dict's order without a sampler. With a sampler, each dataset's length must equal its corpus's
-    size, so a mismatch fails here rather than as wrong examples later.
-
-    Args:
-        datasets: dict corpus name → map-style dataset (``__getitem__`` and ``__len__``).
-        sampler: an optional :class:`padless.mixing.MixtureSampler` to check names and sizes.
-
-    Cost: O(number of corpora); nothing is copied.
-
-    >>> import torch
-    >>> from padless.mixing import MixtureSampler
-    >>> from padless.planners.budget import TokenBudgetSampler
-    >>> mix = MixtureSampler({"a": TokenBudgetSampler([2, 3], max_tokens=8),
-    ...                       "b": TokenBudgetSampler([4], max_tokens=8)})
-    >>> ds = mixture_dataset({"b": ["b0"], "a": ["a0", "a1"]}, mix)
-    >>> [ds[i] for i in range(3)]
-    ['a0', 'a1', 'b0']
-    """
-    if not isinstance(datasets, Mapping):
-        raise TypeError(
-            f"datasets must be a dict corpus name -> dataset, got {type(datasets).__name__}"
-        )
-    if sampler is None:
-        names = list(datasets)
-        if not names:
-            raise ValueError("datasets must hold at least one corpus, got an empty dict")
-    else:
-        from .mixing import MixtureSampler
-
-        if not isinstance(sampler, MixtureSampler):
-            raise TypeError(
-                "sampler must be a padless MixtureSampler or None, got "
-                f"{type(sampler).__name__} {sampler!r:.60}"
-            )
-        names = list(sampler.names)
-        missing = [n for n in names if n not in datasets]
-        unknown = [n for n in datasets if n not in names]
-        if missing or unknown:
-            raise ValueError(
-                f"datasets must have one entry per corpus of the sampler {names}; "
-                f"missing {missing}, unknown {unknown}"
-            )
-        for name, size in zip(names, sampler.corpus_sizes, strict=True):
-            if len(datasets[name]) != size:
-                raise ValueError(
-                    f"datasets[{name!r}] must have the {size} examples its sampler plans over, "
-                    f"got {len(datasets[name])}"
-                )
-    return torch.utils.data.ConcatDataset([datasets[n] for n in names])
 
 
 # --------------------------------------------------------------------------- packed collate
@@ -469,8 +271,6 @@ class PackedCollate:
         truncate: bool = False,
         attention_mask: str | None = None,
     ) -> None:
-        from ._check import check_bool, check_choice, positive_or_none
-
         self.capacity = positive("capacity", capacity)
         self.max_per_row = positive_or_none("max_per_row", max_per_row)
         self.rows = positive_or_none("rows", rows)
@@ -495,8 +295,6 @@ class PackedCollate:
         self.attention_mask = attention_mask
 
     def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
-        from .planners.packing import next_fit_rows
-
         cap = self.capacity
         seqs: list[torch.Tensor] = []
         for i, s in enumerate(samples):
@@ -565,8 +363,6 @@ class PackedCollate:
             "max_seqlen": max(seg_lens, default=0),
         }
         if self.attention_mask == "block":
-            from ._packed_check import block_causal_mask
-
             out["attention_mask"] = block_causal_mask(seq_idx.view(shape))
         return out
 
@@ -646,14 +442,14 @@ def collate_packed(
     ``max_per_row`` are never typed twice (``sampler.collate(...)`` does this); a
     ``max_per_row`` given beside it must then agree.
     """
-    spec = getattr(capacity, "spec", capacity)
-    if hasattr(spec, "capacity") and hasattr(spec, "max_per_row"):
-        if max_per_row is not None and max_per_row != spec.max_per_row:
+    form = form_of(capacity)
+    if form is not None and form.packed:
+        if max_per_row is not None and max_per_row != form.max_per_row:
             raise ValueError(
-                f"max_per_row must match the packing spec's max_per_row={spec.max_per_row}, "
+                f"max_per_row must match the packing spec's max_per_row={form.max_per_row}, "
                 f"got {max_per_row}"
             )
-        capacity, max_per_row = spec.capacity, spec.max_per_row
+        capacity, max_per_row = form.capacity, form.max_per_row
     return PackedCollate(
         capacity,
         max_per_row=max_per_row,
@@ -666,31 +462,3 @@ def collate_packed(
         truncate=truncate,
         attention_mask=attention_mask,
     )
-
-
-from ._packed_check import check_packed as check_packed  # noqa: E402
-from ._torch_loss import scale_loss as scale_loss  # noqa: E402
-from ._torch_rng import StepRng as StepRng  # noqa: E402
-from ._torch_rng import get_rng_state as get_rng_state  # noqa: E402
-from ._torch_rng import set_rng_state as set_rng_state  # noqa: E402
-from ._torch_streams import StopTogether, StreamDataset, stop_together  # noqa: E402, F401
-
-__all__ = [
-    "PackedCollate",
-    "PaddedCollate",
-    "StatefulLoader",
-    "StepRng",
-    "StopTogether",
-    "StreamDataset",
-    "check_packed",
-    "collate_packed",
-    "collate_padded",
-    "dist_kwargs",
-    "dist_rank_world",
-    "get_rng_state",
-    "lm_tensors",
-    "mixture_dataset",
-    "scale_loss",
-    "set_rng_state",
-    "stop_together",
-]

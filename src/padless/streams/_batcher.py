@@ -1,69 +1,6 @@
-"""Batching and packing for streams whose lengths are not known up front, resumable exactly.
-
-:class:`StreamBatcher` reads any iterable of items (a ``datasets`` streaming dataset, a
-generator, webdataset shards...) through a buffer and yields batches that follow a planner spec
-(``TokenBudget``, ``Buckets``, ``ExactLength``, ``Packing``).
-
-How the buffer works. The source is read in *chunks* of ``buffer // 4`` items. Once the buffer
-is full (after the first four chunks) every new chunk starts a *round*: the items waiting in
-the buffer and the new chunk are planned together, the batches that came out well leave (in an
-order shuffled from ``(seed, epoch)``) and the rest of the items wait for company from the next
-chunks. Two rules bound the waiting:
-
-- *memory*: when more than ``buffer - buffer // 4`` items would wait, the best of the waiting
-  batches (least padded, fullest) leave too, so the buffer never holds more than ``buffer``
-  items (the extra pieces of a split item come on top);
-- *max_wait*: an item leaves, whatever its padding, before ``max_wait`` buffers of items have
-  been read after it. So the items of a batch lie within ``max_wait × buffer`` positions of each
-  other in the stream, and a restore reads at most that many items again.
-
-At the end of the stream everything left leaves. ``max_wait`` trades padding for restore time:
-with 1e6 lognormal lengths and ``TokenBudget(max_tokens=4096)`` at ``buffer=10_000``, padding is
-2.0% with ``max_wait=1``, 0.9% with 2 and 0.42% with 4 (a global sort: 0.13%), and a restore
-reads about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``). (``max_wait`` counts
-buffers; the ``window`` of samplers and :func:`padless.plan_windows` counts items. Streams took
-``window=`` for it before, which still works with a ``DeprecationWarning``.)
-
-- ``TokenBudget``: each round sorts the buffer by length, takes out the full batches of a
-  single length (no padding), and cuts the rest with the greedy budget rule (fairseq's), so no
-  batch is ever over ``max_tokens`` (count × longest) or ``max_sentences``, and batch sizes are
-  multiples of ``multiple_of`` as far as that rule allows. A batch leaves when it is full (one
-  more item of its longest length would break a limit) and pads at most 0.5% of its slots;
-  other batches wait.
-- ``Buckets``: with ``num_buckets`` the boundaries are fitted once, by
-  :func:`padless.bucket_boundaries` (least padded slots, exact dynamic programme), on the first
-  buffer of lengths (the first ``buffer`` items), and then kept for every later round and epoch
-  (they go into the state). A bucket's batch size is ``max_tokens // its upper boundary`` (the
-  last bucket, unbounded above, uses the longest item it holds in the round) or ``batch_size``;
-  full batches leave oldest items first, a remainder waits, and an expired remainder leaves as
-  a smaller batch.
-- ``ExactLength``: one length (length tuple) per batch; full batches leave oldest first, the
-  leftover of each length waits for more of that length; leftovers that expire, and all
-  leftovers at the end of the stream, are handled as the spec's ``leftovers`` says (``"merge"``
-  pools them into padded batches, ``"partial"`` keeps smaller batches, ``"drop"`` drops them).
-- ``Packing``: best fit over the buffer into rows of ``capacity`` tokens (the items that must
-  leave first, then longest first); rows filled to at least 99.9% leave and under-filled rows
-  wait (their items are placed again with the next chunk). A batch is a list of ``rows_per_batch`` rows, each row a list of
-  items; an item longer than ``capacity`` is handled by ``oversize`` as in the planner, and
-  ``"split"``/``"truncate"`` put :class:`Piece` entries in the rows, saying which tokens of which
-  item they hold. ``batcher.collate()`` turns a batch into ``padless.torch.collate_packed``'s
-  varlen format.
-
-Resume. ``state_dict()`` is small and JSON-safe (when the source's own state is): the round, the
-batches of that round already yielded, one bit per item still in reach (the last ``max_wait``
-buffers) saying which ones still wait (zlib-compressed), and for a source with the
-``datasets.IterableDataset`` protocol (``state_dict()`` / ``load_state_dict()``) its state at the
-oldest chunk in reach. ``load_state_dict()`` is O(1); the next iteration reads those chunks again
-(at most ``max_wait × buffer`` items, calling ``length`` only on the items that still wait,
-skipping chunks where none waits) and the batches continue exactly as without the interruption. A plain iterable or a
-callable that re-creates the iterator is skipped from its start instead: O(position) items are
-read again (at C speed, ``itertools.islice``, no ``length`` calls); so is a
-``datasets.IterableDataset`` with a ``.shuffle()`` in its chain, whose state does not hold its
-shuffle buffer. A state is of one epoch (a state of another epoch than ``set_epoch``'s is
-refused), and it holds a digest of the round it restores (the lengths and positions of the
-items read again): a restore over a source that ends earlier or holds other lengths there is
-refused rather than yielding another epoch.
-"""
+"""The batcher of :mod:`padless.streams`: :class:`StreamBatcher`, its state (save, check,
+restore) and the round loop, which reads chunks, asks the spec's stream engine to plan each
+round and yields the batches that leave."""
 
 from __future__ import annotations
 
@@ -71,18 +8,28 @@ import base64
 import copy
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any, NamedTuple, NoReturn
+from typing import Any
 
 import numpy as np
 
-from . import _rng
-from ._check import _is_int, check_seed, positive
-from ._state import STATE_VERSION, _mismatch, fingerprint
-from .planners._rounds import Round, StreamEngine, shuffled, sizes_of_rows
+from .. import _rng
+from .._check import check_seed, positive
+from .._state import STATE_VERSION, _mismatch, fingerprint
+from ..planners._rounds import Round, StreamEngine, shuffled, sizes_of_rows
+from ._buffer import Entries, ItemLengths, Piece
+from ._source import Source, check_source
 
-__all__ = ["Piece", "StreamBatcher"]
+__all__ = [
+    "CHUNKS",
+    "MAX_WAIT",
+    "STATE_KIND",
+    "WINDOW",
+    "StreamBatcher",
+    "check_epoch",
+    "resolve_max_wait",
+]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
 CHUNKS = 4
@@ -90,72 +37,20 @@ CHUNKS = 4
 MAX_WAIT = 4
 #: The former name of :data:`MAX_WAIT`.
 WINDOW = MAX_WAIT
-#: Largest length accepted (lengths are int64 sums in the kernels, like ``lengths_of``).
-MAX_LENGTH = 1 << 31
 STATE_KIND = "StreamBatcher"
-_MASK64 = (1 << 64) - 1
 
 
-class Piece(NamedTuple):
-    """Tokens ``start:stop`` of ``item``: piece ``piece`` (from 0) of the ``pieces`` it was cut into.
+def _mix(z: int) -> int:
+    """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
+    from .._kernels.rng import mix64_reference
 
-    ``Packing(oversize="split")`` cuts an item longer than ``capacity`` into pieces of
-    ``capacity`` tokens (the last one shorter); ``oversize="truncate"`` keeps one piece, the
-    first ``capacity`` tokens. :meth:`tokens` slices them out.
-
-    >>> p = Piece([1, 2, 3, 4, 5], piece=1, pieces=3, start=2, stop=4)
-    >>> p.tokens()
-    [3, 4]
-    """
-
-    item: Any
-    piece: int
-    pieces: int
-    start: int
-    stop: int
-
-    def tokens(self, key: str | None = None) -> Any:
-        """The piece's tokens: ``item[start:stop]``, or ``item[key][start:stop]`` for a mapping."""
-        part = self.item if key is None or not hasattr(self.item, "keys") else self.item[key]
-        return part[self.start : self.stop]
+    return mix64_reference(z)
 
 
-# --------------------------------------------------------------------------- sources
-
-
-def _is_stateful(obj: Any) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and callable(
-        getattr(obj, "load_state_dict", None)
-    )
-
-
-def _buffer_shuffled(obj: Any) -> bool:
-    """Whether ``obj`` is a ``datasets.IterableDataset`` with a shuffle buffer in its chain.
-
-    ``IterableDataset.shuffle()`` wraps the examples in a buffer whose content its
-    ``state_dict()`` does not hold ("the shuffle buffer will be refilled"), so restoring that
-    state does not continue the same order; ``.map``, ``.filter``, ``.take``, ``.skip`` and
-    ``interleave_datasets`` keep exact states. Such a source is re-read from the start of
-    the epoch instead (its order for an epoch is fixed by its seed).
-    """
-    node = getattr(obj, "_ex_iterable", None)
-    todo, seen = [node], set()
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if any(c.__name__ == "BufferShuffledExamplesIterable" for c in type(node).__mro__):
-            return True
-        todo.append(getattr(node, "ex_iterable", None))
-        todo.extend(getattr(node, "ex_iterables", None) or ())
-    return False
-
-
-def _resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
+def resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
     """``max_wait`` checked, or the deprecated ``window`` it replaces (warned); never both.
 
-    >>> _resolve_max_wait(None, None, "StreamBatcher"), _resolve_max_wait(2, None, "StreamBatcher")
+    >>> resolve_max_wait(None, None, "StreamBatcher"), resolve_max_wait(2, None, "StreamBatcher")
     (4, 2)
     """
     if window is None:
@@ -174,249 +69,15 @@ def _resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
     return positive("window", window)
 
 
-def _check_source(source: Any, length: Any) -> None:
-    """Refuse, up front, a ``source`` that is not a stream of items.
-
-    Text and bytes are not (their items are characters and bytes); nor is something neither
-    iterable nor callable; nor, without ``length``, a list, tuple or array of ints (item 0 is
-    looked at: an int is a length, not a sequence of tokens, so ``length=int`` is required).
-    """
-    if isinstance(source, (str, bytes, bytearray)):
-        raise TypeError(
-            "source must be a stream of items (a datasets.IterableDataset, a list of token "
-            f"lists, a generator...), got {type(source).__name__} {source!r:.40}, whose items "
-            "are single characters or byte values; a stream of texts is a list of them (with "
-            "length=)"
-        )
-    unsized = isinstance(source, np.ndarray) and source.ndim == 0
-    if unsized or not (hasattr(source, "__iter__") or callable(source)):
-        raise TypeError(
-            "source must be an iterable of items (a datasets.IterableDataset, a list, a "
-            "generator...) or a callable returning a fresh iterable, got "
-            f"{type(source).__name__}"
-        )
-    if length is None and isinstance(source, (list, tuple, np.ndarray)) and len(source):
-        first = source[0]
-        if _is_int(first):
-            raise TypeError(
-                "source holds ints, not sequences of token ids: the item at stream position 0 "
-                f"is an int ({first!r}); for a stream of lengths pass length=int"
-            )
-
-
-class _Source:
-    """Opens the source for an epoch at a position; snapshots the state of stateful ones."""
-
-    def __init__(self, source: Any) -> None:
-        self.obj = source
-        if hasattr(source, "__iter__"):
-            if _is_stateful(source) and not _buffer_shuffled(source):
-                self.kind = "stateful"
-            elif isinstance(source, Iterator):
-                self.kind = "oneshot"
-            else:
-                self.kind = "iterable"
-        else:  # a callable (_check_source refused anything else)
-            self.kind = "callable"
-        self.start_state: Any = None
-        self.loaded = False  # a state was loaded into the source: a fresh start must undo it
-        self.opened = False
-        if self.kind == "stateful":
-            try:
-                self.start_state = copy.deepcopy(source.state_dict())
-            except Exception:  # noqa: BLE001 - a source may only know its state once iterated
-                self.start_state = None
-
-    @property
-    def resumable(self) -> bool:
-        return self.kind != "oneshot"
-
-    @property
-    def cheap_resume(self) -> bool:
-        return self.kind == "stateful"
-
-    def open(self, epoch: int, state: Any, position: int) -> Iterator[Any]:
-        obj = self.obj
-        if self.kind == "oneshot":
-            if self.opened:
-                raise TypeError(
-                    "source is a one-shot iterator (e.g. a generator) that was already read; "
-                    "pass the iterable itself or a function that re-creates the iterator"
-                )
-            self.opened = True
-            return iter(obj)
-        self.opened = True
-        if self.kind == "callable":
-            it = iter(obj())
-        else:
-            set_epoch = getattr(obj, "set_epoch", None)
-            # only when it differs: datasets keeps the epoch in memory shared with DataLoader
-            # workers and updates it with a read-modify-write, so two workers that both set it
-            # can race (0 -> 2, another order of shards)
-            if callable(set_epoch) and getattr(obj, "epoch", None) != epoch:
-                set_epoch(epoch)
-            if self.kind == "stateful":
-                if state is not None:
-                    obj.load_state_dict(copy.deepcopy(state))
-                    self.loaded = True
-                    return iter(obj)
-                if self.loaded and self.start_state is not None:
-                    obj.load_state_dict(copy.deepcopy(self.start_state))
-                    self.loaded = False
-                return iter(obj)
-            it = iter(obj)
-        if position:
-            next(islice(it, position, position), None)  # O(position), at C speed
-        return it
-
-    def snapshot(self) -> Any:
-        if self.kind != "stateful":
-            return None
-        return copy.deepcopy(self.obj.state_dict())
-
-
-# --------------------------------------------------------------------------- buffer entries
-
-
-def _objects(items: list[Any]) -> np.ndarray:
-    """A 1-D object array holding ``items`` as they are (no nesting into 2-D)."""
-    return np.fromiter(items, dtype=object, count=len(items))
-
-
-_NO_OBJECTS = np.zeros(0, dtype=object)
-_BOOLS = frozenset({bool, np.bool_})
-
-
-class _Entries:
-    """Buffer entries (items or pieces) with their lengths, chunk, offset in chunk and piece.
-
-    ``items`` is an object array (gathers run at C speed); ``meta`` holds per entry its chunk,
-    its offset in the chunk and its piece: -1 for an item that is one entry (whole or
-    truncated), else the piece number of a split item. Entries stay in stream order.
-    """
-
-    __slots__ = ("items", "lens", "sizes", "meta")
-
-    def __init__(self, items: np.ndarray, lens: np.ndarray, meta: np.ndarray) -> None:
-        self.items = items
-        self.lens = lens
-        self.sizes = sizes_of_rows(lens)
-        self.meta = meta
-
-    @classmethod
-    def make(
-        cls, items: list[Any], lens: np.ndarray, chunk: int, off: np.ndarray, piece: Any = -1
-    ) -> _Entries:
-        meta = np.empty((len(items), 3), np.int64)
-        meta[:, 0] = chunk
-        meta[:, 1] = off
-        meta[:, 2] = piece
-        return cls(_objects(items), lens, meta)
-
-    @classmethod
-    def empty(cls, fields: int) -> _Entries:
-        lens = np.zeros(0, np.int64) if fields == 0 else np.zeros((0, fields), np.int64)
-        return cls(_NO_OBJECTS, lens, np.zeros((0, 3), np.int64))
-
-    @property
-    def chunk(self) -> np.ndarray:
-        return self.meta[:, 0]
-
-    @property
-    def off(self) -> np.ndarray:
-        return self.meta[:, 1]
-
-    @property
-    def piece(self) -> np.ndarray:
-        return self.meta[:, 2]
-
-    def __len__(self) -> int:
-        return int(self.items.shape[0])
-
-    def concat(self, other: _Entries) -> _Entries:
-        if not len(self):
-            return other
-        if not len(other):
-            return self
-        return _Entries(
-            np.concatenate([self.items, other.items]),
-            np.concatenate([self.lens, other.lens]),
-            np.concatenate([self.meta, other.meta]),
-        )
-
-    def take(self, idx: np.ndarray) -> _Entries:
-        return _Entries(self.items[idx], self.lens[idx], self.meta[idx])
-
-
-# --------------------------------------------------------------------------- round plans
-
-
-def _mix(z: int) -> int:
-    """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
-    from ._kernels.rng import mix64_reference
-
-    return mix64_reference(z)
-
-
-# --------------------------------------------------------------------------- lengths
-
-
-_INT_TYPES: dict[type, bool] = {}
-
-
-def _int_type(kind: type) -> bool:
-    """Whether values of type ``kind`` are ints as lengths (``int``, numpy ints; not bool)."""
-    ok = _INT_TYPES.get(kind)
-    if ok is None:
-        ok = _INT_TYPES[kind] = issubclass(kind, (int, np.integer)) and not issubclass(
-            kind, (bool, np.bool_)
-        )
-    return ok
-
-
-def _token_count(item: Any) -> int | None:
-    """``len(item)`` when ``item`` is a sized sequence of ints (token ids), else None.
-
-    A list or tuple whose first element is an int, or a 1-D integer array or tensor; checked
-    on the first element only (O(1) per item).
-    """
-    if isinstance(item, (list, tuple)):
-        return len(item) if not item or _is_int(item[0]) else None
-    dtype = getattr(item, "dtype", None)
-    if dtype is None or getattr(item, "ndim", None) != 1 or isinstance(item, (str, bytes)):
-        return None
-    name = str(dtype).rsplit(".", 1)[-1]  # numpy "int64", torch "torch.int64"
-    return len(item) if name.startswith(("int", "uint")) else None
-
-
-def _length_hint(item: Any) -> str:
-    """How to write ``length=`` for an item that is not a sequence of ints."""
-    if isinstance(item, Mapping):
-        keys = list(item.keys())
-        sized = [k for k in keys if isinstance(k, str) and hasattr(item[k], "__len__")]
-        key = "input_ids" if "input_ids" in keys else (sized[0] if sized else "input_ids")
-        return (
-            f"a {type(item).__name__} with keys {keys[:6]!r:.80}, whose len() counts its keys; "
-            f'pass length=lambda row: len(row["{key}"]) (or a named function, '
-            f'def tokens(row): return len(row["{key}"]), where DataLoader workers pickle it)'
-        )
-    if _is_int(item):
-        return f"an int ({item!r}); for a stream of lengths pass length=int"
-    return (
-        f"{type(item).__name__} {item!r:.60}; pass length=, a function from an item to its "
-        "length (an int) or per-field lengths (a tuple of ints)"
-    )
-
-
 def _streamable() -> list[str]:
     """The strategies with a stream form."""
-    from .planners import strategies
-    from .planners.spec import Spec
+    from ..planners import strategies
+    from ..planners.spec import Spec
 
     return sorted(n for n, c in strategies().items() if c.stream_engine is not Spec.stream_engine)
 
 
-def _check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> None:
+def check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> None:
     """Refuse a state of another epoch than ``epoch`` (the one set, or being set)."""
     if state is None or state.get("epoch") == epoch:
         return
@@ -437,9 +98,6 @@ def _check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> 
     )
 
 
-# --------------------------------------------------------------------------- the batcher
-
-
 class _Live:
     """Where the running (or last) iteration stands, for ``state_dict``."""
 
@@ -452,11 +110,11 @@ class _Live:
         self.emitted = 0
         self.first = 0
         self.snapshot: Any = None
-        self.carry_in: _Entries | None = None
+        self.carry_in: Entries | None = None
         self.done = False
         self.start: dict[str, Any] | None = None
         self.cached: tuple[str, int, list[list[int]], str] | None = None
-        self.buf: _Entries | None = None  # the round's buffer (waiting items + new chunk)
+        self.buf: Entries | None = None  # the round's buffer (waiting items + new chunk)
         self.read = 0  # items read in the round's chunk
 
     def bits(self, chunk: int) -> tuple[str, int, list[list[int]], str]:
@@ -474,12 +132,12 @@ class _Live:
                 pieces = [[int(where[i]), int(pend.piece[i])] for i in split.tolist()]
             packed = zlib.compress(np.packbits(mask).tobytes(), 6)
             text = base64.b64encode(packed).decode("ascii")
-            buf = self.buf if self.buf is not None else _Entries.empty(0)
+            buf = self.buf if self.buf is not None else Entries.empty(0)
             self.cached = (text, span, pieces, _digest(buf, self.read))
         return self.cached
 
 
-def _digest(buf: _Entries, read: int) -> str:
+def _digest(buf: Entries, read: int) -> str:
     """What a restore must find again: the round buffer's lengths, chunks, offsets and pieces,
     and how many items its chunk held (a restore over other items is refused by it)."""
     crc = zlib.crc32(np.ascontiguousarray(buf.lens).data)  # CRC-32: a few ns an entry
@@ -549,9 +207,9 @@ class StreamBatcher:
         max_wait: int | None = None,
         window: int | None = None,
     ) -> None:
-        from .planners.spec import Spec, spec_to_dict
+        from ..planners.spec import Spec, spec_to_dict
 
-        max_wait = _resolve_max_wait(max_wait, window, "StreamBatcher")
+        max_wait = resolve_max_wait(max_wait, window, "StreamBatcher")
 
         if not isinstance(spec, Spec):
             raise TypeError(
@@ -579,16 +237,15 @@ class StreamBatcher:
         self.chunk = buffer // CHUNKS
         self.max_wait = max_wait
         self.wait = CHUNKS * max_wait - 1  # rounds an item may wait
-        self.length = length
+        self._lengths = ItemLengths(length)
         self.seed = check_seed(seed, "seed")
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
-        _check_source(source, length)
-        self._source = _Source(source)
+        check_source(source, length)
+        self._source = Source(source)
         self._engine: StreamEngine = engine
         self._shard = (0, 1)
         self._spec_dict = spec_to_dict(spec)
-        self._fields: int | None = None
         self._loaded: dict[str, Any] | None = None
         self._live: _Live | None = None
         self._stats = self._zero_stats()
@@ -598,6 +255,11 @@ class StreamBatcher:
     def source(self) -> Any:
         """The source as given."""
         return self._source.obj
+
+    @property
+    def length(self) -> Callable[[Any], Any] | None:
+        """The ``length`` function as given (None: items are sequences of token ids)."""
+        return self._lengths.length
 
     @property
     def boundaries(self) -> np.ndarray | None:
@@ -613,7 +275,7 @@ class StreamBatcher:
         start from the saved epoch would otherwise yield an epoch twice or skip one).
         """
         epoch = check_seed(epoch, "epoch")
-        _check_epoch(self._loaded, epoch, "StreamBatcher")
+        check_epoch(self._loaded, epoch, "StreamBatcher")
         self.epoch = epoch
         self._epoch_set = True
 
@@ -631,9 +293,9 @@ class StreamBatcher:
         ``position_ids``...) from a batch of rows, pieces sliced; the other specs:
         ``padless.torch.collate_padded(**options)``.
         """
-        from .torch._streams import stream_collate
+        from ..torch import collate_for  # torch's face, deferred like torch itself
 
-        return stream_collate(self.spec, **options)
+        return collate_for(self, **options)
 
     def stats(self) -> dict[str, Any]:
         """Figures of the current (or last) iteration: batches, items, padding, rounds...
@@ -721,7 +383,7 @@ class StreamBatcher:
         """
         checked = self._check(state)
         if self._epoch_set:
-            _check_epoch(checked, self.epoch, "StreamBatcher", loading=True)
+            check_epoch(checked, self.epoch, "StreamBatcher", loading=True)
         if checked["round"] >= 0 and not checked["done"] and not self._source.resumable:
             raise TypeError(
                 "source is a one-shot iterator (e.g. a generator), which cannot be read again to "
@@ -791,104 +453,7 @@ class StreamBatcher:
             "peak_buffer": 0,
         }
 
-    def _lengths(self, items: list[Any], base: int) -> np.ndarray:
-        """Checked int64 lengths of ``items`` (at stream positions ``base``, ``base + 1``...)."""
-        fields = self._fields
-        if not items:
-            return np.zeros(0, np.int64) if not fields else np.zeros((0, fields), np.int64)
-        length = self.length
-        raw: list[Any] = items
-        if length is None:  # items must be sequences of token ids
-            raw = list(map(_token_count, items))
-            if None in raw:
-                i = raw.index(None)
-                raise TypeError(
-                    "StreamBatcher needs length= unless every item is a sequence of token ids "
-                    f"(a list or tuple of ints, a 1-D integer array): the item at stream "
-                    f"position {base + i} is {_length_hint(items[i])}"
-                )
-            arr = np.array(raw, np.int64)
-        elif length is int and not fields:  # a stream of lengths: the items are the lengths
-            if not all(map(_int_type, set(map(type, items)))):
-                i = next(k for k, x in enumerate(items) if not _int_type(type(x)))
-                raise TypeError(
-                    "length=int takes the items as their lengths, which must be ints (not bool, "
-                    f"float, str or None): the item at stream position {base + i} is "
-                    f"{type(items[i]).__name__} {items[i]!r:.60}"
-                )
-            try:
-                arr = np.fromiter(items, np.int64, len(items))
-            except OverflowError:
-                self._bad_length(raw, base)
-        else:
-            if length is len and any(isinstance(x, Mapping) for x in items):
-                i = next(k for k, x in enumerate(items) if isinstance(x, Mapping))
-                raise TypeError(
-                    f"length=len on the item at stream position {base + i}, "
-                    f"{_length_hint(items[i])}"
-                )
-            try:
-                raw = list(map(length, items))
-            except Exception as err:  # noqa: BLE001 - re-raised naming the item's position
-                self._failed_length(items, base, err)
-            try:
-                arr = np.array(raw)
-            except (ValueError, OverflowError):
-                self._bad_length(raw, base)
-            if arr.dtype.kind in "iu" and arr.ndim == 1 and not _BOOLS.isdisjoint(map(type, raw)):
-                self._bad_length(raw, base)  # numpy made ints of True/False
-        if arr.dtype.kind not in "iu" or arr.ndim not in (1, 2) or arr.shape[-1] == 0:
-            self._bad_length(raw, base)
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
-        got = 0 if arr.ndim == 1 else int(arr.shape[1])
-        if fields is None:
-            self._fields = fields = got
-        if got != fields:
-            self._bad_length(raw, base)
-        if int(arr.min()) < 0 or int(arr.max()) >= MAX_LENGTH:
-            self._bad_length(raw, base)
-        return np.ascontiguousarray(arr, dtype=np.int64)
-
-    def _failed_length(self, items: list[Any], base: int, err: Exception) -> NoReturn:
-        """Raise ``length``'s own error again, naming the stream position of the item."""
-        for i, item in enumerate(items):
-            try:
-                self.length(item)  # type: ignore[misc]
-            except Exception as again:  # noqa: BLE001 - the first item that fails
-                kind = TypeError if isinstance(again, TypeError) else ValueError
-                raise kind(
-                    f"length(item) raised {type(again).__name__}: {again} for the item at stream "
-                    f"position {base + i} ({type(item).__name__} {item!r:.60})"
-                ) from again
-        raise err
-
-    def _bad_length(self, raw: list[Any], base: int) -> NoReturn:
-        """Raise for the first length that is not an int (tuple) in [0, 2**31) of the
-        stream's kind (the first length seen sets whether lengths are ints or tuples)."""
-
-        def fields_of(v: Any) -> int:
-            return len(v) if isinstance(v, (tuple, list)) and len(v) != 1 else 0
-
-        fields = self._fields
-        if fields is None and raw:
-            fields = fields_of(raw[0])
-        want = "an int" if not fields else f"a tuple of {fields} ints"
-        for i, v in enumerate(raw):
-            parts = list(v) if isinstance(v, (tuple, list)) else [v]
-            if fields_of(v) != fields or not parts or not all(_is_int(x) for x in parts):
-                raise TypeError(
-                    f"length(item) must return {want} (the same kind for every item), got "
-                    f"{type(v).__name__} {v!r:.60} at stream position {base + i}"
-                )
-            if not all(0 <= x < MAX_LENGTH for x in parts):
-                raise ValueError(
-                    f"length(item) at stream position {base + i} must lie in [0, 2**31), "
-                    f"got {v!r:.60}"
-                )
-        raise TypeError(f"length(item) must return {want}, got {raw[:3]!r:.80}...")
-
-    def _entries(self, items: list[Any], chunk: int) -> _Entries:
+    def _entries(self, items: list[Any], chunk: int) -> Entries:
         """Buffer entries for the items of a new chunk (oversize items refused, dropped or cut)."""
         base = chunk * self.chunk
         n = len(items)
@@ -911,11 +476,9 @@ class StreamBatcher:
             items = [items[i] for i in idx.tolist()]
             lens, offs = lens[idx], offs[idx]
             sizes = sizes_of_rows(lens)
-        return _Entries.make(items, lens, chunk, offs)
+        return Entries.make(items, lens, chunk, offs)
 
-    def _pieces(
-        self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray
-    ) -> _Entries:
+    def _pieces(self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray) -> Entries:
         """Entries when some items are longer than the engine's ``cut_above``: each such item
         becomes the entries the engine cuts it into (pieces, a truncated piece, or none)."""
         engine = self._engine
@@ -940,7 +503,7 @@ class StreamBatcher:
                 out_off.append(off)
                 out_piece.append(piece)
         arr = np.array(out_sizes, dtype=np.int64)
-        return _Entries.make(out_items, arr, chunk, np.array(out_off, np.int64),
+        return Entries.make(out_items, arr, chunk, np.array(out_off, np.int64),
                              np.array(out_piece, np.int64))  # fmt: skip
 
     # ------------------------------------------------------------------ the loop
@@ -948,7 +511,7 @@ class StreamBatcher:
         """Round ``rnd``'s 64-bit key, from the epoch's (seed, epoch, STREAM_ORDER) key."""
         return _mix(base + _mix((self._shard[0] << 32) + rnd + 1))
 
-    def _replay(self, it: Iterator[Any], state: dict[str, Any], snaps: dict[int, Any]) -> _Entries:
+    def _replay(self, it: Iterator[Any], state: dict[str, Any], snaps: dict[int, Any]) -> Entries:
         """Read chunks ``first..round-1`` again and keep the items that were waiting."""
         c = self.chunk
         first, rnd = state["first"], state["round"]
@@ -969,7 +532,7 @@ class StreamBatcher:
             ):
                 raise ValueError(f"state['pieces'] must hold [item, piece] int pairs, got {pair!r}")
             wanted.add((pair[0], pair[1]))
-        pend = _Entries.empty(self._fields or 0)
+        pend = Entries.empty(self._lengths.fields or 0)
         for k in range(first, rnd):
             lo = (k - first) * c
             if not bits[lo : lo + c].any():  # nothing waits from this chunk: skip it
@@ -1000,7 +563,7 @@ class StreamBatcher:
             engine = self._engine
             if engine.sizes_only:
                 lens = sizes_of_rows(lens)
-            got = _Entries.make(chosen, lens, k, offs)
+            got = Entries.make(chosen, lens, k, offs)
             cut = engine.cut_above
             if cut is not None and m and int(got.sizes.max()) > cut:
                 saved = self._stats["skipped"]
@@ -1013,7 +576,7 @@ class StreamBatcher:
             pend = pend.concat(got)
         return pend
 
-    def _check_restored(self, buf: _Entries, read: int, expect: str, state: Any) -> None:
+    def _check_restored(self, buf: Entries, read: int, expect: str, state: Any) -> None:
         """Refuse a restore whose round buffer is not the saved one (another source)."""
         if _digest(buf, read) == expect:
             return
@@ -1026,7 +589,7 @@ class StreamBatcher:
             "another length function or another shard)"
         )
 
-    def _plan(self, buf: _Entries, rnd: int, final: bool, key: int) -> Round:
+    def _plan(self, buf: Entries, rnd: int, final: bool, key: int) -> Round:
         """Plan round ``rnd``: items ``wait`` rounds old leave, and so many others that the
         items left waiting fit in the buffer beside the next chunk."""
         forced = buf.chunk <= rnd - self.wait
@@ -1046,7 +609,7 @@ class StreamBatcher:
             rnd, skip = 0, 0
             it = src.open(epoch, None, 0)
             snaps[0] = None
-            pend = _Entries.empty(self._fields or 0)
+            pend = Entries.empty(self._lengths.fields or 0)
         else:
             rnd, skip, first = state["round"], state["emitted"], state["first"]
             it = src.open(epoch, state["source"], 0 if src.cheap_resume else state["position"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._check import check_int, positive
+from .._check import check_int, positive
+from ._dist import dist_rank_world
 
 
 def scale_loss(
@@ -39,8 +40,6 @@ def scale_loss(
         raise TypeError(f"loss_sum must be a torch.Tensor, got {type(loss_sum).__name__}")
     total = check_int("step_total", step_total, minimum=0)
     if world_size is None:
-        from .torch import dist_rank_world
-
         world_size = dist_rank_world()[1]
     world = positive("world_size", world_size)
     if not total:

@@ -1,0 +1,57 @@
+"""PyTorch glue: collate functions, DataLoader helpers, stream loaders, loss and random state.
+
+The only padless package that imports torch (``import padless`` does not). It only re-exports
+its parts, each importing the ones below it and never this ``__init__``:
+
+- ``_dist``: ``dist_rank_world``, ``dist_kwargs`` (this process's place in torch.distributed);
+- ``_rng``: ``StepRng``, ``get_rng_state``, ``set_rng_state`` (per-step random state);
+- ``_packed_check``: ``check_packed`` (do packed documents stay apart in a model);
+- ``_loss``: ``scale_loss`` (loss normalised over the global optimizer step);
+- ``_collate``: ``collate_padded``, ``collate_packed`` and their picklable collate classes;
+- ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
+- ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
+- ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream.
+"""
+
+from __future__ import annotations
+
+from ._collate import PackedCollate as PackedCollate
+from ._collate import PaddedCollate as PaddedCollate
+from ._collate import collate_packed as collate_packed
+from ._collate import collate_padded as collate_padded
+from ._collate_for import collate_for as collate_for
+from ._dist import dist_kwargs as dist_kwargs
+from ._dist import dist_rank_world as dist_rank_world
+from ._loaders import StatefulLoader as StatefulLoader
+from ._loaders import _pinned_memory_available as _pinned_memory_available
+from ._loaders import lm_tensors as lm_tensors
+from ._loaders import mixture_dataset as mixture_dataset
+from ._loss import scale_loss as scale_loss
+from ._packed_check import check_packed as check_packed
+from ._rng import StepRng as StepRng
+from ._rng import get_rng_state as get_rng_state
+from ._rng import set_rng_state as set_rng_state
+from ._streams import StopTogether as StopTogether
+from ._streams import StreamDataset as StreamDataset
+from ._streams import stop_together as stop_together
+
+__all__ = [
+    "PackedCollate",
+    "PaddedCollate",
+    "StatefulLoader",
+    "StepRng",
+    "StopTogether",
+    "StreamDataset",
+    "check_packed",
+    "collate_for",
+    "collate_packed",
+    "collate_padded",
+    "dist_kwargs",
+    "dist_rank_world",
+    "get_rng_state",
+    "lm_tensors",
+    "mixture_dataset",
+    "scale_loss",
+    "set_rng_state",
+    "stop_together",
+]

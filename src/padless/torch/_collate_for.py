@@ -1,0 +1,77 @@
+"""One builder for the collate of any padless batch source, chosen by its strategy's answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..planners.spec import Spec
+from ..streams import StreamBatcher
+from ._collate import collate_packed, collate_padded
+from ._streams import StreamDataset, stream_collate
+
+__all__ = ["collate_for"]
+
+# what collate_for fills in from a packing source: passing one again is a TypeError
+_PACKED_SETTINGS = ("capacity", "max_per_row")
+
+
+def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
+    """The collate function for ``source``'s batches, its strategy's settings filled in.
+
+    The spec's :meth:`~padless.Spec.collate_form` picks it:
+
+    - packed rows: ``collate_packed(capacity, max_per_row=..., **options)`` (so capacity is
+      typed once; passing ``capacity`` or ``max_per_row`` again is a TypeError);
+    - static shapes: ``collate_padded(shapes=spec, **options)`` (``shapes=`` is a ValueError);
+    - otherwise ``collate_padded(plan=source, **options)``: padded to the plan's
+      ``pad_to_multiple_of`` (another ``multiple_of=`` is a ValueError).
+
+    A :class:`padless.StreamBatcher` or :class:`padless.torch.StreamDataset` yields rows of
+    items for packing: it gets :func:`stream_collate` (the rows flattened, pieces sliced, then
+    ``collate_packed(spec, **options)``), and ``collate_padded(**options)`` for other specs.
+
+    Args:
+        source: a padless sampler (windowed too), its spec, or a stream batcher or dataset.
+        options: the collate's own settings: ``pad_id=``, ``fields=`` (padded), ``flatten=``,
+            ``position_start=``, ``attention_mask=`` (packed)...
+
+    Cost: building the collate only (O(1); O(shapes) checks for static shapes).
+
+    >>> from padless import Packing, TokenBudget
+    >>> collate_for(Packing(capacity=8, max_per_row=2))
+    collate_packed(capacity=8, max_per_row=2, rows=None, flatten=False, position_start=0)
+    >>> collate_for(TokenBudget(max_tokens=64, pad_to_multiple_of=8), pad_id=0).multiple_of
+    8
+    """
+    if isinstance(source, (StreamBatcher, StreamDataset)):
+        return stream_collate(source.spec, **options)
+    spec = source if isinstance(source, Spec) else getattr(source, "spec", None)
+    if not isinstance(spec, Spec):
+        raise TypeError(
+            "source must be a padless sampler, spec (e.g. padless.TokenBudget(...)), "
+            f"StreamBatcher or StreamDataset, got {type(source).__name__} {source!r:.60}"
+        )
+    form = spec.collate_form()
+    if form.packed:
+        for name in _PACKED_SETTINGS:
+            if name in options:
+                raise TypeError(
+                    f"{name} must not be passed to collate_for(): the source's spec gives it "
+                    f"(capacity={form.capacity}, max_per_row={form.max_per_row}), got "
+                    f"{name}={options[name]!r:.60}"
+                )
+        return collate_packed(form.capacity, max_per_row=form.max_per_row, **options)
+    if form.shapes is not None:
+        if "shapes" in options:
+            raise ValueError(
+                "shapes must not be passed to sampler.collate(): the sampler's FixedShapes "
+                f"spec gives them, got shapes={options['shapes']!r:.60}"
+            )
+        return collate_padded(shapes=spec, **options)
+    if "plan" in options:
+        raise TypeError(
+            "plan must not be passed to collate_for(): the source is the plan, got "
+            f"plan={options['plan']!r:.60}"
+        )
+    return collate_padded(plan=source, **options)
