@@ -289,8 +289,13 @@ def test_boundary_errors_and_empty_buckets_with_max_tokens():
 
 def test_edge_cases():
     assert len(plan_buckets(np.zeros(0, np.int64), num_buckets=3, batch_size=2)) == 0
-    one = plan_buckets([7], num_buckets=3, max_tokens=4)  # longer than the budget: a batch of one
-    assert [b.tolist() for b in one] == [[0]]
+    # longer than the budget: refused (never a batch over max_tokens), or left out on request
+    with pytest.raises(ValueError, match=r"index 1 has length 7, which exceeds max_tokens=4"):
+        plan_buckets([3, 7], num_buckets=3, max_tokens=4)
+    dropped = plan_buckets([3, 7, 2], num_buckets=3, max_tokens=4, oversize="drop")
+    assert sorted(i for b in dropped for i in b.tolist()) == [0, 2]
+    assert dropped.skipped.tolist() == [1]
+    assert all(len(b) * max([3, 7, 2][i] for i in b) <= 4 for b in dropped)
     for k in range(1, 7):
         for delta in (-1, 0, 1):
             plan = plan_buckets(np.full(2**k + delta, 5), boundaries=[], batch_size=2**k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -303,28 +304,35 @@ def test_token_budget_cost_over_pairs_order_and_errors():
 )
 def test_exact_length_keeps_the_cost_budget(lens, cost, max_tokens, max_cost, leftovers):
     spec = ExactLength(
-        max_tokens=max_tokens, leftovers=leftovers, cost=cost, max_cost=max_cost, multiple_of=1
+        max_tokens=max_tokens,
+        leftovers=leftovers,
+        cost=cost,
+        max_cost=max_cost,
+        multiple_of=1,
+        oversize="drop",
     )
     plan = spec.plan(lens)
-    alone = 0
-    for b in plan:
-        if b.size == 1:
-            alone += 1
-            continue
+    for b in plan:  # every batch, a batch of one included
         assert cost.padded(lens[b]) <= max_cost
         assert max_tokens is None or b.size * lens[b].max() <= max_tokens
     over = (cost.of(lens) > max_cost) | (lens > (max_tokens or np.inf))
-    assert plan.info["over_budget"] == int(over.sum()) <= alone
+    assert plan.info["over_budget"] == int(over.sum())
+    assert set(np.flatnonzero(over).tolist()) <= set(plan.skipped.tolist())
+    if over.any():  # refused by default, naming the first
+        with pytest.raises(ValueError, match=f"index {int(np.flatnonzero(over)[0])} has"):
+            dataclasses.replace(spec, oversize="error").plan(lens)
 
 
 @settings(max_examples=30)
 @given(lengths_st(70, 150), costs_st, st.sampled_from([None, 150]), st.integers(1, 4))
 def test_buckets_keep_the_cost_budget(lens, cost, max_tokens, k):
-    spec = Buckets(num_buckets=k, max_tokens=max_tokens, cost=cost, max_cost=500.0)
-    for b in spec.plan(lens):
-        if b.size > 1:
-            assert cost.padded(lens[b]) <= 500.0
-            assert max_tokens is None or b.size * lens[b].max() <= max_tokens
+    spec = Buckets(num_buckets=k, max_tokens=max_tokens, cost=cost, max_cost=500.0, oversize="drop")
+    plan = spec.plan(lens)
+    for b in plan:  # every batch, a batch of one included
+        assert cost.padded(lens[b]) <= 500.0
+        assert max_tokens is None or b.size * lens[b].max() <= max_tokens
+    over = (cost.of(lens) > 500.0) | (lens > (max_tokens or np.inf))
+    assert plan.skipped.tolist() == np.flatnonzero(over).tolist()
 
 
 def _row_costs(plan, cost):
@@ -405,8 +413,10 @@ def test_packing_row_cost_errors():
 SPECS = [
     TokenBudget(max_tokens=600, cost=QUAD, max_cost=4000.0),
     TokenBudget(max_cost=700),
-    ExactLength(max_tokens=400, leftovers="merge", cost={"quadratic": 0.5}, max_cost=9000),
-    Buckets(num_buckets=4, cost=QUAD, max_cost=5000.0),
+    ExactLength(
+        max_tokens=400, leftovers="merge", cost={"quadratic": 0.5}, max_cost=9000, oversize="drop"
+    ),
+    Buckets(num_buckets=4, cost=QUAD, max_cost=5000.0, oversize="drop"),
     Buckets(boundaries=[30, 90], batch_size=8, cost=QUAD),
     Packing(capacity=512, rows_per_batch=2, cost=Cost.transformer(64, 2), max_row_cost=1e10),
 ]

@@ -48,6 +48,7 @@ def exact_cases(draw):
         kw["batch_size"] = draw(st.integers(1, 9))
     elif way == "max_tokens":
         kw["max_tokens"] = draw(st.integers(1, 40))
+        kw["oversize"] = draw(st.sampled_from(["error", "drop"]))
         if lens.size:
             lens = np.maximum(lens, 1)
     else:
@@ -67,18 +68,29 @@ def exact_cases(draw):
 def test_every_index_once_one_length_per_batch_sizes_follow_the_rule(case):
     lens, kw = case
     n = lens.shape[0]
+    too_long = [
+        i for i in range(n) if kw["max_length"] is not None and size_of(lens, i) > kw["max_length"]
+    ]
+    # a sequence the budget cannot hold alone is refused, or left out with oversize="drop"
+    limit = kw.get("max_tokens")
+    over = [i for i in range(n) if limit and i not in too_long and size_of(lens, i) > limit]
+    if over and kw.get("oversize") == "error":
+        with pytest.raises(ValueError, match=f"index {over[0]} has length .* exceeds max_tokens"):
+            plan_exact_length(lens, **kw)
+        return
     plan = plan_exact_length(lens, **kw)
     rule = {k: kw.get(k) for k in ("batch_size", "max_tokens", "batch_sizes", "multiple_of")}
     # each index exactly once, in a batch or reported
     both = np.concatenate([plan.indices, plan.skipped])
     assert sorted(both.tolist()) == list(range(n))
     assert np.all(np.diff(plan.skipped) > 0)
-    too_long = [
-        i for i in range(n) if kw["max_length"] is not None and size_of(lens, i) > kw["max_length"]
-    ]
     assert plan.info["too_long"] == len(too_long)
-    assert set(too_long) <= set(plan.skipped.tolist())
-    assert plan.skipped.size == len(too_long) + plan.info["dropped_leftovers"]
+    assert plan.info["over_budget"] == len(over)
+    assert set(too_long) | set(over) <= set(plan.skipped.tolist())
+    assert plan.skipped.size == len(too_long) + len(over) + plan.info["dropped_leftovers"]
+    if limit:  # never a batch over the budget
+        assert all(b.size * max(size_of(lens, int(i)) for i in b) <= limit for b in plan)
+    too_long = too_long + over
     assert all(b.size > 0 for b in plan)
     merged = plan.info["merged_batches"]
     exact = list(plan)[: len(plan) - merged]
@@ -233,11 +245,15 @@ def test_pairs_need_no_padding_in_either_field():
 
 def test_max_tokens_sizes_and_over_budget():
     lens = np.array([10] * 7 + [3] * 5 + [50])
-    plan = plan_exact_length(lens, max_tokens=30)
+    # 50 > max_tokens: no batch may hold it (a batch of one would pass the budget)
+    with pytest.raises(ValueError, match=r"index 12 has length 50, which exceeds max_tokens=30"):
+        plan_exact_length(lens, max_tokens=30)
+    plan = plan_exact_length(lens, max_tokens=30, oversize="drop")
     got = sorted((int(lens[b[0]]), b.size) for b in plan)
-    assert got == [(3, 5), (10, 1), (10, 3), (10, 3), (50, 1)]
-    assert plan.info["over_budget"] == 1
-    skip = plan_exact_length(lens, max_tokens=30, max_length=30)
+    assert got == [(3, 5), (10, 1), (10, 3), (10, 3)]
+    assert plan.skipped.tolist() == [12]
+    assert plan.info["over_budget"] == 1 and plan.info["too_long"] == 0
+    skip = plan_exact_length(lens, max_tokens=30, max_length=30)  # a cut-off: no error
     assert skip.skipped.tolist() == [12] and skip.info["too_long"] == 1
     assert skip.info["over_budget"] == 0
 

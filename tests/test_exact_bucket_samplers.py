@@ -13,8 +13,11 @@ from padless.shortcuts import BucketSampler, ExactLengthSampler, plan_buckets, p
 CONFIGS = {
     "exact-partial": (ExactLengthSampler, {"batch_size": 4}),
     "exact-drop": (ExactLengthSampler, {"batch_size": 3, "leftovers": "drop"}),
-    "exact-merge": (ExactLengthSampler, {"max_tokens": 64, "leftovers": "merge"}),
-    "buckets-optimal": (BucketSampler, {"num_buckets": 4, "max_tokens": 64}),
+    "exact-merge": (
+        ExactLengthSampler,
+        {"max_tokens": 64, "leftovers": "merge", "oversize": "drop"},
+    ),
+    "buckets-optimal": (BucketSampler, {"num_buckets": 4, "max_tokens": 64, "oversize": "drop"}),
     "buckets-fixed": (BucketSampler, {"boundaries": [5, 12, 20], "batch_size": 5}),
 }
 NAMES = sorted(CONFIGS)

@@ -4,6 +4,7 @@ determinism, exact resume at every batch for every spec and source kind, clear e
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import zlib
 
@@ -32,7 +33,7 @@ SPECS = {
     "buckets": Buckets(num_buckets=4, max_tokens=120),
     "buckets_fixed": Buckets(boundaries=[10, 30], batch_size=5),
     "exact_merge": ExactLength(batch_size=3, leftovers="merge"),
-    "exact_budget": ExactLength(max_tokens=64),
+    "exact_budget": ExactLength(max_tokens=64, oversize="drop"),
     "exact_drop": ExactLength(batch_size=4, leftovers="drop"),
     "packing_split": Packing(capacity=64, oversize="split"),
     "packing_rows": Packing(capacity=80, rows_per_batch=3, oversize="truncate"),
@@ -120,7 +121,7 @@ def test_every_item_once_within_limits(name):
     if name != "packing_split":  # a split item's extra pieces come on top
         assert stats["peak_buffer"] <= 40
     assert stats["batches"] == len(batches)
-    if name == "packing_drop":
+    if name in ("packing_drop", "exact_budget"):  # longer than capacity / the budget alone
         assert whole == [i for i, n in ITEMS if n <= 64]
         assert stats["skipped"] == sum(n > 64 for _, n in ITEMS)
     elif name == "exact_drop":
@@ -486,6 +487,13 @@ def test_oversize_items():
         list(StreamBatcher([5, 0], ExactLength(max_tokens=64), length=int))
     b = StreamBatcher([5, 200, 6], ExactLength(batch_size=2, max_length=100), length=int)
     assert sorted(x for batch in b for x in batch) == [5, 6]
+    # buckets and exact lengths never pass their budget either: refused, or dropped on request
+    for spec in (Buckets(num_buckets=2, max_tokens=100), ExactLength(max_tokens=100)):
+        with pytest.raises(ValueError, match="position 3 has length 101, which exceeds max_tokens"):
+            list(StreamBatcher([5, 6, 7, 101, 2], spec, length=int))
+        b = StreamBatcher([5, 6, 7, 101, 2], dataclasses.replace(spec, oversize="drop"), length=int)
+        assert sorted(x for batch in b for x in batch) == [2, 5, 6, 7]
+        assert b.stats()["skipped"] == 1
 
 
 # --------------------------------------------------------------------------- properties

@@ -134,6 +134,7 @@ def plan_exact_length(
     cost: Cost | None = None,
     max_cost: float | None = None,
     pad_to_multiple_of: int = 1,
+    oversize: str = "error",
 ) -> BatchPlan:
     """Batch sequences of exactly equal length together, so no batch needs padding.
 
@@ -175,6 +176,11 @@ def plan_exact_length(
             the lengths rounded up to it: a batch holds one padded width (lengths 1-8 share a
             batch with 8), and ``max_tokens``, ``max_length`` and ``batch_sizes`` keys are
             compared with that width, so the budget holds for the padded batch.
+        oversize: a sequence that passes the budget alone (width over ``max_tokens``, cost
+            over ``max_cost``): "error" raises, naming the first; "drop" leaves it out
+            (``plan.skipped``, counted in ``plan.info["over_budget"]``). No batch is ever over
+            the budget. (``max_length`` is a cut-off, not a budget: longer sequences are left
+            out, counted in ``too_long``.)
 
     Returns:
         A :class:`BatchPlan`; ``plan.info`` holds ``too_long``, ``leftover_items`` (items in
@@ -232,6 +238,7 @@ class ExactLengthSampler(PlanSampler):
         cost: Cost | None = None,
         max_cost: float | None = None,
         pad_to_multiple_of: int = 1,
+        oversize: str = "error",
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = spec_of(ExactLength, locals())
@@ -251,6 +258,7 @@ def plan_buckets(
     cost: Cost | None = None,
     max_cost: float | None = None,
     pad_to_multiple_of: int = 1,
+    oversize: str = "error",
 ) -> BatchPlan:
     """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
 
@@ -279,6 +287,9 @@ def plan_buckets(
             the lengths rounded up to it: buckets, boundaries (given or fitted) and budgets
             all see each sequence at its padded width, so ``max_tokens`` holds for the padded
             batch.
+        oversize: a sequence that passes the budget alone (width over ``max_tokens``, cost
+            over ``max_cost``): "error" raises, naming the first; "drop" leaves it out
+            (``plan.skipped``; fitted boundaries ignore it). No batch is ever over the budget.
 
     Returns:
         A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,
@@ -329,6 +340,7 @@ class BucketSampler(PlanSampler):
         cost: Cost | None = None,
         max_cost: float | None = None,
         pad_to_multiple_of: int = 1,
+        oversize: str = "error",
         **options: Unpack[SamplerOptions],
     ) -> None:
         spec = spec_of(Buckets, locals())

@@ -8,7 +8,7 @@ A sequence's size is its length, or for (N, F) lengths its max over fields (fair
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
+from .budget import OVERSIZE, check_oversize, over_budget
 from .exact import round_size
 from .spec import Planner, Spec, check_pad_multiple
 
@@ -277,14 +278,17 @@ class Buckets(Spec):
     cost: Cost | None = None
     max_cost: float | None = None
     pad_to_multiple_of: int = 1
+    oversize: str = "error"
 
     name = "buckets"
     sampler_name = "BucketSampler"
+    quiet = {**Spec.quiet, "oversize": "error"}
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cost", as_cost(self.cost))
         object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
         object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
+        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
         cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
             self.boundaries,
             self.num_buckets,
@@ -306,12 +310,22 @@ class Buckets(Spec):
     def stream_engine(self) -> R.StreamEngine:
         """The stream form: full batches per bucket leave, remainders wait (boundaries fitted on the first buffer)."""
         R.check_streamable(
-            self, ("boundaries", "num_buckets", "max_tokens", "batch_size", "multiple_of")
+            self,
+            ("boundaries", "num_buckets", "max_tokens", "batch_size", "multiple_of", "oversize"),
         )
         return BucketStream(self)
 
     def bind(self, lengths: np.ndarray) -> BucketPlanner:
         return BucketPlanner(self, lengths)
+
+    def _fits(self, widths: np.ndarray) -> np.ndarray:
+        """Mask of the widths a batch of one holds within the budget."""
+        ok = np.ones(widths.shape, dtype=np.bool_)
+        if self.max_tokens is not None:
+            ok &= widths <= self.max_tokens
+        if self.max_cost is not None:
+            ok &= model_of(self.cost).of(widths) <= self.max_cost
+        return ok
 
     def for_windows(self, src: Any) -> Buckets:
         """With ``num_buckets``: the boundaries fitted once to the whole corpus' histogram of
@@ -320,7 +334,10 @@ class Buckets(Spec):
         sequences has no token cost to budget)."""
         spec = self
         if self.num_buckets is not None:
-            cuts = _fit_chunks(src.size_chunks(self.pad_to_multiple_of), self.num_buckets)
+            chunks = src.size_chunks(self.pad_to_multiple_of)
+            if self.oversize == "drop":  # fitted to the sequences that are planned
+                chunks = (c[self._fits(c)] for c in chunks)
+            cuts = _fit_chunks(chunks, self.num_buckets)
             spec = dataclasses.replace(self, boundaries=tuple(cuts.tolist()), num_buckets=None)
         if spec.max_tokens is not None and src.n and src.size_min == 0:
             raise ValueError(
@@ -345,20 +362,28 @@ class BucketPlanner(Planner):
 
     def __init__(self, spec: Buckets, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
+        # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
+        self.skipped = over_budget(self, spec)
+        self.kept: np.ndarray | None = None
+        planned = self.widths
+        if self.skipped.size:
+            self.kept = np.setdiff1d(np.arange(self.widths.shape[0]), self.skipped)
+            planned = self.widths[self.kept]
         if spec.boundaries is not None:
             cuts = np.array(spec.boundaries, dtype=np.int64)
         else:
-            cuts = _fit_boundaries(self.widths, spec.num_buckets or 1)
+            cuts = _fit_boundaries(planned, spec.num_buckets or 1)
         self.boundaries = cuts
         what = _zero_cost_budget(spec.max_tokens, spec.cost, spec.max_cost)
         if what:
-            figures = _bucket_figures(*_histogram(self.widths), cuts)
-            _check_nonempty(self.widths, *figures, what)
+            figures = _bucket_figures(*_histogram(planned), cuts)
+            _check_nonempty(planned, *figures, what)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
-        return self.tagged(_bucket_plan(
-            self.widths,
+        kept = self.kept
+        plan = _bucket_plan(
+            self.widths if kept is None else self.widths[kept],
             self.boundaries,
             s.max_tokens,
             s.batch_size,
@@ -367,7 +392,10 @@ class BucketPlanner(Planner):
             epoch,
             s.cost,
             s.max_cost,
-        ))  # fmt: skip
+        )
+        if kept is not None:  # oversize="drop": planned over the others
+            plan = plan.with_indices(kept[plan.indices], self.widths.shape[0], self.skipped)
+        return self.tagged(plan)
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
@@ -393,6 +421,14 @@ class BucketStream(R.GroupEngine):
         self.cuts: np.ndarray | None = (
             None if spec.boundaries is None else np.array(spec.boundaries, np.int64)
         )
+
+    def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
+        limit = self.spec.max_tokens
+        if limit is None or not sizes.size or int(sizes.max()) <= limit:
+            return None
+        if self.spec.oversize == "error":
+            R.too_long(sizes, limit, "max_tokens", where)
+        return sizes <= limit
 
     def groups(self, buf: R.Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = self.spec

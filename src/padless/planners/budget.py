@@ -81,6 +81,41 @@ def oversize_filter(
     return too_long
 
 
+def cost_filter(planner: Planner, units: np.ndarray, max_cost: float, oversize: str) -> np.ndarray:
+    """Indices whose cost alone (``units``, one per sequence) passes ``max_cost``; raise for
+    ``oversize="error"``."""
+    over = np.flatnonzero(units > max_cost)
+    if over.size and oversize == "error":
+        i = int(over[0])
+        size = f"length {int(planner.sizes[i])}"
+        if planner.pad_to_multiple_of != 1:
+            size = f"padded width {int(planner.widths[i])} (pad_to_multiple_of={planner.pad_to_multiple_of})"
+        raise ValueError(
+            f"index {i} has {size}, whose cost "
+            f"{format_cost(float(units[i]))} exceeds max_cost={format_cost(max_cost)} "
+            f'({over.size} sequences do; pass oversize="drop" to leave such items out)'
+        )
+    return over
+
+
+def over_budget(planner: Planner, spec: Any, kept: np.ndarray | None = None) -> np.ndarray:
+    """Sorted indices of the sequences one of which alone passes the spec's ``max_tokens``
+    (its width) or ``max_cost`` (its cost): the ``oversize`` policy's sequences ("error"
+    raises, naming the first; "drop" leaves them out). ``kept``: a mask of the sequences to
+    look at (the others are left out already)."""
+    widths = planner.widths if kept is None else np.where(kept, planner.widths, 0)
+    out = np.zeros(0, dtype=np.int64)
+    if spec.max_tokens is not None:
+        multiple = planner.pad_to_multiple_of
+        out = oversize_filter(widths, spec.max_tokens, spec.oversize, multiple=multiple)
+    if spec.max_cost is not None:
+        units = model_of(spec.cost).of(widths)
+        if kept is not None:
+            units = np.where(kept, units, 0.0)
+        out = np.union1d(out, cost_filter(planner, units, spec.max_cost, spec.oversize))
+    return out.astype(np.int64)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenBudget(Spec):
     """Token-budget batching, batch for batch as fairseq's ``batch_by_size``.
@@ -279,19 +314,8 @@ class CostBudgetPlanner(BudgetPlanner):
 
     def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
-        max_cost = float(spec.max_cost or 0.0)
         self.units = model_of(spec.cost).of(self.widths)
-        over = np.flatnonzero(self.units > max_cost)
-        if over.size and spec.oversize == "error":
-            i = int(over[0])
-            size = f"length {int(self.sizes[i])}"
-            if self.pad_to_multiple_of != 1:
-                size = f"padded width {int(self.widths[i])} (pad_to_multiple_of={self.pad_to_multiple_of})"
-            raise ValueError(
-                f"index {i} has {size}, whose cost "
-                f"{format_cost(float(self.units[i]))} exceeds max_cost={format_cost(max_cost)} "
-                f'({over.size} sequences do; pass oversize="drop" to leave such items out)'
-            )
+        over = cost_filter(self, self.units, float(spec.max_cost or 0.0), spec.oversize)
         self.cost_skipped = over
         # self.skipped stays the token budget's (the token walk leaves those out)
         self.all_skipped = np.union1d(self.skipped, over).astype(np.int64)

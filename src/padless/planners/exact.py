@@ -15,6 +15,7 @@ from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_
 from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, length_order
+from .budget import OVERSIZE, check_oversize, over_budget
 from .spec import Planner, Spec, check_pad_multiple
 
 if TYPE_CHECKING:
@@ -262,6 +263,11 @@ def _exact_plan(
     nonempty = np.flatnonzero(counts)
     run_len[nonempty] = sizes[order[starts[nonempty]]]
     live = nonempty if max_length is None else nonempty[run_len[nonempty] <= max_length]
+    over_budget = 0
+    if rule.budgeted:  # runs one sequence of which passes the budget (oversize="drop")
+        over = rule.over(run_len[live])
+        over_budget = int(counts[live][over].sum())
+        live = live[~over]
     run_size = np.zeros(counts.size, dtype=np.int64)
     run_size[live] = rule.sizes_for(run_len[live])
     kept, ends, rest, rest_run = K.exact_split(order, starts, run_size, _MODES[leftovers])
@@ -269,11 +275,8 @@ def _exact_plan(
     out = run_size[rest_run] == 0
     too_long = np.sort(rest[out])
     leftover, leftover_run = rest[~out], rest_run[~out]
-    over_budget = 0
-    if rule.budgeted:
-        over_budget = int(counts[live][rule.over(run_len[live])].sum())
     info: dict[str, Any] = {
-        "too_long": int(too_long.size),
+        "too_long": int(too_long.size) - over_budget,
         "leftover_items": 0,
         "dropped_leftovers": 0,
         "merged_batches": 0,
@@ -340,10 +343,12 @@ class ExactLength(Spec):
     cost: Cost | None = None
     max_cost: float | None = None
     pad_to_multiple_of: int = 1
+    oversize: str = "error"
     _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
 
     name = "exact_length"
     sampler_name = "ExactLengthSampler"
+    quiet = {**Spec.quiet, "oversize": "error"}
 
     def __post_init__(self) -> None:
         rule = size_rule(
@@ -367,6 +372,7 @@ class ExactLength(Spec):
             "cost": rule.cost,
             "max_cost": rule.max_cost,
             "pad_to_multiple_of": check_pad_multiple(self.pad_to_multiple_of),
+            "oversize": check_oversize(self.oversize, OVERSIZE),
             "_rule": rule,
         }
         for k, v in settings.items():
@@ -384,6 +390,7 @@ class ExactLength(Spec):
                 "include_partial",
                 "leftovers",
                 "multiple_of",
+                "oversize",
             ),
         )
         return ExactStream(self)
@@ -407,6 +414,9 @@ class ExactPlanner(Planner):
         super().__init__(spec, lengths)
         kept = None if spec.max_length is None else self.widths <= spec.max_length
         spec._rule.check_lengths(self.widths, kept)
+        # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
+        if spec._rule.budgeted:
+            over_budget(self, spec, kept)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
@@ -461,8 +471,16 @@ class ExactStream(R.GroupEngine):
             and int(sizes.max()) > self.spec.max_length
         ):
             keep = sizes <= self.spec.max_length
-        kept = sizes if keep is None else sizes[keep]
         rule = self.rule
+        limit = rule.max_tokens
+        if limit is not None and sizes.size and int(sizes.max()) > limit:
+            fits = sizes <= limit
+            if self.spec.oversize == "error":
+                within = sizes if keep is None else np.where(keep, sizes, 0)
+                if int(within.max()) > limit:
+                    R.too_long(within, limit, "max_tokens", where)
+            keep = fits if keep is None else keep & fits
+        kept = sizes if keep is None else sizes[keep]
         bad = np.zeros(0, np.int64)
         why = ""
         if rule.max_tokens is not None:

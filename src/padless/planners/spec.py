@@ -21,7 +21,7 @@ import numpy as np
 
 from .._check import check_int, check_seed
 from .._schedule import padded_costs
-from ..plan import BatchPlan
+from ..plan import BatchPlan, not_a_spec, spec_record
 
 
 def plannable_lengths(lengths: Any) -> np.ndarray:
@@ -74,7 +74,8 @@ def spec_of(cls: type[S], given: Mapping[str, Any]) -> S:
 
 
 # settings added after records existed: left out of ``as_dict`` while at these values, so every
-# state fingerprint, saved plan and stream state made before them stays the same
+# state fingerprint, saved plan and stream state made before them stays the same (a spec class
+# adds its own in ``Spec.quiet``)
 QUIET_DEFAULTS: dict[str, Any] = {"pad_to_multiple_of": 1}
 
 
@@ -160,6 +161,8 @@ class Spec:
     # the strategy's answers to generic code (which never tests a spec's type):
     # batches are rows of packed pieces (the plan is a PackedPlan, ``capacity`` a row's length)
     packs_rows: ClassVar[bool] = False
+    # settings left out of as_dict() at these values (added after records of the spec existed)
+    quiet: ClassVar[dict[str, Any]] = QUIET_DEFAULTS
 
     def collate_form(self) -> CollateForm:
         """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""
@@ -207,7 +210,7 @@ class Spec:
         out = {}
         for f in _settings(self):
             value = getattr(self, f.name)
-            if f.name in QUIET_DEFAULTS and value == QUIET_DEFAULTS[f.name]:
+            if f.name in self.quiet and value == self.quiet[f.name]:
                 continue
             out[f.name] = _json_safe(value)
         return out
@@ -332,7 +335,5 @@ def spec_from_dict(data: Mapping[str, Any]) -> Spec:
 def spec_to_dict(spec: Spec) -> dict[str, Any]:
     """``{"strategy": spec.name, **spec.as_dict()}``: a JSON-safe record of a spec."""
     if not isinstance(spec, Spec):
-        raise TypeError(
-            f"spec must be a padless spec (e.g. TokenBudget), got {type(spec).__name__}"
-        )
-    return {"strategy": spec.name, **spec.as_dict()}
+        raise TypeError(not_a_spec(spec))
+    return spec_record(spec)
