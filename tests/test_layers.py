@@ -66,8 +66,6 @@ FACES = {"torch"}
 ALLOWED: dict[tuple[str, str], str] = {
     # values -> readers: lengths_of(path) reads a lengths file
     ("padless.lengths", "padless.readers"): "lengths_of(Path) calls readers.lengths_from_file",
-    # values -> planners: BatchPlan.save(spec=...) records the spec
-    ("padless.plan", "padless.planners.spec"): "BatchPlan.save calls spec_to_dict",
 }
 
 # optional libraries too heavy (or too optional) for the core: at module level only in EDGE modules

@@ -137,10 +137,51 @@ def test_save_keeps_the_old_file_when_writing_fails(tmp_path):
     class Unwritable(BatchPlan):
         __slots__ = ()
 
-        def _arrays(self):  # the second array fails half way through the archive
+        def to_arrays(self):  # the second array fails half way through the archive
             return {"indices": self.indices, "offsets": DiskFull()}
 
     with pytest.raises(OSError, match="could not write plan output .*p.npz.*No space left"):
         Unwritable([0], [0, 1]).save(tmp_path / "p.npz")
     assert (tmp_path / "p.npz").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["p.npz"]
+
+
+class _Arrays(dict):
+    """Arrays by name with ``.files``, as an opened ``.npz`` answers."""
+
+    @property
+    def files(self):
+        return list(self)
+
+
+def test_to_arrays_and_from_arrays_give_every_plan_type_back():
+    from padless import FixedShapes, Packing, TokenBudget
+
+    lens = np.arange(60) * 37 % 50 + 1
+    for plan in (
+        TokenBudget(max_tokens=128, oversize="drop").plan(lens, seed=2),
+        Packing(capacity=64, max_per_row=3).plan(lens, seed=2),
+        FixedShapes(shapes=[(8, 32), (2, 64)]).plan(lens),
+    ):
+        arrays = plan.to_arrays()
+        assert set(arrays) >= {"indices", "offsets", "skipped"}
+        back = type(plan).from_arrays(_Arrays(arrays), {"info": plan.info}, "here")
+        assert type(back) is type(plan) and back == plan
+    with pytest.raises(ValueError, match="here is not a padless plan: missing"):
+        BatchPlan.from_arrays(_Arrays(indices=np.arange(2)), {}, "here")
+
+
+def test_save_records_a_spec_without_the_planners_and_refuses_anything_else(tmp_path):
+    from padless import TokenBudget
+    from padless.planners.spec import spec_to_dict
+
+    spec = TokenBudget(max_tokens=8, oversize="drop")
+    plan = spec.plan([5, 3, 3, 9, 1])
+    plan.save(tmp_path / "p.npz", spec=spec)
+    assert BatchPlan.load(tmp_path / "p.npz").info["spec"] == spec_to_dict(spec)
+    for bad in ({"max_tokens": 8}, "token_budget", TokenBudget):
+        with pytest.raises(TypeError, match="spec must be a padless spec .e.g. TokenBudget., got"):
+            plan.save(tmp_path / "bad.npz", spec=bad)
+        with pytest.raises(TypeError, match="spec must be a padless spec .e.g. TokenBudget., got"):
+            spec_to_dict(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.npz"]

@@ -338,6 +338,34 @@ def test_a_path_to_npy_is_memory_mapped(tmp_path):
     assert plans == list(plan_windows(LENS, padless.Packing(capacity=512), window=500))
 
 
+def test_a_pickled_planner_carries_mapped_lengths_as_their_file(tmp_path):
+    import copy
+    import pickle
+
+    lengths = np.random.default_rng(5).integers(1, 300, 1_000_000).astype(np.int32)
+    path = tmp_path / "l.npy"
+    np.save(path, lengths)
+    for spec in (padless.TokenBudget(max_tokens=2048), padless.Packing(capacity=512)):
+        planner = WindowedPlanner(spec, path, 200_000)
+        blob = pickle.dumps(planner)
+        assert len(blob) < 20_000, len(blob)  # 4 MB of lengths: never in the pickle
+        again = pickle.loads(blob)
+        assert isinstance(again.lengths, np.memmap) and again.lengths.filename == str(path)
+        member = planner.layout.membership(3, 1)
+        for w in (0, planner.num_windows - 1):
+            assert again.plan_window(member, w, 3, 1) == planner.plan_window(member, w, 3, 1)
+        assert np.array_equal(again.counts(3, 1, threads=1), planner.counts(3, 1, threads=1))
+    # a file that lost its lengths is refused on arrival, not read past its end
+    np.save(path, lengths[:1000])
+    with pytest.raises(ValueError, match=r"l\.npy changed: it holds \d+ bytes, fewer than"):
+        pickle.loads(blob)
+    # lengths in memory travel as they are; copies keep them
+    pairs = WindowedPlanner(padless.TokenBudget(max_tokens=2048), PAIRS, 1000)  # (N, F) lengths
+    member = pairs.layout.membership(0, 0)
+    for clone in (pickle.loads(pickle.dumps(pairs)), copy.copy(pairs), copy.deepcopy(pairs)):
+        assert clone.plan_window(member, 1, 0, 0) == pairs.plan_window(member, 1, 0, 0)
+
+
 # ------------------------------------------------------------------ errors
 def test_bad_input_is_refused_up_front_with_global_positions(tmp_path):
     spec = padless.TokenBudget(max_tokens=100)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .lengths import lengths_of
+from .lengths import MappedFile, lengths_of
 
 __all__ = ["CheckedDataset", "Field", "sampler_lengths"]
 
@@ -44,16 +44,6 @@ def sampler_lengths(sampler: Any) -> np.ndarray | None:
     if lengths is None:
         return None
     return lengths_of(lengths) if not _int_array(lengths) else np.asarray(lengths)
-
-
-def _mapped_file(x: Any) -> tuple[str, int, str, tuple[int, ...]] | None:
-    """(path, offset, dtype, shape) of a read-only memory map over a whole C-ordered file
-    region, or None."""
-    if not isinstance(x, np.memmap) or getattr(x, "filename", None) is None:
-        return None
-    if not x.flags.c_contiguous or x.base is None or x.flags.writeable:
-        return None
-    return (str(x.filename), int(x.offset), x.dtype.str, tuple(int(n) for n in x.shape))
 
 
 def _int_array(x: Any) -> bool:
@@ -151,15 +141,14 @@ class CheckedDataset:
         state["_planned"] = state["_getter"] = (
             None  # rebuilt on load (a memoryview does not pickle)
         )
-        mapped = _mapped_file(self.lengths)
+        mapped = MappedFile.of(self.lengths)
         if mapped is not None:  # a worker maps the file again instead of receiving a copy
             state["lengths"] = mapped
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if isinstance(state.get("lengths"), tuple):
-            path, offset, dtype, shape = state["lengths"]
-            state["lengths"] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+        if isinstance(state.get("lengths"), MappedFile):
+            state["lengths"] = state["lengths"].open()
         self.__dict__.update(state)
         self._fast_view()
 

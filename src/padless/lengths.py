@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -145,6 +145,46 @@ def _from_list(items: Sequence[Any]) -> np.ndarray:
             )
         out1[i] = _token_count(item, f"[{i}]")
     return out1
+
+
+class MappedFile(NamedTuple):
+    """Where a read-only memory map's array lies in its file, to map it again elsewhere (a
+    pickle carries this instead of the array: a DataLoader worker or a Ray task maps the
+    file itself)."""
+
+    path: str
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, x: Any) -> MappedFile | None:
+        """The file region of a read-only memory map over a whole C-ordered region, or None."""
+        if not isinstance(x, np.memmap) or getattr(x, "filename", None) is None:
+            return None
+        if not x.flags.c_contiguous or x.base is None or x.flags.writeable:
+            return None
+        return cls(str(x.filename), int(x.offset), x.dtype.str, tuple(int(n) for n in x.shape))
+
+    def open(self) -> np.ndarray:
+        """The array, mapped read-only again; ValueError when the file no longer holds it."""
+        need = (
+            self.offset + int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        )
+        try:
+            size = os.path.getsize(self.path)
+        except OSError as exc:
+            raise ValueError(
+                f"{self.path} changed: the lengths mapped from it are gone ({exc})"
+            ) from None
+        if size < need:
+            raise ValueError(
+                f"{self.path} changed: it holds {size} bytes, fewer than the {need} the lengths "
+                "mapped from it need"
+            )
+        return np.memmap(
+            self.path, dtype=self.dtype, mode="r", offset=self.offset, shape=self.shape
+        )
 
 
 def lengths_of(x: Any) -> np.ndarray:

@@ -60,6 +60,25 @@ def plan_meta(data: Any) -> dict[str, Any]:
     return {}
 
 
+def spec_record(spec: Any) -> dict[str, Any]:
+    """``{"strategy": spec.name, **spec.as_dict()}``, the record :meth:`BatchPlan.save` keeps of
+    a spec (:func:`padless.planners.spec.spec_to_dict`'s record, asked of the spec itself: a
+    spec is whatever answers ``name`` and ``as_dict()``; this floor does not import planners).
+    """
+    if (
+        isinstance(spec, type)
+        or not isinstance(getattr(spec, "name", None), str)
+        or not callable(getattr(spec, "as_dict", None))
+    ):
+        raise TypeError(not_a_spec(spec))
+    return {"strategy": spec.name, **spec.as_dict()}
+
+
+def not_a_spec(value: Any) -> str:
+    """The refusal of a ``spec=`` that is not a padless spec."""
+    return f"spec must be a padless spec (e.g. TokenBudget), got {type(value).__name__}"
+
+
 def saved_type(meta: dict[str, Any], where: str) -> type[BatchPlan]:
     """The plan class a saved record names (only padless's own modules are imported)."""
     name = str(meta.get("type", "BatchPlan"))
@@ -266,13 +285,27 @@ class BatchPlan:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def _arrays(self) -> dict[str, np.ndarray]:
-        """The arrays :meth:`save` writes (subclasses add theirs)."""
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays :meth:`save` writes, by name (subclasses add theirs; 0-d arrays hold
+        scalars). :meth:`from_arrays` of them, with ``{"info": plan.info}``, is the plan again.
+
+        >>> sorted(BatchPlan([1, 0], [0, 1, 2]).to_arrays())
+        ['indices', 'offsets', 'skipped']
+        """
         return {"indices": self.indices, "offsets": self.offsets, "skipped": self.skipped}
 
     @classmethod
-    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> BatchPlan:
-        """Rebuild a plan from the arrays of a saved file (``data`` maps names to arrays)."""
+    def from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> BatchPlan:
+        """Rebuild a plan from the arrays :meth:`to_arrays` gave (``data``: an opened ``.npz``,
+        or any mapping of names to arrays with a ``files`` list of its names), ``meta`` the
+        saved record (its ``"info"``); ``where`` names the source in errors.
+
+        >>> class Arrays(dict):
+        ...     files = property(list)
+        >>> plan = BatchPlan([1, 0], [0, 1, 2])
+        >>> BatchPlan.from_arrays(Arrays(plan.to_arrays()), {}, "here") == plan
+        True
+        """
         missing = {"indices", "offsets"} - set(data.files)
         if missing:
             raise ValueError(f"{where} is not a padless plan: missing {sorted(missing)}")
@@ -304,14 +337,12 @@ class BatchPlan:
             "module": kind.__module__,
         }
         if spec is not None:
-            from .planners.spec import spec_to_dict
-
-            meta["spec"] = spec_to_dict(spec)
+            meta["spec"] = spec_record(spec)
         try:
             meta["info"] = json.loads(json.dumps(self.info, default=json_default))
         except (TypeError, ValueError):
             pass  # info that is not JSON-safe is not saved
-        arrays: dict[str, Any] = {**self._arrays(), PLAN_MARKER: np.array(json.dumps(meta))}
+        arrays: dict[str, Any] = {**self.to_arrays(), PLAN_MARKER: np.array(json.dumps(meta))}
         write_exactly(path, lambda f: np.savez(f, **arrays), what="plan output")
 
     @classmethod
@@ -341,7 +372,7 @@ class BatchPlan:
                 raise ValueError(
                     f"{where} is not a padless {wanted}: it holds a {plan_type.__name__}"
                 )
-            plan = plan_type._from_arrays(data, meta, where)
+            plan = plan_type.from_arrays(data, meta, where)
         if meta.get("spec") is not None:
             plan.info["spec"] = meta["spec"]
         return plan
@@ -566,10 +597,10 @@ class PackedPlan(BatchPlan):
             f"skipped={self.skipped.size})"
         )
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def to_arrays(self) -> dict[str, np.ndarray]:
         meta = {"capacity": self.capacity, "num_sequences": self.num_sequences, "info": self.info}
         return {
-            **super()._arrays(),
+            **super().to_arrays(),
             "row_bounds": self.rows.offsets,
             "row_offsets": self.row_offsets,
             "piece_start": self.piece_start,
@@ -578,7 +609,7 @@ class PackedPlan(BatchPlan):
         }
 
     @classmethod
-    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PackedPlan:
+    def from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PackedPlan:
         need = {"indices", "row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
         missing = need - set(data.files)
         if missing:
@@ -735,19 +766,17 @@ class ShapedPlan(BatchPlan):
         padded = int((self.rows * width).sum()) * fields
         return PlanStats.of(self.sizes, self.indices.size, int(picked.sum()), padded)
 
-    def _arrays(self) -> dict[str, np.ndarray]:
+    def to_arrays(self) -> dict[str, np.ndarray]:
         # what a saved plan holds beside the plain arrays (for BatchPlan.save)
         return {
-            "indices": self.indices,
-            "offsets": self.offsets,
-            "skipped": self.skipped,
+            **super().to_arrays(),
             "shapes": self.shapes,
             "shape_of": self.shape_of,
             "pad_batches": np.array(self.pad_batches),
         }
 
     @classmethod
-    def _from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> ShapedPlan:
+    def from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> ShapedPlan:
         missing = {"indices", "offsets", "shapes", "shape_of", "pad_batches"} - set(data.files)
         if missing:
             raise ValueError(f"{where} is not a shaped plan: missing {sorted(missing)}")

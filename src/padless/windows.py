@@ -55,7 +55,7 @@ from . import _kernels as K
 from . import _rng
 from ._check import MAX_BUDGET, check_seed, non_negative, positive
 from ._schedule import balanced_order, elastic_order
-from .lengths import MAX_LENGTH, lengths_of, sizes_of
+from .lengths import MAX_LENGTH, MappedFile, lengths_of, sizes_of
 from .plan import BatchPlan, PlanStats
 
 KW = K.windows
@@ -70,6 +70,7 @@ BLOCK = 4096  # most items per block: 16 KB of int32 lengths read in one run
 MIN_BLOCKS = 16  # fewest blocks per window (smaller windows get smaller blocks)
 CHUNK = 1 << 20  # rows per chunk of the checking pass
 MAX_THREADS = 8
+_REBUILT = ("_rows", "_fast")  # a planner's state that unpickling builds again
 
 T = TypeVar("T")
 
@@ -281,6 +282,19 @@ class WindowedPlanner:
     Cost: the checking pass reads the lengths once (about 1 ns per item, in threads); memory is
     O(window) per thread, never O(N) (except :attr:`sizes` of (N, F) lengths, computed on
     demand).
+
+    **Shipping it.** A pickled planner carries what the checking pass found (a few kilobytes)
+    and its lengths: memory-mapped lengths as their file (the receiver maps the file again, so
+    a Ray task or a DataLoader worker never receives a copy), other lengths as they are. It
+    plans the same windows there, with no second checking pass.
+
+    >>> import pickle, padless
+    >>> lens = np.arange(1, 1001) % 97 + 1
+    >>> planner = WindowedPlanner(padless.TokenBudget(max_tokens=256), lens, 300)
+    >>> again = pickle.loads(pickle.dumps(planner))
+    >>> member = planner.layout.membership(1, 0)
+    >>> again.plan_window(member, 2, 1, 0) == planner.plan_window(member, 2, 1, 0)
+    True
     """
 
     def __init__(self, spec: Spec, lengths: Any, window: Any, *, threads: Any = None) -> None:
@@ -297,6 +311,7 @@ class WindowedPlanner:
         self.lengths = src
         self.n = int(src.shape[0])
         self.fields = 1 if src.ndim == 1 else int(src.shape[1])
+        self.shape: tuple[int, ...] = tuple(int(d) for d in src.shape)
         self._rows = src.reshape(self.n, self.fields) if src.ndim == 1 else src
         self.layout = WindowLayout(self.n, self.window)
         self.size_min, self.size_max = self._scan()
@@ -305,6 +320,25 @@ class WindowedPlanner:
         self._check_spec()
         empty = np.zeros((0,) if src.ndim == 1 else (0, self.fields), dtype=np.int64)
         self.template: Planner = self.window_spec.bind(empty)
+        self._fast = self._fast_path()
+
+    # ------------------------------------------------------------------ shipping
+    def __getstate__(self) -> dict[str, Any]:
+        # the rows view and the fused kernel (which holds this planner) are built again;
+        # mapped lengths travel as their file, other lengths as they are
+        state = {k: v for k, v in self.__dict__.items() if k not in _REBUILT}
+        mapped = MappedFile.of(self.lengths)
+        if mapped is not None:
+            state["lengths"] = mapped
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        lengths = state["lengths"]
+        if isinstance(lengths, MappedFile):
+            lengths = lengths.open()
+        self.__dict__.update(state)
+        self.lengths = lengths
+        self._rows = lengths.reshape(self.n, self.fields) if lengths.ndim == 1 else lengths
         self._fast = self._fast_path()
 
     # ------------------------------------------------------------------ checks

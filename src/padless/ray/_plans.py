@@ -27,46 +27,16 @@ from .._check import check_seed, positive_or_none
 from ..plan import BatchPlan, json_default, saved_type
 from ..planners.spec import Spec, spec_from_dict, spec_to_dict
 from ..readers import load_npy
-from ..windows import WindowedPlanner, source_lengths
+from ..windows import WindowedPlanner
 from ._npy import NpyStream
 
 PLAN_FORMAT = "padless-ray-plan-1"
 MANIFEST = "plan.json"
 COUNTS = "counts.npy"
-_MAPPED = ("lengths", "_rows", "_fast")  # WindowedPlanner state over the lengths: never shipped
-
-
-def _detach(planner: Any) -> dict[str, Any]:
-    """A :class:`padless.windows.WindowedPlanner`'s state without its mapped lengths.
-
-    Its fused window kernel (``_fast``) is left out too: it holds the planner, lengths and all;
-    :func:`_attach` builds it again over the lengths it maps.
-    """
-    state = {k: v for k, v in vars(planner).items() if k not in _MAPPED}
-    for k, v in state.items():
-        if isinstance(v, np.ndarray) and v.size > 1 << 16:  # pragma: no cover - guards a change
-            raise RuntimeError(f"WindowedPlanner.{k} holds {v.size} items; it cannot be shipped")
-    return state
-
-
-def _attach(state: dict[str, Any], path: str) -> Any:
-    """The planner again, its lengths mapped from ``path`` (as WindowedPlanner maps them)."""
-    planner = WindowedPlanner.__new__(WindowedPlanner)
-    vars(planner).update(state)
-    src = source_lengths(Path(path))
-    if int(src.shape[0]) != state["n"]:
-        raise ValueError(
-            f"{path} holds {src.shape[0]} lengths, but the plan was started over {state['n']}: "
-            "the file changed while planning"
-        )
-    planner.lengths = src
-    planner._rows = src.reshape(state["n"], state["fields"]) if src.ndim == 1 else src
-    planner._fast = planner._fast_path()
-    return planner
 
 
 def _plan_part(
-    state: dict[str, Any],
+    shipped: WindowedPlanner,
     path: str,
     seed: int,
     epoch: int,
@@ -77,12 +47,13 @@ def _plan_part(
 ) -> list[int]:
     """Plan windows ``first..last-1`` into the files of part ``part`` (runs on the cluster).
 
-    Each array a window's plan holds (``plan._arrays()``: indices, offsets, skipped, and for
-    packing the row arrays) is appended to ``part-NNNNN.NAME.npy``; ``part-NNNNN.json`` says
-    where each window's slice of each array starts and ends, and holds its scalars and info.
-    Returns the windows' batch counts.
+    ``shipped`` arrives with its lengths as their file (``path``), mapped again on arrival. Each
+    array a window's plan holds (``plan.to_arrays()``: indices, offsets,
+    skipped, and for packing the row arrays) is appended to ``part-NNNNN.NAME.npy``;
+    ``part-NNNNN.json`` says where each window's slice of each array starts and ends, and holds
+    its scalars and info. Returns the windows' batch counts.
     """
-    planner = _attach(state, path)
+    planner = shipped  # unpickled here: its lengths mapped from their file again
     member = planner.layout.membership(seed, epoch)
     stem = os.path.join(folder, f"part-{part:05d}")
     files: dict[str, Any] = {}
@@ -95,7 +66,7 @@ def _plan_part(
             counts.append(len(plan))
             ranges: dict[str, list[int]] = {}
             scalars: dict[str, Any] = {}
-            for name, arr in plan._arrays().items():
+            for name, arr in plan.to_arrays().items():
                 arr = np.asarray(arr)
                 if arr.ndim == 0:
                     scalars[name] = arr.item()
@@ -230,7 +201,7 @@ def plan(
     target = _plan_out(out)
     planner = WindowedPlanner(spec, src, window)
     num_windows = planner.num_windows
-    state_ref = ray.put(_detach(planner))  # (starts a local Ray if none is running)
+    planner_ref = ray.put(planner)  # its lengths stay behind (starts a local Ray if none runs)
     if tasks is None:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         tasks = 4 * max(cpus, 1)
@@ -242,7 +213,7 @@ def plan(
     try:
         where = str(src.resolve())
         pending = {
-            _plan_part_remote.remote(state_ref, where, seed, epoch, a, b, str(tmp), p): p
+            _plan_part_remote.remote(planner_ref, where, seed, epoch, a, b, str(tmp), p): p
             for p, (a, b) in enumerate(groups)
         }
         results: dict[int, list[int]] = {}
@@ -291,7 +262,7 @@ def _swap_in(tmp: Path, target: Path) -> None:
 
 
 class _Arrays(dict):  # type: ignore[type-arg]
-    """Arrays by name with ``.files``, as ``BatchPlan._from_arrays`` reads an opened ``.npz``."""
+    """Arrays by name with ``.files``, as ``BatchPlan.from_arrays`` reads an opened ``.npz``."""
 
     @property
     def files(self) -> list[str]:
@@ -399,7 +370,7 @@ class PlanFiles:
             data[n] = np.array(v)
         where = f"{self.path} window {w}"
         kind = saved_type({"type": entry["type"], "module": entry["module"]}, where)
-        out = kind._from_arrays(data, {"info": entry["info"]}, where)
+        out = kind.from_arrays(data, {"info": entry["info"]}, where)
         out.info = dict(entry["info"])
         self._last = (int(w), out)
         return out
