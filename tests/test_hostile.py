@@ -103,7 +103,6 @@ NOT_ATTACKED = {
     # no parameters to attack
     "padless.strategies": "takes no arguments",
     "padless.torch.dist_kwargs": "takes no arguments",
-    "padless.torch.dist_rank_world": "takes no arguments",
     "padless.lightning.ExactResume": "takes no arguments (a Lightning callback)",
     "padless.torch.get_rng_state": "takes no arguments",
     "padless.torch.StepRng": "takes no arguments (its load_state_dict is attacked)",
@@ -594,13 +593,6 @@ ENTRIES: list[Entry] = [
     (
         padless.torch.stop_together,
         "stop_together",
-        {"loader": [1, 2, 3]},
-        ["every"],
-        None,
-    ),
-    (
-        padless.torch.StopTogether,
-        "StopTogether",
         {"loader": [1, 2, 3]},
         ["loader", "every", "group"],
         None,

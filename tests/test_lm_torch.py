@@ -8,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from padless.lm import LMStream  # noqa: E402
-from padless.torch import _pinned_memory_available, lm_tensors  # noqa: E402
+from padless.torch import lm_tensors  # noqa: E402
+from padless.torch._loaders import _pinned_memory_available  # noqa: E402
 
 
 @pytest.mark.parametrize("out_dtype", ["int64", "int32", "uint16"])

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
@@ -30,7 +31,6 @@ from typing import Any, cast
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .torch import PackedCollate
-from .torch._packed_check import check_packed as check_packed
 
 logger = logging.getLogger(__name__)
 
@@ -745,6 +745,20 @@ __all__ = [
     "PaddingFreeCollator",
     "PadlessTrainerMixin",
     "TrainerBatches",
-    "check_packed",
     "newest_checkpoint",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # padless.hf.check_packed was padless.torch.check_packed re-exported: deprecated for a release
+    if name != "check_packed":
+        raise AttributeError(f"module 'padless.hf' has no attribute {name!r}")
+    from .torch import check_packed
+
+    warnings.warn(
+        "padless.hf.check_packed is deprecated and will be removed in the next release; "
+        "use padless.torch.check_packed",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return check_packed

@@ -202,17 +202,10 @@ def _gather(obj: Any) -> list[Any]:
     return out
 
 
-def _rank_and_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _exact_resume_class() -> type:
     import lightning.pytorch as pl
 
+    from .torch._dist import dist_kwargs
     from .torch._rng import StepRng
 
     class ExactResume(pl.Callback):
@@ -282,7 +275,8 @@ def _exact_resume_class() -> type:
                     f"{RNG_STATE_VERSION} and 'ranks' (written by ExactResume), got "
                     f"{state_dict!r:.80}"
                 )
-            rank, world = _rank_and_world()
+            where = dist_kwargs()
+            rank, world = where["rank"], where["world_size"]
             if len(ranks) != world:  # the batches still resume exactly; the dropout cannot
                 warnings.warn(
                     f"ExactResume: the checkpoint holds the random state of {len(ranks)} "

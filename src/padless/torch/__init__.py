@@ -3,7 +3,7 @@
 The only padless package that imports torch (``import padless`` does not). It only re-exports
 its parts, each importing the ones below it and never this ``__init__``:
 
-- ``_dist``: ``dist_rank_world``, ``dist_kwargs`` (this process's place in torch.distributed);
+- ``_dist``: ``dist_kwargs`` (this process's place in torch.distributed);
 - ``_rng``: ``StepRng``, ``get_rng_state``, ``set_rng_state`` (per-step random state);
 - ``_packed_check``: ``check_packed`` (do packed documents stay apart in a model);
 - ``_loss``: ``scale_loss`` (loss normalised over the global optimizer step);
@@ -11,9 +11,15 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream.
+
+Deprecated names (they still work this release, with a ``DeprecationWarning`` naming the
+replacement): ``dist_rank_world`` (use ``dist_kwargs``), ``StopTogether`` (use ``stop_together``).
 """
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 from ._collate import PackedCollate as PackedCollate
 from ._collate import PaddedCollate as PaddedCollate
@@ -21,9 +27,8 @@ from ._collate import collate_packed as collate_packed
 from ._collate import collate_padded as collate_padded
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
-from ._dist import dist_rank_world as dist_rank_world
+from ._dist import dist_rank_world as _dist_rank_world
 from ._loaders import StatefulLoader as StatefulLoader
-from ._loaders import _pinned_memory_available as _pinned_memory_available
 from ._loaders import lm_tensors as lm_tensors
 from ._loaders import mixture_dataset as mixture_dataset
 from ._loss import scale_loss as scale_loss
@@ -31,7 +36,7 @@ from ._packed_check import check_packed as check_packed
 from ._rng import StepRng as StepRng
 from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
-from ._streams import StopTogether as StopTogether
+from ._streams import StopTogether as _StopTogether
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
 
@@ -40,14 +45,12 @@ __all__ = [
     "PaddedCollate",
     "StatefulLoader",
     "StepRng",
-    "StopTogether",
     "StreamDataset",
     "check_packed",
     "collate_for",
     "collate_packed",
     "collate_padded",
     "dist_kwargs",
-    "dist_rank_world",
     "get_rng_state",
     "lm_tensors",
     "mixture_dataset",
@@ -55,3 +58,22 @@ __all__ = [
     "set_rng_state",
     "stop_together",
 ]
+
+# deprecated name -> (what it still gives, the name to use instead); each warns for one release
+_DEPRECATED: dict[str, tuple[Any, str]] = {
+    "dist_rank_world": (_dist_rank_world, "dist_kwargs"),
+    "StopTogether": (_StopTogether, "stop_together"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module 'padless.torch' has no attribute {name!r}")
+    value, instead = _DEPRECATED[name]
+    warnings.warn(
+        f"padless.torch.{name} is deprecated and will be removed in the next release; "
+        f"use padless.torch.{instead}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return value

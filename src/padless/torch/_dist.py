@@ -7,22 +7,27 @@ import torch
 __all__ = ["dist_kwargs", "dist_rank_world"]
 
 
-def dist_rank_world() -> tuple[int, int]:
-    """Return ``(rank, world_size)`` from ``torch.distributed``, or ``(0, 1)`` when not initialized.
-
-    >>> dist_rank_world()
-    (0, 1)
-    """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 def dist_kwargs() -> dict[str, int]:
     """Keyword arguments ``rank=…, world_size=…`` for a padless sampler, from torch.distributed.
+
+    Rank 0 of 1 when no process group is initialized. Cost: a few calls into torch.distributed.
 
     >>> dist_kwargs()
     {'rank': 0, 'world_size': 1}
     """
-    rank, world = dist_rank_world()
-    return {"rank": rank, "world_size": world}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return {
+            "rank": torch.distributed.get_rank(),
+            "world_size": torch.distributed.get_world_size(),
+        }
+    return {"rank": 0, "world_size": 1}
+
+
+def dist_rank_world() -> tuple[int, int]:
+    """Deprecated (``padless.torch.dist_rank_world`` warns): use :func:`dist_kwargs`.
+
+    >>> dist_rank_world()
+    (0, 1)
+    """
+    where = dist_kwargs()
+    return where["rank"], where["world_size"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._check import check_int, positive
-from ._dist import dist_rank_world
+from ._dist import dist_kwargs
 
 
 def scale_loss(
@@ -40,7 +40,7 @@ def scale_loss(
         raise TypeError(f"loss_sum must be a torch.Tensor, got {type(loss_sum).__name__}")
     total = check_int("step_total", step_total, minimum=0)
     if world_size is None:
-        world_size = dist_rank_world()[1]
+        world_size = dist_kwargs()["world_size"]
     world = positive("world_size", world_size)
     if not total:
         return loss_sum * 0.0

@@ -19,7 +19,7 @@ from ..streams import check_epoch as _check_epoch
 from ..streams import check_source as _check_source
 from ..streams import resolve_max_wait as _resolve_max_wait
 from ._collate import collate_packed, collate_padded, form_of
-from ._dist import dist_rank_world
+from ._dist import dist_kwargs
 
 __all__ = ["StopTogether", "StreamDataset", "stop_together", "stream_collate"]
 
@@ -166,9 +166,10 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         # the batcher's checks, once, in this process
         StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
         _check_source(source, length)
-        auto_rank, auto_world = dist_rank_world()
+        auto = dist_kwargs()
         self.rank, self.world_size = check_ranks(
-            auto_rank if rank is None else rank, auto_world if world_size is None else world_size
+            auto["rank"] if rank is None else rank,
+            auto["world_size"] if world_size is None else world_size,
         )
         self.source = source
         self.spec = spec
