@@ -87,7 +87,7 @@ def non_negative(name: str, value: Any) -> int:
     return cast(int, check_int(name, value, minimum=0))
 
 
-def check_seed(value: Any, name: str = "seed") -> int:
+def check_seed(name: str, value: Any) -> int:
     """Check a seed or epoch: a non-negative int, not a bool."""
     return non_negative(name, value)
 

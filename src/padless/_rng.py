@@ -28,8 +28,8 @@ RAY_PACK = 12  # padless.ray.pack: one child per window, keyed by the window's l
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
     """Return the SeedSequence of one stream, after checking seed and epoch."""
-    seed = check_seed(seed, "seed")
-    epoch = check_seed(epoch, "epoch")
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
     return np.random.SeedSequence([seed, epoch, stream])
 
 

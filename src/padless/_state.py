@@ -205,7 +205,7 @@ class Resumable:
         """
         from ._check import check_seed
 
-        epoch = check_seed(epoch, "epoch")
+        epoch = check_seed("epoch", epoch)
         pending = self._pending
         if pending is not None and epoch != self.epoch:
             if not (epoch == self.epoch + 1 and self._finished_at(pending)):

@@ -229,7 +229,7 @@ class LMStream(Resumable):
         self.batch_size = positive("batch_size", batch_size)
         self.num_steps = positive("num_steps", num_steps)
         self.mode = check_choice("mode", mode, ("random", "sequential"))
-        self.seed = check_seed(seed, "seed")
+        self.seed = check_seed("seed", seed)
         self.world_size = positive("world_size", world_size)
         self.rank = non_negative("rank", rank)
         if self.rank >= self.world_size:
@@ -280,7 +280,7 @@ class LMStream(Resumable):
         >>> LMStream(list(range(50)), batch_size=1, num_steps=4).offset_of(0) in range(4)
         True
         """
-        epoch = check_seed(epoch, "epoch")
+        epoch = check_seed("epoch", epoch)
         return int(_rng.rng(self.seed, epoch, _rng.LM_OFFSET).integers(self.num_steps))
 
     def _geometry(self) -> tuple[int, int, int, np.ndarray]:

@@ -605,7 +605,7 @@ class MixtureSampler(Resumable):
         self.p: np.ndarray = p
         self._num_batches_arg = positive_or_none("num_batches", num_batches)
         self._num_batches = self._num_batches_arg
-        self.seed = check_seed(seed, "seed")
+        self.seed = check_seed("seed", seed)
         self.rank, self.world_size = check_ranks(rank, world_size)
         self.drop_last = check_bool("drop_last", drop_last)
         self.epoch = 0
@@ -672,7 +672,7 @@ class MixtureSampler(Resumable):
         >>> sum(mix.corpus_counts().values())
         1000
         """
-        e = self.epoch if epoch is None else check_seed(epoch, "epoch")
+        e = self.epoch if epoch is None else check_seed("epoch", epoch)
         counts = self._counts(e)
         return {n: int(c) for n, c in zip(self.names, counts, strict=True)}
 
@@ -724,7 +724,7 @@ class MixtureSampler(Resumable):
         >>> s.corpus.tolist(), sorted(s.batch.tolist())
         ([0, 0, 0], [0, 1, 2])
         """
-        mix = self._mix(check_seed(epoch, "epoch"))
+        mix = self._mix(check_seed("epoch", epoch))
         m = mix.choice.shape[0]
         sub_epoch = np.empty(m, dtype=np.int64)
         batch = np.empty(m, dtype=np.int64)

@@ -125,7 +125,7 @@ class PlanSampler(Resumable):
                 f"got {type(spec).__name__}"
             )
         self.shuffle = check_bool("shuffle", shuffle)
-        self.seed = check_seed(seed, "seed")
+        self.seed = check_seed("seed", seed)
         self.rank, self.world_size = check_ranks(rank, world_size)
         self.drop_last = check_bool("drop_last", drop_last)
         self.balance = check_bool("balance", balance)
@@ -206,7 +206,7 @@ class PlanSampler(Resumable):
                 f"(window={self.window}) plans one window at a time: use "
                 "sampler.planner.plans(seed, epoch) for the window plans"
             )
-        sched = self._schedule(check_seed(epoch, "epoch"))
+        sched = self._schedule(check_seed("epoch", epoch))
         return sched.plan, sched.order
 
     def checked(self, dataset: Any, *, field: Any = None) -> Any:
@@ -421,7 +421,7 @@ class PlanSampler(Resumable):
 
     def _fingerprint_of(self, lengths_hash: int) -> str:
         config = {
-            "class": self.spec.sampler_name or type(self).__name__,
+            "class": self.spec.state_tag or type(self).__name__,
             "shuffle": self.shuffle,
             "balance": self.balance,
             **self.planner.config(),

@@ -123,7 +123,7 @@ class WindowLayout:
 
     def membership(self, seed: int, epoch: int) -> Membership:
         """The epoch's block bijection and rotation."""
-        return Membership(self, check_seed(seed, "seed"), check_seed(epoch, "epoch"))
+        return Membership(self, check_seed("seed", seed), check_seed("epoch", epoch))
 
     def items(self, w: int, *, seed: int = 0, epoch: int = 0) -> np.ndarray:
         """Global ids of window ``w``'s items in ``(seed, epoch)``, block after block.
@@ -544,8 +544,8 @@ def plan_windows(
     >>> len(plans), sorted(int(i) for p in plans for i in p.indices) == list(range(100))
     (4, True)
     """
-    check_seed(seed, "seed")
-    check_seed(epoch, "epoch")
+    check_seed("seed", seed)
+    check_seed("epoch", epoch)
     planner = WindowedPlanner(spec, lengths, window, threads=threads)
     return planner.plans(seed, epoch)
 

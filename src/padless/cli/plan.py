@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
     from ..planners.spec import spec_to_dict
 
     positive("--epochs", args.epochs)
-    check_seed(args.seed, "--seed")
-    check_seed(args.epoch, "--epoch")
+    check_seed("--seed", args.seed)
+    check_seed("--epoch", args.epoch)
     spec = make_spec(args)
     targets = _targets(args.output, args.epoch, args.epochs)
     check_output_paths(args, targets, "-o/--output")

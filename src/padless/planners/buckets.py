@@ -281,7 +281,7 @@ class Buckets(Spec):
     oversize: str = "error"
 
     name = "buckets"
-    sampler_name = "BucketSampler"
+    state_tag = "BucketSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
 
     def __post_init__(self) -> None:

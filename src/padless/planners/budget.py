@@ -163,7 +163,7 @@ class TokenBudget(Spec):
     pad_to_multiple_of: int = 1
 
     name = "token_budget"
-    sampler_name = "TokenBudgetSampler"
+    state_tag = "TokenBudgetSampler"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_tokens", budget_or_none("max_tokens", self.max_tokens))
@@ -200,8 +200,8 @@ class TokenBudget(Spec):
         """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
         if order is None:
             return super().plan(lengths, seed=seed, epoch=epoch)
-        check_seed(seed, "seed")
-        check_seed(epoch, "epoch")
+        check_seed("seed", seed)
+        check_seed("epoch", epoch)
         walk = _order_array(order)
         if (
             self.max_cost is None

@@ -347,7 +347,7 @@ class ExactLength(Spec):
     _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
 
     name = "exact_length"
-    sampler_name = "ExactLengthSampler"
+    state_tag = "ExactLengthSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
 
     def __post_init__(self) -> None:

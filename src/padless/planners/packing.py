@@ -415,7 +415,7 @@ class Packing(Spec):
     max_row_cost: float | None = None
 
     name = "packing"
-    sampler_name = "PackingSampler"
+    state_tag = "PackingSampler"
     packs_rows = True
 
     def __post_init__(self) -> None:

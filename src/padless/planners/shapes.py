@@ -143,7 +143,7 @@ class FixedShapes(Spec):
     oversize: str = "error"
 
     name = "fixed_shapes"
-    sampler_name = "FixedShapes"
+    state_tag = "FixedShapes"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shapes", check_shapes(self.shapes))
@@ -160,8 +160,8 @@ class FixedShapes(Spec):
     def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0, order: Any = None) -> ShapedPlan:
         """Plan ``lengths``; ``order`` (indices, each at most once) replaces the length order."""
         lens = lengths_of(lengths)
-        check_seed(seed, "seed")
-        check_seed(epoch, "epoch")
+        check_seed("seed", seed)
+        check_seed("epoch", epoch)
         planner = self.bind(lens)
         if order is None:
             return planner.plan(seed, epoch)

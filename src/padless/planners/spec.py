@@ -151,13 +151,14 @@ class CollateForm:
 class Spec:
     """Base of the planner specs (frozen, keyword-only dataclasses, validated in ``__post_init__``).
 
-    Subclasses set ``name`` (the registry key) and ``sampler_name`` (the sampler class whose
-    state fingerprints they share, so ``PlanSampler(L, TokenBudget(...))`` and
-    ``TokenBudgetSampler(L, ...)`` save interchangeable states), and implement :meth:`bind`.
+    Subclasses set ``name`` (the registry key) and ``state_tag`` (the tag a sampler's state
+    fingerprint carries: the keyword sampler's class name, which states were saved under before
+    specs existed, so ``PlanSampler(L, TokenBudget(...))`` and ``TokenBudgetSampler(L, ...)``
+    save interchangeable states), and implement :meth:`bind`.
     """
 
     name: ClassVar[str] = ""
-    sampler_name: ClassVar[str] = ""
+    state_tag: ClassVar[str] = ""
     # the strategy's answers to generic code (which never tests a spec's type):
     # batches are rows of packed pieces (the plan is a PackedPlan, ``capacity`` a row's length)
     packs_rows: ClassVar[bool] = False
@@ -196,8 +197,8 @@ class Spec:
         Cost: see the strategy's ``plan_*`` function.
         """
         lens = plannable_lengths(lengths)
-        check_seed(seed, "seed")
-        check_seed(epoch, "epoch")
+        check_seed("seed", seed)
+        check_seed("epoch", epoch)
         return self.bind(lens).plan(seed, epoch)
 
     def as_dict(self) -> dict[str, Any]:

@@ -116,8 +116,8 @@ def pack_table(table: Any, spec: Spec, *, column: str, seed: int = 0, epoch: int
         raise TypeError(f"table must be a pyarrow.Table, got {type(table).__name__}")
     if column not in table.column_names:
         raise ValueError(f"column must be one of {table.column_names}, got {column!r}")
-    seed = check_seed(seed, "seed")
-    epoch = check_seed(epoch, "epoch")
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
     return _pack_window(table, spec, column, seed, epoch, 0)
 
 
@@ -312,8 +312,8 @@ def pack(
     ds = check_dataset(ds)
     spec = _packing_spec(spec)
     window = positive("window", window)
-    seed = check_seed(seed, "seed")
-    epoch = check_seed(epoch, "epoch")
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
     names, types = schema_of(ds)
     column = pick_column(names, column)
     if column in names:

@@ -193,8 +193,8 @@ def plan(
             f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
             f"got {type(spec).__name__}"
         )
-    seed = check_seed(seed, "seed")
-    epoch = check_seed(epoch, "epoch")
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
     tasks = positive_or_none("tasks", tasks)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be a callable or None, got {type(progress).__name__}")

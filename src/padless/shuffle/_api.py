@@ -371,7 +371,7 @@ def _check(
     record_size = _check_kind(record_size, lines)
     budget = parse_memory(memory)
     _safety.check_memory(budget, memory)
-    seed = _fresh_seed() if seed is None else check_seed(seed)
+    seed = _fresh_seed() if seed is None else check_seed("seed", seed)
     progress = check_bool("progress", progress)
     shards = positive("shards", shards)
     _safety.check_open_files(shards)

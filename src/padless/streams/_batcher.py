@@ -238,7 +238,7 @@ class StreamBatcher:
         self.max_wait = max_wait
         self.wait = CHUNKS * max_wait - 1  # rounds an item may wait
         self._lengths = ItemLengths(length)
-        self.seed = check_seed(seed, "seed")
+        self.seed = check_seed("seed", seed)
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         check_source(source, length)
@@ -274,7 +274,7 @@ class StreamBatcher:
         epoch may be loaded. Either mistake is a ``ValueError`` (a resume loop that does not
         start from the saved epoch would otherwise yield an epoch twice or skip one).
         """
-        epoch = check_seed(epoch, "epoch")
+        epoch = check_seed("epoch", epoch)
         check_epoch(self._loaded, epoch, "StreamBatcher")
         self.epoch = epoch
         self._epoch_set = True

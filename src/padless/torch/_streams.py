@@ -198,7 +198,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         ``set_epoch``). Either mistake is a ``ValueError``: a resume loop must start from the
         epoch saved with the state.
         """
-        epoch = check_seed(epoch, "epoch")
+        epoch = check_seed("epoch", epoch)
         _check_epoch(self._pending, epoch, "StreamDataset")
         self.epoch = epoch
         self._epoch_set = True
@@ -264,7 +264,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         """Resume from ``state`` at the next iteration (checked then)."""
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        epoch = check_seed(state.get("epoch"), "state['epoch']")
+        epoch = check_seed("state['epoch']", state.get("epoch"))
         if self._epoch_set:
             _check_epoch(state, self.epoch, "StreamDataset", loading=True)
         self.epoch = epoch
