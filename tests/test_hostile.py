@@ -20,6 +20,7 @@ attacked by tests/test_ray.py under its Ray fixture.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -296,7 +297,7 @@ ENTRIES: list[Entry] = [
         "ExactLength",
         {"batch_size": 4},
         ["batch_size", "max_tokens", "batch_sizes", "max_length", "include_partial", "leftovers"]
-        + ["multiple_of", "cost", "max_cost", "pad_to_multiple_of"],
+        + ["multiple_of", "cost", "max_cost", "pad_to_multiple_of", "oversize"],
         None,
     ),
     (
@@ -311,7 +312,7 @@ ENTRIES: list[Entry] = [
         "Buckets",
         {"boundaries": [10, 30], "max_tokens": 300},
         ["boundaries", "max_tokens", "batch_size", "multiple_of", "cost", "max_cost"]
-        + ["pad_to_multiple_of"],
+        + ["pad_to_multiple_of", "oversize"],
         None,
     ),
     (
@@ -844,6 +845,14 @@ def test_every_public_entry_is_attacked():
     assert not missing, (
         f"public entries neither in ENTRIES nor in NOT_ATTACKED: {list(missing.values())}"
     )
+
+
+def test_every_spec_setting_is_attacked():
+    """Each strategy's spec entries attack all its settings (a new setting fails here)."""
+    for name, cls in padless.strategies().items():
+        listed = {p if isinstance(p, str) else p[0] for e in ENTRIES if e[0] is cls for p in e[3]}
+        settings = {f.name for f in dataclasses.fields(cls) if f.init}
+        assert settings <= listed, f"{name}: settings never attacked: {sorted(settings - listed)}"
 
 
 lengths_values = st.one_of(
