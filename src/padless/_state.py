@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ._check import check_int, check_seed
 from ._schedule import position_limit, rank_slots, steps_left, tail_counts
 
 STATE_VERSION = 1
@@ -203,8 +204,6 @@ class Resumable:
         the rest of the loaded epoch or repeat epochs: a ``ValueError`` (loop from
         ``sampler.epoch`` after loading). Without a loaded state, any epoch starts at 0.
         """
-        from ._check import check_seed
-
         epoch = check_seed("epoch", epoch)
         pending = self._pending
         if pending is not None and epoch != self.epoch:
@@ -236,8 +235,6 @@ class Resumable:
 
         ``position`` is global: batch slots consumed in this epoch over all ranks.
         """
-        from ._check import check_int
-
         if self._pending is not None and not self._iterating:
             position = self._pending
         else:

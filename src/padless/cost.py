@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ._check import check_real
+from ._check import check_bool, check_real, positive, positive_or_none
 from .plan import BatchPlan
 
 __all__ = ["Cost", "as_cost", "check_max_cost"]
@@ -105,7 +105,6 @@ class Cost:
         lens = _lengths_array(lengths).reshape(-1)
         if capacity is None:
             return float(np.cumsum(self.of(lens))[-1]) if lens.size else 0.0
-        from ._check import positive
 
         capacity = positive("capacity", capacity)
         if lens.size and int(lens.sum()) > capacity:
@@ -158,8 +157,6 @@ class Cost:
         >>> f"{c.linear:.3g} FLOPs/token, attention {c.quadratic * 8192 / c.linear:.0%} at 8k"
         '3.96e+10 FLOPs/token, attention 16% at 8k'
         """
-        from ._check import check_bool, positive, positive_or_none
-
         d = positive("d_model", d_model)
         layers = positive("n_layers", n_layers)
         ff = positive_or_none("d_ff", d_ff)

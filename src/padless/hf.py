@@ -30,6 +30,8 @@ from typing import Any, cast
 
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
+from .planners.packing import PieceDataset
+from .planners.spec import check_collate_multiple
 from .torch import PackedCollate
 
 logger = logging.getLogger(__name__)
@@ -234,8 +236,6 @@ class PadlessTrainerMixin:
         return out
 
     def _padless_bind(self, dataset: Any, lengths: Any) -> Any:
-        from .planners.packing import PieceDataset
-
         inner = dataset.dataset if isinstance(dataset, PieceDataset) else dataset
         try:
             checked = CheckedDataset(inner, lengths, field=self.padless_length_field)
@@ -544,8 +544,6 @@ def _check_collator_width(collator: Any, sampler: Any) -> None:
     """Refuse a collator that pads past what the plan budgeted: to ``max_length``, or to another
     width multiple than the plan's ``pad_to_multiple_of`` (the budget is a promise about the
     batch the model receives)."""
-    from .planners.spec import check_collate_multiple
-
     spec = getattr(sampler, "spec", None)
     if spec is None or collator is None:
         return

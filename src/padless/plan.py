@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from ._check import MAX_BUDGET, _is_int, check_bool, non_negative, positive
+from ._output import write_exactly
 from .lengths import lengths_of, sizes_of
 
 PLAN_FORMAT = "padless-plan-1"
@@ -328,8 +329,6 @@ class BatchPlan:
         >>> sorted(os.listdir(os.path.dirname(path))), BatchPlan.load(path)[0].tolist()
         (['plan.bin'], [1])
         """
-        from ._output import write_exactly
-
         kind = type(self)
         meta: dict[str, Any] = {
             "format": PLAN_FORMAT,

@@ -21,6 +21,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from .lengths import lengths_of  # one way only: lengths imports this module lazily, for paths
+from .plan import is_saved_plan
 
 __all__ = [
     "TOKENIZERS",
@@ -572,7 +573,6 @@ def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
         raise ValueError(f"{path} is not a .npz archive (it holds one array: name it .npy)")
     with data:
         names = list(data.files)
-        from .plan import is_saved_plan
 
         if is_saved_plan(names):
             raise ValueError(

@@ -11,10 +11,16 @@ from typing import Any
 import numpy as np
 
 from . import _rng
+from ._schedule import length_mixing, step_mean_lengths
+from .cost import as_cost, padded_batch_costs, real_work
 from .lengths import lengths_of, sizes_of
 from .plan import BatchPlan
+from .plan import BatchPlan as _Plan
+from .planners import strategies
 from .planners.budget import TokenBudget
-from .sampler import step_imbalance
+from .planners.shapes import FixedShapes, shape_set
+from .planners.spec import spec_to_dict
+from .sampler import PlanSampler, padded_costs, step_imbalance
 
 
 @dataclass
@@ -144,11 +150,6 @@ def _row(
     ``cost`` model); their length mixing is that of their own batch order (HF's megabatches
     for ``group_by_length``).
     """
-    from ._schedule import length_mixing, step_mean_lengths
-    from .cost import padded_batch_costs, real_work
-    from .planners.spec import spec_to_dict
-    from .sampler import PlanSampler, padded_costs
-
     st = plan.stats(lens)
     imbalance_bal: float | None = None
     if spec is not None:
@@ -201,8 +202,6 @@ def report_specs(
     >>> specs["packing"].capacity, specs["buckets"].num_buckets
     (512, 8)
     """
-    from .planners import strategies
-
     shared = {"max_tokens": max_tokens, "capacity": capacity, "num_buckets": num_buckets}
     if cost is not None:
         shared["cost"] = cost  # a padless.Cost: every spec with a cost setting takes it
@@ -307,8 +306,6 @@ def compare_report(
 
     Cost: as :func:`compare_strategies`.
     """
-    from .plan import BatchPlan as _Plan
-
     lens = lengths_of(lengths)
     sizes = sizes_of(lens)
     if sizes.size == 0:
@@ -321,8 +318,6 @@ def compare_report(
     capacity = max_tokens if capacity is None else capacity
     k = min(num_buckets, int(np.unique(sizes).size))
     if cost is not None:
-        from .cost import as_cost
-
         cost = as_cost(cost)
     specs, not_run = report_specs(
         max_tokens=max_tokens, capacity=capacity, num_buckets=k, settings=settings, cost=cost
@@ -350,7 +345,6 @@ def compare_report(
         rows.append(row)
     if "fixed_shapes" not in specs and "fixed_shapes" not in (settings or {}):
         # static shapes need their shapes: the k of the buckets, chosen by shape_set
-        from .planners.shapes import FixedShapes, shape_set
 
         t0 = time.perf_counter()
         try:

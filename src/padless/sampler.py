@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from . import _rng
-from ._check import check_bool, check_seed
+from ._check import check_bool, check_seed, non_negative, positive
 from ._schedule import (
     balanced_order,
     check_ranks,
@@ -36,8 +36,11 @@ from ._schedule import (
     step_mean_lengths,
 )
 from ._state import Resumable, fingerprint
+from .checked import CheckedDataset
+from .cost import real_work
 from .lengths import lengths_of
 from .plan import BatchPlan
+from .planners.spec import Spec
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
@@ -117,8 +120,6 @@ class PlanSampler(Resumable):
         balance: bool = False,
         window: int | None = None,
     ) -> None:
-        from .planners.spec import Spec
-
         if not isinstance(spec, Spec):
             raise TypeError(
                 f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
@@ -222,8 +223,6 @@ class PlanSampler(Resumable):
         >>> s.checked([[5, 6, 7], [8]])[0]
         [5, 6, 7]
         """
-        from .checked import CheckedDataset
-
         return CheckedDataset(dataset, self.lengths, field=field)
 
     # ------------------------------------------------------------------ Resumable hooks
@@ -284,8 +283,6 @@ class PlanSampler(Resumable):
         return out
 
     def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
-        from .cost import real_work
-
         plan = sched.plan
         cost = getattr(self.spec, "cost", None)
         entry = plan.entry_lengths(self.sizes)
@@ -344,8 +341,6 @@ class PlanSampler(Resumable):
         >>> s.loss_tokens(0, accumulation=2)  # (6 + 4) on rank 0, (3+3) + (1+2) here
         (19, [6, 3])
         """
-        from ._check import non_negative, positive
-
         step = non_negative("step", step)
         accumulation = positive("accumulation", accumulation)
         count = _target_rule(targets)

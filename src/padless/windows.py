@@ -57,6 +57,7 @@ from ._check import MAX_BUDGET, check_seed, non_negative, positive
 from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, MappedFile, lengths_of, sizes_of
 from .plan import BatchPlan, PlanStats
+from .planners.spec import Spec, round_up
 
 KW = K.windows
 
@@ -298,8 +299,6 @@ class WindowedPlanner:
     """
 
     def __init__(self, spec: Spec, lengths: Any, window: Any, *, threads: Any = None) -> None:
-        from .planners.spec import Spec
-
         if not isinstance(spec, Spec):
             raise TypeError(
                 f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
@@ -367,8 +366,6 @@ class WindowedPlanner:
 
     def size_chunks(self, multiple: int = 1) -> Iterator[np.ndarray]:
         """The sizes (max over fields), rounded up to ``multiple``, chunk by chunk (int64)."""
-        from .planners.spec import round_up
-
         for lo, hi in _chunks(self.n):
             yield round_up(sizes_of(self._int64(self._rows[lo:hi])), multiple)
 

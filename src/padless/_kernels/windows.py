@@ -23,7 +23,14 @@ from numba import njit
 
 from .budget import budget_ends_runs
 from .order import shuffle_runs
-from .packing import _bit_levels, _bits_next, _grown, _pop_row, _push_row
+from .packing import (
+    _bit_levels,
+    _bits_next,
+    _grown,
+    _pop_row,
+    _push_row,
+    best_fit_rows_reference,
+)
 
 # ---------------------------------------------------------------------------------- layout
 
@@ -354,8 +361,6 @@ def best_fit_runs_reference(
     starts: np.ndarray, capacity: int, max_per_row: int
 ) -> tuple[np.ndarray, int]:
     """``best_fit_rows_reference`` of the sizes the runs stand for, largest first."""
-    from .packing import best_fit_rows_reference
-
     counts = np.diff(starts)
     sizes = np.repeat(np.arange(counts.size, dtype=np.int64), counts)[::-1]
     return best_fit_rows_reference(sizes, capacity, max_per_row)

@@ -16,8 +16,11 @@ import numpy as np
 
 from .. import _rng
 from .._check import check_seed, positive
+from .._kernels.rng import mix64_reference
 from .._state import STATE_VERSION, _mismatch, fingerprint
+from ..planners import strategies
 from ..planners._rounds import Round, StreamEngine, shuffled, sizes_of_rows
+from ..planners.spec import Spec, spec_to_dict
 from ._buffer import Entries, ItemLengths, Piece
 from ._source import Source, check_source
 
@@ -42,8 +45,6 @@ STATE_KIND = "StreamBatcher"
 
 def _mix(z: int) -> int:
     """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
-    from .._kernels.rng import mix64_reference
-
     return mix64_reference(z)
 
 
@@ -71,9 +72,6 @@ def resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
 
 def _streamable() -> list[str]:
     """The strategies with a stream form."""
-    from ..planners import strategies
-    from ..planners.spec import Spec
-
     return sorted(n for n, c in strategies().items() if c.stream_engine is not Spec.stream_engine)
 
 
@@ -207,8 +205,6 @@ class StreamBatcher:
         max_wait: int | None = None,
         window: int | None = None,
     ) -> None:
-        from ..planners.spec import Spec, spec_to_dict
-
         max_wait = resolve_max_wait(max_wait, window, "StreamBatcher")
 
         if not isinstance(spec, Spec):
