@@ -143,3 +143,27 @@ def test_packing_sampler_collate_carries_its_capacity():
 
     with pytest.raises(ValueError, match="max_per_row must match"):
         collate_packed(sampler, max_per_row=3)
+
+
+def test_shortcut_keywords_are_the_specs_settings():
+    """padless.shortcuts types each strategy's keywords with one TypedDict: it must name the
+    spec's settings exactly (a new setting fails here), required where the spec requires it."""
+    import dataclasses
+
+    from padless import shortcuts
+    from padless.sampler import SamplerOptions
+
+    for cls in (padless.TokenBudget, padless.ExactLength, padless.Buckets, padless.Packing):
+        settings = getattr(shortcuts, f"{cls.__name__}Settings")
+        fields = [f for f in dataclasses.fields(cls) if f.init]
+        assert list(settings.__annotations__) == [f.name for f in fields], cls.__name__
+        sampler = {"Buckets": "Bucket"}.get(cls.__name__, cls.__name__)
+        keywords = getattr(shortcuts, f"{sampler}SamplerKeywords")
+        assert set(keywords.__annotations__) == {f.name for f in fields} | set(
+            SamplerOptions.__annotations__
+        )
+    # a setting and a sampler option reach their places; an unknown keyword is refused
+    s = padless.PackingSampler([5, 3, 7], capacity=8, rows_per_batch=2, seed=4, world_size=1)
+    assert s.spec == padless.Packing(capacity=8, rows_per_batch=2) and s.seed == 4
+    with pytest.raises(TypeError, match="unexpected keyword argument 'capacty'"):
+        padless.PackingSampler([5], capacity=8, capacty=8)

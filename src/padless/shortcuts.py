@@ -1,17 +1,20 @@
 """The shortcuts: one ``plan_*`` function and one keyword sampler per strategy.
 
-Each is its strategy's spec with the settings given as keywords, built by
-:func:`padless.planners.spec.spec_of` from the signature (which lists every setting once):
+Each is its strategy's spec with the settings given as keywords:
 ``plan_token_budget(L, max_tokens=4096)`` is ``TokenBudget(max_tokens=4096).plan(L)`` and
 ``TokenBudgetSampler(L, max_tokens=4096)`` is ``PlanSampler(L, TokenBudget(max_tokens=4096))``
-(same batches, same states: their fingerprints are the spec's). Nothing else lives here; the
-strategies (``padless.planners``) and :class:`padless.PlanSampler` know nothing of this module.
+(same batches, same states: their fingerprints are the spec's). The keywords are typed by one
+``TypedDict`` of the spec's settings per strategy (``TokenBudgetSettings``...), which the tests
+hold equal to the spec's fields; defaults and checks live in the spec alone. Nothing else lives
+here; the strategies (``padless.planners``) and :class:`padless.PlanSampler` know nothing of
+this module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from .cost import Cost
 from .plan import BatchPlan, PackedPlan
@@ -19,13 +22,11 @@ from .planners.buckets import Buckets
 from .planners.budget import TokenBudget
 from .planners.exact import ExactLength
 from .planners.packing import Packing, PieceDataset
-from .planners.spec import spec_of
-from .sampler import PlanSampler
+from .planners.spec import Spec
+from .sampler import PlanSampler, SamplerOptions
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from .sampler import SamplerOptions
+if TYPE_CHECKING:  # names for annotations only (Python 3.10 has neither in typing)
+    from typing_extensions import Required, Unpack
 
 __all__ = [
     "BucketSampler",
@@ -38,20 +39,92 @@ __all__ = [
     "plan_token_budget",
 ]
 
+S = TypeVar("S", bound=Spec)
+
+
+class TokenBudgetSettings(TypedDict, total=False):
+    """The settings of :class:`padless.TokenBudget` (defaults and checks: there)."""
+
+    max_tokens: int | None
+    max_sentences: int | None
+    multiple_of: int
+    oversize: str
+    cost: Cost | None
+    max_cost: float | None
+    pad_to_multiple_of: int
+
+
+class ExactLengthSettings(TypedDict, total=False):
+    """The settings of :class:`padless.ExactLength` (defaults and checks: there)."""
+
+    batch_size: int | None
+    max_tokens: int | None
+    batch_sizes: Mapping[int, int] | Sequence[tuple[int, int]] | None
+    max_length: int | None
+    include_partial: bool
+    leftovers: str
+    multiple_of: int
+    cost: Cost | None
+    max_cost: float | None
+    pad_to_multiple_of: int
+    oversize: str
+
+
+class BucketsSettings(TypedDict, total=False):
+    """The settings of :class:`padless.Buckets` (defaults and checks: there)."""
+
+    boundaries: Sequence[int] | None
+    num_buckets: int | None
+    max_tokens: int | None
+    batch_size: int | None
+    multiple_of: int
+    cost: Cost | None
+    max_cost: float | None
+    pad_to_multiple_of: int
+    oversize: str
+
+
+class PackingSettings(TypedDict, total=False):
+    """The settings of :class:`padless.Packing` (defaults and checks: there)."""
+
+    capacity: Required[int]
+    max_per_row: int | None
+    rows_per_batch: int
+    oversize: str
+    cost: Cost | None
+    max_row_cost: float | None
+
+
+class TokenBudgetSamplerKeywords(TokenBudgetSettings, SamplerOptions, total=False):
+    """:class:`TokenBudgetSampler`'s keywords: the spec's settings and the sampler's options."""
+
+
+class ExactLengthSamplerKeywords(ExactLengthSettings, SamplerOptions, total=False):
+    """:class:`ExactLengthSampler`'s keywords: the spec's settings and the sampler's options."""
+
+
+class BucketSamplerKeywords(BucketsSettings, SamplerOptions, total=False):
+    """:class:`BucketSampler`'s keywords: the spec's settings and the sampler's options."""
+
+
+class PackingSamplerKeywords(PackingSettings, SamplerOptions, total=False):
+    """:class:`PackingSampler`'s keywords: the spec's settings and the sampler's options."""
+
+
+def split(cls: type[S], keywords: Mapping[str, Any]) -> tuple[S, dict[str, Any]]:
+    """``cls`` built from the keywords that are its settings, and the others (the sampler's)."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    spec = cls(**{k: v for k, v in keywords.items() if k in names})
+    return spec, {k: v for k, v in keywords.items() if k not in names}
+
 
 def plan_token_budget(
     lengths: Any,
     *,
-    max_tokens: int | None = None,
-    max_sentences: int | None = None,
-    multiple_of: int = 1,
-    order: Any = None,
-    oversize: str = "error",
     seed: int = 0,
     epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
+    order: Any = None,
+    **settings: Unpack[TokenBudgetSettings],
 ) -> BatchPlan:
     """Batch sequences greedily under a padded-token budget, exactly as fairseq's ``batch_by_size``.
 
@@ -85,8 +158,7 @@ def plan_token_budget(
     >>> [b.tolist() for b in plan]
     [[4, 2, 1], [0], [3]]
     """
-    spec = spec_of(TokenBudget, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch, order=order)
+    return TokenBudget(**settings).plan(lengths, seed=seed, epoch=epoch, order=order)
 
 
 class TokenBudgetSampler(PlanSampler):
@@ -102,39 +174,17 @@ class TokenBudgetSampler(PlanSampler):
     [0, 1, 2, 3, 4, 5]
     """
 
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        max_tokens: int | None,
-        max_sentences: int | None = None,
-        multiple_of: int = 1,
-        oversize: str = "error",
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(TokenBudget, locals())
+    def __init__(self, lengths: Any, **keywords: Unpack[TokenBudgetSamplerKeywords]) -> None:
+        spec, options = split(TokenBudget, keywords)
         super().__init__(lengths, spec, **options)
 
 
 def plan_exact_length(
     lengths: Any,
     *,
-    batch_size: int | None = None,
-    max_tokens: int | None = None,
-    batch_sizes: Mapping[int, int] | None = None,
-    max_length: int | None = None,
-    include_partial: bool = True,
-    leftovers: str = "partial",
-    multiple_of: int = 1,
     seed: int = 0,
     epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
-    oversize: str = "error",
+    **settings: Unpack[ExactLengthSettings],
 ) -> BatchPlan:
     """Batch sequences of exactly equal length together, so no batch needs padding.
 
@@ -205,8 +255,7 @@ def plan_exact_length(
     >>> [lens[b].tolist() for b in drop], drop.info["dropped_leftovers"]
     ([[3, 3], [5, 5]], 2)
     """
-    spec = spec_of(ExactLength, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch)
+    return ExactLength(**settings).plan(lengths, seed=seed, epoch=epoch)
 
 
 class ExactLengthSampler(PlanSampler):
@@ -224,41 +273,17 @@ class ExactLengthSampler(PlanSampler):
     [0, 1, 2, 3, 4, 5]
     """
 
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        batch_sizes: Mapping[int, int] | None = None,
-        max_length: int | None = None,
-        include_partial: bool = True,
-        leftovers: str = "partial",
-        multiple_of: int = 1,
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        oversize: str = "error",
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(ExactLength, locals())
+    def __init__(self, lengths: Any, **keywords: Unpack[ExactLengthSamplerKeywords]) -> None:
+        spec, options = split(ExactLength, keywords)
         super().__init__(lengths, spec, **options)
 
 
 def plan_buckets(
     lengths: Any,
     *,
-    boundaries: Any = None,
-    num_buckets: int | None = None,
-    max_tokens: int | None = None,
-    batch_size: int | None = None,
-    multiple_of: int = 1,
     seed: int = 0,
     epoch: int = 0,
-    cost: Cost | None = None,
-    max_cost: float | None = None,
-    pad_to_multiple_of: int = 1,
-    oversize: str = "error",
+    **settings: Unpack[BucketsSettings],
 ) -> BatchPlan:
     """Batch sequences within length buckets, each batch padded to at most its bucket's longest.
 
@@ -310,8 +335,7 @@ def plan_buckets(
     >>> [sorted(lens[b].tolist()) for b in plan]
     [[2, 2, 3], [8, 9, 10]]
     """
-    spec = spec_of(Buckets, locals())
-    return spec.plan(lengths, seed=seed, epoch=epoch)
+    return Buckets(**settings).plan(lengths, seed=seed, epoch=epoch)
 
 
 class BucketSampler(PlanSampler):
@@ -328,36 +352,17 @@ class BucketSampler(PlanSampler):
     ([2], [0, 1, 2, 3, 4, 5, 6, 7])
     """
 
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        boundaries: Any = None,
-        num_buckets: int | None = None,
-        max_tokens: int | None = None,
-        batch_size: int | None = None,
-        multiple_of: int = 1,
-        cost: Cost | None = None,
-        max_cost: float | None = None,
-        pad_to_multiple_of: int = 1,
-        oversize: str = "error",
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(Buckets, locals())
+    def __init__(self, lengths: Any, **keywords: Unpack[BucketSamplerKeywords]) -> None:
+        spec, options = split(Buckets, keywords)
         super().__init__(lengths, spec, **options)
 
 
 def plan_packing(
     lengths: Any,
     *,
-    capacity: int,
-    max_per_row: int | None = None,
-    rows_per_batch: int = 1,
-    oversize: str = "error",
     seed: int = 0,
     epoch: int = 0,
-    cost: Cost | None = None,
-    max_row_cost: float | None = None,
+    **settings: Unpack[PackingSettings],
 ) -> PackedPlan:
     """Pack sequences into rows of ``capacity`` tokens by best-fit decreasing over all of them.
 
@@ -404,8 +409,7 @@ def plan_packing(
     >>> plan.efficiency
     1.0
     """
-    spec = spec_of(Packing, locals())
-    return cast(PackedPlan, spec.plan(lengths, seed=seed, epoch=epoch))
+    return cast(PackedPlan, Packing(**settings).plan(lengths, seed=seed, epoch=epoch))
 
 
 class PackingSampler(PlanSampler):
@@ -447,19 +451,8 @@ class PackingSampler(PlanSampler):
     ([0, 1, 2, 3, 4, 5], 3)
     """
 
-    def __init__(
-        self,
-        lengths: Any,
-        *,
-        capacity: int,
-        max_per_row: int | None = None,
-        rows_per_batch: int = 1,
-        oversize: str = "error",
-        cost: Cost | None = None,
-        max_row_cost: float | None = None,
-        **options: Unpack[SamplerOptions],
-    ) -> None:
-        spec = spec_of(Packing, locals())
+    def __init__(self, lengths: Any, **keywords: Unpack[PackingSamplerKeywords]) -> None:
+        spec, options = split(Packing, keywords)
         super().__init__(lengths, spec, **options)
         self.spec: Packing = spec
 
