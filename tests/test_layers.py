@@ -192,6 +192,75 @@ def test_imports_point_down():
     )
 
 
+# function-local imports of padless modules kept for a reason the rule does not cover
+DEFERRED: dict[tuple[str, str], str] = {
+    ("padless.lengths", "padless.readers"): "readers imports lengths (an import cycle)",
+}
+
+
+@functools.cache
+def typing_only() -> frozenset[tuple[str, int]]:
+    """``(module, line)`` of the imports under ``if TYPE_CHECKING:`` (never run)."""
+    out = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            test = node.test if isinstance(node, ast.If) else None
+            if getattr(test, "id", getattr(test, "attr", None)) != "TYPE_CHECKING":
+                continue
+            for sub in node.body:
+                out.update(
+                    (name, n.lineno)
+                    for n in ast.walk(sub)
+                    if isinstance(n, (ast.Import, ast.ImportFrom))
+                )
+    return frozenset(out)
+
+
+@functools.cache
+def heavy_at_import(name: str) -> bool:
+    """Whether importing module ``name`` loads numba or a heavy library (what its module-level
+    imports, its packages' and theirs load, TYPE_CHECKING ones aside)."""
+    known, guarded = set(modules()), typing_only()
+    eager: dict[str, set[str]] = {}
+    for a, b, line, deferred in graph():
+        if not deferred and (a, line) not in guarded:
+            eager.setdefault(a, set()).add(b)
+    seen, todo = set(), [name]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m.partition(".")[0] in HEAVY | {"numba"}:
+            return True
+        parts = m.split(".")
+        todo.extend(p for i in range(1, len(parts)) if (p := ".".join(parts[:i])) in known)
+        todo.extend(eager.get(m, ()))
+    return False
+
+
+def test_deferred_imports_keep_heavy_modules_away_only():
+    """The one rule for a function-local import of a padless module: it keeps a module that
+    loads numba or a heavy library (torch, Ray...) out of a module that does not load it, or it
+    is of torch's face; anything else belongs at the top of the module (or in DEFERRED)."""
+    known = set(modules())
+    loose, used = [], set()
+    for a, b, line, deferred in graph():
+        if not deferred or b not in known or b == a:
+            continue
+        if LAYERS[layer_of(b)][0] in FACES or (heavy_at_import(b) and not heavy_at_import(a)):
+            continue
+        if (a, b) in DEFERRED:
+            used.add((a, b))
+            continue
+        loose.append(f"{a}:{line} -> {b}")
+    assert not loose, f"function-local imports to lift to the top of their module: {loose}"
+    assert used == set(DEFERRED), f"stale DEFERRED entries: {sorted(set(DEFERRED) - used)}"
+    # the rule holds something: light modules exist, and plan defers the kernels (numba)
+    assert not heavy_at_import("padless.plan") and heavy_at_import("padless._kernels")
+    assert not heavy_at_import("padless") and not heavy_at_import("padless.cli")
+
+
 def test_heavy_libraries_are_imported_at_top_only_at_the_edge():
     # elsewhere they are imported inside the function that needs them, so `import padless` (and
     # every core module) stays free of torch, Ray, HF, Lightning, pyarrow and matplotlib

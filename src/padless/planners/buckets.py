@@ -16,13 +16,13 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import budget_or_none, check_choice, positive, positive_or_none
-from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
+from ..cost import Cost, check_max_cost, cost_settings, model_of, padded_batch_costs, unit_limit
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
-from .budget import OVERSIZE, check_oversize, over_budget
+from .budget import check_oversize, over_budget
 from .exact import round_size
-from .spec import Planner, Spec, check_pad_multiple
+from .spec import Planner, Spec, check_cost, check_pad_multiple, setting
 
 if TYPE_CHECKING:
     pass
@@ -231,31 +231,9 @@ def _bucket_plan(
     return BatchPlan(order, offsets, info=info)
 
 
-def _sizing(
-    boundaries: Any,
-    num_buckets: Any,
-    max_tokens: Any,
-    batch_size: Any,
-    multiple_of: Any,
-    max_cost: float | None = None,
-) -> tuple[np.ndarray | None, int | None, int | None, int | None, int]:
-    cuts = None if boundaries is None else _check_boundaries(boundaries)
-    num_buckets = positive_or_none("num_buckets", num_buckets)
-    max_tokens = budget_or_none("max_tokens", max_tokens)
-    batch_size = positive_or_none("batch_size", batch_size)
-    multiple_of = positive("multiple_of", multiple_of)
-    if (cuts is None) == (num_buckets is None):
-        got = "both" if cuts is not None else "neither"
-        raise ValueError(f"pass exactly one of boundaries or num_buckets, got {got}")
-    if max_cost is not None and batch_size is not None:
-        raise ValueError(
-            "pass exactly one of max_tokens or batch_size (max_cost is a budget like "
-            "max_tokens and may join it), got max_cost and batch_size"
-        )
-    if max_cost is None and (max_tokens is None) == (batch_size is None):
-        got = "both" if max_tokens is not None else "neither"
-        raise ValueError(f"pass exactly one of max_tokens or batch_size, got {got}")
-    return cuts, num_buckets, max_tokens, batch_size, multiple_of
+def check_cuts(name: str, boundaries: Any) -> tuple[int, ...] | None:
+    """Check ``boundaries`` (None or strictly increasing lengths): a tuple of ints or None."""
+    return None if boundaries is None else tuple(int(c) for c in _check_boundaries(boundaries))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -270,42 +248,32 @@ class Buckets(Spec):
     [3, 3]
     """
 
-    boundaries: Any = None
-    num_buckets: int | None = None
-    max_tokens: int | None = None
-    batch_size: int | None = None
-    multiple_of: int = 1
-    cost: Cost | None = None
-    max_cost: float | None = None
-    pad_to_multiple_of: int = 1
-    oversize: str = "error"
+    boundaries: Any = setting(check_cuts, default=None)
+    num_buckets: int | None = setting(positive_or_none, default=None)
+    max_tokens: int | None = setting(budget_or_none, default=None)
+    batch_size: int | None = setting(positive_or_none, default=None)
+    multiple_of: int = setting(positive, default=1)
+    cost: Cost | None = setting(check_cost, default=None)
+    max_cost: float | None = setting(check_max_cost, default=None)
+    pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
+    oversize: str = setting(check_oversize, default="error")
 
     name = "buckets"
     state_tag = "BucketSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cost", as_cost(self.cost))
-        object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
-        object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
-        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
-        cuts, num_buckets, max_tokens, batch_size, multiple_of = _sizing(
-            self.boundaries,
-            self.num_buckets,
-            self.max_tokens,
-            self.batch_size,
-            self.multiple_of,
-            self.max_cost,
-        )
-        settings = {
-            "boundaries": None if cuts is None else tuple(int(c) for c in cuts),
-            "num_buckets": num_buckets,
-            "max_tokens": max_tokens,
-            "batch_size": batch_size,
-            "multiple_of": multiple_of,
-        }
-        for k, v in settings.items():
-            object.__setattr__(self, k, v)
+    def _settle(self) -> None:
+        if (self.boundaries is None) == (self.num_buckets is None):
+            got = "both" if self.boundaries is not None else "neither"
+            raise ValueError(f"pass exactly one of boundaries or num_buckets, got {got}")
+        if self.max_cost is not None and self.batch_size is not None:
+            raise ValueError(
+                "pass exactly one of max_tokens or batch_size (max_cost is a budget like "
+                "max_tokens and may join it), got max_cost and batch_size"
+            )
+        if self.max_cost is None and (self.max_tokens is None) == (self.batch_size is None):
+            got = "both" if self.max_tokens is not None else "neither"
+            raise ValueError(f"pass exactly one of max_tokens or batch_size, got {got}")
 
     def stream_engine(self) -> R.StreamEngine:
         """The stream form: full batches per bucket leave, remainders wait (boundaries fitted on the first buffer)."""
@@ -402,7 +370,6 @@ class BucketPlanner(Planner):
         (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
-        from ..cost import padded_batch_costs
 
         return padded_batch_costs(self.spec.cost, plan, self.widths)
 

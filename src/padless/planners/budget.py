@@ -11,8 +11,9 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import budget_or_none, check_choice, check_seed, positive
+from .._kernels import cost as KC
 from .._kernels import windows as KW
-from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
+from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, padded_batch_costs
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from . import _rounds as R
@@ -21,9 +22,11 @@ from .spec import (
     Planner,
     Spec,
     WindowKernel,
+    check_cost,
     check_pad_multiple,
     plain,
     round_up,
+    setting,
 )
 
 if TYPE_CHECKING:
@@ -33,11 +36,11 @@ OVERSIZE = ("error", "drop")
 OVERSIZE_ALIASES = {"skip": "drop"}
 
 
-def check_oversize(value: Any, choices: tuple[str, ...]) -> str:
+def check_oversize(name: str, value: Any, choices: tuple[str, ...] = OVERSIZE) -> str:
     """Check an ``oversize`` policy; ``"skip"`` is accepted as another word for ``"drop"``."""
     if isinstance(value, str) and value in OVERSIZE_ALIASES:
         value = OVERSIZE_ALIASES[value]
-    return check_choice("oversize", value, choices)
+    return check_choice(name, value, choices)
 
 
 def _order_array(order: Any) -> np.ndarray:
@@ -154,27 +157,16 @@ class TokenBudget(Spec):
     [[2, 4, 1], [3, 0]]
     """
 
-    max_tokens: int | None = None
-    max_sentences: int | None = None
-    multiple_of: int = 1
-    oversize: str = "error"
-    cost: Cost | None = None
-    max_cost: float | None = None
-    pad_to_multiple_of: int = 1
+    max_tokens: int | None = setting(budget_or_none, default=None)
+    max_sentences: int | None = setting(budget_or_none, default=None)
+    multiple_of: int = setting(positive, default=1)
+    oversize: str = setting(check_oversize, default="error")
+    cost: Cost | None = setting(check_cost, default=None)
+    max_cost: float | None = setting(check_max_cost, default=None)
+    pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
 
     name = "token_budget"
     state_tag = "TokenBudgetSampler"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "max_tokens", budget_or_none("max_tokens", self.max_tokens))
-        object.__setattr__(
-            self, "max_sentences", budget_or_none("max_sentences", self.max_sentences)
-        )
-        object.__setattr__(self, "multiple_of", positive("multiple_of", self.multiple_of))
-        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
-        object.__setattr__(self, "cost", as_cost(self.cost))
-        object.__setattr__(self, "max_cost", check_max_cost("max_cost", self.max_cost))
-        object.__setattr__(self, "pad_to_multiple_of", check_pad_multiple(self.pad_to_multiple_of))
 
     def stream_engine(self) -> R.StreamEngine:
         """The stream form: budget batches cut from each round's buffer."""
@@ -292,7 +284,6 @@ class BudgetPlanner(Planner):
         (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
-        from ..cost import padded_batch_costs
 
         return padded_batch_costs(self.spec.cost, plan, self.widths)
 
@@ -321,8 +312,6 @@ class CostBudgetPlanner(BudgetPlanner):
         self.all_skipped = np.union1d(self.skipped, over).astype(np.int64)
 
     def _recut(self, plan: BatchPlan) -> BatchPlan:
-        from .._kernels import cost as KC
-
         walk = plan.indices
         if self.cost_skipped.size:
             walk = walk[self.units[walk] <= float(self.spec.max_cost or 0.0)]

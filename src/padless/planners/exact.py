@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,12 +12,12 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
-from ..cost import Cost, as_cost, check_max_cost, cost_settings, model_of, unit_limit
+from ..cost import Cost, check_max_cost, cost_settings, model_of, padded_batch_costs, unit_limit
 from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, length_order
-from .budget import OVERSIZE, check_oversize, over_budget
-from .spec import Planner, Spec, check_pad_multiple
+from .budget import check_oversize, over_budget
+from .spec import Planner, Spec, check_cost, check_pad_multiple, setting
 
 if TYPE_CHECKING:
     pass
@@ -49,7 +50,7 @@ class SizeRule:
         self,
         batch_size: int | None,
         max_tokens: int | None,
-        schedule: list[tuple[int, int]] | None,
+        schedule: Sequence[tuple[int, int]] | None,
         multiple_of: int,
         cost: Cost | None = None,
         max_cost: float | None = None,
@@ -162,50 +163,41 @@ class SizeRule:
                 )
 
 
-def _check_schedule(batch_sizes: Any) -> list[tuple[int, int]]:
+def check_schedule(name: str, batch_sizes: Any) -> tuple[tuple[int, int], ...] | None:
+    """Check ``batch_sizes`` (None, a dict {length: size} or its pairs): sorted pairs or None."""
+    if batch_sizes is None:
+        return None
     if isinstance(batch_sizes, (list, tuple)) and all(
         isinstance(p, (list, tuple)) and len(p) == 2 for p in batch_sizes
     ):
         batch_sizes = dict(batch_sizes)  # [(length, size), ...], as as_dict() writes it
     if not isinstance(batch_sizes, Mapping):
         raise TypeError(
-            "batch_sizes must be a dict {length: batch size}, "
+            f"{name} must be a dict {{length: batch size}}, "
             f"got {type(batch_sizes).__name__} {batch_sizes!r:.60}"
         )
     if not batch_sizes:
-        raise ValueError("batch_sizes must hold at least one {length: batch size} entry, got {}")
+        raise ValueError(f"{name} must hold at least one {{length: batch size}} entry, got {{}}")
     pairs = []
     for key, value in batch_sizes.items():
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
-            raise TypeError(
-                f"batch_sizes keys must be int lengths, got {type(key).__name__} {key!r}"
-            )
+            raise TypeError(f"{name} keys must be int lengths, got {type(key).__name__} {key!r}")
         if key < 0:
-            raise ValueError(f"batch_sizes keys must be non-negative lengths, got {key}")
-        size = positive(f"batch_sizes[{int(key)}]", value)
+            raise ValueError(f"{name} keys must be non-negative lengths, got {key}")
+        size = positive(f"{name}[{int(key)}]", value)
         pairs.append((int(key), size))
-    return sorted(pairs)
+    return tuple(sorted(pairs))
 
 
-def size_rule(
-    batch_size: Any = None,
-    max_tokens: Any = None,
-    batch_sizes: Any = None,
-    multiple_of: Any = 1,
-    cost: Any = None,
-    max_cost: Any = None,
-) -> SizeRule:
-    """Check the three ways of sizing batches (exactly one) and return the rule.
+def size_rule(spec: ExactLength) -> SizeRule:
+    """Check that ``spec`` (its settings checked each) sizes batches one of the three ways, and
+    return its rule.
 
     ``batch_size`` may accompany ``batch_sizes``: it is then the size below the smallest key.
     ``max_cost`` is a budget like ``max_tokens`` and may join it (a batch then keeps both).
     """
-    batch_size = positive_or_none("batch_size", batch_size)
-    max_tokens = budget_or_none("max_tokens", max_tokens)
-    schedule = None if batch_sizes is None else _check_schedule(batch_sizes)
-    multiple_of = positive("multiple_of", multiple_of)
-    cost = as_cost(cost)
-    max_cost = check_max_cost("max_cost", max_cost)
+    batch_size, max_tokens, schedule = spec.batch_size, spec.max_tokens, spec.batch_sizes
+    max_cost = spec.max_cost
     given = [
         name
         for name, value in (
@@ -230,20 +222,11 @@ def size_rule(
             "pass exactly one of batch_size, max_tokens or batch_sizes "
             f"(batch_size may accompany batch_sizes), got {' and '.join(given)}"
         )
-    return SizeRule(batch_size, max_tokens, schedule, multiple_of, cost, max_cost)
+    return SizeRule(batch_size, max_tokens, schedule, spec.multiple_of, spec.cost, max_cost)
 
 
 # pooled leftovers × largest batch size up to which "merge" runs the least-padding DP (~0.1 s)
 _DP_WORK = 100_000_000
-
-
-def leftover_mode(leftovers: Any, include_partial: Any) -> tuple[str, bool]:
-    """Check ``leftovers`` and ``include_partial``; return the effective mode and the flag."""
-    leftovers = check_choice("leftovers", leftovers, LEFTOVERS)
-    include_partial = check_bool("include_partial", include_partial)
-    if not include_partial and leftovers == "partial":
-        leftovers = "drop"
-    return leftovers, include_partial
 
 
 def _exact_plan(
@@ -333,50 +316,27 @@ class ExactLength(Spec):
     [1, 2, 1, 2]
     """
 
-    batch_size: int | None = None
-    max_tokens: int | None = None
-    batch_sizes: Any = None
-    max_length: int | None = None
-    include_partial: bool = True
-    leftovers: str = "partial"
-    multiple_of: int = 1
-    cost: Cost | None = None
-    max_cost: float | None = None
-    pad_to_multiple_of: int = 1
-    oversize: str = "error"
+    batch_size: int | None = setting(positive_or_none, default=None)
+    max_tokens: int | None = setting(budget_or_none, default=None)
+    batch_sizes: Any = setting(check_schedule, default=None)
+    max_length: int | None = setting(positive_or_none, default=None)
+    include_partial: bool = setting(check_bool, default=True)
+    leftovers: str = setting(partial(check_choice, choices=LEFTOVERS), default="partial")
+    multiple_of: int = setting(positive, default=1)
+    cost: Cost | None = setting(check_cost, default=None)
+    max_cost: float | None = setting(check_max_cost, default=None)
+    pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
+    oversize: str = setting(check_oversize, default="error")
     _rule: SizeRule = dataclasses.field(init=False, repr=False, compare=False)
 
     name = "exact_length"
     state_tag = "ExactLengthSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
 
-    def __post_init__(self) -> None:
-        rule = size_rule(
-            self.batch_size,
-            self.max_tokens,
-            self.batch_sizes,
-            self.multiple_of,
-            self.cost,
-            self.max_cost,
-        )
-        leftovers, include_partial = leftover_mode(self.leftovers, self.include_partial)
-        schedule = rule.schedule
-        settings = {
-            "batch_size": rule.batch_size,
-            "max_tokens": rule.max_tokens,
-            "batch_sizes": None if schedule is None else tuple(schedule),
-            "max_length": positive_or_none("max_length", self.max_length),
-            "include_partial": include_partial,
-            "leftovers": leftovers,
-            "multiple_of": rule.multiple_of,
-            "cost": rule.cost,
-            "max_cost": rule.max_cost,
-            "pad_to_multiple_of": check_pad_multiple(self.pad_to_multiple_of),
-            "oversize": check_oversize(self.oversize, OVERSIZE),
-            "_rule": rule,
-        }
-        for k, v in settings.items():
-            object.__setattr__(self, k, v)
+    def _settle(self) -> None:
+        if not self.include_partial and self.leftovers == "partial":
+            self._set(leftovers="drop")  # what it means
+        self._set(_rule=size_rule(self))
 
     def stream_engine(self) -> R.StreamEngine:
         """The stream form: full batches of one length leave, leftovers wait."""
@@ -436,7 +396,6 @@ class ExactPlanner(Planner):
         (longest: the widest padded width)."""
         if self.spec.cost is None:
             return super().costs(plan)
-        from ..cost import padded_batch_costs
 
         return padded_batch_costs(self.spec.cost, plan, self.widths)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,13 +33,14 @@ import numpy as np
 from .. import _kernels as K
 from .. import _rng
 from .._check import positive, positive_or_none
+from .._kernels import cost as KC
 from .._kernels import windows as KW
-from ..cost import Cost, as_cost, check_max_cost, cost_settings, format_cost, model_of
+from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, packed_batch_costs
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from . import _rounds as R
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import CollateForm, Planner, Spec, WindowKernel, plain
+from .spec import CollateForm, Planner, Spec, WindowKernel, check_cost, plain, setting
 
 if TYPE_CHECKING:
     pass
@@ -47,12 +49,12 @@ OVERSIZE = ("error", "split", "truncate", "drop")
 MAX_CAPACITY = 1 << 28  # the open-row table holds one int64 per unit of capacity (2 GiB here)
 
 
-def check_capacity(capacity: Any) -> int:
+def check_capacity(name: str, value: Any) -> int:
     """Check a packing capacity: a positive int no larger than :data:`MAX_CAPACITY`."""
-    capacity = positive("capacity", capacity)
+    capacity = positive(name, value)
     if capacity > MAX_CAPACITY:
         raise ValueError(
-            f"capacity must be <= {MAX_CAPACITY} (planning keeps 8 bytes per unit of capacity), "
+            f"{name} must be <= {MAX_CAPACITY} (planning keeps 8 bytes per unit of capacity), "
             f"got {capacity}"
         )
     return capacity
@@ -407,25 +409,19 @@ class Packing(Spec):
     3
     """
 
-    capacity: int
-    max_per_row: int | None = None
-    rows_per_batch: int = 1
-    oversize: str = "error"
-    cost: Cost | None = None
-    max_row_cost: float | None = None
+    capacity: int = setting(check_capacity)
+    max_per_row: int | None = setting(positive_or_none, default=None)
+    rows_per_batch: int = setting(positive, default=1)
+    oversize: str = setting(partial(check_oversize, choices=OVERSIZE), default="error")
+    cost: Cost | None = setting(check_cost, default=None)
+    max_row_cost: float | None = setting(check_max_cost, default=None)
 
     name = "packing"
     state_tag = "PackingSampler"
     packs_rows = True
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "capacity", check_capacity(self.capacity))
-        object.__setattr__(self, "max_per_row", positive_or_none("max_per_row", self.max_per_row))
-        object.__setattr__(self, "rows_per_batch", positive("rows_per_batch", self.rows_per_batch))
-        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
-        object.__setattr__(self, "cost", as_cost(self.cost))
-        cap = check_max_cost("max_row_cost", self.max_row_cost)
-        object.__setattr__(self, "max_row_cost", cap)
+    def _settle(self) -> None:
+        cap = self.max_row_cost
         if cap is not None:
             model = model_of(self.cost)
             empty = model.linear * self.capacity
@@ -509,7 +505,6 @@ class PackPlanner(Planner):
             return _pack(
                 self.sizes, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
             )
-        from .._kernels import cost as KC
 
         model = model_of(s.cost)
         base, cap = model.linear * s.capacity, float(s.max_row_cost)
@@ -540,8 +535,6 @@ class PackPlanner(Planner):
         if not isinstance(plan, PackedPlan):
             raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
         if self.spec.cost is not None:
-            from ..cost import packed_batch_costs
-
             return packed_batch_costs(self.spec.cost, plan)
         csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
         np.cumsum(plan.piece_lengths, out=csum[1:])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ from ._order import length_order
 from .buckets import _histogram
 from .budget import check_oversize, oversize_filter
 from .exact import round_size
-from .spec import CollateForm, Planner, Spec
+from .spec import CollateForm, Planner, Spec, setting
 
 OVERSIZE = ("error", "drop")
 MAX_SHAPE_SET_TOKENS = 1 << 40  # shape_set's budget: k batches' worth of slots stay in int64
@@ -107,6 +108,11 @@ def shape_for(
     return at
 
 
+def check_shape_table(name: str, value: Any) -> tuple[tuple[int, int], ...]:
+    """:func:`padless.plan.check_shapes` as a setting's check."""
+    return check_shapes(value, name)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FixedShapes(Spec):
     """Static-shape batching: every batch fits one of ``shapes`` and is tagged with it.
@@ -138,17 +144,12 @@ class FixedShapes(Spec):
     ([[5, 2, 0, 3], [1, 4]], [[4, 8], [2, 16]])
     """
 
-    shapes: Any
-    pad_batches: bool = True
-    oversize: str = "error"
+    shapes: Any = setting(check_shape_table)
+    pad_batches: bool = setting(check_bool, default=True)
+    oversize: str = setting(partial(check_oversize, choices=OVERSIZE), default="error")
 
     name = "fixed_shapes"
     state_tag = "FixedShapes"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shapes", check_shapes(self.shapes))
-        object.__setattr__(self, "pad_batches", check_bool("pad_batches", self.pad_batches))
-        object.__setattr__(self, "oversize", check_oversize(self.oversize, OVERSIZE))
 
     def bind(self, lengths: np.ndarray) -> ShapesPlanner:
         return ShapesPlanner(self, lengths)

@@ -14,21 +14,22 @@ Adding a strategy: one module with a spec subclass and its planner, one line in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
 from .._check import check_int, check_seed
 from .._schedule import padded_costs
+from ..cost import Cost, as_cost
+from ..lengths import MAX_LENGTH, lengths_of, sizes_of
 from ..plan import BatchPlan, not_a_spec, spec_record
+from . import strategies
 
 
 def plannable_lengths(lengths: Any) -> np.ndarray:
     """:func:`padless.lengths_of`, except that a C-contiguous integer array of at most 32 bits
     within the lengths' range is used as it is: planning int32 lengths makes no int64 copy."""
-    from ..lengths import MAX_LENGTH, lengths_of
-
     if (
         isinstance(lengths, np.ndarray)
         and lengths.dtype.kind in "iu"
@@ -53,24 +54,30 @@ def _json_safe(value: Any) -> Any:
 
 
 S = TypeVar("S", bound="Spec")
+T = TypeVar("T")
+
+
+def setting(check: Callable[[str, Any], T], *, default: Any = dataclasses.MISSING) -> T:
+    """A spec field checked by ``check(name, value)``, which returns the value normalised
+    (:meth:`Spec.__post_init__` runs it and stores the result); no ``default``: required.
+
+    >>> from padless import TokenBudget
+    >>> dataclasses.fields(TokenBudget)[0].metadata["check"]("max_tokens", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_tokens must be a positive int, got 0
+    """
+    return cast(T, dataclasses.field(default=default, metadata={"check": check}))
+
+
+def check_cost(name: str, value: Any) -> Cost | None:
+    """:func:`padless.cost.as_cost` as a setting's check (``None``, a Cost or its dict)."""
+    return as_cost(value, name)
 
 
 def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
     """The user-given fields of a spec (not those it derives in ``__post_init__``)."""
     return [f for f in dataclasses.fields(spec) if f.init]
-
-
-def spec_of(cls: type[S], given: Mapping[str, Any]) -> S:
-    """``cls`` built from the names of ``given`` that are its settings (a function's ``locals()``).
-
-    The ``plan_*`` functions and keyword samplers take a spec's settings as keywords; this builds
-    the spec from them without listing them a second time (the signature lists them once).
-
-    >>> from padless import TokenBudget
-    >>> spec_of(TokenBudget, {"max_tokens": 64, "lengths": [3], "seed": 0}).max_tokens
-    64
-    """
-    return cls(**{f.name: given[f.name] for f in _settings(cls) if f.name in given})
 
 
 # settings added after records existed: left out of ``as_dict`` while at these values, so every
@@ -79,15 +86,11 @@ def spec_of(cls: type[S], given: Mapping[str, Any]) -> S:
 QUIET_DEFAULTS: dict[str, Any] = {"pad_to_multiple_of": 1}
 
 
-def check_pad_multiple(value: Any) -> int:
+def check_pad_multiple(name: str, value: Any) -> int:
     """Check ``pad_to_multiple_of``: an int in [1, 2**31] (a padded width stays below 2**32)."""
-    from ..lengths import MAX_LENGTH
-
-    m = cast(int, check_int("pad_to_multiple_of", value, minimum=1))
+    m = cast(int, check_int(name, value, minimum=1))
     if m > MAX_LENGTH:
-        raise ValueError(
-            f"pad_to_multiple_of must be <= 2**31 (a padded width stays below 2**32), got {m}"
-        )
+        raise ValueError(f"{name} must be <= 2**31 (a padded width stays below 2**32), got {m}")
     return m
 
 
@@ -149,7 +152,8 @@ class CollateForm:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
-    """Base of the planner specs (frozen, keyword-only dataclasses, validated in ``__post_init__``).
+    """Base of the planner specs: frozen, keyword-only dataclasses whose fields are made by
+    :func:`setting` (each with its own check); rules across settings go in :meth:`_settle`.
 
     Subclasses set ``name`` (the registry key) and ``state_tag`` (the tag a sampler's state
     fingerprint carries: the keyword sampler's class name, which states were saved under before
@@ -164,6 +168,23 @@ class Spec:
     packs_rows: ClassVar[bool] = False
     # settings left out of as_dict() at these values (added after records of the spec existed)
     quiet: ClassVar[dict[str, Any]] = QUIET_DEFAULTS
+
+    def __post_init__(self) -> None:
+        """Check each setting (in field order) and store it normalised; then :meth:`_settle`."""
+        checks = [
+            (f.name, f.metadata["check"]) for f in dataclasses.fields(self) if "check" in f.metadata
+        ]
+        self._set(**{name: check(name, getattr(self, name)) for name, check in checks})
+        self._settle()
+
+    def _settle(self) -> None:
+        """Check the rules across settings (each setting is checked by then); store what they
+        normalise or derive with :meth:`_set`. None by default."""
+
+    def _set(self, **values: Any) -> None:
+        """Store settings on this frozen spec (while it is made: ``__post_init__``, ``_settle``)."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def collate_form(self) -> CollateForm:
         """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""
@@ -268,8 +289,6 @@ class Planner:
     """
 
     def __init__(self, spec: Spec, lengths: np.ndarray) -> None:
-        from ..lengths import sizes_of
-
         self.spec = spec
         self.lengths = lengths
         self.sizes = sizes_of(lengths)
@@ -314,8 +333,6 @@ def spec_from_dict(data: Mapping[str, Any]) -> Spec:
     >>> spec_from_dict(spec_to_dict(Packing(capacity=512))) == Packing(capacity=512)
     True
     """
-    from . import strategies
-
     if not isinstance(data, Mapping):
         raise TypeError(f"spec must be a dict, got {type(data).__name__}")
     settings = dict(data)
