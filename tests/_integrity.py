@@ -102,18 +102,6 @@ RECIPES: dict[str, Recipe] = {
 # --------------------------------------------------------------------------- plans
 
 
-def missing_api(name: str) -> str | None:
-    """The padless API a recipe is written for but this padless lacks (issue 24), or None."""
-    import inspect
-
-    from padless import TokenBudgetSampler
-
-    if RECIPES[name].multiple != 1:
-        if "pad_to_multiple_of" not in inspect.signature(TokenBudgetSampler).parameters:
-            return "TokenBudgetSampler(pad_to_multiple_of=...) (issue 24 item 5)"
-    return None
-
-
 def make_sampler(recipe: Recipe, rank: int = 0, world: int = 1) -> Any:
     """The recipe's padless sampler for this rank (the runner's and the test's)."""
     from padless import PackingSampler, TokenBudgetSampler
@@ -989,7 +977,6 @@ def main(out: Path, names: list[str], fuzz: bool, timeout: float = 150.0, slots:
     os.environ[MARK] = str(os.getpid())
     began = time.monotonic()
     preload()
-    names = [name for name in names if missing_api(name) is None]
     for name in [*names, "refuse"]:
         (out / name / "ckpt").mkdir(parents=True, exist_ok=True)
     status: dict[str, dict[str, Any]] = {name: {} for name in [*names, "refuse"]}

@@ -56,8 +56,6 @@ def _run(out: Path, fuzz: bool) -> dict[str, Any]:
     records: dict[str, dict[str, list[list[dict[str, Any]]]]] = {}
     for name in NAMES:
         records[name] = {}
-        if it.missing_api(name):
-            continue
         for leg in ("full", *it.legs(name, fuzz)):
             ranks = []
             for r in range(it.RECIPES[name].world):
@@ -83,13 +81,6 @@ def _log(runs: dict[str, Any], name: str, leg: str) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
 
 
-def _require(name: str) -> None:
-    """Skip a recipe written for a padless API this padless lacks (named in the reason)."""
-    missing = it.missing_api(name)
-    if missing:
-        pytest.skip(f"missing API: {missing}")
-
-
 def _ended(runs: dict[str, Any], name: str, legs: list[str]) -> None:
     """Each leg ended as planned (killed by itself after its checkpoint, or finished)."""
     for leg in legs:
@@ -111,7 +102,6 @@ def _first_difference(a: list[Any], b: list[Any]) -> int:
 
 def check_plan(runs: dict[str, Any], name: str) -> None:
     """The uninterrupted run trains on the bare sampler's batches, in order, on every rank."""
-    _require(name)
     _ended(runs, name, ["full"])
     recipe = it.RECIPES[name]
     for rank in range(recipe.world):
@@ -141,7 +131,6 @@ def _slice(name: str, leg: str, fuzz: bool, rank: int) -> slice:
 
 def check_resume(runs: dict[str, Any], name: str) -> None:
     """Killed after each checkpoint and resumed: together the plan, nothing skipped or repeated."""
-    _require(name)
     fuzz = runs["fuzz"]
     legs = it.legs(name, fuzz)
     _ended(runs, name, legs)
@@ -162,7 +151,6 @@ def check_resume(runs: dict[str, Any], name: str) -> None:
 
 def check_budget(runs: dict[str, Any], name: str) -> None:
     """Every batch as the model got it: within its budget, each attended segment one whole item."""
-    _require(name)
     _ended(runs, name, ["full"])
     kind, limit, extra = it.RECIPES[name].budget
     for leg, ranks in runs["records"][name].items():
@@ -188,7 +176,6 @@ def rng_promised(name: str) -> bool:
 
 def check_losses(runs: dict[str, Any], name: str) -> None:
     """The killed-and-resumed runs' losses are the uninterrupted run's, bit for bit (dropout on)."""
-    _require(name)
     legs = it.legs(name, runs["fuzz"])
     _ended(runs, name, ["full", *legs])
     for rank in range(it.RECIPES[name].world):
@@ -278,7 +265,7 @@ def test_no_process_left_behind(runs):
 def test_fuzz_every_kill_point(tmp_path):
     runs = _run(tmp_path, True)
     failures = []
-    for name in [n for n in NAMES if not it.missing_api(n)]:
+    for name in NAMES:
         checks = [check_plan, check_resume, check_budget]
         if rng_promised(name):
             checks.append(check_losses)
