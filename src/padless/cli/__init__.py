@@ -13,8 +13,6 @@ import sys
 from importlib import import_module
 from typing import NoReturn
 
-from .. import __version__
-
 # name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": (
@@ -37,6 +35,7 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         description="Plan training batches for variable-length sequences with as little padding "
         "as possible.",
     )
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"padless {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -7,12 +7,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .._output import check_output
-from .._progress import Progress
-from ..lengths import builtin_corpus
-from ..plan import is_saved_plan
-from ..readers import lengths_from_files
-
 INPUT_HELP = (
     "lengths .npy/.npz, a token .npy with --offsets, text files (one sequence per line; .gz/.zst), "
     "Arrow/Parquet files or a saved datasets folder; several files side by side give (N, F) "
@@ -50,6 +44,8 @@ def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str
     An output is an input when it is the same file (same device and inode, so hard links and
     symbolic links count) or the same path.
     """
+    from .._output import check_output
+
     for out in outputs:
         check_output(out, option)
         for src in input_paths(args):
@@ -75,6 +71,8 @@ def refuse_saved_plans(paths: list[str]) -> None:
 
     import numpy as np
 
+    from ..plan import is_saved_plan
+
     for name in paths:
         path = Path(name)
         if not path.is_file():
@@ -97,10 +95,14 @@ def refuse_saved_plans(paths: list[str]) -> None:
 
 def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
+    from ..lengths import builtin_corpus
+
     if not args.inputs:
         if args.fields:
             return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"
         return builtin_corpus(), "built-in corpus (bible en, 29,814 verses, BPE 8k)"
+    from .._progress import Progress
+    from ..readers import lengths_from_files
 
     refuse_saved_plans(input_paths(args))
     total = 0

@@ -13,10 +13,6 @@ import json
 import os
 from typing import Any
 
-from .._check import check_seed, positive
-from ..lengths import lengths_of
-from ..planners import strategies
-from ..planners.spec import spec_to_dict
 from .inputs import add_input_arguments, check_output_paths, load_lengths
 from .settings import (
     build_spec,
@@ -36,6 +32,8 @@ CLI_DEFAULTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 
 
 def _registry() -> dict[str, type]:
+    from ..planners import strategies
+
     return dict(strategies())
 
 
@@ -141,6 +139,10 @@ def _targets(output: str, first: int, epochs: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the requested epochs and save each at exactly its path; print one JSON line each."""
+    from .._check import check_seed, positive
+    from ..lengths import lengths_of
+    from ..planners.spec import spec_to_dict
+
     positive("--epochs", args.epochs)
     check_seed("--seed", args.seed)
     check_seed("--epoch", args.epoch)

@@ -8,9 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .._output import check_output, write_exactly
 from ..lengths import lengths_of, sizes_of
-from ..planners.shapes import shape_curve
 from ..report import StrategyRow
 
 FORMATS = ("png", "svg", "pdf")
@@ -34,6 +32,8 @@ def plot_report(
 
     Cost: one matplotlib figure (about a second).
     """
+    from .._output import check_output, write_exactly
+
     target = check_output(path, "plot")
     try:
         import matplotlib
@@ -82,6 +82,8 @@ def plot_report(
     ax.set_title("slowest rank / mean rank per step")
     ax.legend(loc="lower right")
     if max_tokens is not None:
+        from ..planners.shapes import shape_curve
+
         ks = [1, 2, 4, 8, 16, 32]
         curve = shape_curve(lengths, ks, max_tokens=max_tokens)
         ax = axes[3]

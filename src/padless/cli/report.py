@@ -12,10 +12,7 @@ import json
 import sys
 from typing import Any
 
-from ..cost import Cost, as_cost
-from ..planners import strategies
 from .inputs import add_input_arguments, check_output_paths, load_lengths
-from .settings import merge_given, parse_value, setting_fields, split_assignment
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +67,8 @@ def parse_cost(text: str | None) -> Any:
     >>> parse_cost("transformer:64,2").quadratic
     768.0
     """
+    from ..cost import Cost, as_cost
+
     if text is None:
         return None
     kind, colon, rest = text.partition(":")
@@ -97,6 +96,9 @@ def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
     >>> strategy_settings(["buckets.boundaries=12,40", "packing.oversize=drop"])
     {'buckets': {'boundaries': [12, 40]}, 'packing': {'oversize': 'drop'}}
     """
+    from ..planners import strategies
+    from .settings import merge_given, parse_value, setting_fields, split_assignment
+
     registry = strategies()
     per: dict[str, list[tuple[str, str, str]]] = {}
     for text in assignments:

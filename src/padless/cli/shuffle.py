@@ -8,9 +8,6 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-from ..shuffle import parse_memory, shuffle_file
-from ..shuffle._safety import check_memory
-
 # Memory of the command itself when it calls the shuffle: the interpreter, numpy, padless and
 # argparse (about 40 MiB measured on Linux x86-64), with margin. ``--memory`` covers the whole
 # process, so the shuffle gets ``--memory`` less this.
@@ -93,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     The shuffle gets ``--memory`` less ``COMMAND_RESERVE`` (the command's own memory), so
     ``padless shuffle --memory M`` writes what ``shuffle_file(..., memory=M - 48 MiB)`` writes.
     """
+    from ..shuffle import parse_memory, shuffle_file
+    from ..shuffle._safety import check_memory
+
     budget = parse_memory(args.memory, "--memory")
     check_memory(budget, args.memory, "--memory")
     if budget < COMMAND_MIN_MEMORY:
