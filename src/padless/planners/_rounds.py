@@ -105,14 +105,16 @@ def padding(lens: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> tuple[n
 class StreamEngine:
     """What a strategy does with a buffer: which items it admits and how a round is planned."""
 
-    splits = False
     #: the buffer keeps only each item's size (the max over fields), not all its fields
     sizes_only = False
-    #: items longer than this are handed to :meth:`cut` (None: no item is cut)
-    cut_above: int | None = None
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
+
+    @property
+    def cut_above(self) -> int | None:
+        """Items longer than this are handed to :meth:`cut` (None: no item is cut)."""
+        return None
 
     def cut(self, size: int) -> list[tuple[int, int, int, int, int]]:
         """The entries an item of ``size > cut_above`` becomes: ``(k, count, start, stop,

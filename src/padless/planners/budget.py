@@ -375,11 +375,19 @@ class BudgetWindows(WindowKernel):
 class BudgetStream(R.StreamEngine):
     """TokenBudget's stream form (see :mod:`padless.streams`)."""
 
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.max_tokens = spec.max_tokens or 0
-        self.max_sentences = spec.max_sentences or 0
-        self.multiple = spec.multiple_of
+    spec: TokenBudget
+
+    @property
+    def max_tokens(self) -> int:  # the kernels' form of the spec's limits (0: none)
+        return self.spec.max_tokens or 0
+
+    @property
+    def max_sentences(self) -> int:
+        return self.spec.max_sentences or 0
+
+    @property
+    def multiple(self) -> int:
+        return self.spec.multiple_of
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
         if not self.max_tokens or not sizes.size or int(sizes.max()) <= self.max_tokens:

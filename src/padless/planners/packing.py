@@ -605,12 +605,20 @@ class PackStream(R.StreamEngine):
 
     sizes_only = True
 
-    def __init__(self, spec: Any) -> None:
-        super().__init__(spec)
-        self.capacity = spec.capacity
-        self.cut_above = spec.capacity
-        self.splits = spec.oversize == "split"
-        self.need = int(np.ceil(R.FILL_TARGET * spec.capacity))
+    spec: Packing
+
+    @property
+    def capacity(self) -> int:
+        return self.spec.capacity
+
+    @property
+    def cut_above(self) -> int:  # longer items become pieces
+        return self.spec.capacity
+
+    @property
+    def need(self) -> int:
+        """Tokens a row holds before it may leave early (FILL_TARGET of capacity)."""
+        return int(np.ceil(R.FILL_TARGET * self.spec.capacity))
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
         cap = self.capacity
