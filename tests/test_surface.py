@@ -55,3 +55,47 @@ def test_every_listed_name_loads_without_a_warning_and_unknown_names_raise(modul
             getattr(module, name)
     with pytest.raises(AttributeError, match="no_such_name"):
         module.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("budget", "plan_token_budget"),
+        ("budget", "TokenBudgetSampler"),
+        ("exact", "plan_exact_length"),
+        ("exact", "ExactLengthSampler"),
+        ("buckets", "plan_buckets"),
+        ("buckets", "BucketSampler"),
+        ("packing", "plan_packing"),
+        ("packing", "PackingSampler"),
+    ],
+)
+def test_shortcuts_at_their_former_homes_warn_and_are_the_same(module, name):
+    import importlib
+
+    old = importlib.import_module(f"padless.planners.{module}")
+    with pytest.warns(DeprecationWarning, match=rf"planners\.{module}\.{name} moved to padless"):
+        value = getattr(old, name)
+    assert value is getattr(padless, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        old.nothing  # noqa: B018
+
+
+def test_a_spec_subclass_naming_sampler_name_gets_state_tag():
+    import dataclasses
+
+    with pytest.warns(DeprecationWarning, match="sampler_name is deprecated: set state_tag"):
+
+        @dataclasses.dataclass(frozen=True, kw_only=True)
+        class Old(padless.TokenBudget):
+            sampler_name = "OldSampler"
+
+    assert Old.state_tag == "OldSampler"
+    lengths = [3, 5, 2, 7]
+    state = padless.PlanSampler(lengths, Old(max_tokens=8)).state_dict()
+    assert (
+        state["fingerprint"]
+        != padless.PlanSampler(lengths, padless.TokenBudget(max_tokens=8)).state_dict()[
+            "fingerprint"
+        ]
+    )

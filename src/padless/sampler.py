@@ -44,7 +44,7 @@ from .planners.spec import Spec
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
-    from .windows import WindowedSchedule
+    from .windows import WindowedPlanner, WindowedSchedule
 
 __all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
@@ -133,14 +133,15 @@ class PlanSampler(Resumable):
         self.spec = spec
         self.window = window
         self._windowed: WindowedSchedule | None = None
+        self.planner: Planner | WindowedPlanner
         if window is None:
-            self.planner: Planner = spec.bind(lengths_of(lengths))
+            self.planner = spec.bind(lengths_of(lengths))
         else:
             from .windows import WindowedPlanner, WindowedSchedule
 
             windowed = WindowedPlanner(spec, lengths, window)
             self.window = windowed.window
-            self.planner = windowed  # type: ignore[assignment]
+            self.planner = windowed
             self._windowed = WindowedSchedule(
                 windowed, shuffle=self.shuffle, seed=self.seed, balance=self.balance
             )

@@ -22,7 +22,7 @@ from ..plan import BatchPlan
 from . import _rounds as R
 from .budget import check_oversize, over_budget
 from .exact import round_size
-from .spec import Planner, Spec, check_cost, check_pad_multiple, setting
+from .spec import Planner, Spec, check_cost, check_pad_multiple, moved_names, setting
 
 if TYPE_CHECKING:
     pass
@@ -431,3 +431,9 @@ class BucketStream(R.GroupEngine):
         cuts = state.get("boundaries")
         if cuts is not None:
             self.cuts = np.array(cuts, np.int64)
+
+
+# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
+__getattr__ = moved_names(
+    __name__, {"plan_buckets": "padless.shortcuts", "BucketSampler": "padless.shortcuts"}
+)

@@ -40,7 +40,7 @@ from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; im
 from . import _rounds as R
 from ._order import length_order, run_sizes
 from .budget import check_oversize
-from .spec import CollateForm, Planner, Spec, WindowKernel, check_cost, plain, setting
+from .spec import CollateForm, Planner, Spec, WindowKernel, check_cost, moved_names, plain, setting
 
 if TYPE_CHECKING:
     pass
@@ -716,3 +716,9 @@ def _whole_batches(
         num += 1
         take = min(rows.size, num * per)
     return np.sort(rows[rank[:take]])
+
+
+# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
+__getattr__ = moved_names(
+    __name__, {"plan_packing": "padless.shortcuts", "PackingSampler": "padless.shortcuts"}
+)
