@@ -7,8 +7,12 @@ the report. ``spec.bind(lengths)`` checks what depends on the lengths (a sequenc
 budget, boundaries fitted to them) once and returns a :class:`Planner` that plans any
 ``(seed, epoch)`` from then on.
 
-Adding a strategy: one module with a spec subclass and its planner, one line in
-:func:`padless.planners.strategies`, and its factory in the contract tests.
+Adding a strategy: one module with a spec subclass (each setting a :func:`setting` field with
+its check; rules across settings in ``_settle``; its answers to generic code where the defaults
+do not fit: ``packs_rows``, ``collate_form``, ``for_windows``, ``window_kernel``,
+``stream_engine``) and its planner, one line in :func:`padless.planners.strategies`, and its
+factory in the contract tests. Windows, streams, samplers and collates ask these answers; none
+of them tests a spec's type.
 """
 
 from __future__ import annotations
