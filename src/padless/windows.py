@@ -310,7 +310,6 @@ class WindowedPlanner:
         self.lengths = src
         self.n = int(src.shape[0])
         self.fields = 1 if src.ndim == 1 else int(src.shape[1])
-        self.shape: tuple[int, ...] = tuple(int(d) for d in src.shape)
         self._rows = src.reshape(self.n, self.fields) if src.ndim == 1 else src
         self.layout = WindowLayout(self.n, self.window)
         self.size_min, self.size_max = self._scan()

@@ -24,12 +24,6 @@ _MASK64 = (1 << 64) - 1
 Buffer = Any
 
 
-def sizes_of_rows(lens: np.ndarray) -> np.ndarray:
-    if lens.ndim == 1:
-        return lens
-    return lens.max(axis=1) if lens.shape[0] else np.zeros(0, np.int64)
-
-
 class Round:
     """One round's emitted batches over the buffer entries, and the entries that wait.
 
@@ -138,12 +132,20 @@ class StreamEngine:
         pass
 
 
-def too_long(sizes: np.ndarray, limit: int, what: str, where: Callable[[int], int]) -> None:
-    i = int(np.flatnonzero(sizes > limit)[0])
-    raise ValueError(
-        f"the item at stream position {where(i)} has length {int(sizes[i])}, which exceeds "
-        f'{what}={limit} (pass oversize="drop" to leave such items out)'
-    )
+def within_budget(
+    sizes: np.ndarray, limit: int | None, oversize: str, where: Callable[[int], int]
+) -> np.ndarray | None:
+    """Mask of the items no longer than ``limit`` (None: all are; so is a ``limit`` of None);
+    with ``oversize="error"`` an item over it is a ValueError naming its stream position."""
+    if limit is None or not sizes.size or int(sizes.max()) <= limit:
+        return None
+    if oversize == "error":
+        i = int(np.flatnonzero(sizes > limit)[0])
+        raise ValueError(
+            f"the item at stream position {where(i)} has length {int(sizes[i])}, which exceeds "
+            f'max_tokens={limit} (pass oversize="drop" to leave such items out)'
+        )
+    return sizes <= limit
 
 
 def release(counts: np.ndarray, leave: np.ndarray, score: np.ndarray, room: int) -> np.ndarray:

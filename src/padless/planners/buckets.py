@@ -55,9 +55,7 @@ def _fit_chunks(chunks: Iterable[np.ndarray], k: int) -> np.ndarray:
         return np.zeros(0, np.int64)
     values, inverse = np.unique(np.concatenate(values_parts), return_inverse=True)
     counts = np.bincount(inverse.ravel(), weights=np.concatenate(count_parts)).astype(np.int64)
-    if values.size <= 1 or k == 1:
-        return np.zeros(0, np.int64)
-    return values[K.optimal_cuts(values.astype(np.int64), counts, k)]
+    return _cuts_of(values.astype(np.int64), counts, k)
 
 
 def _check_boundaries(boundaries: Any) -> np.ndarray:
@@ -116,7 +114,11 @@ def bucket_boundaries(lengths: Any, k: int, *, method: str = "optimal") -> np.nd
 
 def _fit_boundaries(sizes: np.ndarray, k: int, method: str = "optimal") -> np.ndarray:
     """:func:`bucket_boundaries` of checked sizes (widths may pass the lengths' 2**31)."""
-    values, counts = _histogram(sizes)
+    return _cuts_of(*_histogram(sizes), k, method)
+
+
+def _cuts_of(values: np.ndarray, counts: np.ndarray, k: int, method: str = "optimal") -> np.ndarray:
+    """The boundaries of ``k`` buckets over a histogram (distinct sizes ascending, counts)."""
     if values.size <= 1 or k == 1:
         return np.zeros(0, np.int64)
     if method == "optimal":
@@ -332,11 +334,12 @@ class BucketPlanner(Planner):
         super().__init__(spec, lengths)
         # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
         self.skipped = over_budget(self, spec)
-        self.kept: np.ndarray | None = None
-        planned = self.widths
+        self.kept: np.ndarray | None = None  # oversize="drop": the sequences planned
+        self.planned = self.widths  # their widths
         if self.skipped.size:
             self.kept = np.setdiff1d(np.arange(self.widths.shape[0]), self.skipped)
-            planned = self.widths[self.kept]
+            self.planned = self.widths[self.kept]
+        planned = self.planned
         if spec.boundaries is not None:
             cuts = np.array(spec.boundaries, dtype=np.int64)
         else:
@@ -351,7 +354,7 @@ class BucketPlanner(Planner):
         s = self.spec
         kept = self.kept
         plan = _bucket_plan(
-            self.widths if kept is None else self.widths[kept],
+            self.planned,
             self.boundaries,
             s.max_tokens,
             s.batch_size,
@@ -390,12 +393,7 @@ class BucketStream(R.GroupEngine):
         )
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        limit = self.spec.max_tokens
-        if limit is None or not sizes.size or int(sizes.max()) <= limit:
-            return None
-        if self.spec.oversize == "error":
-            R.too_long(sizes, limit, "max_tokens", where)
-        return sizes <= limit
+        return R.within_budget(sizes, self.spec.max_tokens, self.spec.oversize, where)
 
     def groups(self, buf: R.Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = self.spec

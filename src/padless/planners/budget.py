@@ -391,11 +391,7 @@ class BudgetStream(R.StreamEngine):
         return self.spec.multiple_of
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        if not self.max_tokens or not sizes.size or int(sizes.max()) <= self.max_tokens:
-            return None
-        if self.spec.oversize == "error":
-            R.too_long(sizes, self.max_tokens, "max_tokens", where)
-        return sizes <= self.max_tokens
+        return R.within_budget(sizes, self.spec.max_tokens, self.spec.oversize, where)
 
     def full(self, counts: np.ndarray, padded: np.ndarray) -> np.ndarray:
         """Batches one more item of their longest size (``multiple_of`` more once they hold

@@ -375,7 +375,8 @@ class ExactPlanner(Planner):
         kept = None if spec.max_length is None else self.widths <= spec.max_length
         spec._rule.check_lengths(self.widths, kept)
         # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
-        if spec._rule.budgeted:
+        # (oversize="drop" leaves them out in the plan itself, run by run)
+        if spec._rule.budgeted and spec.oversize == "error":
             over_budget(self, spec, kept)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
@@ -431,13 +432,9 @@ class ExactStream(R.GroupEngine):
         ):
             keep = sizes <= self.spec.max_length
         rule = self.rule
-        limit = rule.max_tokens
-        if limit is not None and sizes.size and int(sizes.max()) > limit:
-            fits = sizes <= limit
-            if self.spec.oversize == "error":
-                within = sizes if keep is None else np.where(keep, sizes, 0)
-                if int(within.max()) > limit:
-                    R.too_long(within, limit, "max_tokens", where)
+        cut = sizes if keep is None else np.where(keep, sizes, 0)  # past max_length: left out
+        fits = R.within_budget(cut, rule.max_tokens, self.spec.oversize, where)
+        if fits is not None:
             keep = fits if keep is None else keep & fits
         kept = sizes if keep is None else sizes[keep]
         bad = np.zeros(0, np.int64)

@@ -74,14 +74,19 @@ def oversize_error(sizes: np.ndarray, capacity: int) -> None:
         )
 
 
+def _oversize_report(count: int) -> dict[str, int]:
+    """The oversize figures of a packing plan's info, ``count`` sequences over capacity."""
+    figures = ("split", "pieces", "truncated", "dropped", "tokens_lost")
+    return {"oversize_count": count, **dict.fromkeys(figures, 0)}
+
+
 def _items(
     sizes: np.ndarray, capacity: int, oversize: str
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray, dict[str, int]]:
     """Items to place: (sequence of each item or None for identity, piece number or None, item sizes,
     skipped sequences, report)."""
     over = np.flatnonzero(sizes > capacity)
-    report = {"oversize_count": int(over.size), "split": 0, "pieces": 0, "truncated": 0}
-    report.update({"dropped": 0, "tokens_lost": 0})
+    report = _oversize_report(int(over.size))
     none = np.zeros(0, dtype=np.int64)
     if over.size == 0:
         return None, None, sizes, none, report
@@ -182,15 +187,9 @@ def _pack(
         items, piece_len, row_bounds = K.scatter_rows(row_of, rank, order[::-1], walk_sizes)
         del order, starts, walk_sizes, row_of
     indices = items if item_seq is None else item_seq[items]
-    if item_piece is None:
-        piece_start = None  # all zeros
-        piece_stop = piece_len
-    else:
-        piece_start = item_piece[items] * capacity
-        piece_stop = piece_start + piece_len
-
+    piece_start = None if item_piece is None else item_piece[items] * capacity  # None: all 0
     return _packed_plan(
-        indices, row_bounds, piece_start, piece_stop, capacity, max_per_row, rows_per_batch,
+        indices, row_bounds, piece_start, piece_len, capacity, max_per_row, rows_per_batch,
         oversize, report, n, skipped,
     )  # fmt: skip
 
@@ -199,7 +198,7 @@ def _packed_plan(
     indices: np.ndarray,
     row_bounds: np.ndarray,
     piece_start: np.ndarray | None,
-    piece_stop: np.ndarray,
+    piece_len: np.ndarray,
     capacity: int,
     max_per_row: int | None,
     rows_per_batch: int,
@@ -213,7 +212,8 @@ def _packed_plan(
     num_rows = int(row_bounds.size - 1)
     num_batches = -(-num_rows // rows_per_batch)
     row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * rows_per_batch, num_rows)
-    real = int(piece_stop.sum() - (0 if piece_start is None else piece_start.sum()))
+    piece_stop = piece_len if piece_start is None else piece_start + piece_len
+    real = int(piece_len.sum())
     info: dict[str, Any] = {
         "capacity": capacity,
         "rows": num_rows,
@@ -580,11 +580,9 @@ class PackWindows(WindowKernel):
         indices, row_bounds = KW.scatter_visits(order, visits, rank)
         del order
         piece_len = KW.visit_lengths(visits, rank, row_bounds)
-        report = {"oversize_count": 0, "split": 0, "pieces": 0, "truncated": 0}
-        report.update({"dropped": 0, "tokens_lost": 0})
         return _packed_plan(
             indices, row_bounds, None, piece_len, capacity, max_per_row, per, s.oversize,
-            report, src.n, None,
+            _oversize_report(0), src.n, None,
         )  # fmt: skip
 
     def count(self, member: Any, blocks: np.ndarray) -> int:

@@ -18,8 +18,9 @@ from .. import _rng
 from .._check import check_seed, positive
 from .._kernels.rng import mix64_reference
 from .._state import STATE_VERSION, _mismatch, fingerprint
+from ..lengths import sizes_of
 from ..planners import strategies
-from ..planners._rounds import Round, StreamEngine, shuffled, sizes_of_rows
+from ..planners._rounds import Round, StreamEngine, shuffled
 from ..planners.spec import Spec, spec_to_dict
 from ._buffer import Entries, ItemLengths, Piece
 from ._source import Source, check_source
@@ -454,7 +455,7 @@ class StreamBatcher:
         base = chunk * self.chunk
         n = len(items)
         lens = self._lengths(items, base)
-        sizes = sizes_of_rows(lens)
+        sizes = sizes_of(lens)
         engine = self._engine
 
         def where(i: int) -> int:
@@ -471,7 +472,7 @@ class StreamBatcher:
             idx = np.flatnonzero(keep)
             items = [items[i] for i in idx.tolist()]
             lens, offs = lens[idx], offs[idx]
-            sizes = sizes_of_rows(lens)
+            sizes = sizes_of(lens)
         return Entries.make(items, lens, chunk, offs)
 
     def _pieces(self, items: list[Any], sizes: np.ndarray, chunk: int, offs: np.ndarray) -> Entries:
@@ -558,7 +559,7 @@ class StreamBatcher:
             m = len(chosen)
             engine = self._engine
             if engine.sizes_only:
-                lens = sizes_of_rows(lens)
+                lens = sizes_of(lens)
             got = Entries.make(chosen, lens, k, offs)
             cut = engine.cut_above
             if cut is not None and m and int(got.sizes.max()) > cut:

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from .._check import _is_int
-from ..planners._rounds import sizes_of_rows
+from ..lengths import sizes_of
 
 __all__ = ["MAX_LENGTH", "Entries", "ItemLengths", "Piece"]
 
@@ -63,7 +63,7 @@ class Entries:
     def __init__(self, items: np.ndarray, lens: np.ndarray, meta: np.ndarray) -> None:
         self.items = items
         self.lens = lens
-        self.sizes = sizes_of_rows(lens)
+        self.sizes = sizes_of(lens)
         self.meta = meta
 
     @classmethod
