@@ -1,6 +1,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# padless's own C++ is built with warnings as errors here and in CI (not for users' builds).
+WERROR := -Ccmake.define.PADLESS_WERROR=ON
 
 .PHONY: demo test fuzz venv lint bench clean
 
@@ -15,13 +17,18 @@ $(VENV)/.demo: $(VENV)/.created pyproject.toml
 
 $(VENV)/.test: $(VENV)/.created pyproject.toml
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test,cli]"
+	$(PIP) install -q -e ".[test,cli]" $(WERROR)
+	touch $@
+
+# The compiled kernels (padless._core) again whenever a C++ source or the CMake file changes.
+$(VENV)/.core: $(VENV)/.test CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.hpp)
+	$(PIP) install -q --no-deps -e . $(WERROR)
 	touch $@
 
 demo: $(VENV)/.demo
 	$(VENV)/bin/padless report
 
-lint: $(VENV)/.test
+lint: $(VENV)/.core
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src/padless
@@ -29,11 +36,11 @@ lint: $(VENV)/.test
 test: lint
 	$(PY) -m pytest
 
-fuzz: $(VENV)/.test
+fuzz: $(VENV)/.core
 	PADLESS_HYPOTHESIS=fuzz $(PY) -m pytest tests -k "properties or every or hostile or fuzz or elastic" -p no:cacheprovider
 
-bench: $(VENV)/.test
+bench: $(VENV)/.core
 	$(PY) benchmarks/bench_plan.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info src/padless/_core*.so

@@ -1,0 +1,83 @@
+// Bindings of the small shared families: rng, order, segments, and the greedy budget rule.
+#include "budget.hpp"
+#include "common.hpp"
+#include "order.hpp"
+#include "rng.hpp"
+#include "segments.hpp"
+
+namespace padless {
+namespace {
+
+Out<int64_t> random_below_py(uint64_t key, In<int64_t> bounds) {
+    Buffer<int64_t> out(static_cast<int64_t>(bounds.shape(0)));
+    {
+        nb::gil_scoped_release nogil;
+        uint64_t state = key;
+        for (int64_t i = 0; i < out.used; ++i) out[i] = below(state, static_cast<uint64_t>(bounds(i)));
+    }
+    return to_numpy(std::move(out));
+}
+
+template <class T>
+uint64_t hash_ints_py(In<T> values, uint64_t seed) {
+    nb::gil_scoped_release nogil;
+    return hash_ints(values.data(), static_cast<int64_t>(values.shape(0)), seed);
+}
+
+template <class K>
+nb::tuple counting_order_py(In<K> keys, int64_t num_keys) {
+    CountingOrder out;
+    {
+        nb::gil_scoped_release nogil;
+        out = counting_order(keys.data(), static_cast<int64_t>(keys.shape(0)), num_keys);
+    }
+    return nb::make_tuple(to_numpy(std::move(out.order)), to_numpy(std::move(out.starts)));
+}
+
+template <class V>
+void shuffle_runs_py(InOut<V> values, In<int64_t> starts, uint64_t key) {
+    nb::gil_scoped_release nogil;
+    shuffle_runs(values.data(), starts.data(), static_cast<int64_t>(starts.shape(0)), key);
+}
+
+template <class T>
+Out<T> segment_max_py(In<T> values, In<int64_t> offsets) {
+    Buffer<T> out;
+    {
+        nb::gil_scoped_release nogil;
+        out = segment_max(values.data(), offsets.data(), static_cast<int64_t>(offsets.shape(0)));
+    }
+    return to_numpy(std::move(out));
+}
+
+template <class T>
+Out<int64_t> budget_ends_runs_py(In<T> values, In<int64_t> starts, int64_t max_tokens,
+                                 int64_t max_sentences, int64_t multiple) {
+    Buffer<int64_t> out;
+    {
+        nb::gil_scoped_release nogil;
+        out = budget_ends_runs(values.data(), static_cast<int64_t>(values.shape(0)), starts.data(),
+                               static_cast<int64_t>(starts.shape(0)), max_tokens, max_sentences,
+                               multiple);
+    }
+    return to_numpy(std::move(out));
+}
+
+}  // namespace
+
+void bind_base(nb::module_& m) {
+    m.def("random_below", &random_below_py, nb::arg("key"), nb::arg("bounds"));
+#define DEF(T)                                                                                 \
+    m.def("hash_ints", &hash_ints_py<T>, nb::arg("values"), nb::arg("seed"));                  \
+    m.def("counting_order", &counting_order_py<T>, nb::arg("keys"), nb::arg("num_keys"));      \
+    m.def("shuffle_runs", &shuffle_runs_py<T>, nb::arg("values").noconvert(), nb::arg("starts"), \
+          nb::arg("key"));                                                                     \
+    m.def("segment_max", &segment_max_py<T>, nb::arg("values"), nb::arg("offsets"));           \
+    m.def("budget_ends_runs", &budget_ends_runs_py<T>, nb::arg("values"), nb::arg("starts"),   \
+          nb::arg("max_tokens"), nb::arg("max_sentences"), nb::arg("multiple"));
+    PADLESS_FOR_SIZES(DEF)
+#undef DEF
+    m.def("segment_max", &segment_max_py<double>, nb::arg("values"), nb::arg("offsets"));
+}
+
+}  // namespace padless

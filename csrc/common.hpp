@@ -1,0 +1,99 @@
+// Shared by every kernel family: the array types the bindings take and give, and how a buffer
+// filled with the GIL released becomes a numpy array.
+//
+// A family is `<family>.hpp` (the kernels: plain C++ over pointers and sizes, no Python) plus
+// `<family>.cpp` (the kernels too long for a header, and `bind_<family>`, which exposes them).
+// A binding releases the GIL around the work and touches Python objects only outside it.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+namespace nb = nanobind;
+
+namespace padless {
+
+// A 1-D array a kernel reads: any numpy array of that dtype, read-only or memory-mapped ones
+// included (converted to C order first when it is not contiguous).
+template <class T>
+using In = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A 1-D array a kernel writes in place: the caller's own buffer. Bind such an argument with
+// `.noconvert()`, so that a wrong dtype is a TypeError rather than writes into a copy.
+template <class T>
+using InOut = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A new numpy array handed back to Python.
+template <class T>
+using Out = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
+
+// What a kernel fills: `size` entries, uninitialised unless made by `zeros` (as numpy's empty
+// and zeros), of which the first `used` become the array handed back.
+template <class T>
+struct Buffer {
+    std::unique_ptr<T[]> data;
+    int64_t used = 0;
+    int64_t capacity = 0;
+
+    Buffer() = default;
+    explicit Buffer(int64_t size)
+        : data(new T[size > 0 ? size : 1]), used(size), capacity(size) {}
+    T& operator[](int64_t i) { return data[i]; }
+    const T& operator[](int64_t i) const { return data[i]; }
+    T* get() { return data.get(); }
+};
+
+template <class T>
+Buffer<T> zeros(int64_t size) {
+    Buffer<T> out;
+    out.data.reset(new T[size > 0 ? size : 1]());
+    out.used = out.capacity = size;
+    return out;
+}
+
+// The buffer as a numpy array that owns it (call with the GIL held). A buffer used to less than
+// half of its size is copied to one of the right size first (an over-allocated result, such as
+// batch ends sized for one batch per item, should not hold its unused pages).
+template <class T>
+Out<T> to_numpy(Buffer<T>&& buffer) {
+    if (buffer.used < buffer.capacity / 2 && buffer.capacity > 4096) {
+        Buffer<T> fitted(buffer.used);
+        std::copy(buffer.get(), buffer.get() + buffer.used, fitted.get());
+        buffer = std::move(fitted);
+    }
+    T* raw = buffer.data.release();
+    nb::capsule owner(raw, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    size_t shape[1] = {static_cast<size_t>(buffer.used)};
+    return Out<T>(raw, 1, shape, owner);
+}
+
+// A read-only view of an array's elements (for kernels written against index access).
+template <class T>
+struct View {
+    const T* data;
+    int64_t size;
+    const T& operator[](int64_t i) const { return data[i]; }
+};
+
+template <class T>
+View<T> view(const In<T>& a) {
+    return {a.data(), static_cast<int64_t>(a.shape(0))};
+}
+
+template <class T>
+View<T> view(const InOut<T>& a) {
+    return {a.data(), static_cast<int64_t>(a.shape(0))};
+}
+
+}  // namespace padless
+
+// The dtypes sizes and lengths come in, the widest first: nanobind tries overloads in order and,
+// on a second pass, converts an argument of another dtype (a Python list...) to the first that
+// takes it. `PADLESS_FOR_SIZES(DEF)` expands `DEF(T)` once per type.
+#define PADLESS_FOR_SIZES(M) M(int64_t) M(int32_t) M(uint32_t) M(uint16_t)
