@@ -13,7 +13,9 @@ Out<int64_t> random_below_py(uint64_t key, In<int64_t> bounds) {
     {
         nb::gil_scoped_release nogil;
         uint64_t state = key;
-        for (int64_t i = 0; i < out.used; ++i) out[i] = below(state, static_cast<uint64_t>(bounds(i)));
+        for (int64_t i = 0; i < out.used; ++i) {
+            out[i] = below(state, static_cast<uint64_t>(bounds(i)));
+        }
     }
     return to_numpy(std::move(out));
 }
@@ -66,6 +68,10 @@ Out<int64_t> budget_ends_runs_py(In<T> values, In<int64_t> starts, int64_t max_t
 }  // namespace
 
 void bind_base(nb::module_& m) {
+    // the saturating helpers themselves, for the tests at the int64 limits
+    m.def("mul_exceeds", &mul_exceeds, nb::arg("count"), nb::arg("size"), nb::arg("limit"));
+    m.def("sat_add", &sat_add, nb::arg("a"), nb::arg("b"));
+    m.def("sat_mul", &sat_mul, nb::arg("a"), nb::arg("b"));
     m.def("random_below", &random_below_py, nb::arg("key"), nb::arg("bounds"));
 #define DEF(T)                                                                                 \
     m.def("hash_ints", &hash_ints_py<T>, nb::arg("values"), nb::arg("seed"));                  \

@@ -6,6 +6,7 @@
 // the smallest r >= size is found in O(log_64 capacity) words.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -86,7 +87,9 @@ public:
 
     // Put `row` on top of the stack of rows with `space` left.
     void push(int64_t row, int64_t space) {
-        if (static_cast<size_t>(row) >= below_.size()) below_.resize(2 * static_cast<size_t>(row) + 16);
+        if (static_cast<size_t>(row) >= below_.size()) {
+            below_.resize(2 * static_cast<size_t>(row) + 16);
+        }
         below_[row] = head_[space];
         if (head_[space] < 0) tree_.set(space);
         head_[space] = row;

@@ -70,7 +70,9 @@ Buffer<int64_t> budget_ends_runs(const T* values, int64_t num_values, const int6
     Buffer<int64_t> ends(n + 1);
     BudgetWalk walk(max_tokens, max_sentences, multiple);
     if (per_item) {
-        for (int64_t pos = 0; pos < n; ++pos) walk.step(pos, static_cast<int64_t>(values[pos]), ends.get());
+        for (int64_t pos = 0; pos < n; ++pos) {
+            walk.step(pos, static_cast<int64_t>(values[pos]), ends.get());
+        }
     } else {
         for (int64_t r = 0; r + 1 < num_starts; ++r) {
             int64_t s = static_cast<int64_t>(values[r]);

@@ -52,7 +52,9 @@ uint64_t hash_ints(const T* values, int64_t n, uint64_t seed) {
         h2 = mix64(static_cast<uint64_t>(v[2]) + h2 + GOLDEN);
         h3 = mix64(static_cast<uint64_t>(v[3]) + h3 + GOLDEN);
     }
-    for (int64_t i = 4 * quads; i < n; ++i) h0 = mix64(static_cast<uint64_t>(values[i]) + h0 + GOLDEN);
+    for (int64_t i = 4 * quads; i < n; ++i) {
+        h0 = mix64(static_cast<uint64_t>(values[i]) + h0 + GOLDEN);
+    }
     uint64_t h = mix64(h0 + GOLDEN);
     h = mix64(h ^ h1);
     h = mix64(h ^ h2);

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from numba import njit
 
 from padless import _kernels as K
 from padless._kernels._sat import INT64_MAX, mul_exceeds, sat, sat_add, sat_mul
@@ -24,7 +23,6 @@ near_limit_sizes = st.sampled_from(
 )
 
 
-@njit(cache=False)
 def _helpers(a, b, limit):
     return mul_exceeds(a, b, limit), sat_add(a, b), sat_mul(a, b)
 

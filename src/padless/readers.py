@@ -40,7 +40,7 @@ _CHUNK = 8 << 20  # bytes of text per streamed piece (decompressed)
 _MAPPED_PIECE = 64 << 20  # bytes of a mapped file per progress report
 _TEXT_BATCH = 4096  # lines per tokenizer batch call
 _IN_FLIGHT = 3  # tokenizer batches submitted and not yet collected
-_TEXT_MODES = {"whitespace": 0, "chars": 1, "bytes": 2}  # as in _text_kernels (imports numba)
+_TEXT_MODES = {"whitespace": 0, "chars": 1, "bytes": 2}  # as in _text_kernels
 
 
 class MissingDependency(ImportError):
@@ -123,7 +123,7 @@ class _LineCounter:
     """Feeds pieces of text to the compiled counter, growing the output as lines come."""
 
     def __init__(self, mode: int, capacity: int) -> None:
-        from . import _text_kernels  # numba: loaded only when text is counted
+        from . import _text_kernels  # loaded only when text is counted
 
         self.tk = _text_kernels
         self.mode = mode

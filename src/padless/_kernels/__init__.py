@@ -1,8 +1,11 @@
 """Compiled hot loops, one module per family, each kernel with a plain reference beside it.
 
-Every ``@njit`` function has a ``*_reference`` twin written in plain Python/numpy; the tests prove
-they agree on random inputs and near the int64 limits. Kernels compile on first call and are
-cached on disk (``cache=True``), so ``import padless`` compiles nothing.
+The kernels are C++17 in one extension module, ``padless._core`` (sources in ``csrc/``, one
+header and source per family named as the modules here, bound with nanobind and built with the
+package). Each module here wraps its family's kernels in plain typed functions of the same names
+and holds their ``*_reference`` twins, written in plain Python/numpy: the tests prove they agree
+on random inputs and near the int64 limits. Nothing compiles at run time; importing this package
+loads the extension (a few milliseconds), which ``import padless`` does not do.
 
 ==============  ================================================================================
 ``rng``         splitmix64 streams, exact bounded draws (``random_below``), ``hash_ints``
@@ -18,10 +21,6 @@ cached on disk (``cache=True``), so ``import padless`` compiles nothing.
 
 Callers import from this package (``from padless import _kernels as K``), never from a family
 module, so families can move without edits elsewhere.
-
-Numba's on-disk cache checks only the timestamp of the file that defines a kernel: after editing
-a helper that other files inline (``rng._below``, ``rng._mix64``, the ``_sat`` helpers), delete
-the ``__pycache__/*.nbi``/``*.nbc`` files of this package so the kernels that use it recompile.
 """
 
 from . import cost as cost  # cost models: K.cost.budget_cost_ends, best_fit_rows_cost...

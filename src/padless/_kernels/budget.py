@@ -8,91 +8,27 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from ._sat import mul_exceeds
-
-
-@njit(cache=True, inline="always")
-def _multiple_of(count, multiple):  # pragma: no cover
-    """``count % multiple == 0``, with a mask instead of a division when ``multiple`` is a power
-    of two (1, 8, 64...: the usual settings); the test is loop-invariant, so it is hoisted."""
-    if multiple & (multiple - 1) == 0:
-        return count & (multiple - 1) == 0
-    return count % multiple == 0
+from .. import _core
 
 
-@njit(cache=True)
-def _budget_step(pos, s, ends, closed, start, cut, batch_max, tail_max, max_tokens, max_sentences, multiple):  # fmt: skip  # pragma: no cover
-    """One item of the greedy rule; returns the new (closed, start, cut, batch_max, tail_max).
+def budget_ends_runs(
+    values: np.ndarray, starts: np.ndarray, max_tokens: int, max_sentences: int, multiple: int
+) -> np.ndarray:
+    """Greedy token-budget batching (fairseq's rule); batch ends.
 
     The open batch ``[start, cut)`` grows by a tail ``[cut, pos]``; the tail joins it whenever
     the union is small (< multiple) or a multiple of ``multiple``. When batch + tail would break
     a limit (0 = none), the batch closes and the tail opens the next one; if the tail alone
-    (with the new item) breaks max_tokens, the tail without the new item closes too.
-    Costs (count × longest) are compared with :func:`mul_exceeds`, so they never wrap around.
-    """
-    if s > tail_max:
-        tail_max = s
-    count = pos + 1 - start
-    longest = batch_max if batch_max > tail_max else tail_max
-    over = (max_sentences > 0 and count > max_sentences) or (
-        max_tokens > 0 and mul_exceeds(count, longest, max_tokens)
-    )
-    if over:
-        ends[closed] = cut
-        closed += 1
-        if max_tokens > 0 and mul_exceeds(pos + 1 - cut, tail_max, max_tokens):
-            ends[closed] = pos
-            closed += 1
-            tail_max = s
-            start = pos
-        else:
-            start = cut
-        cut = pos + 1
-        batch_max = tail_max
-        tail_max = 0
-    elif count < multiple or _multiple_of(count, multiple):
-        cut = pos + 1
-        batch_max = longest
-        tail_max = 0
-    return closed, start, cut, batch_max, tail_max
-
-
-@njit(cache=True)
-def budget_ends_runs(values, starts, max_tokens, max_sentences, multiple):  # pragma: no cover
-    """Greedy token-budget batching (fairseq's rule, see :func:`_budget_step`); batch ends.
+    (with the new item) breaks max_tokens, the tail without the new item closes too. Costs
+    (count × longest) are compared exactly, so they never wrap around.
 
     Positions ``starts[r]:starts[r+1]`` all have size ``values[r]`` (a length-sorted order from a
     counting sort needs no per-position size array); an empty ``starts`` means one position per
     value, i.e. ``values`` are the sizes in order. ``max_tokens``/``max_sentences`` of 0 mean
     "no limit".
     """
-    per_item = starts.shape[0] == 0
-    n = values.shape[0] if per_item else starts[starts.shape[0] - 1]
-    ends = np.empty(n + 1, np.int64)  # pages past the batch count are never touched
-    closed, start, cut, batch_max, tail_max = 0, 0, 0, values.dtype.type(0), values.dtype.type(0)
-    if per_item:
-        for pos in range(n):
-            closed, start, cut, batch_max, tail_max = _budget_step(
-                pos, values[pos], ends, closed, start, cut, batch_max, tail_max,
-                max_tokens, max_sentences, multiple,
-            )  # fmt: skip
-    else:
-        for r in range(starts.shape[0] - 1):
-            s = values[r]
-            for pos in range(starts[r], starts[r + 1]):
-                closed, start, cut, batch_max, tail_max = _budget_step(
-                    pos, s, ends, closed, start, cut, batch_max, tail_max,
-                    max_tokens, max_sentences, multiple,
-                )  # fmt: skip
-    if cut > start:
-        ends[closed] = cut
-        closed += 1
-    if n > cut:
-        ends[closed] = n
-        closed += 1
-    return ends[:closed].copy()
+    return _core.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple)
 
 
 _NO_RUNS = np.zeros(0, np.int64)
@@ -146,75 +82,9 @@ def budget_ends_reference(
     return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
 
 
-_CHUNK = 4096  # positions gathered before their repeat flags are set (the chunk stays in cache)
-
-
-@njit(cache=True, nogil=True)
-def _gather_walk(order, sizes, lo, hi, walk, gathered, seen):  # pragma: no cover
-    """Positions ``lo:hi`` of a given walk: copy each index to ``walk`` and its size to
-    ``gathered``, and set its bit in ``seen`` (one bit per item). Returns False at the first
-    index out of range or set before, else True.
-
-    By chunks: the chunk's reads of ``sizes`` are independent of each other (the memory system
-    serves many at once), then its bits are set while its indices are in cache. Threads run
-    disjoint ``lo:hi`` with a bit set each; bits two sets share are repeats across parts.
-    """
-    n_items = sizes.shape[0]
-    one = np.uint64(1)
-    for c0 in range(lo, hi, _CHUNK):
-        c1 = min(hi, c0 + _CHUNK)
-        for k in range(c0, c1):
-            i = order[k]
-            if i < 0 or i >= n_items:
-                return False
-            walk[k] = i
-            gathered[k] = sizes[i]
-        for k in range(c0, c1):
-            i = walk[k]
-            bit = one << np.uint64(i & 63)
-            word = seen[i >> 6]
-            if word & bit:
-                return False
-            seen[i >> 6] = word | bit
-    return True
-
-
-@njit(cache=True)
-def _first_error(order, n_items):  # pragma: no cover
-    """The first fault of a walk, one item at a time: ``-1 - k`` for an index out of
-    ``[0, n_items)`` at position k, ``-1 - n - k`` for an index seen before at k, else 0."""
-    n = order.shape[0]
-    seen = np.zeros((n_items >> 6) + 1, np.uint64)
-    one = np.uint64(1)
-    for k in range(n):
-        i = order[k]
-        if i < 0 or i >= n_items:
-            return -1 - k
-        bit = one << np.uint64(i & 63)
-        if seen[i >> 6] & bit:
-            return -1 - n - k
-        seen[i >> 6] |= bit
-    return 0
-
-
-@njit(cache=True, nogil=True)
-def _narrow_into(sizes, lo, hi, out):  # pragma: no cover
-    """Copy ``sizes[lo:hi]`` into ``out[lo:hi]`` (uint16, the low bits); return ``(bits, top)``:
-    the OR of every value (a value outside [0, 2**k) sets a bit at k or above; a negative one,
-    the sign bit) and the largest value.
-
-    Neither is tested one value at a time, so the loop has no exit and compiles to vector
-    instructions.
-    """
-    bits = np.int64(0)
-    top = np.int64(0)
-    for k in range(lo, hi):
-        s = np.int64(sizes[k])
-        bits |= s
-        top = max(top, s)
-        out[k] = s
-    return bits, top
-
+_SIZE_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.uint32, np.uint16))
+_NARROW_DTYPES = _SIZE_DTYPES[:3]  # narrow_sizes passes sizes wider than 2 bytes only
+_ORDER_DTYPES = (np.dtype(np.int64), np.dtype(np.int32))
 
 _SPLIT_MIN = 1 << 18  # positions per thread below which work is not split
 
@@ -271,8 +141,11 @@ def narrow_sizes(sizes: np.ndarray) -> tuple[np.ndarray, int, int]:
         return sizes, 0, 0
     if sizes.dtype.itemsize <= 2:
         return sizes, int(np.bitwise_or.reduce(sizes)), int(sizes.max())
+    # another dtype (uint64...) is read as int64, as numba's np.int64(value) of each
+    wide = np.ascontiguousarray(sizes, None if sizes.dtype in _NARROW_DTYPES else np.int64)
     out = np.empty(n, np.uint16)
-    parts = in_parts(n, lambda lo, hi, _: _narrow_into(sizes, lo, hi, out))
+    # each part copies its low bits and returns its (OR, largest)
+    parts = in_parts(n, lambda lo, hi, _: _core.narrow_into(wide, lo, hi, out))
     bits = int(np.bitwise_or.reduce([int(b) for b, _ in parts]))
     top = max(int(t) for _, t in parts)
     if 0 <= bits < 1 << 16:
@@ -298,10 +171,15 @@ def budget_order(
     (n = len(order)) for an index seen before at position k (the first error in walk order);
     then walk and ends are empty.
 
-    The check and gather (:func:`_gather_walk`) run on up to four threads over parts of the walk
-    (a fault sends the walk to :func:`_first_error`, which names the first one); the greedy rule
-    then runs over the gathered sizes in walk order.
+    The check and gather (``_core.gather_walk``) run on up to four threads over parts of the walk:
+    each part copies its indices and their sizes and sets one bit per item in a bit set of its
+    own, stopping at an index out of range or seen before; a bit two parts' sets share is an
+    index in both. A fault sends the walk to ``_core.walk_first_error``, which names the first
+    one, one item at a time. The greedy rule then runs over the gathered sizes in walk order.
     """
+    # contiguous, in a dtype the kernels take, once (not once per part)
+    order = np.ascontiguousarray(order, None if order.dtype in _ORDER_DTYPES else np.int64)
+    sizes = np.ascontiguousarray(sizes, None if sizes.dtype in _SIZE_DTYPES else np.int64)
     n, n_items = order.shape[0], sizes.shape[0]
     walk = np.empty(n, np.int64)
     gathered = np.empty(n, sizes.dtype)
@@ -309,7 +187,7 @@ def budget_order(
 
     def gather(lo: int, hi: int, part: int) -> bool:
         seen[part] = bits = np.zeros((n_items >> 6) + 1, np.uint64)
-        return bool(_gather_walk(order, sizes, lo, hi, walk, gathered, bits))
+        return bool(_core.gather_walk(order, sizes, lo, hi, walk, gathered, bits))
 
     ok = all(in_parts(n, gather))
     for p in range(1, len(seen)):  # a bit two parts share is an index in both
@@ -317,7 +195,7 @@ def budget_order(
         np.bitwise_or(seen[0], seen[p], out=seen[0])
     if not ok:
         empty = np.zeros(0, np.int64)
-        status = _first_error(order, n_items)
+        status = int(_core.walk_first_error(order, n_items))
         if status == 0:  # pragma: no cover - the parts and the one-by-one check disagree
             raise RuntimeError("padless: the walk check found a fault it cannot place")
         return status, empty, empty

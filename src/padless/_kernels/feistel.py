@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .rng import SplitMix, _mix64, mix64_reference
+from .. import _core
+from .rng import SplitMix, mix64_reference
 
 FEISTEL_ROUNDS = 6
 
@@ -16,44 +16,15 @@ def feistel_round_keys(key: int) -> np.ndarray:
     return np.array([gen.next64() for _ in range(FEISTEL_ROUNDS)], dtype=np.uint64)
 
 
-@njit(cache=True, inline="always")
-def _feistel_one(i, n, bits, round_keys):  # pragma: no cover - compiled
-    """Image of ``i`` under the keyed permutation of [0, n); ``2**bits`` is the next power >= n.
+def feistel_permute(ids: np.ndarray, n: int, round_keys: np.ndarray) -> np.ndarray:
+    """Images of ``ids`` (each in [0, n)) under the keyed permutation of [0, n).
 
     Each round maps ``x = L·2^b + R`` (L of a bits, R of b bits) to ``R·2^a + (L ^ F(R))``, a
-    bijection of [0, 2^bits) for any split a + b = bits; the split alternates so odd widths work.
-    Cycle walking re-applies the network until the value falls below n.
+    bijection of [0, 2^bits) for any split a + b = bits (``2**bits`` the next power >= n); the
+    split alternates so odd widths work. Cycle walking re-applies the network until the value
+    falls below n.
     """
-    one = np.uint64(1)
-    x = np.uint64(i)
-    limit = np.uint64(n)
-    while True:
-        right = np.uint64(bits >> 1)
-        left = np.uint64(bits) - right
-        for r in range(round_keys.shape[0]):
-            rmask = (one << right) - one
-            lmask = (one << left) - one
-            hi = x >> right
-            lo = x & rmask
-            f = _mix64(lo ^ round_keys[r]) & lmask
-            x = (lo << left) | (hi ^ f)
-            tmp = left
-            left = right
-            right = tmp
-        if x < limit:
-            return np.int64(x)
-
-
-@njit(cache=True)
-def feistel_permute(ids, n, round_keys):  # pragma: no cover - compiled
-    """Images of ``ids`` (each in [0, n)) under the keyed permutation of [0, n)."""
-    bits = 0
-    while (np.int64(1) << bits) < n:
-        bits += 1
-    out = np.empty(ids.shape[0], np.int64)
-    for k in range(ids.shape[0]):
-        out[k] = _feistel_one(ids[k], n, bits, round_keys)
-    return out
+    return _core.feistel_permute(ids, n, round_keys)
 
 
 def _feistel_one_reference(i: int, n: int, round_keys: list[int]) -> int:
@@ -76,35 +47,13 @@ def feistel_permute_reference(ids: np.ndarray, n: int, round_keys: np.ndarray) -
     return np.array([_feistel_one_reference(int(i), n, keys) for i in ids], dtype=np.int64)
 
 
-@njit(cache=True, inline="always")
-def _gather_rows(src, starts, x, y):  # pragma: no cover - compiled
-    w = x.shape[1]
-    # First touch one element per 64-byte line of every row: the loads are independent, so the
-    # core keeps many cache misses in flight; the copy below then reads from cache.
-    step = max(64 // src.itemsize, 1)
-    acc = 0
-    for b in range(starts.shape[0]):
-        row = src[starts[b] : starts[b] + w + 1]
-        for t in range(0, w + 1, step):
-            acc += row[t]
-    # Loops over slices (not src[s + t]) so that LLVM sees no index wraparound and vectorises.
-    for b in range(starts.shape[0]):
-        s = starts[b]
-        xs = src[s : s + w]
-        ys = src[s + 1 : s + 1 + w]
-        xb = x[b]
-        yb = y[b]
-        for t in range(w):
-            xb[t] = xs[t]
-        for t in range(w):
-            yb[t] = ys[t]
-    return acc
+def lm_gather(src: np.ndarray, starts: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """Row b of x is ``src[starts[b]:starts[b] + w]`` and row b of y the same shifted by one.
 
-
-@njit(cache=True)
-def lm_gather(src, starts, x, y):  # pragma: no cover - compiled
-    """Row b of x is ``src[starts[b]:starts[b] + w]`` and row b of y the same shifted by one."""
-    _gather_rows(src, starts, x, y)
+    ``src``: any integer dtype (a read-only memory map too); ``x``, ``y``: C-ordered int64, int32
+    or uint16 arrays of ``(rows, w)``, written in place.
+    """
+    _core.lm_gather(src, starts, x, y)
 
 
 def lm_gather_reference(src: np.ndarray, starts: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
@@ -114,21 +63,21 @@ def lm_gather_reference(src: np.ndarray, starts: np.ndarray, x: np.ndarray, y: n
     y[...] = src[starts[:, None] + cols + 1].astype(y.dtype)
 
 
-@njit(cache=True)
-def lm_random_batch(src, first, n, offset, round_keys, x, y):  # pragma: no cover - compiled
+def lm_random_batch(
+    src: np.ndarray,
+    first: int,
+    n: int,
+    offset: int,
+    round_keys: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+) -> None:
     """Fill x, y with the subsequences at shuffled positions ``first, first + 1, …`` (mod n).
 
     Position p holds subsequence ``perm(p mod n)``, which starts at token
     ``offset + perm(p mod n) · num_steps`` with ``num_steps = x.shape[1]``.
     """
-    bits = 0
-    while (np.int64(1) << bits) < n:
-        bits += 1
-    w = x.shape[1]
-    starts = np.empty(x.shape[0], np.int64)
-    for b in range(x.shape[0]):
-        starts[b] = offset + _feistel_one((first + b) % n, n, bits, round_keys) * w
-    _gather_rows(src, starts, x, y)
+    _core.lm_random_batch(src, first, n, offset, round_keys, x, y)
 
 
 def lm_random_batch_reference(

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .. import _core
 
 
-@njit(cache=True)
-def segment_max(values, offsets):  # pragma: no cover - compiled
+def segment_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Max of ``values[offsets[b]:offsets[b+1]]`` per segment (0 for an empty one), in the
     values' dtype (non-negative values: lengths, or float costs)."""
-    nb = offsets.shape[0] - 1
-    out = np.zeros(nb, values.dtype)
-    for b in range(nb):
-        m = values.dtype.type(0)
-        for i in range(offsets[b], offsets[b + 1]):
-            if values[i] > m:
-                m = values[i]
-        out[b] = m
-    return out
+    return _core.segment_max(values, offsets)
 
 
 def segment_max_reference(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -5,25 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from .. import _core
 
 
-@njit(cache=True)
-def _first_at_least(sorted_values, x):  # pragma: no cover - compiled
-    """Index of the first entry of ascending ``sorted_values`` that is >= x (len if none)."""
-    lo = 0
-    hi = sorted_values.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sorted_values[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True)
-def shape_ends(sizes, tiers, caps):  # pragma: no cover - compiled
+def shape_ends(
+    sizes: np.ndarray, tiers: np.ndarray, caps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Cut a walk of sizes greedily into batches that each fit one of the shapes.
 
     ``tiers`` are the distinct shape lengths, ascending; ``caps[t]`` is the most rows of any shape
@@ -33,36 +21,7 @@ def shape_ends(sizes, tiers, caps):  # pragma: no cover - compiled
     counted). Every size must be <= ``tiers[-1]``. Returns the end of every batch and its longest
     size. O(N + batches · log tiers) time.
     """
-    n = sizes.shape[0]
-    ends = np.empty(n, np.int64)
-    longest = np.empty(n, np.int64)
-    nb = 0
-    count = 0
-    m = 0
-    t = 0
-    for p in range(n):
-        x = sizes[p]
-        if count > 0:
-            mm = m if m >= x else x
-            u = t
-            while tiers[u] < mm:
-                u += 1
-            if count + 1 <= caps[u]:
-                count += 1
-                m = mm
-                t = u
-                continue
-            ends[nb] = p
-            longest[nb] = m
-            nb += 1
-        count = 1
-        m = x
-        t = _first_at_least(tiers, x)
-    if count > 0:
-        ends[nb] = n
-        longest[nb] = m
-        nb += 1
-    return ends[:nb], longest[:nb]
+    return _core.shape_ends(sizes, tiers, caps)
 
 
 def shape_ends_reference(
@@ -88,8 +47,13 @@ def shape_ends_reference(
     return np.array(ends, dtype=np.int64), np.array(longest, dtype=np.int64)
 
 
-@njit(cache=True)
-def pick_shapes(counts, longest, rows, lengths, pad_batches):  # pragma: no cover - compiled
+def pick_shapes(
+    counts: np.ndarray,
+    longest: np.ndarray,
+    rows: np.ndarray,
+    lengths: np.ndarray,
+    pad_batches: bool,
+) -> np.ndarray:
     """Tag batches with their shape: the index of the shape each ``(count, longest)`` takes.
 
     Shapes are sorted by (length, rows). Among the shapes at least ``longest`` long with at
@@ -97,22 +61,7 @@ def pick_shapes(counts, longest, rows, lengths, pad_batches):  # pragma: no cove
     ``pad_batches``, else length alone; ties go to the first (shorter, then fewer rows).
     -1 where none fits. O(batches · shapes) time at worst.
     """
-    nb = counts.shape[0]
-    k = rows.shape[0]
-    out = np.full(nb, -1, np.int64)
-    for b in range(nb):
-        c = counts[b]
-        best = np.int64(0)
-        for s in range(_first_at_least(lengths, longest[b]), k):
-            if rows[s] < c:
-                continue
-            cost = rows[s] * lengths[s] if pad_batches else lengths[s]
-            if out[b] < 0 or cost < best:
-                out[b] = s
-                best = cost
-            if not pad_batches:
-                break
-    return out
+    return _core.pick_shapes(counts, longest, rows, lengths, bool(pad_batches))
 
 
 def pick_shapes_reference(
@@ -130,8 +79,7 @@ def pick_shapes_reference(
     return np.array(out, dtype=np.int64)
 
 
-@njit(cache=True)
-def static_cuts(values, counts, rows, k):  # pragma: no cover - compiled
+def static_cuts(values: np.ndarray, counts: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     """Split sorted distinct ``values`` (with ``counts``) into at most ``k`` contiguous groups that
     minimise the static cost; return the index of each group's last value but the last.
 
@@ -143,58 +91,7 @@ def static_cuts(values, counts, rows, k):  # pragma: no cover - compiled
     length) reaches the best found, a lower bound that only grows as ``i`` falls. O(k · L²) time
     at worst (much less in practice), O(k · L) memory (int32 table); exact int64 arithmetic.
     """
-    n = values.shape[0]
-    groups = min(k, n)
-    if groups <= 1:
-        return np.zeros(0, np.int64)
-    csum = np.zeros(n + 1, np.int64)
-    tokens = np.zeros(n + 1, np.int64)
-    for j in range(n):
-        csum[j + 1] = csum[j] + counts[j]
-        tokens[j + 1] = tokens[j] + counts[j] * values[j]
-    prev = np.empty(n + 1, np.int64)
-    cur = np.empty(n + 1, np.int64)
-    prev[0] = 0
-    for j in range(1, n + 1):
-        r = rows[j - 1]
-        prev[j] = (csum[j] + r - 1) // r * r * values[j - 1]
-    best = np.zeros((groups + 1, n + 1), np.int32)
-    for m in range(2, groups + 1):
-        cur[0] = 0
-        for j in range(1, n + 1):
-            v = values[j - 1]
-            r = rows[j - 1]
-            top = csum[j]
-            val = prev[j]  # at most m - 1 groups
-            arg = j
-            for i in range(j - 1, -1, -1):
-                items = top - csum[i]
-                if tokens[i] + items * v >= val:
-                    break
-                c = prev[i] + (items + r - 1) // r * r * v
-                if c < val:
-                    val = c
-                    arg = i
-            cur[j] = val
-            best[m, j] = np.int32(arg)
-        for j in range(n + 1):
-            prev[j] = cur[j]
-    out = np.empty(groups, np.int64)
-    num = 0
-    j = n
-    m = groups
-    while m >= 2 and j > 0:
-        i = np.int64(best[m, j])
-        if i < j and i > 0:
-            out[num] = i - 1
-            num += 1
-        if i < j:
-            j = i
-        m -= 1
-    res = np.empty(num, np.int64)
-    for q in range(num):
-        res[q] = out[num - 1 - q]
-    return res
+    return _core.static_cuts(values, counts, rows, k)
 
 
 def static_cuts_reference(
@@ -237,53 +134,7 @@ def static_cuts_reference(
     return np.array(cuts[::-1], dtype=np.int64)
 
 
-@njit(cache=True)
-def _closing_slots(count, s, ends, rows, values):  # pragma: no cover - compiled
-    """Slots of a batch of ``count`` whose longest is group ``s``'s length: the cheapest shape
-    from ``s`` on that holds ``count`` rows (rows do not increase along the shapes)."""
-    best = np.int64(-1)
-    for t in range(s, ends.shape[0]):
-        r = rows[ends[t]]
-        if r < count:
-            break
-        slots = r * values[ends[t]]
-        if best < 0 or slots < best:
-            best = slots
-    return best
-
-
-@njit(cache=True)
-def _cost_of_ends(csum, values, rows, ends):  # pragma: no cover - compiled
-    cost = np.int64(0)
-    c = np.int64(0)
-    start = 0
-    for s in range(ends.shape[0]):
-        e = ends[s]
-        n = csum[e + 1] - csum[start]
-        r = rows[e]
-        if c > 0 and c + 1 > r:
-            cost += _closing_slots(c, s - 1, ends, rows, values)
-            c = 0
-        total = c + n
-        full = (total - 1) // r
-        cost += full * r * values[e]
-        c = total - full * r
-        start = e + 1
-    if c > 0:
-        cost += _closing_slots(c, ends.shape[0] - 1, ends, rows, values)
-    return cost
-
-
-@njit(cache=True)
-def _prefix(counts):  # pragma: no cover - compiled
-    csum = np.zeros(counts.shape[0] + 1, np.int64)
-    for j in range(counts.shape[0]):
-        csum[j + 1] = csum[j] + counts[j]
-    return csum
-
-
-@njit(cache=True)
-def shaped_cost(values, counts, rows, ends):  # pragma: no cover - compiled
+def shaped_cost(values: np.ndarray, counts: np.ndarray, rows: np.ndarray, ends: np.ndarray) -> int:
     """Padded slots (dummy rows included) of the FixedShapes plan of a length-sorted walk.
 
     The shapes are ``(rows[e], values[e])`` for the group ends ``e`` in ``ends`` (ascending, the
@@ -291,7 +142,7 @@ def shaped_cost(values, counts, rows, ends):  # pragma: no cover - compiled
     into the next group when one more row fits there, else it closes at its cheapest shape;
     full batches of a group cost rows × length. O(L + groups · shapes) time.
     """
-    return _cost_of_ends(_prefix(counts), values, rows, ends)
+    return _core.shaped_cost(values, counts, rows, ends)
 
 
 def shaped_cost_reference(
@@ -310,45 +161,16 @@ def shaped_cost_reference(
     return total
 
 
-@njit(cache=True)
-def polish_ends(values, counts, rows, ends):  # pragma: no cover - compiled
+def polish_ends(
+    values: np.ndarray, counts: np.ndarray, rows: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, int]:
     """Improve group ends against :func:`shaped_cost` by local moves; return (ends, cost).
 
     Repeats passes until none improves: move each interior end to every position between its
     neighbours, then drop each interior end (one shape fewer), keeping any strict improvement.
     The result never costs more than the input. O(passes · L · shapes²) time.
     """
-    csum = _prefix(counts)
-    cur = ends.copy()
-    best = _cost_of_ends(csum, values, rows, cur)
-    improved = True
-    while improved:
-        improved = False
-        for t in range(cur.shape[0] - 1):
-            lo = cur[t - 1] + 1 if t > 0 else 0
-            hi = cur[t + 1] - 1
-            keep = cur[t]
-            for p in range(lo, hi + 1):
-                if p == keep:
-                    continue
-                cur[t] = p
-                c = _cost_of_ends(csum, values, rows, cur)
-                if c < best:
-                    best = c
-                    keep = p
-                    improved = True
-            cur[t] = keep
-        t = 0
-        while t < cur.shape[0] - 1:
-            fewer = np.concatenate((cur[:t], cur[t + 1 :]))
-            c = _cost_of_ends(csum, values, rows, fewer)
-            if c < best:
-                best = c
-                cur = fewer
-                improved = True
-            else:
-                t += 1
-    return cur, best
+    return _core.polish_ends(values, counts, rows, ends)
 
 
 def polish_ends_reference(
@@ -385,20 +207,9 @@ def polish_ends_reference(
     return np.array(cur, dtype=np.int64), best
 
 
-@njit(cache=True)
-def _carry_offsets(csum, rows):  # pragma: no cover - compiled
-    """Offsets of the carry states of every group end: end ``j`` (values ``< j`` planned) has one
-    state per open-batch count ``1..min(rows[j − 1], items so far)``."""
-    n = rows.shape[0]
-    off = np.zeros(n + 2, np.int64)
-    for j in range(1, n + 1):
-        cap = rows[j - 1] if rows[j - 1] < csum[j] else csum[j]
-        off[j + 1] = off[j] + cap
-    return off
-
-
-@njit(cache=True)
-def carry_cuts(values, counts, rows, k, bound):  # pragma: no cover - compiled
+def carry_cuts(
+    values: np.ndarray, counts: np.ndarray, rows: np.ndarray, k: int, bound: int
+) -> np.ndarray:
     """Group ends for at most ``k`` shapes minimising :func:`shaped_cost` exactly.
 
     DP over (groups used, group end j, open-batch count c): the plan's greedy walk, group by
@@ -418,138 +229,7 @@ def carry_cuts(values, counts, rows, k, bound):  # pragma: no cover - compiled
     bound near the optimum this prunes most of the work; the result is the same for any valid
     bound.
     """
-    n = values.shape[0]
-    groups = min(k, n)
-    csum = _prefix(counts)
-    tokens = np.zeros(n + 1, np.int64)
-    for j in range(n):
-        tokens[j + 1] = tokens[j] + counts[j] * values[j]
-    off = _carry_offsets(csum, rows)
-    total_states = off[n + 1]
-    inf = np.int64(1) << np.int64(62)
-    cost = np.full((groups + 1, total_states), inf, np.int64)
-    from_i = np.full((groups + 1, total_states), -1, np.int32)
-    from_c = np.zeros((groups + 1, total_states), np.int32)
-    for j in range(1, n + 1):
-        r = rows[j - 1]
-        items = csum[j]
-        full = (items - 1) // r
-        c = items - full * r
-        cost[1, off[j] + c - 1] = full * r * values[j - 1]
-    widest = 1
-    for j in range(1, n + 1):
-        if off[j + 1] - off[j] > widest:
-            widest = off[j + 1] - off[j]
-    suf = np.empty(widest + 1, np.int64)
-    sufarg = np.empty(widest + 1, np.int64)
-    live_c = np.empty(widest, np.int64)
-    live_cost = np.empty(widest, np.int64)
-    for m in range(2, groups + 1):
-        for s in range(total_states):
-            cost[m, s] = cost[m - 1, s]  # at most m - 1 groups: from_i stays -1
-        for i in range(1, n):
-            ri = rows[i - 1]
-            vi = values[i - 1]
-            cap_i = off[i + 1] - off[i]
-            base = off[i]
-            suf[cap_i] = cost[m - 1, base + cap_i - 1]
-            sufarg[cap_i] = cap_i
-            for c in range(cap_i - 1, 0, -1):
-                here = cost[m - 1, base + c - 1]
-                if here <= suf[c + 1]:
-                    suf[c] = here
-                    sufarg[c] = c
-                else:
-                    suf[c] = suf[c + 1]
-                    sufarg[c] = sufarg[c + 1]
-            if suf[1] >= inf or suf[1] + tokens[n] - tokens[i] > bound:
-                continue
-            # the open counts from which some group can still end below the bound (the open
-            # batch's rows pad to at least the length they reached)
-            alive = 0
-            lowest = inf
-            for c in range(1, cap_i + 1):
-                here = cost[m - 1, base + c - 1]
-                if here < inf and here + c * vi + tokens[n] - tokens[i] <= bound:
-                    live_c[alive] = c
-                    live_cost[alive] = here
-                    alive += 1
-                    if here + c * vi < lowest:
-                        lowest = here + c * vi
-            if alive == 0:
-                continue
-            for j in range(i + 1, n + 1):
-                r = rows[j - 1]
-                v = values[j - 1]
-                items = csum[j] - csum[i]
-                if lowest + items * v + tokens[n] - tokens[j] > bound:
-                    break  # no state from i ends below the bound through j or beyond
-                # close the open batch first: any count >= r (it cannot take one more row)
-                if r <= cap_i and suf[r] < inf:
-                    val = suf[r] + ri * vi
-                    arg = sufarg[r]
-                    at_r = cost[m - 1, base + r - 1]
-                    if at_r < inf and r * v < ri * vi and at_r + r * v < val:
-                        val = at_r + r * v
-                        arg = r
-                    full = (items - 1) // r
-                    c2 = items - full * r
-                    val += full * r * v
-                    dst = off[j] + c2 - 1
-                    if val < cost[m, dst]:
-                        cost[m, dst] = val
-                        from_i[m, dst] = i
-                        from_c[m, dst] = arg
-                # or take it: counts 1..r - 1
-                # c + items rows: whole batches of r, then c2 = c + a (or c + a - r, one more
-                # batch) rows left open; no division per state
-                limit = bound - tokens[n] + tokens[j] - items * v
-                a = items % r
-                paid = items // r * r * v
-                for q in range(alive):
-                    c = live_c[q]
-                    if c >= r:
-                        break
-                    here = live_cost[q]
-                    if here + c * v > limit:
-                        continue
-                    if c + a <= r:
-                        c2 = c + a
-                        val = here + paid
-                    else:
-                        c2 = c + a - r
-                        val = here + paid + r * v
-                    dst = off[j] + c2 - 1
-                    if val < cost[m, dst]:
-                        cost[m, dst] = val
-                        from_i[m, dst] = i
-                        from_c[m, dst] = c
-    best = inf
-    at = 0
-    for c in range(1, off[n + 1] - off[n] + 1):
-        if cost[groups, off[n] + c - 1] < best:
-            best = cost[groups, off[n] + c - 1]
-            at = c
-    out = np.empty(groups, np.int64)
-    num = 0
-    out[num] = n - 1
-    num += 1
-    m = groups
-    j = n
-    c = at
-    while m >= 2:
-        s = off[j] + c - 1
-        i = from_i[m, s]
-        if i >= 0:
-            out[num] = i - 1
-            num += 1
-            c = from_c[m, s]
-            j = i
-        m -= 1
-    res = np.empty(num, np.int64)
-    for q in range(num):
-        res[q] = out[num - 1 - q]
-    return res
+    return _core.carry_cuts(values, counts, rows, k, bound)
 
 
 def carry_cuts_reference(

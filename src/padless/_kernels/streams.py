@@ -8,37 +8,33 @@ with fairseq's greedy rule and decides which of those batches leave now and whic
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .budget import budget_ends_reference, budget_ends_runs
-from .order import counting_order, counting_order_reference
+from .. import _core
+from .budget import budget_ends_reference
+from .order import counting_order_reference
 
-_BIG = np.int64(0x7FFFFFFFFFFFFFFF)
-_NO_RUNS = np.zeros(0, np.int64)
-
-
-@njit(cache=True, inline="always")
-def _run_batch(size, count, max_tokens, max_sentences, multiple):  # pragma: no cover - compiled
-    """Items per batch when every item has ``size``: what the greedy rule gives such a run."""
-    k = _BIG
-    if max_tokens > 0 and size > 0:
-        k = max_tokens // size
-    if max_sentences > 0 and max_sentences < k:
-        k = max_sentences
-    if multiple > 1 and k >= multiple and k != _BIG:
-        k = k // multiple * multiple
-    if k == _BIG:
-        k = count
-    return max(k, 1)
+_KEY_DTYPES = (np.dtype(np.int64),)
+_SIZE_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.uint32, np.uint16))
 
 
-@njit(cache=True)
-def budget_round(keys, span, sizes, late, max_tokens, max_sentences, multiple, final, target):  # fmt: skip  # pragma: no cover
+def budget_round(
+    keys: np.ndarray,
+    span: int,
+    sizes: np.ndarray,
+    late: np.ndarray,
+    max_tokens: int,
+    max_sentences: int,
+    multiple: int,
+    final: bool,
+    target: float,
+) -> tuple[np.ndarray, ...]:
     """Plan one round over a buffer of ``n`` entries.
 
     1. Stable counting sort by ``keys`` (length order; oldest first among equal keys).
     2. Each run of one key gives its full batches of one length, oldest items first: they
-       leave (no padding).
+       leave (no padding). A run of size s makes batches of what the greedy rule gives such a
+       run: ``max_tokens // s`` items, at most ``max_sentences``, rounded down to a multiple
+       of ``multiple`` when it holds one.
     3. The run remainders, in key order, are cut by the greedy budget rule (0 = no limit). A
        batch leaves when ``final``, when it holds a ``late`` entry, or when it is full (one more
        item of its longest size, or ``multiple`` more once it holds that many, would break a
@@ -48,76 +44,13 @@ def budget_round(keys, span, sizes, late, max_tokens, max_sentences, multiple, f
     first): entries batch after batch, batch ends into ``order``, per batch its summed sizes,
     count × longest size and whether it leaves now. O(n + span).
     """
-    n = keys.shape[0]
-    order, starts = counting_order(keys, span)
-    out = np.empty(n, np.int64)
-    ends = np.empty(n, np.int64)
-    real = np.empty(n, np.int64)
-    padded = np.empty(n, np.int64)
-    rest = np.empty(n, np.int64)
-    pos = 0
-    nb = 0
-    nr = 0
-    for r in range(span):
-        lo = starts[r]
-        hi = starts[r + 1]
-        if hi == lo:
-            continue
-        size = sizes[order[lo]]
-        k = _run_batch(size, hi - lo, max_tokens, max_sentences, multiple)
-        full = (hi - lo) // k * k
-        for i in range(lo, lo + full):
-            out[pos] = order[i]
-            pos += 1
-            if (i - lo + 1) % k == 0:
-                ends[nb] = pos
-                real[nb] = k * size
-                padded[nb] = k * size
-                nb += 1
-        for i in range(lo + full, hi):
-            rest[nr] = order[i]
-            nr += 1
-    rs = np.empty(nr, sizes.dtype)
-    for i in range(nr):
-        rs[i] = sizes[rest[i]]
-    cuts = budget_ends_runs(rs, _NO_RUNS, max_tokens, max_sentences, multiple)
-    leave = np.ones(n, np.bool_)
-    start = 0
-    for e in cuts:
-        count = e - start
-        longest = rs[start]
-        total = np.int64(0)
-        due = final
-        for i in range(start, e):
-            if rs[i] > longest:
-                longest = rs[i]
-            total += rs[i]
-            if late[rest[i]]:
-                due = True
-            out[pos] = rest[i]
-            pos += 1
-        cost = count * longest
-        go = due
-        if not go:
-            step = multiple if count >= multiple else 1
-            full = max_tokens == 0 and max_sentences == 0
-            if max_tokens > 0 and (count + step) * longest > max_tokens:
-                full = True
-            if max_sentences > 0 and count + step > max_sentences:
-                full = True
-            go = full and (cost - total) <= target * cost
-        ends[nb] = pos
-        real[nb] = total
-        padded[nb] = cost
-        leave[nb] = go
-        nb += 1
-        start = e
-    return (
-        out[:pos].copy(),
-        ends[:nb].copy(),
-        real[:nb].copy(),
-        padded[:nb].copy(),
-        leave[:nb].copy(),
+    sizes = np.ascontiguousarray(sizes, None if sizes.dtype in _SIZE_DTYPES else np.int64)
+    # keys are the 1-D lengths themselves (the sizes' dtype) or int64 ranks/composites
+    kd = keys.dtype
+    keys = np.ascontiguousarray(keys, None if kd in _KEY_DTYPES or kd == sizes.dtype else np.int64)
+    late = np.ascontiguousarray(late, np.bool_)
+    return _core.budget_round(
+        keys, span, sizes, late, max_tokens, max_sentences, multiple, bool(final), float(target)
     )
 
 

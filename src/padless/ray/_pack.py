@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any, cast
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 import ray.data
 
-from .. import _rng
+from .. import _core, _rng
 from .._check import check_seed, positive
 from ..planners.spec import Spec
 from ..windows import shift_index
@@ -135,7 +134,6 @@ def _pack_window(
     return _rows(cast("PackedPlan", window_plan), off, values, column)
 
 
-@numba.njit(cache=True)
 def row_columns(
     values: np.ndarray, src: np.ndarray, seg: np.ndarray, bounds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -146,28 +144,7 @@ def row_columns(
     ``k`` entries (from 0). One pass over the output tokens; :func:`row_columns_reference` is
     the same in numpy.
     """
-    n = src.size
-    total = 0
-    for e in range(n):
-        total += seg[e]
-    tokens = np.empty(total, values.dtype)
-    position = np.empty(total, np.int32)
-    seq_idx = np.empty(total, np.int32)
-    cu = np.empty(n + bounds.size - 1, np.int32)
-    t = 0
-    for r in range(bounds.size - 1):
-        lo, hi = bounds[r], bounds[r + 1]
-        base = t
-        cu[lo + r] = 0
-        for e in range(lo, hi):
-            s, k, within = src[e], seg[e], e - lo
-            for j in range(k):
-                tokens[t + j] = values[s + j]
-                position[t + j] = j
-                seq_idx[t + j] = within
-            t += k
-            cu[e + r + 1] = t - base
-    return tokens, position, seq_idx, cu
+    return _core.row_columns(values, src, seg, bounds)
 
 
 def row_columns_reference(
