@@ -10,26 +10,26 @@ within a round, and ``sync`` runs before every run):
   path) against GNU ``shuf -o`` (which holds the file in memory);
 - records that fit: ``shuffle_file(..., record_size=16, memory=2G)`` against ``cp`` of the same
   file (a shuffle can only be slower than a copy);
-- out of core, both files with ``memory=384M`` (bucket files; the numba engine): lines against
+- out of core, both files with ``memory=384M`` (bucket files; the compiled engine): lines against
   ``shuf`` and records against ``dd bs=4M conv=fdatasync`` (the disk's write floor; a bucket
   shuffle writes everything twice and flushes the output with fsync).
 
-padless runs in a fresh subprocess per run, which first loads numba and the kernels (a tiny
-shuffle): the table gives the wall time of the call then (as in a process that shuffles more than
-once), and the note under it the whole process (interpreter start, imports, numba's start and its
-kernels loaded from the cache: one to two seconds on the shared 2-vCPU VM), the figure to hold
-against a command such as shuf. Peak memory: the whole process's peak
+padless runs in a fresh subprocess per run: the table gives the wall time of the call (which
+loads the compiled kernels, ``padless._core``: about a millisecond and 0.3 MiB) and of the
+``padless shuffle`` command as a whole process (interpreter start, imports, the call), the figure
+to hold against a command such as shuf. Peak memory: the whole process's peak
 resident size (GNU time, like the other tools), and the call's own peak above the resident size
 at the call (``VmHWM`` after ``/proc/self/clear_refs``). Throughput is input bytes ÷ wall time;
 best and median of the runs.
 
 Then the uniformity figures: 1e7 16-byte records holding their input position (``--quick``:
 1e6): Spearman ρ between input and output positions and the χ² test of the (input decile ×
-output decile) table, through buckets (budget 1e6 records: the numpy engine, and the numba
-engine forced) and in memory (budget 1G: the numba engine's one-pass path).
+output decile) table, through buckets (budget 1e6 records: the compiled engine, and the numpy
+engine forced) and in memory (budget 1G: the compiled engine's one-pass path).
 
 Run: ``python benchmarks/bench_shuffle.py [--quick] [--dir DIR] [--runs N]
-[--only fit|ooc|uniformity]``. Prints a markdown report (machine, commands, tables).
+[--only fit|fit-lines|ooc|uniformity]`` (``fit-lines``: only the lines that fit, against shuf).
+Prints a markdown report (machine, commands, tables).
 """
 
 from __future__ import annotations
@@ -56,24 +56,10 @@ def status(key):
         for line in f:
             if line.startswith(key):
                 return int(line.split()[1]) * 1024
-import os
 import padless
-from padless.shuffle import _engines, shuffle_file
+from padless.shuffle import shuffle_file
 kind, src, dst, memory = sys.argv[1:5]
 kw = {"lines": True} if kind == "lines" else {"record_size": int(kind)}
-# Load numba and the kernels first (a tiny input, in memory and through buckets): the call below
-# is timed with them loaded, as in a process that shuffles more than once; the whole process
-# (this included) is timed from outside.
-tiny = dst + ".warm"
-with open(tiny, "wb") as f:
-    f.write(b"warm up\\n" * 200_000 if kind == "lines" else bytes(16 * 100_000))
-chosen = _engines.choose_engine
-_engines.choose_engine = lambda budget, size: "numba"
-for budget in ("1M", "64M"):
-    shuffle_file(tiny, tiny + ".out", memory=budget, seed=0, **kw)
-_engines.choose_engine = chosen
-os.unlink(tiny)
-os.unlink(tiny + ".out")
 try:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak (VmHWM) starts afresh at the resident size now
@@ -260,14 +246,13 @@ def table(title: str, rows: list[dict]) -> str:
     info = pad["info"]
     out.append("")
     out.append(
-        "The call: `shuffle_file` in a process that has loaded numba and the kernels (its peak "
-        "RSS includes a warm-up shuffle). The command: the whole process, from the interpreter's "
-        "start (imports, numba's start, kernels loaded from the cache) to its exit, as the other "
-        "tools are timed. "
+        "The call: `shuffle_file` in a fresh process (it loads the compiled kernels). The "
+        "command: the whole process, from the interpreter's start (imports, the call) to its "
+        "exit, as the other tools are timed. "
         f"Engine {info['engine']}, {info['buckets']} bucket files, depth {info['depth']}. "
         f"Peak of the call above the resident size at the call: {max(pad['above']) / MiB:,.0f} "
         f"MiB ({max(pad['above']) / size:.2f}× input); resident size at the call "
-        f"{info['entry'] / MiB:.0f} MiB (interpreter, numpy, padless, numba and its kernels)."
+        f"{info['entry'] / MiB:.0f} MiB (interpreter, numpy, padless)."
     )
     return "\n".join(out)
 
@@ -318,7 +303,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small files (a smoke test)")
     parser.add_argument("--dir", default=None, help="where to put the files (default: system tmp)")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", choices=["fit", "ooc", "uniformity"], default=None)
+    parser.add_argument("--only", choices=["fit", "fit-lines", "ooc", "uniformity"], default=None)
     args = parser.parse_args()
     line_bytes, rec_bytes = (32 * MiB, 64 * MiB) if args.quick else (550 * MiB, 512 * MiB)
     fit, ooc = ("256M", "16M") if args.quick else ("2G", "384M")
@@ -333,15 +318,17 @@ def main() -> None:
     try:
         lines_src = os.path.join(work, "lines.txt")
         rec_src = os.path.join(work, "records.bin")
-        if args.only in (None, "fit", "ooc"):
+        if args.only in (None, "fit", "fit-lines", "ooc"):
             count, mean = write_lines(lines_src, line_bytes)
-            write_records(rec_src, rec_bytes)
+            if args.only != "fit-lines":
+                write_records(rec_src, rec_bytes)
             print(f"Lines: {count:,} lines, mean {mean:.1f} bytes (lognormal lengths); records: "
                   f"{rec_bytes // 16:,} 16-byte records sorted by i.\n")  # fmt: skip
-        if args.only in (None, "fit"):
+        if args.only in (None, "fit", "fit-lines"):
             print(f"## Inputs that fit in the budget (memory={fit}): one pass in memory\n")
             print(table("lines", compare("lines", lines_src, work, fit, ["shuf"], args.runs)))
             print()
+        if args.only in (None, "fit"):
             print(table("records", compare("16", rec_src, work, fit, ["cp"], args.runs)))
             print()
         if args.only in (None, "ooc"):
@@ -357,9 +344,9 @@ def main() -> None:
             print("## Uniformity\n")
             print(uniformity(uni_n, uni_budget, work, None))
             print()
-            print(uniformity(uni_n, uni_budget, work, "numba"))
+            print(uniformity(uni_n, uni_budget, work, "numpy"))
             print()
-            print(uniformity(uni_n, 1 << 30, work, "numba"))
+            print(uniformity(uni_n, 1 << 30, work, None))
         print(f"\nLoad average at end: {os.getloadavg()[0]:.2f}; "
               f"{time.perf_counter() - started:.0f} s in all")  # fmt: skip
     finally:

@@ -19,12 +19,12 @@ from scipy import stats
 
 from padless.shuffle import _engines, _passes, parse_memory, shard_paths, shuffle_file
 
-ENGINES = ["numpy", "numba"]
+ENGINES = ["numpy", "compiled"]
 
 
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Force one engine whatever the budget (numba then works with small budgets too)."""
+    """Force one engine whatever the budget and the input size."""
     name = str(request.param)
     monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: name)
     return name
@@ -196,12 +196,12 @@ def _perm_counts(positions: list[tuple[int, ...]]) -> np.ndarray:
 
 
 # (engine, path) -> (memory, record size): four records that go through bucket files, or that
-# the budget holds whole (the numba engine then also spreads them over tiny sub-buckets).
+# the budget holds whole (the compiled engine then also spreads them over tiny sub-buckets).
 _FOUR = {
     ("numpy", "buckets"): ("1M", 32 * 1024),
-    ("numba", "buckets"): ("1M", 256 * 1024),
+    ("compiled", "buckets"): ("1M", 256 * 1024),
     ("numpy", "memory"): ("64M", 1024),
-    ("numba", "memory"): ("64M", 1024),
+    ("compiled", "memory"): ("64M", 1024),
 }
 
 
@@ -213,7 +213,7 @@ def test_every_permutation_of_four_equally_likely(
 ) -> None:
     """All 24 orders of four records (or lines) come out equally often, over many seeds."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not what is tested here
-    monkeypatch.setattr(_engines, "SUB_BYTES", 16)  # numba in memory: one sub-bucket per item
+    monkeypatch.setattr(_engines, "SUB_BYTES", 16)  # compiled, in memory: one sub-bucket per item
     memory, r = _FOUR[engine, path]
     if kind == "lines":
         blocks = [bytes([65 + i]) * (r - 1) + b"\n" for i in range(4)]
@@ -409,13 +409,13 @@ def test_interrupt_leaves_nothing_behind(
             _passes, "_write_all", _Failing(20 if path == "buckets" else 0, KeyboardInterrupt())
         )
     else:
-        numba = engine == "numba"
-        cls = _engines.NumbaEngine if numba else _engines.NumpyEngine
+        compiled = engine == "compiled"
+        cls = _engines.CompiledEngine if compiled else _engines.NumpyEngine
         target = {"pass1": "scatter", "pass2": "permute", "permute": "permute"}.get(where, "")
-        if numba and target == "permute":
-            target = "permute_stream"  # numba streams from the file
-        if where == "pieces":  # numba: while output pieces are being filled; numpy: the same
-            cls, target = (_engines._Pieces, "flush") if numba else (cls, "permute")
+        if compiled and target == "permute":
+            target = "permute_stream"  # the compiled engine streams from the file
+        if where == "pieces":  # compiled: while output pieces are being filled; numpy: the same
+            cls, target = (_engines._Pieces, "flush") if compiled else (cls, "permute")
         real = getattr(cls, target)
 
         def interrupted(self, *args, **kwargs):
@@ -638,9 +638,51 @@ def test_parse_memory(text: str, expected: int) -> None:
 
 
 def test_engine_choice() -> None:
-    assert _engines.choose_engine(512 << 20, 2 << 30) == "numba"
-    assert _engines.choose_engine(64 << 20, 2 << 30) == "numpy"
-    assert _engines.choose_engine(1 << 30, 1 << 20) == "numpy"
+    """The compiled engine serves every budget and input; "numba" is its deprecated alias."""
+    for budget, size in [
+        (512 << 20, 2 << 30),
+        (64 << 20, 2 << 30),
+        (1 << 30, 1 << 20),
+        (1 << 20, 0),
+    ]:
+        assert _engines.choose_engine(budget, size) == "compiled"
+    with pytest.warns(DeprecationWarning, match="now called 'compiled'"):
+        engine = _engines.make_engine("numba", 16, 64 << 20)
+    assert isinstance(engine, _engines.CompiledEngine) and engine.name == "compiled"
+    assert isinstance(_engines.make_engine("numpy", None, 64 << 20), _engines.NumpyEngine)
+    with pytest.raises(ValueError, match="engine must be one of 'compiled', 'numpy'"):
+        _engines.make_engine("numbra", 16, 64 << 20)
+
+
+def test_forced_numba_engine_warns_and_runs_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "numba")
+    src = write(tmp_path / "in", rand_bytes(16 * 1000))
+    with pytest.warns(DeprecationWarning, match="'numba' will stop working"):
+        res = shuffle_file(src, tmp_path / "out", record_size=16, seed=1)
+    assert res.engine == "compiled"
+    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "compiled")
+    shuffle_file(src, tmp_path / "again", record_size=16, seed=1)
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "again").read_bytes()
+
+
+def test_kernels_are_compiled_and_have_references() -> None:
+    """Every kernel of the shuffle calls padless._core and has a plain-Python reference twin."""
+    import inspect
+
+    from padless import _core
+    from padless.shuffle import _kernels as k
+
+    kernels = [
+        name for name, f in vars(k).items()
+        if inspect.isfunction(f) and not name.startswith("_") and not name.endswith("_reference")
+    ]  # fmt: skip
+    assert len(kernels) == 9
+    for name in kernels:
+        assert hasattr(k, f"{name}_reference") and hasattr(_core, name), name
+        assert f"_core.{name}(" in inspect.getsource(getattr(k, name)), name
+    assert "numba" not in inspect.getsource(k)
 
 
 # --------------------------------------------------------------------------- memory budget
@@ -654,8 +696,10 @@ _RSS_SCRIPT = textwrap.dedent(
                 if line.startswith(key):
                     return int(line.split()[1]) * 1024
     import padless
-    from padless.shuffle import shuffle_file
-    kind, src, dst, memory = sys.argv[1:5]
+    from padless.shuffle import _engines, shuffle_file
+    kind, src, dst, memory, engine = sys.argv[1:6]
+    if engine != "auto":
+        _engines.choose_engine = lambda budget, size: engine
     kw = {"lines": True} if kind == "lines" else {"record_size": int(kind)}
     try:  # start the peak (VmHWM) afresh at the resident size now
         with open("/proc/self/clear_refs", "w") as f:
@@ -677,40 +721,37 @@ def _peak_above_entry(*args: str) -> tuple[int, str, int]:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
-def test_memory_budget_small(tmp_path: Path) -> None:
-    """numpy engine, 16 MB budget: the call's peak stays within it (it was 1.5 times over)."""
+@pytest.mark.parametrize("engine", ["auto", "numpy"])
+def test_memory_budget_small(tmp_path: Path, engine: str) -> None:
+    """16 MB budget, both engines: the call's peak stays within it (numpy's was once 1.5 times
+    over), the extension's own memory counted (it is loaded by the call)."""
     budget = 16 << 20
+    expected = "compiled" if engine == "auto" else engine
     src = tmp_path / "rec.bin"
     rng = np.random.default_rng(0)
     rng.integers(0, 1 << 62, 6 << 20, dtype=np.int64).tofile(src)
-    peak, engine, buckets = _peak_above_entry("16", str(src), str(tmp_path / "o"), "16M")
-    assert engine == "numpy" and buckets >= 3
+    peak, name, buckets = _peak_above_entry("16", str(src), str(tmp_path / "o"), "16M", engine)
+    assert name == expected and buckets >= 3
     assert peak <= budget, peak
     lines = tmp_path / "lines.txt"
     lengths = np.clip(rng.lognormal(np.log(60), 0.7, 700_000), 1, 2000).astype(np.int64)
     body = rng.integers(97, 123, int(lengths.sum()), dtype=np.uint8)
     body[np.cumsum(lengths) - 1] = 10
     body.tofile(lines)
-    peak, engine, buckets = _peak_above_entry("lines", str(lines), str(tmp_path / "o"), "16M")
-    assert engine == "numpy" and buckets >= 3
+    peak, name, buckets = _peak_above_entry("lines", str(lines), str(tmp_path / "o"), "16M", engine)
+    assert name == expected and buckets >= 3
     assert peak <= budget, peak
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
-def test_memory_budget_numba(tmp_path: Path) -> None:
-    """numba engine, 140 MB through buckets with a 384 MB budget, numba's own memory counted."""
-    budget = 384 << 20
+@pytest.mark.parametrize("memory, path", [("128M", "buckets"), ("256M", "memory")])
+def test_memory_budget_compiled(tmp_path: Path, memory: str, path: str) -> None:
+    """Compiled engine, 140 MB through buckets (128M) or in memory (256M): within the budget."""
     src = tmp_path / "rec.bin"
     np.random.default_rng(0).integers(0, 1 << 62, 17_500_000, dtype=np.int64).tofile(src)
-    small = write(tmp_path / "warm.bin", rand_bytes(16 * 100_000))
-    # Compile (or load) the kernels first, in another process, through both passes: the budget
-    # is for kernels loaded from numba's cache (the very first run compiles them).
-    warm = "import sys; from padless.shuffle import _engines as e; e.choose_engine = lambda b, s: 'numba'; "
-    warm += "from padless.shuffle import shuffle_file as f; f(sys.argv[1], sys.argv[2], record_size=16, seed=0, memory='1M')"
-    subprocess.run([sys.executable, "-c", warm, str(small), str(tmp_path / "w")], check=True)
-    peak, engine, buckets = _peak_above_entry("16", str(src), str(tmp_path / "o"), "384M")
-    assert engine == "numba" and buckets >= 2
-    assert peak <= budget, peak
+    peak, engine, buckets = _peak_above_entry("16", str(src), str(tmp_path / "o"), memory, "auto")
+    assert engine == "compiled" and (buckets >= 2) == (path == "buckets")
+    assert peak <= parse_memory(memory), peak
 
 
 # --------------------------------------------------------------------------- kernels
@@ -844,7 +885,7 @@ def test_device_dst_is_written_in_place(tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 @pytest.mark.parametrize("extra", [b"", b"xyz"])
 def test_pipe_source_is_spooled(tmp_path: Path, extra: bytes) -> None:
-    data = np.arange(50_000, dtype=np.int64).tobytes() + extra
+    data = np.arange(150_000, dtype=np.int64).tobytes() + extra
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
 
@@ -856,12 +897,12 @@ def test_pipe_source_is_spooled(tmp_path: Path, extra: bytes) -> None:
     thread.start()
     try:
         if extra:
-            with pytest.raises(ValueError, match="400003 bytes .*3 trailing bytes"):
+            with pytest.raises(ValueError, match="1200003 bytes .*3 trailing bytes"):
                 shuffle_file(fifo, tmp_path / "out", record_size=8, memory="1M", seed=0)
         else:
             res = shuffle_file(fifo, tmp_path / "out", record_size=8, memory="1M", seed=0)
             out = np.fromfile(tmp_path / "out", np.int64)
-            assert res.buckets >= 2 and sorted(out) == list(range(50_000))
+            assert res.buckets >= 2 and sorted(out) == list(range(150_000))
     finally:
         thread.join()
     assert sorted(os.listdir(tmp_path)) == (["pipe"] if extra else ["out", "pipe"])
@@ -894,12 +935,12 @@ def test_place_records_in_windows_equals_one_scatter() -> None:
 def test_in_memory_output_does_not_depend_on_windows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """numba in memory: whatever the window size, mapped or read, the same bytes out.
+    """Compiled, in memory: whatever the window size, mapped or read, the same bytes out.
 
     Small windows make lines longer than a window arrive as single reads; the small output
     pieces make lines (and records) longer than a piece go out straight from the big buffer.
     """
-    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "numba")
+    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "compiled")
     monkeypatch.setattr(_engines, "PIECE_BYTES", 65536)
     if kind == "records":
         data, kw = rand_bytes(24 * 30_001, seed=4), {"record_size": 24}
@@ -916,7 +957,7 @@ def test_in_memory_output_does_not_depend_on_windows(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             res = shuffle_file(src, tmp_path / "out", memory="64M", seed=8, **kw)
-        assert res.buckets == 0 and res.engine == "numba"
+        assert res.buckets == 0 and res.engine == "compiled"
         assert len(caught) == (kind == "lines")
         outs.append((tmp_path / "out").read_bytes())
     assert all(out == outs[0] for out in outs)
@@ -1005,8 +1046,9 @@ def test_output_does_not_depend_on_mapping(
 
 
 def test_a_signal_swallowed_by_a_c_callback_still_stops_before_the_rename():
-    """SIGTERM landing inside numba's compiler callback raises where the exception is ignored;
-    the run must still stop before anything irreversible (``Signals.check``)."""
+    """SIGTERM landing inside a callback from C (a ``__del__``, a weakref callback) raises where
+    the exception is ignored; the run must still stop before anything irreversible
+    (``Signals.check``)."""
     import signal
 
     from padless.shuffle import _safety

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import warnings
-from collections.abc import Iterator
 
 # Memory of the command itself when it calls the shuffle: the interpreter, numpy, padless and
 # argparse (about 40 MiB measured on Linux x86-64), with margin. ``--memory`` covers the whole
@@ -64,26 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@contextlib.contextmanager
-def _without_scipy() -> Iterator[None]:
-    """Keep numba from importing scipy while the command runs (unless it is already imported).
-
-    When numba's CPU target first starts it imports ``scipy.linalg`` to see whether ``np.dot``
-    and friends can be compiled. The shuffle's kernels use no linear algebra, and in a command
-    of its own that import costs about 0.3 s and 20 MB, a sixth of what GNU ``shuf`` takes for
-    550 MB of lines. numba then only reports that BLAS is missing, for this process.
-    """
-    if "scipy" in sys.modules:
-        yield
-        return
-    sys.modules["scipy"] = None  # type: ignore[assignment]  # import scipy -> ImportError
-    try:
-        yield
-    finally:
-        if "scipy" in sys.modules and sys.modules["scipy"] is None:
-            del sys.modules["scipy"]
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``padless shuffle`` with parsed ``args``; return the exit status.
 
@@ -100,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             f"--memory must be at least 64M for the command (the interpreter, numpy and padless "
             f"take about 40 MiB of it), got {args.memory!r}"
         )
-    with warnings.catch_warnings(record=True) as caught, _without_scipy():
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = shuffle_file(
             args.src,

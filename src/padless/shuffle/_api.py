@@ -44,7 +44,8 @@ class ShuffleResult:
         buckets: temporary bucket files used, over all levels (0: shuffled in memory).
         seconds: wall time.
         outputs: the files written (``("-",)`` for stdout), in concatenation order.
-        engine: ``"numba"`` or ``"numpy"`` (see :func:`shuffle_file`).
+        engine: ``"compiled"``, the C++ kernels (``"numba"`` before they replaced numba's;
+            ``"numpy"`` only where that engine is forced, as the tests do).
         depth: levels of bucket recursion below the first (0 when no bucket outgrew memory).
         stale_removed: temporary files or folders of earlier shuffles that were interrupted
             (their process gone) and that this run removed.
@@ -586,26 +587,22 @@ def shuffle_file(
     naming the file that could not be written.
 
     Memory: the call's peak resident size above the process's size when the call starts stays
-    within ``memory`` (for budgets of at least 16M; below that a few MB of fixed costs may pass
-    it). That counts all the call adds: numba's runtime and its compiled kernels (about 175 MB
-    when the call is the first to load them), buffers, index arrays, the mapped windows of the
-    files, the writer thread. (The ``padless shuffle`` command counts the whole process:
-    ``--memory`` also covers the interpreter, numpy and padless.) The numba engine works for
-    inputs of at least 64M with budgets of at least 384M: an input fits when it is at most about
-    ``memory`` less 270 MB, and in memory it then takes about its own size plus 50 MB, plus
-    numba's. Otherwise numpy does the work, with index arrays (10 bytes a record, 64 a line):
-    an input fits when it is at most about a quarter of ``memory``, and takes about 2.7 times
-    its size. ``memory`` larger than the machine's memory is refused.
+    within ``memory`` (for budgets of at least 16M; below that 1-2 MB of fixed costs may pass
+    it). That counts all the call adds: the compiled kernels (about 0.3 MB, loaded by the first
+    call), buffers, the mapped windows of the files, the writer thread. (The ``padless shuffle``
+    command counts the whole process: ``--memory`` also covers the interpreter, numpy and
+    padless.) An input fits when it is at most about 0.97 times ``memory`` less 70 MB (0.7 times
+    ``memory`` below 256M), and in memory it then takes about its own size plus 40 MB (two
+    output pieces and a mapped window; less with smaller budgets). ``memory`` larger than the
+    machine's memory is refused.
 
     Cost: in memory, one read of the input and one write of the output; through buckets, about
     two reads and two writes; then the final flush of the output to disk. On a shared, loaded
-    2-vCPU VM (``benchmarks/results/shuffle.md``), with numba's kernels loaded: 550 MiB of lines
-    that fit ran at 1.4-1.5 times GNU ``shuf``'s speed, 512 MiB of 16-byte records at about 0.18
-    times ``cp``'s, and lines through buckets (384M) at 1.1-1.2 times shuf's. Importing numba and
-    loading its cached kernels takes 0.6-0.9 s per process (the ``padless shuffle`` command, all
-    of it counted, ran at 1.0-1.1 times shuf's speed on those lines; the very first call compiles
-    the kernels for a few seconds, with more memory, before they are cached on disk). Temporary
-    disk: about the input size in
+    2-vCPU VM (load average 2-5, ``benchmarks/bench_shuffle.py``), the ``padless shuffle``
+    command, its whole process counted (about 0.2 s of it the interpreter and the imports),
+    shuffled 550 MiB of lines that fit at 1.4 times GNU ``shuf``'s speed (medians of 8 rounds;
+    1.6-2.7 times in the best runs), 512 MiB of 16-byte records at about 0.2 times ``cp``'s, and
+    lines through buckets (384M) at 0.7-1.5 times shuf's. Temporary disk: about the input size in
     ``tmp_dir`` when it does not fit (twice that for a pipe or stdin, which is first copied to a
     file there). The output depends on the input, the seed, ``memory`` and the record kind;
     nothing else.

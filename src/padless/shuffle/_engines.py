@@ -1,4 +1,4 @@
-"""The two in-memory engines of the shuffle: compiled (numba) and plain numpy.
+"""The two in-memory engines of the shuffle: compiled (C++ kernels) and plain numpy.
 
 An engine does the work on records already in memory (or arriving in mapped windows); the driver
 (``_passes``) does the files. Both engines offer the pass-1 step over a byte buffer:
@@ -10,21 +10,24 @@ For pass 2 (and for an input that fits in memory whole) they differ:
 
 * numpy (``permute``): the region is read into one buffer and permuted into the other through
   index arrays (about 10 bytes per record, 64 per line), piece by piece;
-* numba (``permute_stream``): records or lines arrive in windows of the file (mapped, so they are
-  never copied whole) and go straight to a uniformly random cache-sized sub-bucket of the one big
-  buffer; then each sub-bucket gets a Fisher-Yates order, written into small output pieces that
-  the writer thread writes while the next ones are filled. Together a uniform permutation, with
-  about the region's size in memory (plus two pieces and one window), not twice.
+* compiled (``permute_stream``): records or lines arrive in windows of the file (mapped, so they
+  are never copied whole) and go straight to a uniformly random cache-sized sub-bucket of the one
+  big buffer; then each sub-bucket gets a Fisher-Yates order, written into small output pieces
+  that the writer thread writes while the next ones are filled. Together a uniform permutation,
+  with about the region's size in memory (plus two pieces and one window), not twice.
 
-Importing numba and loading its kernels costs about 175 MB of resident memory, so the numba
-engine runs only when the budget is large enough to absorb that (see ``choose_engine``). Both
-engines are exactly uniform; for the same seed they give different (equally valid) orders, and
-which one runs depends only on the budget and the input size, so a run stays reproducible.
+The compiled engine runs always (``choose_engine``): its kernels live in the extension module
+``padless._core``, which costs a few hundred KiB (see ``COMPILED_RESERVE``), and for every budget
+it holds a larger region in memory than the numpy engine (which needs two buffers and index
+arrays). The numpy engine stays as the plain, independent implementation that the tests run
+beside it. Both engines are exactly uniform; for the same seed they give different (equally
+valid) orders, so a run stays reproducible as long as the same engine runs.
 """
 
 from __future__ import annotations
 
 import mmap
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -32,9 +35,10 @@ import numpy as np
 
 MiB = 1 << 20
 # Bytes per sub-bucket, at least: a sub-bucket and its permutation index stay in the per-core L2
-# cache. (Larger for a large region, smaller when the pieces are small: ``NumbaEngine.sub_bytes``.)
+# cache. (Larger for a large region, smaller when the pieces are small: see
+# ``CompiledEngine.sub_bytes``.)
 SUB_BYTES = 256 * 1024
-# Most sub-buckets filled at once in pass 2 (see ``NumbaEngine.sub_bytes``).
+# Most sub-buckets filled at once in pass 2 (see ``CompiledEngine.sub_bytes``).
 MAX_STREAMS = 64
 # Bytes of output handed to the writer at a time in pass 2 (at most).
 PIECE_BYTES = 16 * MiB
@@ -42,12 +46,13 @@ PIECE_BYTES = 16 * MiB
 WINDOW_BYTES = 16 * MiB
 # Largest pass-1 read.
 MAX_CHUNK = 64 * MiB
-# Resident memory that importing numba and loading the shuffle's kernels from the cache costs
-# (measured: about 175 MiB on Linux x86-64 with numba 0.61-0.62, of which about 100 MiB are the
-# pages of LLVM's shared library), with margin. Taken out of the budget of the numba engine.
-NUMBA_RESERVE = 200 * MiB
-NUMBA_MIN_BUDGET = 384 * MiB
-NUMBA_MIN_INPUT = 64 * MiB
+# Fixed memory of a compiled-engine run beyond its budget split, taken out of the budget: the
+# extension module (0.3 MiB resident once loaded), the writer thread, the run's Python objects,
+# the page tables of mapped windows. Measured on Linux x86-64 (the peak of the call above its
+# entry, with no reserve, against the budget: 2M to 256M, records and lines, in memory and
+# through buckets): at most 1.7 MiB over, at the smallest budgets; the split's own slack absorbs
+# it from 16M up. (numba's runtime and kernels took 175 MiB, and numba needed 384M budgets.)
+COMPILED_RESERVE = 2 * MiB
 # Scratch of the numpy engine per record / per line (labels, order, gather indices).
 NUMPY_AUX_PER_RECORD = 10
 NUMPY_AUX_PER_LINE = 64
@@ -56,22 +61,51 @@ NUMPY_FIXED = 4 * MiB
 
 Segment = tuple[np.ndarray, np.ndarray]  # (byte starts, K + 1, absolute in dst), (counts, K)
 Piece = tuple[np.ndarray, int, int]  # (buffer, lo, hi): bytes of the final order, ready to write
-# Where pass 2 finds the items of a region, in order (see ``NumbaEngine.permute_stream``):
+# Where pass 2 finds the items of a region, in order (see ``CompiledEngine.permute_stream``):
 # ("map", array, lo, hi): whole items in array[lo:hi] (a mapped window of the file, usually);
 # ("read", length, add_newline, reader): one item that reader(buffer, at) copies to buffer[at:]
 # (a line longer than a window, or the last line of a file without its newline: add_newline).
 Source = tuple[Any, ...]
 
 
+ENGINES = ("compiled", "numpy")
+
+
 def choose_engine(budget: int, size: int) -> str:
-    """Return ``"numba"`` when the budget absorbs numba's fixed memory and the input is big."""
-    return "numba" if budget >= NUMBA_MIN_BUDGET and size >= NUMBA_MIN_INPUT else "numpy"
+    """Return the engine for a budget and an input size: ``"compiled"``, whatever they are.
+
+    The compiled engine serves every input and budget: for the same budget it holds about two
+    and a half times the bytes the numpy engine holds in memory (one buffer, no index arrays),
+    with a fixed cost of 2 MiB (``COMPILED_RESERVE``) against numpy's 4 MiB (``NUMPY_FIXED``),
+    and it is the faster one. (numba's 175 MiB and its start-up time, which kept budgets below
+    384M and inputs below 64M on numpy, are gone.)
+    """
+    return "compiled"
+
+
+def engine_name(name: str) -> str:
+    """Return the engine called ``name``: ``"compiled"`` or ``"numpy"``.
+
+    ``"numba"``, the compiled engine's former name, still works for one release, with a
+    ``DeprecationWarning``.
+    """
+    if name == "numba":
+        warnings.warn(
+            "the shuffle engine 'numba' is now called 'compiled' (C++ kernels, no numba); "
+            "'numba' will stop working in a later release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return "compiled"
+    if name not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {name!r}")
+    return name
 
 
 def make_engine(name: str, record_size: int | None, budget: int) -> Engine:
     """Build the engine called ``name`` for records of ``record_size`` bytes (None: lines)."""
-    if name == "numba":
-        return NumbaEngine(record_size, budget)
+    if engine_name(name) == "compiled":
+        return CompiledEngine(record_size, budget)
     return NumpyEngine(record_size, budget)
 
 
@@ -140,7 +174,7 @@ class Engine:
         raise NotImplementedError
 
 
-# --------------------------------------------------------------------------- numba
+# --------------------------------------------------------------------------- compiled
 
 
 def _word_dtype(record_size: int) -> np.dtype:
@@ -155,25 +189,25 @@ def _words(array: np.ndarray) -> np.ndarray:
     return array[: len(array) & ~7].view(np.uint64)
 
 
-class NumbaEngine(Engine):
-    """Compiled kernels; memory: one buffer, two output pieces and one mapped window.
+class CompiledEngine(Engine):
+    """C++ kernels; memory: one buffer, two output pieces and one mapped window.
 
-    Budget split (after ``NUMBA_RESERVE`` for numba itself): two output pieces, a third piece's
-    worth for the index of one sub-bucket's lines, and one mapped window, 1/16 of the budget each
-    (at most 16 MiB each); a quarter window for line lengths; 1/32 of small change (the
-    interpreter's objects, the writer thread); the rest, ``cap``, for the buffer that holds a
+    Budget split (after ``COMPILED_RESERVE``, the run's fixed memory): two output pieces, a third
+    piece's worth for the index of one sub-bucket's lines, and one mapped window, 1/16 of the
+    budget each (at most 16 MiB each); a quarter window for line lengths; 1/32 of small change
+    (the interpreter's objects, the writer thread); the rest, ``cap``, for the buffer that holds a
     whole bucket (or the whole input). Pass 1 uses the same buffer: two halves of ``chunk`` bytes
     for the scatter and a third for plain reads, with a mapped window of ``chunk`` beside them
     (``chunk`` is at most the pieces and window together, so pass 1 needs no more than pass 2).
     """
 
-    name = "numba"
+    name = "compiled"
     streams = True
 
     def __init__(self, record_size: int | None, budget: int) -> None:
-        # Chosen only when the budget exceeds the reserve by far; the fallback keeps a forced
-        # engine (tests) working with small budgets.
-        work = budget - NUMBA_RESERVE if budget >= NUMBA_MIN_BUDGET else budget
+        # A budget below four times the reserve (1M-8M) keeps three quarters for the split: its
+        # fixed costs then pass it by 1-2 MB, as the numpy engine's do (see ``shuffle_file``).
+        work = max(budget - COMPILED_RESERVE, budget * 3 // 4)
         self.piece = _round_down(_clamp(work // 16, 16 * 1024, PIECE_BYTES), 4096)
         self.window = _round_down(
             _clamp(work // 16, mmap.ALLOCATIONGRANULARITY, WINDOW_BYTES),

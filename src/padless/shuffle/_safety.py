@@ -180,7 +180,7 @@ class Signals:
     def check(self) -> None:
         """Raise :class:`Terminated` if a signal came whose exception was swallowed.
 
-        A signal that lands while a C library calls back into Python (numba's compiler does)
+        A signal that lands in Python code that C calls back (a ``__del__``, a weakref callback)
         raises inside that callback, where the exception is printed and ignored; the work then
         goes on. Call this before anything irreversible (the final rename).
         """
