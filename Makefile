@@ -4,7 +4,7 @@ PIP := $(VENV)/bin/pip
 # padless's own C++ is built with warnings as errors here and in CI (not for users' builds).
 WERROR := -Ccmake.define.PADLESS_WERROR=ON
 
-.PHONY: demo test fuzz venv lint bench clean
+.PHONY: demo test fuzz venv lint bench clean install-check stub
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -41,6 +41,14 @@ fuzz: $(VENV)/.core
 
 bench: $(VENV)/.core
 	$(PY) benchmarks/bench_plan.py
+
+# the type stub of the compiled module, after a change of its bindings (a test compares them)
+stub: $(VENV)/.core
+	$(PY) -m nanobind.stubgen -q -m padless._core -o src/padless/_core.pyi
+
+# a wheel and an sdist as a user gets them, installed and run read-only (tools/check_install.sh)
+install-check:
+	tools/check_install.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/padless/_core*.so

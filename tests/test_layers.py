@@ -24,6 +24,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "padless"
 
 # lowest first; a module belongs to the first layer with a pattern matching its dotted name
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("compiled", ("padless._core",)),  # the C++ kernels (csrc/): they import nothing of padless
     ("checks", ("padless._check", "padless._splitmix", "padless._output", "padless._progress")),
     (
         "kernels",
@@ -93,6 +94,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# extension modules built from csrc/: importable names without a .py file
+COMPILED = frozenset({"padless._core"})
+
+
 @functools.cache
 def modules() -> dict[str, Path]:
     """Every module of the padless source tree, by dotted name."""
@@ -137,7 +142,7 @@ def imports_of(
 @functools.cache
 def graph() -> tuple[tuple[str, str, int, bool], ...]:
     """``(importer, imported, line, deferred)`` over the whole source tree."""
-    known = set(modules())
+    known = set(modules()) | COMPILED
     out = []
     for name, path in modules().items():
         for target, line, deferred in imports_of(
@@ -162,14 +167,15 @@ def test_every_module_has_one_layer_and_every_pattern_a_module():
         except LookupError:
             unplaced.append(name)
     assert not unplaced, f"place these modules in LAYERS: {unplaced}"
+    names = set(modules()) | COMPILED
     unused = [
-        p for _, ps in LAYERS for p in ps if not any(fnmatch.fnmatchcase(m, p) for m in modules())
+        p for _, ps in LAYERS for p in ps if not any(fnmatch.fnmatchcase(m, p) for m in names)
     ]
     assert not unused, f"LAYERS names modules that do not exist: {unused}"
 
 
 def test_imports_point_down():
-    known = set(modules())
+    known = set(modules()) | COMPILED
     unknown = sorted(
         {(a, b) for a, b, _, _ in graph() if b.startswith("padless") and b not in known}
     )
@@ -218,8 +224,9 @@ def typing_only() -> frozenset[tuple[str, int]]:
 
 @functools.cache
 def heavy_at_import(name: str) -> bool:
-    """Whether importing module ``name`` loads numba or a heavy library (what its module-level
-    imports, its packages' and theirs load, TYPE_CHECKING ones aside)."""
+    """Whether importing module ``name`` loads the compiled kernels (``padless._core``) or a heavy
+    library (what its module-level imports, its packages' and theirs load, TYPE_CHECKING ones
+    aside)."""
     known, guarded = set(modules()), typing_only()
     eager: dict[str, set[str]] = {}
     for a, b, line, deferred in graph():
@@ -231,7 +238,7 @@ def heavy_at_import(name: str) -> bool:
         if m in seen:
             continue
         seen.add(m)
-        if m.partition(".")[0] in HEAVY | {"numba"}:
+        if m in COMPILED or m.partition(".")[0] in HEAVY:
             return True
         parts = m.split(".")
         todo.extend(p for i in range(1, len(parts)) if (p := ".".join(parts[:i])) in known)
@@ -241,8 +248,9 @@ def heavy_at_import(name: str) -> bool:
 
 def test_deferred_imports_keep_heavy_modules_away_only():
     """The one rule for a function-local import of a padless module: it keeps a module that
-    loads numba or a heavy library (torch, Ray...) out of a module that does not load it, or it
-    is of torch's face; anything else belongs at the top of the module (or in DEFERRED)."""
+    loads the compiled kernels or a heavy library (torch, Ray...) out of a module that does not
+    load it (``import padless`` loads the extension only when a plan is made), or it is of
+    torch's face; anything else belongs at the top of the module (or in DEFERRED)."""
     known = set(modules())
     loose, used = [], set()
     for a, b, line, deferred in graph():
@@ -258,7 +266,7 @@ def test_deferred_imports_keep_heavy_modules_away_only():
         loose.append(f"{a}:{line} -> {b}")
     assert not loose, f"function-local imports to lift to the top of their module: {loose}"
     assert used == set(DEFERRED), f"stale DEFERRED entries: {sorted(set(DEFERRED) - used)}"
-    # the rule holds something: light modules exist, and plan defers the kernels (numba)
+    # the rule holds something: light modules exist, and plan defers the kernels (the extension)
     assert not heavy_at_import("padless.plan") and heavy_at_import("padless._kernels")
     assert not heavy_at_import("padless") and not heavy_at_import("padless.cli")
 
@@ -359,3 +367,13 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
         np.savez(path, **arrays)
         loaded = padless.BatchPlan.load(path)
         assert type(loaded) is type(plan) and loaded == plan
+
+
+def test_nothing_imports_a_jit():
+    """The kernels are compiled with the package (``padless._core``): no module imports numba or
+    llvmlite, at module level or inside a function."""
+    jit = sorted(
+        f"{a}:{line}" for a, b, line, _ in graph() if b.partition(".")[0] in {"numba", "llvmlite"}
+    )
+    assert not jit, f"imports of a JIT: {jit}"
+    assert any(b == "padless._core" for _, b, _, _ in graph())  # the walker sees the extension

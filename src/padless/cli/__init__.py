@@ -83,24 +83,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def command() -> NoReturn:
-    """The ``padless`` program: :func:`main`, then a quick exit once numba has been loaded.
-
-    Every output is written, flushed and closed (or removed) when :func:`main` returns, so the
-    interpreter's teardown has nothing left to do but free memory; with numba loaded it takes
-    about a quarter of a second (LLVM's objects are finalised one by one), as much as a sixth of
-    what GNU ``shuf`` takes for 550 MB of lines. The process then ends with ``os._exit``.
-    """
-    status = main()
-    if "numba" not in sys.modules:
-        sys.exit(status)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # pragma: no cover - main flushed standard output already
-        status = status or BROKEN_PIPE_STATUS
-    except (OSError, ValueError):  # pragma: no cover - a closed or failing stream
-        status = status or 1
-    os._exit(status)
+    """The ``padless`` program: :func:`main`, its status the process's."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":  # pragma: no cover
