@@ -114,3 +114,16 @@ def test_the_type_stub_is_the_compiled_module_s(tmp_path):
     )
     committed = Path(padless.__file__).with_name("_core.pyi")
     assert out.read_text() == committed.read_text(), "run `make stub` and commit _core.pyi"
+
+
+def test_import_loads_no_kernels_and_starts_no_thread():
+    """``import padless`` loads no compiled module and starts no thread or process; the first plan
+    loads the extension (a few milliseconds), and still starts no thread."""
+    code = (
+        "import sys, threading, padless; "
+        "print(int('padless._core' in sys.modules), threading.active_count()); "
+        "padless.plan_token_budget([3, 1, 2], max_tokens=4); "
+        "print(int('padless._core' in sys.modules), threading.active_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "1", "1", "1"], out.stdout + out.stderr
