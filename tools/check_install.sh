@@ -14,8 +14,9 @@ WORK=$(cd "$WORK" && pwd)
 "$WORK/tools/bin/pip" install -q build
 "$WORK/tools/bin/python" -m build -q --sdist --outdir "$WORK/dist" . >/dev/null
 SDIST=$(ls "$WORK"/dist/padless-*.tar.gz)
+LISTING=$(tar -tzf "$SDIST")
 for f in CMakeLists.txt csrc/module.cpp csrc/common.hpp src/padless/data/bible-en-es.lengths.npz; do
-  tar -tzf "$SDIST" | grep -q "/$f$" || { echo "sdist lacks $f"; exit 1; }
+  grep -q "/$f$" <<<"$LISTING" || { echo "sdist lacks $f"; exit 1; }
 done
 echo "sdist: $(basename "$SDIST") ($(du -k "$SDIST" | cut -f1) KiB) carries CMakeLists.txt and csrc/"
 
