@@ -15,6 +15,10 @@
 #include <memory>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace nb = nanobind;
 
 namespace padless {
@@ -33,6 +37,21 @@ using InOut = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 template <class T>
 using Out = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
 
+// Ask for transparent huge pages over a large allocation, as numpy does for its arrays (4 MiB and
+// up): a kernel's first pass over a new output then takes one page fault per 2 MiB, not per
+// 4 KiB (a 1e6-item int64 output: 2,048 faults otherwise, a few milliseconds).
+inline void advise_huge_pages(void* data, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes < (size_t(1) << 22)) return;
+    const uintptr_t page = 4096, at = reinterpret_cast<uintptr_t>(data);
+    const uintptr_t first = (at + page - 1) & ~(page - 1), last = (at + bytes) & ~(page - 1);
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)bytes;
+#endif
+}
+
 // What a kernel fills: `size` entries, uninitialised unless made by `zeros` (as numpy's empty
 // and zeros), of which the first `used` become the array handed back.
 template <class T>
@@ -43,7 +62,9 @@ struct Buffer {
 
     Buffer() = default;
     explicit Buffer(int64_t size)
-        : data(new T[size > 0 ? size : 1]), used(size), capacity(size) {}
+        : data(new T[size > 0 ? size : 1]), used(size), capacity(size) {
+        advise_huge_pages(data.get(), static_cast<size_t>(size > 0 ? size : 0) * sizeof(T));
+    }
     T& operator[](int64_t i) { return data[i]; }
     const T& operator[](int64_t i) const { return data[i]; }
     T* get() { return data.get(); }
@@ -51,9 +72,8 @@ struct Buffer {
 
 template <class T>
 Buffer<T> zeros(int64_t size) {
-    Buffer<T> out;
-    out.data.reset(new T[size > 0 ? size : 1]());
-    out.used = out.capacity = size;
+    Buffer<T> out(size);
+    std::fill(out.get(), out.get() + (size > 0 ? size : 0), T(0));
     return out;
 }
 
