@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO, cast
@@ -131,7 +130,7 @@ def write_exactly(
     try:
         fd = -1
         for _ in range(100):
-            tmp = os.path.join(folder, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.padless-out")
+            tmp = os.path.join(folder, f".{base}.{os.getpid()}-{os.urandom(4).hex()}.padless-out")
             try:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
                 fd = os.open(tmp, flags, 0o666)

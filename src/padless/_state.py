@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -17,6 +15,8 @@ STATE_KEYS = ("version", "seed", "epoch", "position", "world_size", "fingerprint
 
 
 def _digest(*parts: bytes) -> str:
+    import hashlib  # stdlib, deferred with json: 7 ms of start-up that only a fingerprint needs
+
     h = hashlib.blake2b(digest_size=4)
     for part in parts:
         h.update(part)
@@ -38,6 +38,8 @@ def fingerprint(
     >>> a.split("-")[0] == b.split("-")[0], a == b
     (True, False)
     """
+    import json
+
     blobs = [json.dumps(dict(data or {}), sort_keys=True, default=str).encode()]
     for arr in arrays:
         a = np.ascontiguousarray(arr)

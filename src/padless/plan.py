@@ -9,7 +9,6 @@ modules only (``_check``, ``lengths``; ``_kernels`` and ``_output`` inside the f
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -47,6 +46,8 @@ def plan_meta(data: Any) -> dict[str, Any]:
 
     Plans saved before the record existed are recognised by their arrays.
     """
+    import json  # stdlib, but 4 ms of start-up: only plans that are saved or loaded need it
+
     names = set(data.files)
     if PLAN_MARKER in names:
         try:
@@ -329,6 +330,8 @@ class BatchPlan:
         >>> sorted(os.listdir(os.path.dirname(path))), BatchPlan.load(path)[0].tolist()
         (['plan.bin'], [1])
         """
+        import json
+
         kind = type(self)
         meta: dict[str, Any] = {
             "format": PLAN_FORMAT,
@@ -597,6 +600,8 @@ class PackedPlan(BatchPlan):
         )
 
     def to_arrays(self) -> dict[str, np.ndarray]:
+        import json
+
         meta = {"capacity": self.capacity, "num_sequences": self.num_sequences, "info": self.info}
         return {
             **super().to_arrays(),
@@ -613,6 +618,8 @@ class PackedPlan(BatchPlan):
         missing = need - set(data.files)
         if missing:
             raise ValueError(f"{where} is not a padless packing plan: missing {sorted(missing)}")
+        import json
+
         packing = json.loads(str(data["packing"]))
         return cls(
             data["indices"],
