@@ -4,9 +4,8 @@ Builds, in a temporary directory (``--dir``), a text file of ``--size`` MB (defa
 32) of lines of words drawn from a Zipf vocabulary (about 270 bytes and 37 words a line), plus
 .gz (gzip -1) and .zst (zstd -3) copies. Then, best of ``--runs`` (default 5), interleaved:
 
-- start-up, in fresh processes: ``import padless``, then the first ``lengths_of(Path)`` on a small
-  file (numba import and the kernel loaded from its on-disk cache), and the same with an empty
-  numba cache (a first-ever compile);
+- start-up, in a fresh process: ``import padless``, then the first ``lengths_of(Path)`` on a small
+  file (the compiled counter loaded with the package's extension; nothing compiles at run time);
 - warm, in this process: ``lengths_of(Path)`` (whitespace), ``lengths_from_text`` with
   ``chars`` and ``bytes``; ``awk '{print NF}'``, ``wc -w`` and ``wc -l`` (GNU, memchr: near the
   memory-speed floor) on the same file; and the .gz/.zst copies next to ``gzip -dc``/``zstd -dc``
@@ -47,11 +46,9 @@ t0 = time.perf_counter()
 import padless
 from pathlib import Path
 t1 = time.perf_counter()
-import numba
-t2 = time.perf_counter()
 padless.lengths_of(Path(sys.argv[1]))
-t3 = time.perf_counter()
-print(t1 - t0, t3 - t1, t2 - t1)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
 """
 
 
@@ -120,25 +117,12 @@ def best_cpu_interleaved(
     return best
 
 
-def startup(small: Path) -> tuple[list[float], list[float]]:
-    """(import padless, first call, import numba within it) seconds in fresh processes: with the
-    kernel cache as it is, then with an empty cache."""
-    runs = []
-    for cache in (None, tempfile.mkdtemp(prefix="numba-cache-")):
-        env = dict(os.environ)
-        if cache:
-            env["NUMBA_CACHE_DIR"] = cache
-        out = subprocess.run(
-            [sys.executable, "-c", _STARTUP, str(small)],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.split()
-        runs.append([float(x) for x in out])
-        if cache:
-            shutil.rmtree(cache, ignore_errors=True)
-    return runs[0], runs[1]
+def startup(small: Path) -> list[float]:
+    """(import padless, first call) seconds in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _STARTUP, str(small)], check=True, capture_output=True, text=True
+    ).stdout.split()
+    return [float(x) for x in out]
 
 
 def main() -> None:
@@ -153,13 +137,11 @@ def main() -> None:
     size = (args.size or (32 if args.quick else 300)) * MB
     tok_size = (args.tok_size or (4 if args.quick else 32)) * MB
 
-    import numba
-
     print("# Lengths from text\n")
     print(f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n")
     print(
         f"Machine: {platform.machine()}, nproc = {os.cpu_count()}, Python "
-        f"{platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
+        f"{platform.python_version()}, numpy {np.__version__}, "
         f"awk = {Path(shutil.which('awk') or 'awk').resolve().name}, load average before the run "
         f"{os.getloadavg()[0]:.1f}. Best of {args.runs}, the commands taking turns.\n"
     )
@@ -188,7 +170,7 @@ def text_figures(work: Path, text: Path, runs: int) -> None:
     nbytes = text.stat().st_size
     lines = sum(1 for _ in open(text, "rb"))
 
-    warm, cold = startup(small)
+    warm = startup(small)
     got = padless.lengths_of(text)  # also loads the kernels in this process
     wc_w = int(subprocess.run(["wc", "-w", q], capture_output=True).stdout.split()[0])
     assert int(got.sum()) == wc_w and got.shape[0] == lines, "counts differ from wc"
@@ -236,9 +218,7 @@ def text_figures(work: Path, text: Path, runs: int) -> None:
         print(f"| {name} | {sec * 1e3:.0f} ms | {nbytes / sec / MB:,.0f} |")
     print(
         f"\nStart-up in a fresh process: import padless {warm[0] * 1e3:.0f} ms; then the first "
-        f"lengths_of(Path) on a 100 kB file {warm[1] * 1e3:.0f} ms with the kernel cache on disk, "
-        f"of which import numba {warm[2] * 1e3:.0f} ms ({cold[1] * 1e3:.0f} ms compiling into an "
-        "empty cache).\n"
+        f"lengths_of(Path) on a 100 kB file {warm[1] * 1e3:.0f} ms (nothing compiles at run time).\n"
     )
 
 
