@@ -1,5 +1,8 @@
 // The windows family's bindings (the kernels are in windows.hpp). They run on Python threads,
 // one window each: every one releases the GIL around its work.
+#include <stdexcept>
+#include <thread>
+
 #include "windows.hpp"
 
 namespace padless {
@@ -150,36 +153,6 @@ nb::tuple best_fit_runs_py(In<int64_t> starts, int64_t capacity, int64_t max_per
     return nb::make_tuple(to_numpy(std::move(row_of)), fit.rows);
 }
 
-nb::tuple best_fit_visits_py(In<int64_t> starts, int64_t capacity, int64_t max_per_row) {
-    Buffer<int64_t> room;
-    FitRuns fit;
-    {
-        nb::gil_scoped_release nogil;
-        int64_t num_starts = size_of(starts);
-        room = visit_room(starts(num_starts - 1));
-        fit = best_fit_runs(starts.data(), num_starts, capacity, max_per_row, room.get());
-    }
-    return nb::make_tuple(to_numpy2(std::move(room), fit.visits, VISIT), fit.rows);
-}
-
-template <class T>
-nb::tuple pack_window_rows_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rotation,
-                              In<int64_t> blocks, int64_t span, uint64_t key, int64_t capacity,
-                              int64_t max_per_row) {
-    CountingOrder order;
-    Buffer<int64_t> room;
-    FitRuns fit;
-    {
-        nb::gil_scoped_release nogil;
-        order = window_order(column(sizes), window(n, block, rotation, blocks), span, key);
-        room = visit_room(order.order.used);
-        fit = best_fit_runs(order.starts.get(), span + 1, capacity, max_per_row, room.get());
-        order.starts = Buffer<int64_t>();
-    }
-    return nb::make_tuple(to_numpy(std::move(order.order)),
-                          to_numpy2(std::move(room), fit.visits, VISIT), fit.rows);
-}
-
 template <class T>
 int64_t pack_window_count_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rotation,
                              In<int64_t> blocks, int64_t span, int64_t capacity,
@@ -190,27 +163,104 @@ int64_t pack_window_count_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_
     return best_fit_runs(starts.get(), span + 1, capacity, max_per_row, nullptr).rows;
 }
 
-nb::tuple scatter_visits_py(In<int64_t> order, VisitsIn visits, In<int64_t> row_rank) {
-    int64_t n = size_of(order), num_rows = size_of(row_rank);
-    Buffer<int64_t> out(n);
-    Buffer<int64_t> bounds = zeros<int64_t>(num_rows + 1);
-    {
-        nb::gil_scoped_release nogil;
-        scatter_visits(order.data(), n, visits.data(), static_cast<int64_t>(visits.shape(0)),
-                       row_rank.data(), num_rows, out.get(), bounds.get());
+// Joins a thread when it goes out of scope with the thread still running (an exception on the
+// way out), the GIL released meanwhile (it is held there).
+struct JoinOnExit {
+    std::thread& thread;
+    ~JoinOnExit() {
+        if (thread.joinable()) {
+            nb::gil_scoped_release nogil;
+            thread.join();
+        }
     }
-    return nb::make_tuple(to_numpy(std::move(out)), to_numpy(std::move(bounds)));
-}
+};
 
-Out<int64_t> visit_lengths_py(VisitsIn visits, In<int64_t> row_rank, In<int64_t> bounds) {
-    int64_t num_rows = size_of(row_rank);
-    Buffer<int64_t> lens(bounds(num_rows));
+// A thread is worth starting from this many items on (a start costs tens of microseconds).
+constexpr int64_t kThreadedItems = int64_t(1) << 20;
+
+template <class T>
+nb::tuple pack_rows_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rotation,
+                       In<int64_t> blocks, int64_t span, uint64_t key, int64_t capacity,
+                       int64_t max_per_row, int64_t rows_per_batch, nb::callable row_order) {
+    if (rows_per_batch < 1) throw std::invalid_argument("rows_per_batch must be positive");
+    const WindowBlocks win = window(n, block, rotation, blocks);
+    const Column<T> col = column(sizes);
+    Buffer<int64_t> starts, order;
+    RowFit fit;
+    int64_t items = 0, real = 0;
+    bool fits = true;
     {
         nb::gil_scoped_release nogil;
-        visit_lengths(visits.data(), static_cast<int64_t>(visits.shape(0)), row_rank.data(),
-                      num_rows, bounds.data(), lens.get());
+        starts = window_histogram(col, win, span);
+        for (int64_t r = std::max(capacity + 1, int64_t(0)); r < span; ++r)
+            fits = fits && starts[r + 1] == starts[r];
+        if (fits) {
+            fit = fit_rows(starts.get(), span + 1, capacity, max_per_row);
+            items = starts[span];
+            // the tokens placed, as numpy's int64 sum of the piece lengths (wrapping)
+            uint64_t sum = 0;
+            for (int64_t r = 1; r < span; ++r)
+                sum += static_cast<uint64_t>(r) * static_cast<uint64_t>(starts[r + 1] - starts[r]);
+            real = static_cast<int64_t>(sum);
+            order = Buffer<int64_t>(items);
+        }
     }
-    return to_numpy(std::move(lens));
+    if (!fits) throw std::invalid_argument("pack_rows: every size must be at most capacity");
+    // The rows are known from the sizes alone: while the caller draws their order, a thread
+    // makes the item order (counting sort, then the tie shuffle).
+    auto sort_items = [&] {
+        window_scatter(col, win, starts.get(), span, order.get());
+        shuffle_runs(order.get(), starts.get(), span + 1, key);
+    };
+    std::thread worker;
+    JoinOnExit joiner{worker};
+    if (items >= kThreadedItems) {
+        worker = std::thread(sort_items);
+    } else {
+        nb::gil_scoped_release nogil;
+        sort_items();
+    }
+    nb::object drawn = row_order(fit.num_rows);
+    InOut<int64_t> final = nb::cast<InOut<int64_t>>(drawn);
+    const int64_t num_rows = fit.num_rows;
+    if (static_cast<int64_t>(final.shape(0)) != num_rows)
+        throw std::invalid_argument("row_order must give one entry per row");
+    const int64_t batches = num_rows / rows_per_batch + (num_rows % rows_per_batch != 0);
+    Buffer<int64_t> out_items = Buffer<int64_t>(items), lens;
+    Buffer<int64_t> bounds = Buffer<int64_t>(num_rows + 1);
+    Buffer<int64_t> offsets(batches + 1);
+    bool ok;
+    {
+        nb::gil_scoped_release nogil;
+        Buffer<int64_t> place = Buffer<int64_t>(num_rows);
+        ok = row_places(final.data(), num_rows, rows_per_batch, fit.counts.get(), bounds.get(),
+                        place.get());
+        if (worker.joinable()) worker.join();
+        if (ok) {
+            for (int64_t b = 0; b <= batches; ++b)
+                offsets[b] = bounds[std::min(b * rows_per_batch, num_rows)];
+            // the items, then (the order freed: a plan's peak is two arrays of n) their sizes;
+            // a copy of the places for the first pass, made over the counts, no longer needed
+            int64_t* again = fit.counts.get();
+            std::copy(place.get(), place.get() + num_rows, again);
+            const int64_t* ord = order.get();
+            const int64_t last = items - 1;  // walk position p is order[last - p]
+            in_halves(num_rows, 1, [&](int64_t lo, int64_t hi) {
+                place_visits(fit, starts.get(), span + 1, again, lo, hi, out_items.get(),
+                             [ord, last](int64_t p, int64_t) { return ord[last - p]; });
+            });
+            order = Buffer<int64_t>();
+            lens = Buffer<int64_t>(items);
+            in_halves(num_rows, 1, [&](int64_t lo, int64_t hi) {
+                place_visits(fit, starts.get(), span + 1, place.get(), lo, hi, lens.get(),
+                             [](int64_t, int64_t s) { return s; });
+            });
+        }
+    }
+    if (!ok) throw std::invalid_argument("row_order must give a permutation of the rows");
+    fit = RowFit();
+    return nb::make_tuple(to_numpy(std::move(out_items)), to_numpy(std::move(bounds)),
+                          to_numpy(std::move(lens)), to_numpy(std::move(offsets)), real);
 }
 
 }  // namespace
@@ -222,12 +272,6 @@ void bind_windows(nb::module_& m) {
           nb::arg("max_tokens"), nb::arg("max_sentences"));
     m.def("best_fit_runs", &best_fit_runs_py, nb::arg("starts"), nb::arg("capacity"),
           nb::arg("max_per_row"));
-    m.def("best_fit_visits", &best_fit_visits_py, nb::arg("starts"), nb::arg("capacity"),
-          nb::arg("max_per_row"));
-    m.def("scatter_visits", &scatter_visits_py, nb::arg("order"), nb::arg("visits"),
-          nb::arg("row_rank"));
-    m.def("visit_lengths", &visit_lengths_py, nb::arg("visits"), nb::arg("row_rank"),
-          nb::arg("bounds"));
     // The lengths come in every dtype padless.windows reads in place (source_lengths): int64
     // first, then the narrower ones.
 #define DEF(T)                                                                                 \
@@ -243,12 +287,13 @@ void bind_windows(nb::module_& m) {
           nb::arg("block"), nb::arg("rotation"), nb::arg("blocks"), nb::arg("span"),           \
           nb::arg("limit"), nb::arg("max_tokens"), nb::arg("max_sentences"),                   \
           nb::arg("multiple"));                                                                \
-    m.def("pack_window_rows", &pack_window_rows_py<T>, nb::arg("sizes"), nb::arg("n"),         \
-          nb::arg("block"), nb::arg("rotation"), nb::arg("blocks"), nb::arg("span"),           \
-          nb::arg("key"), nb::arg("capacity"), nb::arg("max_per_row"));                        \
     m.def("pack_window_count", &pack_window_count_py<T>, nb::arg("sizes"), nb::arg("n"),       \
           nb::arg("block"), nb::arg("rotation"), nb::arg("blocks"), nb::arg("span"),           \
-          nb::arg("capacity"), nb::arg("max_per_row"));
+          nb::arg("capacity"), nb::arg("max_per_row"));                                        \
+    m.def("pack_rows", &pack_rows_py<T>, nb::arg("sizes"), nb::arg("n"), nb::arg("block"),     \
+          nb::arg("rotation"), nb::arg("blocks"), nb::arg("span"), nb::arg("key"),             \
+          nb::arg("capacity"), nb::arg("max_per_row"), nb::arg("rows_per_batch"),              \
+          nb::arg("row_order"));
     PADLESS_FOR_SIZES(DEF)
     DEF(int16_t)
     DEF(int8_t)

@@ -8,9 +8,11 @@
 // window's lengths, with global item ids written straight into the order.
 #pragma once
 
+#include <cstdint>
+#include <new>
+#include <thread>
 #include <vector>
 
-// common.hpp first: bittree.hpp uses size_t without including <cstddef>
 #include "common.hpp"
 
 #include "bittree.hpp"
@@ -18,6 +20,26 @@
 #include "order.hpp"
 
 namespace padless {
+
+// std::allocator with the huge-page advice Buffer takes (common.hpp), for a vector that grows
+// big.
+template <class T>
+struct HugeAllocator {
+    using value_type = T;
+    HugeAllocator() = default;
+    template <class U>
+    HugeAllocator(const HugeAllocator<U>&) {}
+    T* allocate(size_t count) {
+        T* p = static_cast<T*>(::operator new(count * sizeof(T)));
+        advise_huge_pages(p, count * sizeof(T));
+        return p;
+    }
+    void deallocate(T* p, size_t) { ::operator delete(p); }
+    template <class U>
+    bool operator==(const HugeAllocator<U>&) const { return true; }
+    template <class U>
+    bool operator!=(const HugeAllocator<U>&) const { return false; }
+};
 
 // The lengths as the caller holds them: any integer dtype, any stride (a column of a mapped
 // (N, F) file is read in place, never copied). Entry i as int64.
@@ -147,6 +169,18 @@ Buffer<int64_t> window_histogram(Column<T> sizes, const WindowBlocks& win, int64
     return starts;
 }
 
+// The window's item ids by increasing size, stably (ties in window order), into `order`, from
+// the window's histogram `starts` (window_histogram).
+template <class T>
+void window_scatter(Column<T> sizes, const WindowBlocks& win, const int64_t* starts,
+                    int64_t span, int64_t* order) {
+    std::vector<int64_t> fill(starts, starts + span);
+    int64_t* f = fill.data();
+    win.for_each_run([&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) order[f[sizes[i]]++] = i;
+    });
+}
+
 // Global ids of the window by increasing size, ties shuffled from `key`: length_order of the
 // window's lengths with every position replaced by its item id.
 template <class T>
@@ -155,13 +189,8 @@ CountingOrder window_order(Column<T> sizes, const WindowBlocks& win, int64_t spa
     CountingOrder out{Buffer<int64_t>(0), window_histogram(sizes, win, span)};
     const int64_t* starts = out.starts.get();
     out.order = Buffer<int64_t>(starts[span]);
-    std::vector<int64_t> fill(starts, starts + span);
-    int64_t* order = out.order.get();
-    int64_t* f = fill.data();
-    win.for_each_run([&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) order[f[sizes[i]]++] = i;
-    });
-    shuffle_runs(order, starts, span + 1, key);
+    window_scatter(sizes, win, starts, span, out.order.get());
+    shuffle_runs(out.order.get(), starts, span + 1, key);
     return out;
 }
 
@@ -299,35 +328,257 @@ inline FitRuns best_fit_runs(const int64_t* starts, int64_t num_starts, int64_t 
     return out;
 }
 
-// The walk's items grouped by row rank, as scatter_rows groups them: rows by increasing
-// row_rank[row], a row's items in walk order (walk position p is order[n - 1 - p]). `out` gets
-// n entries, `bounds` num_rows + 1 (zeroed).
-inline void scatter_visits(const int64_t* order, int64_t n, const int64_t* visits, int64_t nv,
-                           const int64_t* row_rank, int64_t num_rows, int64_t* out,
-                           int64_t* bounds) {
-    for (const int64_t* v = visits; v < visits + VISIT * nv; v += VISIT)
-        bounds[row_rank[v[ROW]] + 1] += v[ITEMS];
-    for (int64_t k = 0; k < num_rows; ++k) bounds[k + 1] += bounds[k];
-    std::vector<int64_t> fill(bounds, bounds + num_rows);
-    for (const int64_t* v = visits; v < visits + VISIT * nv; v += VISIT) {
-        int64_t k = row_rank[v[ROW]];
-        int64_t p = fill[k];
-        int64_t first = n - 1 - v[FIRST];
-        for (int64_t j = 0; j < v[ITEMS]; ++j) out[p + j] = order[first - j];
-        fill[k] = p + v[ITEMS];
+// Open rows of fit_rows by the space they have left: a LIFO stack per space, as
+// RowStacks, but each stack is a chain of chunks of entries (`head[space]` is 8 * its top chunk
+// + the top entry's place in it, -1 when empty) rather than a link stored with each row. Taking
+// a row then reads the stack's top chunk, recently used and in cache, instead of the row's own
+// link in a table of every row: a walk over millions of rows would wait on a cache miss at
+// nearly every visit. An entry is W int64: the row, and with W = 2 its item count (max_per_row
+// needs it at every visit).
+template <int W>
+class ChunkStacks {
+public:
+    explicit ChunkStacks(int64_t capacity) : tree_(capacity + 1), head_(capacity + 1, -1) {}
+
+    // Put the entry on top of the stack of rows with `space` left.
+    void push(int64_t space, const int64_t* entry) {
+        int64_t h = head_[space];
+        int64_t chunk, top;
+        if (h >= 0 && (h & 7) + 1 < kPer) {
+            chunk = h >> 3;
+            top = (h & 7) + 1;
+        } else {
+            if (h < 0) tree_.set(space);
+            chunk = take_chunk();
+            chunks_[chunk].next = h < 0 ? -1 : h >> 3;
+            top = 0;
+        }
+        for (int i = 0; i < W; ++i) chunks_[chunk].slot[W * top + i] = entry[i];
+        head_[space] = 8 * chunk + top;
     }
+
+    // Take the top entry off the stack of rows with `space` left (which must hold one).
+    void pop(int64_t space, int64_t* entry) {
+        int64_t h = head_[space];
+        int64_t chunk = h >> 3, top = h & 7;
+        for (int i = 0; i < W; ++i) entry[i] = chunks_[chunk].slot[W * top + i];
+        if (top > 0) {
+            head_[space] = h - 1;
+            return;
+        }
+        int64_t below = chunks_[chunk].next;  // a full chunk
+        chunks_[chunk].next = free_;
+        free_ = chunk;
+        if (below < 0) {
+            head_[space] = -1;
+            tree_.clear(space);
+        } else {
+            head_[space] = 8 * below + kPer - 1;
+            __builtin_prefetch(&chunks_[below]);
+        }
+    }
+
+    // The smallest space >= `space` with an open row, or -1.
+    int64_t fit(int64_t space) const { return tree_.next(space); }
+
+private:
+    static constexpr int64_t kSlots = 7, kPer = kSlots / W;  // a chunk is one 64-byte line
+    struct Chunk {
+        int64_t next;  // the chunk below (or the next free one)
+        int64_t slot[kSlots];
+    };
+
+    int64_t take_chunk() {
+        if (free_ < 0) {
+            chunks_.emplace_back();
+            return static_cast<int64_t>(chunks_.size()) - 1;
+        }
+        int64_t chunk = free_;
+        free_ = chunks_[chunk].next;
+        return chunk;
+    }
+
+    BitTree tree_;
+    std::vector<int64_t> head_;
+    std::vector<Chunk, HugeAllocator<Chunk>> chunks_;
+    int64_t free_ = -1;  // the free chunks, linked by `next`
+};
+
+// The packing plan, a run of equal sizes at a time. Run r holds items of size r (starts bounds
+// the runs of an order by increasing size) and best fit walks them from the largest size down.
+// The rows depend on the runs' sizes alone: fit_rows records the visits, (row, items), and
+// counts each row's items. Once the rows' order is drawn, row_places says where each row goes
+// and place_visits writes the items (then their sizes) there, reading the visits in order.
+struct RowVisit {
+    int64_t row, items;
+};
+
+// The visits of best_fit_runs into `visits` (room for one per item); counts[row + 1] gets the
+// row's item count. Returns the number of visits; `rows` gets the number of rows.
+template <int W>
+int64_t fit_visits(const int64_t* starts, int64_t num_starts, int64_t capacity,
+                   int64_t max_per_row, RowVisit* visits, int64_t* counts, int64_t* rows) {
+    ChunkStacks<W> open(capacity);
+    RowVisit* v = visits;
+    int64_t num_rows = 0;
+    for (int64_t r = num_starts - 2; r >= 0; --r) {
+        int64_t c = starts[r + 1] - starts[r];
+        const int64_t s = r;
+        // a fresh row takes capacity / s items of size s: one division per run, not per visit
+        const int64_t fresh = s > 0 ? capacity / s : c;
+        while (c > 0) {
+            int64_t slot = open.fit(s);
+            int64_t entry[2] = {0, 0};  // row, items (W = 2)
+            int64_t rem, q;
+            if (slot < 0) {
+                entry[0] = num_rows++;
+                rem = capacity;
+                q = std::min(c, fresh);
+            } else {
+                open.pop(slot, entry);
+                rem = slot;
+                q = c;
+                // rem >= s; most rows taken again have room for one item only
+                if (s > 0 && q > 1) q = rem - s < s ? 1 : std::min(q, rem / s);
+            }
+            const int64_t row = entry[0];
+            if (W == 2 && max_per_row - entry[1] < q) q = max_per_row - entry[1];
+            *v++ = RowVisit{row, q};
+            c -= q;
+            rem -= q * s;
+            if (W == 2) {
+                entry[1] += q;
+                counts[row + 1] = entry[1];
+                if (entry[1] < max_per_row) open.push(rem, entry);
+            } else {
+                // nothing waits on this count (no max_per_row): the cache miss is overlapped
+                counts[row + 1] = slot < 0 ? q : counts[row + 1] + q;
+                open.push(rem, entry);
+            }
+        }
+    }
+    *rows = num_rows;
+    return v - visits;
 }
 
-// The size of every entry of scatter_visits' layout (piece lengths); `lens` gets
-// bounds[num_rows] entries.
-inline void visit_lengths(const int64_t* visits, int64_t nv, const int64_t* row_rank,
-                          int64_t num_rows, const int64_t* bounds, int64_t* lens) {
-    std::vector<int64_t> fill(bounds, bounds + num_rows);
-    for (const int64_t* v = visits; v < visits + VISIT * nv; v += VISIT) {
-        int64_t k = row_rank[v[ROW]];
-        int64_t p = fill[k];
-        for (int64_t j = 0; j < v[ITEMS]; ++j) lens[p + j] = v[SIZE];
-        fill[k] = p + v[ITEMS];
+// The rows of best fit over runs: its visits and each row's item count.
+struct RowFit {
+    Buffer<RowVisit> visits;
+    int64_t num_visits = 0, num_rows = 0;
+    Buffer<int64_t> counts;  // counts[row + 1]: the row's items (counts[0] is not used)
+};
+
+inline RowFit fit_rows(const int64_t* starts, int64_t num_starts, int64_t capacity,
+                       int64_t max_per_row) {
+    const int64_t n = starts[num_starts - 1];
+    // at most one visit and one row per item (each places one at least); the pages past the
+    // visits and rows made are never touched
+    RowFit fit{Buffer<RowVisit>(n), 0, 0, Buffer<int64_t>(n + 1)};
+    fit.num_visits = max_per_row > 0 ? fit_visits<2>(starts, num_starts, capacity, max_per_row,
+                                                     fit.visits.get(), fit.counts.get(),
+                                                     &fit.num_rows)
+                                     : fit_visits<1>(starts, num_starts, capacity, 0,
+                                                     fit.visits.get(), fit.counts.get(),
+                                                     &fit.num_rows);
+    return fit;
+}
+
+// fn(lo, hi) over [0, n) in two halves, the second on a thread of its own, when n is large
+// enough to pay for a thread; the first half ends at a multiple of `grain`. The halves must
+// write apart, so that the result does not depend on whether a thread ran.
+template <class Fn>
+void in_halves(int64_t n, int64_t grain, Fn&& fn) {
+    const int64_t mid = n / 2 / grain * grain;
+    if (n < (int64_t(1) << 16) || mid == 0) {
+        fn(int64_t(0), n);
+        return;
+    }
+    std::thread second([&] { fn(mid, n); });
+    fn(int64_t(0), mid);
+    second.join();
+}
+
+// Where the rows of a plan go: row k of the plan is row final[k], where `final` is the shuffled
+// row order with each batch of rows_per_batch rows (the last one shorter) sorted in place (a
+// batch lists its rows in the order they opened). Writes `bounds` (num_rows + 1), the CSR
+// bounds of the plan's rows, and place[row], where row `row`'s first entry goes; false (nothing
+// else written) when `final` is not a permutation of the rows. counts[row + 1] is the row's
+// item count.
+//
+// The rows go to random places. Reading at random waits on a cache miss per read (a few at a
+// time), writing at random does not, so every pass reads in order and writes at random: the
+// rank of each row, each row's count at its rank, the bounds (a running sum), then where each
+// row goes. Each pass but the running sum runs in two halves (on two cores where there are).
+inline bool row_places(int64_t* final, int64_t num_rows, int64_t rows_per_batch,
+                       const int64_t* counts, int64_t* bounds, int64_t* place) {
+    {
+        // a permutation: every entry a row, no row twice (one bit per row: the maps fit a cache)
+        const size_t words = static_cast<size_t>(num_rows / 64 + 1);
+        std::vector<uint64_t> seen[2] = {std::vector<uint64_t>(words, 0),
+                                         std::vector<uint64_t>(words, 0)};
+        bool fine[2] = {true, true};
+        in_halves(num_rows, rows_per_batch, [&](int64_t lo, int64_t hi) {
+            const int half = lo > 0;
+            uint64_t* map = seen[half].data();
+            for (int64_t k = lo; k < hi; ++k) {
+                const int64_t row = final[k];
+                if (row < 0 || row >= num_rows) {
+                    fine[half] = false;
+                    return;
+                }
+                uint64_t& word = map[row >> 6];
+                const uint64_t bit = uint64_t(1) << (row & 63);
+                if (word & bit) {
+                    fine[half] = false;
+                    return;
+                }
+                word |= bit;
+            }
+            if (rows_per_batch > 1) {
+                for (int64_t a = lo; a < hi; a += rows_per_batch)
+                    std::sort(final + a, final + std::min(a + rows_per_batch, hi));
+            }
+        });
+        if (!fine[0] || !fine[1]) return false;
+        for (size_t w = 0; w < words; ++w)
+            if (seen[0][w] & seen[1][w]) return false;
+    }
+    in_halves(num_rows, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k) place[final[k]] = k;  // the row's rank
+    });
+    bounds[0] = 0;
+    in_halves(num_rows, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) bounds[place[r] + 1] = counts[r + 1];
+    });
+    for (int64_t k = 0; k < num_rows; ++k) bounds[k + 1] += bounds[k];
+    in_halves(num_rows, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t k = lo; k < hi; ++k) place[final[k]] = bounds[k];
+    });
+    return true;
+}
+
+// Write every visit's items at its row's place, for the rows in [lo, hi): value(p, s) for the
+// item at walk position p, of size s, at out[place[row]], place[row] then moving past them (so
+// a row's items come in walk order). The visits are read in order, the rows' places at random.
+template <class Value>
+void place_visits(const RowFit& fit, const int64_t* starts, int64_t num_starts, int64_t* place,
+                  int64_t lo, int64_t hi, int64_t* out, Value value) {
+    const RowVisit* v = fit.visits.data.get();
+    const RowVisit* vend = v + fit.num_visits;
+    const int64_t ahead = 16;  // fetch the places of the rows visited next
+    int64_t pos = 0;           // walk position of the visit's first item
+    for (int64_t r = num_starts - 2; r >= 0; --r) {
+        for (int64_t c = starts[r + 1] - starts[r]; c > 0; ++v) {
+            if (vend - v > ahead) __builtin_prefetch(place + v[ahead].row);
+            const int64_t row = v->row, q = v->items;
+            if (row >= lo && row < hi) {
+                int64_t* o = out + place[row];
+                for (int64_t j = 0; j < q; ++j) o[j] = value(pos + j, r);
+                place[row] += q;
+            }
+            pos += q;
+            c -= q;
+        }
     }
 }
 

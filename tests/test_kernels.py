@@ -110,9 +110,6 @@ _TWIN_OF = {
     "mul_exceeds": "padless._kernels._sat.sat",
     "sat_add": "padless._kernels._sat.sat",
     "sat_mul": "padless._kernels._sat.sat",
-    "best_fit_visits": "padless._kernels.windows.best_fit_runs_reference",
-    "scatter_visits": "padless._kernels.packing.scatter_rows_reference",
-    "visit_lengths": "padless._kernels.packing.scatter_rows_reference",
     # the fused window kernels are held to the strategies' own planners on the same items
     **{
         name: "tests/test_windows.py::test_fused_kernels_equal_the_planners"
@@ -120,8 +117,7 @@ _TWIN_OF = {
             "window_order",
             "budget_window",
             "budget_window_count",
-            "pack_window_rows",
-            "pack_window_count",
+                        "pack_window_count",
         ]
     },  # fmt: skip
 }

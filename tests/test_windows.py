@@ -584,23 +584,39 @@ def test_narrow_integer_lengths_plan_as_int64_lengths_without_a_copy(spec, dtype
 
 
 @given(
-    arrays(np.int64, st.integers(0, 300), elements=st.integers(0, 40)),
+    arrays(np.int64, st.integers(1, 300), elements=st.integers(0, 40)),
+    st.integers(1, 64),
+    st.integers(0, 299),
+    st.lists(st.integers(0, 100), min_size=1, max_size=6, unique=True),
     st.sampled_from([40, 41, 64, 100]),
     st.sampled_from([0, 1, 3]),
+    st.sampled_from([1, 2, 5]),
     st.integers(0, 2**32),
+    st.sampled_from([np.int64, np.int32, np.uint16]),
 )
-def test_row_scatter_by_visits_equals_item_by_item(sizes, capacity, max_per_row, seed):
-    starts = np.zeros(42, dtype=np.int64)
-    np.add.at(starts, sizes + 1, 1)
-    starts = np.cumsum(starts)
-    order = np.random.default_rng(seed).permutation(sizes.size)
-    order = order[np.argsort(sizes[order], kind="stable")]  # by size, ties in any order
-    visits, rows = KW.best_fit_visits(starts, capacity, max_per_row)
-    rank = np.random.default_rng(seed + 1).permutation(rows).astype(np.int64)
-    items, bounds = KW.scatter_visits(order, visits, rank)
-    lens = KW.visit_lengths(visits, rank, bounds)
-    walk_sizes = np.ascontiguousarray(sizes[order[::-1]])
-    row_of, _ = K.best_fit_rows(walk_sizes, capacity, max_per_row)
-    ref = K.scatter_rows_reference(row_of, rank, order[::-1], walk_sizes)
-    assert np.array_equal(items, ref[0]) and np.array_equal(lens, ref[1])
-    assert np.array_equal(bounds, ref[2])
+def test_pack_rows_equals_its_reference(
+    sizes, block, rotation, blocks, capacity, max_per_row, rows_per_batch, seed, dtype
+):
+    """The fused packing kernel (order, best fit, rows in the drawn order, batch bounds) equals
+    best fit item by item with the rows regrouped in Python, on any window of any dtype."""
+    n = sizes.size
+    rotation %= n
+    nb = -(-n // block)
+    ids = np.unique(np.array([b % nb for b in blocks], dtype=np.int64))
+    lens = sizes.astype(dtype)
+
+    def row_order(rows):
+        return np.random.default_rng(seed).permutation(rows)
+
+    args = (lens, n, block, rotation, ids, 41, np.uint64(seed), capacity, max_per_row)
+    got = KW.pack_rows(*args, rows_per_batch, row_order)
+    want = KW.pack_rows_reference(*args, rows_per_batch, row_order)
+    for g, w in zip(got[:4], want[:4], strict=True):
+        assert np.array_equal(g, w)
+    assert got[4] == want[4] == int(np.asarray(got[2]).sum())
+
+
+def test_pack_rows_refuses_a_size_over_capacity():
+    lens = np.array([3, 70, 5], dtype=np.int64)
+    with pytest.raises((ValueError, IndexError)):
+        KW.pack_rows(lens, 3, 3, 0, np.array([0]), 71, np.uint64(1), 64, 0, 1, np.arange)

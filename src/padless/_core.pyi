@@ -2,6 +2,7 @@
 padless's compiled kernels (each has a plain-Python reference in padless._kernels)
 """
 
+from collections.abc import Callable
 from typing import Annotated, overload
 
 import numpy
@@ -255,12 +256,6 @@ def budget_ends_runs1(starts: Annotated[NDArray[numpy.int64], dict(shape=(None,)
 
 def best_fit_runs(starts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], capacity: int, max_per_row: int) -> tuple: ...
 
-def best_fit_visits(starts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], capacity: int, max_per_row: int) -> tuple: ...
-
-def scatter_visits(order: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], visits: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)], row_rank: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> tuple: ...
-
-def visit_lengths(visits: Annotated[NDArray[numpy.int64], dict(shape=(None, None), order='C', device='cpu', writable=False)], row_rank: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], bounds: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]: ...
-
 @overload
 def gather_rows(src: Annotated[NDArray[numpy.int64], dict(shape=(None, None), device='cpu', writable=False)], items: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None, None))]: ...
 
@@ -367,27 +362,6 @@ def budget_window_count(sizes: Annotated[NDArray[numpy.int8], dict(shape=(None,)
 def budget_window_count(sizes: Annotated[NDArray[numpy.uint8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, limit: int, max_tokens: int, max_sentences: int, multiple: int) -> int: ...
 
 @overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.int64], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.int32], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.uint32], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.uint16], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.int16], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.int8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
-def pack_window_rows(sizes: Annotated[NDArray[numpy.uint8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int) -> tuple: ...
-
-@overload
 def pack_window_count(sizes: Annotated[NDArray[numpy.int64], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, capacity: int, max_per_row: int) -> int: ...
 
 @overload
@@ -407,6 +381,27 @@ def pack_window_count(sizes: Annotated[NDArray[numpy.int8], dict(shape=(None,), 
 
 @overload
 def pack_window_count(sizes: Annotated[NDArray[numpy.uint8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, capacity: int, max_per_row: int) -> int: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.int64], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.int32], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.uint32], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.uint16], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.int16], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.int8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
+
+@overload
+def pack_rows(sizes: Annotated[NDArray[numpy.uint8], dict(shape=(None,), device='cpu', writable=False)], n: int, block: int, rotation: int, blocks: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span: int, key: int, capacity: int, max_per_row: int, rows_per_batch: int, row_order: Callable) -> tuple: ...
 
 def feistel_permute(ids: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], n: int, round_keys: Annotated[NDArray[numpy.uint64], dict(shape=(None,), order='C', device='cpu', writable=False)]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]: ...
 

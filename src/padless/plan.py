@@ -489,6 +489,42 @@ class PackedPlan(BatchPlan):
         self.capacity = positive("capacity", capacity)
         self.num_sequences = num_sequences
 
+    @classmethod
+    def _built(
+        cls,
+        indices: np.ndarray,
+        row_bounds: np.ndarray,
+        row_offsets: np.ndarray,
+        offsets: np.ndarray,
+        piece_start: np.ndarray | None,
+        piece_stop: np.ndarray,
+        *,
+        capacity: int,
+        num_sequences: int,
+        skipped: np.ndarray | None,
+        info: dict[str, Any],
+    ) -> PackedPlan:
+        """The plan of arrays a padless planner has just made, unchecked (private).
+
+        The arrays are the ones ``PackedPlan(...)`` would keep: 1-D contiguous int64, consistent
+        (``row_bounds`` and ``row_offsets`` CSR offsets over the entries and the rows, ``offsets``
+        equal to ``row_bounds[row_offsets]``, indices in ``[0, num_sequences)``), and owned by the
+        plan. Plans given by users (``PackedPlan(...)``, a loaded plan) are checked by
+        ``__init__``; this path only skips checking what padless built itself.
+        """
+        none = np.zeros(0, dtype=np.int64)
+        rows = BatchPlan.__new__(BatchPlan)
+        rows.indices, rows.offsets, rows.skipped, rows.info = indices, row_bounds, none, {}
+        plan = cls.__new__(cls)
+        plan.indices, plan.offsets, plan.info = indices, offsets, dict(info)
+        plan.skipped = none.copy() if skipped is None else skipped
+        plan.rows, plan.row_offsets = rows, row_offsets
+        if piece_start is None:
+            piece_start = np.broadcast_to(np.zeros(1, dtype=np.int64), (indices.size,))
+        plan.piece_start, plan.piece_stop = piece_start, piece_stop
+        plan.capacity, plan.num_sequences = int(capacity), int(num_sequences)
+        return plan
+
     # ------------------------------------------------------------------ figures
     @property
     def num_rows(self) -> int:

@@ -4,7 +4,7 @@ A window is a list of *blocks* of consecutive positions. Position ``q`` holds it
 ``(q + rotation) mod n``, block ``b`` the positions ``[b·block, min((b + 1)·block, n))``, so a block
 is at most two runs of consecutive items and the lengths are read sequentially, block by block.
 
-The fused kernels (``budget_window``, ``pack_window_rows``) plan one window exactly as the token
+The fused kernels (``budget_window``, ``pack_rows``) plan one window exactly as the token
 budget and packing planners plan that window's lengths (``spec.plan(lengths[items])``), with
 global item ids written straight into the order (the tie-break shuffle moves values without
 looking at them, so shuffling global ids or local positions gives the same plan). They release
@@ -20,6 +20,7 @@ dtype is the one that runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -196,30 +197,6 @@ def best_fit_runs_reference(
     return best_fit_rows_reference(sizes, capacity, max_per_row)
 
 
-def pack_window_rows(
-    sizes: np.ndarray,
-    n: int,
-    block: int,
-    rotation: int,
-    blocks: np.ndarray,
-    span: int,
-    key: int | np.unsignedinteger,
-    capacity: int,
-    max_per_row: int,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """First half of the packing plan of one window: order, best fit, visits.
-
-    Returns ``(order, visits, rows)``: global ids by increasing size (ties shuffled from
-    ``key``), the row visits of :func:`best_fit_runs` over the decreasing walk
-    ``order[::-1]`` (visit ``v`` is ``visits[v] = (row, first walk position, items, size)``),
-    and the number of rows.
-    """
-    return _core.pack_window_rows(
-        _lengths(sizes), int(n), int(block), int(rotation), _ints(blocks), int(span), int(key),
-        int(capacity), int(max_per_row),
-    )  # fmt: skip
-
-
 def pack_window_count(
     sizes: np.ndarray,
     n: int,
@@ -230,31 +207,81 @@ def pack_window_count(
     capacity: int,
     max_per_row: int,
 ) -> int:
-    """Rows :func:`pack_window_rows` makes (the histogram is all it needs)."""
+    """Rows :func:`pack_rows` makes of the window (the histogram is all it needs)."""
     return _core.pack_window_count(
         _lengths(sizes), int(n), int(block), int(rotation), _ints(blocks), int(span),
         int(capacity), int(max_per_row),
     )  # fmt: skip
 
 
-def best_fit_visits(starts: np.ndarray, capacity: int, max_per_row: int) -> tuple[np.ndarray, int]:
-    """The row visits of :func:`best_fit_runs` over the runs ``starts``: ``(visits, rows)``."""
-    return _core.best_fit_visits(_ints(starts), int(capacity), int(max_per_row))
+# ------------------------------------------------------------------ packing, a row at a time
 
 
-def scatter_visits(
-    order: np.ndarray, visits: np.ndarray, row_rank: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The walk's items grouped by row rank, as ``scatter_rows`` groups them.
+def pack_rows(
+    sizes: np.ndarray,
+    n: int,
+    block: int,
+    rotation: int,
+    blocks: np.ndarray,
+    span: int,
+    key: int | np.unsignedinteger,
+    capacity: int,
+    max_per_row: int,
+    rows_per_batch: int,
+    row_order: Callable[[int], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The packing plan of one window of 1-D ``sizes`` (all below ``span``), its rows in the
+    order ``row_order`` draws.
 
-    Returns ``(indices, row_bounds)``: rows by increasing ``row_rank[row]``, a row's items in
-    walk order (walk position p is ``order[len - 1 - p]``). With :func:`visit_lengths`, the
-    same as ``scatter_rows(row_of, row_rank, order[::-1], walk_sizes)``, with no per-item row
-    or size array (and ``order`` may be freed before the lengths are made).
+    The items by increasing size, ties shuffled from ``key`` (:func:`window_order`), are placed
+    best fit from the longest down, a run of equal sizes at a time (:func:`best_fit_runs`). Row
+    ``k`` of the plan is then row ``final[k]`` (rows numbered in the order they opened), where
+    ``final = row_order(rows)`` is a permutation of the rows (int64; sorted in place batch by
+    batch: each batch of ``rows_per_batch`` rows, the last one shorter, lists its rows in the
+    order they opened), a row's items longest first. Returns ``(items, row_bounds,
+    piece_lengths, offsets, real)``: the plan's entries (global ids) and their sizes, the CSR
+    bounds of its rows and of its batches (into the entries), and the sum of the sizes.
+
+    The rows depend on the sizes alone, so on a large window a thread sorts and groups the
+    items while ``row_order`` runs (numpy's permutation releases the GIL); the plan is the same.
     """
-    return _core.scatter_visits(_ints(order), _ints(visits), _ints(row_rank))
+    return _core.pack_rows(
+        _lengths(sizes), int(n), int(block), int(rotation), _ints(blocks), int(span), int(key),
+        int(capacity), int(max_per_row), int(rows_per_batch), row_order,
+    )  # fmt: skip
 
 
-def visit_lengths(visits: np.ndarray, row_rank: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """The size of every entry of :func:`scatter_visits`' layout (piece lengths)."""
-    return _core.visit_lengths(_ints(visits), _ints(row_rank), _ints(bounds))
+def pack_rows_reference(
+    sizes: np.ndarray,
+    n: int,
+    block: int,
+    rotation: int,
+    blocks: np.ndarray,
+    span: int,
+    key: int | np.unsignedinteger,
+    capacity: int,
+    max_per_row: int,
+    rows_per_batch: int,
+    row_order: Callable[[int], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """``best_fit_rows_reference`` of the walk ``order[::-1]``, rows regrouped in the drawn order."""
+    order, starts = window_order(sizes, n, block, rotation, blocks, span, key)
+    counts = np.diff(starts)
+    walk = order[::-1]
+    walk_sizes = np.repeat(np.arange(counts.size, dtype=np.int64), counts)[::-1]
+    row_of, rows = best_fit_rows_reference(walk_sizes, capacity, max_per_row)
+    final = np.array(row_order(rows), dtype=np.int64)
+    if sorted(final.tolist()) != list(range(rows)):
+        raise ValueError("row_order must give a permutation of the rows")
+    full = rows // rows_per_batch * rows_per_batch
+    final[:full].reshape(-1, rows_per_batch).sort(axis=1)
+    final[full:].sort()
+    rank = np.empty(rows, dtype=np.int64)
+    rank[final] = np.arange(rows, dtype=np.int64)
+    by_rank = np.argsort(rank[row_of], kind="stable")
+    bounds = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rank[row_of], minlength=rows), out=bounds[1:])
+    batches = -(-rows // rows_per_batch)
+    at = np.minimum(np.arange(batches + 1, dtype=np.int64) * rows_per_batch, rows)
+    lens = walk_sizes[by_rank]
+    return walk[by_rank], bounds, lens, bounds[at], int(lens.sum())

@@ -38,7 +38,7 @@ from .._kernels import windows as KW
 from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, packed_batch_costs
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from . import _rounds as R
-from ._order import length_order, run_sizes
+from ._order import group_keys, length_order
 from .budget import check_oversize
 from .spec import CollateForm, Planner, Spec, WindowKernel, check_cost, moved_names, plain, setting
 
@@ -134,9 +134,15 @@ def _descending_sizes(sizes: np.ndarray, order: np.ndarray, starts: np.ndarray) 
     return np.cumsum(delta, out=delta)
 
 
+def _row_order(num_rows: int, *, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's shuffled row order (int64), before each batch's rows are sorted."""
+    final = _rng.rng(seed, epoch, _rng.ROW_ORDER).permutation(num_rows)
+    return final if final.dtype == np.int64 else final.astype(np.int64)
+
+
 def _row_rank(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
     """Rank of every row in the plan: shuffled per epoch, a batch's rows in the order they opened."""
-    final = _rng.rng(seed, epoch, _rng.ROW_ORDER).permutation(num_rows).astype(np.int64)
+    final = _row_order(num_rows, seed=seed, epoch=epoch)
     if rows_per_batch > 1:
         full = num_rows // rows_per_batch * rows_per_batch
         final[:full].reshape(-1, rows_per_batch).sort(axis=1)
@@ -167,30 +173,63 @@ def _pack(
         sizes, capacity if limit is None else limit, oversize
     )
 
-    # longest first, ties in random order
+    m = int(item_size.shape[0])
+    if row_fit is None and item_size.ndim == 1:
+        keys, span = group_keys(item_size)
+        if keys is item_size or m == 0:
+            # the sizes are their own sort keys, so run r of length_order holds size r: one
+            # kernel makes that order (the whole array as one window: the same counting sort
+            # and tie shuffle), best fits it a run at a time (the same rows as best_fit_rows
+            # item by item; padless._kernels.windows) and copies the rows out in the plan's
+            # order, drawn meanwhile
+            placed = K.windows.pack_rows(
+                item_size, m, max(m, 1), 0, np.zeros(1, dtype=np.int64), span,
+                _rng.key(seed, epoch, _rng.TIE_BREAK), capacity, max_per_row or 0,
+                rows_per_batch, partial(_row_order, seed=seed, epoch=epoch),
+            )  # fmt: skip
+            return _placed_plan(
+                placed, item_seq, item_piece, capacity, max_per_row, rows_per_batch, oversize,
+                report, n, skipped,
+            )  # fmt: skip
+
+    # longest first, ties in random order (sizes too sparse to be their own keys: ranked)
     order, starts = length_order(item_size, seed, epoch)
-    if row_fit is None and run_sizes(item_size, order, starts) is not None:
-        # run r holds size r: best fit a run at a time, no per-item size or row array (the same
-        # rows as best_fit_rows item by item; padless._kernels.windows), then the entries
-        visits, num_rows = K.windows.best_fit_visits(starts, capacity, max_per_row or 0)
-        rank = _row_rank(num_rows, rows_per_batch, seed, epoch)
-        items, row_bounds = K.windows.scatter_visits(order, visits, rank)
-        del order, starts
-        piece_len = K.windows.visit_lengths(visits, rank, row_bounds)
+    walk_sizes = _descending_sizes(item_size, order, starts)
+    if row_fit is None:
+        row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
     else:
-        walk_sizes = _descending_sizes(item_size, order, starts)
-        if row_fit is None:
-            row_of, num_rows = K.best_fit_rows(walk_sizes, capacity, max_per_row or 0)
-        else:
-            row_of, num_rows = row_fit(walk_sizes)
-        rank = _row_rank(num_rows, rows_per_batch, seed, epoch)
-        items, piece_len, row_bounds = K.scatter_rows(row_of, rank, order[::-1], walk_sizes)
-        del order, starts, walk_sizes, row_of
+        row_of, num_rows = row_fit(walk_sizes)
+    rank = _row_rank(num_rows, rows_per_batch, seed, epoch)
+    items, piece_len, row_bounds = K.scatter_rows(row_of, rank, order[::-1], walk_sizes)
+    del order, starts, walk_sizes, row_of
     indices = items if item_seq is None else item_seq[items]
     piece_start = None if item_piece is None else item_piece[items] * capacity  # None: all 0
     return _packed_plan(
         indices, row_bounds, piece_start, piece_len, capacity, max_per_row, rows_per_batch,
         oversize, report, n, skipped,
+    )  # fmt: skip
+
+
+def _placed_plan(
+    placed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int],
+    item_seq: np.ndarray | None,
+    item_piece: np.ndarray | None,
+    capacity: int,
+    max_per_row: int | None,
+    rows_per_batch: int,
+    oversize: str,
+    report: dict[str, int],
+    n: int,
+    skipped: np.ndarray | None,
+) -> PackedPlan:
+    """The plan of :func:`padless._kernels.windows.pack_rows`' rows (items numbered as
+    ``_items`` made them)."""
+    items, row_bounds, piece_len, offsets, real = placed
+    indices = items if item_seq is None else item_seq[items]
+    piece_start = None if item_piece is None else item_piece[items] * capacity  # None: all 0
+    return _packed_plan(
+        indices, row_bounds, piece_start, piece_len, capacity, max_per_row, rows_per_batch,
+        oversize, report, n, skipped, offsets=offsets, real=real,
     )  # fmt: skip
 
 
@@ -206,14 +245,20 @@ def _packed_plan(
     report: dict[str, int],
     n: int,
     skipped: np.ndarray | None,
+    offsets: np.ndarray | None = None,
+    real: int | None = None,
 ) -> PackedPlan:
     """The plan of rows placed in their final order: batches of ``rows_per_batch`` rows, the
-    figures in ``info``."""
+    figures in ``info``. ``offsets`` (the batches' bounds into the entries) and ``real`` (the
+    tokens placed) are computed here unless the kernel gave them."""
     num_rows = int(row_bounds.size - 1)
     num_batches = -(-num_rows // rows_per_batch)
     row_offsets = np.minimum(np.arange(num_batches + 1, dtype=np.int64) * rows_per_batch, num_rows)
     piece_stop = piece_len if piece_start is None else piece_start + piece_len
-    real = int(piece_len.sum())
+    if offsets is None:
+        offsets = row_bounds[row_offsets]
+    if real is None:
+        real = int(piece_len.sum())
     info: dict[str, Any] = {
         "capacity": capacity,
         "rows": num_rows,
@@ -224,10 +269,12 @@ def _packed_plan(
         "oversize": oversize,
         **report,
     }
-    return PackedPlan(
+    # every array is padless's own, int64 and consistent: no checks (PackedPlan() makes them)
+    return PackedPlan._built(
         indices,
         row_bounds,
         row_offsets,
+        offsets,
         piece_start,
         piece_stop,
         capacity=capacity,
@@ -572,17 +619,14 @@ class PackWindows(WindowKernel):
         capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch
         lay, span = src.layout, src.size_max + 1
         key = _rng.key(sub, 0, _rng.TIE_BREAK)
-        order, visits, num_rows = KW.pack_window_rows(
-            src.first_field, lay.n, lay.block, member.rotation, blocks, span, key,
-            capacity, max_per_row or 0,
+        placed = KW.pack_rows(
+            src.first_field, lay.n, lay.block, member.rotation, blocks, span, key, capacity,
+            max_per_row or 0, per, partial(_row_order, seed=sub, epoch=0),
         )  # fmt: skip
-        rank = _row_rank(int(num_rows), per, sub, 0)  # the planner's row order
-        indices, row_bounds = KW.scatter_visits(order, visits, rank)
-        del order
-        piece_len = KW.visit_lengths(visits, rank, row_bounds)
-        return _packed_plan(
-            indices, row_bounds, None, piece_len, capacity, max_per_row, per, s.oversize,
-            _oversize_report(0), src.n, None,
+        # in the planner's row order
+        return _placed_plan(
+            placed, None, None, capacity, max_per_row, per, s.oversize, _oversize_report(0),
+            src.n, None,
         )  # fmt: skip
 
     def count(self, member: Any, blocks: np.ndarray) -> int:
