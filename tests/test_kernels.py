@@ -117,7 +117,7 @@ _TWIN_OF = {
             "window_order",
             "budget_window",
             "budget_window_count",
-                        "pack_window_count",
+            "pack_window_count",
         ]
     },  # fmt: skip
 }
