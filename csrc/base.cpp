@@ -73,6 +73,7 @@ void bind_base(nb::module_& m) {
     m.def("sat_add", &sat_add, nb::arg("a"), nb::arg("b"));
     m.def("sat_mul", &sat_mul, nb::arg("a"), nb::arg("b"));
     m.def("random_below", &random_below_py, nb::arg("key"), nb::arg("bounds"));
+    m.def("stream_key", &stream_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("stream"));
 #define DEF(T)                                                                                 \
     m.def("hash_ints", &hash_ints_py<T>, nb::arg("values"), nb::arg("seed"));                  \
     m.def("counting_order", &counting_order_py<T>, nb::arg("keys"), nb::arg("num_keys"));      \

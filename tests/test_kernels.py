@@ -154,3 +154,26 @@ def test_every_compiled_kernel_has_a_plain_reference_beside_it():
         else:
             module, _, attr = twin.rpartition(".")
             assert callable(getattr(importlib.import_module(module), attr, None)), twin
+
+
+@given(
+    st.one_of(st.integers(0, 2**32 + 5), st.integers(0, 2**64 - 1)),
+    st.one_of(st.integers(0, 40), st.integers(0, 2**64 - 1)),
+    st.integers(0, 20),
+)
+def test_stream_key_is_numpys_seed_sequence(seed, epoch, stream):
+    """The compiled stream key equals SeedSequence([seed, epoch, stream])'s first uint64 word
+    (one- and two-word values, zeros, the top of uint64), and padless._rng.key gives it."""
+    from padless import _rng
+
+    want = K.rng.stream_key_reference(seed, epoch, stream)
+    assert K.rng.stream_key(seed, epoch, stream) == want
+    assert int(_rng.key(seed, epoch, stream)) == want
+
+
+def test_stream_keys_past_uint64_still_come_from_numpy():
+    from padless import _rng
+
+    big = 2**70 + 3
+    want = np.random.SeedSequence([big, 1, 2]).generate_state(1, dtype=np.uint64)[0]
+    assert _rng.key(big, 1, 2) == want

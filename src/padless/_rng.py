@@ -46,5 +46,12 @@ def rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
 
 def key(seed: int, epoch: int, stream: int) -> np.uint64:
     """Return a 64-bit key for the compiled generators in ``_kernels``."""
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
+    if max(seed, epoch, stream) < 1 << 64:
+        # the compiled twin of SeedSequence's first word (the same key, without numpy.random)
+        from ._kernels.rng import stream_key
+
+        return np.uint64(stream_key(seed, epoch, stream))
     state = seed_sequence(seed, epoch, stream).generate_state(1, dtype=np.uint64)
     return np.uint64(state[0])
