@@ -18,7 +18,7 @@ $(VENV)/.demo: $(VENV)/.created pyproject.toml
 $(VENV)/.test: $(VENV)/.created pyproject.toml
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[test,cli]" $(WERROR)
-	touch $@
+	touch $@ $(VENV)/.core  # that install built the kernels too
 
 # The compiled kernels (padless._core) again whenever a C++ source or the CMake file changes.
 $(VENV)/.core: $(VENV)/.test CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.hpp)
