@@ -4,7 +4,7 @@ PIP := $(VENV)/bin/pip
 # padless's own C++ is built with warnings as errors here and in CI (not for users' builds).
 WERROR := -Ccmake.define.PADLESS_WERROR=ON
 
-.PHONY: demo test fuzz venv lint bench clean install-check stub
+.PHONY: demo test fuzz venv lint bench clean install-check stub core
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -20,15 +20,19 @@ $(VENV)/.test: $(VENV)/.created pyproject.toml
 	$(PIP) install -q -e ".[test,cli]" $(WERROR)
 	touch $@ $(VENV)/.core  # that install built the kernels too
 
-# The compiled kernels (padless._core) again whenever a C++ source or the CMake file changes.
-$(VENV)/.core: $(VENV)/.test CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.hpp)
+# The compiled kernels (padless._core) again whenever a C++ source or the CMake file changes
+# (made by a second make after .test, which sees the build the test install just did).
+$(VENV)/.core: CMakeLists.txt $(wildcard csrc/*.cpp csrc/*.hpp)
 	$(PIP) install -q --no-deps -e . $(WERROR)
 	touch $@
+
+core: $(VENV)/.test
+	@$(MAKE) --no-print-directory $(VENV)/.core
 
 demo: $(VENV)/.demo
 	$(VENV)/bin/padless report
 
-lint: $(VENV)/.core
+lint: core
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src/padless
@@ -36,14 +40,14 @@ lint: $(VENV)/.core
 test: lint
 	$(PY) -m pytest
 
-fuzz: $(VENV)/.core
+fuzz: core
 	PADLESS_HYPOTHESIS=fuzz $(PY) -m pytest tests -k "properties or every or hostile or fuzz or elastic" -p no:cacheprovider
 
-bench: $(VENV)/.core
+bench: core
 	$(PY) benchmarks/bench_plan.py
 
 # the type stub of the compiled module, after a change of its bindings (a test compares them)
-stub: $(VENV)/.core
+stub: core
 	$(PY) -m nanobind.stubgen -q -m padless._core -o src/padless/_core.pyi
 
 # a wheel and an sdist as a user gets them, installed and run read-only (tools/check_install.sh)
