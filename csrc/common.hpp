@@ -77,11 +77,12 @@ Buffer<T> zeros(int64_t size) {
     return out;
 }
 
-// The buffer as a numpy array that owns it (call with the GIL held). A buffer used to less than
-// half of its size is copied to one of the right size first (an over-allocated result, such as
-// batch ends sized for one batch per item, should not hold its unused pages).
-template <class T>
-Out<T> to_numpy(Buffer<T>&& buffer) {
+// The buffer as a numpy array of `shape` (ndim entries, `used` in all) that owns it (call with the
+// GIL held). A buffer used to less than half of its size is copied to one of the right size
+// first (an over-allocated result, such as batch ends sized for one batch per item, should not
+// hold its unused pages).
+template <class Array, class T>
+Array owned_array(Buffer<T>&& buffer, size_t ndim, const size_t* shape) {
     if (buffer.used < buffer.capacity / 2 && buffer.capacity > 4096) {
         Buffer<T> fitted(buffer.used);
         std::copy(buffer.get(), buffer.get() + buffer.used, fitted.get());
@@ -89,8 +90,14 @@ Out<T> to_numpy(Buffer<T>&& buffer) {
     }
     T* raw = buffer.data.release();
     nb::capsule owner(raw, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    return Array(raw, ndim, shape, owner);
+}
+
+// The buffer's `used` entries as a 1-D numpy array that owns them (call with the GIL held).
+template <class T>
+Out<T> to_numpy(Buffer<T>&& buffer) {
     size_t shape[1] = {static_cast<size_t>(buffer.used)};
-    return Out<T>(raw, 1, shape, owner);
+    return owned_array<Out<T>>(std::move(buffer), 1, shape);
 }
 
 // A read-only view of an array's elements (for kernels written against index access).

@@ -2,6 +2,7 @@
 #include "exact.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "common.hpp"
 
@@ -26,30 +27,29 @@ nb::tuple exact_split_py(InOut<int64_t> order, In<int64_t> starts, In<int64_t> r
                           to_numpy(std::move(out.rest_run)));
 }
 
-template <class T>
-Out<int64_t> capped_ends_py(In<T> sizes, In<int64_t> caps) {
+// Batch ends of sorted sizes under per-size caps, by `kernel` (capped_ends or
+// least_padding_ends), after checking caps has one entry per size.
+template <class T, class Kernel>
+Out<int64_t> capped_kernel_py(const char* name, In<T> sizes, In<int64_t> caps, Kernel kernel) {
     if (caps.shape(0) < sizes.shape(0)) {
-        throw std::invalid_argument("capped_ends: caps must have one entry per size");
+        throw std::invalid_argument(std::string(name) + ": caps must have one entry per size");
     }
     Buffer<int64_t> out;
     {
         nb::gil_scoped_release nogil;
-        out = capped_ends(sizes.data(), caps.data(), static_cast<int64_t>(sizes.shape(0)));
+        out = kernel(sizes.data(), caps.data(), static_cast<int64_t>(sizes.shape(0)));
     }
     return to_numpy(std::move(out));
 }
 
 template <class T>
+Out<int64_t> capped_ends_py(In<T> sizes, In<int64_t> caps) {
+    return capped_kernel_py("capped_ends", sizes, caps, capped_ends<T>);
+}
+
+template <class T>
 Out<int64_t> least_padding_ends_py(In<T> sizes, In<int64_t> caps) {
-    if (caps.shape(0) < sizes.shape(0)) {
-        throw std::invalid_argument("least_padding_ends: caps must have one entry per size");
-    }
-    Buffer<int64_t> out;
-    {
-        nb::gil_scoped_release nogil;
-        out = least_padding_ends(sizes.data(), caps.data(), static_cast<int64_t>(sizes.shape(0)));
-    }
-    return to_numpy(std::move(out));
+    return capped_kernel_py("least_padding_ends", sizes, caps, least_padding_ends<T>);
 }
 
 }  // namespace

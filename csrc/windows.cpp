@@ -36,19 +36,11 @@ WindowBlocks window(int64_t n, int64_t block, int64_t rotation, const In<int64_t
     return {n, block, rotation, blocks.data(), size_of(blocks)};
 }
 
-// A (rows, cols) numpy array that owns `buffer` (call with the GIL held). A buffer used to less
-// than half of its size is fitted first, as to_numpy does.
+// A (rows, cols) numpy array that owns `buffer` (call with the GIL held; see owned_array).
 Out2 to_numpy2(Buffer<int64_t>&& buffer, int64_t rows, int64_t cols) {
     buffer.used = rows * cols;
-    if (buffer.used < buffer.capacity / 2 && buffer.capacity > 4096) {
-        Buffer<int64_t> fitted(buffer.used);
-        std::copy(buffer.get(), buffer.get() + buffer.used, fitted.get());
-        buffer = std::move(fitted);
-    }
-    int64_t* raw = buffer.data.release();
-    nb::capsule owner(raw, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
     size_t shape[2] = {static_cast<size_t>(rows), static_cast<size_t>(cols)};
-    return Out2(raw, 2, shape, owner);
+    return owned_array<Out2>(std::move(buffer), 2, shape);
 }
 
 Out<int64_t> window_items_py(int64_t n, int64_t block, int64_t rotation, In<int64_t> blocks) {
