@@ -491,3 +491,38 @@ def test_tail_and_oversize_counts_have_two_keys():
     s = PackingSampler([5, 30, 6, 7, 2], capacity=8, oversize="drop", world_size=2, drop_last=True)
     st = s.stats()
     assert st["dropped"] == s.dropped and st["plan_dropped"] == 1
+
+
+# --------------------------------------------------------------------------- raw .npy and stores
+
+
+def test_raw_npy_without_header_reads_with_dtype(tmp_path):
+    tokens = np.random.default_rng(2).integers(0, 50000, 3001, dtype=np.uint16)
+    tokens.tofile(tmp_path / "part-0.npy")  # OLMo: a raw memmap named .npy
+    kw = dict(batch_size=3, num_steps=11, seed=5)
+    want = list(LMStream(tokens, **kw))
+    stream = LMStream(tmp_path / "part-0.npy", dtype="uint16", **kw)
+    assert same_batches(list(stream), want)
+    assert same_batches(list(pickle.loads(pickle.dumps(stream))), want)
+    with pytest.raises(ValueError, match="looks like a raw token file.*pass dtype="):
+        LMStream(tmp_path / "part-0.npy", **kw)
+    with pytest.raises(ValueError, match="multiple of the uint32 itemsize 4, got 6002 bytes"):
+        LMStream(tmp_path / "part-0.npy", dtype="uint32", batch_size=1, num_steps=4)
+
+
+def test_stream_over_a_token_store(tmp_path):
+    from padless.tokens import RawTokens
+
+    tokens = np.random.default_rng(3).integers(1, 1000, 4000, dtype=np.int32)
+    tokens[::97] = 0
+    tokens.tofile(tmp_path / "c.bin")
+    store = RawTokens(tmp_path / "c.bin", dtype="int32", eos=0)
+    kw = dict(batch_size=2, num_steps=13, seed=1, out_dtype="int32")
+    want = list(LMStream(tokens, **kw))
+    stream = LMStream(store, **kw)
+    assert same_batches(list(stream), want) and "RawTokens(" in repr(stream)
+    blob = pickle.dumps(stream)
+    assert len(blob) < 4000  # the store pickles as its path, not its tokens
+    assert same_batches(list(pickle.loads(blob)), want)
+    with pytest.raises(ValueError, match="dtype must match the tokens array's dtype int32"):
+        LMStream(store, dtype="uint16", **kw)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .lengths import MappedFile, lengths_of
+from .readers import list_lengths
 
 __all__ = ["CheckedDataset", "Field", "sampler_lengths"]
 
@@ -401,36 +402,17 @@ def _arrow_check(dataset: Any, lengths: np.ndarray, field: Any) -> bool:
         return False
     if dataset.format.get("type") == "custom":
         return False
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     names = (field,) if isinstance(field, str) else field
-    table = dataset.data
-    missing = [n for n in names if n not in table.column_names]
-    if missing:
-        raise ValueError(
-            f"field {field!r}: the dataset has no column {missing[0]!r}; its columns are "
-            f"{table.column_names}"
-        )
-    cols = []
-    for name in names:
-        column = table.column(name)
-        if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not (
-            pa.types.is_fixed_size_list(column.type)
-        ):
-            raise TypeError(
-                f"field {name!r} must name a column of token lists, but it holds {column.type}"
-            )
-        sizes = pc.list_value_length(column)
-        cols.append(sizes.to_numpy(zero_copy_only=False))
+    call = f"CheckedDataset(field={field!r})"
+    cols, masks = [], []
+    for name in names:  # each column's lengths from its offsets, in the dataset's row order
+        sizes, nulls = list_lengths(dataset, name, call, param="field")
+        cols.append(sizes)
+        masks.append(np.zeros(sizes.shape, bool) if nulls is None else nulls)
     actual = np.stack(cols, axis=1) if len(cols) > 1 else cols[0]
-    indices = getattr(dataset, "_indices", None)  # select/shuffle/filter keep a row mapping
-    if indices is not None:
-        rows = indices.column(0).to_numpy(zero_copy_only=False)
-        actual = actual[rows]
-    nulls = np.isnan(actual) if actual.dtype.kind == "f" else np.zeros(actual.shape, bool)
+    nulls = np.stack(masks, axis=1) if len(cols) > 1 else masks[0]
     planned = lengths.reshape(actual.shape) if len(cols) == 1 else lengths
-    bad = nulls | (np.where(nulls, -1, actual) != planned)
+    bad = nulls | (actual != planned)
     if bad.ndim == 2:
         bad = bad.any(axis=1)
     if bad.any():
@@ -438,9 +420,9 @@ def _arrow_check(dataset: Any, lengths: np.ndarray, field: Any) -> bool:
         i = int(where[0])
         got: Any = actual[i]
         if got.ndim:
-            got = tuple(None if np.isnan(x) else int(x) for x in got.astype(np.float64))
+            got = tuple(None if null else int(x) for x, null in zip(got, nulls[i], strict=True))
         else:
-            got = None if np.isnan(float(got)) else int(got)
+            got = None if nulls[i] else int(got)
         row = lengths[i]
         want: Any = tuple(int(x) for x in row) if row.ndim else int(row)
         raise ValueError(_mismatch(i, want, got) + f"; {where.size} of {bad.size} items differ")

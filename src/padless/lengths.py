@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 _SEQUENCE_TYPES = (list, tuple, np.ndarray, range)
+_ARROW_MODULES = ("pyarrow", "datasets")  # objects read from their Arrow data (padless.readers)
 
 MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): 2**32 of them sum within int64
 _RULE = "whole numbers in [0, 2**31)"
@@ -187,7 +188,15 @@ class MappedFile(NamedTuple):
         )
 
 
-def lengths_of(x: Any) -> np.ndarray:
+def _arrow_like(x: Any) -> bool:
+    """Whether ``x`` is a pyarrow or HF ``datasets`` object (by its types' modules: no import)."""
+    return any(
+        (getattr(t, "__module__", None) or "").partition(".")[0] in _ARROW_MODULES
+        for t in type(x).__mro__
+    )
+
+
+def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarray:
     """Return lengths as an int64 array of shape (N,) or (N, F).
 
     Accepts a numpy array of lengths ((N,) or (N, F) per-field lengths), a list of ints, a list of
@@ -196,17 +205,33 @@ def lengths_of(x: Any) -> np.ndarray:
     :func:`padless.readers.lengths_from_file` reads (.npy, .npz, text, Arrow/Parquet, a saved
     ``datasets`` folder; a ``str`` is refused, as it could be text as well as a path).
 
+    Arrow data in memory, lengths from the list offsets (no pass over rows, no token read):
+    a ``datasets.Dataset`` with ``column`` (optional when it has one column; its
+    select/shuffle/filter mapping is followed: length i is the dataset's row i), ``ds[name]``,
+    a ``pyarrow.Table`` or ``RecordBatch`` with ``column`` (one with only number columns and no
+    ``column`` is an (N, F) array of lengths), a ``ChunkedArray`` or ``Array``. ``column`` is a
+    name, or a list of names for (N, F) lengths. A list column (list, large_list,
+    fixed_size_list) gives each row's length, an integer column its values; a text column is
+    refused (lengths are token counts: tokenize first, or count words or characters with
+    :func:`padless.readers.lengths_from_arrow` and its ``tokenizer``); a null row is a
+    ValueError naming it. The lengths are the stored column's (a ``set_transform`` is not
+    applied: :class:`padless.CheckedDataset` catches one that changes them). A ``DatasetDict``
+    (pass one split) or an ``IterableDataset`` (no lengths up front:
+    :class:`padless.StreamBatcher`) is a TypeError naming the call to make.
+
     Supported range: lengths are whole numbers in [0, 2**31) (0 is allowed). Integer and float
     input outside it (negative, >= 2**31, NaN, inf, fractions, Python ints of any size) is refused
     up front, never wrapped or clipped, so sums of up to 2**32 lengths fit in int64.
 
     Raises:
-        TypeError: booleans, text (a ``str``, ``bytes``, a list of strings), a dict, or
-            non-numeric values.
+        TypeError: booleans, text (a ``str``, ``bytes``, a list of strings, a text column), a
+            dict, a ``DatasetDict``/``IterableDataset``, ``column`` for input without columns,
+            or non-numeric values.
         ValueError: a value outside the range, ragged nesting or >2-D input; the message names
             the first bad position and value.
 
-    Cost: O(N) vectorised for arrays; one Python pass over the items for lists.
+    Cost: O(N) vectorised for arrays and Arrow data (Arrow: reads 4 or 8 bytes per row, the
+    offsets; a datasets mapping adds one gather); one Python pass over the items for lists.
 
     >>> lengths_of([[1, 2, 3], [4]]).tolist()
     [3, 1]
@@ -217,6 +242,15 @@ def lengths_of(x: Any) -> np.ndarray:
     ...
     ValueError: lengths must be whole numbers in [0, 2**31), got 2147483648.0 at position [0]
     """
+    if column is not None or _arrow_like(x):
+        if not _arrow_like(x):
+            raise TypeError(
+                f"column= picks a column of a datasets.Dataset or a pyarrow Table/RecordBatch, "
+                f"got a {type(x).__name__}; call lengths_of(x) without column="
+            )
+        from .readers import lengths_of_arrow  # readers imports this module, never the reverse
+
+        return lengths_of_arrow(x, column)
     if isinstance(x, np.ndarray):
         return _from_array(x)
     if isinstance(x, os.PathLike):

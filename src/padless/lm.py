@@ -37,6 +37,8 @@ OUT_DTYPES = ("int64", "int32", "uint16")
 #: Tokens hashed from each end of the corpus for the resume fingerprint.
 FINGERPRINT_SAMPLE = 4096
 
+_NPY_MAGIC = b"\x93NUMPY"
+
 Empty = Callable[[tuple[int, int, int], np.dtype], np.ndarray]
 
 
@@ -75,11 +77,31 @@ def _map_file(path: str, populate: bool) -> mmap.mmap:
         return mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
 
 
+def _has_npy_magic(path: str) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
+
+
+def _is_store(tokens: Any) -> bool:
+    """Whether ``tokens`` is a token store (``padless.tokens.RawTokens``, an indexed dataset)."""
+    return not isinstance(tokens, np.ndarray) and isinstance(
+        getattr(tokens, "tokens", None), np.ndarray
+    )
+
+
 def _open_path(path: str, dtype: Any, populate: bool) -> np.ndarray:
     if not os.path.isfile(path):
         raise ValueError(f"tokens must be an existing file, got {path!r}")
     size = os.path.getsize(path)
-    if path.endswith(".npy"):
+    if path.endswith(".npy") and not _has_npy_magic(path):
+        # an OLMo-style .npy: a raw memory map of tokens with no numpy header
+        if dtype is None:
+            raise ValueError(
+                f"tokens file {path!r} is not a valid .npy file (no numpy header): it looks "
+                "like a raw token file (an OLMo-style .npy memmap); pass dtype= (e.g. "
+                "dtype='uint16') to read it as raw tokens"
+            )
+    elif path.endswith(".npy"):
         with open(path, "rb") as fh:
             try:
                 version = np.lib.format.read_magic(fh)
@@ -173,8 +195,11 @@ class LMStream(Resumable):
       ``L mod T`` remaining columns; then every token in ``(o, o + S·L]`` is a target exactly once.
 
     Args:
-        tokens: a 1-D integer array or ``np.memmap``, or a path: ``*.npy`` (dtype from the header),
-            any other name is a raw binary file and needs ``dtype``. Float dtypes are refused.
+        tokens: a 1-D integer array or ``np.memmap``; a token store (``padless.tokens.RawTokens``
+            or an indexed dataset: its ``tokens``, the whole file); or a path: ``*.npy`` (dtype
+            from the header; an OLMo-style ``.npy`` without the numpy header is raw and needs
+            ``dtype``), any other name is a raw binary file and needs ``dtype``. Float dtypes
+            are refused.
         batch_size: rows per batch (B).
         num_steps: columns per batch (T), the sequence length.
         mode: ``"random"`` or ``"sequential"``.
@@ -242,7 +267,11 @@ class LMStream(Resumable):
             raise ValueError(f"out_dtype must be one of {listed}, got {out}")
         self.out_dtype = out
         self._dtype_arg = dtype
-        self._tokens, self._path = _open_tokens(tokens, dtype, self.populate)
+        self._store = tokens if _is_store(tokens) else None
+        if self._store is not None:
+            self._tokens, self._path = _open_tokens(self._store.tokens, dtype, self.populate)
+        else:
+            self._tokens, self._path = _open_tokens(tokens, dtype, self.populate)
         src = self._tokens.dtype
         if not np.can_cast(src, out, casting="safe"):
             raise ValueError(
@@ -433,17 +462,25 @@ class LMStream(Resumable):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_iterating"] = False
-        if self._path is not None:
-            state["_tokens"] = None  # re-mapped on unpickling
+        if self._path is not None or self._store is not None:
+            state["_tokens"] = None  # re-mapped on unpickling (a store pickles as its path)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        if self._path is not None:
+        self._store = state.get("_store")  # absent from a stream pickled before stores
+        if self._store is not None:
+            self._tokens, _ = _open_tokens(self._store.tokens, self._dtype_arg, self.populate)
+        elif self._path is not None:
             self._tokens, _ = _open_tokens(self._path, self._dtype_arg, self.populate)
 
     def __repr__(self) -> str:
-        where = repr(self._path) if self._path is not None else f"array[{self._tokens.dtype}]"
+        if self._store is not None:
+            where = repr(self._store)
+        elif self._path is not None:
+            where = repr(self._path)
+        else:
+            where = f"array[{self._tokens.dtype}]"
         return (
             f"LMStream({where}, tokens={self.num_tokens}, mode={self.mode!r}, "
             f"batch_size={self.batch_size}, num_steps={self.num_steps}, rank={self.rank}, "

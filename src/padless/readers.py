@@ -14,9 +14,10 @@ import gzip
 import json
 import mmap
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -31,6 +32,7 @@ __all__ = [
     "lengths_from_file",
     "lengths_from_files",
     "lengths_from_text",
+    "list_column",
 ]  # the user's readers; tokenizer_counter, arrow_lengths, load_npy serve padless.ray too
 
 PathLike = str | os.PathLike[str]
@@ -392,22 +394,57 @@ def _count_tokens(
 # --------------------------------------------------------------------------- arrow
 
 
-def arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray:
-    """The int64 lengths of an Arrow column (lists, text by ``tokenizer``, or integers).
+def _text_type(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
-    ``where`` names the column in messages; a null row is a ValueError.
+
+def _list_type(pa: Any, kind: Any) -> bool:
+    return bool(
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    )
+
+
+def _filled(values: Any) -> np.ndarray:
+    """An Arrow array of numbers as numpy, its nulls (rows the mapping leaves out) as 0."""
+    if values.null_count:
+        values = values.fill_null(0)
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def _null_rows(column: Any, rows: np.ndarray | None) -> np.ndarray | None:
+    """The null rows of ``column`` as the rows mapping shows them (a bool mask), None if none."""
+    if not column.null_count:
+        return None
+    pc = _need("pyarrow.compute", "arrow", "a null check")
+    mask = np.asarray(pc.is_null(column).to_numpy(zero_copy_only=False), dtype=bool)
+    mask = mask if rows is None else np.take(mask, rows)
+    return mask if mask.any() else None
+
+
+def arrow_lengths(
+    column: Any, tokenizer: str | None, where: str, *, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """The int64 lengths of an Arrow column (lists, text by ``tokenizer``, or numbers).
+
+    ``where`` names the column in messages; ``rows`` (a datasets indices mapping) picks and
+    orders the rows. A null row (among those ``rows`` picks) is a ValueError naming it.
+    List lengths come from the offsets (a compiled pass, no Python loop).
     """
     pa = _need("pyarrow", "arrow", where)
     pc = _need("pyarrow.compute", "arrow", where)
-    if column.null_count:
-        first = int(pc.index(pc.is_null(column), True).as_py())
-        raise ValueError(f"{where}: row {first} is null; lengths need a value in every row")
     kind = column.type
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+    if rows is not None and _text_type(pa, kind):
+        column, rows = column.take(rows), None  # the texts in the order the rows show them
+    nulls = _null_rows(column, rows)
+    if nulls is not None:
+        raise ValueError(
+            f"{where}: row {int(np.argmax(nulls))} is null; lengths need a value in every row"
+        )
+    if _list_type(pa, kind):
         if tokenizer not in (None, "whitespace"):
             raise ValueError(f"{where}: a list column is already tokenized; drop --tokenizer")
         out = pc.list_value_length(column)
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    elif _text_type(pa, kind):
         tok = tokenizer or "whitespace"
         if tok == "chars":
             out = pc.utf8_length(column)
@@ -426,13 +463,269 @@ def arrow_lengths(column: Any, tokenizer: str | None, where: str) -> np.ndarray:
             texts = column.to_pylist()
             parts = [counter(texts[i : i + _TEXT_BATCH]) for i in range(0, len(texts), _TEXT_BATCH)]
             return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    elif pa.types.is_integer(kind):
-        out = column
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        out = column  # lengths as values (floats must be whole numbers: lengths_of checks them)
     else:
         raise ValueError(
             f"{where}: column type {kind} holds no lengths (need a list, string or integer column)"
         )
-    return _checked(out.to_numpy(zero_copy_only=False), where)
+    values = _filled(out)
+    return _checked(values if rows is None else np.take(values, rows), where)
+
+
+class _Column(NamedTuple):
+    """One column of an in-memory Arrow object, as stored, and how to show it to the user."""
+
+    data: Any  # pyarrow.ChunkedArray, the rows as stored
+    rows: np.ndarray | None  # a datasets indices mapping (select/shuffle/filter), or None
+    where: str  # names the column in messages: "column 'input_ids'"
+    arg: str  # the call's arguments that name it: "ds, column='input_ids'"
+    name: str | None = None  # the column's name when a parameter named it
+
+
+def _hf_module(name: str) -> Any:
+    """A ``datasets`` module if it is loaded (an object of its types exists only then)."""
+    return sys.modules.get(f"datasets.{name}" if name else "datasets")
+
+
+def _is_hf(x: Any, module: str, *names: str) -> bool:
+    """Whether ``x`` is one of the named types of a loaded ``datasets`` module."""
+    mod = _hf_module(module)
+    kinds = tuple(getattr(mod, n) for n in names if hasattr(mod, n))
+    return bool(kinds) and isinstance(x, kinds)
+
+
+def _guess_column(names: Sequence[str], types: Sequence[Any] | None) -> str:
+    """The column to suggest in a hint: ``input_ids`` if there, else the first list column."""
+    if "input_ids" in names:
+        return "input_ids"
+    if types is not None:
+        pa = sys.modules["pyarrow"]
+        for name, kind in zip(names, types, strict=True):
+            if _list_type(pa, kind):
+                return name
+    return names[0] if names else "input_ids"
+
+
+def _refuse_unsized(x: Any, column: Any, call: str) -> None:
+    """Hints for the ``datasets`` objects that hold no lengths up front (or several sets)."""
+    col = f", column={column!r}" if isinstance(column, str) else ", column=..."
+    if _is_hf(x, "", "DatasetDict", "IterableDatasetDict"):
+        splits = list(x.keys())
+        first = splits[0] if splits else "train"
+        if column is None and splits and getattr(x[first], "column_names", None):
+            col = f", column={_guess_column(x[first].column_names, None)!r}"
+        raise TypeError(
+            f"{call} got a {type(x).__name__} with splits {splits}; lengths are per split: "
+            f"{call}(dd[{first!r}]{col})"
+        )
+    if _is_hf(x, "", "IterableDataset", "IterableColumn"):
+        name = getattr(x, "column_name", None)
+        names = getattr(x, "column_names", None)
+        if column is None and isinstance(name, str):
+            col = f", column={name!r}"
+        elif column is None and names:
+            col = f", column={_guess_column(list(names), None)!r}"
+        raise TypeError(
+            f"{call} got a datasets.{type(x).__name__}: it streams its rows, so it has no "
+            "lengths up front; plan as it streams with padless.StreamBatcher (in a DataLoader: "
+            "padless.torch.StreamDataset), or load it whole (load_dataset(..., streaming=False)) "
+            f"and call {call}(ds{col})"
+        )
+
+
+def _pick(table: Any, column: Any, kind: str, shown: str, param: str, call: str) -> _Column:
+    names = list(table.column_names)
+    types = [f.type for f in table.schema]
+    if column is None:
+        if len(names) != 1:
+            guess = _guess_column(names, types)
+            raise ValueError(
+                f"{call}: the {kind} has columns {names}; choose one with {param}=: "
+                f"{call}({shown}, {param}={guess!r})"
+            )
+        column = names[0]
+    if not isinstance(column, str):
+        raise TypeError(
+            f"{param} must be a column name (str), got {type(column).__name__} {column!r:.60}"
+        )
+    if column not in names:
+        raise ValueError(
+            f"{call}: the {kind} has no column {column!r}; its columns are {names} "
+            f"({param}= names one)"
+        )
+    data = table.column(column)
+    pa = sys.modules["pyarrow"]
+    if not isinstance(data, pa.ChunkedArray):  # a RecordBatch's column is an Array
+        data = pa.chunked_array([data], type=data.type)
+    return _Column(data, None, f"column {column!r}", f"{shown}, {param}={column!r}", column)
+
+
+def _hf_column(x: Any, call: str) -> _Column:
+    """``ds["a"]`` (or ``ds["s"]["a"]`` of a struct column): its dataset's stored column."""
+    pa = sys.modules["pyarrow"]
+    pc = _need("pyarrow.compute", "arrow", call)
+    kind = type(x)
+    names: list[str] = []
+    source = x
+    while isinstance(source, kind):
+        names.append(source.column_name)
+        source = source.source
+    names.reverse()
+    shown = "ds" + "".join(f"[{n!r}]" for n in names)
+    if not _is_hf(source, "arrow_dataset", "Dataset"):
+        raise TypeError(f"{call}: {shown} comes from a {type(source).__name__}, not a Dataset")
+    picked = _pick(source.data.table, names[0], "dataset", "ds", "column", call)
+    data = picked.data
+    for depth, name in enumerate(names[1:], 1):
+        if not pa.types.is_struct(data.type):
+            inner = "ds" + "".join(f"[{n!r}]" for n in names[:depth])
+            raise TypeError(f"{call}: {inner} holds {data.type}, not a struct with field {name!r}")
+        data = pc.struct_field(data, [name])
+    return _Column(data, _dataset_rows(source), f"column {shown}", shown)
+
+
+def _dataset_rows(ds: Any) -> np.ndarray | None:
+    """The rows a select/shuffle/filter left, in their order (None: the table as it is)."""
+    indices = getattr(ds, "_indices", None)
+    if indices is None:
+        return None
+    rows = np.asarray(indices.column(0).to_numpy(zero_copy_only=False))
+    # uint64 row numbers below 2**63: as int64 (no copy), which np.take gathers fastest
+    return rows.view(np.int64) if rows.dtype == np.uint64 else rows.astype(np.int64, copy=False)
+
+
+def _in_memory(x: Any, column: Any, call: str, param: str = "column") -> _Column:
+    """One column of an in-memory Arrow object (see :func:`list_column`), or a TypeError."""
+    pa = _need("pyarrow", "arrow", f"{call} of an Arrow object")
+    _refuse_unsized(x, column, call)
+    if _is_hf(x, "arrow_dataset", "Column"):
+        if column is not None:
+            raise TypeError(
+                f"{call} got ds[{x.column_name!r}], one column already, and {param}="
+                f"{column!r}: {call}(ds[{x.column_name!r}]) or {call}(ds, {param}={column!r})"
+            )
+        return _hf_column(x, call)
+    if _is_hf(x, "arrow_dataset", "Dataset"):
+        got = _pick(x.data.table, column, "dataset", "ds", param, call)
+        return got._replace(rows=_dataset_rows(x))
+    if isinstance(x, pa.Table):
+        return _pick(x, column, "table", "table", param, call)
+    if isinstance(x, pa.RecordBatch):
+        return _pick(x, column, "record batch", "batch", param, call)
+    if isinstance(x, (pa.ChunkedArray, pa.Array)):
+        if column is not None:
+            raise TypeError(
+                f"{call} got a pyarrow {type(x).__name__}, one column already, and {param}="
+                f"{column!r}: {call}(arr) without {param}="
+            )
+        data = x if isinstance(x, pa.ChunkedArray) else pa.chunked_array([x], type=x.type)
+        return _Column(data, None, f"the {type(x).__name__}", "arr")
+    raise TypeError(
+        f"{call} reads a datasets.Dataset (or ds[column]), a pyarrow Table, RecordBatch, "
+        f"ChunkedArray or Array, got {type(x).__name__}"
+    )
+
+
+def _lists_only(col: _Column, call: str, param: str) -> None:
+    pa = sys.modules["pyarrow"]
+    if not _list_type(pa, col.data.type):
+        what = f"{param}={col.name!r} must name" if col.name is not None else f"{col.arg} must be"
+        raise TypeError(
+            f"{call}: {what} a column of token lists (list, large_list or fixed_size_list), but "
+            f"it holds {col.data.type}; tokenize it first (ds.map(...))"
+        )
+
+
+def list_lengths(
+    x: Any, column: str | None, where: str, *, param: str = "column"
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-row lengths of one list column of ``x``, in the row order ``x`` shows.
+
+    Returns int64 lengths (0 in a null row) and the null rows as a bool mask (None if there are
+    none); ``where`` (the caller's name) and ``param`` (its parameter) are named in errors. ``x``
+    is any input of :func:`list_column`. Cost: O(rows) from the list offsets (plus one gather
+    through a datasets indices mapping); the tokens are never read.
+    """
+    col = _in_memory(x, column, where, param)
+    _lists_only(col, where, param)
+    pc = _need("pyarrow.compute", "arrow", where)
+    nulls = _null_rows(col.data, col.rows)
+    sizes = _filled(pc.list_value_length(col.data))
+    sizes = sizes if col.rows is None else np.take(sizes, col.rows)
+    return sizes.astype(np.int64, copy=False), nulls
+
+
+def list_column(x: Any, column: str | None, where: str) -> Any:
+    """One token-list column of an in-memory Arrow object, as a ``pyarrow.ChunkedArray``.
+
+    ``x``: a ``datasets.Dataset`` (its select/shuffle/filter indices mapping applied: row i is
+    the dataset's row i), ``ds[name]`` (a datasets ``Column``), a ``pyarrow.Table`` or
+    ``RecordBatch`` (with ``column``, which may be None when there is one column), or a
+    ``ChunkedArray``/``Array`` (``column`` None). The column must be a list, large_list or
+    fixed_size_list with no null row; errors name ``where`` (the caller) and the call to make.
+    A ``DatasetDict`` or an ``IterableDataset`` is a TypeError naming the right call.
+
+    Cost: zero-copy without a mapping; with one, a take (a copy of the column's rows).
+    """
+    col = _in_memory(x, column, where)
+    _lists_only(col, where, "column")
+    nulls = _null_rows(col.data, col.rows)
+    if nulls is not None:
+        raise ValueError(
+            f"{where}: {col.where}: row {int(np.argmax(nulls))} is null; every row needs a list"
+        )
+    return col.data if col.rows is None else col.data.take(col.rows)
+
+
+def _arrow_object_lengths(
+    x: Any, column: str | None, tokenizer: str | None, split: str | None
+) -> np.ndarray:
+    call = "lengths_from_arrow"
+    if tokenizer is not None:
+        tokenizer = check_tokenizer(tokenizer)
+    if split is not None:
+        if not _is_hf(x, "", "DatasetDict", "IterableDatasetDict"):
+            raise TypeError(
+                f"split picks a split of a datasets.DatasetDict, got a {type(x).__name__}; "
+                f"{call}(ds, column=...) without split="
+            )
+        if split not in x:
+            raise ValueError(f"split must be one of {list(x.keys())}, got {split!r}")
+        x = x[split]
+    col = _in_memory(x, column, call)
+    return arrow_lengths(col.data, tokenizer, col.where, rows=col.rows)
+
+
+def _numeric_table(x: Any) -> bool:
+    """A Table/RecordBatch of number columns only: np.asarray(x) gives its (N, F) lengths."""
+    pa = sys.modules["pyarrow"]
+    return (
+        isinstance(x, (pa.Table, pa.RecordBatch))
+        and x.num_columns > 0
+        and all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in x.schema.types)
+    )
+
+
+def lengths_of_arrow(x: Any, column: str | Sequence[str] | None) -> np.ndarray:
+    """``lengths_of`` of an in-memory Arrow object: see :func:`padless.lengths_of`."""
+    _need("pyarrow", "arrow", "lengths_of of an Arrow object")
+    if column is None and _numeric_table(x):
+        return lengths_of(np.asarray(x))  # as before Arrow objects were read here: (N, F)
+    if isinstance(column, (list, tuple)):
+        if not column or not all(isinstance(c, str) for c in column):
+            raise TypeError(f"column must be a name or a list of names, got {column!r:.60}")
+        return np.stack([lengths_of_arrow(x, c) for c in column], axis=1)
+    col = _in_memory(x, column, "lengths_of")
+    pa = sys.modules["pyarrow"]
+    if _text_type(pa, col.data.type):
+        raise TypeError(
+            f"lengths_of({col.arg}): {col.where} holds text ({col.data.type}), and lengths_of "
+            "counts tokens: tokenize it first (ds.map(...) to input_ids), or count it with "
+            f"padless.readers.lengths_from_arrow({col.arg}, tokenizer='whitespace') (or "
+            "'chars', 'bytes', 'spm:MODEL', 'hf:tokenizer.json')"
+        )
+    return arrow_lengths(col.data, None, col.where, rows=col.rows)
 
 
 def _pick_column(table: Any, column: str | None, where: str) -> Any:
@@ -485,27 +778,38 @@ def _hf_dataset_files(folder: Path, split: str | None) -> list[Path]:
 
 
 def lengths_from_arrow(
-    path: PathLike,
+    path: PathLike | Any,
     *,
     column: str | None = None,
     tokenizer: str | None = None,
     split: str | None = None,
 ) -> np.ndarray:
-    """Read lengths from an Arrow/Feather/Parquet file or a ``datasets`` folder saved to disk.
+    """Read lengths from an Arrow/Feather/Parquet file, a saved ``datasets`` folder, or Arrow data
+    in memory.
 
+    ``path`` may also be an in-memory ``datasets.Dataset`` (its select/shuffle/filter mapping
+    followed: row i is the dataset's row i), ``ds[name]``, a ``datasets.DatasetDict`` with
+    ``split``, a ``pyarrow.Table`` or ``RecordBatch`` (``column`` may be left out when there is
+    one column), or a ``ChunkedArray``/``Array`` (no ``column``).
     List columns (e.g. ``input_ids``) give lengths from their offsets, with no pass over rows;
     string columns are measured with ``tokenizer`` (default whitespace); integer columns are taken
-    as lengths (all checked by :func:`padless.lengths_of`; errors name the file). Needs
-    ``pyarrow`` (``pip install 'padless[arrow]'``).
+    as lengths (all checked by :func:`padless.lengths_of`; errors name the file or the column).
+    A null row is an error naming it. Needs ``pyarrow`` (``pip install 'padless[arrow]'``).
 
-    Cost: reads the chosen column (memory-mapped for Arrow IPC files), O(rows) vectorised.
+    Cost: reads the chosen column (memory-mapped for Arrow IPC files), O(rows) vectorised; in
+    memory, nothing is copied but the lengths (a text column under a mapping: its rows).
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> table = pa.table({"input_ids": [[1, 2, 3], [4]], "text": ["a b", "c"]})
     >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
-    >>> pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4]], "text": ["a b", "c"]}), p)
+    >>> pq.write_table(table, p)
     >>> lengths_from_arrow(p, column="input_ids").tolist(), lengths_from_arrow(p, column="text").tolist()
     ([3, 1], [2, 1])
+    >>> lengths_from_arrow(table, column="text", tokenizer="chars").tolist()
+    [3, 1]
     """
+    if not isinstance(path, (str, os.PathLike)):
+        return _arrow_object_lengths(path, column, tokenizer, split)
     src = _as_path(path)
     where = str(src)
     if src.is_dir():
@@ -551,8 +855,29 @@ def _checked(values: Any, where: str) -> np.ndarray:
         raise type(exc)(f"{where}: {exc}") from exc
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+
+
 def load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
-    """``np.load`` of a .npy, its failures (not .npy, truncated, pickled objects) naming the file."""
+    """``np.load`` of a .npy, its failures (not .npy, truncated, pickled objects) naming the file.
+
+    A file without the .npy header is refused before numpy reads it (numpy would take it for
+    pickled data); such a file is most often raw tokens (OLMo-style), and the message says so.
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_NPY_MAGIC))
+    except OSError as exc:
+        raise ValueError(f"{path} is not a readable .npy array ({exc})") from exc
+    if head.startswith(b"PK\x03\x04"):
+        raise ValueError(f"{path} is not a .npy array (it holds an archive: name it .npz)")
+    if head != _NPY_MAGIC:
+        raise ValueError(
+            f"{path} has no .npy header (it does not start with b'\\x93NUMPY'): it looks like a "
+            "raw token file (OLMo-style, tokens back to back), whose dtype padless.lengths_of "
+            "cannot tell; read it with padless.tokens.RawTokens(path, dtype=..., eos=...) or "
+            "padless.readers.lengths_from_file(path, dtype=..., eos=...)"
+        )
     try:
         arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:

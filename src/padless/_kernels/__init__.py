@@ -17,6 +17,7 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
 ``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
 ``feistel``     ``feistel_permute`` and the LM-stream row gathers
+``ingest``      ``eos_offsets``, ``gather_tokens``, ``segment_positions``: token stores
 ==============  ================================================================================
 
 Callers import from this package (``from padless import _kernels as K``), never from a family
@@ -24,6 +25,7 @@ module, so families can move without edits elsewhere.
 """
 
 from . import cost as cost  # cost models: K.cost.budget_cost_ends, best_fit_rows_cost...
+from . import ingest as ingest  # token stores: K.ingest.check_eos, TOKEN_DTYPES
 from . import streams as streams  # stream rounds: K.streams.budget_round
 from . import windows as windows  # windowed plans: K.windows.budget_window, pack_window_rows...
 from .buckets import optimal_cuts, optimal_cuts_reference
@@ -53,6 +55,14 @@ from .feistel import (
     lm_gather_reference,
     lm_random_batch,
     lm_random_batch_reference,
+)
+from .ingest import (
+    eos_offsets,
+    eos_offsets_reference,
+    gather_tokens,
+    gather_tokens_reference,
+    segment_positions,
+    segment_positions_reference,
 )
 from .order import counting_order, counting_order_reference, shuffle_runs, shuffle_runs_reference
 from .packing import best_fit_rows, best_fit_rows_reference, scatter_rows, scatter_rows_reference
@@ -91,11 +101,15 @@ __all__ = [
     "carry_cuts_reference",
     "counting_order",
     "counting_order_reference",
+    "eos_offsets",
+    "eos_offsets_reference",
     "exact_split",
     "exact_split_reference",
     "feistel_permute",
     "feistel_permute_reference",
     "feistel_round_keys",
+    "gather_tokens",
+    "gather_tokens_reference",
     "hash_ints",
     "hash_ints_reference",
     "least_padding_ends",
@@ -116,6 +130,8 @@ __all__ = [
     "scatter_rows_reference",
     "segment_max",
     "segment_max_reference",
+    "segment_positions",
+    "segment_positions_reference",
     "shape_ends",
     "shape_ends_reference",
     "shaped_cost",

@@ -1,4 +1,9 @@
-"""``padless shuffle``: shuffle a file bigger than memory, uniformly and safely."""
+"""``padless shuffle``: shuffle a file bigger than memory, uniformly and safely.
+
+The kind of file is chosen by ``--record-size``, ``--lines`` or ``--indexed`` (a Megatron/fairseq
+``.idx`` + ``.bin`` pair, whose documents are shuffled into a new pair); an SRC ending in ``.idx``
+implies ``--indexed``.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     '1G'
     """
     parser.add_argument("src", metavar="SRC", help="file to shuffle, or - for standard input")
-    parser.add_argument("dst", metavar="DST", help="file to write, or - for standard output")
-    kind = parser.add_mutually_exclusive_group(required=True)
+    parser.add_argument(
+        "dst", metavar="DST", help="file to write, or - for standard output (--indexed: a prefix)"
+    )
+    # one kind is required; it is checked in run(), since an .idx SRC implies --indexed
+    kind = parser.add_mutually_exclusive_group()
     kind.add_argument(
         "--record-size", type=int, metavar="N", help="fixed-size binary records of N bytes"
     )
@@ -32,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="shuffle lines: any bytes up to and including a newline; a last line without a "
         "newline gets one (with a warning)",
+    )
+    kind.add_argument(
+        "--indexed",
+        action="store_true",
+        help="SRC is a Megatron/fairseq indexed dataset (prefix, .idx or .bin): write its "
+        "documents in a random order to DST.idx + DST.bin (implied by an .idx SRC)",
+    )
+    parser.add_argument(
+        "--sequences",
+        action="store_true",
+        help="with --indexed: shuffle sequences (each its own document), not documents",
     )
     parser.add_argument(
         "--memory",
@@ -70,6 +89,19 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..shuffle import parse_memory, shuffle_file
     from ..shuffle._safety import check_memory
+
+    indexed = bool(args.indexed) or (
+        args.record_size is None and not args.lines and args.src.endswith(".idx")
+    )
+    if indexed:
+        return _run_indexed(args)
+    if args.record_size is None and not args.lines:
+        raise ValueError(
+            "one of the arguments --record-size --lines is required (or --indexed, which an "
+            ".idx SRC implies)"
+        )
+    if args.sequences:
+        raise ValueError("--sequences is for an indexed dataset (--indexed, or an .idx SRC)")
 
     budget = parse_memory(args.memory, "--memory")
     check_memory(budget, args.memory, "--memory")
@@ -114,4 +146,27 @@ def run(args: argparse.Namespace) -> int:
                 f"{result.outputs[-1]}",
                 file=sys.stderr,
             )
+    return 0
+
+
+def _run_indexed(args: argparse.Namespace) -> int:
+    """``padless shuffle --indexed``: a new pair with the documents (or sequences) shuffled."""
+    from ..shuffle._indexed import shuffle_indexed
+
+    for bad, why in ((args.src == "-", "SRC"), (args.dst == "-", "DST")):
+        if bad:
+            raise ValueError(f"--indexed needs files: {why} cannot be - (a pipe)")
+    if args.shards != 1 or args.tmp_dir is not None:
+        raise ValueError("--shards and --tmp-dir are for --record-size and --lines, not --indexed")
+    result = shuffle_indexed(args.src, args.dst, seed=args.seed, documents=not args.sequences)
+    if not args.quiet:
+        kind = "documents" if result.documents else "sequences"
+        reuse = "" if args.seed is not None else f" (reproduce with --seed {result.seed})"
+        print(
+            f"padless shuffle: {result.items:,} {kind} ({result.sequences:,} sequences, "
+            f"{result.bytes / 1e6:,.1f} MB, {result.format}) in {result.seconds:.2f} s "
+            f"({result.mb_per_s:,.0f} MB/s) to {result.outputs[0]} + .bin; seed "
+            f"{result.seed}{reuse}",
+            file=sys.stderr,
+        )
     return 0

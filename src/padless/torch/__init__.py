@@ -10,7 +10,8 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_collate``: ``collate_padded``, ``collate_packed`` and their picklable collate classes;
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
-- ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream.
+- ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
+- ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file).
 
 Deprecated names (they still work this release, with a ``DeprecationWarning`` naming the
 replacement): ``dist_rank_world`` (use ``dist_kwargs``), ``StopTogether`` (use ``stop_together``).
@@ -39,6 +40,7 @@ from ._rng import set_rng_state as set_rng_state
 from ._streams import StopTogether as _StopTogether
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
+from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
     "PackedCollate",
@@ -46,6 +48,7 @@ __all__ = [
     "StatefulLoader",
     "StepRng",
     "StreamDataset",
+    "TokenDataset",
     "check_packed",
     "collate_for",
     "collate_packed",

@@ -1,0 +1,786 @@
+"""Megatron-LM and fairseq indexed datasets: a ``.idx`` + ``.bin`` pair, read and written.
+
+:class:`IndexedDataset` maps a pair in O(1) time and memory: the header is read with ``struct``
+and the arrays of the ``.idx`` are read-only memory maps at their offsets; nothing is scanned
+when the pair is opened. :func:`write_indexed` writes a pair that Megatron's ``IndexedDataset``
+and fairseq's ``MMapIndexedDataset`` read, streaming in bounded memory and atomically.
+
+The formats (little-endian, no padding):
+
+- Megatron: ``b"MMIDIDX\\x00\\x00"``, u64 version 1, u8 dtype code, u64 S (sequences), u64 D
+  (document-index length, documents + 1); then int32[S] sequence lengths at offset 34, int64[S]
+  byte pointers into the ``.bin``, int64[D] document index (0 … S, non-decreasing), and for
+  multimodal data int8[S] modes. Size 34 + 12·S + 8·D (+ S).
+- fairseq: the same magic and version, u8 dtype code at 17, u64 N at 18, int32[N] sizes at 26 and
+  int64[N] pointers; no document index. Size 26 + 12·N.
+
+The size of the ``.idx`` tells the two apart (the counts sit at the same offset 18, and the two
+sizes differ by at least 8 for any count). The ``.bin`` holds the token arrays back to back.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from ._check import check_bool
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+MEGATRON_HEADER = 34
+FAIRSEQ_HEADER = 26
+FORMATS = ("megatron", "fairseq")
+
+# Dtype codes of each format's table (fairseq reads both 6 and 7 as float64).
+MEGATRON_CODES: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.float64),
+    7: np.dtype(np.float32),
+    8: np.dtype(np.uint16),
+}
+FAIRSEQ_CODES: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.float64),
+    7: np.dtype(np.float64),
+    8: np.dtype(np.uint16),
+    9: np.dtype(np.uint32),
+    10: np.dtype(np.uint64),
+}
+_TABLES = {"megatron": MEGATRON_CODES, "fairseq": FAIRSEQ_CODES}
+
+# Elements per step of the passes over the arrays (documents' lengths, the writer's pointers).
+CHUNK = 1 << 20
+# Bytes of tokens the writer gathers before one write to the ``.bin``.
+WRITE_BYTES = 8 << 20
+MAX_SEQUENCE = (1 << 31) - 1  # a sequence length is an int32
+
+
+def _paths(path: Any, what: str = "path") -> tuple[str, str]:
+    """Return (``.idx``, ``.bin``) paths from a prefix or either file's path."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{what} must be a path (a prefix, or the .idx or .bin file), "
+            f"got {type(path).__name__} {path!r}"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{what} must be a non-empty path, got {text!r}")
+    prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
+    if not os.path.basename(prefix):
+        raise ValueError(f"{what} must name a file prefix, not a folder, got {text!r}")
+    return prefix + ".idx", prefix + ".bin"
+
+
+def _empty(dtype: Any) -> np.ndarray:
+    out = np.zeros(0, dtype)
+    out.flags.writeable = False
+    return out
+
+
+def _map(path: str, dtype: Any, offset: int, count: int) -> np.ndarray:
+    """A read-only memory map of ``count`` elements at ``offset`` (an empty array for 0)."""
+    if count == 0:
+        return _empty(dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
+
+
+class IndexedDataset:
+    """A Megatron-LM or fairseq indexed dataset (``.idx`` + ``.bin``), mapped, never loaded.
+
+    Args:
+        path: the prefix (``"corpus_text_document"``), or the ``.idx`` or ``.bin`` path.
+        documents: serve Megatron documents (the sequences from ``document_index[j]`` to
+            ``document_index[j + 1]``, contiguous in the ``.bin``) instead of sequences;
+            fairseq indexes have none.
+
+    Attributes: ``format`` (``"megatron"`` or ``"fairseq"``), ``num_sequences``,
+    ``num_documents`` (``None`` for fairseq), ``sequence_lengths`` (int32 memory map),
+    ``pointers`` (int64 byte offsets into the ``.bin``), ``document_index`` (int64; empty for
+    fairseq), ``modes`` (int8, multimodal Megatron data only, else ``None``), ``lengths`` (tokens
+    per item: ``sequence_lengths``, or with ``documents=True`` the documents' token counts,
+    int64), ``tokens`` (the ``.bin`` as ``dtype``, read-only), ``path`` (the ``.bin``),
+    ``idx_path``, ``dtype``.
+
+    The header, the sizes of both files and the last sequence's end are checked when the pair
+    is opened; each item's pointer (aligned, inside the ``.bin``) is checked when the item is
+    served (:meth:`starts`, ``[i]``), so a hostile file is refused, never read out of bounds.
+    Float token dtypes open (their lengths can be planned) but refuse to serve tokens.
+
+    Cost: opening reads 34 bytes and maps the arrays, O(1) time and memory; with
+    ``documents=True`` one bounded-memory pass over the sequence lengths, pointers and document
+    index computes the documents' lengths and checks the index. Pickles as its paths and
+    settings and maps the files again when unpickled (DataLoader workers).
+
+    >>> import os, tempfile
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
+    >>> ds = write_indexed([[5, 6, 7], [[1], [2, 3]]], prefix, dtype="uint16")
+    >>> ds.format, len(ds), ds.sequence_lengths.tolist(), ds[1].tolist()
+    ('megatron', 3, [3, 1, 2], [1])
+    >>> docs = IndexedDataset(prefix, documents=True)
+    >>> docs.lengths.tolist(), docs[1].tolist()
+    ([3, 3], [1, 2, 3])
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, documents: bool = False) -> None:
+        self.documents = check_bool("documents", documents)
+        self.idx_path, self.path = _paths(path)
+        self._open()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _fail(self, reason: str) -> ValueError:
+        return ValueError(f"indexed dataset {self.idx_path!r}: {reason}")
+
+    def _open(self) -> None:
+        idx = self.idx_path
+        for name in (idx, self.path):
+            if not os.path.isfile(name):
+                other = "a file" if not os.path.exists(name) else "a regular file"
+                raise ValueError(
+                    f"indexed dataset: {name!r} is not {other} (an indexed dataset is a "
+                    f"prefix.idx + prefix.bin pair)"
+                )
+        size = os.path.getsize(idx)
+        with open(idx, "rb") as f:
+            head = f.read(MEGATRON_HEADER)
+        if len(head) < FAIRSEQ_HEADER:
+            if len(head) >= len(MAGIC) and head[: len(MAGIC)] != MAGIC:
+                raise self._fail(f"wrong magic {head[:9]!r}: expected {MAGIC!r}")
+            raise self._fail(
+                f"truncated: {size} bytes, shorter than the {FAIRSEQ_HEADER}-byte header"
+            )
+        if head[: len(MAGIC)] != MAGIC:
+            raise self._fail(
+                f"wrong magic {head[:9]!r}: expected {MAGIC!r} (not a Megatron or fairseq .idx)"
+            )
+        (version,) = struct.unpack_from("<Q", head, 9)
+        if version != VERSION:
+            raise self._fail(f"version {version}: only version {VERSION} is known")
+        (code,) = struct.unpack_from("<B", head, 17)
+        (count,) = struct.unpack_from("<Q", head, 18)
+        fairseq_size = FAIRSEQ_HEADER + 12 * count
+        doc_len = struct.unpack_from("<Q", head, 26)[0] if len(head) >= MEGATRON_HEADER else None
+        megatron_size = None if doc_len is None else MEGATRON_HEADER + 12 * count + 8 * doc_len
+        if size == fairseq_size:
+            fmt, modes = "fairseq", False
+        elif megatron_size is not None and size in (megatron_size, megatron_size + count):
+            fmt, modes = "megatron", size != megatron_size
+        else:
+            megatron = (
+                f"Megatron needs 34 + 12*S + 8*D = {megatron_size} (S = {count}, D = {doc_len} "
+                f"from the header; {megatron_size + count} with multimodal modes)"
+                if megatron_size is not None
+                else "Megatron needs at least the 34-byte header"
+            )
+            raise self._fail(
+                f"size {size} bytes fits neither layout: {megatron}; fairseq needs 26 + 12*N = "
+                f"{fairseq_size} (N = {count}); the file is truncated or not an index"
+            )
+        table = _TABLES[fmt]
+        if code not in table:
+            known = ", ".join(f"{k} {v.name}" for k, v in table.items())
+            raise self._fail(f"unknown dtype code {code} for the {fmt} table ({known})")
+        self.format = fmt
+        self.dtype: np.dtype[Any] = table[code]
+        self.num_sequences = int(count)
+        base = MEGATRON_HEADER if fmt == "megatron" else FAIRSEQ_HEADER
+        self.sequence_lengths = _map(idx, "<i4", base, count)
+        self.pointers = _map(idx, "<i8", base + 4 * count, count)
+        if fmt == "megatron" and doc_len is not None:
+            self.num_documents: int | None = max(int(doc_len) - 1, 0)
+            self.document_index = _map(idx, "<i8", base + 12 * count, doc_len)
+            self.modes = _map(idx, "i1", base + 12 * count + 8 * doc_len, count) if modes else None
+        else:
+            self.num_documents = None
+            self.document_index = _map(idx, "<i8", base, 0)
+            self.modes = None
+        self._bin_size = os.path.getsize(self.path)
+        if count:
+            end = int(self.pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
+            if end > self._bin_size:
+                raise ValueError(
+                    f"indexed dataset {self.path!r}: the .bin has {self._bin_size} bytes, "
+                    f"shorter than the last sequence's end {end} (last pointer + last length * "
+                    f"{self.dtype.itemsize}): truncated, or not this index's .bin"
+                )
+        self._tokens: np.ndarray | None = None
+        self._doc_starts: np.ndarray | None = None
+        if self.documents:
+            if fmt == "fairseq":
+                raise self._fail(
+                    "documents=True, but fairseq indexes have no documents (no document index): "
+                    "serve sequences (documents=False)"
+                )
+            self.lengths: np.ndarray = self._document_lengths()
+        else:
+            self.lengths = self.sequence_lengths
+
+    def _document_lengths(self) -> np.ndarray:
+        """Documents' token counts, checking the document index, in bounded memory."""
+        doc, lengths, pointers = self.document_index, self.sequence_lengths, self.pointers
+        total = self.num_sequences
+        if len(doc) == 0 or int(doc[0]) != 0 or int(doc[-1]) != total:
+            first = int(doc[0]) if len(doc) else None
+            last = int(doc[-1]) if len(doc) else None
+            raise self._fail(
+                f"the document index must start at 0 and end at S = {total} (the sequence "
+                f"count), got {len(doc)} entries from {first} to {last}"
+            )
+        for b0 in range(0, len(doc), CHUNK):  # non-decreasing (so searchsorted is exact)
+            bounds = np.asarray(doc[max(b0 - 1, 0) : b0 + CHUNK], np.int64)
+            drops = np.diff(bounds) < 0
+            if drops.any():
+                bad = max(b0 - 1, 0) + int(np.argmax(drops)) + 1
+                raise self._fail(
+                    f"the document index decreases at entry {bad} ({int(doc[bad - 1])} then "
+                    f"{int(doc[bad])}): it must be non-decreasing from 0 to S = {total}"
+                )
+        out = np.empty(len(doc) - 1, np.int64)
+        firsts = np.empty(len(doc) - 1, np.int64)  # each document's first sequence
+        itemsize = self.dtype.itemsize
+        acc = 0  # tokens of the sequences before s0
+        j = 0  # next document boundary whose token prefix is not known yet
+        prev_prefix = prev_bound = 0
+        for s0 in range(0, max(total, 1), CHUNK):
+            s1 = min(total, s0 + CHUNK)
+            seq = np.asarray(lengths[s0:s1], np.int64)
+            if seq.size and int(seq.min()) < 0:
+                bad = s0 + int(np.argmax(seq < 0))
+                raise self._fail(f"sequence {bad} has a negative length {int(lengths[bad])}")
+            prefix = np.empty(seq.size + 1, np.int64)
+            prefix[0] = acc
+            np.cumsum(seq, out=prefix[1:])
+            prefix[1:] += acc
+            # the boundaries in [s0, s1): doc[j:k] (the last chunk takes the rest, all = S)
+            k = len(doc) if s1 == total else int(np.searchsorted(doc, s1, side="left"))
+            for b0 in range(j, k, CHUNK):
+                b1 = min(k, b0 + CHUNK)
+                bounds = np.asarray(doc[b0:b1], np.int64)
+                at = prefix[bounds - s0]
+                out[max(b0 - 1, 0) : b1 - 1] = np.diff(at, prepend=prev_prefix)[b0 == 0 :]
+                firsts[max(b0 - 1, 0) : b1 - 1] = np.concatenate(([prev_bound], bounds[:-1]))[
+                    b0 == 0 :
+                ]
+                prev_prefix, prev_bound = int(at[-1]), int(bounds[-1])
+            j = k
+            # the sequences of one document follow each other in the .bin
+            ptr = np.asarray(pointers[s0 : min(total, s1 + 1)], np.int64)
+            gap = ptr[1:] != ptr[:-1] + seq[: len(ptr) - 1] * itemsize
+            if gap.any():
+                after = np.flatnonzero(gap) + s0 + 1  # sequences not right after the one before
+                at_doc = np.searchsorted(doc, after, side="left")
+                first = np.asarray(doc[np.minimum(at_doc, len(doc) - 1)]) == after
+                if not first.all():
+                    bad = int(after[np.argmax(~first)])
+                    raise self._fail(
+                        f"sequence {bad} does not follow sequence {bad - 1} in the .bin "
+                        f"(pointer {int(pointers[bad])}, expected "
+                        f"{int(pointers[bad - 1]) + int(lengths[bad - 1]) * itemsize}) inside "
+                        f"one document: a document's sequences must be contiguous"
+                    )
+            acc = int(prefix[-1])
+        out.flags.writeable = False
+        self._doc_firsts = firsts
+        return out
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _servable(self) -> None:
+        if self.dtype.kind == "f":
+            raise ValueError(
+                f"indexed dataset {self.path!r} holds {self.dtype.name} values, not integer "
+                f"tokens: its lengths can be planned, but its tokens cannot be served"
+            )
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The whole ``.bin`` as a 1-D read-only memory map of ``dtype`` (mapped on first use)."""
+        self._servable()
+        if self._tokens is None:
+            self._tokens = _map(self.path, self.dtype, 0, self._bin_size // self.dtype.itemsize)
+        return self._tokens
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _items(self, items: Any) -> np.ndarray:
+        arr = np.asarray(items)
+        if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind in "fO"):
+            raise TypeError(f"items must be integer indices, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False).reshape(-1)
+        n = len(self)
+        if arr.size:
+            bad = (arr < 0) | (arr >= n)
+            if bad.any():
+                raise ValueError(
+                    f"items must be in [0, {n}), got {int(arr[np.argmax(bad)])} "
+                    f"(at position {int(np.argmax(bad))})"
+                )
+        return arr
+
+    def starts(self, items: Any) -> np.ndarray:
+        """Return int64 element offsets into :attr:`tokens` of ``items`` (indices in [0, N)).
+
+        Item ``i`` is ``tokens[starts[i] : starts[i] + lengths[i]]``. Checks, for these items
+        only, that each pointer is a multiple of the itemsize and that the item lies inside the
+        ``.bin`` (ValueError naming the first bad item). Cost: O(len(items)).
+        """
+        self._servable()
+        arr = self._items(items)
+        size = self.dtype.itemsize
+        if self.documents:
+            seqs = self._doc_firsts[arr]
+            lens = self.lengths[arr]
+            empty = lens == 0
+            # an empty document (no sequence, or only empty ones) starts anywhere: offset 0
+            ptr = np.zeros(arr.size, np.int64)
+            full = ~empty
+            ptr[full] = self.pointers[seqs[full]]
+        else:
+            lens = np.asarray(self.sequence_lengths[arr], np.int64)
+            ptr = np.asarray(self.pointers[arr], np.int64)
+        limit = self._bin_size // size
+        elems = ptr // size
+        bad = (ptr < 0) | (ptr % size != 0) | (lens < 0) | (elems > limit - lens)
+        if bad.any():
+            at = int(np.argmax(bad))
+            what = "document" if self.documents else "sequence"
+            raise ValueError(
+                f"indexed dataset {self.idx_path!r}: {what} {int(arr[at])} has pointer "
+                f"{int(ptr[at])} and length {int(lens[at])}: it must be a multiple of "
+                f"{size} (the itemsize) with the item inside the .bin ({self._bin_size} bytes)"
+            )
+        return elems.astype(np.int64, copy=False)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Item ``i``'s tokens, a read-only view of the ``.bin`` (negative ``i`` counts back)."""
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            raise TypeError(f"index must be an int, got {type(i).__name__} {i!r}")
+        n = len(self)
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} out of range for {n} items")
+        start = int(self.starts(np.array([j]))[0])
+        return self.tokens[start : start + int(self.lengths[j])]
+
+    def __repr__(self) -> str:
+        what = f"{self.num_documents} documents" if self.documents else "sequences"
+        return (
+            f"IndexedDataset({self.idx_path[:-4]!r}, {self.format}, {self.dtype.name}, "
+            f"{self.num_sequences} sequences, serving {what})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"idx_path": self.idx_path, "documents": self.documents}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.idx_path, self.path = _paths(state["idx_path"])
+        self.documents = bool(state["documents"])
+        self._open()
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def _code(dtype: Any, fmt: str) -> tuple[np.dtype[Any], int]:
+    """The tokens' dtype and its code in ``fmt``'s table (integer dtypes only)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype must be a numpy integer dtype, got {dtype!r}") from exc
+    if dt.kind not in "iu":
+        raise ValueError(f"dtype must be an integer dtype (tokens), got {dt.name}")
+    dt = dt.newbyteorder("=")
+    for code, known in _TABLES[fmt].items():
+        if known == dt:
+            return dt, code
+    hint = " (fairseq's table has it: format='fairseq'; or use int64)" if fmt == "megatron" else ""
+    raise ValueError(f"dtype {dt.name} has no code in the {fmt} .idx dtype table{hint}")
+
+
+class _Temp:
+    """A file under a hidden temporary name beside ``final``, renamed into place on commit."""
+
+    def __init__(self, final: str) -> None:
+        folder, base = os.path.split(os.path.realpath(final))
+        self.final = final
+        fd, self.path = tempfile.mkstemp(prefix=f".{base}.", suffix=".padless-out", dir=folder)
+        self.file: BinaryIO = os.fdopen(fd, "wb")
+
+    def finish(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        try:
+            mode = os.stat(self.final).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.chmod(self.path, mode)
+        self.file.close()
+
+    def commit(self) -> None:
+        os.replace(self.path, os.path.realpath(self.final))
+        self.path = ""
+
+    def discard(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class _Sink:
+    """Streams tokens to the ``.bin`` and lengths / document ends to anonymous side files."""
+
+    def __init__(self, bin_file: BinaryIO, folder: str, dtype: np.dtype[Any]) -> None:
+        self.bin = bin_file
+        self.dtype = dtype
+        self.lengths = tempfile.TemporaryFile(dir=folder)  # int32 per sequence
+        self.ends = tempfile.TemporaryFile(dir=folder)  # int64: sequences after each document
+        self.pending: list[np.ndarray] = []
+        self.pending_bytes = 0
+        self.seq_lengths: list[int] = []
+        self.doc_ends: list[int] = []
+        self.sequences = 0
+        self.documents = 0
+
+    def sequence(self, tokens: np.ndarray) -> None:
+        self.pending.append(tokens)
+        self.pending_bytes += tokens.nbytes
+        self.seq_lengths.append(len(tokens))
+        self.sequences += 1
+        if self.pending_bytes >= WRITE_BYTES or len(self.seq_lengths) >= CHUNK:
+            self.flush()
+
+    def document_end(self) -> None:
+        self.doc_ends.append(self.sequences)
+        self.documents += 1
+        if len(self.doc_ends) >= CHUNK:
+            self.flush()
+
+    def block(self, values: np.ndarray, lengths: np.ndarray, counts: Any = None) -> None:
+        """Many documents at once: their tokens, sequence lengths, and sequences per document
+        (``None``: one each)."""
+        self.raw(values)
+        self.index(lengths, counts)
+
+    def raw(self, values: np.ndarray) -> None:
+        """Tokens (already of ``dtype``) straight to the ``.bin``, after what is pending."""
+        self.flush()
+        self.bin.write(np.ascontiguousarray(values, self.dtype).data.cast("B"))
+
+    def index(self, lengths: np.ndarray, counts: Any = None) -> None:
+        """The sequence lengths of whole documents, and their sequences per document."""
+        self.flush()
+        self.lengths.write(np.asarray(lengths, "<i4").tobytes())
+        if counts is None:
+            ends = np.arange(self.sequences + 1, self.sequences + len(lengths) + 1, dtype="<i8")
+        else:
+            ends = (np.cumsum(counts, dtype=np.int64) + self.sequences).astype("<i8")
+        self.ends.write(ends.tobytes())
+        self.sequences += len(lengths)
+        self.documents += len(ends)
+
+    def flush(self) -> None:
+        if self.pending:
+            data = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
+            self.bin.write(np.ascontiguousarray(data).data.cast("B"))
+            self.pending, self.pending_bytes = [], 0
+        if self.seq_lengths:
+            self.lengths.write(np.asarray(self.seq_lengths, "<i4").tobytes())
+            self.seq_lengths = []
+        if self.doc_ends:
+            self.ends.write(np.asarray(self.doc_ends, "<i8").tobytes())
+            self.doc_ends = []
+
+    def close(self) -> None:
+        self.lengths.close()
+        self.ends.close()
+
+    def write_index(self, out: BinaryIO, fmt: str, code: int) -> None:
+        """Header, lengths, pointers (a running byte sum) and the document index."""
+        self.flush()
+        s = self.sequences
+        out.write(MAGIC + struct.pack("<QBQ", VERSION, code, s))
+        if fmt == "megatron":
+            out.write(struct.pack("<Q", self.documents + 1))
+        for chunk in _chunks(self.lengths, "<i4", s):
+            out.write(chunk.tobytes())
+        acc = 0
+        for chunk in _chunks(self.lengths, "<i4", s):
+            nbytes = chunk.astype(np.int64) * self.dtype.itemsize
+            ptr = np.empty(len(chunk), "<i8")
+            ptr[0] = acc
+            np.cumsum(nbytes[:-1], out=ptr[1:])
+            ptr[1:] += acc
+            acc += int(nbytes.sum())
+            out.write(ptr.tobytes())
+        if fmt == "megatron":
+            out.write(struct.pack("<q", 0))
+            for chunk in _chunks(self.ends, "<i8", self.documents):
+                out.write(chunk.tobytes())
+
+
+def _chunks(side: BinaryIO, dtype: str, count: int) -> Iterator[np.ndarray]:
+    side.flush()
+    side.seek(0)
+    size = np.dtype(dtype).itemsize
+    left = count
+    while left:
+        n = min(left, CHUNK)
+        data = side.read(n * size)
+        if len(data) != n * size:  # pragma: no cover - the side file is ours
+            raise OSError("a temporary side file of the writer is shorter than written")
+        yield np.frombuffer(data, dtype)
+        left -= n
+
+
+def _as_tokens(value: Any, dtype: np.dtype[Any], where: str) -> np.ndarray:
+    """One sequence as a 1-D array of ``dtype``, its values checked to fit."""
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise ValueError(f"{where} must be a 1-D array of token ids, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{where} must hold integers, got dtype {arr.dtype}")
+    if len(arr) > MAX_SEQUENCE:
+        raise ValueError(
+            f"{where} has {len(arr)} tokens: a sequence's length is an int32 in the .idx "
+            f"(at most 2**31 - 1); split it into sentences"
+        )
+    if not np.can_cast(arr.dtype, dtype):
+        _fits(arr, dtype, where)
+    return arr.astype(dtype, copy=False)
+
+
+def _fits(arr: np.ndarray, dtype: np.dtype[Any], where: str) -> None:
+    info = np.iinfo(dtype)
+    lo, hi = arr.min(), arr.max()
+    if lo < info.min or hi > info.max:
+        bad = lo if lo < info.min else hi
+        raise ValueError(
+            f"{where} holds the value {int(bad)}, outside {dtype.name}'s range "
+            f"[{info.min}, {info.max}]: choose a wider dtype"
+        )
+
+
+def _is_sentences(item: Any) -> bool:
+    if not isinstance(item, (list, tuple)) or not item:
+        return False
+    return all(not np.isscalar(x) for x in item)
+
+
+def _feed_items(items: Iterable[Any], sink: _Sink, dtype: np.dtype[Any]) -> None:
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TypeError(
+            f"items must be an iterable of documents (1-D integer arrays, or lists of them) or "
+            f"an Arrow list column, got {type(items).__name__}"
+        )
+    for d, item in enumerate(items):
+        if _is_sentences(item):
+            for s, sentence in enumerate(item):
+                sink.sequence(_as_tokens(sentence, dtype, f"document {d}, sentence {s}"))
+        else:
+            sink.sequence(_as_tokens(item, dtype, f"document {d}"))
+        sink.document_end()
+
+
+def _arrow_column(items: Any, column: str | None) -> Any:
+    """The list column of an Arrow input, or None when ``items`` is not Arrow."""
+    module = type(items).__module__
+    if module.startswith("datasets"):
+        if getattr(items, "_indices", None) is not None:
+            raise ValueError(
+                "items: this datasets.Dataset has an indices mapping (select, shuffle, filter): "
+                "call ds.flatten_indices() first, so that its rows are the Arrow rows"
+            )
+        items = items.data.table
+        module = type(items).__module__
+    if not module.startswith("pyarrow"):
+        if column is not None:
+            raise TypeError(f"column= is for an Arrow table or datasets.Dataset, got {module}")
+        return None
+    import pyarrow as pa
+
+    if isinstance(items, pa.Table):
+        if column is None:
+            raise ValueError(
+                f"items is a table: name its token column with column= (one of {items.column_names})"
+            )
+        if column not in items.column_names:
+            raise ValueError(f"column {column!r} is not in the table: {items.column_names}")
+        items = items.column(column)
+    elif column is not None:
+        raise TypeError("column= is for a table; items is already a column")
+    if isinstance(items, pa.Array):
+        items = pa.chunked_array([items], type=items.type)
+    if not isinstance(items, pa.ChunkedArray):
+        raise TypeError(f"items: an Arrow input must be a column or a table, got {type(items)}")
+    if not (pa.types.is_list(items.type) or pa.types.is_large_list(items.type)):
+        raise TypeError(f"items: the Arrow column must be a list of integers, got {items.type}")
+    if not pa.types.is_integer(items.type.value_type):
+        raise TypeError(
+            f"items: the Arrow column must be a list of integers, got {items.type.value_type}"
+        )
+    return items
+
+
+def _feed_arrow(column: Any, sink: _Sink, dtype: np.dtype[Any]) -> None:
+    import pyarrow.compute as pc
+
+    row = 0
+    for chunk in column.chunks:
+        if chunk.null_count:
+            bad = row + int(np.argmax(chunk.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(f"items: row {bad} is null; write an empty list for no tokens")
+        offsets = np.asarray(chunk.offsets.to_numpy(), np.int64)
+        r0 = 0
+        while r0 < len(chunk):
+            # rows r0..r1 hold at most WRITE_BYTES of tokens (at least one row)
+            limit = offsets[r0] + max(WRITE_BYTES // dtype.itemsize, 1)
+            r1 = max(int(np.searchsorted(offsets, limit, side="right")) - 1, r0 + 1)
+            r1 = min(r1, len(chunk), r0 + CHUNK)
+            part = chunk.slice(r0, r1 - r0)
+            lengths = np.diff(offsets[r0 : r1 + 1])
+            if int(lengths.max()) > MAX_SEQUENCE:
+                bad = row + r0 + int(np.argmax(lengths > MAX_SEQUENCE))
+                raise ValueError(
+                    f"items: row {bad} has {int(lengths.max())} tokens: a sequence's length is "
+                    f"an int32 in the .idx (at most 2**31 - 1)"
+                )
+            values = pc.list_flatten(part)
+            if values.null_count:
+                raise ValueError(f"items: rows {row + r0}..{row + r1 - 1} hold a null token")
+            arr = values.to_numpy(zero_copy_only=False)
+            if arr.size and not np.can_cast(arr.dtype, dtype):
+                try:
+                    _fits(arr, dtype, "items")
+                except ValueError:
+                    info = np.iinfo(dtype)
+                    off = int(np.argmax((arr < info.min) | (arr > info.max)))
+                    bad = row + r0 + int(np.searchsorted(np.cumsum(lengths), off, side="right"))
+                    raise ValueError(
+                        f"items: row {bad} holds the value {int(arr[off])}, outside "
+                        f"{dtype.name}'s range [{info.min}, {info.max}]: choose a wider dtype"
+                    ) from None
+            sink.block(arr.astype(dtype, copy=False), lengths)
+            r0 = r1
+        row += len(chunk)
+
+
+def check_target(prefix: Any) -> tuple[str, str]:
+    """Check up front that ``prefix`` can name a new pair; return its (idx, bin) paths."""
+    idx_path, bin_path = _paths(prefix, "prefix")
+    folder = os.path.dirname(os.path.abspath(idx_path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"the folder of prefix {os.fspath(prefix)!r} does not exist")
+    for name in (idx_path, bin_path):
+        if os.path.isdir(name):
+            raise IsADirectoryError(f"prefix: {name!r} is a folder")
+    return idx_path, bin_path
+
+
+def write_pair(
+    path: str | os.PathLike[str], fmt: str, dtype: Any, fill: Callable[[_Sink], None]
+) -> tuple[str, str]:
+    """Write a pair at ``path`` (a prefix or either file): ``fill(sink)`` streams its items.
+
+    The machinery of :func:`write_indexed`, shared with the indexed shuffle: temporaries beside
+    the targets, fsynced, renamed ``.bin`` first; removed on any error. Returns (idx, bin).
+    """
+    dt, code = _code(dtype, fmt)
+    idx_path, bin_path = _paths(path, "prefix")
+    folder = os.path.dirname(os.path.abspath(idx_path))
+    temps: list[_Temp] = []
+    sink: _Sink | None = None
+    try:
+        bin_tmp = _Temp(bin_path)
+        temps.append(bin_tmp)
+        sink = _Sink(bin_tmp.file, folder, dt)
+        fill(sink)
+        sink.flush()
+        idx_tmp = _Temp(idx_path)
+        temps.append(idx_tmp)
+        sink.write_index(idx_tmp.file, fmt, code)
+        for temp in temps:
+            temp.finish()
+        for temp in temps:  # .bin first: a reader never sees a new .idx over an old .bin
+            temp.commit()
+    finally:
+        if sink is not None:
+            sink.close()
+        for temp in temps:
+            temp.discard()
+    return idx_path, bin_path
+
+
+def write_indexed(
+    items: Any,
+    prefix: str | os.PathLike[str],
+    *,
+    dtype: Any,
+    format: str = "megatron",
+    column: str | None = None,
+) -> IndexedDataset:
+    """Write ``prefix.bin`` + ``prefix.idx`` from documents; return the pair opened.
+
+    Args:
+        items: an iterable of documents, each a 1-D integer array-like (one document of one
+            sequence) or a list/tuple of them (a document split into sentences: one sequence
+            each); or an Arrow list<int> column (``pyarrow.Array``/``ChunkedArray``, or a
+            ``pyarrow.Table`` / ``datasets.Dataset`` with ``column=``), one document per row,
+            written from the values buffer with no Python pass per row.
+        prefix: the pair's path without suffix (a trailing ``.idx``/``.bin`` is dropped).
+        dtype: the tokens' integer dtype; every value must fit (ValueError naming the document
+            and the value). Megatron: uint8, int8, int16, uint16, int32, int64; fairseq also
+            uint32, uint64.
+        format: ``"megatron"`` (with a document index) or ``"fairseq"`` (sequences only: a
+            document's sentences are written as consecutive sequences).
+        column: the token column of a table.
+
+    Empty documents: an empty list or array is a document of one zero-length sequence (as an
+    empty Arrow row), so every document is in the document index and every input item is one
+    item when served; a list of sentences is told from a list of token ids by its elements
+    (array-likes, not numbers). Documents of no sequence (Megatron's index allows them) are read,
+    not written. A sequence of 2**31 tokens or more is refused (the length is an int32).
+
+    Both files are written under temporary names beside ``prefix``, fsynced, and renamed into
+    place, ``.bin`` first; on any error (KeyboardInterrupt included) the temporaries are removed
+    and an existing pair is left as it was.
+
+    Cost: one pass over the tokens; memory bounded (8 MiB of tokens, 2**20 lengths) whatever
+    the size; the lengths and document ends spill to anonymous temporary files and the ``.idx``
+    is assembled from them at the end.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    dt, _ = _code(dtype, format)
+    idx_path, _ = check_target(prefix)
+    arrow = _arrow_column(items, column)
+    if arrow is not None:
+        write_pair(idx_path, format, dt, lambda sink: _feed_arrow(arrow, sink, dt))
+    else:
+        write_pair(idx_path, format, dt, lambda sink: _feed_items(items, sink, dt))
+    return IndexedDataset(idx_path)

@@ -1,0 +1,294 @@
+"""Raw token files as token stores: documents split at an end-of-sequence token.
+
+A raw token file is one integer dtype's values back to back with no header: a Megatron/OLMo
+``.bin``, or an OLMo-style ``.npy`` that is a raw memory map without the numpy header (a real
+``.npy`` with a header is read too, its dtype from the header). :class:`RawTokens` serves its
+documents, each ending after an ``eos`` token, by the token-store interface that
+``padless.torch.TokenDataset`` and ``LMStream`` read (``path``, ``dtype``, ``tokens``,
+``lengths``, ``starts``, ``__getitem__``, ``__len__``; pickled as its path and settings).
+
+The document offsets come from one compiled pass (``eos_offsets``, several GB/s) and are written
+once beside the token file (``<name>.<dtype>.eos<id>.offsets.npy``, int64, atomically), then
+memory-mapped by later opens while still valid. :func:`open_tokens` picks the store for a path:
+a Megatron/fairseq ``.idx``/``.bin`` pair or a raw file.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _kernels as K
+from ._output import write_exactly
+from .indexed import IndexedDataset
+
+__all__ = ["RawTokens", "open_tokens"]
+
+_NPY_MAGIC = b"\x93NUMPY"
+#: Offsets checked against the tokens (the token before each must be eos) when a cache is read.
+_SPOT_CHECKS = 64
+
+
+def _token_dtype(value: Any, what: str) -> np.dtype:
+    try:
+        dtype = np.dtype(value)
+    except TypeError as err:
+        raise TypeError(f"{what} must be a numpy integer dtype, got {value!r}") from err
+    if dtype.kind not in "iu":
+        kind = "float " if dtype.kind in "fc" else ""
+        raise TypeError(f"{what} must be an integer dtype (token ids), got {kind}dtype {dtype}")
+    if not dtype.isnative:
+        raise ValueError(f"{what} must be in native byte order, got {dtype.str}")
+    if dtype not in K.ingest.TOKEN_DTYPES:
+        listed = ", ".join(d.name for d in K.ingest.TOKEN_DTYPES)
+        raise TypeError(f"{what} must be one of {listed}, got {dtype}")
+    return dtype
+
+
+def _npy_header(path: str) -> tuple[np.dtype, int, int] | None:
+    """(dtype, count, data offset) of a real ``.npy`` file, or None when it has no numpy magic."""
+    with open(path, "rb") as fh:
+        if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+            return None
+        fh.seek(0)
+        try:
+            version = np.lib.format.read_magic(fh)
+            shape, _, dtype = (
+                np.lib.format.read_array_header_1_0(fh)
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0(fh)
+            )
+        except ValueError as err:
+            raise ValueError(
+                f"{path!r} starts as a .npy file but its header is not valid: {err}"
+            ) from err
+        start = fh.tell()
+    if len(shape) != 1:
+        raise ValueError(f"a token file must be 1-D, got shape {shape} in {path!r}")
+    return _token_dtype(dtype, f"the dtype of {path!r}"), int(shape[0]), start
+
+
+class RawTokens:
+    """The documents of a raw token file, each ending after an ``eos`` token (which it keeps).
+
+    Args:
+        path: the token file: headerless values of ``dtype`` (``.bin``, a raw OLMo ``.npy``), or
+            a real 1-D ``.npy`` (then ``dtype`` may be omitted; given, it must match the header).
+        dtype: the tokens' dtype: uint8, int8, int16, uint16, int32, uint32 or int64.
+        eos: the end-of-sequence token id that closes each document (in the dtype's range). A
+            last document without eos ends at the end of the file; an empty file has none.
+        cache: write the document offsets beside the file on first open
+            (``<name>.<dtype>.eos<eos>.offsets.npy``, under a temporary name, fsynced, renamed)
+            and map them on later opens while valid: its first offset 0, its last the token
+            count, increasing, a sample of its ends right after an eos, and not older than the
+            token file; anything else is recomputed (and rewritten). A folder that cannot be
+            written keeps the offsets in memory. ``cache=False`` neither reads nor writes it.
+
+    Attributes: ``path``, ``dtype``, ``eos``, ``tokens`` (read-only memmap of the whole file),
+    ``offsets`` (int64, documents + 1), ``lengths`` (int64 ``np.diff(offsets)``, computed at
+    open), ``cache_path`` (the offsets file in use, or None when they live in memory).
+
+    Cost: the first open, one pass over the tokens (several GB/s, on up to four threads) and a
+    write of 8 bytes per document; later opens, a map of the offsets file and one pass over it.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "corpus.bin")
+    >>> np.array([5, 6, 0, 7, 0, 8, 9], dtype=np.uint16).tofile(path)
+    >>> docs = RawTokens(path, dtype="uint16", eos=0)
+    >>> len(docs), docs.lengths.tolist(), docs[1].tolist()
+    (3, [3, 2, 2], [7, 0])
+    """
+
+    path: str
+    dtype: np.dtype
+    eos: int
+    tokens: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    cache_path: str | None
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: Any = None,
+        eos: int,
+        cache: bool = True,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a path to a token file, got {type(path).__name__}")
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache must be a bool, got {cache!r}")
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise ValueError(f"path must be an existing token file, got {self.path!r}")
+        self._dtype_arg = dtype
+        self._cache = cache
+        self.dtype, self.tokens = self._map(dtype)
+        self.eos = K.ingest.check_eos(eos, self.dtype)
+        self.offsets, self.cache_path = self._offsets()
+        self.lengths = np.diff(np.asarray(self.offsets))
+
+    # ------------------------------------------------------------------ opening
+    def _map(self, dtype: Any) -> tuple[np.dtype, np.ndarray]:
+        size = os.path.getsize(self.path)
+        header = _npy_header(self.path)
+        if header is not None:
+            file_dtype, count, start = header
+            if dtype is not None and _token_dtype(dtype, "dtype") != file_dtype:
+                raise ValueError(
+                    f"dtype must match the .npy header's dtype {file_dtype} of {self.path!r}, "
+                    f"got {np.dtype(dtype)}"
+                )
+            if start + count * file_dtype.itemsize > size:
+                raise ValueError(
+                    f"{self.path!r} is truncated: its header promises {count} tokens of "
+                    f"{file_dtype} ({count * file_dtype.itemsize} bytes), the file holds "
+                    f"{size - start}"
+                )
+        else:
+            if dtype is None:
+                raise TypeError(
+                    f"dtype is required for a raw token file (no .npy header), got None for "
+                    f"{self.path!r}; e.g. dtype='uint16'"
+                )
+            file_dtype, start = _token_dtype(dtype, "dtype"), 0
+            if size % file_dtype.itemsize:
+                raise ValueError(
+                    f"the size of a raw token file must be a multiple of the {file_dtype} "
+                    f"itemsize {file_dtype.itemsize}, got {size} bytes in {self.path!r}"
+                )
+            count = size // file_dtype.itemsize
+        if count == 0:
+            return file_dtype, np.zeros(0, dtype=file_dtype)
+        mapped = np.memmap(self.path, dtype=file_dtype, mode="r", offset=start, shape=(count,))
+        return file_dtype, mapped
+
+    def _cache_name(self) -> str:
+        return f"{self.path}.{self.dtype.name}.eos{self.eos}.offsets.npy"
+
+    def _offsets(self) -> tuple[np.ndarray, str | None]:
+        name = self._cache_name()
+        if self._cache:
+            cached = self._read_cache(name)
+            if cached is not None:
+                return cached, name
+        offsets = K.eos_offsets(self.tokens, self.eos)
+        if not self._cache:
+            return offsets, None
+        try:
+            write_exactly(name, lambda f: np.save(f, offsets), what="offsets file")
+        except OSError:  # a folder we may not write: the offsets stay in memory
+            return offsets, None
+        return offsets, name
+
+    def _read_cache(self, name: str) -> np.ndarray | None:
+        """The offsets file at ``name`` when it is valid for the tokens, else None."""
+        try:
+            if os.stat(name).st_mtime_ns < os.stat(self.path).st_mtime_ns:
+                return None  # older than the tokens: they changed since
+            offsets = np.load(name, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+        n = len(self.tokens)
+        if (
+            not isinstance(offsets, np.ndarray)
+            or offsets.dtype != np.int64
+            or offsets.ndim != 1
+            or offsets.size < 1
+            or offsets[0] != 0
+            or offsets[-1] != n
+            or bool((np.diff(offsets) <= 0).any())  # every document holds a token
+        ):
+            return None
+        # the inner ends each follow an eos (a sample of them; a full check is a pass over tokens)
+        inner = offsets[1:-1]
+        if inner.size:
+            picks = np.unique(np.linspace(0, inner.size - 1, _SPOT_CHECKS).astype(np.int64))
+            if bool((self.tokens[inner[picks] - 1] != self.eos).any()):
+                return None
+        return offsets
+
+    # ------------------------------------------------------------------ the store
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def starts(self, items: np.ndarray) -> np.ndarray:
+        """int64 offsets into ``tokens`` of the given items (each in ``[0, len(self))``)."""
+        idx = np.asarray(items)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"items must be integer indices, got dtype {idx.dtype}")
+        n = len(self)
+        bad = np.flatnonzero((idx < 0) | (idx >= n)) if idx.size else idx[:0]
+        if bad.size:
+            at = int(bad[0])
+            raise ValueError(
+                f"items must be in [0, {n}) (the documents of {self.path!r}), "
+                f"got items[{at}] = {int(idx.flat[at])}"
+            )
+        return np.asarray(self.offsets[idx], dtype=np.int64)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        k = operator.index(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"document {i} out of range for {n} documents")
+        return self.tokens[int(self.offsets[k]) : int(self.offsets[k + 1])]
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "dtype": self._dtype_arg, "eos": self.eos, "cache": self._cache}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["path"], dtype=state["dtype"], eos=state["eos"], cache=state["cache"]
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RawTokens({self.path!r}, dtype={self.dtype.name!r}, eos={self.eos}, "
+            f"documents={len(self)}, tokens={len(self.tokens)})"
+        )
+
+
+def open_tokens(
+    source: str | os.PathLike[str],
+    *,
+    dtype: Any = None,
+    eos: int | None = None,
+    documents: bool = False,
+) -> Any:
+    """The token store for a path: an indexed dataset or a :class:`RawTokens`.
+
+    A Megatron/fairseq pair (``prefix``, ``prefix.idx`` or ``prefix.bin`` with both files there,
+    or any ``.idx``) opens as ``padless.indexed.IndexedDataset(source, documents=documents)``
+    (its items are sequences, or documents with ``documents=True``); anything else is a raw token
+    file, ``RawTokens(source, dtype=dtype, eos=eos)``, which needs ``eos`` (and ``dtype`` unless
+    it is a real ``.npy``).
+
+    Cost: that of the store's open.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a path, got {type(source).__name__}")
+    text = os.fspath(source)
+    prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
+    if text.endswith(".idx") or (
+        os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
+    ):
+        return IndexedDataset(source, documents=documents)
+    if documents:
+        raise ValueError(
+            f"documents=True is for an indexed dataset (.idx + .bin); {text!r} is a raw token "
+            "file, whose items are already its documents (pass eos=)"
+        )
+    if eos is None:
+        raise TypeError(
+            f"eos is required for a raw token file (the token that ends each document), got "
+            f"None for {text!r}; e.g. open_tokens(path, dtype='uint16', eos=0)"
+        )
+    return RawTokens(source, dtype=dtype, eos=eos)

@@ -1,0 +1,369 @@
+"""``TokenDataset``: planned batches gathered straight from a memory-mapped token file.
+
+A padless sampler plans batches of item indices; the usual recipe then loads every item as a
+Python object and a collate function pads or packs them. A :class:`TokenDataset` serves the
+whole batch in one call instead (``__getitems__``, the DataLoader's batched fetch): the items'
+token ranges are looked up in the token store's index, one compiled gather copies them from the
+mapped file into the batch's tensor (converting the dtype, writing the padding), and the
+tensors beside it (mask, labels, positions, ``cu_seqlens``) are computed from the lengths alone.
+The batches are the ones ``collate_padded`` / ``collate_packed`` would build from the same items,
+key for key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _kernels as K
+from .._check import check_bool, check_choice, check_int64
+from ..planners.packing import next_fit_rows
+from ..planners.shapes import shape_for
+from ..planners.spec import CollateForm
+from ..tokens import open_tokens
+from ._collate import form_of
+from ._loaders import _pinned_memory_available
+from ._packed_check import block_causal_mask
+
+__all__ = ["TokenDataset"]
+
+_OUT_DTYPES: dict[str, tuple[torch.dtype, type[np.signedinteger[Any]]]] = {
+    "int64": (torch.int64, np.int64),
+    "int32": (torch.int32, np.int32),
+}
+_STORE_PARTS = ("tokens", "lengths", "starts", "dtype")
+
+
+def _is_store(source: Any) -> bool:
+    return all(hasattr(source, part) for part in _STORE_PARTS) and hasattr(source, "__len__")
+
+
+def _as_store(source: Any, dtype: Any, eos: Any, documents: bool) -> Any:
+    if _is_store(source):
+        if dtype is not None or eos is not None or documents:
+            raise ValueError(
+                "dtype, eos and documents describe a file; a token store given as source "
+                "already has them: pass the store alone, or its path with them"
+            )
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        return open_tokens(source, dtype=dtype, eos=eos, documents=documents)
+    raise TypeError(
+        "source must be a token file or prefix (an indexed dataset's .idx/.bin, or a raw token "
+        "file with dtype= and eos=) or a token store (padless.indexed.IndexedDataset, "
+        f"padless.tokens.RawTokens), got {type(source).__name__} {source!r:.60}"
+    )
+
+
+def _planned_lengths(plan: Any) -> np.ndarray | None:
+    lengths = getattr(plan, "lengths", None)
+    if lengths is None or not isinstance(lengths, np.ndarray):
+        return None
+    return lengths
+
+
+class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A map-style dataset over a token file that serves whole planned batches.
+
+    ``dataset[i]`` is item ``i``'s tokens (a 1-D tensor); ``dataset.__getitems__(indices)`` is
+    the batch of those items, built as the plan's collate would build it:
+
+    - padded plans (token budget, exact length, buckets, fixed shapes): ``input_ids``
+      (rows, width) right-padded with ``pad_id`` to the longest item rounded up to the plan's
+      ``pad_to_multiple_of`` (or to the batch's static shape, dummy rows included),
+      ``attention_mask`` and ``lengths``: as :func:`padless.torch.collate_padded`;
+    - packing plans: the batch's indices are the sampler's codes (split pieces included), cut
+      back into the planned rows; ``input_ids``, ``labels``, ``position_ids``, ``seq_idx``,
+      ``cu_seqlens``, ``max_seqlen`` as :func:`padless.torch.collate_packed` (2-D rows, or
+      ``flatten=True``: one (1, total) row without padding).
+
+    Use it with the sampler as the DataLoader's ``batch_sampler`` and the identity collate
+    (the batch is already built): ``dataset.loader(sampler, num_workers=2)``, or
+    ``DataLoader(dataset, batch_sampler=sampler, collate_fn=TokenDataset.collate)``. Workers
+    map the file themselves (the dataset pickles as its paths).
+
+    Args:
+        source: an indexed dataset (``prefix``, ``prefix.idx`` or ``prefix.bin``: Megatron or
+            fairseq), a raw token file (with ``dtype`` and ``eos``: documents end at each
+            ``eos``), or a token store (:class:`padless.indexed.IndexedDataset`,
+            :class:`padless.tokens.RawTokens`).
+        plan: the sampler (or spec) whose batches this serves; its collate form picks padded or
+            packed batches. A sampler's lengths must be the store's (checked once, here: the
+            batches then hold exactly the planned tokens). None: padded batches, width as is.
+        dtype, eos, documents: how to read ``source`` when it is a path (see
+            :func:`padless.tokens.open_tokens`).
+        pad_id: token id of padding; ``ignore_index``: label of positions not to learn.
+        flatten, rows, position_start, attention_mask: as in :func:`collate_packed` (packing
+            plans only).
+        out_dtype: ``"int64"`` (default) or ``"int32"`` token tensors (``nn.Embedding`` takes
+            both; int32 halves the bytes).
+        pin_memory: allocate the token tensors in pinned memory (needs an accelerator).
+
+    Cost per batch: one compiled copy of the batch's tokens (about memcpy speed) plus O(items)
+    steps to lay them out; nothing is read from the file but the batch's tokens.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        plan: Any = None,
+        dtype: Any = None,
+        eos: int | None = None,
+        documents: bool = False,
+        pad_id: int = 0,
+        ignore_index: int = -100,
+        flatten: bool = False,
+        rows: int | None = None,
+        position_start: int = 0,
+        attention_mask: str | None = None,
+        out_dtype: str = "int64",
+        pin_memory: bool = False,
+    ) -> None:
+        documents = check_bool("documents", documents)
+        self.store = _as_store(source, dtype, eos, documents)
+        self.num_items = len(self.store)
+        form = form_of(plan) if plan is not None else CollateForm()
+        if form is None:
+            raise TypeError(
+                "plan must be a padless sampler or spec (e.g. the PackingSampler that plans "
+                f"these batches), or None, got {type(plan).__name__}"
+            )
+        self.form = form
+        self.out_dtype = check_choice("out_dtype", out_dtype, tuple(_OUT_DTYPES))
+        self._torch_dtype, self._np_dtype = _OUT_DTYPES[self.out_dtype]
+        info = np.iinfo(self._np_dtype)
+        self.pad_id = check_int64("pad_id", pad_id)
+        self.ignore_index = check_int64("ignore_index", ignore_index)
+        for name, value in (("pad_id", self.pad_id), ("ignore_index", self.ignore_index)):
+            if not info.min <= value <= info.max:
+                raise ValueError(
+                    f"{name} must fit out_dtype={self.out_dtype} ([{info.min}, {info.max}]), "
+                    f"got {value}"
+                )
+        self.flatten = check_bool("flatten", flatten)
+        self.pin_memory = check_bool("pin_memory", pin_memory)
+        if self.pin_memory and not _pinned_memory_available():
+            raise ValueError(
+                "pin_memory=True needs CUDA or another accelerator backend, got pin_memory=True "
+                "on a machine without one"
+            )
+        if self.form.packed:
+            from ._collate import PackedCollate
+
+            # the packed settings, checked once by the collate that builds the same batches
+            self._packed = PackedCollate(
+                self.form.capacity,
+                max_per_row=self.form.max_per_row,
+                rows=rows,
+                flatten=flatten,
+                position_start=position_start,
+                pad_id=self.pad_id,
+                ignore_index=self.ignore_index,
+                attention_mask=attention_mask,
+            )
+        elif rows is not None or flatten or position_start or attention_mask is not None:
+            raise ValueError(
+                "flatten, rows, position_start and attention_mask shape packed batches; "
+                "plan is not a packing plan (pass the PackingSampler as plan=)"
+            )
+        self._check_plan_lengths(plan)
+
+    # ------------------------------------------------------------------ checks
+    def _check_plan_lengths(self, plan: Any) -> None:
+        planned = _planned_lengths(plan)
+        if planned is None:
+            return
+        if planned.ndim != 1:
+            raise ValueError(
+                f"plan's lengths have shape {planned.shape}; a token file holds one field, so "
+                "the plan must be made on (N,) lengths"
+            )
+        if planned.shape[0] != self.num_items:
+            raise ValueError(
+                f"plan was made on {planned.shape[0]} lengths but the token file holds "
+                f"{self.num_items} items; plan on the store's lengths "
+                "(e.g. PackingSampler(store.lengths, ...))"
+            )
+        if planned is self.store.lengths:
+            return
+        stored = self.store.lengths
+        step = 1 << 22
+        for lo in range(0, self.num_items, step):
+            a = np.asarray(planned[lo : lo + step])
+            b = np.asarray(stored[lo : lo + step])
+            if not np.array_equal(a, b):
+                at = lo + int(np.flatnonzero(a != b)[0])
+                raise ValueError(
+                    f"plan's lengths differ from the token file's at item {at}: planned "
+                    f"{int(planned[at])} tokens, the file holds {int(stored[at])}; the batches "
+                    "would not be the ones planned (plan on store.lengths)"
+                )
+
+    # ------------------------------------------------------------------ map-style protocol
+    def __len__(self) -> int:
+        return self.num_items
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        tokens = np.asarray(self.store[int(index)])
+        return torch.from_numpy(tokens.astype(self._np_dtype))
+
+    def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
+        items = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self.form.packed:
+            return self._packed_batch(items)
+        return self._padded_batch(items)
+
+    @staticmethod
+    def collate(batch: Any) -> Any:
+        """The DataLoader's ``collate_fn`` for this dataset: the batch is already built."""
+        return batch
+
+    def loader(self, batch_sampler: Any, **options: Any) -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+        """A DataLoader over this dataset with ``batch_sampler`` and the identity collate."""
+        if "collate_fn" in options:
+            raise ValueError("collate_fn is the dataset's own (TokenDataset.collate); drop it")
+        return torch.utils.data.DataLoader(
+            self, batch_sampler=batch_sampler, collate_fn=TokenDataset.collate, **options
+        )
+
+    # ------------------------------------------------------------------ gathering
+    def _empty(self, count: int) -> tuple[torch.Tensor, np.ndarray]:
+        out = torch.empty(count, dtype=self._torch_dtype, pin_memory=self.pin_memory)
+        return out, out.numpy()
+
+    def _spans(self, items: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Element offsets and lengths of the items (codes of pieces when ``capacity``)."""
+        if items.size and (int(items.min()) < 0):
+            bad = int(items[items < 0][0])
+            raise ValueError(f"indices must be non-negative, got {bad}")
+        if not capacity:
+            if items.size and int(items.max()) >= self.num_items:
+                bad = int(items[items >= self.num_items][0])
+                raise ValueError(
+                    f"index {bad} is out of range for a token file of {self.num_items} items"
+                )
+            starts = self.store.starts(items)
+            return starts, np.asarray(self.store.lengths[items], dtype=np.int64)
+        piece, index = np.divmod(items, self.num_items)
+        starts = self.store.starts(index)
+        whole = np.asarray(self.store.lengths[index], dtype=np.int64)
+        lo = piece * capacity
+        if np.any((lo >= whole) & (piece > 0)):
+            at = int(np.flatnonzero((lo >= whole) & (piece > 0))[0])
+            raise ValueError(
+                f"code {int(items[at])} asks for tokens from {int(lo[at])} of item "
+                f"{int(index[at])}, which holds {int(whole[at])}; were the sampler's lengths "
+                "and capacity this file's?"
+            )
+        return starts + lo, np.minimum(whole - lo, capacity)
+
+    def _padded_batch(self, items: np.ndarray) -> dict[str, Any]:
+        starts, lengths = self._spans(items)
+        count = int(items.size)
+        longest = int(lengths.max()) if count else 0
+        form = self.form
+        num_rows = count
+        if form.shapes is not None:
+            at = shape_for(form.shapes, count, longest, form.pad_batches)
+            if at < 0:
+                raise ValueError(
+                    f"the batch of {count} items (longest {longest} tokens) fits none of the "
+                    f"shapes {[list(s) for s in form.shapes]}; were the shapes and lengths the "
+                    "sampler's?"
+                )
+            shape_rows, width = form.shapes[at]
+            if form.pad_batches:
+                num_rows = shape_rows
+        else:
+            width = -(-longest // form.multiple_of) * form.multiple_of
+        ids, flat = self._empty(num_rows * width)
+        dest = np.arange(count, dtype=np.int64) * width
+        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat, self.pad_id)
+        all_lengths = np.zeros(num_rows, dtype=np.int64)
+        all_lengths[:count] = lengths
+        lengths_t = torch.from_numpy(all_lengths)
+        mask = (torch.arange(width)[None, :] < lengths_t[:, None]).to(torch.long)
+        return {
+            "input_ids": ids.view(num_rows, width),
+            "attention_mask": mask,
+            "lengths": lengths_t,
+        }
+
+    def _packed_batch(self, items: np.ndarray) -> dict[str, Any]:
+        packed = self._packed
+        cap = packed.capacity
+        starts, lengths = self._spans(items, cap)
+        count = int(items.size)
+        if packed.flatten:
+            seg_lens = lengths
+            dest = np.zeros(count, dtype=np.int64)
+            np.cumsum(lengths[:-1], out=dest[1:])
+            shape = (1, int(lengths.sum()))
+            if packed.rows is not None:
+                self._rows_needed(lengths)
+        else:
+            row_of, needed = self._rows_needed(lengths)
+            num_rows = packed.rows if packed.rows is not None else needed
+            used = np.bincount(row_of, weights=lengths, minlength=num_rows).astype(np.int64)
+            first = np.searchsorted(row_of, np.arange(num_rows))  # first item of every row
+            before = np.zeros(count + 1, dtype=np.int64)
+            np.cumsum(lengths, out=before[1:])
+            dest = row_of * cap + before[:count] - before[first[row_of]]
+            tail = cap - used  # each row's padding; a segment of its own when not empty
+            has_tail = tail > 0
+            tails_before = np.zeros(num_rows + 1, dtype=np.int64)
+            np.cumsum(has_tail, out=tails_before[1:])
+            segments = count + int(tails_before[-1])
+            seg_lens = np.empty(segments, dtype=np.int64)
+            at_item = np.arange(count, dtype=np.int64) + tails_before[row_of]
+            seg_lens[at_item] = lengths
+            last = np.searchsorted(row_of, np.arange(num_rows), side="right")  # past each row
+            at_tail = (last + tails_before[:-1])[has_tail]
+            seg_lens[at_tail] = tail[has_tail]
+            shape = (num_rows, cap)
+        total = shape[0] * shape[1]
+        ids, flat = self._empty(total)
+        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat, packed.pad_id)
+        labels, flat_labels = self._empty(total)
+        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat_labels, packed.ignore_index)
+        firsts = dest[lengths > 0]
+        flat_labels[firsts] = packed.ignore_index
+        positions = np.empty(total, dtype=np.int64)
+        K.segment_positions(seg_lens, positions, packed.position_start)
+        cu = np.zeros(seg_lens.size + 1, dtype=np.int32)
+        np.cumsum(seg_lens, out=cu[1:])
+        seq_idx = np.repeat(np.arange(seg_lens.size, dtype=np.int32), seg_lens)
+        out: dict[str, Any] = {
+            "input_ids": ids.view(shape),
+            "labels": labels.view(shape),
+            "position_ids": torch.from_numpy(positions).view(shape),
+            "seq_idx": torch.from_numpy(seq_idx).view(shape),
+            "cu_seqlens": torch.from_numpy(cu),
+            "max_seqlen": int(seg_lens.max()) if seg_lens.size else 0,
+        }
+        if packed.attention_mask == "block":
+            out["attention_mask"] = block_causal_mask(out["seq_idx"].to(torch.long))
+        return out
+
+    def _rows_needed(self, lengths: np.ndarray) -> tuple[np.ndarray, int]:
+        """The planned row of every item (next fit, as the plan opened them) and their count,
+        checked against ``rows``."""
+        packed = self._packed
+        row_of = next_fit_rows(lengths, capacity=packed.capacity, max_per_row=packed.max_per_row)
+        needed = int(row_of[-1]) + 1 if row_of.size else 0
+        if packed.rows is not None and needed > packed.rows:
+            raise ValueError(
+                f"the batch needs {needed} rows of capacity={packed.capacity}, more than "
+                f"rows={packed.rows}; were capacity and max_per_row the sampler's, and its "
+                "lengths the file's?"
+            )
+        return row_of, needed
+
+    def __repr__(self) -> str:
+        kind = "packed" if self.form.packed else "padded"
+        return f"TokenDataset({self.store!r}, {len(self)} items, {kind} batches)"
