@@ -283,8 +283,11 @@ def test_datasets_input(tmp_path: Path) -> None:
     ds = datasets.Dataset.from_dict({"input_ids": rows})
     out = write_indexed(ds, tmp_path / "d", dtype="int32", column="input_ids")
     assert [out[i].tolist() for i in range(4)] == rows
-    with pytest.raises(ValueError, match="flatten_indices"):
-        write_indexed(ds.select([1, 0]), tmp_path / "e", dtype="int32", column="input_ids")
+    # an indices mapping (select, shuffle, filter) is followed: the rows as the user sees them
+    out = write_indexed(ds.select([3, 1, 0]), tmp_path / "e", dtype="int32", column="input_ids")
+    assert [out[i].tolist() for i in range(3)] == [rows[3], rows[1], rows[0]]
+    out = write_indexed(ds["input_ids"], tmp_path / "f", dtype="int32")
+    assert [out[i].tolist() for i in range(4)] == rows
 
 
 sentences = st.lists(st.integers(0, 2**16 - 1), max_size=6)

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ._check import check_bool
+from .readers import list_column
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -608,43 +609,24 @@ def _feed_items(items: Iterable[Any], sink: _Sink, dtype: np.dtype[Any]) -> None
 
 
 def _arrow_column(items: Any, column: str | None) -> Any:
-    """The list column of an Arrow input, or None when ``items`` is not Arrow."""
+    """The list column of an Arrow or ``datasets`` input (a ChunkedArray), or None for others."""
     module = type(items).__module__
-    if module.startswith("datasets"):
-        if getattr(items, "_indices", None) is not None:
-            raise ValueError(
-                "items: this datasets.Dataset has an indices mapping (select, shuffle, filter): "
-                "call ds.flatten_indices() first, so that its rows are the Arrow rows"
-            )
-        items = items.data.table
-        module = type(items).__module__
-    if not module.startswith("pyarrow"):
+    if not module.startswith(("pyarrow", "datasets")):
         if column is not None:
-            raise TypeError(f"column= is for an Arrow table or datasets.Dataset, got {module}")
+            raise TypeError(
+                f"column= is for an Arrow table or a datasets.Dataset, got {type(items).__name__}"
+            )
         return None
     import pyarrow as pa
 
-    if isinstance(items, pa.Table):
-        if column is None:
-            raise ValueError(
-                f"items is a table: name its token column with column= (one of {items.column_names})"
-            )
-        if column not in items.column_names:
-            raise ValueError(f"column {column!r} is not in the table: {items.column_names}")
-        items = items.column(column)
-    elif column is not None:
-        raise TypeError("column= is for a table; items is already a column")
-    if isinstance(items, pa.Array):
-        items = pa.chunked_array([items], type=items.type)
-    if not isinstance(items, pa.ChunkedArray):
-        raise TypeError(f"items: an Arrow input must be a column or a table, got {type(items)}")
-    if not (pa.types.is_list(items.type) or pa.types.is_large_list(items.type)):
-        raise TypeError(f"items: the Arrow column must be a list of integers, got {items.type}")
-    if not pa.types.is_integer(items.type.value_type):
+    col = list_column(items, column, "write_indexed(items)")
+    if not pa.types.is_integer(col.type.value_type):
         raise TypeError(
-            f"items: the Arrow column must be a list of integers, got {items.type.value_type}"
+            f"write_indexed(items): the Arrow column must be a list of integers, got {col.type}"
         )
-    return items
+    if pa.types.is_fixed_size_list(col.type):
+        col = col.cast(pa.list_(col.type.value_type))
+    return col
 
 
 def _feed_arrow(column: Any, sink: _Sink, dtype: np.dtype[Any]) -> None:
