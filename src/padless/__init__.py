@@ -49,12 +49,18 @@ _EXPORTS = {
     "zip_lengths": "padless.mixing",
     "ZippedLengths": "padless.mixing",
     "plan_windows": "padless.windows",
+    "IndexedDataset": "padless.indexed",
+    "write_indexed": "padless.indexed",
+    "RawTokens": "padless.tokens",
+    "shuffle_indexed": "padless.shuffle",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .cost import Cost as Cost
+    from .indexed import IndexedDataset as IndexedDataset
+    from .indexed import write_indexed as write_indexed
     from .lengths import builtin_corpus as builtin_corpus
     from .lengths import lengths_of as lengths_of
     from .lm import LMStream as LMStream
@@ -88,13 +94,15 @@ if TYPE_CHECKING:
     from .shortcuts import plan_token_budget as plan_token_budget
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
+    from .shuffle import shuffle_indexed as shuffle_indexed
     from .streams import StreamBatcher as StreamBatcher
+    from .tokens import RawTokens as RawTokens
     from .windows import plan_windows as plan_windows
 
 
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
 # library: torch, transformers, lightning, ray) only when first used
-_SUBMODULES = frozenset({"readers", "torch", "hf", "lightning", "ray"})
+_SUBMODULES = frozenset({"readers", "indexed", "tokens", "torch", "hf", "lightning", "ray"})
 
 
 def __getattr__(name: str) -> Any:

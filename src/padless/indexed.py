@@ -31,6 +31,8 @@ import numpy as np
 from ._check import check_bool
 from .readers import list_column
 
+__all__ = ["FORMATS", "IndexedDataset", "write_indexed"]
+
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 MEGATRON_HEADER = 34

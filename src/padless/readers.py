@@ -876,7 +876,8 @@ def load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
             f"{path} has no .npy header (it does not start with b'\\x93NUMPY'): it looks like a "
             "raw token file (OLMo-style, tokens back to back), whose dtype padless.lengths_of "
             "cannot tell; read it with padless.tokens.RawTokens(path, dtype=..., eos=...) or "
-            "padless.readers.lengths_from_file(path, dtype=..., eos=...)"
+            "padless.readers.lengths_from_file(path, dtype=..., eos=...) (the command line: "
+            "--dtype ... --eos ...)"
         )
     try:
         arr = np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
@@ -934,9 +935,21 @@ def lengths_from_file(
     offsets: PathLike | None = None,
     split: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    dtype: Any = None,
+    eos: int | None = None,
+    documents: bool = False,
 ) -> np.ndarray:
     """Read lengths from one file or folder, choosing the reader by its kind.
 
+    - an indexed dataset (Megatron-LM or fairseq): its ``.idx``, or its ``.bin`` or prefix when
+      both files are there: the sequence lengths as they are stored, a read-only int32 memory
+      map (nothing is read: the windowed samplers plan on it as it is; the planner that takes
+      them checks them); ``documents=True``: Megatron's documents' lengths (int64).
+      See :class:`padless.indexed.IndexedDataset`.
+    - with ``eos``: a raw token file (``.bin``, an OLMo-style ``.npy`` without header, anything)
+      of ``dtype`` tokens, whose documents end at each ``eos`` token (the eos counts): their
+      lengths, from one compiled pass whose offsets are kept in a file beside it for the next
+      read (:class:`padless.tokens.RawTokens`).
     - ``.npy``: an array of lengths; with ``offsets`` (a ``.npy`` of document offsets) the file is
       a token-id corpus and lengths are the document sizes.
     - ``.npz``: pick arrays with ``fields`` (several give (N, F) lengths); an archive with
@@ -959,6 +972,9 @@ def lengths_from_file(
     src = _as_path(path)
     progress = _check_progress(progress)
     suffix = src.suffix.lower()
+    tokens = _token_file_lengths(src, dtype, eos, documents)
+    if tokens is not None:
+        return tokens
     if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
         return lengths_from_arrow(
             src,
@@ -977,6 +993,48 @@ def lengths_from_file(
     if suffix == ".npz":
         return _lengths_from_npz(src, fields)
     return lengths_from_text(src, tokenizer=tokenizer, progress=progress)
+
+
+def _is_indexed(src: Path) -> bool:
+    """An indexed dataset's .idx, or its .bin or prefix with both files present."""
+    text = str(src)
+    prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
+    pair = os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
+    return text.endswith(".idx") or (pair and not src.is_dir())
+
+
+def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.ndarray | None:
+    """Lengths of an indexed dataset or of a raw token file (``eos``); None for other files."""
+    if not isinstance(documents, bool):
+        raise TypeError(f"documents must be True or False, got {documents!r:.60}")
+    if eos is not None:
+        if documents:
+            raise ValueError(
+                "documents=True reads an indexed dataset's document index; with eos= the file is "
+                "raw tokens, whose documents are already its items: drop documents=True"
+            )
+        from .tokens import RawTokens  # loads the compiled kernels
+
+        return RawTokens(src, dtype=dtype, eos=eos).lengths
+    if _is_indexed(src):
+        if dtype is not None:
+            raise ValueError(
+                f"dtype is given by the header of an indexed dataset's .idx ({src}); drop "
+                f"dtype={dtype!r} (or pass eos= to read the .bin as raw tokens)"
+            )
+        from .tokens import open_tokens  # an IndexedDataset (the tokens module loads kernels)
+
+        return open_tokens(src, documents=documents).lengths
+    if dtype is not None:
+        raise ValueError(
+            f"dtype={dtype!r} reads {src} as raw tokens: pass eos= too (the token that ends "
+            "each document), e.g. lengths_from_file(path, dtype='uint16', eos=0)"
+        )
+    if documents:
+        raise ValueError(
+            f"documents=True is for an indexed dataset (.idx + .bin), got {src}: no .idx there"
+        )
+    return None
 
 
 def lengths_from_files(paths: Sequence[PathLike], **kwargs: Any) -> np.ndarray:

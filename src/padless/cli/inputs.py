@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 INPUT_HELP = (
-    "lengths .npy/.npz, a token .npy with --offsets, text files (one sequence per line; .gz/.zst), "
-    "Arrow/Parquet files or a saved datasets folder; several files side by side give (N, F) "
-    "lengths (e.g. train.en train.es). None: the built-in corpus"
+    "lengths .npy/.npz, a Megatron/fairseq indexed dataset (.idx), a raw token file with "
+    "--dtype and --eos, a token .npy with --offsets, text files (one sequence per line; "
+    ".gz/.zst), Arrow/Parquet files or a saved datasets folder; several files side by side give "
+    "(N, F) lengths (e.g. train.en train.es). None: the built-in corpus"
 )
 
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -28,6 +29,18 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--column", help="Arrow/Parquet/datasets column (e.g. input_ids)")
     parser.add_argument("--split", help="split of a saved DatasetDict (default train)")
     parser.add_argument("--offsets", help="document offsets .npy for a token-id .npy corpus")
+    parser.add_argument("--dtype", help="token dtype of a raw token file (e.g. uint16; with --eos)")
+    parser.add_argument(
+        "--eos",
+        type=int,
+        metavar="ID",
+        help="read INPUT as raw tokens whose documents end at token ID (it counts)",
+    )
+    parser.add_argument(
+        "--documents",
+        action="store_true",
+        help="an indexed dataset's documents instead of its sequences (Megatron)",
+    )
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
@@ -128,6 +141,9 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
             offsets=args.offsets,
             split=args.split,
             progress=progress,
+            dtype=args.dtype,
+            eos=args.eos,
+            documents=args.documents,
         )
     finally:
         bar.close()
