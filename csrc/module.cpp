@@ -15,6 +15,7 @@ void bind_feistel(nb::module_& m);
 void bind_text(nb::module_& m);
 void bind_rows(nb::module_& m);
 void bind_shuffle(nb::module_& m);
+void bind_collate(nb::module_& m);
 void bind_ingest(nb::module_& m);
 }  // namespace padless
 
@@ -33,5 +34,6 @@ NB_MODULE(_core, m) {
     padless::bind_text(m);
     padless::bind_rows(m);
     padless::bind_shuffle(m);
+    padless::bind_collate(m);
     padless::bind_ingest(m);
 }

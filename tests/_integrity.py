@@ -18,6 +18,11 @@ tokens (item ``i``'s tokens are all ``i + 2``), the shape, the spans it attends 
 of ``position_ids``, else the attention mask), the loss. ``OUT/status.json`` says how each leg
 ended; a leg's process group is killed once it ends (its DataLoader workers too).
 
+Recipes with ``extra={"tokens": True}`` train through :class:`padless.torch.TokenDataset`: the
+corpus is written once as a Megatron pair (``OUT/corpus.idx`` + ``.bin``, :func:`write_corpus`)
+by the parent before any leg forks, and the dataset's ``__getitems__`` builds each planned batch
+from it (the DataLoader's collate is the identity).
+
 Refusals (``REFUSALS``): settings that would train on other data must fail before the first
 forward, with a ``ValueError``/``TypeError`` (``OUT/refuse/<name>.rank0.error``).
 
@@ -89,6 +94,12 @@ RECIPES: dict[str, Recipe] = {
     # CPython's after-fork (tests/_lightning_train.py); "lightning" has 2 workers
     "lightning-ddp": Recipe("lightning", world=2),
     "torchdata": Recipe("loop", workers=2, multiple=8, extra={"balance": True}),
+    # TokenDataset over the corpus as a Megatron pair (written once, :func:`write_corpus`):
+    # __getitems__ serves each planned batch whole, in 2 workers / padded to the plan's multiple
+    "tokens-packing": Recipe(
+        "loop", sampler="packing", collate="rows", workers=2, extra={"tokens": True}
+    ),
+    "tokens-padded": Recipe("loop", multiple=8, extra={"tokens": True}),
     "stream": Recipe("stream", sampler="stream", collate="rows"),
     # a shuffled `datasets` stream (its shuffle buffer is not saved), max_wait=1: item 8
     "stream-shuffled": Recipe("stream", sampler="stream", collate="rows", extra={"shuffle": 64}),
@@ -140,6 +151,26 @@ def make_stream(name: str = "stream", **kw: Any) -> Any:
     kw.setdefault("max_wait", 1 if shuffle else 4)
     source = stream_source(shuffle, extra.get("shards", 1))
     return StreamDataset(source, spec, buffer=48, seed=1, **kw)
+
+
+def corpus_prefix(out: Path) -> Path:
+    """The run's corpus as an indexed pair (``OUT/corpus.idx`` + ``.bin``)."""
+    return out / "corpus"
+
+
+def write_corpus(out: Path) -> None:
+    """Write the corpus (item ``i``: :func:`tokens`) once, in the parent before any leg forks."""
+    from padless.indexed import write_indexed
+
+    write_indexed((tokens(i) for i in range(N)), corpus_prefix(out), dtype=np.uint16)
+
+
+def token_dataset(recipe: Recipe, sampler: Any, out: Path) -> Any:
+    """The recipe's :class:`padless.torch.TokenDataset`: planned batches from the corpus file."""
+    from padless.torch import TokenDataset
+
+    rows = {"rows": ROWS} if recipe.collate == "rows" else {}  # packed: the fixed (ROWS, CAPACITY)
+    return TokenDataset(str(corpus_prefix(out)), plan=sampler, pad_id=0, **rows)
 
 
 def _as_batch(batch: Any) -> Any:
@@ -679,7 +710,8 @@ def run_loop(name: str, leg: str, out: Path, rec: Recorder, fuzz: bool) -> None:
 
     The checkpoint holds the epoch, the step, the loader's state and the random state:
     ``padless.torch.StepRng`` around each step where padless has it, else torch's RNG state put
-    back after ``iter(loader)`` (which draws its workers' seed from it).
+    back after ``iter(loader)`` (which draws its workers' seed from it). Token recipes: the
+    dataset is a ``TokenDataset`` over the corpus file, which serves whole batches.
     """
     import torch
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -695,6 +727,14 @@ def run_loop(name: str, leg: str, out: Path, rec: Recorder, fuzz: bool) -> None:
         collate = dataset.collate()
         loader = StatefulDataLoader(
             dataset, batch_size=None, num_workers=recipe.workers, collate_fn=collate
+        )
+    elif recipe.extra.get("tokens"):  # each batch built whole by the dataset's __getitems__
+        sampler = make_sampler(recipe)
+        loader = StatefulDataLoader(
+            token_dataset(recipe, sampler, out.parent),
+            batch_sampler=sampler,
+            num_workers=recipe.workers,
+            collate_fn=pt.TokenDataset.collate,  # the identity: a per-item fetch would fail
         )
     else:
         sampler = make_sampler(recipe)
@@ -979,6 +1019,8 @@ def main(out: Path, names: list[str], fuzz: bool, timeout: float = 150.0, slots:
     preload()
     for name in [*names, "refuse"]:
         (out / name / "ckpt").mkdir(parents=True, exist_ok=True)
+    if any(RECIPES[name].extra.get("tokens") for name in names):
+        write_corpus(out)  # before the first fork: every leg reads the finished pair
     status: dict[str, dict[str, Any]] = {name: {} for name in [*names, "refuse"]}
     queue = [(name, leg) for name in names for leg in ("run0", "full")]
     queue += [("refuse", leg) for leg in REFUSALS]

@@ -1,16 +1,17 @@
 """The acceptance suite of issue 24: in every recipe, what ``forward()`` receives is the plan.
 
 tests/_integrity.py runs each recipe (HF Trainer padded / padding-free / packing, also on two
-ranks; TRL SFTTrainer; Lightning with 1 and 2 processes; torchdata StatefulDataLoader with
-workers in a plain loop; StreamDataset over a ``datasets`` stream, in order, shuffled, and in two
-workers) with a tiny Llama (dropout on) whose forward is recorded: once uninterrupted, and once
-SIGKILLed after a mid-epoch checkpoint, resumed in a fresh process, killed again after the
+ranks; TRL SFTTrainer; Lightning with 1 and 2 processes; torchdata StatefulDataLoader with workers
+in a plain loop, also over ``padless.torch.TokenDataset`` serving packed and padded batches from a
+Megatron ``.idx``/``.bin`` pair; StreamDataset over a ``datasets`` stream, in order, shuffled, and
+in two workers) with a tiny Llama (dropout on) whose forward is recorded: once uninterrupted, and
+once SIGKILLed after a mid-epoch checkpoint, resumed in a fresh process, killed again after the
 checkpoint at epoch 0's last step and resumed to the end (Lightning: once more, after epoch 1's
-first step). The checks share that one session run: batches equal the bare sampler's step by
-step on every rank, nothing skipped or repeated across the kills, every batch within its budget
-after collate, each attended span exactly one whole item, the model's logits on a packed batch
-those of each item alone, losses bitwise where the recipe promises it; and settings that would
-train on other data fail before the first forward, with a ValueError or TypeError.
+first step). The checks share that one session run: batches equal the bare sampler's step by step
+on every rank, nothing skipped or repeated across the kills, every batch within its budget after
+collate, each attended span exactly one whole item, the model's logits on a packed batch those of
+each item alone, losses bitwise where the recipe promises it; and settings that would train on
+other data fail before the first forward, with a ValueError or TypeError.
 
 ``make fuzz`` (``PADLESS_HYPOTHESIS=fuzz``) runs :func:`test_fuzz_every_kill_point`: seven kill
 points per recipe. ``PADLESS_INTEGRITY_OUT=DIR`` checks a run saved in DIR again (or saves one).

@@ -134,7 +134,8 @@ def test_every_compiled_kernel_has_a_plain_reference_beside_it():
     from padless import _core
 
     families = ["_sat", "rng", "order", "budget", "segments", "shapes", "exact", "buckets",
-                "packing", "cost", "windows", "streams", "feistel", "ingest"]  # fmt: skip
+                "packing", "cost", "windows", "streams", "feistel", "ingest",
+                "collate"]  # fmt: skip
     modules = [importlib.import_module(f"padless._kernels.{m}") for m in families] + [
         importlib.import_module(m)
         for m in ["padless.shuffle._kernels", "padless._text_kernels", "padless.ray._pack"]

@@ -18,6 +18,7 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 ``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
 ``feistel``     ``feistel_permute`` and the LM-stream row gathers
 ``ingest``      ``eos_offsets``, ``gather_tokens``, ``segment_positions``: token stores
+``collate``     ``next_fit_count``, ``packed_batch``, ``padded_batch``: batches from a store
 ==============  ================================================================================
 
 Callers import from this package (``from padless import _kernels as K``), never from a family
@@ -37,6 +38,14 @@ from .budget import (
     budget_order_reference,
     in_parts,
     narrow_sizes,
+)
+from .collate import (
+    next_fit_count,
+    next_fit_count_reference,
+    packed_batch,
+    packed_batch_reference,
+    padded_batch,
+    padded_batch_reference,
 )
 from .exact import (
     capped_ends,
@@ -102,6 +111,12 @@ __all__ = [
     "counting_order",
     "counting_order_reference",
     "eos_offsets",
+    "next_fit_count",
+    "next_fit_count_reference",
+    "packed_batch",
+    "packed_batch_reference",
+    "padded_batch",
+    "padded_batch_reference",
     "eos_offsets_reference",
     "exact_split",
     "exact_split_reference",

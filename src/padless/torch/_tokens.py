@@ -21,7 +21,6 @@ import torch
 
 from .. import _kernels as K
 from .._check import check_bool, check_choice, check_int64
-from ..planners.packing import next_fit_rows
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm
 from ..tokens import open_tokens
@@ -282,87 +281,58 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         else:
             width = -(-longest // form.multiple_of) * form.multiple_of
         ids, flat = self._empty(num_rows * width)
-        dest = np.arange(count, dtype=np.int64) * width
-        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat, self.pad_id)
+        mask = torch.empty(num_rows * width, dtype=torch.int64)
+        K.padded_batch(
+            self.store.tokens, starts, lengths, num_rows, width, self.pad_id, flat, mask.numpy()
+        )
         all_lengths = np.zeros(num_rows, dtype=np.int64)
         all_lengths[:count] = lengths
-        lengths_t = torch.from_numpy(all_lengths)
-        mask = (torch.arange(width)[None, :] < lengths_t[:, None]).to(torch.long)
         return {
             "input_ids": ids.view(num_rows, width),
-            "attention_mask": mask,
-            "lengths": lengths_t,
+            "attention_mask": mask.view(num_rows, width),
+            "lengths": torch.from_numpy(all_lengths),
         }
 
     def _packed_batch(self, items: np.ndarray) -> dict[str, Any]:
         packed = self._packed
         cap = packed.capacity
+        per_row = packed.max_per_row or 0
         starts, lengths = self._spans(items, cap)
         count = int(items.size)
+        needed = K.next_fit_count(lengths, cap, per_row)
+        if packed.rows is not None and needed > packed.rows:
+            raise ValueError(
+                f"the batch needs {needed} rows of capacity={cap}, more than "
+                f"rows={packed.rows}; were capacity and max_per_row the sampler's, and its "
+                "lengths the file's?"
+            )
         if packed.flatten:
-            seg_lens = lengths
-            dest = np.zeros(count, dtype=np.int64)
-            np.cumsum(lengths[:-1], out=dest[1:])
-            shape = (1, int(lengths.sum()))
-            if packed.rows is not None:
-                self._rows_needed(lengths)
+            rows, shape = 0, (1, int(lengths.sum()))
         else:
-            row_of, needed = self._rows_needed(lengths)
-            num_rows = packed.rows if packed.rows is not None else needed
-            used = np.bincount(row_of, weights=lengths, minlength=num_rows).astype(np.int64)
-            first = np.searchsorted(row_of, np.arange(num_rows))  # first item of every row
-            before = np.zeros(count + 1, dtype=np.int64)
-            np.cumsum(lengths, out=before[1:])
-            dest = row_of * cap + before[:count] - before[first[row_of]]
-            tail = cap - used  # each row's padding; a segment of its own when not empty
-            has_tail = tail > 0
-            tails_before = np.zeros(num_rows + 1, dtype=np.int64)
-            np.cumsum(has_tail, out=tails_before[1:])
-            segments = count + int(tails_before[-1])
-            seg_lens = np.empty(segments, dtype=np.int64)
-            at_item = np.arange(count, dtype=np.int64) + tails_before[row_of]
-            seg_lens[at_item] = lengths
-            last = np.searchsorted(row_of, np.arange(num_rows), side="right")  # past each row
-            at_tail = (last + tails_before[:-1])[has_tail]
-            seg_lens[at_tail] = tail[has_tail]
-            shape = (num_rows, cap)
+            rows = packed.rows if packed.rows is not None else needed
+            shape = (rows, cap)
         total = shape[0] * shape[1]
-        ids, flat = self._empty(total)
-        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat, packed.pad_id)
+        ids, flat_ids = self._empty(total)
         labels, flat_labels = self._empty(total)
-        K.gather_tokens(self.store.tokens, starts, lengths, dest, flat_labels, packed.ignore_index)
-        firsts = dest[lengths > 0]
-        flat_labels[firsts] = packed.ignore_index
-        positions = np.empty(total, dtype=np.int64)
-        K.segment_positions(seg_lens, positions, packed.position_start)
-        cu = np.zeros(seg_lens.size + 1, dtype=np.int32)
-        np.cumsum(seg_lens, out=cu[1:])
-        seq_idx = np.repeat(np.arange(seg_lens.size, dtype=np.int32), seg_lens)
+        positions = torch.empty(total, dtype=torch.int64)
+        seq_idx = torch.empty(total, dtype=torch.int32)
+        cu = torch.empty(count + rows + 1, dtype=torch.int32)
+        segments, longest = K.packed_batch(
+            self.store.tokens, starts, lengths, cap, per_row, rows, packed.flatten,
+            packed.pad_id, packed.ignore_index, packed.position_start,
+            flat_ids, flat_labels, positions.numpy(), seq_idx.numpy(), cu.numpy(),
+        )  # fmt: skip
         out: dict[str, Any] = {
             "input_ids": ids.view(shape),
             "labels": labels.view(shape),
-            "position_ids": torch.from_numpy(positions).view(shape),
-            "seq_idx": torch.from_numpy(seq_idx).view(shape),
-            "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(seg_lens.max()) if seg_lens.size else 0,
+            "position_ids": positions.view(shape),
+            "seq_idx": seq_idx.view(shape),
+            "cu_seqlens": cu[: segments + 1],
+            "max_seqlen": longest,
         }
         if packed.attention_mask == "block":
             out["attention_mask"] = block_causal_mask(out["seq_idx"].to(torch.long))
         return out
-
-    def _rows_needed(self, lengths: np.ndarray) -> tuple[np.ndarray, int]:
-        """The planned row of every item (next fit, as the plan opened them) and their count,
-        checked against ``rows``."""
-        packed = self._packed
-        row_of = next_fit_rows(lengths, capacity=packed.capacity, max_per_row=packed.max_per_row)
-        needed = int(row_of[-1]) + 1 if row_of.size else 0
-        if packed.rows is not None and needed > packed.rows:
-            raise ValueError(
-                f"the batch needs {needed} rows of capacity={packed.capacity}, more than "
-                f"rows={packed.rows}; were capacity and max_per_row the sampler's, and its "
-                "lengths the file's?"
-            )
-        return row_of, needed
 
     def __repr__(self) -> str:
         kind = "packed" if self.form.packed else "padded"
