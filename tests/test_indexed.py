@@ -213,7 +213,7 @@ def test_hostile_arrays(tmp_path: Path) -> None:
     assert ds.lengths.tolist() == [2] and ds.dtype == np.float32
     with pytest.raises(ValueError, match="cannot be served"):
         ds.starts(np.array([0]))
-    with pytest.raises(ValueError, match=r"in \[0, 1\), got 1"):
+    with pytest.raises(ValueError, match=r"in \[0, 1\), got items\[0\] = 1"):
         IndexedDataset(pair(tmp_path, megatron_bytes([2], [0], [0, 1]), bytes(4))).starts([1])
 
 

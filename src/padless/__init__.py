@@ -52,7 +52,7 @@ _EXPORTS = {
     "IndexedDataset": "padless.indexed",
     "write_indexed": "padless.indexed",
     "RawTokens": "padless.tokens",
-    "shuffle_indexed": "padless.shuffle",
+    "shuffle_indexed": "padless.shuffle._indexed",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from .shortcuts import plan_token_budget as plan_token_budget
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
-    from .shuffle import shuffle_indexed as shuffle_indexed
+    from .shuffle._indexed import shuffle_indexed as shuffle_indexed
     from .streams import StreamBatcher as StreamBatcher
     from .tokens import RawTokens as RawTokens
     from .windows import plan_windows as plan_windows

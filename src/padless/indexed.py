@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from . import _kernels as K
 from ._check import check_bool
 from .readers import list_column
 
@@ -320,19 +321,7 @@ class IndexedDataset:
         return len(self.lengths)
 
     def _items(self, items: Any) -> np.ndarray:
-        arr = np.asarray(items)
-        if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind in "fO"):
-            raise TypeError(f"items must be integer indices, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64, copy=False).reshape(-1)
-        n = len(self)
-        if arr.size:
-            bad = (arr < 0) | (arr >= n)
-            if bad.any():
-                raise ValueError(
-                    f"items must be in [0, {n}), got {int(arr[np.argmax(bad)])} "
-                    f"(at position {int(np.argmax(bad))})"
-                )
-        return arr
+        return K.ingest.check_items(items, len(self)).reshape(-1)
 
     def starts(self, items: Any) -> np.ndarray:
         """Return int64 element offsets into :attr:`tokens` of ``items`` (indices in [0, N)).
@@ -561,11 +550,16 @@ def _chunks(side: BinaryIO, dtype: str, count: int) -> Iterator[np.ndarray]:
 
 def _as_tokens(value: Any, dtype: np.dtype[Any], where: str) -> np.ndarray:
     """One sequence as a 1-D array of ``dtype``, its values checked to fit."""
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:  # ragged nesting, mixed sentences and ids
+        raise ValueError(f"{where} must be a 1-D array of token ids: {exc}") from None
     if arr.ndim != 1:
         raise ValueError(f"{where} must be a 1-D array of token ids, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype)
+    if arr.dtype.kind in "fO" and isinstance(value, (list, tuple)):
+        arr = _python_ints(value, arr, dtype, where)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{where} must hold integers, got dtype {arr.dtype}")
     if len(arr) > MAX_SEQUENCE:
@@ -576,6 +570,23 @@ def _as_tokens(value: Any, dtype: np.dtype[Any], where: str) -> np.ndarray:
     if not np.can_cast(arr.dtype, dtype):
         _fits(arr, dtype, where)
     return arr.astype(dtype, copy=False)
+
+
+def _python_ints(
+    value: list[Any] | tuple[Any, ...], arr: np.ndarray, dtype: np.dtype[Any], where: str
+) -> np.ndarray:
+    """Python ints beyond int64 make numpy infer float64 or object: check them one by one
+    (floats and bools stay refused) and convert exactly; ``arr`` as it is otherwise."""
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+        return arr
+    info = np.iinfo(dtype)
+    for v in value:
+        if not info.min <= int(v) <= info.max:
+            raise ValueError(
+                f"{where} holds the value {int(v)}, outside {dtype.name}'s range "
+                f"[{info.min}, {info.max}]: choose a wider dtype"
+            )
+    return np.array([int(v) for v in value], dtype)
 
 
 def _fits(arr: np.ndarray, dtype: np.dtype[Any], where: str) -> None:
@@ -677,9 +688,15 @@ def _feed_arrow(column: Any, sink: _Sink, dtype: np.dtype[Any]) -> None:
 def check_target(prefix: Any) -> tuple[str, str]:
     """Check up front that ``prefix`` can name a new pair; return its (idx, bin) paths."""
     idx_path, bin_path = _paths(prefix, "prefix")
+    if os.path.isdir(os.fspath(prefix)):
+        raise IsADirectoryError(
+            f"prefix {os.fspath(prefix)!r} is a folder: name the pair inside it "
+            f"(e.g. {os.path.join(os.fspath(prefix), 'corpus_text_document')!r})"
+        )
     folder = os.path.dirname(os.path.abspath(idx_path))
     if not os.path.isdir(folder):
-        raise FileNotFoundError(f"the folder of prefix {os.fspath(prefix)!r} does not exist")
+        why = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise FileNotFoundError(f"the folder of prefix {os.fspath(prefix)!r} {why}: {folder}")
     for name in (idx_path, bin_path):
         if os.path.isdir(name):
             raise IsADirectoryError(f"prefix: {name!r} is a folder")
@@ -736,10 +753,12 @@ def write_indexed(
             each); or an Arrow list<int> column (``pyarrow.Array``/``ChunkedArray``, or a
             ``pyarrow.Table`` / ``datasets.Dataset`` with ``column=``), one document per row,
             written from the values buffer with no Python pass per row.
-        prefix: the pair's path without suffix (a trailing ``.idx``/``.bin`` is dropped).
+        prefix: the pair's path without suffix (a trailing ``.idx``/``.bin`` is dropped), in
+            an existing folder; an existing folder itself is refused (name the pair inside it).
         dtype: the tokens' integer dtype; every value must fit (ValueError naming the document
-            and the value). Megatron: uint8, int8, int16, uint16, int32, int64; fairseq also
-            uint32, uint64.
+            and the value; Python ints beyond int64 are checked exactly). Megatron: uint8, int8,
+            int16, uint16, int32, int64; fairseq also uint32, uint64. Tokens are integers:
+            float arrays (whole-numbered too), bool arrays and text are a TypeError.
         format: ``"megatron"`` (with a document index) or ``"fairseq"`` (sequences only: a
             document's sentences are written as consecutive sequences).
         column: the token column of a table.

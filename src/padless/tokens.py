@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import operator
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ def _token_dtype(value: Any, what: str) -> np.dtype:
     except TypeError as err:
         raise TypeError(f"{what} must be a numpy integer dtype, got {value!r}") from err
     if dtype.kind not in "iu":
-        kind = "float " if dtype.kind in "fc" else ""
+        kind = {"f": "float ", "c": "complex "}.get(dtype.kind, "")
         raise TypeError(f"{what} must be an integer dtype (token ids), got {kind}dtype {dtype}")
     if not dtype.isnative:
         raise ValueError(f"{what} must be in native byte order, got {dtype.str}")
@@ -75,7 +76,8 @@ class RawTokens:
     """The documents of a raw token file, each ending after an ``eos`` token (which it keeps).
 
     Args:
-        path: the token file: headerless values of ``dtype`` (``.bin``, a raw OLMo ``.npy``), or
+        path: the token file (a regular file: a folder, pipe or device such as ``/dev/zero``
+            is refused, having no size to map): headerless values of ``dtype`` (``.bin``, a raw OLMo ``.npy``), or
             a real 1-D ``.npy`` (then ``dtype`` may be omitted; given, it must match the header).
         dtype: the tokens' dtype: uint8, int8, int16, uint16, int32, uint32 or int64.
         eos: the end-of-sequence token id that closes each document (in the dtype's range). A
@@ -85,7 +87,9 @@ class RawTokens:
             and map them on later opens while valid: its first offset 0, its last the token
             count, increasing, a sample of its ends right after an eos, and not older than the
             token file; anything else is recomputed (and rewritten). A folder that cannot be
-            written keeps the offsets in memory. ``cache=False`` neither reads nor writes it.
+            written, or a link, pipe or device at the offsets file's name (never written
+            through, never opened unless it is a regular file), keeps the offsets in memory.
+            ``cache=False`` neither reads nor writes it.
 
     Attributes: ``path``, ``dtype``, ``eos``, ``tokens`` (read-only memmap of the whole file),
     ``offsets`` (int64, documents + 1), ``lengths`` (int64 ``np.diff(offsets)``, computed at
@@ -124,7 +128,18 @@ class RawTokens:
             raise TypeError(f"cache must be a bool, got {cache!r}")
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
-            raise ValueError(f"path must be an existing token file, got {self.path!r}")
+            what = (
+                "does not exist"
+                if not os.path.exists(self.path)
+                else (
+                    "is a folder"
+                    if os.path.isdir(self.path)
+                    else "is not a regular file (a device or pipe has no size to map)"
+                )
+            )
+            raise ValueError(
+                f"path must be an existing token file, got {self.path!r}, which {what}"
+            )
         self._dtype_arg = dtype
         self._cache = cache
         self.dtype, self.tokens = self._map(dtype)
@@ -180,18 +195,47 @@ class RawTokens:
         if not self._cache:
             return offsets, None
         try:
+            held = os.lstat(name)
+        except FileNotFoundError:
+            held = None
+        except OSError:
+            return offsets, None
+        if held is not None and not stat.S_ISREG(held.st_mode):
+            # a link, pipe, device or folder at the cache's name is the user's: never written
+            # through (a link would overwrite the file it points to), offsets kept in memory
+            return offsets, None
+        try:
             write_exactly(name, lambda f: np.save(f, offsets), what="offsets file")
         except OSError:  # a folder we may not write: the offsets stay in memory
             return offsets, None
         return offsets, name
 
     def _read_cache(self, name: str) -> np.ndarray | None:
-        """The offsets file at ``name`` when it is valid for the tokens, else None."""
+        """The offsets file at ``name`` when it is valid for the tokens, else None.
+
+        Only a regular file is opened (a pipe would block, a device never end); its header is
+        read by hand and must describe exactly the bytes that follow (1-D little-endian int64),
+        so a hostile header never maps past the file's end nor allocates.
+        """
         try:
-            if os.stat(name).st_mtime_ns < os.stat(self.path).st_mtime_ns:
+            info = os.stat(name)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_mtime_ns < os.stat(self.path).st_mtime_ns:
                 return None  # older than the tokens: they changed since
-            offsets = np.load(name, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError):
+            with open(name, "rb") as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+                start = fh.tell()
+            if dtype != np.dtype("<i8") or fortran or len(shape) != 1:
+                return None
+            if start + 8 * int(shape[0]) != info.st_size or shape[0] < 1:
+                return None
+            offsets = np.memmap(name, dtype="<i8", mode="r", offset=start, shape=(shape[0],))
+        except (OSError, ValueError, EOFError, TypeError):
             return None
         n = len(self.tokens)
         if (
@@ -218,21 +262,13 @@ class RawTokens:
 
     def starts(self, items: np.ndarray) -> np.ndarray:
         """int64 offsets into ``tokens`` of the given items (each in ``[0, len(self))``)."""
-        idx = np.asarray(items)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"items must be integer indices, got dtype {idx.dtype}")
-        n = len(self)
-        bad = np.flatnonzero((idx < 0) | (idx >= n)) if idx.size else idx[:0]
-        if bad.size:
-            at = int(bad[0])
-            raise ValueError(
-                f"items must be in [0, {n}) (the documents of {self.path!r}), "
-                f"got items[{at}] = {int(idx.flat[at])}"
-            )
+        idx = K.ingest.check_items(items, len(self), of=f" (the documents of {self.path!r})")
         return np.asarray(self.offsets[idx], dtype=np.int64)
 
     def __getitem__(self, i: int) -> np.ndarray:
         n = len(self)
+        if isinstance(i, (bool, np.bool_)):
+            raise TypeError(f"index must be an int, got bool {i!r}")
         k = operator.index(i)
         if k < 0:
             k += n

@@ -52,6 +52,43 @@ def check_eos(eos: object, dtype: np.dtype, what: str = "eos") -> int:
     return value
 
 
+def check_items(items: object, count: int, what: str = "items", of: str = "") -> np.ndarray:
+    """``items`` as an int64 array of indices, each in ``[0, count)`` (its shape kept).
+
+    ``what`` names them in errors, ``of`` (e.g. ``" (the documents of 'x.bin')"``) follows the
+    range there.
+
+    Integer arrays and sequences of ints only: floats, bools, strings and objects are a
+    TypeError (never truncated or parsed); an index out of range is a ValueError naming the
+    first one as given (a uint64 or Python int above int64 is reported, never wrapped).
+
+    Cost: one pass over the indices.
+
+    >>> check_items([2, 0], 3).tolist()
+    [2, 0]
+    """
+    arr = np.asarray(items) if not isinstance(items, np.ndarray) else items
+    if arr.size == 0:
+        return np.zeros(arr.shape, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        huge = arr.dtype.kind in "fO" and isinstance(items, (list, tuple))
+        if huge:  # Python ints beyond int64 make numpy infer float64 or object
+            flat = list(np.asarray(items, dtype=object).reshape(-1))
+            if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in flat):
+                at = next(k for k, v in enumerate(flat) if not 0 <= int(v) < count)
+                raise ValueError(
+                    f"{what} must be in [0, {count}){of}, got {what}[{at}] = {int(flat[at])}"
+                )
+        raise TypeError(f"{what} must be integer indices, got dtype {arr.dtype}")
+    bad = (arr < 0) | (arr >= count)
+    if bad.any():
+        at = int(np.argmax(bad.reshape(-1)))
+        raise ValueError(
+            f"{what} must be in [0, {count}){of}, got {what}[{at}] = {int(arr.reshape(-1)[at])}"
+        )
+    return arr.astype(np.int64, copy=False)
+
+
 def _check_tokens(tokens: object) -> np.ndarray:
     if not isinstance(tokens, np.ndarray) or tokens.ndim != 1:
         raise TypeError(f"tokens must be a 1-D numpy array, got {type(tokens).__name__}")

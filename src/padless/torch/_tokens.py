@@ -102,6 +102,12 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             both; int32 halves the bytes).
         pin_memory: allocate the token tensors in pinned memory (needs an accelerator).
 
+    Indices are integers (floats, bools and text are a TypeError, never truncated), each in
+    ``[0, N)``, or for a plan with ``oversize="split"`` any piece's code whose piece starts
+    inside its item; a plan that never splits (``"error"``, ``"drop"``) yields no item longer
+    than ``capacity``, so such an item is refused, never cut. The codes carry no capacity: a
+    batch from another sampler than ``plan`` is read with ``plan``'s capacity.
+
     Cost per batch: one compiled copy of the batch's tokens (about memcpy speed) plus O(items)
     steps to lay them out; nothing is read from the file but the batch's tokens.
     """
@@ -126,6 +132,13 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         documents = check_bool("documents", documents)
         self.store = _as_store(source, dtype, eos, documents)
         self.num_items = len(self.store)
+        store_dtype = np.dtype(self.store.dtype)
+        if store_dtype not in K.ingest.TOKEN_DTYPES:
+            listed = ", ".join(d.name for d in K.ingest.TOKEN_DTYPES)
+            raise TypeError(
+                f"source {getattr(self.store, 'path', source)!r} holds {store_dtype.name} values; "
+                f"TokenDataset serves token ids of {listed}"
+            )
         form = form_of(plan) if plan is not None else CollateForm()
         if form is None:
             raise TypeError(
@@ -133,6 +146,9 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 f"these batches), or None, got {type(plan).__name__}"
             )
         self.form = form
+        # pieces of longer items are codes >= N only where the plan splits them
+        spec = getattr(plan, "spec", plan)
+        self._oversize = str(getattr(spec, "oversize", "split")) if form.packed else "split"
         self.out_dtype = check_choice("out_dtype", out_dtype, tuple(_OUT_DTYPES))
         self._torch_dtype, self._np_dtype = _OUT_DTYPES[self.out_dtype]
         info = np.iinfo(self._np_dtype)
@@ -208,14 +224,67 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return self.num_items
 
     def __getitem__(self, index: int) -> torch.Tensor:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {type(index).__name__} {index!r}")
         tokens = np.asarray(self.store[int(index)])
+        info = np.iinfo(self._np_dtype)
+        if tokens.size and not np.can_cast(tokens.dtype, self._np_dtype):
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if lo < info.min or hi > info.max:
+                bad = lo if lo < info.min else hi
+                raise ValueError(
+                    f"item {int(index)} holds the token {bad}, outside out_dtype="
+                    f"{self.out_dtype}'s range [{info.min}, {info.max}]: use out_dtype='int64'"
+                )
         return torch.from_numpy(tokens.astype(self._np_dtype))
 
     def __getitems__(self, indices: Sequence[int]) -> dict[str, Any]:
-        items = np.asarray(indices, dtype=np.int64).reshape(-1)
+        arr = np.asarray(indices) if not isinstance(indices, np.ndarray) else indices
+        if arr.ndim != 1:
+            raise ValueError(
+                f"indices must be a 1-D sequence of item indices (one batch), got shape {arr.shape}"
+            )
+        items = self._indices(arr, indices)
         if self.form.packed:
             return self._packed_batch(items)
         return self._padded_batch(items)
+
+    def _indices(self, arr: np.ndarray, given: Any) -> np.ndarray:
+        """A batch's indices as int64, integers only (never truncated floats, bools, text), each
+        non-negative and, unless they are codes of split pieces, below the item count."""
+        n = self.num_items
+        codes = self.form.packed and self._oversize == "split"
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if arr.dtype.kind not in "iu":
+            if arr.dtype.kind in "fO" and isinstance(given, (list, tuple)):
+                # Python ints beyond int64 make numpy infer float64 or object; floats: refused
+                values = list(given)
+                if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                    bad = next(v for v in values if not 0 <= v <= np.iinfo(np.int64).max)
+                    raise ValueError(
+                        f"index {bad} is out of range for a token file of {n} items"
+                        if bad >= 0
+                        else f"indices must be non-negative, got {bad}"
+                    )
+            raise TypeError(f"indices must be integer item indices, got dtype {arr.dtype}")
+        if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+            bad = int(arr.max())
+            raise ValueError(f"index {bad} is out of range for a token file of {n} items")
+        items = arr.astype(np.int64, copy=False)
+        if int(items.min()) < 0:
+            raise ValueError(f"indices must be non-negative, got {int(items[items < 0][0])}")
+        if (not codes or n == 0) and int(items.max()) >= n:
+            what = (
+                ""
+                if not self.form.packed
+                else (f" (the plan, oversize={self._oversize!r}, yields no codes of pieces)")
+            )
+            raise ValueError(
+                f"index {int(items[items >= n][0])} is out of range for a token file of {n} "
+                f"items{what}"
+            )
+        return items
 
     @staticmethod
     def collate(batch: Any) -> Any:
@@ -251,6 +320,17 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         piece, index = np.divmod(items, self.num_items)
         starts = self.store.starts(index)
         whole = np.asarray(self.store.lengths[index], dtype=np.int64)
+        if (
+            self._oversize in ("error", "drop", "skip")
+            and whole.size
+            and int(whole.max()) > capacity
+        ):
+            at = int(np.argmax(whole > capacity))
+            raise ValueError(
+                f"item {int(index[at])} holds {int(whole[at])} tokens, more than capacity="
+                f"{capacity}: the plan (oversize={self._oversize!r}) never yields it; plan "
+                "with oversize='split' or 'truncate' to serve its pieces"
+            )
         lo = piece * capacity
         if np.any((lo >= whole) & (piece > 0)):
             at = int(np.flatnonzero((lo >= whole) & (piece > 0))[0])
