@@ -305,16 +305,9 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return out, out.numpy()
 
     def _spans(self, items: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Element offsets and lengths of the items (codes of pieces when ``capacity``)."""
-        if items.size and (int(items.min()) < 0):
-            bad = int(items[items < 0][0])
-            raise ValueError(f"indices must be non-negative, got {bad}")
+        """Element offsets and lengths of the items (codes of pieces when ``capacity``), checked
+        by :meth:`_indices`."""
         if not capacity:
-            if items.size and int(items.max()) >= self.num_items:
-                bad = int(items[items >= self.num_items][0])
-                raise ValueError(
-                    f"index {bad} is out of range for a token file of {self.num_items} items"
-                )
             starts = self.store.starts(items)
             return starts, np.asarray(self.store.lengths[items], dtype=np.int64)
         piece, index = np.divmod(items, self.num_items)
