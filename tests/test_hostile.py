@@ -194,7 +194,23 @@ def _files(tmp: Path) -> dict[str, Path]:
     arrow = tmp / "docs.arrow"
     with pa.ipc.new_file(arrow, TABLE.schema) as writer:
         writer.write_table(TABLE)
-    return {"text": text, "records": records, "dst": tmp / "shuffled.bin", "arrow": arrow}
+    indexed = tmp / "corpus_text_document"
+    padless.write_indexed(DOCS, indexed, dtype=np.uint16)
+    raw = tmp / "raw.bin"
+    np.concatenate([[*d, 0] for d in DOCS]).astype(np.uint16).tofile(raw)
+    return {
+        "text": text,
+        "records": records,
+        "dst": tmp / "shuffled.bin",
+        "arrow": arrow,
+        "indexed": indexed,
+        "raw": raw,
+    }
+
+
+def _serves(out: Any) -> None:
+    """A token dataset serves a batch (its settings are met at its first batch too)."""
+    out.__getitems__([0, 1])
 
 
 # entry (a callable), its label, valid keyword arguments (or a function of the tmp files giving
@@ -540,7 +556,70 @@ ENTRIES: list[Entry] = [
         ["path", "column", "tokenizer", "split"],
         _lengths,
     ),
+    (
+        padless.readers.lengths_from_file,
+        "lengths_from_file/raw",
+        lambda f: {"path": f["raw"], "dtype": "uint16", "eos": 0},
+        ["dtype", "eos", "documents"],
+        _lengths,
+    ),
+    (
+        padless.readers.list_column,
+        "list_column",
+        {"x": TABLE, "column": "ids", "where": "list_column(x)"},
+        ["x", "column"],
+        None,
+    ),
+    # ------------------------------------------------------------------ token stores
+    (
+        padless.IndexedDataset,
+        "IndexedDataset",
+        lambda f: {"path": f["indexed"]},
+        ["path", "documents"],
+        lambda out: out.starts(np.arange(len(out))),
+    ),
+    (
+        padless.write_indexed,
+        "write_indexed",
+        lambda f: {"items": DOCS, "prefix": f["text"].parent / "written", "dtype": "uint16"},
+        [("items", "document"), "prefix", "dtype", "format", "column"],
+        None,
+    ),
+    (
+        padless.RawTokens,
+        "RawTokens",
+        lambda f: {"path": f["raw"], "dtype": "uint16", "eos": 0},
+        ["path", "dtype", "eos", "cache"],
+        lambda out: out.starts(np.arange(len(out))),
+    ),
+    (
+        padless.shuffle_indexed,
+        "shuffle_indexed",
+        lambda f: {"src": f["indexed"], "dst_prefix": f["text"].parent / "shuffled", "seed": 1},
+        ["src", "dst_prefix", "seed", "documents"],
+        None,
+    ),
     # ------------------------------------------------------------------ padless.torch
+    (
+        padless.torch.TokenDataset,
+        "TokenDataset",
+        lambda f: {"source": f["indexed"]},
+        ["source", "plan", "dtype", "eos", "documents", "pad_id", "ignore_index", "out_dtype"]
+        + ["pin_memory"],
+        _serves,
+    ),
+    (
+        padless.torch.TokenDataset,
+        "TokenDataset/packed",
+        lambda f: {
+            "source": f["indexed"],
+            "plan": padless.PackingSampler(
+                padless.IndexedDataset(f["indexed"]).lengths, capacity=64
+            ),
+        },
+        ["flatten", "rows", "position_start", "attention_mask"],
+        _serves,
+    ),
     (
         padless.torch.collate_padded,
         "collate_padded",

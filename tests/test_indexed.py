@@ -183,8 +183,12 @@ def test_hostile_headers(tmp_path: Path) -> None:
     lie[18:26] = struct.pack("<Q", 3)
     text = hostile(tmp_path, bytes(lie))
     assert "fits neither layout" in text and "Megatron needs" in text and "fairseq needs" in text
-    with pytest.raises(ValueError, match="not a file"):
+    with pytest.raises(FileNotFoundError, match="no such file"):
         IndexedDataset(tmp_path / "missing")
+    (tmp_path / "folder.idx").mkdir()
+    (tmp_path / "folder.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a regular file"):
+        IndexedDataset(tmp_path / "folder")
 
 
 def test_hostile_arrays(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_long_document_and_refusals(tmp_path: Path) -> None:
     for dst in ("a", "a.idx", "a.bin"):
         with pytest.raises(ValueError, match="names the source"):
             shuffle_indexed(tmp_path / "a", tmp_path / dst, seed=1)
-    with pytest.raises(ValueError, match="not a file"):
+    with pytest.raises(FileNotFoundError, match="no such file"):
         shuffle_indexed(tmp_path / "nothing", tmp_path / "c")
     assert sorted(os.listdir(tmp_path)) == ["a.bin", "a.idx", "b.bin", "b.idx"]
 

@@ -151,11 +151,14 @@ class IndexedDataset:
     def _open(self) -> None:
         idx = self.idx_path
         for name in (idx, self.path):
+            if not os.path.exists(name):
+                raise FileNotFoundError(
+                    f"no such file: {name!r} (an indexed dataset is a prefix.idx + prefix.bin pair)"
+                )
             if not os.path.isfile(name):
-                other = "a file" if not os.path.exists(name) else "a regular file"
                 raise ValueError(
-                    f"indexed dataset: {name!r} is not {other} (an indexed dataset is a "
-                    f"prefix.idx + prefix.bin pair)"
+                    f"path of an indexed dataset: {name!r} is not a regular file (an indexed "
+                    "dataset is a prefix.idx + prefix.bin pair)"
                 )
         size = os.path.getsize(idx)
         with open(idx, "rb") as f:
@@ -685,21 +688,23 @@ def _feed_arrow(column: Any, sink: _Sink, dtype: np.dtype[Any]) -> None:
         row += len(chunk)
 
 
-def check_target(prefix: Any) -> tuple[str, str]:
-    """Check up front that ``prefix`` can name a new pair; return its (idx, bin) paths."""
-    idx_path, bin_path = _paths(prefix, "prefix")
+def check_target(prefix: Any, what: str = "prefix") -> tuple[str, str]:
+    """Check up front that ``prefix`` can name a new pair; return its (idx, bin) paths.
+
+    ``what`` names the parameter in errors."""
+    idx_path, bin_path = _paths(prefix, what)
     if os.path.isdir(os.fspath(prefix)):
         raise IsADirectoryError(
-            f"prefix {os.fspath(prefix)!r} is a folder: name the pair inside it "
+            f"{what} {os.fspath(prefix)!r} is a folder: name the pair inside it "
             f"(e.g. {os.path.join(os.fspath(prefix), 'corpus_text_document')!r})"
         )
     folder = os.path.dirname(os.path.abspath(idx_path))
     if not os.path.isdir(folder):
         why = "is not a folder" if os.path.exists(folder) else "does not exist"
-        raise FileNotFoundError(f"the folder of prefix {os.fspath(prefix)!r} {why}: {folder}")
+        raise FileNotFoundError(f"the folder of {what} {os.fspath(prefix)!r} {why}: {folder}")
     for name in (idx_path, bin_path):
         if os.path.isdir(name):
-            raise IsADirectoryError(f"prefix: {name!r} is a folder")
+            raise IsADirectoryError(f"{what}: {name!r} is a folder")
     return idx_path, bin_path
 
 

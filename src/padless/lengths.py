@@ -188,7 +188,7 @@ class MappedFile(NamedTuple):
         )
 
 
-def _arrow_like(x: Any) -> bool:
+def arrow_like(x: Any) -> bool:
     """Whether ``x`` is a pyarrow or HF ``datasets`` object (by its types' modules: no import)."""
     return any(
         (getattr(t, "__module__", None) or "").partition(".")[0] in _ARROW_MODULES
@@ -242,8 +242,8 @@ def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarr
     ...
     ValueError: lengths must be whole numbers in [0, 2**31), got 2147483648.0 at position [0]
     """
-    if column is not None or _arrow_like(x):
-        if not _arrow_like(x):
+    if column is not None or arrow_like(x):
+        if not arrow_like(x):
             raise TypeError(
                 f"column= picks a column of a datasets.Dataset or a pyarrow Table/RecordBatch, "
                 f"got a {type(x).__name__}; call lengths_of(x) without column="

@@ -21,7 +21,7 @@ from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 
-from .lengths import lengths_of  # one way only: lengths imports this module lazily, for paths
+from .lengths import arrow_like, lengths_of  # one way: lengths imports this module lazily
 from .plan import is_saved_plan
 
 __all__ = [
@@ -809,6 +809,12 @@ def lengths_from_arrow(
     [3, 1]
     """
     if not isinstance(path, (str, os.PathLike)):
+        if not arrow_like(path):
+            raise TypeError(
+                "path must be a path (an Arrow/Feather/Parquet file or a saved datasets folder) "
+                "or an in-memory datasets.Dataset, ds[column], pyarrow Table, RecordBatch, "
+                f"ChunkedArray or Array, got {type(path).__name__} {path!r:.60}"
+            )
         return _arrow_object_lengths(path, column, tokenizer, split)
     src = _as_path(path)
     where = str(src)

@@ -316,7 +316,15 @@ def open_tokens(
     if text.endswith(".idx") or (
         os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
     ):
+        for name, value in (("dtype", dtype), ("eos", eos)):
+            if value is not None:
+                raise ValueError(
+                    f"{name} describes a raw token file; {text!r} is an indexed dataset, whose "
+                    f".idx gives its dtype and its items: drop {name}={value!r:.40}"
+                )
         return IndexedDataset(source, documents=documents)
+    if not os.path.exists(text):
+        raise FileNotFoundError(f"no such token file: {text!r}")
     if documents:
         raise ValueError(
             f"documents=True is for an indexed dataset (.idx + .bin); {text!r} is a raw token "

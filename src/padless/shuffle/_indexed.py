@@ -127,7 +127,7 @@ def shuffle_indexed(
             f"src {src_idx!r} is a multimodal Megatron index (a mode per sequence): its "
             f"shuffle is not supported"
         )
-    dst_idx, dst_bin = check_target(dst_prefix)
+    dst_idx, dst_bin = check_target(dst_prefix, "dst_prefix")
     for out in (dst_idx, dst_bin):
         for inp in (src_idx, src_bin):
             if os.path.exists(out) and _same(out, inp):
