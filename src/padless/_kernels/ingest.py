@@ -80,8 +80,8 @@ def check_items(items: object, count: int, what: str = "items", of: str = "") ->
                     f"{what} must be in [0, {count}){of}, got {what}[{at}] = {int(flat[at])}"
                 )
         raise TypeError(f"{what} must be integer indices, got dtype {arr.dtype}")
-    bad = (arr < 0) | (arr >= count)
-    if bad.any():
+    if int(arr.min()) < 0 or int(arr.max()) >= count:
+        bad = (arr < 0) | (arr >= count)
         at = int(np.argmax(bad.reshape(-1)))
         raise ValueError(
             f"{what} must be in [0, {count}){of}, got {what}[{at}] = {int(arr.reshape(-1)[at])}"

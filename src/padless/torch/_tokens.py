@@ -301,8 +301,11 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     # ------------------------------------------------------------------ gathering
     def _empty(self, count: int) -> tuple[torch.Tensor, np.ndarray]:
-        out = torch.empty(count, dtype=self._torch_dtype, pin_memory=self.pin_memory)
-        return out, out.numpy()
+        if self.pin_memory:
+            out = torch.empty(count, dtype=self._torch_dtype, pin_memory=True)
+            return out, out.numpy()
+        flat = np.empty(count, dtype=self._np_dtype)  # numpy's allocation is the quicker one
+        return torch.from_numpy(flat), flat
 
     def _spans(self, items: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Element offsets and lengths of the items (codes of pieces when ``capacity``), checked
@@ -354,15 +357,13 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         else:
             width = -(-longest // form.multiple_of) * form.multiple_of
         ids, flat = self._empty(num_rows * width)
-        mask = torch.empty(num_rows * width, dtype=torch.int64)
-        K.padded_batch(
-            self.store.tokens, starts, lengths, num_rows, width, self.pad_id, flat, mask.numpy()
-        )
+        mask = np.empty(num_rows * width, dtype=np.int64)
+        K.padded_batch(self.store.tokens, starts, lengths, num_rows, width, self.pad_id, flat, mask)
         all_lengths = np.zeros(num_rows, dtype=np.int64)
         all_lengths[:count] = lengths
         return {
             "input_ids": ids.view(num_rows, width),
-            "attention_mask": mask.view(num_rows, width),
+            "attention_mask": torch.from_numpy(mask).view(num_rows, width),
             "lengths": torch.from_numpy(all_lengths),
         }
 
@@ -387,20 +388,20 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         total = shape[0] * shape[1]
         ids, flat_ids = self._empty(total)
         labels, flat_labels = self._empty(total)
-        positions = torch.empty(total, dtype=torch.int64)
-        seq_idx = torch.empty(total, dtype=torch.int32)
-        cu = torch.empty(count + rows + 1, dtype=torch.int32)
+        positions = np.empty(total, dtype=np.int64)
+        seq_idx = np.empty(total, dtype=np.int32)
+        cu = np.empty(count + rows + 1, dtype=np.int32)
         segments, longest = K.packed_batch(
             self.store.tokens, starts, lengths, cap, per_row, rows, packed.flatten,
             packed.pad_id, packed.ignore_index, packed.position_start,
-            flat_ids, flat_labels, positions.numpy(), seq_idx.numpy(), cu.numpy(),
+            flat_ids, flat_labels, positions, seq_idx, cu,
         )  # fmt: skip
         out: dict[str, Any] = {
             "input_ids": ids.view(shape),
             "labels": labels.view(shape),
-            "position_ids": positions.view(shape),
-            "seq_idx": seq_idx.view(shape),
-            "cu_seqlens": cu[: segments + 1],
+            "position_ids": torch.from_numpy(positions).view(shape),
+            "seq_idx": torch.from_numpy(seq_idx).view(shape),
+            "cu_seqlens": torch.from_numpy(cu[: segments + 1]),
             "max_seqlen": longest,
         }
         if packed.attention_mask == "block":
