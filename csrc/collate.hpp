@@ -72,7 +72,7 @@ PackedCounts packed_fill(const S* src, const int64_t* starts, const int64_t* len
         O* o = ids + at;
         O* l = labels + at;
         for (int64_t t = 0; t < len; ++t) o[t] = static_cast<O>(p[t]);
-        for (int64_t t = 0; t < len; ++t) l[t] = static_cast<O>(p[t]);
+        std::copy(o, o + len, l);  // from the ids just written (in cache), not the file again
         if (len > 0) l[0] = ignore;
         segment(len);
     };

@@ -313,20 +313,22 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         if not capacity:
             starts = self.store.starts(items)
             return starts, np.asarray(self.store.lengths[items], dtype=np.int64)
-        piece, index = np.divmod(items, self.num_items)
+        whole_items = not items.size or int(items.max()) < self.num_items  # no piece past the first
+        piece, index = (None, items) if whole_items else np.divmod(items, self.num_items)
         starts = self.store.starts(index)
         whole = np.asarray(self.store.lengths[index], dtype=np.int64)
-        if (
-            self._oversize in ("error", "drop", "skip")
-            and whole.size
-            and int(whole.max()) > capacity
-        ):
+        longest = int(whole.max()) if whole.size else 0
+        if longest <= capacity and whole_items:
+            return starts, whole  # whole sequences that fit: the common case
+        if self._oversize in ("error", "drop", "skip") and longest > capacity:
             at = int(np.argmax(whole > capacity))
             raise ValueError(
                 f"item {int(index[at])} holds {int(whole[at])} tokens, more than capacity="
                 f"{capacity}: the plan (oversize={self._oversize!r}) never yields it; plan "
                 "with oversize='split' or 'truncate' to serve its pieces"
             )
+        if piece is None:  # first pieces only (oversize="truncate", or short splits)
+            return starts, np.minimum(whole, capacity)
         lo = piece * capacity
         if np.any((lo >= whole) & (piece > 0)):
             at = int(np.flatnonzero((lo >= whole) & (piece > 0))[0])
