@@ -3,11 +3,11 @@
 A padless sampler plans batches of item indices; the usual recipe then loads every item as a
 Python object and a collate function pads or packs them. A :class:`TokenDataset` serves the
 whole batch in one call instead (``__getitems__``, the DataLoader's batched fetch): the items'
-token ranges are looked up in the token store's index, one compiled gather copies them from the
-mapped file into the batch's tensor (converting the dtype, writing the padding), and the
-tensors beside it (mask, labels, positions, ``cu_seqlens``) are computed from the lengths alone.
-The batches are the ones ``collate_padded`` / ``collate_packed`` would build from the same items,
-key for key.
+token ranges are looked up in the token store's index, and one compiled pass
+(:mod:`padless._kernels.collate`) writes every tensor of the batch: the tokens copied from the
+mapped file (dtype converted, padding written) and, from the lengths, the mask or the labels,
+positions, segment ids and ``cu_seqlens``. The batches are the ones ``collate_padded`` /
+``collate_packed`` would build from the same items, key for key.
 """
 
 from __future__ import annotations
@@ -108,8 +108,10 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     than ``capacity``, so such an item is refused, never cut. The codes carry no capacity: a
     batch from another sampler than ``plan`` is read with ``plan``'s capacity.
 
-    Cost per batch: one compiled copy of the batch's tokens (about memcpy speed) plus O(items)
-    steps to lay them out; nothing is read from the file but the batch's tokens.
+    Cost per batch: one compiled pass writing the batch's tensors (about half the speed of a
+    bare copy of as many bytes, ``benchmarks/bench_ingest.py``) plus O(items) numpy steps (the
+    indices checked, the offsets looked up); nothing is read from the file but the batch's
+    tokens.
     """
 
     def __init__(
