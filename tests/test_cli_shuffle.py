@@ -161,38 +161,12 @@ def _wait_for(proc: subprocess.Popen, folder: Path, what: str) -> None:
     raise AssertionError(f"finished (or stalled) before it could be interrupted: {proc.poll()}")
 
 
-def _signalled(
-    tmp_path: Path,
-    sig: int,
-    *extra: str,
-    size: int = 8 << 20,
-    where: str = "work",
-    what: str = "padless-shuffle",
-) -> tuple[subprocess.Popen, Path, bytes]:
-    """Start a shuffle, and send it ``sig`` once ``what`` appears (in the work folder, or the
-    output's folder for ``where="out"``). A run that finished before the signal landed (a loaded
-    machine's poll came late: exit 0) is tried again with twice the input, up to three times;
-    a signal that is ignored every time still fails."""
-    for _ in range(3):
-        proc, work = _start(tmp_path, *extra, size=size)
-        try:
-            _wait_for(proc, work if where == "work" else tmp_path, what)
-        except AssertionError:
-            proc.communicate(timeout=60)
-        else:
-            proc.send_signal(sig)
-            _, err = proc.communicate(timeout=60)
-            if proc.returncode != 0:
-                return proc, work, err
-        for name in ("in.bin", "out.bin"):
-            (tmp_path / name).unlink(missing_ok=True)
-        size *= 2
-    raise AssertionError(f"the shuffle ended before {sig!r} could reach it, three times")
-
-
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_interrupt_exits_130_and_cleans_up(tmp_path: Path) -> None:
-    proc, work, err = _signalled(tmp_path, signal.SIGINT, "--memory", "64M")  # in the buckets
+    proc, work = _start(tmp_path, "--memory", "64M")
+    _wait_for(proc, work, "padless-shuffle")  # bucket files are being written
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert b"interrupted" in err
     assert os.listdir(work) == [] and sorted(os.listdir(tmp_path)) == ["in.bin", "work"]
@@ -208,11 +182,11 @@ def test_term_and_hangup_clean_up(tmp_path: Path, signame: str, path: str) -> No
     """
     sig = getattr(signal, signame)
     memory = "64M" if path == "buckets" else "512M"
+    proc, work = _start(tmp_path, "--memory", memory, size=12 << 20)
     # buckets: wait for bucket files; memory (no bucket files): for the output being written.
-    where = "work" if path == "buckets" else "out"
-    proc, work, err = _signalled(
-        tmp_path, sig, "--memory", memory, size=12 << 20, where=where, what="padless-"
-    )
+    _wait_for(proc, work if path == "buckets" else tmp_path, "padless-")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == -sig, err
     assert os.listdir(work) == [] and sorted(os.listdir(tmp_path)) == ["in.bin", "work"]
 
@@ -220,7 +194,10 @@ def test_term_and_hangup_clean_up(tmp_path: Path, signame: str, path: str) -> No
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_rerun_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     """SIGKILL cannot be handled: the next run removes the leftovers (their owner is dead)."""
-    proc, work, _ = _signalled(tmp_path, signal.SIGKILL, "--memory", "64M")
+    proc, work = _start(tmp_path, "--memory", "64M")
+    _wait_for(proc, work, "padless-shuffle")
+    proc.kill()
+    proc.communicate(timeout=60)
     left = os.listdir(work) + [n for n in os.listdir(tmp_path) if n.endswith(".padless-tmp")]
     assert left  # a bucket folder (and maybe the output being written)
     again = padless(
