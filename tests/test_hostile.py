@@ -285,6 +285,20 @@ ENTRIES: list[Entry] = [
     ),
     (SAMPLER.checked, "PlanSampler.checked", {"dataset": [[1]] * 200}, ["dataset", "field"], None),
     (
+        padless.TokenBudgetSampler(L, max_tokens=200).skip,
+        "PlanSampler.skip",
+        {"batches": 2},
+        ["batches"],
+        None,
+    ),
+    (
+        padless.TokenBudgetSampler(L, max_tokens=200).skip,
+        "PlanSampler.skip/steps",
+        {"steps": (1, 3)},
+        ["steps"],
+        None,
+    ),
+    (
         padless.TokenBudgetSampler(L, max_tokens=200).set_epoch,
         "PlanSampler.set_epoch",
         {"epoch": 1},

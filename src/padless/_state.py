@@ -8,7 +8,7 @@ from typing import Any, cast
 import numpy as np
 
 from ._check import check_int, check_seed
-from ._schedule import position_limit, rank_slots, steps_left, tail_counts
+from ._schedule import position_limit, steps_left, tail_counts
 
 STATE_VERSION = 1
 STATE_KEYS = ("version", "seed", "epoch", "position", "world_size", "fingerprint")
@@ -123,6 +123,9 @@ class Resumable:
         self._history = ()
         self._epoch_given: int | None = None  # set_epoch's epoch, until an iteration begins
         self._done_at: int | None = None  # end of an epoch finished by a loaded state
+        self._skips: tuple[tuple[int, int, int], ...] = ()  # (epoch, lo, hi) global positions
+        self._step_end: list[int] = []  # the global position after each yielded batch's step
+        self._next_pos = 0  # the global position the running iteration's next step starts at
 
     # ------------------------------------------------------------------ for subclasses
     def _fingerprint_now(self) -> str:
@@ -164,16 +167,72 @@ class Resumable:
         """Steps (batches per rank) left from global position ``start`` of ``total`` slots."""
         return steps_left(total, start, self.world_size, self.drop_last)
 
+    def _skip_ranges(self, start: int) -> list[tuple[int, int]]:
+        """The recorded skips of the current epoch that reach past ``start``."""
+        return [(lo, hi) for e, lo, hi in self._skips if e == self.epoch and hi > start]
+
+    def _positions(self, total: int, start: int) -> tuple[np.ndarray | None, int]:
+        """The global positions the steps from ``start`` take, ``world_size`` per step, and the
+        number of steps; ``(None, steps)`` when no skip applies (position ``start + i·W + r``).
+
+        With skips, the positions from ``start`` to ``total`` less the skipped ones are dealt to
+        the steps in order (so every rank has the same steps, and a skip of any size at any
+        world size leaves out exactly its batches); the tail policy then applies to what is
+        left, a short last step completed by positions past ``total`` (the epoch's first
+        batches again) unless ``drop_last``.
+        """
+        ranges = self._skip_ranges(start)
+        if not ranges:
+            return None, self._steps(total, start)
+        world = self.world_size
+        pos = np.arange(start, max(total, start), dtype=np.int64)
+        keep = np.ones(pos.size, dtype=bool)
+        for lo, hi in ranges:
+            keep &= (pos < lo) | (pos >= hi)
+        pos = pos[keep]
+        n = int(pos.size)
+        steps = n // world if self.drop_last else -(-n // world)
+        if steps * world > n:
+            pos = np.concatenate([pos, total + np.arange(steps * world - n, dtype=np.int64)])
+        return pos[: steps * world], steps
+
+    def _step_slots(self, total: int, start: int) -> np.ndarray:
+        """The (steps, world_size) table of the global slots each step gives each rank."""
+        pos, steps = self._positions(total, start)
+        world = self.world_size
+        if pos is None:
+            pos = start + np.arange(steps * world, dtype=np.int64)
+        slots = np.where(pos < total, pos, (pos - total) % max(total, 1))
+        return slots.reshape(steps, world)
+
     def _run(self, batch_at: Callable[[int], Any]) -> Iterator[Any]:
-        """This rank's batches of the current epoch from the loaded position."""
+        """This rank's batches of the current epoch from the loaded position (skipped batches
+        left out; a skip recorded while iterating applies to the steps not yet produced)."""
         total = self._total()
         start = self._begin_iteration()
-        slots = rank_slots(total, start, self.rank, self.world_size, self.drop_last)
+        world, rank = self.world_size, self.rank
+        self._step_end = []
+        self._next_pos = start
         try:
-            for slot in slots.tolist():
-                batch = batch_at(slot)
-                self._yielded += 1
-                yield batch
+            while True:
+                seen = self._skips
+                base = self._next_pos
+                pos, steps = self._positions(total, base)
+                for i in range(steps):
+                    if self._skips is not seen:
+                        break  # a skip was recorded: deal the rest again
+                    if pos is None:
+                        p, end = base + i * world + rank, base + (i + 1) * world
+                    else:
+                        p, end = int(pos[i * world + rank]), int(pos[i * world + world - 1]) + 1
+                    slot = p if p < total else (p - total) % max(total, 1)
+                    batch = batch_at(slot)
+                    self._next_pos = end
+                    self._yielded += 1
+                    self._step_end.append(end)
+                    yield batch
+                else:
+                    return
         finally:
             self._iterating = False
 
@@ -181,8 +240,54 @@ class Resumable:
         return self._run(self._batch_at)
 
     def __len__(self) -> int:
-        """Batches this rank yields in the next iteration of the current epoch (exact)."""
-        return self._steps(self._total(), self._next_start())
+        """Batches this rank yields in the next iteration of the current epoch (exact; skipped
+        batches are not counted)."""
+        return self._positions(self._total(), self._next_start())[1]
+
+    def skip(self, batches: int | None = None, *, steps: tuple[int, int] | None = None) -> None:
+        """Leave batches out of training: the next ``batches`` global batches, or ``steps``.
+
+        ``batches``: the next global batches (over all ranks) from the current position: the
+        next iteration's start, or while iterating the first step not yet produced.
+        ``steps=(a, b)``: the steps ``a`` to ``b - 1`` of the current epoch, counted from its
+        start at the current world size (global batches ``a · world_size`` to
+        ``b · world_size - 1``).
+
+        The skipped batches are never yielded and every other batch is, in its order: the plan
+        does not change; the batches after a skip are dealt to the ranks in turn as before, so
+        every rank keeps the same number of steps (``len()`` counts them without the skipped),
+        whatever the skip's size and the world size (an elastic resume keeps it exactly). The skip is recorded in
+        :meth:`state_dict` (``"skips"``: ``[epoch, first, end]`` global positions), so a run
+        resumed from an earlier checkpoint skips them again when it gets there (the usual loss
+        spike recovery: load the checkpoint before the spike, skip the batches around it).
+        A skip made while a DataLoader iterates applies to the steps the sampler has not yet
+        produced (a DataLoader may have fetched a few ahead).
+
+        >>> from padless import TokenBudget, PlanSampler
+        >>> s = PlanSampler([3, 5, 2, 7, 4, 4], TokenBudget(max_tokens=10), seed=0)
+        >>> every = list(s)
+        >>> s.skip(steps=(1, 3))
+        >>> len(every), len(s), list(s) == [every[0], *every[3:]], s.state_dict()["skips"]
+        (4, 2, True, [[0, 1, 3]])
+        """
+        if (batches is None) == (steps is None):
+            raise TypeError("skip takes batches (the next n global batches) or steps=(a, b)")
+        world = self.world_size
+        if batches is not None:
+            n = check_int("batches", batches, minimum=1) or 0
+            lo = self._next_pos if self._iterating else self._next_start()
+            hi = lo + n
+        else:
+            if not isinstance(steps, (tuple, list)) or len(steps) != 2:
+                raise TypeError(f"steps must be a pair (first, end) of steps, got {steps!r:.60}")
+            first = check_int("steps[0]", steps[0], minimum=0) or 0
+            end = check_int("steps[1]", steps[1], minimum=0) or 0
+            if end <= first:
+                raise ValueError(f"steps must be (first, end) with first < end, got {steps!r}")
+            lo, hi = first * world, end * world
+        entry = (self.epoch, int(lo), int(hi))
+        if entry not in self._skips:
+            self._skips = (*self._skips, entry)
 
     @property
     def repeated(self) -> int:
@@ -196,7 +301,7 @@ class Resumable:
 
     def _finished_at(self, position: int) -> bool:
         """Whether an iteration of the current epoch from ``position`` yields nothing."""
-        return self._steps(self._total(), position) == 0
+        return self._positions(self._total(), position)[1] == 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration yields.
@@ -247,7 +352,11 @@ class Resumable:
                     raise ValueError(
                         f"consumed must be <= the {self._yielded} batches yielded so far, got {count}"
                     )
-            position = self._start + count * self.world_size
+            # the position past the last batch's step (skipped batches before it included)
+            if 0 < count <= len(self._step_end):
+                position = self._step_end[count - 1]
+            else:
+                position = self._start + count * self.world_size
         state: dict[str, Any] = {
             "version": STATE_VERSION,
             "seed": self.seed,
@@ -259,6 +368,8 @@ class Resumable:
         }
         if self._history:
             state["elastic"] = [list(part) for part in self._history]
+        if self._skips:
+            state["skips"] = [list(entry) for entry in self._skips]
         return state
 
     def _checked_state(self, state: Any) -> dict[str, Any]:
@@ -276,6 +387,7 @@ class Resumable:
                 f"drop_last={self.drop_last} (the tail policy decides which batches remain)"
             )
         checked["elastic"] = _check_history(checked.get("elastic", []))
+        checked["skips"] = _check_skips(checked.get("skips", []))
         return checked
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -314,6 +426,9 @@ class Resumable:
         self._pending = position
         self._start = position
         self._yielded = 0
+        self._step_end = []
+        # the state's skips, and any made here before the load
+        self._skips = (*checked["skips"], *(e for e in self._skips if e not in checked["skips"]))
 
     def _load_at_given_epoch(self, checked: dict[str, Any], given: int) -> None:
         """Load a state of another epoch than ``set_epoch`` gave (torchdata's loader loads
@@ -322,9 +437,11 @@ class Resumable:
         saved = checked["epoch"]
         if given == saved + 1:
             before = (self.epoch, self._pending, self._start, self._yielded, self._history)
-            probe = {k: v for k, v in checked.items() if k != "elastic"}
+            probe = {k: v for k, v in checked.items() if k not in ("elastic", "skips")}
             if checked["elastic"]:
                 probe["elastic"] = [list(part) for part in checked["elastic"]]
+            if checked["skips"]:
+                probe["skips"] = [list(entry) for entry in checked["skips"]]
             self._epoch_given = None
             try:
                 self.load_state_dict(probe)  # checks the position against its own epoch
@@ -359,4 +476,21 @@ def _check_history(value: Any) -> tuple[tuple[int, int], ...]:
                 f"state['elastic'] must hold [world_size >= 1, position >= 0] pairs, got {part!r}"
             )
         out.append((int(part[0]), int(part[1])))
+    return tuple(out)
+
+
+def _check_skips(value: Any) -> tuple[tuple[int, int, int], ...]:
+    """Check the ``skips`` entry of a state: a list of ``[epoch, first, end]`` positions."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"state['skips'] must be a list of [epoch, first, end], got {value!r:.60}")
+    out = []
+    for entry in value:
+        ok = isinstance(entry, (list, tuple)) and len(entry) == 3
+        ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in entry)
+        if not ok or entry[0] < 0 or entry[1] < 0 or entry[2] <= entry[1]:
+            raise ValueError(
+                f"state['skips'] must hold [epoch >= 0, first >= 0, end > first] entries, got "
+                f"{entry!r:.60}"
+            )
+        out.append((int(entry[0]), int(entry[1]), int(entry[2])))
     return tuple(out)

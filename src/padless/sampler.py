@@ -347,7 +347,8 @@ class PlanSampler(Resumable):
         count = _target_rule(targets)
         total = self._total()
         start = self._pending if self._pending is not None else self._start
-        steps = self._steps(total, start)
+        table_slots = self._step_slots(total, start)  # each step's slots (skips left out)
+        steps = int(table_slots.shape[0])
         optimizer_steps = -(-steps // accumulation)
         if step >= optimizer_steps:
             raise ValueError(
@@ -355,12 +356,10 @@ class PlanSampler(Resumable):
                 f"({steps} batches per rank from position {start}, accumulation="
                 f"{accumulation}), got {step}"
             )
-        micro = np.arange(step * accumulation, min((step + 1) * accumulation, steps))
-        table = np.zeros((self.world_size, micro.size), dtype=np.int64)
+        micro = table_slots[step * accumulation : min((step + 1) * accumulation, steps)]
+        table = np.zeros((self.world_size, micro.shape[0]), dtype=np.int64)
         for r in range(self.world_size):
-            slots = start + r + micro * self.world_size
-            slots = np.where(slots < total, slots, (slots - total) % max(total, 1))
-            for k, slot in enumerate(slots.tolist()):
+            for k, slot in enumerate(micro[:, r].tolist()):
                 table[r, k] = self._slot_targets(slot, targets, count)
         return int(table.sum()), table[self.rank].tolist()
 
