@@ -168,3 +168,24 @@ def test_bad_skips_are_refused():
     for bad in ([[0, 5, 5]], [[0, -1, 3]], [[0, 1]], "x", [[True, 0, 2]]):
         with pytest.raises(ValueError, match="skips"):
             _token_budget().load_state_dict(state | {"skips": bad})
+
+
+def test_the_readme_recipe_runs_as_written():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    at = text.index("After a loss spike, skip the batches around it")
+    code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
+    lengths = np.random.default_rng(3).integers(1, 40, 200_000)
+    before = padless.TokenBudgetSampler(lengths, max_tokens=64, seed=1)
+    it = iter(before)
+    for _ in range(1000):
+        next(it)
+    sampler = padless.TokenBudgetSampler(lengths, max_tokens=64, seed=1)
+    scope = {"sampler": sampler, "checkpoint_before_the_spike": {"sampler": before.state_dict()}}
+    exec(compile(code, "README.md:skip", "exec"), scope)
+    full = padless.TokenBudgetSampler(lengths, max_tokens=64, seed=1)
+    every = [tuple(b) for b in full]
+    got = [tuple(b) for b in sampler]
+    assert got == every[1000:1200] + every[1260:]
