@@ -100,6 +100,7 @@ NOT_ATTACKED = {
     "padless.mixing.ZippedLengths": "the same record, at home",
     "padless.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
+    "padless.Schedule": "built only by its constructors (Schedule.linear & co., attacked)",
     "padless.readers.MissingDependency": "an exception class",
     # no parameters to attack
     "padless.strategies": "takes no arguments",
@@ -170,6 +171,15 @@ DOCS = [list(range(1, 1 + int(k))) for k in L[:12]]
 ROWS = [{"input_ids": d} for d in DOCS]
 LAYOUT = padless.windows.WindowLayout(1000, 100)
 COST = padless.Cost(quadratic=0.01)
+SCHEDULE = padless.Schedule.linear(8, 64, steps=10, multiple_of=8)
+
+
+def _schedule(out: padless.Schedule) -> None:
+    """A schedule that took a hostile setting: finite values, and its dict reads back."""
+    _finite(out.values(np.arange(30)))
+    assert padless.Schedule.from_dict(out.as_dict()) == out
+
+
 TABLE = pa.table({"ids": DOCS})
 
 
@@ -372,6 +382,72 @@ ENTRIES: list[Entry] = [
         {"linear": 1.0},
         ["linear", "quadratic", "per_sequence"],
         lambda c: _finite(c.of([1, 2])),
+    ),
+    (
+        padless.Schedule.constant,
+        "Schedule.constant",
+        {"value": 8},
+        ["value", "integer", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.piecewise,
+        "Schedule.piecewise",
+        {"steps": [0, 10], "values": [8, 16]},
+        ["steps", "values", "integer", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.linear,
+        "Schedule.linear",
+        {"start": 8, "end": 64, "steps": 10},
+        ["start", "end", "steps", "begin", "integer", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.cosine,
+        "Schedule.cosine",
+        {"start": 8, "end": 64, "steps": 10},
+        ["start", "end", "steps", "begin", "integer", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.fixed_linear,
+        "Schedule.fixed_linear",
+        {"start": 8, "end": 64, "total_steps": 10},
+        ["start", "end", "total_steps", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.fixed_root,
+        "Schedule.fixed_root",
+        {"start": 8, "end": 64, "total_steps": 10, "degree": 2},
+        ["start", "end", "total_steps", "degree", "multiple_of"],
+        _schedule,
+    ),
+    (
+        padless.Schedule.fixed_discrete,
+        "Schedule.fixed_discrete",
+        {"values": [1, 2, 3], "steps": [5, 10]},
+        ["values", "steps", "integer", "multiple_of"],
+        _schedule,
+    ),
+    (padless.Schedule.of, "Schedule.of", {"value": 8}, ["value"], _schedule),
+    (
+        padless.Schedule.from_dict,
+        "Schedule.from_dict",
+        {"data": {"kind": "constant", "value": 8}},
+        ["data"],
+        _schedule,
+    ),
+    (SCHEDULE.value, "Schedule.value", {"step": 3}, ["step"], _finite),
+    (SCHEDULE.values, "Schedule.values", {"steps": [1, 2]}, ["steps"], _finite),
+    (
+        SCHEDULE.first_step_reaching,
+        "Schedule.first_step_reaching",
+        {"value": 16},
+        ["value"],
+        None,
     ),
     (COST.of, "Cost.of", {"lengths": [3, 4]}, ["lengths"], _finite),
     (COST.extra, "Cost.extra", {"lengths": [3, 4]}, ["lengths"], _finite),

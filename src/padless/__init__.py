@@ -25,6 +25,7 @@ _EXPORTS = {
     "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
     "Cost": "padless.cost",
+    "Schedule": "padless.schedules",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
     "strategies": "padless.planners",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from .planners.spec import spec_from_dict as spec_from_dict
     from .planners.spec import spec_to_dict as spec_to_dict
     from .sampler import PlanSampler as PlanSampler
+    from .schedules import Schedule as Schedule
     from .shortcuts import BucketSampler as BucketSampler
     from .shortcuts import ExactLengthSampler as ExactLengthSampler
     from .shortcuts import PackingSampler as PackingSampler
