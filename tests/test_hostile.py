@@ -119,7 +119,10 @@ def _valid_plan(out: Any, n: int | None = None) -> None:
     idx = np.asarray(out.indices)
     if n is not None:
         assert idx.size == 0 or (idx.min() >= 0 and idx.max() < n)
-    assert np.unique(idx).size == idx.size
+    if isinstance(out, padless.PiecePlan):  # each piece at most once: (index, start) pairs
+        assert np.unique(np.stack([idx, out.piece_start]), axis=1).shape[1] == idx.size
+    else:
+        assert np.unique(idx).size == idx.size
     assert out.offsets[0] == 0 and out.offsets[-1] == idx.size
 
 
@@ -167,6 +170,7 @@ def _collate_on(batch: list[Any]) -> Callable[[Any], None]:
 
 SAMPLER = padless.TokenBudgetSampler(L, max_tokens=200)
 PLAN = padless.plan_packing(L, capacity=128)
+DPLAN = padless.Decomposition(tokens_per_batch=256, max_length=32, min_length=4).plan(L)
 DOCS = [list(range(1, 1 + int(k))) for k in L[:12]]
 ROWS = [{"input_ids": d} for d in DOCS]
 LAYOUT = padless.windows.WindowLayout(1000, 100)
@@ -375,6 +379,34 @@ ENTRIES: list[Entry] = [
         {"shapes": [(4, 64), (2, 128)]},
         ["shapes", "pad_batches", "oversize"],
         None,
+    ),
+    (
+        padless.Decomposition,
+        "Decomposition",
+        {"tokens_per_batch": 1024, "max_length": 64, "min_length": 16},
+        [
+            "tokens_per_batch",
+            "max_length",
+            "min_length",
+            "curriculum",
+            "cycles",
+            "keep_short",
+            "leftovers",
+        ],
+        None,
+    ),  # fmt: skip
+    (
+        padless.PiecePlan,
+        "PiecePlan",
+        {
+            "indices": DPLAN.indices,
+            "offsets": DPLAN.offsets,
+            "piece_start": DPLAN.piece_start,
+            "piece_stop": DPLAN.piece_stop,
+            "num_sequences": DPLAN.num_sequences,
+        },
+        ["indices", "offsets", "piece_start", "piece_stop", "num_sequences", "skipped", "info"],
+        lambda p: _valid_plan(p, L.shape[0]),
     ),
     (
         padless.Cost,

@@ -20,6 +20,15 @@ EXAMPLES = {
     "buckets": padless.Buckets(boundaries=[20, 50], max_tokens=900, multiple_of=2),
     "packing": padless.Packing(capacity=256, max_per_row=6, rows_per_batch=2, oversize="split"),
     "fixed_shapes": padless.FixedShapes(shapes=[(16, 32), (8, 64), (4, 128)]),
+    "decomposition": padless.Decomposition(
+        tokens_per_batch=512,
+        max_length=64,
+        min_length=16,
+        curriculum="grow_linear",
+        cycles=3,
+        keep_short=True,
+        leftovers="drop",
+    ),  # fmt: skip
 }
 
 

@@ -22,6 +22,8 @@ _EXPORTS = {
     "Buckets": "padless.planners.buckets",
     "Packing": "padless.planners.packing",
     "FixedShapes": "padless.planners.shapes",
+    "Decomposition": "padless.planners.decomposition",
+    "PiecePlan": "padless.plan",
     "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
     "Cost": "padless.cost",
@@ -70,12 +72,14 @@ if TYPE_CHECKING:
     from .mixing import zip_lengths as zip_lengths
     from .plan import BatchPlan as BatchPlan
     from .plan import PackedPlan as PackedPlan
+    from .plan import PiecePlan as PiecePlan
     from .plan import PlanStats as PlanStats
     from .planners import get_strategy as get_strategy
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
     from .planners.buckets import bucket_boundaries as bucket_boundaries
     from .planners.budget import TokenBudget as TokenBudget
+    from .planners.decomposition import Decomposition as Decomposition
     from .planners.exact import ExactLength as ExactLength
     from .planners.packing import Packing as Packing
     from .planners.packing import PieceDataset as PieceDataset

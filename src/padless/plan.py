@@ -27,6 +27,7 @@ PLAN_MARKER = "padless_plan"  # the archive member holding the JSON record of a 
 _PLAN_TYPES = {
     "BatchPlan": ("padless.plan", "BatchPlan"),
     "PackedPlan": ("padless.plan", "PackedPlan"),
+    "PiecePlan": ("padless.plan", "PiecePlan"),
 }
 _PLAN_ARRAYS = {"indices", "offsets", "skipped"}
 _PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
@@ -667,6 +668,143 @@ class PackedPlan(BatchPlan):
             num_sequences=packing["num_sequences"],
             skipped=data["skipped"] if "skipped" in data.files else None,
             info=packing["info"],
+        )
+
+
+class PiecePlan(BatchPlan):
+    """A plan of pieces: entry ``e`` is tokens ``piece_start[e]:piece_stop[e]`` of sequence
+    ``indices[e]``; batch ``b`` is entries ``offsets[b]:offsets[b + 1]`` (as in a BatchPlan).
+
+    Dataset decomposition (:class:`padless.Decomposition`) makes these: each batch holds pieces
+    of one length, so a batch is a dense ``(count, length)`` block with no padding.
+
+    Args:
+        indices, offsets, skipped, info: as :class:`padless.BatchPlan`.
+        piece_start, piece_stop: int64 token range of every entry within its sequence.
+        num_sequences: N, the number of sequences the plan was made for.
+
+    >>> plan = PiecePlan([0, 0, 1], [0, 2, 3], [0, 4, 0], [4, 8, 2], num_sequences=2)
+    >>> plan.piece_lengths.tolist(), plan.stats([9, 2]).padding_fraction
+    ([4, 4, 2], 0.0)
+    """
+
+    __slots__ = ("piece_start", "piece_stop", "num_sequences")
+
+    def __init__(
+        self,
+        indices: Any,
+        offsets: Any,
+        piece_start: Any,
+        piece_stop: Any,
+        *,
+        num_sequences: int,
+        skipped: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(indices, offsets, skipped=skipped, info=info)
+        n = self.indices.size
+        self.piece_start = _as_int64_vector("piece_start", piece_start)
+        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
+        if self.piece_start.size != n or self.piece_stop.size != n:
+            raise ValueError(
+                f"piece_start and piece_stop must have one entry per index ({n}), got "
+                f"{self.piece_start.size} and {self.piece_stop.size}"
+            )
+        if n and (self.piece_start.min() < 0 or np.any(self.piece_stop < self.piece_start)):
+            raise ValueError("pieces must satisfy 0 <= piece_start <= piece_stop")
+        self.num_sequences = non_negative("num_sequences", num_sequences)
+        if n and not 0 <= int(self.indices.min()) <= int(self.indices.max()) < num_sequences:
+            raise ValueError(
+                f"indices must lie in [0, num_sequences={num_sequences}), got "
+                f"{int(self.indices.min())}..{int(self.indices.max())}"
+            )
+
+    @property
+    def piece_lengths(self) -> np.ndarray:
+        """Tokens of every entry (``piece_stop - piece_start``)."""
+        return self.piece_stop - self.piece_start
+
+    @property
+    def real_tokens(self) -> int:
+        """Tokens the plan's pieces hold."""
+        return int(self.piece_lengths.sum())
+
+    def entry_lengths(self, sizes: np.ndarray) -> np.ndarray:
+        """The length of every piece (``sizes`` is not needed: pieces carry theirs)."""
+        return self.piece_lengths
+
+    def work_costs(self, cost: Any, widths: Any = None) -> np.ndarray:
+        """Cost of every batch: count × cost(longest piece) (``widths`` is not used).
+
+        Cost: one pass over the plan's entries.
+        """
+        from ._kernels import segment_max
+
+        if len(self) == 0:
+            return np.zeros(0, dtype=np.float64)
+        units = cost.of(np.ascontiguousarray(self.piece_lengths))
+        return self.sizes * segment_max(units, self.offsets)
+
+    def with_indices(
+        self, indices: np.ndarray, num_sequences: int, skipped: Any = None
+    ) -> PiecePlan:
+        out = cast(PiecePlan, super().with_indices(indices, num_sequences, skipped))
+        out.num_sequences = num_sequences
+        return out
+
+    def stats(self, lengths: Any) -> PlanStats:
+        """Padding figures: every batch padded to its longest piece (none when its pieces share
+        one length); ``sentences`` counts pieces.
+
+        Cost: O(len(indices)).
+        """
+        from ._kernels import segment_max
+
+        n = lengths_of(lengths).shape[0]
+        if n != self.num_sequences:
+            raise ValueError(
+                f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
+            )
+        pieces = np.ascontiguousarray(self.piece_lengths)
+        padded = int((segment_max(pieces, self.offsets) * self.sizes).sum()) if len(self) else 0
+        return PlanStats.of(self.sizes, self.indices.size, int(pieces.sum()), padded)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BatchPlan):
+            return NotImplemented
+        if not isinstance(other, PiecePlan):
+            return False
+        return (
+            BatchPlan.__eq__(self, other) is True
+            and np.array_equal(self.piece_start, other.piece_start)
+            and np.array_equal(self.piece_stop, other.piece_stop)
+            and self.num_sequences == other.num_sequences
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            **super().to_arrays(),
+            "piece_start": self.piece_start,
+            "piece_stop": self.piece_stop,
+            "num_sequences": np.array(self.num_sequences, dtype=np.int64),
+        }
+
+    @classmethod
+    def from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> PiecePlan:
+        need = {"indices", "offsets", "piece_start", "piece_stop", "num_sequences"}
+        missing = need - set(data.files)
+        if missing:
+            raise ValueError(f"{where} is not a padless piece plan: missing {sorted(missing)}")
+        return cls(
+            data["indices"],
+            data["offsets"],
+            data["piece_start"],
+            data["piece_stop"],
+            num_sequences=int(data["num_sequences"]),
+            skipped=data["skipped"] if "skipped" in data.files else None,
+            info=meta.get("info"),
         )
 
 

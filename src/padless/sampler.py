@@ -130,6 +130,11 @@ class PlanSampler(Resumable):
         self.rank, self.world_size = check_ranks(rank, world_size)
         self.drop_last = check_bool("drop_last", drop_last)
         self.balance = check_bool("balance", balance)
+        if self.balance and spec.orders_batches:
+            raise ValueError(
+                f"balance must be False with {spec.describe()}: its plan orders the batches "
+                "(a curriculum), which balanced steps would reorder"
+            )
         self.spec = spec
         self.window = window
         self._windowed: WindowedSchedule | None = None
@@ -190,7 +195,7 @@ class PlanSampler(Resumable):
             if history:
                 again = _rng.rng(self.seed, epoch, _rng.REBALANCE) if self.shuffle else None
                 order = elastic_order(order, costs, history, self.world_size, again)
-        elif gen is not None:
+        elif gen is not None and not self.spec.orders_batches:
             order = gen.permutation(len(plan)).astype(np.int64)
         else:
             order = np.arange(len(plan), dtype=np.int64)

@@ -19,6 +19,7 @@ import numpy as np
 
 import padless
 from padless.mixing import MixtureSampler
+from padless.planners.decomposition import decompose, piece_numbers
 
 LENGTHS = np.random.default_rng(7).lognormal(3.5, 0.8, 600).astype(np.int64).clip(1, 300)
 PAIRS = np.stack([LENGTHS, (LENGTHS * 1.1).astype(np.int64).clip(1, 300)], axis=1)
@@ -61,6 +62,13 @@ def _mixture(**options: Any) -> MixtureSampler:
         "b": padless.PackingSampler(LENGTHS[300:], capacity=400, seed=2),
     }
     return MixtureSampler(subs, temperature=2.0, num_batches=40, **options)
+
+
+def _decomposition_units(max_length: int, min_length: int) -> list[int]:
+    """Codes of the kept pieces, from the lengths alone (not from a plan)."""
+    doc, start, length = decompose(LENGTHS, max_length)
+    keep = length >= min_length
+    return sorted((doc + piece_numbers(start, max_length) * len(LENGTHS))[keep].tolist())
 
 
 FACTORIES = [
@@ -111,6 +119,19 @@ FACTORIES = [
         lambda **o: padless.TokenBudgetSampler(
             LENGTHS, max_tokens=900, cost=padless.Cost(quadratic=0.02), max_cost=2000.0, **o
         ),
+    ),
+    Factory(
+        "decomposition",  # power-of-two pieces, one length per batch, in a grow-P2 curriculum
+        lambda **o: padless.PlanSampler(
+            LENGTHS,
+            padless.Decomposition(
+                min_length=8, max_length=64, tokens_per_batch=256, curriculum="grow_p2", cycles=2
+            ),
+            **o,
+        ),
+        balance=False,  # its plan orders the batches: balanced steps are refused
+        # units: piece codes ``index + piece * N`` of every piece of at least min_length tokens
+        all_units=lambda s: _decomposition_units(64, 8),
     ),
     Factory("mixture", _mixture, balance=False, units=None),  # draws by weight: no "each once"
     Factory(

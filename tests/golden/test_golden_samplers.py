@@ -2,8 +2,9 @@
 
 They were computed before the planner-interface redesign and still hold after it: a change here
 means users' runs would see other batches for the same seed. ``windowed``, ``fixed_shapes`` and
-``token_budget_cost`` were pinned later, from the code of commit d0213d3. A factory added to the
-contract list needs its digest here (pasted once from today's output, never computed by a test).
+``token_budget_cost`` were pinned later, from the code of commit d0213d3; ``decomposition`` when
+it was added (issue 28). A factory added to the contract list needs its digest here (pasted once
+from today's output, never computed by a test).
 """
 
 import pytest
@@ -23,6 +24,7 @@ GOLDEN = {
     "windowed": "0eab906b5c79ba49",
     "fixed_shapes": "6ac7804470707ee3",
     "token_budget_cost": "9e077588eabec02d",
+    "decomposition": "411a528f7c8f21c7",
     "mixture": "c86076763ae39e3b",
     "lm_random": "95fdf832c1019214",
     "lm_sequential": "65e36509dbc48e58",

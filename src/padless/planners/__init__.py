@@ -19,6 +19,7 @@ _REGISTRY = {
     "buckets": ("padless.planners.buckets", "Buckets"),
     "packing": ("padless.planners.packing", "Packing"),
     "fixed_shapes": ("padless.planners.shapes", "FixedShapes"),
+    "decomposition": ("padless.planners.decomposition", "Decomposition"),
 }
 
 

@@ -164,6 +164,8 @@ class CollateForm:
     ``packed``: the batches are rows of concatenated pieces of at most ``capacity`` tokens
     (``collate_packed(capacity, max_per_row=...)``); else padded sequences, to a width
     multiple of ``multiple_of`` or to one of the static ``shapes`` (``collate_padded``).
+    ``equal_lengths``: every batch's samples share one length (dense ``(B, L)`` blocks), and
+    the collate refuses a batch that does not (a dataset not serving the planned pieces).
     """
 
     packed: bool = False
@@ -172,6 +174,7 @@ class CollateForm:
     pad_batches: bool = True
     capacity: int = 0
     max_per_row: int | None = None
+    equal_lengths: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -190,6 +193,9 @@ class Spec:
     # the strategy's answers to generic code (which never tests a spec's type):
     # batches are rows of packed pieces (the plan is a PackedPlan, ``capacity`` a row's length)
     packs_rows: ClassVar[bool] = False
+    # the plan lists its batches in training order (a curriculum): samplers keep that order
+    # (no shuffle, no balanced steps) and slice ranks from it
+    orders_batches: ClassVar[bool] = False
     # settings left out of as_dict() at these values (added after records of the spec existed)
     quiet: ClassVar[dict[str, Any]] = QUIET_DEFAULTS
 

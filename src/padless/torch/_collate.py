@@ -109,8 +109,10 @@ class PaddedCollate:
         fields: list[str] | None,
         shapes: tuple[tuple[int, int], ...] | None = None,
         pad_batches: bool = True,
+        equal_lengths: bool = False,
     ) -> None:
         self.pad_id = check_int64("pad_id", pad_id)
+        self.equal_lengths = check_bool("equal_lengths", equal_lengths)
         self.multiple_of = positive("multiple_of", multiple_of)
         self.fields = _check_fields(fields)
         self.pad_batches = check_bool("pad_batches", pad_batches)
@@ -137,9 +139,19 @@ class PaddedCollate:
         rows, width = self.shapes[at]
         return (rows if self.pad_batches else count), width
 
+    def _check_equal(self, seqs: list[torch.Tensor]) -> None:
+        """Refuse a batch of unequal lengths where the plan made dense blocks."""
+        sizes = {t.numel() for t in seqs}
+        if self.equal_lengths and len(sizes) > 1:
+            raise ValueError(
+                f"the batch's samples have lengths {sorted(sizes)}, but the plan's batches hold "
+                "pieces of one length: serve the planned pieces (e.g. sampler.pieces(dataset))"
+            )
+
     def __call__(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         if self.fields is None:
             seqs = [_as_ids(s, f"sample [{i}]") for i, s in enumerate(samples)]
+            self._check_equal(seqs)
             shape = self._shape([seqs], len(samples))
             ids, mask, lengths = _pad(seqs, self.pad_id, self.multiple_of, shape)
             return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
@@ -149,6 +161,7 @@ class PaddedCollate:
             for i, s in enumerate(samples):
                 part = s[name] if isinstance(s, Mapping) else s[f]
                 seqs.append(_as_ids(part, f"field {name!r} of sample [{i}]"))
+            self._check_equal(seqs)
             columns.append(seqs)
         shape = self._shape(columns, len(samples))
         out: dict[str, torch.Tensor] = {}
@@ -244,7 +257,10 @@ def collate_padded(
             check_collate_multiple(planned, multiple_of)
     multiple_of = 1 if multiple_of is None else positive("multiple_of", multiple_of)
     if shapes is None:
-        return PaddedCollate(pad_id, multiple_of, names)
+        equal = form_of(plan) if plan is not None and not isinstance(plan, BatchPlan) else None
+        return PaddedCollate(
+            pad_id, multiple_of, names, equal_lengths=bool(equal and equal.equal_lengths)
+        )
     form = form_of(shapes)
     if form is not None and form.shapes is not None:
         return PaddedCollate(pad_id, multiple_of, names, form.shapes, form.pad_batches)
