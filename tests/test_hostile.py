@@ -294,7 +294,8 @@ ENTRIES: list[Entry] = [
         padless.PlanSampler,
         "PlanSampler",
         {"lengths": L, "spec": padless.TokenBudget(max_tokens=200)},
-        ["spec", "seed", "world_size", "rank", "shuffle", "drop_last", "balance", "window"],
+        ["spec", "seed", "world_size", "rank", "shuffle", "drop_last", "balance", "window"]
+        + ["batches_per_step", "tokens_per_step"],
         None,
     ),
     (SAMPLER.checked, "PlanSampler.checked", {"dataset": [[1]] * 200}, ["dataset", "field"], None),

@@ -196,6 +196,29 @@ class Resumable:
             pos = np.concatenate([pos, total + np.arange(steps * world - n, dtype=np.int64)])
         return pos[: steps * world], steps
 
+    def _skipped_before(self, epoch: int, position: int) -> int:
+        """Global positions of ``epoch`` below ``position`` that its recorded skips leave out
+        (overlapping skips counted once)."""
+        ranges = sorted((lo, min(hi, position)) for e, lo, hi in self._skips if e == epoch)
+        out, reach = 0, 0
+        for lo, hi in ranges:
+            lo = max(lo, reach)
+            if hi > lo:
+                out += hi - lo
+                reach = hi
+        return out
+
+    def _counted(self, total: int, position: int) -> int:
+        """Global batches the current epoch (``total`` slots) yields before global ``position``
+        (skipped ones not counted, the tail's repeats counted)."""
+        return position - self._skipped_before(self.epoch, min(position, total))
+
+    def _epoch_batches(self, epoch: int, total: int) -> int:
+        """Global batches ``epoch`` (``total`` slots) yields from its start at this world size
+        under the tail policy, its recorded skips left out."""
+        kept = total - self._skipped_before(epoch, total)
+        return self._steps(kept, 0) * self.world_size
+
     def _step_slots(self, total: int, start: int) -> np.ndarray:
         """The (steps, world_size) table of the global slots each step gives each rank."""
         pos, steps = self._positions(total, start)

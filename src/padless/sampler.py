@@ -19,7 +19,7 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
@@ -41,6 +41,7 @@ from .cost import real_work
 from .lengths import lengths_of
 from .plan import BatchPlan
 from .planners.spec import Spec
+from .schedules import Schedule
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec
@@ -59,6 +60,8 @@ class SamplerOptions(TypedDict, total=False):
     drop_last: bool
     balance: bool
     window: int | None
+    batches_per_step: Any
+    tokens_per_step: Any
 
 
 class _Epoch:
@@ -100,6 +103,30 @@ class PlanSampler(Resumable):
         window: plan the epoch in windows of about this many items (see
             :mod:`padless.windows`): bounded memory for corpora of any size, e.g. a memory-mapped
             ``.npy`` of lengths; ``len()`` then costs one counting pass per epoch (cached).
+        batches_per_step: global micro-batches (the plan's batches, over all ranks) per
+            optimizer step: an int or a schedule of the global optimizer step (an object with
+            ``value(step)``, ``values(steps)`` and ``as_dict()``, e.g. ``padless.Schedule``), a
+            batch-size ramp. Every value must be a positive multiple of ``world_size``
+            (checked where it is first evaluated). The plan does not change: the ramp only cuts
+            the stream of micro-batches into optimizer steps, so resume stays O(1) in the plan.
+            See :meth:`step_sizes`, :meth:`steps`, :meth:`loss_tokens`.
+        tokens_per_step: instead of ``batches_per_step``, tokens per optimizer step (an int or
+            a schedule) for a spec with a token budget (``max_tokens``): ``ceil(tokens /
+            max_tokens)`` batches, rounded up to a multiple of ``world_size``.
+
+    Optimizer steps (with ``batches_per_step``), the rules:
+
+    - the steps cut the batches the ranks yield in an epoch, in their order: optimizer step
+      ``g`` (global, counted from 0 at epoch 0's start) takes the next ``batches_per_step(g)``
+      global batches, ``batches_per_step(g) / world_size`` on every rank (so every rank has the
+      same steps, balanced or not); skipped batches (:meth:`skip`) are not yielded and not
+      counted;
+    - the epoch's last optimizer step may be short: it takes what is left, and the next epoch
+      starts a new step; the global step continues across epochs (:meth:`first_step`; earlier
+      epochs are counted at the current world size and skips);
+    - a state saved mid optimizer step resumes inside it: the step continues with its
+      remaining micro-batches, then the cut goes on as uninterrupted (at another world size,
+      a micro-batch step belongs to the optimizer step its first global batch falls in).
 
     >>> from padless import TokenBudget
     >>> s = PlanSampler([3, 5, 2, 7, 4, 4], TokenBudget(max_tokens=10), seed=1, world_size=2)
@@ -119,6 +146,8 @@ class PlanSampler(Resumable):
         drop_last: bool = False,
         balance: bool = False,
         window: int | None = None,
+        batches_per_step: Any = None,
+        tokens_per_step: Any = None,
     ) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(
@@ -154,6 +183,12 @@ class PlanSampler(Resumable):
         self._reset_position()
         self._cache: _Epoch | None = None
         self._fingerprint: str | None = None
+        self.batches_per_step = _steps_schedule(self, batches_per_step, tokens_per_step)
+        self._totals: dict[int, int] = {}  # batches of each plan epoch, for first_step
+        self._firsts: tuple[Any, dict[int, int]] = ((), {0: 0})  # (skips, epoch -> first step)
+        self._cuts: dict[Any, tuple[int, np.ndarray]] = {}
+        if self.batches_per_step is not None:
+            self._batches_per_step(np.zeros(1, dtype=np.int64))  # step 0 checked at once
 
     @property
     def lengths(self) -> np.ndarray:
@@ -261,10 +296,18 @@ class PlanSampler(Resumable):
         sawtooth with lag1 well above 0).
         ``repeated``/``dropped`` are the tail policy's batch counts;
         the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
-        A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass).
+        A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass). With
+        ``batches_per_step``: ``optimizer_steps`` (the epoch's, from its start), ``first_step``
+        and ``batches_per_step`` (the schedule's ``as_dict()``).
         """
-        if self._windowed is not None:
-            return self._windowed.stats(self)
+        out = self._windowed.stats(self) if self._windowed is not None else self._plan_stats()
+        if self.batches_per_step is not None:
+            out["optimizer_steps"] = int(self.step_sizes().size)
+            out["first_step"] = self.first_step()
+            out["batches_per_step"] = self.batches_per_step.as_dict()
+        return out
+
+    def _plan_stats(self) -> dict[str, Any]:
         sched = self._schedule(self.epoch)
         if sched.costs is None:
             sched.costs = self.planner.costs(sched.plan)
@@ -306,12 +349,198 @@ class PlanSampler(Resumable):
             "length_lag1": lag1,
         }
 
+    # ------------------------------------------------------------------ optimizer steps
+    def _batches_per_step(self, steps: np.ndarray, need: int | None = None) -> np.ndarray:
+        """``batches_per_step`` at global optimizer ``steps``, each checked (a positive multiple
+        of ``world_size``; the first bad one is a ``ValueError`` naming its step and value).
+        With ``need``, only the steps up to the first whose running sum reaches ``need``."""
+        assert self.batches_per_step is not None
+        values = np.asarray(self.batches_per_step.values(steps))
+        if values.shape != steps.shape or not np.issubdtype(values.dtype, np.number):
+            raise ValueError(
+                f"batches_per_step.values(steps) must return one number per step (shape "
+                f"{steps.shape}), got {values.dtype} of shape {values.shape}"
+            )
+        out = values.astype(np.int64)
+        world = self.world_size
+        bad = (out != values) | (out <= 0) | (out % world != 0)
+        if need is not None:
+            good = out[: int(np.argmax(bad))] if bad.any() else out
+            end = int(np.searchsorted(np.cumsum(good), need)) + 1
+            out, bad = out[:end], bad[:end]
+        if bad.any():
+            i = int(np.argmax(bad))
+            v = values[i].item()
+            rule = (
+                "a positive int" if out[i] != v or v <= 0 else f"a multiple of world_size={world}"
+            )
+            raise ValueError(f"batches_per_step at step {int(steps[i])} is {v}, not {rule}")
+        return out
+
+    def _bounds(self, first: int, count: int) -> np.ndarray:
+        """The optimizer steps from global step ``first`` that cut ``count`` global batches:
+        ``bounds[k]`` global batches come before step ``first + k``, ``bounds[-1] == count``
+        (the last step takes what is left).
+
+        Cost: O(steps) values of the schedule, in doubling chunks (the steps used are checked).
+        """
+        parts = [np.zeros(1, dtype=np.int64)]
+        covered = done = 0
+        n = 1024
+        while covered < count:
+            steps = first + done + np.arange(n, dtype=np.int64)
+            cum = covered + np.cumsum(self._batches_per_step(steps, count - covered))
+            parts.append(cum)
+            done += cum.size
+            covered = int(cum[-1])
+            n *= 2
+        out = np.concatenate(parts)
+        out[-1] = count
+        return out
+
+    def _total_of(self, epoch: int) -> int:
+        """Batch slots of ``epoch``'s plan (cached; the current epoch's from its schedule)."""
+        if epoch == self.epoch:
+            return self._total()
+        key = epoch if self.shuffle else 0
+        if key not in self._totals:
+            if self._windowed is not None:
+                self._totals[key] = self._windowed.total(epoch)
+            else:
+                self._totals[key] = len(self.planner.plan(self.seed, key))
+        return self._totals[key]
+
+    def _require_steps(self, what: str) -> None:
+        if self.batches_per_step is None:
+            raise ValueError(
+                f"{what} needs optimizer steps: pass batches_per_step= (or tokens_per_step=) to "
+                f"{type(self).__name__}"
+            )
+
+    def first_step(self, epoch: int | None = None) -> int:
+        """The global optimizer step ``epoch`` (default: the current one) starts at: the sum of
+        the earlier epochs' optimizer steps (their batches cut by ``batches_per_step``, each at
+        the current world size, tail policy and recorded skips).
+
+        Cost: the first call plans each earlier epoch once (to count its batches; once in all
+        with ``shuffle=False``) and evaluates the schedule for its steps; cached.
+
+        >>> from padless import TokenBudget
+        >>> s = PlanSampler([4] * 10, TokenBudget(max_tokens=4), batches_per_step=4, shuffle=False)
+        >>> s.step_sizes().tolist(), s.first_step(1), s.first_step(2)
+        ([4, 4, 2], 3, 6)
+        """
+        self._require_steps("first_step")
+        epoch = self.epoch if epoch is None else check_seed("epoch", epoch)
+        if self._firsts[0] != self._skips:  # a skip changes the counts of later epochs
+            self._firsts = (self._skips, {0: 0})
+        firsts = self._firsts[1]
+        known = max(e for e in firsts if e <= epoch)
+        for e in range(known, epoch):
+            count = self._epoch_batches(e, self._total_of(e))
+            firsts[e + 1] = firsts[e] + int(self._bounds(firsts[e], count).size) - 1
+        return firsts[epoch]
+
+    def _iteration_start(self) -> int:
+        """The global position the current iteration started at (a loaded state's before it
+        starts): where :meth:`loss_tokens`, :meth:`steps` and :meth:`optimizer_steps` count."""
+        return self._pending if self._pending is not None else self._start
+
+    def _cut(self, start: int) -> tuple[int, np.ndarray]:
+        """``(global step, sizes)``: the optimizer steps of an iteration of the current epoch
+        from global position ``start``: the first one's global step and the micro-batches per
+        rank of each (the first one's rest when ``start`` is inside it)."""
+        key = (self.epoch, start, self._skips)
+        if key in self._cuts:
+            return self._cuts[key]
+        total = self._total()
+        world = self.world_size
+        micro = self._positions(total, start)[1]
+        before = self._counted(total, start)
+        first = self.first_step()
+        bounds = self._bounds(first, before + micro * world)
+        # micro-batch step i (global batches before + i·world onwards) is in the step its
+        # first global batch falls in
+        reached = np.clip(-(-(bounds - before) // world), 0, micro)
+        sizes = np.diff(reached)
+        k0 = int(np.searchsorted(bounds, before, side="right")) - 1 if micro else sizes.size
+        sizes = sizes[k0:]
+        sizes = sizes[: int(np.flatnonzero(sizes)[-1]) + 1] if sizes.any() else sizes[:0]
+        if len(self._cuts) > 8:
+            self._cuts.clear()
+        self._cuts[key] = (first + k0, sizes)
+        return first + k0, sizes
+
+    def step_sizes(self) -> np.ndarray:
+        """Micro-batches per rank of each optimizer step of the current epoch, from its start
+        (int64; they sum to the epoch's ``len()`` from position 0; the last may be short).
+
+        Cost: O(optimizer steps), vectorised (cached).
+
+        >>> from padless import TokenBudget
+        >>> s = PlanSampler([4] * 10, TokenBudget(max_tokens=4), batches_per_step=4,
+        ...                 world_size=2)
+        >>> s.step_sizes().tolist(), len(s)
+        ([2, 2, 1], 5)
+        """
+        self._require_steps("step_sizes")
+        return self._cut(0)[1].copy()
+
+    def optimizer_steps(self) -> int:
+        """Optimizer steps of the current iteration (the next one before it starts), from its
+        start position: a state saved mid optimizer step resumes inside it, so its first step
+        is that step's rest (:meth:`steps` and :meth:`loss_tokens` count the same steps)."""
+        self._require_steps("optimizer_steps")
+        return int(self._cut(self._iteration_start())[1].size)
+
+    def steps(self, batches: Iterable[Any]) -> Iterator[list[Any]]:
+        """Group this rank's ``batches`` (this sampler's, e.g. a DataLoader over it) into lists,
+        one per optimizer step of the iteration, following the cut from where it started.
+
+        The cut is read at the first batch (once the iteration has started); an iterable that
+        ends early ends with the short group it has. More batches than the iteration's are a
+        ``ValueError``.
+
+        >>> from padless import TokenBudget
+        >>> s = PlanSampler([4] * 10, TokenBudget(max_tokens=4), batches_per_step=4,
+        ...                 shuffle=False, world_size=2)
+        >>> [len(group) for group in s.steps(s)]
+        [2, 2, 1]
+        """
+        self._require_steps("steps")
+        return self._grouped(iter(batches))
+
+    def _grouped(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        try:
+            head = next(it)
+        except StopIteration:
+            return
+        sizes = self._cut(self._iteration_start())[1].tolist()
+        group: list[Any] = [head]
+        for size in sizes:
+            while len(group) < size:
+                try:
+                    group.append(next(it))
+                except StopIteration:
+                    yield group
+                    return
+            yield group
+            group = []
+            try:
+                group.append(next(it))
+            except StopIteration:
+                return
+        raise ValueError(
+            f"steps() got more than the {sum(sizes)} batches of this iteration's "
+            f"{len(sizes)} optimizer steps: pass this sampler's batches (one iteration)"
+        )
+
     # ------------------------------------------------------------------ loss normalisation
     def loss_tokens(
         self,
         step: int,
         *,
-        accumulation: int = 1,
+        accumulation: int | None = None,
         targets: str | Callable[[np.ndarray], Any] = "shifted",
     ) -> tuple[int, list[int]]:
         """Target tokens of optimizer step ``step``: ``(step_total, per_micro_batch)``.
@@ -325,10 +554,16 @@ class PlanSampler(Resumable):
         the gradient reduction averages, as DDP does: ``padless.torch.scale_loss``), and the
         accumulated gradient is that of the mean loss over every real target of the step.
 
+        With ``batches_per_step``, the optimizer steps are the sampler's (:meth:`steps`): step
+        ``k`` is the ``k``-th optimizer step of the iteration (the rest of a step a state was
+        saved inside, first) and its micro-batches are that step's.
+
         Args:
             step: optimizer step within the iteration (steps count from where the current
                 iteration started, or a loaded state's position before it starts).
-            accumulation: micro-batches per optimizer step on each rank.
+            accumulation: micro-batches per optimizer step on each rank (default 1). With
+                ``batches_per_step`` it is the step's (``batches_per_step / world_size``); one
+                given too must match it.
             targets: targets of a sequence of length l: ``"shifted"`` l − 1 (next-token
                 prediction, labels masked at each sequence's first token, as
                 ``collate_packed`` does), ``"all"`` l, or a function mapping an int64 array
@@ -348,25 +583,51 @@ class PlanSampler(Resumable):
         (19, [6, 3])
         """
         step = non_negative("step", step)
-        accumulation = positive("accumulation", accumulation)
+        if accumulation is not None:
+            accumulation = positive("accumulation", accumulation)
         count = _target_rule(targets)
         total = self._total()
-        start = self._pending if self._pending is not None else self._start
+        start = self._iteration_start()
         table_slots = self._step_slots(total, start)  # each step's slots (skips left out)
         steps = int(table_slots.shape[0])
-        optimizer_steps = -(-steps // accumulation)
-        if step >= optimizer_steps:
-            raise ValueError(
-                f"step must be < {optimizer_steps}, the optimizer steps left in this iteration "
-                f"({steps} batches per rank from position {start}, accumulation="
-                f"{accumulation}), got {step}"
-            )
-        micro = table_slots[step * accumulation : min((step + 1) * accumulation, steps)]
+        if self.batches_per_step is not None:
+            lo, hi = self._step_range(step, start, accumulation)
+        else:
+            accumulation = accumulation or 1
+            optimizer_steps = -(-steps // accumulation)
+            if step >= optimizer_steps:
+                raise ValueError(
+                    f"step must be < {optimizer_steps}, the optimizer steps left in this "
+                    f"iteration ({steps} batches per rank from position {start}, accumulation="
+                    f"{accumulation}), got {step}"
+                )
+            lo, hi = step * accumulation, min((step + 1) * accumulation, steps)
+        micro = table_slots[lo:hi]
         table = np.zeros((self.world_size, micro.shape[0]), dtype=np.int64)
         for r in range(self.world_size):
             for k, slot in enumerate(micro[:, r].tolist()):
                 table[r, k] = self._slot_targets(slot, targets, count)
         return int(table.sum()), table[self.rank].tolist()
+
+    def _step_range(self, step: int, start: int, accumulation: int | None) -> tuple[int, int]:
+        """The micro-batch steps ``[lo, hi)`` of the iteration from ``start`` that optimizer
+        step ``step`` of it takes (``accumulation``, if given, checked against the schedule)."""
+        first, sizes = self._cut(start)
+        if step >= sizes.size:
+            raise ValueError(
+                f"step must be < {sizes.size}, the optimizer steps left in this iteration "
+                f"(from position {start}, global optimizer step {first}), got {step}"
+            )
+        if accumulation is not None:
+            per_rank = int(self._batches_per_step(np.array([first + step]))[0]) // self.world_size
+            if accumulation != per_rank:
+                raise ValueError(
+                    f"accumulation={accumulation} does not match batches_per_step: optimizer "
+                    f"step {first + step} takes {per_rank} micro-batches per rank (leave "
+                    "accumulation out)"
+                )
+        lo = int(sizes[:step].sum())
+        return lo, lo + int(sizes[step])
 
     def _slot_targets(self, slot: int, targets: Any, count: Callable[[np.ndarray], int]) -> int:
         """Targets of the batch at a global slot of the current epoch."""
@@ -426,6 +687,8 @@ class PlanSampler(Resumable):
             "balance": self.balance,
             **self.planner.config(),
         }
+        if self.batches_per_step is not None:
+            config["batches_per_step"] = self.batches_per_step.as_dict()
         data = {"lengths_shape": list(self.lengths.shape), "lengths_hash": lengths_hash}
         return fingerprint(config, data=data)
 
@@ -454,8 +717,66 @@ class PlanSampler(Resumable):
             f"rank={self.rank}, world_size={self.world_size}, seed={self.seed}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, balance={self.balance}"
             + ("" if self.window is None else f", window={self.window}")
+            + (
+                ""
+                if self.batches_per_step is None
+                else f", batches_per_step={self.batches_per_step.as_dict()}"
+            )
             + ")"
         )
+
+
+class _TokensPerStep:
+    """Batches per step from tokens per step: ``ceil(tokens / budget)`` rounded up to a
+    multiple of ``world_size``."""
+
+    def __init__(self, tokens: Any, budget: int, world_size: int) -> None:
+        self.tokens, self.budget, self.world_size = tokens, budget, world_size
+
+    def value(self, step: int) -> int:
+        return int(self.values(np.array([step], dtype=np.int64))[0])
+
+    def values(self, steps: np.ndarray) -> np.ndarray:
+        tokens = np.asarray(self.tokens.values(steps))
+        if tokens.shape != steps.shape or not np.issubdtype(tokens.dtype, np.number):
+            raise ValueError(
+                f"tokens_per_step.values(steps) must return one number per step (shape "
+                f"{steps.shape}), got {tokens.dtype} of shape {tokens.shape}"
+            )
+        bad = tokens <= 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"tokens_per_step at step {int(steps[i])} is {tokens[i].item()}, not positive"
+            )
+        batches = np.ceil(tokens / self.budget).astype(np.int64)
+        return -(-batches // self.world_size) * self.world_size
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tokens_per_step": self.tokens.as_dict(), "per_batch": self.budget}
+
+
+def _schedule_of(name: str, value: Any) -> Schedule:
+    """``value`` as an integer :class:`padless.Schedule` (a plain int is a constant)."""
+    schedule = Schedule.of(value, name=name)
+    if not schedule.integer:
+        raise TypeError(f"{name} must be an integer schedule (a count per step), got {schedule!r}")
+    return schedule
+
+
+def _steps_schedule(sampler: PlanSampler, batches: Any, tokens: Any) -> Any:
+    """The sampler's batches-per-step schedule (None without one), from either keyword."""
+    if batches is not None and tokens is not None:
+        raise TypeError("pass batches_per_step or tokens_per_step, not both")
+    if tokens is None:
+        return None if batches is None else _schedule_of("batches_per_step", batches)
+    budget = getattr(sampler.spec, "max_tokens", None)
+    if budget is None:
+        raise ValueError(
+            f"tokens_per_step needs a spec with a token budget per batch (max_tokens); "
+            f"{sampler.spec.describe()} has none: pass batches_per_step="
+        )
+    return _TokensPerStep(_schedule_of("tokens_per_step", tokens), budget, sampler.world_size)
 
 
 def _shifted(lengths: np.ndarray) -> np.ndarray:

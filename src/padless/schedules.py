@@ -398,7 +398,12 @@ class Schedule:
         if isinstance(value, Mapping):
             return cls.from_dict(value, name=name)
         if _is_number(value):
-            return cls.constant(value)
+            try:
+                return cls.constant(value)
+            except (TypeError, ValueError) as err:  # name the caller's parameter, not "value"
+                text = str(err)
+                shown = f"{name}{text[5:]}" if text.startswith("value") else f"{name}: {text}"
+                raise type(err)(shown) from None
         raise TypeError(
             f"{name} must be a number, a Schedule or a schedule's dict (Schedule.as_dict()), "
             f"got {type(value).__name__} {value!r}"
