@@ -27,7 +27,7 @@ def strategies() -> dict[str, type[Spec]]:
     """The registry of batching strategies: name → spec class.
 
     >>> sorted(strategies())[:2]
-    ['buckets', 'exact_length']
+    ['buckets', 'decomposition']
     """
     return {name: getattr(import_module(mod), cls) for name, (mod, cls) in _REGISTRY.items()}
 
