@@ -325,7 +325,7 @@ ENTRIES: list[Entry] = [
         "LMStream",
         {"tokens": np.arange(1000), "batch_size": 2, "num_steps": 8},
         ["batch_size", "num_steps", "mode", "seed", "rank", "world_size", "out_dtype", "dtype"]
-        + ["tokens", "drop_last"],
+        + ["tokens", "drop_last", "tokens_per_batch"],
         None,
     ),
     (padless.bucket_boundaries, "bucket_boundaries", {"lengths": L, "k": 3}, ["k", "method"], None),

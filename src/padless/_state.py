@@ -228,9 +228,14 @@ class Resumable:
         slots = np.where(pos < total, pos, (pos - total) % max(total, 1))
         return slots.reshape(steps, world)
 
-    def _run(self, batch_at: Callable[[int], Any]) -> Iterator[Any]:
+    def _run(self, batch_at: Callable[..., Any], *, stepped: bool = False) -> Iterator[Any]:
         """This rank's batches of the current epoch from the loaded position (skipped batches
-        left out; a skip recorded while iterating applies to the steps not yet produced)."""
+        left out; a skip recorded while iterating applies to the steps not yet produced).
+
+        With ``stepped``, ``batch_at(slot, step)`` also gets the step of the epoch the batch is
+        in: the global batches counted before the step's first one (skipped ones left out),
+        over ``world_size`` — the same on every rank.
+        """
         total = self._total()
         start = self._begin_iteration()
         world, rank = self.world_size, self.rank
@@ -241,6 +246,7 @@ class Resumable:
                 seen = self._skips
                 base = self._next_pos
                 pos, steps = self._positions(total, base)
+                first = self._counted(total, base) // world if stepped else 0
                 for i in range(steps):
                     if self._skips is not seen:
                         break  # a skip was recorded: deal the rest again
@@ -249,7 +255,7 @@ class Resumable:
                     else:
                         p, end = int(pos[i * world + rank]), int(pos[i * world + world - 1]) + 1
                     slot = p if p < total else (p - total) % max(total, 1)
-                    batch = batch_at(slot)
+                    batch = batch_at(slot, first + i) if stepped else batch_at(slot)
                     self._next_pos = end
                     self._yielded += 1
                     self._step_end.append(end)

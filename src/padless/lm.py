@@ -10,6 +10,10 @@ Two classic schemes, both exact (every target token counted, none sampled with r
   ``world_size × batch_size`` equal contiguous streams, and walks them ``num_steps`` columns at a
   time, so row ``i`` of batch ``k + 1`` continues row ``i`` of batch ``k`` (truncated BPTT).
 
+Random mode takes a sequence-length warm-up: ``num_steps`` as a :class:`padless.Schedule` of the
+global optimizer step; the epoch is cut into chunks of the longest length, and a step of length
+``T`` cuts each of its chunks into rows of ``T``, so tokens per step stay constant.
+
 Nothing proportional to the corpus is ever materialised: the shuffle is a Feistel network with
 cycle walking over ``[0, n)`` (``padless._kernels.feistel_permute``), and batches are gathered
 by a compiled loop straight from the (memory-mapped) corpus.
@@ -26,8 +30,9 @@ import numpy as np
 
 from . import _kernels as K
 from . import _rng
-from ._check import check_bool, check_choice, check_seed, non_negative, positive
+from ._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
 from ._state import Resumable, fingerprint
+from .schedules import Schedule
 
 __all__ = ["LMStream"]
 
@@ -166,6 +171,71 @@ def _open_tokens(tokens: Any, dtype: Any, populate: bool) -> tuple[np.ndarray, s
     return arr, None
 
 
+def _length_schedule(num_steps: Any, mode: str) -> tuple[Schedule | None, int]:
+    """``(schedule, longest length)`` of ``num_steps``: ``None`` for a constant (an int or a
+    constant schedule); a warm-up's every value must divide its longest one (checked at step 0
+    and at every step where the value changes, so every step any epoch reaches is covered)."""
+    if _is_int(num_steps):
+        return None, positive("num_steps", num_steps)
+    schedule = Schedule.of(num_steps, name="num_steps")
+    if not schedule.integer:
+        raise TypeError(f"num_steps must be an integer schedule (token counts), got {schedule!r}")
+    if schedule.is_constant:
+        return None, positive("num_steps", schedule.value(0))
+    if mode != "random":
+        raise ValueError(
+            f"num_steps as a schedule (a sequence-length warm-up) needs mode='random', got "
+            f"mode={mode!r} with num_steps={schedule!r}: sequential mode's rows continue each "
+            "other column by column (truncated BPTT), which a changing length would break"
+        )
+    steps = np.array((0, *schedule.changes()), dtype=np.int64)
+    values = schedule.values(steps)
+    longest = int(values.max())
+    for step, value in zip(steps.tolist(), values.tolist(), strict=True):
+        if value < 1:
+            raise ValueError(f"num_steps at step {step} is {value}, not a positive int")
+        if longest % value:
+            raise ValueError(
+                f"num_steps at step {step} is {value}, which does not divide the longest "
+                f"num_steps {longest} of {schedule!r} (each step cuts chunks of {longest} "
+                "tokens into rows of its length; a power-of-two warm-up does)"
+            )
+    return schedule, longest
+
+
+def _rows_per_batch(batch_size: Any, tokens_per_batch: Any, longest: int) -> int:
+    """Rows of ``longest`` tokens per batch: ``batch_size``, or ``tokens_per_batch / longest``."""
+    if (batch_size is None) == (tokens_per_batch is None):
+        raise TypeError(
+            "LMStream takes batch_size (rows per batch at the longest num_steps) or "
+            "tokens_per_batch (the tokens of each batch), one of them, got "
+            f"batch_size={batch_size!r} and tokens_per_batch={tokens_per_batch!r}"
+        )
+    if batch_size is not None:
+        return positive("batch_size", batch_size)
+    tokens = positive("tokens_per_batch", tokens_per_batch)
+    if tokens % longest:
+        raise ValueError(
+            f"tokens_per_batch must be a multiple of the longest num_steps {longest} (a batch "
+            f"holds whole chunks of {longest} tokens), got {tokens}"
+        )
+    return tokens // longest
+
+
+def _phases(schedule: Schedule, first: int, steps: int) -> list[dict[str, int]]:
+    """The runs of equal length among ``steps`` global steps from ``first``, in order."""
+    lengths = schedule.values(first + np.arange(steps, dtype=np.int64))
+    if not lengths.size:
+        return []
+    cuts = np.flatnonzero(lengths[1:] != lengths[:-1]) + 1
+    starts = np.concatenate([[0], cuts])
+    counts = np.diff(np.concatenate([starts, [lengths.size]]))
+    return [
+        {"num_steps": int(lengths[a]), "steps": int(n)}
+        for a, n in zip(starts.tolist(), counts.tolist(), strict=True)
+    ]
+
+
 class LMStream(Resumable):
     """Cut one long token corpus into language-model batches ``(x, y)``, y being x shifted by one.
 
@@ -194,14 +264,39 @@ class LMStream(Resumable):
       continues row ``i`` of batch ``k``. ``drop_last=False`` adds a last, shorter step with the
       ``L mod T`` remaining columns; then every token in ``(o, o + S·L]`` is a target exactly once.
 
+    Sequence-length warm-up (random mode; ``num_steps`` a :class:`padless.Schedule`, e.g.
+    ``Schedule.piecewise([0, 1000, 2000], [1024, 2048, 4096])``):
+
+    - ``T_max``, the schedule's longest value, takes the place of ``num_steps`` above: the epoch's
+      offset is in ``[0, T_max)``, its subsequences (*chunks*) have ``T_max`` tokens and are
+      shuffled and grouped ``batch_size`` per global batch as above, whatever the schedule.
+      Every value must divide ``T_max`` (checked up front, naming the step: a power-of-two
+      warm-up does).
+    - A batch at a step of length ``T`` cuts each of its chunks into ``T_max / T`` rows of ``T``
+      tokens, in order: its shape is ``(batch_size · T_max / T, T)``, so tokens per batch
+      (``batch_size · T_max``, :attr:`tokens_per_batch`) stay constant and the last row of a chunk
+      reads the chunk's next token for ``y``. The batches, their order, ``len()``, the tail
+      policy and the coverage are those of a constant ``num_steps=T_max``: every token of the
+      epoch is a target exactly once, wherever the warm-up ends (mid-epoch or later).
+    - The schedule's step is the global optimizer step: every rank's batch ``k`` of an epoch is
+      one step, and the step counts on across epochs, from 0 at epoch 0's start
+      (:meth:`first_step`: the earlier epochs' steps at this world size, tail policy and skips);
+      a repeat that completes the last step (``drop_last=False``) is cut at that step's length,
+      so every rank has the same length at the same step (:meth:`num_steps_at`). After a resume
+      at another world size, the epoch's steps are counted as if it had run at the new one.
+
     Args:
         tokens: a 1-D integer array or ``np.memmap``; a token store (``padless.tokens.RawTokens``
             or an indexed dataset: its ``tokens``, the whole file); or a path: ``*.npy`` (dtype
             from the header; an OLMo-style ``.npy`` without the numpy header is raw and needs
             ``dtype``), any other name is a raw binary file and needs ``dtype``. Float dtypes
             are refused.
-        batch_size: rows per batch (B).
-        num_steps: columns per batch (T), the sequence length.
+        batch_size: rows per batch (B); with a warm-up, rows of the longest ``num_steps``.
+        num_steps: columns per batch (T), the sequence length; or, in random mode, a
+            :class:`padless.Schedule` of the global optimizer step (a warm-up, see above).
+        tokens_per_batch: instead of ``batch_size``, the tokens of each batch, on each rank
+            (one batch per rank is one step): ``batch_size = tokens_per_batch / T_max``, which
+            must be an int (``T_max``: ``num_steps``, or a warm-up's longest value).
         mode: ``"random"`` or ``"sequential"``.
         seed: non-negative int; offsets and orders derive from ``(seed, epoch)``.
         rank, world_size: this process's share; every rank yields the same number of batches.
@@ -225,7 +320,9 @@ class LMStream(Resumable):
 
     Cost: construction O(1) for an array; for a path with ``populate=True``, one read of the file
     into the page cache. Per batch O(B·T) time, 2·B·T·itemsize bytes out, O(1) extra memory; the
-    permutation costs about 2 × 6 Feistel rounds per row.
+    permutation costs about 2 × 6 Feistel rounds per row. A warm-up adds one evaluation of the
+    schedule per batch; its values are checked once, at construction (O(steps where it changes),
+    O(the ramp's steps) for a ramp).
 
     >>> import numpy as np
     >>> stream = LMStream(np.arange(100), batch_size=2, num_steps=5, seed=1)
@@ -234,14 +331,22 @@ class LMStream(Resumable):
     >>> x, y = next(iter(stream))
     >>> x.shape, x.dtype.name, bool((y == x + 1).all())
     ((2, 5), 'int64', True)
+    >>> from padless import Schedule
+    >>> warm = LMStream(np.arange(200), num_steps=Schedule.piecewise([0, 2], [2, 8]),
+    ...                 tokens_per_batch=16)
+    >>> [x.shape for x, _ in warm][:4]
+    [(8, 2), (8, 2), (2, 8), (2, 8)]
+    >>> warm.stats()["phases"]
+    [{'num_steps': 2, 'steps': 2}, {'num_steps': 8, 'steps': 10}]
     """
 
     def __init__(
         self,
         tokens: Any,
         *,
-        batch_size: int,
-        num_steps: int,
+        batch_size: int | None = None,
+        num_steps: int | Schedule,
+        tokens_per_batch: int | None = None,
         mode: str = "random",
         seed: int = 0,
         rank: int = 0,
@@ -251,9 +356,10 @@ class LMStream(Resumable):
         out_dtype: Any = "int64",
         populate: bool = True,
     ) -> None:
-        self.batch_size = positive("batch_size", batch_size)
-        self.num_steps = positive("num_steps", num_steps)
         self.mode = check_choice("mode", mode, ("random", "sequential"))
+        #: the warm-up (None for a constant num_steps); num_steps is then its longest value
+        self.num_steps_schedule, self.num_steps = _length_schedule(num_steps, self.mode)
+        self.batch_size = _rows_per_batch(batch_size, tokens_per_batch, self.num_steps)
         self.seed = check_seed("seed", seed)
         self.world_size = positive("world_size", world_size)
         self.rank = non_negative("rank", rank)
@@ -293,6 +399,7 @@ class LMStream(Resumable):
         self._geometry_epoch = -1
         self._geometry_cache: tuple[int, int, int, np.ndarray] | None = None
         self._fingerprint: str | None = None
+        self._firsts: tuple[tuple[tuple[int, int, int], ...], dict[int, int]] = ((), {0: 0})
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -320,19 +427,65 @@ class LMStream(Resumable):
         """
         if self._geometry_epoch == self.epoch and self._geometry_cache is not None:
             return self._geometry_cache
-        o = self.offset_of(self.epoch)
-        t, b, w = self.num_steps, self.batch_size, self.world_size
+        o, units, total = self._layout(self.epoch)
         if self.mode == "random":
-            units = (self.num_tokens - 1 - o) // t
-            total = units // b if self.drop_last else -(-units // b)
             keys = K.feistel_round_keys(int(_rng.key(self.seed, self.epoch, _rng.LM_ORDER)))
         else:
-            units = (self.num_tokens - 1 - o) // (w * b)
-            total = (units // t if self.drop_last else -(-units // t)) * w
             keys = np.zeros(0, dtype=np.uint64)
         self._geometry_epoch = self.epoch
         self._geometry_cache = (o, units, total, keys)
         return self._geometry_cache
+
+    def _layout(self, epoch: int) -> tuple[int, int, int]:
+        """(offset, units, total slots) of ``epoch`` (see :meth:`_geometry`)."""
+        o = self.offset_of(epoch)
+        t, b, w = self.num_steps, self.batch_size, self.world_size
+        if self.mode == "random":
+            units = (self.num_tokens - 1 - o) // t
+            return o, units, units // b if self.drop_last else -(-units // b)
+        units = (self.num_tokens - 1 - o) // (w * b)
+        return o, units, (units // t if self.drop_last else -(-units // t)) * w
+
+    @property
+    def tokens_per_batch(self) -> int:
+        """Tokens of every (full) batch: ``batch_size × num_steps`` (the longest, with a warm-up)."""
+        return self.batch_size * self.num_steps
+
+    def first_step(self, epoch: int | None = None) -> int:
+        """The global optimizer step ``epoch`` (default: the current one) starts at: the sum of
+        the earlier epochs' steps (batches per rank, each at this world size, tail policy and
+        recorded skips).
+
+        Cost: O(epoch) the first time (one offset draw per earlier epoch), then cached.
+
+        >>> s = LMStream(np.arange(100), batch_size=2, num_steps=5, seed=1)
+        >>> s.first_step(0), s.first_step(1) == len(s)
+        (0, True)
+        """
+        epoch = self.epoch if epoch is None else check_seed("epoch", epoch)
+        if self._firsts[0] != self._skips:  # a skip changes the counts of later epochs
+            self._firsts = (self._skips, {0: 0})
+        firsts = self._firsts[1]
+        if epoch in firsts:
+            return firsts[epoch]
+        known = max(e for e in firsts if e <= epoch)
+        for e in range(known, epoch):
+            steps = self._epoch_batches(e, self._layout(e)[2]) // self.world_size
+            firsts[e + 1] = firsts[e] + steps
+        return firsts[epoch]
+
+    def num_steps_at(self, step: int) -> int:
+        """The sequence length (columns) of the batches of global optimizer ``step``.
+
+        >>> from padless import Schedule
+        >>> s = LMStream(np.arange(100), batch_size=1, num_steps=Schedule.piecewise([0, 3], [4, 8]))
+        >>> s.num_steps_at(2), s.num_steps_at(3)
+        (4, 8)
+        """
+        if self.num_steps_schedule is None:
+            check_seed("step", step)
+            return self.num_steps
+        return int(self.num_steps_schedule.value(step))
 
     @property
     def offset(self) -> int:
@@ -358,7 +511,9 @@ class LMStream(Resumable):
         """Return the figures of the current epoch's full pass (all ranks, from position 0).
 
         ``targets`` counts distinct target tokens over all ranks; ``coverage`` is that over the
-        ``N - 1 - offset`` tokens that could be targets.
+        ``N - 1 - offset`` tokens that could be targets. With a warm-up, also ``first_step``,
+        ``tokens_per_batch`` and ``phases``: the lengths of the epoch's steps in order, each with
+        its number of steps (``{"num_steps": T, "steps": k}``).
         """
         o, units, total, _ = self._geometry()
         steps = self._steps(total, 0)
@@ -369,7 +524,7 @@ class LMStream(Resumable):
             cols = (units // t) * t if self.drop_last else units
             targets = cols * w * b
         possible = self.num_tokens - 1 - o
-        return {
+        out: dict[str, Any] = {
             "mode": self.mode,
             "epoch": self.epoch,
             "offset": o,
@@ -381,6 +536,11 @@ class LMStream(Resumable):
             "targets": int(targets),
             "coverage": targets / possible if possible > 0 else 0.0,
         }
+        if self.num_steps_schedule is not None:
+            out["first_step"] = first = self.first_step()
+            out["tokens_per_batch"] = self.tokens_per_batch
+            out["phases"] = _phases(self.num_steps_schedule, first, steps)
+        return out
 
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
@@ -388,6 +548,9 @@ class LMStream(Resumable):
 
     def _batch_at(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         return self._make_batch(slot, _numpy_empty)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return self.batches()
 
     def batches(self, empty: Empty | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Iterate as ``iter(stream)`` does, each ``(x, y)`` pair the two halves of ``empty(...)``.
@@ -403,17 +566,26 @@ class LMStream(Resumable):
         True
         """
         allocate = _numpy_empty if empty is None else empty
-        return self._run(lambda slot: self._make_batch(slot, allocate))
+        if self.num_steps_schedule is None:
+            return self._run(lambda slot: self._make_batch(slot, allocate))
+        return self._run(
+            lambda slot, step: self._make_batch(slot, allocate, self.first_step() + step),
+            stepped=True,
+        )
 
-    def _make_batch(self, slot: int, empty: Empty) -> tuple[np.ndarray, np.ndarray]:
+    def _make_batch(
+        self, slot: int, empty: Empty, step: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         o, units, _, keys = self._geometry()
         src, out = self._tokens, self.out_dtype
         t, b = self.num_steps, self.batch_size
         if self.mode == "random":
             first = slot * b
             rows = min(b, units - first)
-            x, y = empty((2, rows, t), out)
-            K.lm_random_batch(src, first, units, o, keys, x, y)
+            cut = t if step is None else self.num_steps_at(step)
+            x, y = empty((2, rows * (t // cut), cut), out)
+            # the chunks' rows of `cut` tokens are the C-ordered (rows, t) view of the batch
+            K.lm_random_batch(src, first, units, o, keys, x.reshape(rows, t), y.reshape(rows, t))
         else:
             rows0 = self.rank * b + np.arange(b, dtype=np.int64)
             col = (slot // self.world_size) * t
@@ -438,6 +610,8 @@ class LMStream(Resumable):
                 "num_steps": self.num_steps,
                 "drop_last": self.drop_last,
             }
+            if self.num_steps_schedule is not None:
+                config["num_steps_schedule"] = self.num_steps_schedule.as_dict()
             k = FINGERPRINT_SAMPLE
             head = np.asarray(self._tokens[:k], dtype=np.int64)
             tail = np.asarray(self._tokens[-k:], dtype=np.int64)
@@ -468,6 +642,8 @@ class LMStream(Resumable):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("num_steps_schedule", None)  # pickled before warm-ups
+        self.__dict__.setdefault("_firsts", ((), {0: 0}))
         self._store = state.get("_store")  # absent from a stream pickled before stores
         if self._store is not None:
             self._tokens, _ = _open_tokens(self._store.tokens, self._dtype_arg, self.populate)
@@ -481,8 +657,9 @@ class LMStream(Resumable):
             where = repr(self._path)
         else:
             where = f"array[{self._tokens.dtype}]"
+        steps = self.num_steps_schedule or self.num_steps
         return (
             f"LMStream({where}, tokens={self.num_tokens}, mode={self.mode!r}, "
-            f"batch_size={self.batch_size}, num_steps={self.num_steps}, rank={self.rank}, "
+            f"batch_size={self.batch_size}, num_steps={steps}, rank={self.rank}, "
             f"world_size={self.world_size}, drop_last={self.drop_last})"
         )
