@@ -50,11 +50,16 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
         "epochs": 1,
         "rank": 0,
         "world_size": 1,
+        "tokens": np.random.default_rng(5).integers(0, 50_000, 400_000).astype(np.uint16),
     }
     exec(compile(code, "README.md:Schedules over the run", "exec"), scope)
     sampler = scope["sampler"]
     assert len(steps) == len(sampler.step_sizes())  # one optimizer step per ramp step
     assert sampler.step_sizes()[0] == 8 and sampler.step_sizes().sum() == len(sampler)
+    assert tuple(scope["x"].shape) == (128, 256)  # the warm-up's first length, 32k tokens
+    batches = list(scope["stream"])  # an epoch of 12 steps: all before the first change (100)
+    assert len(batches) == 12 and {tuple(x.shape) for x, _ in batches} == {(128, 256)}
+    assert scope["stream"].num_steps_at(300) == 2048
     # the decomposition's loader serves dense pieces: every batch one length, no padding
     for batch in scope["loader"]:
         assert bool(batch["attention_mask"].all())
