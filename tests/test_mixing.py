@@ -568,7 +568,6 @@ def _subs():
         ({"weights": {"a": 1, "z": 1}}, ValueError, r"missing \['b'\], unknown \['z'\]"),
         ({"weights": [1, "x"]}, TypeError, r"weights\['b'\] must be a number"),
         ({"weights": 3}, TypeError, "weights must be a dict"),
-        ({"weights": [1, 1], "temperature": 2.0}, ValueError, "not both"),
         ({"temperature": 0}, ValueError, "temperature must be a positive"),
         ({"temperature": -1.0}, ValueError, "temperature must be a positive"),
         ({"temperature": math.nan}, ValueError, "temperature must be a positive"),

@@ -24,6 +24,7 @@ REBALANCE = 9  # elastic resume: re-balancing the batches left at a new world si
 STREAM_ORDER = 10  # StreamBatcher: order of each round's batches (child per shard, round)
 WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per window)
 RAY_PACK = 12  # padless.ray.pack: one child per window, keyed by the window's lengths
+MIXTURE_STEPS = 13  # MixtureSampler with weight schedules: one child per world-size part's start
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:

@@ -27,10 +27,12 @@ import numpy as np
 
 from . import _rng
 from ._check import check_bool, check_choice, check_int, check_seed, positive_or_none
+from ._schedule import steps_left
 from ._state import Resumable, fingerprint
 from .lengths import lengths_of
 from .plan import BatchPlan
 from .sampler import PlanSampler, check_ranks
+from .schedules import Schedule
 
 __all__ = [
     "MixtureSampler",
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 UNITS = ("sentences", "tokens")
+PHASE_BINS = 16  # stats(): at most this many phases per epoch (a ramp is cut in equal bins)
 DRAWS = ("stratified", "independent")
 
 
@@ -312,17 +315,19 @@ class _FixedStream:
 class _MixEpoch:
     """One mixture epoch: the corpus of each global slot, its rank within that corpus, streams."""
 
-    __slots__ = ("epoch", "choice", "occ", "counts", "streams")
+    __slots__ = ("epoch", "parts", "choice", "occ", "counts", "streams")
 
     def __init__(
         self,
         epoch: int,
+        parts: tuple[tuple[int, int], ...],
         choice: np.ndarray,
         occ: np.ndarray,
         counts: np.ndarray,
         streams: list[_FreshStream | _FixedStream],
     ) -> None:
         self.epoch = epoch
+        self.parts = parts
         self.choice = choice
         self.occ = occ
         self.counts = counts
@@ -339,7 +344,8 @@ def _check_temperature(value: Any) -> float:
     return t
 
 
-def _check_weights(weights: Any, names: tuple[str, ...]) -> np.ndarray:
+def _weight_entries(weights: Any, names: tuple[str, ...]) -> list[Any]:
+    """``weights`` as one entry per corpus, in the samplers' order (a dict or a sequence)."""
     if isinstance(weights, Mapping):
         missing = [n for n in names if n not in weights]
         unknown = [k for k in weights if k not in names]
@@ -348,29 +354,128 @@ def _check_weights(weights: Any, names: tuple[str, ...]) -> np.ndarray:
                 f"weights must have one entry per corpus {list(names)}; "
                 f"missing {missing}, unknown {unknown}"
             )
-        values = [weights[n] for n in names]
-    elif isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+        return [weights[n] for n in names]
+    if isinstance(weights, (str, bytes, Schedule)) or not hasattr(weights, "__len__"):
         raise TypeError(
-            "weights must be a dict name -> weight or a sequence of weights in the samplers' "
-            f"order, got {type(weights).__name__}"
+            "weights must be a dict name -> weight (a number or a Schedule) or a sequence of "
+            f"them in the samplers' order, got {type(weights).__name__}"
         )
-    else:
-        values = list(weights)
-        if len(values) != len(names):
-            raise ValueError(
-                f"weights must hold {len(names)} weights (one per corpus, in the samplers' "
-                f"order), got {len(values)}"
+    values = list(weights)
+    if len(values) != len(names):
+        raise ValueError(
+            f"weights must hold {len(names)} weights (one per corpus, in the samplers' "
+            f"order), got {len(values)}"
+        )
+    return values
+
+
+def _schedule_floor(schedule: Schedule) -> float:
+    """The least value ``schedule`` takes: its values, or a ramp's ends (ramps are monotone)."""
+    d = schedule.as_dict()
+    found = [d[k] for k in ("value", "start", "end") if k in d] + list(d.get("values", []))
+    return float(min(found))
+
+
+def _check_weights(
+    weights: Any, names: tuple[str, ...]
+) -> tuple[np.ndarray, tuple[Schedule, ...] | None]:
+    """Constant weights (float64, one per corpus), and the schedules when any weight changes
+    over the steps (``None`` when all are constant: numbers or constant schedules)."""
+    values = _weight_entries(weights, names)
+    schedules: list[Schedule] = []
+    for name, w in zip(names, values, strict=True):
+        label = f"weights[{name!r}]"
+        if isinstance(w, (Schedule, Mapping)):
+            sched = Schedule.of(w, name=label)
+            if not math.isfinite(_schedule_floor(sched)) or _schedule_floor(sched) < 0:
+                raise ValueError(f"{label} must never be negative, got {sched!r}")
+        elif isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
+            raise TypeError(
+                f"{label} must be a number, a Schedule or a schedule's dict, "
+                f"got {type(w).__name__} {w!r}"
             )
-    out = np.empty(len(names), dtype=np.float64)
-    for i, (name, w) in enumerate(zip(names, values, strict=True)):
-        if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
-            raise TypeError(f"weights[{name!r}] must be a number, got {type(w).__name__} {w!r}")
-        out[i] = float(w)
-        if not math.isfinite(out[i]) or out[i] < 0:
-            raise ValueError(f"weights[{name!r}] must be a non-negative finite number, got {w!r}")
-    if out.sum() <= 0:
-        raise ValueError(f"weights must not all be zero, got {[float(w) for w in out]}")
-    return out
+        else:
+            if not math.isfinite(float(w)) or float(w) < 0:
+                raise ValueError(f"{label} must be a non-negative finite number, got {w!r}")
+            sched = Schedule.constant(float(w))
+        schedules.append(sched)
+    out = np.array([float(s.value(0)) for s in schedules], dtype=np.float64)
+    if all(s.is_constant for s in schedules):
+        if out.sum() <= 0:
+            raise ValueError(f"weights must not all be zero, got {[float(w) for w in out]}")
+        return out, None
+    return out, tuple(schedules)
+
+
+def _candidate_steps(schedules: tuple[Schedule, ...]) -> np.ndarray:
+    """Steps where weights that are all zero somewhere are all zero first: 0, every piece's
+    start, every ramp's ends (each weight's zero steps are pieces, or one end of a monotone ramp,
+    so where they all meet starts at one of these)."""
+    found = {0}
+    for sched in schedules:
+        d = sched.as_dict()
+        steps = d.get("steps", [])
+        if isinstance(steps, list):
+            found.update(steps)
+        elif "begin" in d:
+            found.update((d["begin"], d["begin"] + steps))
+        if "total_steps" in d:
+            found.add(d["total_steps"])
+    return np.array(sorted(found), dtype=np.int64)
+
+
+def _cuts(schedule: Schedule) -> list[int]:
+    """The steps where ``stats()`` starts a phase for ``schedule``: its changes, or, when it has
+    more than ``PHASE_BINS`` (a ramp), ``PHASE_BINS`` equal bins from its first change to its
+    last (the ramp's end included)."""
+    changes = schedule.changes()
+    if len(changes) <= PHASE_BINS:
+        return list(changes)
+    edges = np.linspace(changes[0], changes[-1] + 1, PHASE_BINS + 1).round()
+    return sorted({int(x) for x in edges})
+
+
+def _weights_to_p(rows: np.ndarray, temperature: float | None) -> np.ndarray:
+    """Probabilities from weight rows (…, K): ``p ∝ (w / Σw)^(1/T)``, ``w / Σw`` for ``T`` None
+    or 1; a weight of 0 stays 0 (``T = inf``: uniform over the corpora of positive weight)."""
+    if temperature is None or temperature == 1.0:
+        return rows / rows.sum(axis=-1, keepdims=True)
+    if math.isinf(temperature):
+        raw = (rows > 0).astype(np.float64)
+        return raw / raw.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        logs = np.log(rows / rows.sum(axis=-1, keepdims=True)) / temperature
+    raw = np.exp(logs - logs.max(axis=-1, keepdims=True))
+    return raw / raw.sum(axis=-1, keepdims=True)
+
+
+def _stratified_rows(probs: np.ndarray, lens: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+    """:func:`stratified_counts` for many phases at once: row ``i`` splits ``lens[i]`` draws by
+    ``probs[i]`` (floor or ceil of each ``p · len``, round-ups by systematic sampling with one
+    uniform number per row, ``gen.random(len(lens))``). Vectorised: O(rows · K)."""
+    rows, k = probs.shape
+    target = probs * lens[:, None]
+    base = np.floor(target).astype(np.int64)
+    frac = target - base
+    left = np.maximum(lens - base.sum(axis=1), 0)
+    u = np.asarray(gen.random(rows))
+    if not left.any():
+        return base
+    edges = np.cumsum(frac, axis=1)
+    last = edges[:, -1].copy()
+    live = left > 0
+    edges[live] *= (left[live] / last[live])[:, None]
+    edges[:, -1] = left
+    offset = np.zeros(rows, dtype=np.float64)  # rows laid end to end, one apart
+    np.cumsum(left[:-1] + 1, out=offset[1:])
+    row = np.repeat(np.arange(rows), left)
+    first = np.repeat(np.cumsum(left) - left, left)
+    points = u[row] + (np.arange(row.size) - first) + offset[row]
+    flat = (edges + offset[:, None]).ravel()
+    picked = np.searchsorted(flat, points, side="right") - row * k
+    top = k - 1 - np.argmax((frac > 0)[:, ::-1], axis=1)  # float round-off at a row's end
+    picked = np.where(picked >= k, top[row], np.maximum(picked, 0))
+    return base + np.bincount(row * k + picked, minlength=rows * k).reshape(rows, k)
 
 
 def temperature_probabilities(amounts: Any, temperature: float) -> np.ndarray:
@@ -463,7 +568,8 @@ class MixtureSampler(Resumable):
     Each mixture epoch has ``num_batches`` global batches. The corpus of each is drawn at random
     (from the stream ``(seed, epoch, MIXTURE)``) with probability ``p_k ∝ (n_k / Σn)^(1/T)``,
     where ``n_k`` counts sentences or tokens (``unit``); ``T = 1`` is proportional to size and
-    ``T = float('inf')`` uniform. Explicit ``weights`` replace the temperature. With neither,
+    ``T = float('inf')`` uniform. Explicit ``weights`` replace the sizes ``n_k`` (with a
+    temperature: ``p_k ∝ (w_k / Σw)^(1/T)``; without, ``p_k ∝ w_k``). With neither,
     ``T = 1``: a mixture then draws corpora in proportion to their sizes.
 
     ``draw="stratified"`` (default) gives corpus ``k`` exactly ``p_k · num_batches`` batches per
@@ -486,6 +592,35 @@ class MixtureSampler(Resumable):
     ``stats()`` reports, per corpus, p_k, the observed share of batches, how many epochs of its
     own it started (``cycles``) and how many times over its batches were used (``passes``).
 
+    Weights over time: a weight may be a :class:`padless.Schedule` (or its dict) of the global
+    step, e.g. ``{"web": Schedule.piecewise([0, 9000], [0.7, 0.1]), "code": 0.3}`` for an
+    annealing phase. The rules:
+
+    * The step of global slot ``j`` of epoch ``e`` is ``e · steps_per_epoch + j // world_size``
+      (:meth:`slot_steps`; ``steps_per_epoch`` = the epoch's steps per rank under the tail
+      policy, counted at the world size the epoch starts at). After an elastic resume the slots
+      from the new world size's first position on continue from the step reached there. Skips
+      (:meth:`skip`) leave batches out without moving the schedule.
+    * Each batch's corpus is drawn with the probabilities at its step, ``p_k(s) ∝ w_k(s)`` (with
+      ``temperature``: ``(w_k(s) / Σw(s))^(1/T)``, a weight of 0 is never drawn). The epoch's
+      steps are cut into phases, runs of steps with equal probabilities (a float ramp: every
+      step its own); ``draw="stratified"`` gives each phase ``p_k · its slots`` batches of
+      corpus ``k``, rounded up or down without bias, in a uniformly random order within the
+      phase; ``"independent"`` draws each phase's counts from a multinomial. The draws of an
+      epoch come from the stream ``(seed, epoch, MIXTURE_STEPS)`` (child: the position a world
+      size's part starts at), vectorised: O(slots + phases · corpora), no replay on resume; a
+      part run at another world size keeps the draws it had, so elastic resume stays exact.
+    * A corpus whose weight is high in a phase runs out as with constant weights: it starts its
+      own next epoch (shuffling samplers: a fresh one; others: their order again), so it is
+      upsampled; ``cycles`` and ``passes`` count it.
+    * Weights that never change (numbers, constant schedules) draw exactly as numbers always did
+      (stream ``(seed, epoch, MIXTURE)``); only then does the fingerprint stay today's. The
+      schedules (``as_dict()``) and the temperature are in the fingerprint's settings: a state
+      saved under other weights is refused.
+    * ``stats()`` adds ``phases``: the epoch's steps cut where a weight changes (a ramp of more
+      than ``PHASE_BINS`` changes: that many equal bins over it), each with its batches and per
+      corpus the mean scheduled ``p`` beside the realised ``share``.
+
     Global indices: corpus ``k``'s index ``i`` is yielded as ``offset_k + i``, where
     ``offset_k`` is the total size of the corpora before it in the dict's order, i.e. the index
     into ``torch.utils.data.ConcatDataset`` of the corpora in that order (see
@@ -501,9 +636,11 @@ class MixtureSampler(Resumable):
         samplers: dict name → padless sampler over one corpus (any strategy), each built with
             ``world_size=1``; the mixture shards over ranks itself. Their ``rank`` and
             ``drop_last`` are not used.
-        temperature: T > 0, or ``float('inf')`` for uniform; not together with ``weights``.
-        weights: dict name → weight, or a sequence in the samplers' order; non-negative, not all
-            zero. A corpus of weight 0 is never drawn.
+        temperature: T > 0, or ``float('inf')`` for uniform; with ``weights``, applied to them
+            (``p ∝ (w / Σw)^(1/T)``; uniform over the corpora of positive weight for ``inf``).
+        weights: dict name → weight, or a sequence in the samplers' order; each a number or a
+            :class:`padless.Schedule` of the global step (or its ``as_dict()``), never negative,
+            not all zero at any step. A corpus of weight 0 is never drawn.
         unit: ``"sentences"`` (n_k = corpus size) or ``"tokens"`` (n_k = Σ sizes, a sequence's
             size being its max over fields); used with the temperature.
         num_batches: global batches per mixture epoch; default, the sum of the corpora's batch
@@ -513,7 +650,9 @@ class MixtureSampler(Resumable):
         drop_last: drop the incomplete last step instead of completing it with repeats.
         draw: ``"stratified"`` (exact per-epoch shares) or ``"independent"`` (i.i.d. slots).
 
-    Cost: per mixture epoch, O(num_batches) vectorised work for the corpus draws, plus the
+    Cost: per mixture epoch, O(num_batches) vectorised work for the corpus draws (weight
+    schedules: O(num_batches log num_batches + steps · corpora), the schedules read once per
+    step of the epoch, and once more per world-size part of an elastic resume), plus the
     corpora's own plans — lazily, one sampler epoch at a time as iteration reaches it.
     ``__len__`` plans nothing beyond what the default ``num_batches`` needs (each corpus's
     epoch 0). Resume recomputes the epoch's draws and the sampler epochs around the position; no
@@ -573,11 +712,6 @@ class MixtureSampler(Resumable):
                 )
         self.unit = check_choice("unit", unit, UNITS)
         self.draw = check_choice("draw", draw, DRAWS)
-        if temperature is not None and weights is not None:
-            raise ValueError(
-                "give temperature or weights, not both; got "
-                f"temperature={temperature!r} and weights={weights!r}"
-            )
         self.names: tuple[str, ...] = tuple(samplers)
         self.samplers: dict[str, PlanSampler] = dict(samplers)
         self._subs = [self.samplers[n] for n in self.names]
@@ -586,10 +720,22 @@ class MixtureSampler(Resumable):
             int(x) for x in np.concatenate([[0], np.cumsum(self.corpus_sizes)[:-1]])
         )
         self.weights: np.ndarray | None = None
+        self.weight_schedules: dict[str, Schedule] | None = None
+        self._schedules: tuple[Schedule, ...] | None = None
         self.temperature: float | None = None
         if weights is not None:
-            self.weights = _check_weights(weights, self.names)
-            p = self.weights / self.weights.sum()
+            self.weights, self._schedules = _check_weights(weights, self.names)
+            if temperature is not None:
+                self.temperature = _check_temperature(temperature)
+            if self._schedules is None:
+                if self.temperature is None:
+                    p = self.weights / self.weights.sum()
+                else:
+                    p = _weights_to_p(self.weights, self.temperature)
+            else:
+                self.weight_schedules = dict(zip(self.names, self._schedules, strict=True))
+                self._probabilities(_candidate_steps(self._schedules))  # all zero at no step
+                p = self._probabilities(np.zeros(1, dtype=np.int64))[0]
         else:
             self.temperature = 1.0 if temperature is None else _check_temperature(temperature)
             if self.unit == "sentences":
@@ -612,12 +758,13 @@ class MixtureSampler(Resumable):
         self._reset_position()
         self._cache: _MixEpoch | None = None
         self._before: list[np.ndarray] = [np.zeros(len(self.names), dtype=np.int64)]
+        self._before_at: dict[int, list[np.ndarray]] = {}  # schedules: per first world size
         self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------ configuration
     @property
     def probabilities(self) -> dict[str, float]:
-        """p_k per corpus name."""
+        """p_k per corpus name (with weight schedules: at step 0; see :meth:`probabilities_at`)."""
         return {n: float(x) for n, x in zip(self.names, self.p, strict=True)}
 
     @property
@@ -657,13 +804,18 @@ class MixtureSampler(Resumable):
             return gen.multinomial(m, self.p).astype(np.int64)
         return stratified_counts(self.p, m, gen)
 
-    def _counts(self, epoch: int) -> np.ndarray:
-        return self._draw_counts(_rng.rng(self.seed, epoch, _rng.MIXTURE))
+    def _counts(self, epoch: int, world: int | None = None) -> np.ndarray:
+        if self._schedules is None:
+            return self._draw_counts(_rng.rng(self.seed, epoch, _rng.MIXTURE))
+        w = self.world_size if world is None else world
+        counts, _, _ = self._phase_counts(epoch, 0, self.first_step(epoch, world=w), w)
+        return counts.sum(axis=0)
 
     def corpus_counts(self, epoch: int | None = None) -> dict[str, int]:
         """Return how many of a mixture epoch's batches each corpus gives (default: this epoch).
 
-        Cost: O(number of corpora); plans nothing (beyond the default ``num_batches``).
+        Cost: O(number of corpora); plans nothing (beyond the default ``num_batches``). With
+        weight schedules, O(steps of the epoch · corpora).
 
         >>> from padless.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
@@ -673,26 +825,210 @@ class MixtureSampler(Resumable):
         1000
         """
         e = self.epoch if epoch is None else check_seed("epoch", epoch)
-        counts = self._counts(e)
+        if self._schedules is not None and e == self.epoch:
+            counts = self._choice(e, self._parts(e))[1]
+        else:
+            counts = self._counts(e)
         return {n: int(c) for n, c in zip(self.names, counts, strict=True)}
 
     def _counts_before(self, epoch: int) -> np.ndarray:
-        """Batches of each corpus in all mixture epochs before ``epoch`` (cached, O(epoch · K))."""
-        while len(self._before) <= epoch:
-            e = len(self._before) - 1
-            self._before.append(self._before[-1] + self._counts(e))
-        return self._before[epoch]
+        """Batches of each corpus in all mixture epochs before ``epoch`` (cached, O(epoch · K));
+        with weight schedules, each earlier epoch drawn at the world size ``epoch`` starts at."""
+        if self._schedules is None:
+            before = self._before
+            world = None
+        else:
+            world = self._parts(epoch)[0][1]
+            before = self._before_at.setdefault(world, [self._before[0]])
+        while len(before) <= epoch:
+            e = len(before) - 1
+            before.append(before[-1] + self._counts(e, world))
+        return before[epoch]
+
+    # ------------------------------------------------------------------ weight schedules
+    @property
+    def steps_per_epoch(self) -> int:
+        """Steps (batches per rank) of a mixture epoch at this world size, tail policy included."""
+        return steps_left(self.num_batches, 0, self.world_size, self.drop_last)
+
+    def _parts(self, epoch: int) -> tuple[tuple[int, int], ...]:
+        """``(first global position, world size)`` of each part of ``epoch`` run at one world
+        size: the parts a loaded state ran at other world sizes, then this sampler's."""
+        parts: list[tuple[int, int]] = []
+        start = 0
+        if epoch == self.epoch:
+            for world, end in self._history:
+                parts.append((start, world))
+                start = end
+        parts.append((start, self.world_size))
+        return tuple(parts)
+
+    def first_step(self, epoch: int | None = None, *, world: int | None = None) -> int:
+        """The global step the weight schedules give epoch ``epoch``'s first batch (default: the
+        current epoch): ``epoch · steps_per_epoch``, counted at the world size the epoch starts at
+        (the first of a loaded state's elastic parts, else this sampler's).
+
+        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4)},
+        ...                      num_batches=10, world_size=4)
+        >>> mix.steps_per_epoch, mix.first_step(3)
+        (3, 9)
+        """
+        e = self.epoch if epoch is None else check_seed("epoch", epoch)
+        w = self._parts(e)[0][1] if world is None else world
+        return e * steps_left(self.num_batches, 0, w, self.drop_last)
+
+    def slot_steps(self, epoch: int | None = None) -> np.ndarray:
+        """The global step of each of epoch ``epoch``'s ``num_batches`` global slots (default: the
+        current epoch): within a part run at world size ``W`` from position ``a``, slot ``j`` is at
+        ``step(a) + (j - a) // W``; a part's steps follow the earlier parts' (each ``ceil(its
+        positions / its W)`` steps). The weight schedules are read at these steps.
+
+        Cost: O(num_batches).
+        """
+        e = self.epoch if epoch is None else check_seed("epoch", epoch)
+        return self._slot_steps(e, self._parts(e))
+
+    def _slot_steps(self, epoch: int, parts: tuple[tuple[int, int], ...]) -> np.ndarray:
+        m = self.num_batches
+        out = np.empty(m, dtype=np.int64)
+        for start, world, step in self._part_steps(epoch, parts):
+            end = m
+            later = [a for a, _ in parts if a > start]
+            if later:
+                end = min(later[0], m)
+            out[start:end] = step + np.arange(end - start, dtype=np.int64) // world
+        return out
+
+    def _part_steps(
+        self, epoch: int, parts: tuple[tuple[int, int], ...]
+    ) -> list[tuple[int, int, int]]:
+        """``(start, world size, step at start)`` of the parts that start inside the epoch."""
+        m = self.num_batches
+        step = self.first_step(epoch, world=parts[0][1])
+        out = []
+        for i, (start, world) in enumerate(parts):
+            if start >= m:
+                break
+            out.append((start, world, step))
+            if i + 1 < len(parts):
+                end = min(parts[i + 1][0], m)
+                step += -(-(end - start) // world)
+        return out
+
+    def _probabilities(self, steps: np.ndarray) -> np.ndarray:
+        """(len(steps), K) probabilities at global ``steps`` from the weight schedules."""
+        assert self._schedules is not None
+        rows = np.stack([np.asarray(s.values(steps), np.float64) for s in self._schedules], -1)
+        bad = ~np.isfinite(rows).all(axis=1) | (rows < 0).any(axis=1) | (rows.sum(axis=1) <= 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            shown = {n: float(w) for n, w in zip(self.names, rows[i], strict=True)}
+            raise ValueError(
+                f"weights must be non-negative and not all zero at every step; at step "
+                f"{int(steps[i])} they are {shown}"
+            )
+        return _weights_to_p(rows, self.temperature)
+
+    def probabilities_at(self, steps: Any) -> np.ndarray:
+        """The corpus probabilities at global ``steps`` (ints >= 0): a (len(steps), K) float64
+        array, columns in the samplers' order (constant weights: ``p`` on every row).
+
+        >>> from padless import Schedule
+        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
+        ...                       "b": TokenBudgetSampler([3], max_tokens=4)},
+        ...                      weights={"a": Schedule.piecewise([0, 10], [3, 1]), "b": 1})
+        >>> mix.probabilities_at([0, 9, 10]).tolist()
+        [[0.75, 0.25], [0.75, 0.25], [0.5, 0.5]]
+        """
+        s = np.asarray(steps)
+        if s.ndim != 1:
+            raise ValueError(f"steps must be a 1-D array of steps, got shape {s.shape}")
+        if self._schedules is None:
+            Schedule.constant(0).values(s)  # the same checks of the steps
+            return np.tile(self.p, (s.size, 1))
+        return self._probabilities(s)
+
+    def _part_rng(self, epoch: int, start: int) -> np.random.Generator:
+        """The generator of the part of ``epoch`` that starts at global position ``start``:
+        child ``start`` of the stream ``(seed, epoch, MIXTURE_STEPS)``."""
+        parent = _rng.seed_sequence(self.seed, epoch, _rng.MIXTURE_STEPS)
+        child = np.random.SeedSequence(
+            parent.entropy, spawn_key=(start,), pool_size=parent.pool_size
+        )
+        return np.random.default_rng(child)
+
+    def _phase_counts(
+        self, epoch: int, start: int, step: int, world: int
+    ) -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
+        """Slots ``start .. num_batches - 1`` of ``epoch`` read at world size ``world`` from global
+        ``step``, cut into phases (runs of steps with equal probabilities): each phase's batches
+        per corpus (P, K), each phase's slots (P,), and the generator, which then orders them."""
+        n = self.num_batches - start
+        steps = step + np.arange(-(-n // world), dtype=np.int64)
+        new = np.zeros(steps.size, dtype=bool)
+        new[0] = True
+        assert self._schedules is not None
+        for sched in self._schedules:
+            if not sched.is_constant:
+                w = np.asarray(sched.values(steps))
+                new[1:] |= w[1:] != w[:-1]
+        firsts = np.flatnonzero(new)
+        lens = np.diff(np.append(firsts * world, n)).astype(np.int64)
+        probs = self._probabilities(steps[firsts])
+        gen = self._part_rng(epoch, start)
+        if self.draw == "independent":
+            counts = gen.multinomial(lens, probs).astype(np.int64)
+        else:
+            counts = _stratified_rows(probs, lens, gen)
+        return counts, lens, gen
+
+    def _part_choice(self, epoch: int, start: int, step: int, world: int) -> np.ndarray:
+        """The corpus of slots ``start .. num_batches - 1``, drawn as if the rest of the epoch ran
+        at world size ``world``: each phase's counts in a uniformly random order within it."""
+        counts, lens, gen = self._phase_counts(epoch, start, step, world)
+        k = len(self.names)
+        dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+        corpus = np.tile(np.arange(k, dtype=dtype), lens.size)
+        flat = np.repeat(corpus, counts.ravel())
+        phase = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
+        return flat[np.lexsort((gen.random(flat.size), phase))]
+
+    def _choice(
+        self, epoch: int, parts: tuple[tuple[int, int], ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The corpus of each global slot of ``epoch`` and the batches per corpus.
+
+        Constant weights: ``counts`` from the stream ``(seed, epoch, MIXTURE)``, then a shuffle.
+        Weight schedules: part by part, the slots from the part's start on drawn from its own
+        child stream as if the epoch ended at its world size; a part keeps its slots up to the
+        next part's start (so what a part delivered never changes when the world size does).
+        """
+        m = self.num_batches
+        k = len(self.names)
+        if self._schedules is None:
+            gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
+            counts = self._draw_counts(gen)
+            dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+            choice = np.repeat(np.arange(k, dtype=dtype), counts)
+            gen.shuffle(choice)
+            return choice, counts
+        pieces = []
+        spans = self._part_steps(epoch, parts)
+        for i, (start, world, step) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else m
+            pieces.append(self._part_choice(epoch, start, step, world)[: end - start])
+        choice = np.concatenate(pieces)
+        return choice, np.bincount(choice, minlength=k).astype(np.int64)
 
     def _mix(self, epoch: int) -> _MixEpoch:
-        if self._cache is not None and self._cache.epoch == epoch:
+        parts = self._parts(epoch) if self._schedules is not None else ()
+        if self._cache is not None and self._cache.epoch == epoch and self._cache.parts == parts:
             return self._cache
         m = self.num_batches
         k = len(self.names)
-        gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
-        counts = self._draw_counts(gen)
-        dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
-        choice = np.repeat(np.arange(k, dtype=dtype), counts)
-        gen.shuffle(choice)
+        choice, counts = self._choice(epoch, parts)
         # ordinal of each slot among its corpus's slots: a stable (radix) sort by corpus
         by_corpus = np.argsort(choice, kind="stable")
         starts = np.zeros(k, dtype=np.int64)
@@ -708,7 +1044,7 @@ class MixtureSampler(Resumable):
                 if before is None:
                     before = self._counts_before(epoch)
                 streams.append(_FixedStream(name, sub, int(before[i])))
-        self._cache = _MixEpoch(epoch, choice, occ, counts, streams)
+        self._cache = _MixEpoch(epoch, parts, choice, occ, counts, streams)
         return self._cache
 
     def epoch_schedule(self, epoch: int) -> MixtureSchedule:
@@ -764,6 +1100,7 @@ class MixtureSampler(Resumable):
         """
         mix = self._mix(self.epoch)
         total = self.num_batches
+        phases, mean_p = self._phases(mix)
         corpora: dict[str, dict[str, Any]] = {}
         for i, name in enumerate(self.names):
             count = int(mix.counts[i])
@@ -774,7 +1111,7 @@ class MixtureSampler(Resumable):
             else:
                 epoch_batches = stream.first_length()
             corpora[name] = {
-                "p": float(self.p[i]),
+                "p": float(mean_p[i]),
                 "share": count / total,
                 "batches": count,
                 "cycles": cycles,
@@ -796,13 +1133,70 @@ class MixtureSampler(Resumable):
             "unit": self.unit,
             "draw": self.draw,
             "corpora": corpora,
+            "weights": None if self._schedules is None else self._weights_dicts(),
+            "first_step": self.first_step(),
+            "phases": phases,
         }
+
+    def _weights_dicts(self) -> list[dict[str, Any]]:
+        assert self._schedules is not None
+        return [sched.as_dict() for sched in self._schedules]
+
+    def _phases(self, mix: _MixEpoch) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """The epoch's phases for ``stats()`` and the epoch's mean probability per corpus.
+
+        Phases: the epoch's steps cut where a weight schedule changes (:func:`_cuts`). Each
+        phase: its steps ``[first_step, end_step)``, its batches, and per
+        corpus ``p`` (the mean scheduled probability over its batches), the realised ``share``
+        and ``batches``.
+        """
+        steps = self._slot_steps(mix.epoch, self._parts(mix.epoch))
+        k = len(self.names)
+        lo, hi = int(steps[0]), int(steps[-1]) + 1
+        if self._schedules is None:
+            ustep = np.array([lo], dtype=np.int64)
+            probs = self.p[None, :]
+            weight = np.array([steps.size], dtype=np.int64)
+            cuts: list[int] = []
+        else:
+            ustep, weight = np.unique(steps, return_counts=True)
+            probs = self._probabilities(ustep)
+            cuts = sorted({c for sched in self._schedules for c in _cuts(sched) if lo < c < hi})
+        edges = [lo, *cuts, hi]
+        phases = []
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            i0, i1 = (int(x) for x in np.searchsorted(steps, [a, b]))
+            u0, u1 = (int(x) for x in np.searchsorted(ustep, [a, b]))
+            if self._schedules is None:
+                u0, u1 = 0, 1
+            n = i1 - i0
+            got = np.bincount(mix.choice[i0:i1], minlength=k)
+            p = (probs[u0:u1] * weight[u0:u1, None]).sum(axis=0) / max(weight[u0:u1].sum(), 1)
+            phases.append(
+                {
+                    "first_step": a,
+                    "end_step": b,
+                    "batches": n,
+                    "corpora": {
+                        name: {
+                            "p": float(p[j]),
+                            "share": float(got[j]) / n if n else 0.0,
+                            "batches": int(got[j]),
+                        }
+                        for j, name in enumerate(self.names)
+                    },
+                }
+            )
+        mean_p = (probs * weight[:, None]).sum(axis=0) / weight.sum()
+        if self._schedules is None:
+            mean_p = self.p
+        return phases, mean_p
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:
             parts = [sub.state_dict()["fingerprint"].split("-") for sub in self._subs]
-            config = {
+            config: dict[str, Any] = {
                 "class": type(self).__name__,
                 "names": list(self.names),
                 "samplers": [p[1] for p in parts],
@@ -811,6 +1205,9 @@ class MixtureSampler(Resumable):
                 "num_batches": self._num_batches_arg,
                 "draw": self.draw,
             }
+            if self._schedules is not None:  # constant weights keep their fingerprint
+                config["weights"] = self._weights_dicts()
+                config["temperature"] = self.temperature
             self._fingerprint = fingerprint(config, data={"corpora": [p[0] for p in parts]})
         return self._fingerprint
 
