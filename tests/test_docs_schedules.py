@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+import padless
 from torch.utils.data import DataLoader
 
 README = Path(__file__).parent.parent / "README.md"
@@ -51,6 +53,8 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
         "rank": 0,
         "world_size": 1,
         "tokens": np.random.default_rng(5).integers(0, 50_000, 400_000).astype(np.uint16),
+        "web": padless.TokenBudgetSampler(lengths[:2000], max_tokens=4096, seed=1),
+        "curated": padless.TokenBudgetSampler(lengths[2000:], max_tokens=4096, seed=2),
     }
     exec(compile(code, "README.md:Schedules over the run", "exec"), scope)
     sampler = scope["sampler"]
@@ -60,6 +64,9 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
     batches = list(scope["stream"])  # an epoch of 12 steps: all before the first change (100)
     assert len(batches) == 12 and {tuple(x.shape) for x, _ in batches} == {(128, 256)}
     assert scope["stream"].num_steps_at(300) == 2048
+    (phase,) = scope["mix"].stats()["phases"]  # one epoch, all before the annealing at 9000
+    web = phase["corpora"]["web"]
+    assert abs(web["share"] - 0.9) * phase["batches"] <= 1  # drawn per phase: within a batch
     # the decomposition's loader serves dense pieces: every batch one length, no padding
     for batch in scope["loader"]:
         assert bool(batch["attention_mask"].all())
