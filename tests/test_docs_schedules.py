@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 import padless
-from torch.utils.data import DataLoader
 
 README = Path(__file__).parent.parent / "README.md"
 
