@@ -1,5 +1,6 @@
-"""The README's section "Schedules over the run" runs as written, on a tiny model, and trains
-on what it promises: every optimizer step takes the ramp's micro-batches, every item once."""
+"""The README's section "Schedules over the run" runs as written, on a tiny model: one optimizer
+step per step of the ramp, and the stream, the mixture and the decomposition serve what the
+section says."""
 
 from __future__ import annotations
 
