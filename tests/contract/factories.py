@@ -64,6 +64,34 @@ def _mixture(**options: Any) -> MixtureSampler:
     return MixtureSampler(subs, temperature=2.0, num_batches=40, **options)
 
 
+def _ramp(**options: Any) -> padless.PlanSampler:
+    """A batch-size ramp: 600, 1200 then 2400 tokens per optimizer step at steps 0, 2, 4, i.e. 1,
+    2 then 4 global batches of max_tokens=600, rounded up to a multiple of the world size (the
+    setting is the same at every world size, so a state loads at another one)."""
+    ramp = padless.Schedule.piecewise([0, 2, 4], [600, 1200, 2400])
+    return padless.PlanSampler(
+        LENGTHS, padless.TokenBudget(max_tokens=600), tokens_per_step=ramp, **options
+    )
+
+
+def _mixture_schedule(**options: Any) -> MixtureSampler:
+    """Weights that change at steps 1 and 2: inside epoch 0 at every world size the suite runs
+    (its other epochs compare draws across world sizes, whose steps differ; see the report)."""
+    subs = {
+        "a": padless.TokenBudgetSampler(LENGTHS[:300], max_tokens=500, seed=1),
+        "b": padless.PackingSampler(LENGTHS[300:], capacity=400, seed=2),
+    }
+    weights = {"a": padless.Schedule.piecewise([0, 1, 2], [3.0, 1.0, 0.5]), "b": 1.0}
+    return MixtureSampler(subs, weights=weights, num_batches=40, **options)
+
+
+def _lm_flat_key(batch: Any) -> Any:
+    """The batch's tokens in order, whatever its shape: a warm-up cuts the same chunks into
+    rows of the step's length, and the step of a global batch depends on the world size."""
+    x, y = batch
+    return (x.tobytes(), y.tobytes())
+
+
 def _decomposition_units(max_length: int, min_length: int) -> list[int]:
     """Codes of the kept pieces, from the lengths alone (not from a plan)."""
     doc, start, length = decompose(LENGTHS, max_length)
@@ -134,6 +162,32 @@ FACTORIES = [
         all_units=lambda s: _decomposition_units(64, 8),
     ),
     Factory("mixture", _mixture, balance=False, units=None),  # draws by weight: no "each once"
+    Factory(
+        "mixture_schedule",
+        _mixture_schedule,
+        balance=False,
+        units=None,
+        # a state loads at another world size, but the rest of the epoch is drawn afresh there
+        # (its steps differ), so the union is not a world-1 run's: the elastic checks don't apply
+        elastic=False,
+    ),
+    Factory("token_budget_ramp", _ramp),  # tokens_per_step ramp (its batches are the plan's)
+    Factory(
+        "lm_warmup",  # sequence-length warm-up: rows of 4, 8 then 16 tokens, 64 tokens a batch
+        lambda **o: padless.LMStream(
+            TOKENS,
+            num_steps=padless.Schedule.piecewise([0, 2, 4], [4, 8, 16]),
+            tokens_per_batch=64,
+            **o,
+        ),
+        balance=False,
+        batch_sampler=False,
+        key=_lm_flat_key,
+        units=_lm_units,
+        all_units=lambda s: list(
+            range(s.offset + 1, s.offset + 1 + (len(TOKENS) - 1 - s.offset) // 16 * 16)
+        ),
+    ),
     Factory(
         "lm_random",
         lambda **o: padless.LMStream(TOKENS, batch_size=4, num_steps=16, **o),

@@ -2,9 +2,11 @@
 
 They were computed before the planner-interface redesign and still hold after it: a change here
 means users' runs would see other batches for the same seed. ``windowed``, ``fixed_shapes`` and
-``token_budget_cost`` were pinned later, from the code of commit d0213d3; ``decomposition`` when
-it was added (issue 28). A factory added to the contract list needs its digest here (pasted once
-from today's output, never computed by a test).
+``token_budget_cost`` were pinned later, from the code of commit d0213d3; ``decomposition``,
+``mixture_schedule``, ``token_budget_ramp`` and ``lm_warmup`` when they were added (issue 28;
+``token_budget_ramp``'s equals ``token_budget``'s: a ramp cuts the plan into steps, never
+changes it). A factory added to the contract list needs its digest here (pasted once from
+today's output, never computed by a test).
 """
 
 import pytest
@@ -26,8 +28,11 @@ GOLDEN = {
     "token_budget_cost": "9e077588eabec02d",
     "decomposition": "411a528f7c8f21c7",
     "mixture": "c86076763ae39e3b",
+    "mixture_schedule": "c671fa10e850b9d3",
+    "token_budget_ramp": "97ef92747f42c529",
     "lm_random": "95fdf832c1019214",
     "lm_sequential": "65e36509dbc48e58",
+    "lm_warmup": "12992f585e1391fc",
 }
 
 
