@@ -183,6 +183,31 @@ def _check_offsets(name: str, value: Any, size: int) -> np.ndarray:
     return offsets
 
 
+def _piece_ranges(n: int, piece_start: Any, piece_stop: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ``piece_start`` and ``piece_stop`` of ``n`` entries, checked (``piece_start=None``:
+    all zeros, a read-only view)."""
+    if piece_start is None:
+        start = np.broadcast_to(np.zeros(1, dtype=np.int64), (n,))
+    else:
+        start = _as_int64_vector("piece_start", piece_start)
+    stop = _as_int64_vector("piece_stop", piece_stop)
+    if start.size != n or stop.size != n:
+        raise ValueError(
+            f"piece_start and piece_stop must have one entry per index ({n}), got "
+            f"{start.size} and {stop.size}"
+        )
+    return start, stop
+
+
+def _check_in_sequences(indices: np.ndarray, num_sequences: int) -> None:
+    """Every index in ``[0, num_sequences)``."""
+    if indices.size and not 0 <= int(indices.min()) <= int(indices.max()) < num_sequences:
+        raise ValueError(
+            f"indices must lie in [0, num_sequences={num_sequences}), got "
+            f"{int(indices.min())}..{int(indices.max())}"
+        )
+
+
 class BatchPlan:
     """Batches as CSR: batch ``b`` is ``indices[offsets[b]:offsets[b + 1]]``.
 
@@ -463,11 +488,7 @@ class PackedPlan(BatchPlan):
         num_sequences = non_negative("num_sequences", num_sequences)
         if num_sequences > MAX_BUDGET:
             raise ValueError(f"num_sequences must be <= 2**62, got {num_sequences}")
-        if indices.size and not 0 <= int(indices.min()) <= int(indices.max()) < num_sequences:
-            raise ValueError(
-                f"indices must lie in [0, num_sequences={num_sequences}), got "
-                f"{int(indices.min())}..{int(indices.max())}"
-            )
+        _check_in_sequences(indices, num_sequences)
         row_offsets = _as_int64_vector("row_offsets", row_offsets)
         if row_offsets.size == 0 or row_offsets[0] != 0 or row_offsets[-1] != len(rows):
             raise ValueError(f"row_offsets must run from 0 to the number of rows ({len(rows)})")
@@ -476,17 +497,9 @@ class PackedPlan(BatchPlan):
         super().__init__(rows.indices, rows.offsets[row_offsets], skipped=skipped, info=info)
         self.rows = rows
         self.row_offsets = row_offsets
-        n = self.indices.size
-        if piece_start is None:
-            self.piece_start = np.broadcast_to(np.zeros(1, dtype=np.int64), (n,))
-        else:
-            self.piece_start = _as_int64_vector("piece_start", piece_start)
-        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
-        if self.piece_start.size != n or self.piece_stop.size != n:
-            raise ValueError(
-                f"piece_start and piece_stop must have one entry per index ({n}), got "
-                f"{self.piece_start.size} and {self.piece_stop.size}"
-            )
+        self.piece_start, self.piece_stop = _piece_ranges(
+            self.indices.size, piece_start, piece_stop
+        )
         self.capacity = positive("capacity", capacity)
         self.num_sequences = num_sequences
 
@@ -702,22 +715,14 @@ class PiecePlan(BatchPlan):
         info: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(indices, offsets, skipped=skipped, info=info)
+        if piece_start is None:
+            raise TypeError("piece_start must be the pieces' starts, got None")
         n = self.indices.size
-        self.piece_start = _as_int64_vector("piece_start", piece_start)
-        self.piece_stop = _as_int64_vector("piece_stop", piece_stop)
-        if self.piece_start.size != n or self.piece_stop.size != n:
-            raise ValueError(
-                f"piece_start and piece_stop must have one entry per index ({n}), got "
-                f"{self.piece_start.size} and {self.piece_stop.size}"
-            )
+        self.piece_start, self.piece_stop = _piece_ranges(n, piece_start, piece_stop)
         if n and (self.piece_start.min() < 0 or np.any(self.piece_stop < self.piece_start)):
             raise ValueError("pieces must satisfy 0 <= piece_start <= piece_stop")
         self.num_sequences = non_negative("num_sequences", num_sequences)
-        if n and not 0 <= int(self.indices.min()) <= int(self.indices.max()) < num_sequences:
-            raise ValueError(
-                f"indices must lie in [0, num_sequences={num_sequences}), got "
-                f"{int(self.indices.min())}..{int(self.indices.max())}"
-            )
+        _check_in_sequences(self.indices, self.num_sequences)
 
     @property
     def piece_lengths(self) -> np.ndarray:
