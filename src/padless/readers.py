@@ -1001,12 +1001,13 @@ def lengths_from_file(
     return lengths_from_text(src, tokenizer=tokenizer, progress=progress)
 
 
-def _is_indexed(src: Path) -> bool:
-    """An indexed dataset's .idx, or its .bin or prefix with both files present."""
-    text = str(src)
+def is_indexed_path(path: PathLike) -> bool:
+    """Whether ``path`` names an indexed dataset: a ``.idx``, or a ``.bin`` or prefix with both
+    files of the pair present (``padless.tokens.open_tokens`` and ``lengths_from_file`` ask)."""
+    text = os.fspath(path)
     prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
     pair = os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
-    return text.endswith(".idx") or (pair and not src.is_dir())
+    return text.endswith(".idx") or (pair and not os.path.isdir(text))
 
 
 def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.ndarray | None:
@@ -1022,7 +1023,7 @@ def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.n
         from .tokens import RawTokens  # loads the compiled kernels
 
         return RawTokens(src, dtype=dtype, eos=eos).lengths
-    if _is_indexed(src):
+    if is_indexed_path(src):
         if dtype is not None:
             raise ValueError(
                 f"dtype is given by the header of an indexed dataset's .idx ({src}); drop "

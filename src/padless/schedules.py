@@ -68,6 +68,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def _step_values(
+    values: Sequence[Any], integer: Any, multiple_of: Any
+) -> tuple[bool, int, list[Number]]:
+    """The checked ``values`` of a stepped schedule (piecewise, fixed_discrete), whether they
+    are integers, and the multiple they must be of."""
+    kind = _infer_integer(integer, values)
+    m = _multiple_of(multiple_of, kind)
+    vals = [_number(f"values[{i}]", v, kind) for i, v in enumerate(values)]
+    for i, v in enumerate(vals):
+        _check_multiple(f"values[{i}]", v, m)
+    return kind, m, vals
+
+
 def _infer_integer(integer: Any, values: Sequence[Any]) -> bool:
     if integer is None:
         return all(_is_int(v) for v in values)
@@ -218,12 +231,8 @@ class Schedule:
                 "steps and values must have the same length (values[i] holds from steps[i] on), "
                 f"got {len(step_list)} steps and {len(value_list)} values"
             )
-        integer = _infer_integer(integer, value_list)
-        m = _multiple_of(multiple_of, integer)
+        integer, m, vals = _step_values(value_list, integer, multiple_of)
         breaks = _increasing("steps", step_list, first=0)
-        vals = [_number(f"values[{i}]", v, integer) for i, v in enumerate(value_list)]
-        for i, v in enumerate(vals):
-            _check_multiple(f"values[{i}]", v, m)
         return cls._make(
             "piecewise", steps=list(breaks), values=vals, integer=integer, multiple_of=m
         )
@@ -375,12 +384,8 @@ class Schedule:
                 f"max_step: the last value holds after the last step), got {len(value_list)} "
                 f"values and {len(step_list)} steps"
             )
-        integer = _infer_integer(integer, value_list)
-        m = _multiple_of(multiple_of, integer)
+        integer, m, vals = _step_values(value_list, integer, multiple_of)
         max_steps = _increasing("steps", step_list, first=1)
-        vals = [_number(f"values[{i}]", v, integer) for i, v in enumerate(value_list)]
-        for i, v in enumerate(vals):
-            _check_multiple(f"values[{i}]", v, m)
         return cls._make(
             "fixed_discrete", values=vals, steps=list(max_steps), integer=integer, multiple_of=m
         )

@@ -25,6 +25,7 @@ import numpy as np
 from . import _kernels as K
 from ._output import write_exactly
 from .indexed import IndexedDataset
+from .readers import is_indexed_path
 
 __all__ = ["RawTokens", "open_tokens"]
 
@@ -312,10 +313,7 @@ def open_tokens(
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"source must be a path, got {type(source).__name__}")
     text = os.fspath(source)
-    prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
-    if text.endswith(".idx") or (
-        os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
-    ):
+    if is_indexed_path(text):
         for name, value in (("dtype", dtype), ("eos", eos)):
             if value is not None:
                 raise ValueError(
