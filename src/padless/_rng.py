@@ -25,6 +25,7 @@ STREAM_ORDER = 10  # StreamBatcher: order of each round's batches (child per sha
 WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per window)
 RAY_PACK = 12  # padless.ray.pack: one child per window, keyed by the window's lengths
 MIXTURE_STEPS = 13  # MixtureSampler with weight schedules: one child per world-size part's start
+CHANGES = 14  # resume across a change of settings: the seed of the rest of the epoch, per change
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
@@ -32,6 +33,19 @@ def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
     seed = check_seed("seed", seed)
     epoch = check_seed("epoch", epoch)
     return np.random.SeedSequence([seed, epoch, stream])
+
+
+def child_seed(seed: int, epoch: int, stream: int, child: int) -> int:
+    """A 63-bit seed for child ``child`` of one stream (a plan made for a part of an epoch).
+
+    >>> child_seed(0, 0, CHANGES, 1) != child_seed(0, 0, CHANGES, 2)
+    True
+    """
+    words = np.random.SeedSequence(
+        [check_seed("seed", seed), check_seed("epoch", epoch), stream, child]
+    )
+    state = words.generate_state(1, dtype=np.uint64)
+    return int(state[0]) >> 1
 
 
 def rng(seed: int, epoch: int, stream: int) -> np.random.Generator:

@@ -45,8 +45,14 @@ def fingerprint(
         a = np.ascontiguousarray(arr)
         blobs.append(f"{a.dtype.str}{a.shape}".encode())
         blobs.append(bytes(cast(Any, a).data))
-    settings = json.dumps(dict(config), sort_keys=True, default=str).encode()
-    return f"{_digest(*blobs)}-{_digest(settings)}"
+    return f"{_digest(*blobs)}-{settings_digest(config)}"
+
+
+def settings_digest(config: Mapping[str, Any]) -> str:
+    """The settings part of :func:`fingerprint` for ``config``."""
+    import json
+
+    return _digest(json.dumps(dict(config), sort_keys=True, default=str).encode())
 
 
 def _mismatch(saved: Any, expected: str) -> str:
@@ -121,6 +127,8 @@ class Resumable:
         self._yielded = 0  # batches this rank yielded in that iteration
         self._iterating = False
         self._history = ()
+        # changes of settings within the epoch (resume across a change; see PlanSampler)
+        self._changes: tuple[Any, ...] = ()
         self._epoch_given: int | None = None  # set_epoch's epoch, until an iteration begins
         self._done_at: int | None = None  # end of an epoch finished by a loaded state
         self._skips: tuple[tuple[int, int, int], ...] = ()  # (epoch, lo, hi) global positions
@@ -358,6 +366,7 @@ class Resumable:
             self._start = 0
             self._yielded = 0
             self._history = ()
+            self._changes = ()
         self.epoch = epoch
 
     # ------------------------------------------------------------------ state
@@ -466,6 +475,7 @@ class Resumable:
         saved = checked["epoch"]
         if given == saved + 1:
             before = (self.epoch, self._pending, self._start, self._yielded, self._history)
+            changes = self._changes
             probe = {k: v for k, v in checked.items() if k not in ("elastic", "skips")}
             if checked["elastic"]:
                 probe["elastic"] = [list(part) for part in checked["elastic"]]
@@ -479,9 +489,10 @@ class Resumable:
                 self._epoch_given = given
             if done:  # the loaded epoch is over: the given one starts at 0
                 self.epoch, self._pending, self._start, self._yielded = given, 0, 0, 0
-                self._history = ()
+                self._history, self._changes = (), ()
                 return
             self.epoch, self._pending, self._start, self._yielded, self._history = before
+            self._changes = changes
         raise ValueError(
             f"state is of epoch {saved} at position {checked['position']}, but set_epoch({given}) "
             f"was called before it was loaded: it would "

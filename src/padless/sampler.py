@@ -19,8 +19,8 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ._schedule import (
     step_imbalance,
     step_mean_lengths,
 )
-from ._state import Resumable, fingerprint
+from ._state import Resumable, fingerprint, settings_digest
 from .checked import CheckedDataset
 from .cost import real_work
 from .lengths import lengths_of
@@ -65,9 +65,16 @@ class SamplerOptions(TypedDict, total=False):
 
 
 class _Epoch:
-    """One epoch's global schedule: the plan and the order of its batches."""
+    """One epoch's global schedule: the plan and the order of its batches.
 
-    __slots__ = ("key", "plan", "order", "costs", "values")
+    After a change of settings within the epoch (resume across a change), the epoch's first
+    ``head`` batch slots are the batches delivered under the earlier settings (``head_values``
+    in CSR over ``head_offsets``, ``head_targets`` their entries' target-side tokens) and
+    ``plan`` is the rest of the epoch under the current settings; ``sub`` is the seed its
+    order was drawn from.
+    """
+
+    __slots__ = ("key", "plan", "order", "costs", "values", "head", "sub")
 
     def __init__(
         self,
@@ -76,12 +83,51 @@ class _Epoch:
         order: np.ndarray,
         costs: np.ndarray | None,
         values: np.ndarray,
+        head: _Head | None = None,
+        sub: int = 0,
     ) -> None:
         self.key = key
         self.plan = plan
         self.order = order
         self.costs = costs
         self.values = values
+        self.head = head
+        self.sub = sub
+
+
+class _Head:
+    """The batches an epoch delivered before its last change of settings (see :class:`_Epoch`)."""
+
+    __slots__ = ("offsets", "values", "targets", "before", "sub")
+
+    def __init__(
+        self,
+        offsets: np.ndarray,
+        values: np.ndarray,
+        targets: np.ndarray,
+        before: Planner,
+        sub: int,
+    ) -> None:
+        self.offsets, self.values, self.targets = offsets, values, targets
+        self.before, self.sub = before, sub
+
+    @property
+    def batches(self) -> int:
+        return int(self.offsets.size - 1)
+
+
+# settings a run keeps whatever changes: the strategy, and whether epochs are shuffled
+_FIXED = ("class", "shuffle")
+# the sampler's own settings in a state's config (the rest are the planner's)
+_SAMPLER_KEYS = ("class", "shuffle", "balance", "batches_per_step")
+
+
+def _entries(offsets: np.ndarray, batches: np.ndarray) -> np.ndarray:
+    """The entry positions of ``batches`` (a CSR plan's), batch after batch."""
+    lo, hi = offsets[batches], offsets[batches + 1]
+    sizes = hi - lo
+    first = np.cumsum(sizes) - sizes
+    return np.repeat(lo - first, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
 
 
 class PlanSampler(Resumable):
@@ -211,31 +257,109 @@ class PlanSampler(Resumable):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ schedule
-    def _schedule(self, epoch: int) -> _Epoch:
+    def _schedule(self, epoch: int, changes: tuple[Any, ...] | None = None) -> _Epoch:
+        if changes is None:
+            changes = self._changes if epoch == self.epoch else ()
         history = self._history if epoch == self.epoch and self.balance else ()
-        key = (epoch, history)
+        key = (epoch, history, changes)
         if self._cache is not None and self._cache.key == key:
             return self._cache
-        if self._cache is not None and self._cache.key[0] == epoch:
-            plan, costs = self._cache.plan, self._cache.costs
-        else:
-            plan = self.planner.plan(self.seed, epoch if self.shuffle else 0)
+        shuffled = epoch if self.shuffle else 0
+        if self._cache is not None and self._cache.key[::2] == (epoch, changes):
+            c = self._cache
+            plan, costs, values, head, sub = c.plan, c.costs, c.values, c.head, c.sub
+        elif changes:
+            head = self._head(epoch, changes)
+            sub = head.sub
+            plan, values = self.planner.plan_rest(head.values, head.before, sub, shuffled)
             costs = None
+        else:
+            head, sub = None, self.seed
+            plan = self.planner.plan(self.seed, shuffled)
+            costs, values = None, self.planner.values(plan)
         if self.balance and costs is None:
             costs = self.planner.costs(plan)
-        gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
-        if costs is not None and self.balance:
-            first = history[0][0] if history else self.world_size
+        start = 0 if head is None else head.batches
+        local = tuple((w, p - start) for w, p in history)
+        order = self._order(plan, costs, self.balance, self.world_size, local, sub, epoch)
+        self._cache = _Epoch(key, plan, order, costs, values, head, sub)
+        return self._cache
+
+    def _order(
+        self,
+        plan: BatchPlan,
+        costs: np.ndarray | None,
+        balance: bool,
+        world: int,
+        history: tuple[tuple[int, int], ...],
+        sub: int,
+        epoch: int,
+    ) -> np.ndarray:
+        """The order of a plan's batches (of an epoch, or of its part after a change: drawn
+        from ``sub``, the seed, or the part's child seed); ``history`` the part's elastic parts."""
+        gen = _rng.rng(sub, epoch, _rng.BATCH_ORDER) if self.shuffle else None
+        if costs is not None and balance:
+            first = history[0][0] if history else world
             order = balanced_order(costs, first, gen)
             if history:
-                again = _rng.rng(self.seed, epoch, _rng.REBALANCE) if self.shuffle else None
-                order = elastic_order(order, costs, history, self.world_size, again)
-        elif gen is not None and not self.spec.orders_batches:
-            order = gen.permutation(len(plan)).astype(np.int64)
-        else:
-            order = np.arange(len(plan), dtype=np.int64)
-        self._cache = _Epoch(key, plan, order, costs, self.planner.values(plan))
-        return self._cache
+                again = _rng.rng(sub, epoch, _rng.REBALANCE) if self.shuffle else None
+                order = elastic_order(order, costs, history, world, again)
+            return order
+        if gen is not None and not self.spec.orders_batches:
+            return gen.permutation(len(plan)).astype(np.int64)
+        return np.arange(len(plan), dtype=np.int64)
+
+    def _head(self, epoch: int, changes: tuple[Any, ...]) -> _Head:
+        """What ``epoch`` delivered before each of its ``changes`` of settings (each a
+        ``(position, settings, world_size, elastic)`` record of the part before it).
+
+        Part 0 is the epoch's plan under its first settings; part ``k`` the rest left by the
+        parts before it, under part ``k``'s settings, seeded from ``(seed, epoch, CHANGES,
+        k)``. A part delivered its ordered batches up to the change's global position.
+
+        Cost: one plan per part (the first of the whole corpus, the others of what is left).
+        """
+        shuffled = epoch if self.shuffle else 0
+        values: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        targets: list[np.ndarray] = []
+        count, sub = 0, self.seed
+        before: Planner | None = None
+        for k, (position, settings, world, elastic) in enumerate(changes):
+            planner, balance = self._planner_of(settings)
+            if before is None:
+                plan = planner.plan(self.seed, shuffled)
+                given = planner.values(plan)
+            else:
+                done = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
+                plan, given = planner.plan_rest(done, before, sub, shuffled)
+            costs = planner.costs(plan) if balance else None
+            local = tuple((w, p - count) for w, p in elastic)
+            order = self._order(plan, costs, balance, world, local, sub, epoch)
+            take = order[: max(0, min(position - count, len(plan)))]
+            part = given[_entries(plan.offsets, take)]
+            values.append(part)
+            sizes.append(plan.sizes[take])
+            targets.append(planner.yielded_lengths(part, self.lengths))
+            count += int(take.size)
+            before = planner
+            sub = _rng.child_seed(self.seed, shuffled, _rng.CHANGES, k + 1)
+        assert before is not None
+        offsets = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(sizes), out=offsets[1:])
+        return _Head(offsets, np.concatenate(values), np.concatenate(targets), before, sub)
+
+    def _planner_of(self, settings: str) -> tuple[Planner, bool]:
+        """The planner and ``balance`` of a recorded part's settings (a state's ``settings``
+        entry as canonical JSON), rebuilt as this sampler's strategy over its lengths."""
+        import json
+
+        cache = self.__dict__.setdefault("_planners", {})
+        if settings not in cache:
+            record = json.loads(settings)
+            spec = type(self.spec)(**record["spec"])
+            cache[settings] = (spec.bind(self.planner.lengths), bool(record["config"]["balance"]))
+        return cast("tuple[Planner, bool]", cache[settings])
 
     def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
         """Return an epoch's global plan and its batch order (all ranks, before sharding).
@@ -270,12 +394,21 @@ class PlanSampler(Resumable):
     def _total(self) -> int:
         if self._windowed is not None:
             return self._windowed.total(self.epoch)
-        return len(self._schedule(self.epoch).plan)
+        sched = self._schedule(self.epoch)
+        return len(sched.plan) + (0 if sched.head is None else sched.head.batches)
 
     def _batch_at(self, slot: int) -> list[int]:
         if self._windowed is not None:
             return self._windowed.batch_at(self.epoch, self._history, self.world_size, slot)
         sched = self._schedule(self.epoch)
+        head = sched.head
+        if head is not None:
+            if slot < head.batches:
+                delivered: list[int] = head.values[
+                    head.offsets[slot] : head.offsets[slot + 1]
+                ].tolist()
+                return delivered
+            slot -= head.batches
         b = sched.order[slot]
         offsets = sched.plan.offsets
         out: list[int] = sched.values[offsets[b] : offsets[b + 1]].tolist()
@@ -298,7 +431,10 @@ class PlanSampler(Resumable):
         the plan's own figures follow, a plan figure of the same name prefixed ``plan_``.
         A windowed sampler adds ``window`` and ``windows`` (cost: one planning pass). With
         ``batches_per_step``: ``optimizer_steps`` (the epoch's, from its start), ``first_step``
-        and ``batches_per_step`` (the schedule's ``as_dict()``).
+        and ``batches_per_step`` (the schedule's ``as_dict()``). After a change of settings
+        within the epoch (see :meth:`load_state_dict`) the plan's figures are the rest of the
+        epoch's, under the current settings, and ``changes`` and ``delivered_before_change``
+        (batches) say so.
         """
         out = self._windowed.stats(self) if self._windowed is not None else self._plan_stats()
         if self.batches_per_step is not None:
@@ -329,6 +465,9 @@ class PlanSampler(Resumable):
         figures["skipped"] = int(sched.plan.skipped.size)
         for k, v in figures.items():
             out[f"plan_{k}" if k in out else k] = v
+        if sched.head is not None:  # the plan above is the rest of the epoch after a change
+            out["changes"] = len(self._changes)
+            out["delivered_before_change"] = sched.head.batches
         return out
 
     def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
@@ -634,6 +773,12 @@ class PlanSampler(Resumable):
         if self._windowed is not None:
             return count(self._window_entries(self._batch_at(slot)))
         sched = self._schedule(self.epoch)
+        head = sched.head
+        if head is not None:
+            if slot < head.batches:
+                lo, hi = int(head.offsets[slot]), int(head.offsets[slot + 1])
+                return count(head.targets[lo:hi])
+            slot -= head.batches
         b = int(sched.order[slot])
         lo, hi = int(sched.plan.offsets[b]), int(sched.plan.offsets[b + 1])
         if isinstance(targets, str):
@@ -680,7 +825,8 @@ class PlanSampler(Resumable):
 
         return int(hash_ints(self.lengths.reshape(-1), 0))
 
-    def _fingerprint_of(self, lengths_hash: int) -> str:
+    def _config(self) -> dict[str, Any]:
+        """The settings a state's fingerprint covers (JSON-safe)."""
         config = {
             "class": self.spec.state_tag or type(self).__name__,
             "shuffle": self.shuffle,
@@ -689,27 +835,158 @@ class PlanSampler(Resumable):
         }
         if self.batches_per_step is not None:
             config["batches_per_step"] = self.batches_per_step.as_dict()
+        return config
+
+    def _fingerprint_of(self, lengths_hash: int) -> str:
         data = {"lengths_shape": list(self.lengths.shape), "lengths_hash": lengths_hash}
-        return fingerprint(config, data=data)
+        return fingerprint(self._config(), data=data)
+
+    def _settings_record(self) -> dict[str, Any]:
+        """What a state records of the settings it was saved under: the spec's settings (to
+        rebuild its planner) and the fingerprint's config (to check them)."""
+        return {"spec": self.spec.as_dict(), "config": self._config()}
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        state = super().state_dict(consumed)
+        if self._windowed is None:
+            state["settings"] = self._settings_record()
+            if self._changes and self.epoch == state["epoch"]:
+                state["changes"] = [_change_record(c) for c in self._changes]
+        return state
+
+    state_dict.__doc__ = Resumable.state_dict.__doc__
+
+    def _change_in(self, state: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """For a state saved under other settings that may change during a run: the epoch's
+        changes with the new one last, and the state as the resume goes on with it (this
+        sampler's settings, world size and fingerprint). None when the settings are the same
+        (the state's own changes, if any, are then read by :meth:`_changes_of`), or when the
+        state cannot say (the usual check then refuses it)."""
+        if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
+            return None
+        saved = state["fingerprint"].split("-")
+        config = self._config()
+        if len(saved) != 2 or saved[1] == settings_digest(config) or "settings" not in state:
+            return None
+        record = state["settings"]
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("config"), dict)
+            and isinstance(record.get("spec"), dict)
+            and settings_digest(record["config"]) == saved[1]
+        ):
+            raise ValueError(
+                "state['settings'] does not match its fingerprint (edited, or from another "
+                "padless): the settings it was saved under cannot be told"
+            )
+        if self._windowed is not None:
+            raise ValueError(
+                f"state was saved under other settings, and a windowed sampler (window="
+                f"{self.window}) cannot resume across a change of settings (it plans one "
+                "window at a time): load it with the settings it was saved under"
+            )
+        old = record["config"]
+        for name in _FIXED:
+            if old.get(name) != config[name]:
+                what = "strategy" if name == "class" else name
+                raise ValueError(
+                    f"state was saved with {what}={old.get(name)!r}, this sampler has "
+                    f"{what}={config[name]!r}: a run can change its budget, capacity, "
+                    "schedules, balance and world size, not its strategy or shuffle"
+                )
+        changes = (*self._changes_of(state), _change_of(state, record, self))
+        resumed = {k: v for k, v in state.items() if k != "elastic"}
+        resumed["changes"] = [_change_record(c) for c in changes]
+        resumed["world_size"] = self.world_size
+        resumed["fingerprint"] = f"{saved[0]}-{settings_digest(config)}"
+        return changes, resumed
+
+    def _changes_of(self, state: dict[str, Any]) -> tuple[Any, ...]:
+        """The changes of settings a state records for its epoch (checked)."""
+        raw = state.get("changes", [])
+        if not isinstance(raw, list):
+            raise ValueError(f"state['changes'] must be a list, got {type(raw).__name__}")
+        out = []
+        reach = 0
+        for entry in raw:
+            if not isinstance(entry, dict) or not isinstance(entry.get("settings"), dict):
+                raise ValueError(
+                    "state['changes'] must hold {position, settings, world_size, elastic} "
+                    f"entries, got {entry!r:.80}"
+                )
+            change = _change_of(entry, entry["settings"], self)
+            if change[0] < reach:
+                raise ValueError(
+                    f"state['changes'] positions must not decrease, got {change[0]} after {reach}"
+                )
+            reach = change[0]
+            out.append(change)
+        position = state.get("position")
+        if out and isinstance(position, int) and reach > position:
+            raise ValueError(
+                f"state['changes'] has a change at position {reach}, past the state's "
+                f"position {position}"
+            )
+        return tuple(out)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` at the next iteration: O(1), no replay; ``state`` is unchanged.
+        """Continue from ``state`` at the next iteration; ``state`` is unchanged.
 
-        The state may come from another world size (elastic resume). A restore needs the
-        lengths' hash (to check the state fits these lengths) and the epoch's plan (to check the
-        position and to go on): the hash runs on a second thread (a compiled pass that releases
-        the GIL) while the plan is computed, so on two cores a restore costs about one plan.
+        The state may come from another world size (elastic resume): O(1), no replay. A
+        restore needs the lengths' hash (to check the state fits these lengths) and the epoch's
+        plan (to check the position and to go on): the hash runs on a second thread (a compiled
+        pass that releases the GIL) while the plan is computed, so on two cores a restore
+        costs about one plan.
+
+        **Resume across a change.** A state saved under other settings that may change during a
+        run (the spec's settings: budget, capacity, curriculum...; ``balance``;
+        ``batches_per_step``; and the world size) continues the epoch with this sampler's: what
+        the old settings delivered up to the state's position is recomputed from the state
+        (it records the settings it was saved under), and the rest of the epoch (every item,
+        or piece, not yet delivered) is planned with the new settings, seeded from ``(seed,
+        epoch, change)``: nothing is repeated or lost. The state keeps the epoch's changes
+        (``"changes"``) so that later resumes within it are exact too; the next epoch is
+        planned with the current settings from its start. Rules:
+
+        - the strategy, ``shuffle``, ``seed``, ``drop_last`` and the lengths cannot change
+          (a ``ValueError`` names what differs), nor a windowed sampler's settings;
+        - a packing of split sequences keeps its capacity while some sequence has only some of
+          its pieces delivered (likewise Decomposition's ``max_length``): a ``ValueError``;
+        - optimizer steps are counted under the current ``batches_per_step`` from the run's
+          start (the schedule is a function of the step, so the change cuts the micro-batches
+          of the rest differently; none is added or lost);
+        - the tail policy's repeats (``drop_last=False``) are the epoch's first batches, as
+          delivered under the first settings.
+
+        Cost: one plan per part of the epoch (the first of the whole corpus, each later one of
+        what is left) and O(N) masks: for a change at half an epoch, about 1.5 plans.
         """
-        epoch = state.get("epoch") if isinstance(state, dict) else None
+        change = self._change_in(state)
+        if change is not None:
+            changes, resumed = change
+        else:
+            changes = self._changes_of(state) if isinstance(state, dict) else ()
+            resumed = state
+        epoch = resumed.get("epoch") if isinstance(resumed, dict) else None
         plain = self._fingerprint is None and self._windowed is None
-        if plain and isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
-            from concurrent.futures import ThreadPoolExecutor
+        previous = self._changes
+        self._changes = changes
+        try:
+            if plain and isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+                from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(1) as pool:
-                lengths_hash = pool.submit(self._lengths_hash)
-                self._schedule(epoch)  # the plan the restore needs anyway, cached
-                self._fingerprint = self._fingerprint_of(lengths_hash.result())
-        super().load_state_dict(state)
+                with ThreadPoolExecutor(1) as pool:
+                    lengths_hash = pool.submit(self._lengths_hash)
+                    self._schedule(epoch, changes)  # the plan the restore needs anyway, cached
+                    self._fingerprint = self._fingerprint_of(lengths_hash.result())
+            if change is not None and isinstance(epoch, int):
+                sched = self._schedule(epoch, changes)
+                total = len(sched.plan) + (0 if sched.head is None else sched.head.batches)
+                resumed = {**resumed, "position": min(int(resumed["position"]), total)}
+            super().load_state_dict(resumed)
+        except Exception:
+            self._changes = previous
+            raise
 
     def __repr__(self) -> str:
         return (
@@ -724,6 +1001,62 @@ class PlanSampler(Resumable):
             )
             + ")"
         )
+
+
+def _change_of(entry: Mapping[str, Any], record: Any, sampler: PlanSampler) -> tuple[Any, ...]:
+    """A change record ``(position, settings, world_size, elastic)`` of a state (or a change
+    entry of one): the part of the epoch before ``position`` ran under ``record``'s settings
+    (canonical JSON) at ``world_size``, after the elastic parts ``elastic``. Checked: the
+    record rebuilds a planner of this sampler's strategy whose config is the recorded one."""
+    import json
+
+    position, world = entry.get("position"), entry.get("world_size")
+    for name, value, least in (("position", position, 0), ("world_size", world, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(
+                f"state[{name!r}] of a change must be an int >= {least}, got {value!r}"
+            )
+    if not isinstance(record, dict) or not {"spec", "config"} <= set(record):
+        raise ValueError(f"a change's settings must hold 'spec' and 'config', got {record!r:.80}")
+    settings = json.dumps(
+        {"spec": record["spec"], "config": record["config"]}, sort_keys=True, default=str
+    )
+    try:
+        planner, _ = sampler._planner_of(settings)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"state's settings {record['spec']!r:.120} do not make a {sampler.spec.name} "
+            f"spec for these lengths: {err}"
+        ) from err
+    config = record["config"]
+    own = {k: v for k, v in config.items() if k not in _SAMPLER_KEYS}
+    if (
+        json.dumps(own, sort_keys=True, default=str)
+        != json.dumps(planner.config(), sort_keys=True, default=str)
+        or config.get("class") != sampler._config()["class"]
+    ):
+        raise ValueError(
+            "state's settings do not agree with its config (edited, or from another padless)"
+        )
+    if not isinstance(config.get("balance"), bool):
+        raise ValueError(f"state's settings must say balance (a bool), got {config!r:.80}")
+    from ._state import _check_history
+
+    elastic = _check_history(entry.get("elastic", []))
+    return (int(cast(int, position)), settings, int(cast(int, world)), elastic)
+
+
+def _change_record(change: tuple[Any, ...]) -> dict[str, Any]:
+    """A change record as a state holds it (JSON-safe)."""
+    import json
+
+    position, settings, world, elastic = change
+    return {
+        "position": position,
+        "settings": json.loads(settings),
+        "world_size": world,
+        "elastic": [list(part) for part in elastic],
+    }
 
 
 class _TokensPerStep:

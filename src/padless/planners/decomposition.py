@@ -393,11 +393,49 @@ class DecompositionPlanner(Planner):
         self.uncovered = np.flatnonzero(~covered).astype(np.int64)  # documents with no piece
 
     def plan(self, seed: int, epoch: int) -> PiecePlan:
+        return self._plan_pieces(None, seed, epoch)
+
+    def plan_rest(
+        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+    ) -> tuple[BatchPlan, np.ndarray]:
+        """The pieces ``done`` (codes of ``before``, this strategy under the epoch's earlier
+        settings) left, planned with these settings. At the same ``max_length`` the pieces are
+        the same: the ones not yet yielded are left (whatever ``min_length`` keeps of them). At
+        another ``max_length`` documents cut differently: the ones with no piece yielded are
+        left, and a document with some of its pieces yielded is a ``ValueError``."""
+        n = int(self.sizes.size)
+        done = np.asarray(done, dtype=np.int64)
+        old = before.spec.max_length if isinstance(before.spec, Decomposition) else None
+        if old == self.spec.max_length:
+            codes = self.doc + piece_numbers(self.start, self.spec.max_length) * n
+            left = np.flatnonzero(~np.isin(codes, done)).astype(np.int64)
+        else:
+            given = np.bincount(done % max(n, 1), minlength=n)
+            whole = np.bincount(getattr(before, "doc", np.zeros(0, np.int64)), minlength=n)
+            partial = np.flatnonzero((given > 0) & (given < whole))
+            if partial.size:
+                raise ValueError(
+                    f"max_length changed from {old} to {self.spec.max_length} while "
+                    f"{partial.size} documents (e.g. index {int(partial[0])}) had only some of "
+                    "their pieces yielded: their other pieces are cut at the old max_length; "
+                    "change max_length at an epoch's start"
+                )
+            left = np.flatnonzero(given[self.doc] == 0).astype(np.int64)
+        plan = self._plan_pieces(left, seed, epoch)
+        return plan, self.values(plan)
+
+    def _plan_pieces(self, sel: np.ndarray | None, seed: int, epoch: int) -> PiecePlan:
+        """The plan of the pieces ``sel`` (positions in this planner's pieces; None: all)."""
         s = self.spec
-        n = int(self.doc.size)
+        if sel is None:
+            doc, start, length, bucket = self.doc, self.start, self.length, self.bucket
+        else:
+            doc, start, length = self.doc[sel], self.start[sel], self.length[sel]
+            bucket = self.bucket[sel]
+        n = int(doc.size)
         shuffled = _rng.rng(seed, epoch, _rng.GROUP_SHUFFLE).permutation(n)
-        grouped = shuffled[np.argsort(self.bucket[shuffled], kind="stable")]  # by bucket, shuffled
-        kinds, counts = np.unique(self.bucket[grouped], return_counts=True)
+        grouped = shuffled[np.argsort(bucket[shuffled], kind="stable")]  # by bucket, shuffled
+        kinds, counts = np.unique(bucket[grouped], return_counts=True)
         per = s.tokens_per_batch >> kinds.astype(np.int64)  # pieces per full batch
         full, tail = np.divmod(counts, per)
         if s.leftovers == "drop":
@@ -424,9 +462,11 @@ class DecompositionPlanner(Planner):
         picked = grouped[entry]
         leftover = n - int(offsets[-1])
         skipped = self.uncovered
-        if leftover:
-            gone = np.ones(self.sizes.size, dtype=bool)
-            gone[self.doc[picked]] = False
+        if leftover:  # documents of these pieces with none picked are left out too
+            gone = np.zeros(self.sizes.size, dtype=bool)
+            gone[self.uncovered] = True
+            gone[doc] = True
+            gone[doc[picked]] = False
             skipped = np.flatnonzero(gone).astype(np.int64)
         info: dict[str, Any] = {
             "curriculum": s.curriculum,
@@ -434,17 +474,17 @@ class DecompositionPlanner(Planner):
             "dropped_pieces": self.dropped_pieces,
             "dropped_tokens": self.dropped_tokens,
             "leftover_pieces": leftover,
-            "leftover_tokens": int(self.length[grouped].sum() - self.length[picked].sum()),
+            "leftover_tokens": int(length[grouped].sum() - length[picked].sum()),
             "bucket_batches": {
                 str(1 << int(k)): int(b)
                 for k, b in zip(kinds.tolist(), nbatches.tolist(), strict=True)
             },
         }
         return PiecePlan(
-            self.doc[picked],
+            doc[picked],
             offsets,
-            self.start[picked],
-            self.start[picked] + self.length[picked],
+            start[picked],
+            start[picked] + length[picked],
             num_sequences=int(self.sizes.size),
             skipped=skipped,
             info=info,

@@ -40,7 +40,17 @@ from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; im
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
-from .spec import CollateForm, Planner, Spec, WindowKernel, check_cost, moved_names, plain, setting
+from .spec import (
+    CollateForm,
+    Planner,
+    Spec,
+    WindowKernel,
+    check_cost,
+    moved_names,
+    plain,
+    plan_items,
+    setting,
+)
 
 if TYPE_CHECKING:
     pass
@@ -595,6 +605,54 @@ class PackPlanner(Planner):
 
     def config(self) -> dict[str, Any]:
         return self.spec.as_dict()
+
+    def plan_rest(
+        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+    ) -> tuple[BatchPlan, np.ndarray]:
+        """What ``done`` (codes of ``before``: this strategy under the epoch's earlier settings)
+        left, packed with these settings: every sequence with nothing yielded, and the pieces
+        not yet yielded of a sequence split at ``before``'s capacity (rows of their own kind:
+        each piece fits a row). Those pieces need the same capacity and ``oversize="split"``
+        (their codes number pieces of that capacity): another is a ``ValueError``."""
+        n = int(self.sizes.size)
+        done = np.asarray(done, dtype=np.int64)
+        old_cap = int(getattr(before.spec, "capacity", self.spec.capacity))
+        split = getattr(before.spec, "oversize", "") == "split"
+        pieces = np.ones(n, dtype=np.int64)
+        if split:
+            pieces = np.maximum(-(-self.sizes.astype(np.int64) // old_cap), 1)
+        given = np.bincount(done % max(n, 1), minlength=n)
+        partial = np.flatnonzero((given > 0) & (given < pieces))
+        if not partial.size:
+            return plan_items(self, np.flatnonzero(given == 0).astype(np.int64), seed, epoch)
+        cap = self.spec.capacity
+        if cap != old_cap or self.spec.oversize != "split":
+            raise ValueError(
+                f"Packing changed from capacity={old_cap}, oversize='split' to capacity={cap}, "
+                f"oversize={self.spec.oversize!r} while {partial.size} sequences (e.g. index "
+                f"{int(partial[0])}) had only some of their pieces yielded: the pieces left are "
+                "cut at the old capacity; change these settings at an epoch's start"
+            )
+        # the partial sequences' pieces not yet yielded, then the untouched sequences whole
+        counts = pieces[partial]
+        doc = np.repeat(partial, counts)
+        number = np.arange(doc.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        left = ~np.isin(doc + number * n, done)
+        whole = np.flatnonzero(given == 0).astype(np.int64)
+        doc = np.concatenate([doc[left], whole])
+        start = np.concatenate([number[left] * cap, np.zeros(whole.size, dtype=np.int64)])
+        own = np.asarray(self.sizes, dtype=np.int64)[doc] - start
+        piece = np.arange(doc.size) < int(left.sum())
+        sub = self.spec.bind(np.where(piece, np.minimum(own, cap), own))
+        plan = sub.plan(seed, epoch)
+        local = sub.values(plan)
+        m = int(doc.size)
+        values = doc[local % m] + (start[local % m] // cap + local // m) * n
+        out = plan.with_indices(doc[plan.indices], n, skipped=np.unique(doc[plan.skipped]))
+        shift = start[plan.indices]
+        out.piece_start = plan.piece_start + shift
+        out.piece_stop = plan.piece_stop + shift
+        return out, values
 
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Tokens of the pieces the yielded codes name (``index + piece · N``): the sequence's

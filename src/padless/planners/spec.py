@@ -359,11 +359,47 @@ class Planner:
         """JSON-safe settings for state fingerprints."""
         return self.spec.as_dict()
 
+    def plan_rest(
+        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+    ) -> tuple[BatchPlan, np.ndarray]:
+        """The rest of an epoch whose settings changed: ``(plan, values)`` of what ``done`` left.
+
+        ``done`` holds the values a sampler yielded so far in the epoch (as ``before.values``
+        gave them: ``before`` is this strategy under the settings the epoch ran with until
+        now). The plan, over all N sequences, holds every sequence ``done`` does not name,
+        planned with these settings for ``(seed, epoch)``; ``values`` is what a sampler yields
+        for it. By default the values are sequence indices; a strategy that yields pieces
+        answers for its pieces (a ``ValueError`` for a change it cannot honour).
+
+        Cost: one plan of the sequences left, and an O(N) mask.
+        """
+        n = int(self.sizes.size)
+        gone = np.zeros(n, dtype=bool)
+        gone[np.asarray(done, dtype=np.int64) % max(n, 1)] = True
+        return plan_items(self, np.flatnonzero(~gone).astype(np.int64), seed, epoch)
+
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
         them) over the (N,) or (N, F) ``lengths``: the last field of each sequence."""
         rows = np.asarray(lengths[values], dtype=np.int64)
         return rows if rows.ndim == 1 else rows[:, -1]
+
+
+def plan_items(
+    planner: Planner, items: np.ndarray, seed: int, epoch: int, lengths: np.ndarray | None = None
+) -> tuple[BatchPlan, np.ndarray]:
+    """``planner``'s spec planned over the sequences ``items`` only (their ``lengths``, by
+    default theirs in ``planner.lengths``), as a plan of all N sequences and its values:
+    each entry's index mapped back to ``items``, a piece code ``local + piece · M`` to
+    ``items[local] + piece · N`` (M items of N sequences)."""
+    own = planner.lengths[items] if lengths is None else lengths
+    sub = planner.spec.bind(own)
+    plan = sub.plan(seed, epoch)
+    local = sub.values(plan)
+    n, m = int(planner.sizes.size), int(items.size)
+    values = items[local % m] + (local // m) * n if m else local
+    out = plan.with_indices(items[plan.indices], n, skipped=np.sort(items[plan.skipped]))
+    return out, values.astype(np.int64, copy=False)
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> Spec:

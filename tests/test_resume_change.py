@@ -1,0 +1,265 @@
+"""Resume across a change of settings: a state saved under one budget, capacity, balance or world
+size loads into a sampler with others and the epoch goes on with nothing repeated or lost; the
+state keeps the epoch's changes, so a later resume is exact; what cannot change is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import padless
+
+LENGTHS = np.random.default_rng(7).integers(1, 300, 500)
+N = LENGTHS.size
+
+# each family: settings a run may move between (same strategy), and the budget check of a batch
+FAMILIES = {
+    "token_budget": [padless.TokenBudget(max_tokens=t) for t in (600, 1500, 4000)],
+    "buckets": [
+        padless.Buckets(num_buckets=4, max_tokens=1200),
+        padless.Buckets(num_buckets=8, max_tokens=600),
+    ],
+    "exact_length": [padless.ExactLength(batch_size=b) for b in (2, 5)],
+    "packing": [
+        padless.Packing(capacity=512),
+        padless.Packing(capacity=1024, rows_per_batch=2),
+        padless.Packing(capacity=384, max_per_row=4),
+    ],
+    "packing_split": [
+        padless.Packing(capacity=128, oversize="split"),
+        padless.Packing(capacity=128, oversize="split", rows_per_batch=3),
+    ],
+}
+
+
+def _sampler(spec, *, rank=0, world=1, balance=False, drop_last=False):
+    return padless.PlanSampler(
+        LENGTHS, spec, seed=4, rank=rank, world_size=world, balance=balance, drop_last=drop_last
+    )
+
+
+def _run(parts, *, drop_last=False):
+    """An epoch in ``parts``: ``(spec, world, balance, steps)`` each; the state saved by rank
+    0 after ``steps`` steps is loaded into the next part's samplers. Returns the global batches
+    in slot order, with the last part's sampler (rank 0)."""
+    got, state, last = [], None, None
+    for k, (spec, world, balance, steps) in enumerate(parts):
+        ranks = [_sampler(spec, rank=r, world=world, balance=balance, drop_last=drop_last)
+                 for r in range(world)]  # fmt: skip
+        if state is not None:
+            for s in ranks:
+                s.load_state_dict(state)
+        last = ranks[0]
+        its = [iter(s) for s in ranks]
+        final = k == len(parts) - 1
+        count = 0
+        while final or count < steps:
+            try:
+                step = [next(it) for it in its]
+            except StopIteration:
+                break
+            got.extend(step)
+            count += 1
+        state = ranks[0].state_dict()
+    return got, last
+
+
+def _slots(sampler):
+    """The epoch's batch slots: those delivered before its changes and the rest's."""
+    figures = sampler.stats()
+    return figures["batches"] + figures.get("delivered_before_change", 0)
+
+
+def _check_once(got, sampler, split_at=None):
+    """Every item (or split piece) in exactly one batch, once the tail's repeats are left out."""
+    batches = got[: _slots(sampler)]
+    codes = np.array([c for b in batches for c in b], dtype=np.int64)
+    assert np.unique(codes).size == codes.size, "an item was repeated"
+    if split_at is None:
+        assert np.array_equal(np.sort(codes), np.arange(N)), "an item was lost"
+    else:
+        pieces = -(-LENGTHS // split_at)
+        want = np.concatenate([i + np.arange(p) * N for i, p in enumerate(pieces)])
+        assert np.array_equal(np.sort(codes), np.sort(want)), "a piece was lost"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_random_changes_repeat_and_lose_nothing(family, data):
+    specs = FAMILIES[family]
+    parts = []
+    for _ in range(data.draw(st.integers(2, 4), label="parts")):
+        parts.append(
+            (
+                data.draw(st.sampled_from(specs)),
+                data.draw(st.integers(1, 4), label="world"),
+                data.draw(st.booleans(), label="balance"),
+                data.draw(st.integers(0, 6), label="steps"),
+            )
+        )
+    got, last = _run(parts)
+    _check_once(got, last, split_at=128 if family == "packing_split" else None)
+    # the batches after the last change keep its budget
+    spec = parts[-1][0]
+    tail = got[sum(p[3] * p[1] for p in parts[:-1]) : _slots(last)]
+    if isinstance(spec, padless.TokenBudget):
+        assert all(len(b) * LENGTHS[b].max() <= spec.max_tokens for b in tail)
+
+
+@pytest.mark.parametrize("family", ["token_budget", "packing_split"])
+@settings(max_examples=8, deadline=None)
+@given(data=st.data())
+def test_a_later_resume_after_a_change_is_exact(family, data):
+    """Saved after a change, the state carries it: loading it anywhere later gives the batches
+    the run would have had."""
+    a, b = FAMILIES[family][:2]
+    world = data.draw(st.integers(1, 3))
+    cut = data.draw(st.integers(0, 5))
+    first = _sampler(a, world=world)
+    it = iter(first)
+    for _ in range(cut):
+        next(it)
+    state = first.state_dict()
+    ranks = [_sampler(b, rank=r, world=world) for r in range(world)]
+    for s in ranks:
+        s.load_state_dict(state)
+    want = [list(s) for s in ranks]
+    later = data.draw(st.integers(0, len(want[0])))
+    for rank in range(world):
+        s = _sampler(b, rank=rank, world=world)
+        s.load_state_dict(state)
+        it = iter(s)
+        received = [next(it) for _ in range(later)]
+        saved = s.state_dict()
+        assert len(saved["changes"]) == 1
+        again = _sampler(b, rank=rank, world=world)
+        again.load_state_dict(saved)
+        assert received + list(again) == want[rank]
+
+
+def test_a_budget_change_plans_the_rest_with_the_new_budget():
+    small, large = FAMILIES["token_budget"][0], FAMILIES["token_budget"][2]
+    s = _sampler(small)
+    it = iter(s)
+    head = [next(it) for _ in range(20)]
+    t = _sampler(large)
+    t.load_state_dict(s.state_dict())
+    left = len(t)
+    rest = list(t)
+    assert all(len(b) * LENGTHS[b].max() <= 600 for b in head)
+    assert max(len(b) * LENGTHS[b].max() for b in rest) > 600  # the larger budget is used
+    assert left == len(rest) and t.stats()["changes"] == 1
+    assert t.stats()["delivered_before_change"] == 20
+    _check_once(head + rest, t)
+
+
+def test_the_next_epoch_starts_from_scratch_with_the_new_settings():
+    small, large = FAMILIES["token_budget"][0], FAMILIES["token_budget"][2]
+    s = _sampler(small)
+    it = iter(s)
+    next(it)
+    t = _sampler(large)
+    t.load_state_dict(s.state_dict())
+    list(t)
+    t.set_epoch(1)
+    fresh = _sampler(large)
+    fresh.set_epoch(1)
+    assert list(t) == list(fresh)
+    assert "changes" not in t.state_dict()
+
+
+def test_loss_tokens_count_the_batches_before_the_change():
+    small, large = FAMILIES["token_budget"][0], FAMILIES["token_budget"][2]
+    s = _sampler(small, world=2)
+    it = iter(s)
+    next(it)
+    state = s.state_dict()
+    t = _sampler(large, world=2)
+    t.load_state_dict(state)
+    # repeats at the tail are the epoch's first batches: the ones delivered before the change
+    total, mine = t.loss_tokens(0)
+    first = next(iter(t))
+    assert mine == [int((LENGTHS[first] - 1).sum())]
+    assert total >= mine[0]
+
+
+def test_split_packing_at_another_capacity_with_pieces_left_is_refused():
+    s = _sampler(padless.Packing(capacity=128, oversize="split"))
+    it = iter(s)
+    for _ in range(30):
+        next(it)
+    t = _sampler(padless.Packing(capacity=256, oversize="split"))
+    with pytest.raises(ValueError, match="only some of their pieces"):
+        t.load_state_dict(s.state_dict())
+    assert list(t) == list(_sampler(padless.Packing(capacity=256, oversize="split")))
+
+
+def test_decomposition_keeps_its_pieces_across_a_curriculum_change():
+    lengths = np.random.default_rng(3).integers(1, 2000, 300)
+    make = lambda c: padless.PlanSampler(  # noqa: E731
+        lengths,
+        padless.Decomposition(min_length=1, max_length=256, tokens_per_batch=1024, curriculum=c),
+        seed=2,
+    )
+    s = make("natural")
+    it = iter(s)
+    head = [next(it) for _ in range(10)]
+    t = make("short_to_long")
+    t.load_state_dict(s.state_dict())
+    codes = [c for b in head + list(t) for c in b]
+    full = [c for b in make("natural") for c in b]
+    assert sorted(codes) == sorted(full) and len(set(codes)) == len(codes)
+
+
+@pytest.mark.parametrize(
+    "other, match",
+    [
+        (lambda: _sampler(padless.Packing(capacity=512)), "strategy"),
+        (
+            lambda: padless.PlanSampler(
+                LENGTHS, padless.TokenBudget(max_tokens=900), seed=4, shuffle=False
+            ),
+            "shuffle",
+        ),
+        (lambda: padless.PlanSampler(LENGTHS, padless.TokenBudget(max_tokens=900)), "seed"),
+        (
+            lambda: padless.PlanSampler(LENGTHS[:-1], padless.TokenBudget(max_tokens=900), seed=4),
+            "data differ",
+        ),
+        (
+            lambda: padless.PlanSampler(
+                LENGTHS, padless.TokenBudget(max_tokens=900), seed=4, window=100
+            ),
+            "windowed",
+        ),
+    ],
+)
+def test_what_cannot_change_is_refused_by_name(other, match):
+    s = _sampler(padless.TokenBudget(max_tokens=600))
+    it = iter(s)
+    next(it)
+    state = s.state_dict()
+    target = other()
+    with pytest.raises(ValueError, match=match):
+        target.load_state_dict(state)
+
+
+def test_edited_or_missing_settings_are_refused():
+    s = _sampler(padless.TokenBudget(max_tokens=600))
+    next(iter(s))
+    state = s.state_dict()
+    t = _sampler(padless.TokenBudget(max_tokens=900))
+    edited = {**state, "settings": {**state["settings"], "spec": {"max_tokens": 700}}}
+    with pytest.raises(ValueError, match="do not agree"):
+        t.load_state_dict(edited)
+    forged = {**state, "settings": {"spec": {}, "config": {}}}
+    with pytest.raises(ValueError, match="does not match its fingerprint"):
+        t.load_state_dict(forged)
+    older = {k: v for k, v in state.items() if k != "settings"}  # saved before states said
+    with pytest.raises(ValueError, match="settings differ"):
+        t.load_state_dict(older)
+    t.load_state_dict(state)  # a refused load changed nothing
+    assert t.state_dict()["changes"][0]["position"] == 1
