@@ -111,8 +111,11 @@ def test_state_of_another_config_is_refused(name):
     other = dict(config)
     key = "batch_size" if "batch_size" in other else "max_tokens"
     other[key] += 1
-    with pytest.raises(ValueError, match="fingerprint"):
-        cls(lengths, **other).load_state_dict(state)
+    resumed = cls(lengths, **other)
+    resumed.load_state_dict(state)  # a change of budget: the epoch goes on (test_resume_change)
+    assert resumed.state_dict()["changes"][0]["settings"]["spec"][key] == config[key]
+    with pytest.raises(ValueError, match="settings differ .* shuffle"):
+        cls(lengths, **config, shuffle=False).load_state_dict(state)
     with pytest.raises(ValueError, match="fingerprint"):
         make(name, lengths[:-1]).load_state_dict(state)
 

@@ -75,7 +75,7 @@ def test_refuses_what_is_not_a_padless_sampler_and_states_that_are_not_dicts():
 def test_a_foreign_state_is_refused_at_len_then_by_iter_set_epoch_and_state_dict():
     lengths = np.arange(1, 50)
     batches = LightningBatches(TokenBudgetSampler(lengths, max_tokens=100, seed=0))
-    other = TokenBudgetSampler(lengths, max_tokens=120, seed=0).state_dict()
+    other = TokenBudgetSampler(lengths, max_tokens=100, seed=0, shuffle=False).state_dict()
     batches.load_state_dict(other)  # inside the loader's iterator: Lightning would hide it
     assert list(iter(batches)) == []  # the loader's own iteration (and its prefetch) gets nothing
     with pytest.raises(ValueError, match="cannot resume TokenBudgetSampler .* settings differ"):
@@ -160,7 +160,7 @@ def test_resume_from_an_end_of_epoch_checkpoint_with_workers_is_exact(one_device
 
 def test_lightning_shows_padless_error_for_a_state_that_does_not_fit(one_device):
     lt, out, steps, _ = one_device
-    other = {**lt.SETTINGS, "max_tokens": 310}
+    other = {**lt.SETTINGS, "shuffle": False}  # a budget may change during a run, not this
     ckpt = str(out / "full" / f"step={steps // 2}.ckpt")
     with pytest.raises(ValueError, match="cannot resume TokenBudgetSampler .* settings differ"):
         lt.fit(str(out / "other"), ckpt=ckpt, settings=other)  # not Lightning's RuntimeError

@@ -234,8 +234,8 @@ def test_the_schedule_is_in_the_fingerprint():
     same.load_state_dict(state)
     assert "batches_per_step" not in state  # the state holds nothing else
     for other in (_make(Piecewise([0, 6], [2, 4])), _make(None)):
-        with pytest.raises(ValueError, match="the settings differ"):
-            other.load_state_dict(state)
+        other.load_state_dict(state)  # a schedule may change during a run: the epoch goes on
+        assert other.state_dict()["changes"][0]["settings"]["config"]["batches_per_step"]
     plain = _make(None)
     assert (
         plain._fingerprint_now() == PlanSampler(LENGTHS, _spec("budget"), seed=3)._fingerprint_now()

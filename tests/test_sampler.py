@@ -176,8 +176,9 @@ def test_mismatched_state_is_refused_with_reason():
         make(lengths[::-1].copy()).load_state_dict(state)
     assert "settings" not in str(info.value)
     with pytest.raises(ValueError, match="the settings differ") as info:
-        make(lengths, max_tokens=65).load_state_dict(state)
+        make(lengths, shuffle=False).load_state_dict(state)
     assert "data differ" not in str(info.value)
+    make(lengths, max_tokens=65).load_state_dict(state)  # a budget may change (resume_change)
     with pytest.raises(ValueError, match="data differ .* and the settings differ"):
         make(lengths[:-1].copy(), max_tokens=65).load_state_dict(state)
     with pytest.raises(ValueError, match="seed"):
@@ -200,7 +201,9 @@ def test_state_is_small_json_and_input_not_mutated():
         "world_size",
         "fingerprint",
         "drop_last",
+        "settings",  # the settings it was saved under: a resume may change some
     }
+    assert len(json.dumps(state)) < 600
     assert json.loads(json.dumps(state)) == state
     frozen = copy.deepcopy(state)
     make(np.arange(1, 50), world_size=4).load_state_dict(state)

@@ -608,10 +608,17 @@ def test_sampler_resume_balance_and_stats():
     assert stats["padded_slots"] == plan.stats(LENS).padded_slots
     assert stats["dummy_rows"] == plan.dummy_rows
     assert s.planner.costs(plan).tolist() == (plan.rows * plan.batch_shapes[:, 1]).tolist()
-    # a state from other shapes is refused
+    # a state from other shapes goes on with the new ones (a change of settings), other
+    # strategies are refused
     other = padless.PlanSampler(LENS, FixedShapes(shapes=SHAPES[1:] + [(1, 1000)]), seed=2)
-    with pytest.raises(ValueError):
-        other.load_state_dict(state)
+    other.load_state_dict(state)
+    assert other.state_dict()["changes"][0]["world_size"] == 2
+    later = [i for b in other for i in b]
+    assert len(later) == len(set(later)) > 0
+    with pytest.raises(ValueError, match="strategy"):
+        padless.PlanSampler(LENS, padless.TokenBudget(max_tokens=1000), seed=2).load_state_dict(
+            state
+        )
 
 
 # --------------------------------------------------------------------------- collate

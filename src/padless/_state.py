@@ -424,7 +424,7 @@ class Resumable:
                 f"state was saved with drop_last={saved_drop!r}, this {type(self).__name__} has "
                 f"drop_last={self.drop_last} (the tail policy decides which batches remain)"
             )
-        checked["elastic"] = _check_history(checked.get("elastic", []))
+        checked["elastic"] = check_history(checked.get("elastic", []))
         checked["skips"] = _check_skips(checked.get("skips", []))
         return checked
 
@@ -501,7 +501,7 @@ class Resumable:
         )
 
 
-def _check_history(value: Any) -> tuple[tuple[int, int], ...]:
+def check_history(value: Any) -> tuple[tuple[int, int], ...]:
     """Check the ``elastic`` entry of a state: a list of ``[world_size, position]`` pairs."""
     if not isinstance(value, (list, tuple)):
         raise ValueError(

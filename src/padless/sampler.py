@@ -35,7 +35,7 @@ from ._schedule import (
     step_imbalance,
     step_mean_lengths,
 )
-from ._state import Resumable, fingerprint, settings_digest
+from ._state import Resumable, check_history, fingerprint, settings_digest
 from .checked import CheckedDataset
 from .cost import real_work
 from .lengths import lengths_of
@@ -881,7 +881,7 @@ class PlanSampler(Resumable):
             )
         if self._windowed is not None:
             raise ValueError(
-                f"state was saved under other settings, and a windowed sampler (window="
+                f"state does not fit: the settings differ, and a windowed sampler (window="
                 f"{self.window}) cannot resume across a change of settings (it plans one "
                 "window at a time): load it with the settings it was saved under"
             )
@@ -890,10 +890,18 @@ class PlanSampler(Resumable):
             if old.get(name) != config[name]:
                 what = "strategy" if name == "class" else name
                 raise ValueError(
-                    f"state was saved with {what}={old.get(name)!r}, this sampler has "
-                    f"{what}={config[name]!r}: a run can change its budget, capacity, "
-                    "schedules, balance and world size, not its strategy or shuffle"
+                    f"state does not fit: the settings differ in what a run cannot change: it "
+                    f"was saved with {what}={old.get(name)!r}, this sampler has "
+                    f"{what}={config[name]!r} (a run can change its budget, capacity, "
+                    "schedules, balance and world size, not its strategy or shuffle)"
                 )
+        if state.get("seed") != self.seed:
+            raise ValueError(
+                f"state was saved with seed={state.get('seed')!r}, this {type(self).__name__} "
+                f"has seed={self.seed} (a run cannot change its seed)"
+            )
+        if saved[0] != self._fingerprint_now().split("-")[0]:
+            return None  # other data: the usual check says so
         changes = (*self._changes_of(state), _change_of(state, record, self))
         resumed = {k: v for k, v in state.items() if k != "elastic"}
         resumed["changes"] = [_change_record(c) for c in changes]
@@ -1040,9 +1048,7 @@ def _change_of(entry: Mapping[str, Any], record: Any, sampler: PlanSampler) -> t
         )
     if not isinstance(config.get("balance"), bool):
         raise ValueError(f"state's settings must say balance (a bool), got {config!r:.80}")
-    from ._state import _check_history
-
-    elastic = _check_history(entry.get("elastic", []))
+    elastic = check_history(entry.get("elastic", []))
     return (int(cast(int, position)), settings, int(cast(int, world)), elastic)
 
 
