@@ -19,6 +19,11 @@ is the per-batch path):
 Part 2 (goal: ratio <= 2): ``load_state_dict`` + the first batch of a state saved at 50% of an
 epoch of ``--restore-size`` items, under a ``tokens_per_step`` ramp and with a recorded skip,
 against one plan of that epoch (``epoch_plan`` on a fresh sampler), both on fresh samplers.
+
+Part 3 (goal: ratio <= 2): resume across a change: a state saved at 50% of an epoch of
+``--restore-size`` items under ``max_tokens=4096`` loaded into a sampler with ``max_tokens=8192``
+(``load_state_dict`` + the first batch: the old plan, what it delivered, and the rest planned
+at the new budget), against one plan of the epoch at the new budget, both on fresh samplers.
 """
 
 from __future__ import annotations
@@ -145,6 +150,31 @@ def restore(size: int, rounds: int) -> tuple[float, float, int]:
     return t_plan, t_restore, int(state["position"])
 
 
+def restore_change(size: int, rounds: int) -> tuple[float, float, int]:
+    lengths = lognormal_lengths(size, seed=1)
+
+    def make(budget: int) -> padless.TokenBudgetSampler:
+        return padless.TokenBudgetSampler(lengths, max_tokens=budget, seed=1)
+
+    first = make(4096)
+    it = iter(first)
+    for _ in range(len(first) // 2):
+        next(it)
+    state = json.loads(json.dumps(first.state_dict()))
+    t_plan = t_restore = float("inf")
+    for _ in range(rounds):
+        fresh = make(8192)
+        t0 = time.perf_counter()
+        fresh.epoch_plan(0)
+        t_plan = min(t_plan, time.perf_counter() - t0)
+        again = make(8192)
+        t0 = time.perf_counter()
+        again.load_state_dict(state)
+        next(iter(again))
+        t_restore = min(t_restore, time.perf_counter() - t0)
+    return t_plan, t_restore, int(state["position"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1_000_000)
@@ -158,6 +188,15 @@ def main() -> None:
     t_plan, t_restore, position = restore(args.restore_size, args.rounds)
     print(
         f"restore at 50% with a tokens_per_step ramp and a skip (size={args.restore_size:,}, "
+        f"position {position:,}; goal <= 2x one plan)"
+    )
+    print(
+        f"  one plan {t_plan * 1e3:.1f} ms, load_state_dict + first batch "
+        f"{t_restore * 1e3:.1f} ms  x{t_restore / t_plan:.2f}"
+    )
+    t_plan, t_restore, position = restore_change(args.restore_size, args.rounds)
+    print(
+        f"restore across a change at 50%, max_tokens 4096 -> 8192 (size={args.restore_size:,}, "
         f"position {position:,}; goal <= 2x one plan)"
     )
     print(

@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import padless
+from padless import Schedule
+from padless.mixing import MixtureSampler
 
 LENGTHS = np.random.default_rng(7).integers(1, 300, 500)
 N = LENGTHS.size
@@ -263,3 +265,108 @@ def test_edited_or_missing_settings_are_refused():
         t.load_state_dict(older)
     t.load_state_dict(state)  # a refused load changed nothing
     assert t.state_dict()["changes"][0]["position"] == 1
+
+
+# ------------------------------------------------------------------------ mixtures
+
+MIX_LENGTHS = np.random.default_rng(8).integers(1, 100, 500)
+WEIGHTS = [
+    {"a": 0.8, "b": 0.2},
+    None,  # by size
+    {"a": Schedule.piecewise([0, 15], [0.1, 0.9]), "b": 0.5},
+    {"a": Schedule.linear(0.0, 1.0, steps=40), "b": Schedule.constant(0.3)},
+]
+
+
+def _corpora():
+    return {
+        "a": padless.TokenBudgetSampler(MIX_LENGTHS[:200], max_tokens=300, seed=1),
+        "b": padless.TokenBudgetSampler(MIX_LENGTHS[200:], max_tokens=300, seed=2),
+    }
+
+
+def _mix(weights, world=1, rank=0, **kw):
+    return MixtureSampler(
+        _corpora(), weights=weights, num_batches=90, seed=5, world_size=world, rank=rank, **kw
+    )
+
+
+def _stream(name):
+    """A corpus's batches in the order a mixture uses them (its epochs one after another),
+    as global indices."""
+    sub, off = _corpora()[name], 0 if name == "a" else 200
+    epoch = 0
+    while True:
+        sub.set_epoch(epoch)
+        for batch in sub:
+            yield [i + off for i in batch]
+        epoch += 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_mixture_weight_changes_continue_every_corpus_where_it_was(data):
+    """Weights change at random points (and the world size with them): every corpus's batches
+    are its stream's, in order, none repeated or skipped."""
+    got, state = [], None
+    parts = data.draw(st.integers(2, 4), label="parts")
+    for k in range(parts):
+        weights = data.draw(st.sampled_from(WEIGHTS), label="weights")
+        world = data.draw(st.integers(1, 3), label="world")
+        steps = data.draw(st.integers(0, 12), label="steps")
+        ranks = [_mix(weights, world, r) for r in range(world)]
+        if state is not None:
+            for m in ranks:
+                m.load_state_dict(state)
+        its = [iter(m) for m in ranks]
+        count = 0
+        while k == parts - 1 or count < steps:
+            try:
+                step = [next(it) for it in its]
+            except StopIteration:
+                break
+            got.extend(step)
+            count += 1
+        state = ranks[0].state_dict()
+    got = got[:90]  # the tail's repeats left out
+    assert len(got) == 90
+    for name in ("a", "b"):
+        mine = [b for b in got if (b[0] < 200) == (name == "a")]
+        stream = _stream(name)
+        assert mine == [next(stream) for _ in mine]
+
+
+def test_mixture_weights_after_the_change_are_the_new_ones():
+    first = _mix({"a": 0.95, "b": 0.05})
+    it = iter(first)
+    head = [next(it) for _ in range(30)]
+    later = _mix({"a": 0.05, "b": 0.95})
+    later.load_state_dict(first.state_dict())
+    rest = list(later)
+    share = lambda batches: np.mean([b[0] < 200 for b in batches])  # noqa: E731
+    assert share(head) > 0.8 and share(rest) < 0.2
+    assert sum(later.corpus_counts().values()) == 90
+    assert later.state_dict()["changes"][0]["settings"]["weights"] == [0.95, 0.05]
+
+
+def test_mixture_changes_that_cannot_be_honoured_are_refused():
+    state = _mix({"a": 1, "b": 1}).state_dict()
+    with pytest.raises(ValueError, match="num_batches"):
+        MixtureSampler(
+            _corpora(), weights={"a": 2, "b": 1}, num_batches=91, seed=5
+        ).load_state_dict(state)
+    corpora = _corpora()
+    corpora["b"] = padless.TokenBudgetSampler(MIX_LENGTHS[200:], max_tokens=301, seed=2)
+    with pytest.raises(ValueError, match="samplers"):
+        MixtureSampler(corpora, weights={"a": 2, "b": 1}, num_batches=90, seed=5).load_state_dict(
+            state
+        )
+    fixed = {
+        "a": padless.TokenBudgetSampler(MIX_LENGTHS[:200], max_tokens=300, seed=1, shuffle=False),
+        "b": padless.TokenBudgetSampler(MIX_LENGTHS[200:], max_tokens=300, seed=2),
+    }
+    saved = MixtureSampler(fixed, weights={"a": 1, "b": 1}, num_batches=90, seed=5).state_dict()
+    with pytest.raises(ValueError, match="does not shuffle"):
+        MixtureSampler(fixed, weights={"a": 2, "b": 1}, num_batches=90, seed=5).load_state_dict(
+            saved
+        )

@@ -136,8 +136,30 @@ class Resumable:
         self._next_pos = 0  # the global position the running iteration's next step starts at
 
     # ------------------------------------------------------------------ for subclasses
+    # settings a run keeps whatever else changes (names in ``_config()``), and what it may change
+    _fixed_settings: tuple[str, ...] = ("class",)
+    _changeable_text = "its settings"
+
     def _fingerprint_now(self) -> str:
         raise NotImplementedError
+
+    def _config(self) -> dict[str, Any]:
+        """The settings the fingerprint covers (JSON-safe); needed for resume across a change."""
+        raise NotImplementedError
+
+    def _settings_record(self) -> dict[str, Any] | None:
+        """What a state records of its settings (with ``"config"``: :meth:`_config`), so a
+        resume under other settings can recompute what these delivered; None: this object
+        cannot resume across a change of settings."""
+        return None
+
+    def _checked_settings(self, record: Any) -> str:
+        """A recorded part's settings checked against this object (a ``ValueError`` for
+        settings it cannot rebuild), as canonical JSON: what :attr:`_changes` holds."""
+        raise NotImplementedError
+
+    def _changeable(self) -> None:
+        """Raise a ``ValueError`` if this object cannot resume across a change now."""
 
     def _total(self) -> int:
         """Batch slots of the current epoch (all ranks, before the tail policy)."""
@@ -408,7 +430,109 @@ class Resumable:
             state["elastic"] = [list(part) for part in self._history]
         if self._skips:
             state["skips"] = [list(entry) for entry in self._skips]
+        record = self._settings_record()
+        if record is not None:
+            state["settings"] = record
+            if self._changes:
+                state["changes"] = [change_record(c) for c in self._changes]
         return state
+
+    # ------------------------------------------------------------------ changes of settings
+    def _change_in(self, state: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """For a state saved under other settings that may change during a run: the epoch's
+        changes with the new one last, and the state as the resume goes on with it (this
+        object's settings, world size and fingerprint). None when the settings are the same
+        (the state's own changes, if any, are read by :meth:`_changes_of`), or when the state
+        cannot say (the usual check then refuses it)."""
+        if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
+            return None
+        saved = state["fingerprint"].split("-")
+        if len(saved) != 2 or "settings" not in state or self._settings_record() is None:
+            if len(saved) == 2 and "settings" in state:
+                self._changeable()
+            return None
+        config = self._config()
+        if saved[1] == settings_digest(config):
+            return None
+        record = state["settings"]
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("config"), dict)
+            and settings_digest(record["config"]) == saved[1]
+        ):
+            raise ValueError(
+                "state['settings'] does not match its fingerprint (edited, or from another "
+                "padless): the settings it was saved under cannot be told"
+            )
+        self._changeable()
+        old = record["config"]
+        for name in self._fixed_settings:
+            if old.get(name) != config.get(name):
+                what = "strategy" if name == "class" else name
+                raise ValueError(
+                    f"state does not fit: the settings differ in what a run cannot change: it "
+                    f"was saved with {what}={old.get(name)!r:.80}, this {type(self).__name__} "
+                    f"has {what}={config.get(name)!r:.80} (a run can change "
+                    f"{self._changeable_text})"
+                )
+        if state.get("seed") != self.seed:
+            raise ValueError(
+                f"state was saved with seed={state.get('seed')!r}, this {type(self).__name__} "
+                f"has seed={self.seed} (a run cannot change its seed)"
+            )
+        if saved[0] != self._fingerprint_now().split("-")[0]:
+            return None  # other data: the usual check says so
+        changes = (*self._changes_of(state), self._change_of(state, record))
+        resumed = {k: v for k, v in state.items() if k != "elastic"}
+        resumed["changes"] = [change_record(c) for c in changes]
+        resumed["world_size"] = self.world_size
+        resumed["fingerprint"] = f"{saved[0]}-{settings_digest(config)}"
+        return changes, resumed
+
+    def _change_of(self, entry: Mapping[str, Any], record: Any) -> tuple[Any, ...]:
+        """A change ``(position, settings, world_size, elastic)`` from a state (or one of its
+        ``changes`` entries): the part of the epoch before global ``position`` ran under
+        ``record``'s settings (canonical JSON, checked) at ``world_size``, after the elastic
+        parts ``elastic``."""
+        position, world = entry.get("position"), entry.get("world_size")
+        for name, value, least in (("position", position, 0), ("world_size", world, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(
+                    f"state[{name!r}] of a change must be an int >= {least}, got {value!r}"
+                )
+        settings = self._checked_settings(record)
+        elastic = check_history(entry.get("elastic", []))
+        return (int(cast(int, position)), settings, int(cast(int, world)), elastic)
+
+    def _changes_of(self, state: Any) -> tuple[Any, ...]:
+        """The changes of settings a state records for its epoch (checked)."""
+        if not isinstance(state, dict):
+            return ()
+        raw = state.get("changes", [])
+        if not isinstance(raw, list):
+            raise ValueError(f"state['changes'] must be a list, got {type(raw).__name__}")
+        out = []
+        reach = 0
+        for entry in raw:
+            if not isinstance(entry, dict) or "settings" not in entry:
+                raise ValueError(
+                    "state['changes'] must hold {position, settings, world_size, elastic} "
+                    f"entries, got {entry!r:.80}"
+                )
+            change = self._change_of(entry, entry["settings"])
+            if change[0] < reach:
+                raise ValueError(
+                    f"state['changes'] positions must not decrease, got {change[0]} after {reach}"
+                )
+            reach = change[0]
+            out.append(change)
+        position = state.get("position")
+        if out and isinstance(position, int) and reach > position:
+            raise ValueError(
+                f"state['changes'] has a change at position {reach}, past the state's "
+                f"position {position}"
+            )
+        return tuple(out)
 
     def _checked_state(self, state: Any) -> dict[str, Any]:
         """Check ``state`` against this object (fingerprint, seed, tail policy), changing nothing."""
@@ -499,6 +623,19 @@ class Resumable:
             f"{'skip the rest of' if given > saved else 'repeat epochs before'} epoch {saved}. "
             f"Save the epoch with the state and resume the loop from it (set_epoch({saved}))"
         )
+
+
+def change_record(change: tuple[Any, ...]) -> dict[str, Any]:
+    """A change of settings as a state holds it (JSON-safe)."""
+    import json
+
+    position, settings, world, elastic = change
+    return {
+        "position": position,
+        "settings": json.loads(settings),
+        "world_size": world,
+        "elastic": [list(part) for part in elastic],
+    }
 
 
 def check_history(value: Any) -> tuple[tuple[int, int], ...]:

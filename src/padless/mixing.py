@@ -21,7 +21,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -825,8 +825,8 @@ class MixtureSampler(Resumable):
         1000
         """
         e = self.epoch if epoch is None else check_seed("epoch", epoch)
-        if self._schedules is not None and e == self.epoch:
-            counts = self._choice(e, self._parts(e))[1]
+        if e == self.epoch and (self._changes or self._schedules is not None):
+            counts = self._mix(e).counts
         else:
             counts = self._counts(e)
         return {n: int(c) for n, c in zip(self.names, counts, strict=True)}
@@ -1007,13 +1007,10 @@ class MixtureSampler(Resumable):
         """
         m = self.num_batches
         k = len(self.names)
+        if self._changes and epoch == self.epoch:
+            return self._changed_choice(epoch)
         if self._schedules is None:
-            gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
-            counts = self._draw_counts(gen)
-            dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
-            choice = np.repeat(np.arange(k, dtype=dtype), counts)
-            gen.shuffle(choice)
-            return choice, counts
+            return self._constant_choice(epoch)
         pieces = []
         spans = self._part_steps(epoch, parts)
         for i, (start, world, step) in enumerate(spans):
@@ -1022,8 +1019,52 @@ class MixtureSampler(Resumable):
         choice = np.concatenate(pieces)
         return choice, np.bincount(choice, minlength=k).astype(np.int64)
 
+    def _constant_choice(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Constant weights' corpus of each slot: counts from ``(seed, epoch, MIXTURE)``, then a
+        shuffle (world-size free)."""
+        k = len(self.names)
+        gen = _rng.rng(self.seed, epoch, _rng.MIXTURE)
+        counts = self._draw_counts(gen)
+        dtype = np.uint8 if k <= 256 else np.uint16 if k <= 65536 else np.int64
+        choice = np.repeat(np.arange(k, dtype=dtype), counts)
+        gen.shuffle(choice)
+        return choice, counts
+
+    def _changed_choice(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The corpus of each slot of an epoch whose weights changed (resume across a change):
+        each part keeps the slots its weights drew, up to the next part's start, and the rest
+        of the epoch is drawn with the current weights (from its start's child stream, as an
+        elastic part is); every corpus's batches then continue where its stream was."""
+        spans: list[tuple[int, int, MixtureSampler]] = []
+        start = 0
+        for position, settings, world, elastic in self._changes:
+            old = self._shadow(settings)
+            for part_world, end in elastic:
+                spans.append((start, part_world, old))
+                start = end
+            spans.append((start, world, old))
+            start = position
+        for part_world, end in self._history:
+            spans.append((start, part_world, self))
+            start = end
+        spans.append((start, self.world_size, self))
+        m, k = self.num_batches, len(self.names)
+        steps = self._part_steps(epoch, tuple((a, w) for a, w, _ in spans))
+        pieces = []
+        for i, (begin, world, step) in enumerate(steps):
+            end = min(steps[i + 1][0], m) if i + 1 < len(steps) else m
+            owner = spans[i][2]
+            if owner._schedules is None:
+                pieces.append(owner._constant_choice(epoch)[0][begin:end])
+            else:
+                pieces.append(owner._part_choice(epoch, begin, step, world)[: end - begin])
+        choice = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint8)
+        return choice, np.bincount(choice, minlength=k).astype(np.int64)
+
     def _mix(self, epoch: int) -> _MixEpoch:
-        parts = self._parts(epoch) if self._schedules is not None else ()
+        parts: Any = self._parts(epoch) if self._schedules is not None else ()
+        if self._changes and epoch == self.epoch:
+            parts = (self._changes, self._history)
         if self._cache is not None and self._cache.epoch == epoch and self._cache.parts == parts:
             return self._cache
         m = self.num_batches
@@ -1193,23 +1234,99 @@ class MixtureSampler(Resumable):
         return phases, mean_p
 
     # ------------------------------------------------------------------ state
+    def _config(self) -> dict[str, Any]:
+        parts = [sub._fingerprint_now().split("-") for sub in self._subs]
+        config: dict[str, Any] = {
+            "class": type(self).__name__,
+            "names": list(self.names),
+            "samplers": [p[1] for p in parts],
+            "sampler_seeds": [sub.seed for sub in self._subs],
+            "p": [float(x) for x in self.p],
+            "num_batches": self._num_batches_arg,
+            "draw": self.draw,
+        }
+        if self._schedules is not None:  # constant weights keep their fingerprint
+            config["weights"] = self._weights_dicts()
+            config["temperature"] = self.temperature
+        return config
+
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:
-            parts = [sub.state_dict()["fingerprint"].split("-") for sub in self._subs]
-            config: dict[str, Any] = {
-                "class": type(self).__name__,
-                "names": list(self.names),
-                "samplers": [p[1] for p in parts],
-                "sampler_seeds": [sub.seed for sub in self._subs],
-                "p": [float(x) for x in self.p],
-                "num_batches": self._num_batches_arg,
-                "draw": self.draw,
-            }
-            if self._schedules is not None:  # constant weights keep their fingerprint
-                config["weights"] = self._weights_dicts()
-                config["temperature"] = self.temperature
-            self._fingerprint = fingerprint(config, data={"corpora": [p[0] for p in parts]})
+            corpora = [sub._fingerprint_now().split("-")[0] for sub in self._subs]
+            self._fingerprint = fingerprint(self._config(), data={"corpora": corpora})
         return self._fingerprint
+
+    # ------------------------------------------------------------------ changes of weights
+    _fixed_settings = ("class", "names", "samplers", "sampler_seeds", "num_batches", "draw")
+    _changeable_text = (
+        "its weights, temperature and world size, not its corpora, their samplers, "
+        "num_batches or draw"
+    )
+
+    def _settings_record(self) -> dict[str, Any]:
+        """The weights (schedules' dicts, numbers, or None: by size), temperature and unit."""
+        weights: Any = None
+        if self._schedules is not None:
+            weights = self._weights_dicts()
+        elif self.weights is not None:
+            weights = [float(w) for w in self.weights]
+        return {
+            "weights": weights,
+            "temperature": self.temperature,
+            "unit": self.unit,
+            "config": self._config(),
+        }
+
+    def _changeable(self) -> None:
+        fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not sub.shuffle]
+        if fixed:
+            raise ValueError(
+                f"state does not fit: the weights differ, and corpus {fixed[0]!r} does not "
+                "shuffle: its fixed order continues across mixture epochs, counted under the "
+                "weights from the run's start, which a change would move; resume with the "
+                "weights the state was saved under"
+            )
+
+    def _checked_settings(self, record: Any) -> str:
+        import json
+
+        if not isinstance(record, dict) or not {"weights", "temperature", "config"} <= set(record):
+            raise ValueError(
+                f"a change's settings must hold weights, temperature and config, got {record!r:.80}"
+            )
+        settings = json.dumps(record, sort_keys=True, default=str)
+        try:
+            old = self._shadow(settings)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"state's weights do not make a mixture of these corpora: {err}"
+            ) from err
+        if json.dumps(old._config(), sort_keys=True, default=str) != json.dumps(
+            record["config"], sort_keys=True, default=str
+        ):
+            raise ValueError(
+                "state's settings do not agree with its config (edited, or from another padless)"
+            )
+        return settings
+
+    def _shadow(self, settings: str) -> MixtureSampler:
+        """This mixture under a recorded part's weights (its draws), over the same samplers."""
+        import json
+
+        cache = self.__dict__.setdefault("_shadows", {})
+        if settings not in cache:
+            record = json.loads(settings)
+            cache[settings] = MixtureSampler(
+                self.samplers,
+                weights=record["weights"],
+                temperature=record["temperature"],
+                unit=record.get("unit", "sentences"),
+                num_batches=self._num_batches_arg,
+                seed=self.seed,
+                drop_last=self.drop_last,
+                draw=self.draw,
+            )
+        return cast(MixtureSampler, cache[settings])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration: no replay of batches.
@@ -1220,5 +1337,23 @@ class MixtureSampler(Resumable):
         batch counts locate the position): at most what computing the epoch from scratch costs,
         typically one or two plans per corpus. Non-shuffling corpora also redraw the per-corpus
         counts of earlier mixture epochs (O(epoch × corpora), no planning).
+
+        **Resume across a change of weights.** A state saved under other weights or another
+        temperature (numbers or schedules) continues the epoch with these: the slots before the
+        state's position keep the corpora the old weights drew for them (recomputed from the
+        state, which records its weights), the rest of the epoch is drawn with the new ones,
+        and every corpus's batches continue where its stream was, so no batch is repeated or
+        lost. The state keeps the epoch's changes for later resumes. The corpora, their
+        samplers, ``num_batches``, ``draw`` and the seed cannot change, and every corpus must
+        shuffle (a non-shuffling corpus's order continues across epochs, counted under the
+        weights from the run's start): each a ``ValueError`` naming it.
         """
-        super().load_state_dict(state)
+        change = self._change_in(state)
+        changes, resumed = change if change is not None else (self._changes_of(state), state)
+        previous = self._changes
+        self._changes = changes
+        try:
+            super().load_state_dict(resumed)
+        except Exception:
+            self._changes = previous
+            raise

@@ -19,7 +19,7 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
@@ -35,7 +35,7 @@ from ._schedule import (
     step_imbalance,
     step_mean_lengths,
 )
-from ._state import Resumable, check_history, fingerprint, settings_digest
+from ._state import Resumable, fingerprint
 from .checked import CheckedDataset
 from .cost import real_work
 from .lengths import lengths_of
@@ -116,8 +116,6 @@ class _Head:
         return int(self.offsets.size - 1)
 
 
-# settings a run keeps whatever changes: the strategy, and whether epochs are shuffled
-_FIXED = ("class", "shuffle")
 # the sampler's own settings in a state's config (the rest are the planner's)
 _SAMPLER_KEYS = ("class", "shuffle", "balance", "batches_per_step")
 
@@ -179,6 +177,11 @@ class PlanSampler(Resumable):
     >>> len(s), sorted(i for b in s for i in b)
     (2, [1, 4, 5])
     """
+
+    _fixed_settings = ("class", "shuffle")
+    _changeable_text = (
+        "its budget, capacity, schedules, balance and world size, not its strategy or shuffle"
+    )
 
     def __init__(
         self,
@@ -841,101 +844,52 @@ class PlanSampler(Resumable):
         data = {"lengths_shape": list(self.lengths.shape), "lengths_hash": lengths_hash}
         return fingerprint(self._config(), data=data)
 
-    def _settings_record(self) -> dict[str, Any]:
+    def _settings_record(self) -> dict[str, Any] | None:
         """What a state records of the settings it was saved under: the spec's settings (to
         rebuild its planner) and the fingerprint's config (to check them)."""
+        if self._windowed is not None:
+            return None
         return {"spec": self.spec.as_dict(), "config": self._config()}
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        state = super().state_dict(consumed)
-        if self._windowed is None:
-            state["settings"] = self._settings_record()
-            if self._changes and self.epoch == state["epoch"]:
-                state["changes"] = [_change_record(c) for c in self._changes]
-        return state
-
-    state_dict.__doc__ = Resumable.state_dict.__doc__
-
-    def _change_in(self, state: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """For a state saved under other settings that may change during a run: the epoch's
-        changes with the new one last, and the state as the resume goes on with it (this
-        sampler's settings, world size and fingerprint). None when the settings are the same
-        (the state's own changes, if any, are then read by :meth:`_changes_of`), or when the
-        state cannot say (the usual check then refuses it)."""
-        if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
-            return None
-        saved = state["fingerprint"].split("-")
-        config = self._config()
-        if len(saved) != 2 or saved[1] == settings_digest(config) or "settings" not in state:
-            return None
-        record = state["settings"]
-        if not (
-            isinstance(record, dict)
-            and isinstance(record.get("config"), dict)
-            and isinstance(record.get("spec"), dict)
-            and settings_digest(record["config"]) == saved[1]
-        ):
-            raise ValueError(
-                "state['settings'] does not match its fingerprint (edited, or from another "
-                "padless): the settings it was saved under cannot be told"
-            )
+    def _changeable(self) -> None:
         if self._windowed is not None:
             raise ValueError(
                 f"state does not fit: the settings differ, and a windowed sampler (window="
                 f"{self.window}) cannot resume across a change of settings (it plans one "
                 "window at a time): load it with the settings it was saved under"
             )
-        old = record["config"]
-        for name in _FIXED:
-            if old.get(name) != config[name]:
-                what = "strategy" if name == "class" else name
-                raise ValueError(
-                    f"state does not fit: the settings differ in what a run cannot change: it "
-                    f"was saved with {what}={old.get(name)!r}, this sampler has "
-                    f"{what}={config[name]!r} (a run can change its budget, capacity, "
-                    "schedules, balance and world size, not its strategy or shuffle)"
-                )
-        if state.get("seed") != self.seed:
-            raise ValueError(
-                f"state was saved with seed={state.get('seed')!r}, this {type(self).__name__} "
-                f"has seed={self.seed} (a run cannot change its seed)"
-            )
-        if saved[0] != self._fingerprint_now().split("-")[0]:
-            return None  # other data: the usual check says so
-        changes = (*self._changes_of(state), _change_of(state, record, self))
-        resumed = {k: v for k, v in state.items() if k != "elastic"}
-        resumed["changes"] = [_change_record(c) for c in changes]
-        resumed["world_size"] = self.world_size
-        resumed["fingerprint"] = f"{saved[0]}-{settings_digest(config)}"
-        return changes, resumed
 
-    def _changes_of(self, state: dict[str, Any]) -> tuple[Any, ...]:
-        """The changes of settings a state records for its epoch (checked)."""
-        raw = state.get("changes", [])
-        if not isinstance(raw, list):
-            raise ValueError(f"state['changes'] must be a list, got {type(raw).__name__}")
-        out = []
-        reach = 0
-        for entry in raw:
-            if not isinstance(entry, dict) or not isinstance(entry.get("settings"), dict):
-                raise ValueError(
-                    "state['changes'] must hold {position, settings, world_size, elastic} "
-                    f"entries, got {entry!r:.80}"
-                )
-            change = _change_of(entry, entry["settings"], self)
-            if change[0] < reach:
-                raise ValueError(
-                    f"state['changes'] positions must not decrease, got {change[0]} after {reach}"
-                )
-            reach = change[0]
-            out.append(change)
-        position = state.get("position")
-        if out and isinstance(position, int) and reach > position:
+    def _checked_settings(self, record: Any) -> str:
+        """A recorded part's settings, checked (they rebuild a planner of this strategy over
+        these lengths whose config is the recorded one), as canonical JSON."""
+        import json
+
+        if not isinstance(record, dict) or not {"spec", "config"} <= set(record):
             raise ValueError(
-                f"state['changes'] has a change at position {reach}, past the state's "
-                f"position {position}"
+                f"a change's settings must hold 'spec' and 'config', got {record!r:.80}"
             )
-        return tuple(out)
+        settings = json.dumps(
+            {"spec": record["spec"], "config": record["config"]}, sort_keys=True, default=str
+        )
+        try:
+            planner, _ = self._planner_of(settings)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"state's settings {record['spec']!r:.120} do not make a {self.spec.name} "
+                f"spec for these lengths: {err}"
+            ) from err
+        config = record["config"]
+        own = {k: v for k, v in config.items() if k not in _SAMPLER_KEYS}
+        if (
+            json.dumps(own, sort_keys=True, default=str)
+            != json.dumps(planner.config(), sort_keys=True, default=str)
+            or config.get("class") != self._config()["class"]
+            or not isinstance(config.get("balance"), bool)
+        ):
+            raise ValueError(
+                "state's settings do not agree with its config (edited, or from another padless)"
+            )
+        return settings
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration; ``state`` is unchanged.
@@ -973,8 +927,7 @@ class PlanSampler(Resumable):
         if change is not None:
             changes, resumed = change
         else:
-            changes = self._changes_of(state) if isinstance(state, dict) else ()
-            resumed = state
+            changes, resumed = self._changes_of(state), state
         epoch = resumed.get("epoch") if isinstance(resumed, dict) else None
         plain = self._fingerprint is None and self._windowed is None
         previous = self._changes
@@ -1009,60 +962,6 @@ class PlanSampler(Resumable):
             )
             + ")"
         )
-
-
-def _change_of(entry: Mapping[str, Any], record: Any, sampler: PlanSampler) -> tuple[Any, ...]:
-    """A change record ``(position, settings, world_size, elastic)`` of a state (or a change
-    entry of one): the part of the epoch before ``position`` ran under ``record``'s settings
-    (canonical JSON) at ``world_size``, after the elastic parts ``elastic``. Checked: the
-    record rebuilds a planner of this sampler's strategy whose config is the recorded one."""
-    import json
-
-    position, world = entry.get("position"), entry.get("world_size")
-    for name, value, least in (("position", position, 0), ("world_size", world, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-            raise ValueError(
-                f"state[{name!r}] of a change must be an int >= {least}, got {value!r}"
-            )
-    if not isinstance(record, dict) or not {"spec", "config"} <= set(record):
-        raise ValueError(f"a change's settings must hold 'spec' and 'config', got {record!r:.80}")
-    settings = json.dumps(
-        {"spec": record["spec"], "config": record["config"]}, sort_keys=True, default=str
-    )
-    try:
-        planner, _ = sampler._planner_of(settings)
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"state's settings {record['spec']!r:.120} do not make a {sampler.spec.name} "
-            f"spec for these lengths: {err}"
-        ) from err
-    config = record["config"]
-    own = {k: v for k, v in config.items() if k not in _SAMPLER_KEYS}
-    if (
-        json.dumps(own, sort_keys=True, default=str)
-        != json.dumps(planner.config(), sort_keys=True, default=str)
-        or config.get("class") != sampler._config()["class"]
-    ):
-        raise ValueError(
-            "state's settings do not agree with its config (edited, or from another padless)"
-        )
-    if not isinstance(config.get("balance"), bool):
-        raise ValueError(f"state's settings must say balance (a bool), got {config!r:.80}")
-    elastic = check_history(entry.get("elastic", []))
-    return (int(cast(int, position)), settings, int(cast(int, world)), elastic)
-
-
-def _change_record(change: tuple[Any, ...]) -> dict[str, Any]:
-    """A change record as a state holds it (JSON-safe)."""
-    import json
-
-    position, settings, world, elastic = change
-    return {
-        "position": position,
-        "settings": json.loads(settings),
-        "world_size": world,
-        "elastic": [list(part) for part in elastic],
-    }
 
 
 class _TokensPerStep:
