@@ -370,3 +370,13 @@ def test_mixture_changes_that_cannot_be_honoured_are_refused():
         MixtureSampler(fixed, weights={"a": 2, "b": 1}, num_batches=90, seed=5).load_state_dict(
             saved
         )
+
+
+def test_the_docs_example_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "schedules.md").read_text()
+    at = text.index("\n## Resume across a change of settings\n")
+    code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
+    exec(compile(code, "docs/schedules.md: resume across a change", "exec"), {"__name__": "doc"})

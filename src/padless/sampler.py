@@ -95,37 +95,47 @@ class _Epoch:
         self.sub = sub
 
 
-class _Head:
-    """The batches an epoch delivered before its last change of settings (see :class:`_Epoch`)."""
+class _Part:
+    """A part of an epoch run under earlier settings: its plan's ``offsets`` and ``values``,
+    the ``order`` of the batches it delivered (its first global slot ``start``), and its
+    ``planner`` (which tells the target-side tokens of its values)."""
 
-    __slots__ = ("offsets", "values", "targets", "before", "sub")
+    __slots__ = ("start", "offsets", "values", "order", "planner", "_targets")
 
     def __init__(
-        self,
-        offsets: np.ndarray,
-        values: np.ndarray,
-        targets: np.ndarray,
-        before: Planner,
-        sub: int,
+        self, start: int, offsets: np.ndarray, values: np.ndarray, order: np.ndarray, planner: Any
     ) -> None:
-        self.offsets, self.values, self.targets = offsets, values, targets
-        self.before, self.sub = before, sub
+        self.start, self.offsets, self.values, self.order = start, offsets, values, order
+        self.planner = planner
+        self._targets: np.ndarray | None = None
 
-    @property
-    def batches(self) -> int:
-        return int(self.offsets.size - 1)
+    def entries(self, slot: int) -> tuple[int, int]:
+        b = int(self.order[slot - self.start])
+        return int(self.offsets[b]), int(self.offsets[b + 1])
+
+    def targets(self, lengths: np.ndarray) -> np.ndarray:
+        if self._targets is None:
+            self._targets = self.planner.yielded_lengths(self.values, lengths)
+        return self._targets
+
+
+class _Head:
+    """The batches an epoch delivered before its last change of settings (see :class:`_Epoch`):
+    its ``parts``, ``batches`` slots in all, the planner of the last (``before``) and the seed
+    of what follows (``sub``)."""
+
+    __slots__ = ("parts", "starts", "batches", "before", "sub")
+
+    def __init__(self, parts: list[_Part], batches: int, before: Any, sub: int) -> None:
+        self.parts, self.batches, self.before, self.sub = parts, batches, before, sub
+        self.starts = np.array([p.start for p in parts], dtype=np.int64)
+
+    def part(self, slot: int) -> _Part:
+        return self.parts[int(np.searchsorted(self.starts, slot, side="right")) - 1]
 
 
 # the sampler's own settings in a state's config (the rest are the planner's)
 _SAMPLER_KEYS = ("class", "shuffle", "balance", "batches_per_step")
-
-
-def _entries(offsets: np.ndarray, batches: np.ndarray) -> np.ndarray:
-    """The entry positions of ``batches`` (a CSR plan's), batch after batch."""
-    lo, hi = offsets[batches], offsets[batches + 1]
-    sizes = hi - lo
-    first = np.cumsum(sizes) - sizes
-    return np.repeat(lo - first, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
 
 
 class PlanSampler(Resumable):
@@ -272,9 +282,9 @@ class PlanSampler(Resumable):
             c = self._cache
             plan, costs, values, head, sub = c.plan, c.costs, c.values, c.head, c.sub
         elif changes:
-            head = self._head(epoch, changes)
+            head, done = self._head(epoch, changes)
             sub = head.sub
-            plan, values = self.planner.plan_rest(head.values, head.before, sub, shuffled)
+            plan, values = self.planner.plan_rest(done, head.before, sub, shuffled)
             costs = None
         else:
             head, sub = None, self.seed
@@ -312,9 +322,10 @@ class PlanSampler(Resumable):
             return gen.permutation(len(plan)).astype(np.int64)
         return np.arange(len(plan), dtype=np.int64)
 
-    def _head(self, epoch: int, changes: tuple[Any, ...]) -> _Head:
+    def _head(self, epoch: int, changes: tuple[Any, ...]) -> tuple[_Head, np.ndarray]:
         """What ``epoch`` delivered before each of its ``changes`` of settings (each a
-        ``(position, settings, world_size, elastic)`` record of the part before it).
+        ``(position, settings, world_size, elastic)`` record of the part before it), and the
+        values delivered (in no order).
 
         Part 0 is the epoch's plan under its first settings; part ``k`` the rest left by the
         parts before it, under part ``k``'s settings, seeded from ``(seed, epoch, CHANGES,
@@ -323,9 +334,8 @@ class PlanSampler(Resumable):
         Cost: one plan per part (the first of the whole corpus, the others of what is left).
         """
         shuffled = epoch if self.shuffle else 0
-        values: list[np.ndarray] = []
-        sizes: list[np.ndarray] = []
-        targets: list[np.ndarray] = []
+        parts: list[_Part] = []
+        done: list[np.ndarray] = []
         count, sub = 0, self.seed
         before: Planner | None = None
         for k, (position, settings, world, elastic) in enumerate(changes):
@@ -334,23 +344,22 @@ class PlanSampler(Resumable):
                 plan = planner.plan(self.seed, shuffled)
                 given = planner.values(plan)
             else:
-                done = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
-                plan, given = planner.plan_rest(done, before, sub, shuffled)
+                so_far = np.concatenate(done) if len(done) > 1 else done[0]
+                plan, given = planner.plan_rest(so_far, before, sub, shuffled)
             costs = planner.costs(plan) if balance else None
             local = tuple((w, p - count) for w, p in elastic)
             order = self._order(plan, costs, balance, world, local, sub, epoch)
             take = order[: max(0, min(position - count, len(plan)))]
-            part = given[_entries(plan.offsets, take)]
-            values.append(part)
-            sizes.append(plan.sizes[take])
-            targets.append(planner.yielded_lengths(part, self.lengths))
+            delivered = np.zeros(len(plan), dtype=bool)
+            delivered[take] = True
+            done.append(given[np.repeat(delivered, plan.sizes)])
+            parts.append(_Part(count, plan.offsets, given, take, planner))
             count += int(take.size)
             before = planner
             sub = _rng.child_seed(self.seed, shuffled, _rng.CHANGES, k + 1)
         assert before is not None
-        offsets = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(np.concatenate(sizes), out=offsets[1:])
-        return _Head(offsets, np.concatenate(values), np.concatenate(targets), before, sub)
+        values = np.concatenate(done) if len(done) > 1 else done[0]
+        return _Head(parts, count, before, sub), values
 
     def _planner_of(self, settings: str) -> tuple[Planner, bool]:
         """The planner and ``balance`` of a recorded part's settings (a state's ``settings``
@@ -407,9 +416,9 @@ class PlanSampler(Resumable):
         head = sched.head
         if head is not None:
             if slot < head.batches:
-                delivered: list[int] = head.values[
-                    head.offsets[slot] : head.offsets[slot + 1]
-                ].tolist()
+                part = head.part(slot)
+                lo, hi = part.entries(slot)
+                delivered: list[int] = part.values[lo:hi].tolist()
                 return delivered
             slot -= head.batches
         b = sched.order[slot]
@@ -779,8 +788,9 @@ class PlanSampler(Resumable):
         head = sched.head
         if head is not None:
             if slot < head.batches:
-                lo, hi = int(head.offsets[slot]), int(head.offsets[slot + 1])
-                return count(head.targets[lo:hi])
+                part = head.part(slot)
+                lo, hi = part.entries(slot)
+                return count(part.targets(self.lengths)[lo:hi])
             slot -= head.batches
         b = int(sched.order[slot])
         lo, hi = int(sched.plan.offsets[b]), int(sched.plan.offsets[b + 1])

@@ -374,9 +374,10 @@ class Planner:
         Cost: one plan of the sequences left, and an O(N) mask.
         """
         n = int(self.sizes.size)
+        done = np.asarray(done, dtype=np.int64)
         gone = np.zeros(n, dtype=bool)
-        gone[np.asarray(done, dtype=np.int64) % max(n, 1)] = True
-        return plan_items(self, np.flatnonzero(~gone).astype(np.int64), seed, epoch)
+        gone[done if not done.size or int(done.max()) < n else done % n] = True
+        return plan_items(self, np.flatnonzero(~gone), seed, epoch)
 
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
@@ -397,8 +398,14 @@ def plan_items(
     plan = sub.plan(seed, epoch)
     local = sub.values(plan)
     n, m = int(planner.sizes.size), int(items.size)
-    values = items[local % m] + (local // m) * n if m else local
-    out = plan.with_indices(items[plan.indices], n, skipped=np.sort(items[plan.skipped]))
+    indices = items[plan.indices]
+    if local is plan.indices:
+        values = indices
+    elif not local.size or int(local.max()) < m:
+        values = items[local]
+    else:
+        values = items[local % m] + (local // m) * n
+    out = plan.with_indices(indices, n, skipped=np.sort(items[plan.skipped]))
     return out, values.astype(np.int64, copy=False)
 
 
