@@ -380,3 +380,44 @@ def test_the_docs_example_runs():
     at = text.index("\n## Resume across a change of settings\n")
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     exec(compile(code, "docs/schedules.md: resume across a change", "exec"), {"__name__": "doc"})
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda s: {**s, "changes": "x"}, "must be a list"),
+        (lambda s: {**s, "changes": [1]}, "must hold"),
+        (lambda s: {**s, "changes": [{**s["changes"][0], "position": -1}]}, "int >= 0"),
+        (lambda s: {**s, "changes": [{**s["changes"][0], "world_size": 0}]}, "int >= 1"),
+        (lambda s: {**s, "changes": [{**s["changes"][0], "position": 10**6}]}, "past the state"),
+        (
+            lambda s: {**s, "changes": [{**s["changes"][0], "settings": {"spec": {}}}]},
+            "must hold 'spec' and 'config'",
+        ),
+        (
+            lambda s: {
+                **s,
+                "changes": [
+                    {**s["changes"][0], "settings": {**s["changes"][0]["settings"], "spec": []}}
+                ],
+            },
+            "do not make",
+        ),
+        (
+            lambda s: {**s, "changes": [{**s["changes"][0], "elastic": [[0, 1]]}]},
+            "elastic",
+        ),
+    ],
+)
+def test_hostile_change_records_are_refused_by_name(edit, match):
+    s = _sampler(padless.TokenBudget(max_tokens=600))
+    it = iter(s)
+    for _ in range(3):
+        next(it)
+    t = _sampler(padless.TokenBudget(max_tokens=900))
+    t.load_state_dict(s.state_dict())
+    saved = t.state_dict()
+    fresh = _sampler(padless.TokenBudget(max_tokens=900))
+    with pytest.raises(ValueError, match=match):
+        fresh.load_state_dict(edit(saved))
+    assert list(fresh) == list(_sampler(padless.TokenBudget(max_tokens=900)))  # unchanged
