@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "padless.sampler",
             "padless.windows",
+            "padless.histogram",
             "padless.streams",
             "padless.streams.*",
             "padless.lm",

@@ -44,6 +44,7 @@ from .planners.spec import Spec
 from .schedules import Schedule
 
 if TYPE_CHECKING:
+    from .histogram import HistogramPlanner, HistogramSchedule
     from .planners.spec import Planner, Spec
     from .windows import WindowedPlanner, WindowedSchedule
 
@@ -59,7 +60,7 @@ class SamplerOptions(TypedDict, total=False):
     world_size: int
     drop_last: bool
     balance: bool
-    window: int | None
+    window: int | str | None
     batches_per_step: Any
     tokens_per_step: Any
 
@@ -157,6 +158,11 @@ class PlanSampler(Resumable):
         window: plan the epoch in windows of about this many items (see
             :mod:`padless.windows`): bounded memory for corpora of any size, e.g. a memory-mapped
             ``.npy`` of lengths; ``len()`` then costs one counting pass per epoch (cached).
+            ``"histogram"``: the global plan's batches (the same shapes and padding) cut on the
+            lengths' histogram, each batch's sequences computed when it is asked for (see
+            :mod:`padless.histogram`): global quality in memory O(distinct lengths + batches)
+            plus an index of the sequences by length (a temporary file past 2**26 of them);
+            token budgets without a cost model.
         batches_per_step: global micro-batches (the plan's batches, over all ranks) per
             optimizer step: an int or a schedule of the global optimizer step (an object with
             ``value(step)``, ``values(steps)`` and ``as_dict()``, e.g. ``padless.Schedule``), a
@@ -204,7 +210,7 @@ class PlanSampler(Resumable):
         world_size: int = 1,
         drop_last: bool = False,
         balance: bool = False,
-        window: int | None = None,
+        window: int | str | None = None,
         batches_per_step: Any = None,
         tokens_per_step: Any = None,
     ) -> None:
@@ -225,10 +231,23 @@ class PlanSampler(Resumable):
             )
         self.spec = spec
         self.window = window
-        self._windowed: WindowedSchedule | None = None
-        self.planner: Planner | WindowedPlanner
+        self._windowed: WindowedSchedule | HistogramSchedule | None = None
+        self.planner: Planner | WindowedPlanner | HistogramPlanner
         if window is None:
             self.planner = spec.bind(lengths_of(lengths))
+        elif isinstance(window, str):
+            from .histogram import HistogramPlanner, HistogramSchedule
+
+            if window != "histogram":
+                raise ValueError(
+                    f"window must be None, a window size (a positive int) or 'histogram', "
+                    f"got {window!r}"
+                )
+            histogram = HistogramPlanner(spec, lengths)
+            self.planner = histogram
+            self._windowed = HistogramSchedule(
+                histogram, shuffle=self.shuffle, seed=self.seed, balance=self.balance
+            )
         else:
             from .windows import WindowedPlanner, WindowedSchedule
 
@@ -271,6 +290,7 @@ class PlanSampler(Resumable):
 
     # ------------------------------------------------------------------ schedule
     def _schedule(self, epoch: int, changes: tuple[Any, ...] | None = None) -> _Epoch:
+        planner = cast("Planner", self.planner)  # a whole-corpus plan's planner
         if changes is None:
             changes = self._changes if epoch == self.epoch else ()
         history = self._history if epoch == self.epoch and self.balance else ()
@@ -284,14 +304,14 @@ class PlanSampler(Resumable):
         elif changes:
             head, done = self._head(epoch, changes)
             sub = head.sub
-            plan, values = self.planner.plan_rest(done, head.before, sub, shuffled)
+            plan, values = planner.plan_rest(done, head.before, sub, shuffled)
             costs = None
         else:
             head, sub = None, self.seed
-            plan = self.planner.plan(self.seed, shuffled)
-            costs, values = None, self.planner.values(plan)
+            plan = planner.plan(self.seed, shuffled)
+            costs, values = None, planner.values(plan)
         if self.balance and costs is None:
-            costs = self.planner.costs(plan)
+            costs = planner.costs(plan)
         start = 0 if head is None else head.batches
         local = tuple((w, p - start) for w, p in history)
         order = self._order(plan, costs, self.balance, self.world_size, local, sub, epoch)
@@ -458,7 +478,7 @@ class PlanSampler(Resumable):
     def _plan_stats(self) -> dict[str, Any]:
         sched = self._schedule(self.epoch)
         if sched.costs is None:
-            sched.costs = self.planner.costs(sched.plan)
+            sched.costs = cast("Planner", self.planner).costs(sched.plan)
         total = len(sched.plan)
         steps = self._steps(total, 0)
         out: dict[str, Any] = {
@@ -558,7 +578,7 @@ class PlanSampler(Resumable):
             if self._windowed is not None:
                 self._totals[key] = self._windowed.total(epoch)
             else:
-                self._totals[key] = len(self.planner.plan(self.seed, key))
+                self._totals[key] = len(cast("Planner", self.planner).plan(self.seed, key))
         return self._totals[key]
 
     def _require_steps(self, what: str) -> None:

@@ -137,6 +137,13 @@ FACTORIES = [
         all_units=lambda s: list(range(LENGTHS.shape[0])),  # no plan of the whole epoch
     ),
     Factory(
+        "token_budget_histogram",  # the global plan's shapes, cut on the histogram
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.TokenBudget(max_tokens=600), window="histogram", **o
+        ),
+        all_units=lambda s: list(range(LENGTHS.shape[0])),
+    ),
+    Factory(
         "fixed_shapes",
         lambda **o: padless.PlanSampler(
             PAIRS, padless.FixedShapes(shapes=[(8, 40), (3, 120), (2, 330)]), **o

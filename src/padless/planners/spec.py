@@ -248,6 +248,12 @@ class Spec:
         items are then gathered and planned by this spec's planner."""
         return None
 
+    def histogram_limits(self) -> tuple[int, int, int] | None:
+        """The batch limits of this strategy's plan over the lengths' histogram
+        (:mod:`padless.histogram`): ``(max_tokens, max_sentences, multiple_of)``, 0 for none;
+        None: the strategy has no histogram form."""
+        return None
+
     def bind(self, lengths: np.ndarray) -> Planner:
         """Check the (N,) or (N, F) int64 lengths against this spec; return their planner."""
         raise NotImplementedError

@@ -1,0 +1,345 @@
+"""Global plans from the lengths' histogram: the whole epoch at global quality, for any corpus.
+
+Sequences of equal width are interchangeable to a token-budget plan: its batches (count ×
+widest width under the budget, fairseq's rule) depend only on the sorted widths, that is on the
+histogram. :class:`HistogramPlanner` counts the histogram once (in threads, chunk by chunk,
+straight from memory-mapped lengths), cuts the batches on it with the same kernel the global
+plan uses (``budget_ends_runs``), and builds a by-width index of the sequences (a stable
+counting sort, kept in memory up to :data:`IN_MEMORY` sequences, else in a temporary file).
+The batch shapes are then exactly the global plan's: the same padding, for 1e9 sequences as
+for 1e3.
+
+Each epoch assigns the sequences to the slots of their width by a keyed bijection of the width's
+ranks (a Feistel network from ``(seed, epoch, TIE_BREAK)`` and the width): batch membership
+varies by epoch as in the global plan, whose ties are shuffled by a Fisher-Yates pass instead
+(so the two assign different sequences to the same shapes). The batch order is drawn as a
+:class:`padless.PlanSampler` draws it (shuffled from ``(seed, epoch, BATCH_ORDER)``, or
+balanced steps, re-balanced after an elastic resume). A batch's sequences are computed when
+the batch is asked for, so memory is O(distinct widths + batches) plus the index, and a
+restore is O(1): nothing is replayed.
+
+Use it through ``PlanSampler(lengths, TokenBudget(...), window="histogram")``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _kernels as K
+from . import _rng
+from ._schedule import balanced_order, elastic_order, step_imbalance
+from ._splitmix import mix64_reference
+from .lengths import MAX_LENGTH
+from .plan import PlanStats
+from .planners.spec import Spec, round_up
+from .windows import _chunks, _in_order, _threads, source_lengths
+
+if TYPE_CHECKING:
+    from .sampler import PlanSampler
+
+__all__ = ["HistogramPlanner", "HistogramSchedule", "IN_MEMORY", "MAX_WIDTHS"]
+
+# sequences whose by-width index is kept in memory (4 bytes each); more go to a temporary file
+IN_MEMORY = 1 << 26
+# the histogram's bins (widths up to this): 8 bytes each, a quarter of a GiB at most
+MAX_WIDTHS = 1 << 25
+
+
+class HistogramPlanner:
+    """A spec with a histogram form (:meth:`padless.Spec.histogram_limits`) bound to 1-D lengths.
+
+    ``counts[w]`` sequences have width ``w`` (their length rounded up to the spec's
+    ``pad_to_multiple_of``); ``starts`` the running total over the planned widths (those within
+    ``max_tokens``); ``ends`` the batch ends in that width order (the budget kernel's cut);
+    ``index`` the sequences by width, stable (int32 below 2**31 sequences). ``skipped`` counts the sequences over the budget
+    (``oversize="drop"``; ``"error"`` names the first).
+
+    Cost: two passes over the lengths (the histogram, in threads; the index, a compiled counting
+    sort per chunk) and O(widths) for the cut. Memory: O(widths + batches), and the index (4
+    bytes per sequence, in a temporary file past :data:`IN_MEMORY` sequences).
+
+    >>> import padless
+    >>> h = HistogramPlanner(padless.TokenBudget(max_tokens=8), np.array([5, 3, 3, 8, 1]))
+    >>> h.ends.tolist(), h.batch(0, 1, 0).tolist(), h.batch(2, 1, 0).tolist()
+    ([2, 3, 4, 5], [4, 1], [0])
+    """
+
+    def __init__(self, spec: Spec, lengths: Any, *, threads: Any = None) -> None:
+        if not isinstance(spec, Spec):
+            raise TypeError(
+                f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
+                f"got {type(spec).__name__}"
+            )
+        limits = spec.histogram_limits()
+        if limits is None:
+            raise ValueError(
+                f"window='histogram' needs a strategy with a histogram form (TokenBudget without "
+                f"a cost model); {spec.describe()} has none: use window=None or a window size"
+            )
+        self.spec = spec
+        self.limits = limits
+        self.threads = _threads(threads)
+        src = source_lengths(lengths)
+        if src.ndim != 1:
+            raise ValueError(
+                f"window='histogram' plans 1-D lengths (one per sequence), got shape {src.shape}"
+            )
+        self.lengths = src
+        self.n = int(src.shape[0])
+        self.pad = int(getattr(spec, "pad_to_multiple_of", 1))
+        self._histogram()
+        self._cut()
+        self._file: Any = None
+        self.index = self._build_index()
+
+    # ------------------------------------------------------------------ building
+    def _widths(self, lo: int, hi: int) -> np.ndarray:
+        return round_up(np.asarray(self.lengths[lo:hi], dtype=np.int64), self.pad)
+
+    def _histogram(self) -> None:
+        chunks = _chunks(self.n)
+
+        def count(c: int) -> tuple[int, int, np.ndarray]:
+            lo, hi = chunks[c]
+            part = np.asarray(self.lengths[lo:hi])
+            low, high = (int(part.min()), int(part.max())) if part.size else (0, 0)
+            if low < 0 or high >= MAX_LENGTH:
+                bad = int(np.flatnonzero((part < 0) | (part >= MAX_LENGTH))[0])
+                raise ValueError(
+                    f"lengths must be whole numbers in [0, 2**31), got {int(part[bad])} at "
+                    f"position [{lo + bad}]"
+                )
+            if high >= MAX_WIDTHS:
+                raise ValueError(
+                    f"window='histogram' plans lengths below 2**25 (a histogram bin per length), "
+                    f"got {high} at position [{lo + int(np.argmax(part))}]: use a window size"
+                )
+            return low, high, np.bincount(part, minlength=1).astype(np.int64)
+
+        sizes = np.zeros(1, dtype=np.int64)
+        for _, _, hist in _in_order(count, len(chunks), self.threads):
+            if hist.size > sizes.size:
+                hist[: sizes.size] += sizes
+                sizes = hist
+            else:
+                sizes[: hist.size] += hist
+        self.size_counts = sizes  # sequences of each length
+        values = np.arange(sizes.size, dtype=np.int64)
+        if self.pad == 1:
+            self.counts, self.real_by_width = sizes, sizes * values
+        else:  # lengths (w - pad, w] have width w: fold each group of pad lengths into w
+            firsts = np.concatenate([[0], np.arange(1, sizes.size, self.pad)]).astype(np.int64)
+            at = round_up(firsts, self.pad)
+            self.counts = np.zeros(int(at[-1]) + 1, dtype=np.int64)
+            self.real_by_width = np.zeros_like(self.counts)
+            self.counts[at] = np.add.reduceat(sizes, firsts)
+            self.real_by_width[at] = np.add.reduceat(sizes * values, firsts)
+
+    def _cut(self) -> None:
+        max_tokens, max_sentences, multiple = self.limits
+        runs = self.counts.size
+        if max_tokens and runs - 1 > max_tokens:
+            over = int(self.counts[max_tokens + 1 :].sum())
+            if over and getattr(self.spec, "oversize", "error") == "error":
+                first = self._first_over(max_tokens)
+                raise ValueError(
+                    f"index {first} has length {int(self.lengths[first])}"
+                    + (
+                        ""
+                        if self.pad == 1
+                        else f" (width {int(self._widths(first, first + 1)[0])})"
+                    )
+                    + f', which exceeds max_tokens={max_tokens} (pass oversize="drop" to leave '
+                    "such items out)"
+                )
+            runs = max_tokens + 1
+        self.planned_widths = runs  # widths 0 .. runs - 1 are planned
+        self.skipped = int(self.counts[runs:].sum())
+        starts = np.zeros(runs + 1, dtype=np.int64)
+        np.cumsum(self.counts[:runs], out=starts[1:])
+        self.starts = starts
+        values = np.arange(runs, dtype=np.int64)
+        self.ends = np.asarray(
+            K.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple), dtype=np.int64
+        )
+        firsts = np.concatenate([np.zeros(1, np.int64), self.ends[:-1]])
+        self.batch_sizes = self.ends - firsts
+        # a batch's widest width: the width of its last position
+        self.batch_widths = np.searchsorted(starts, self.ends - 1, side="right") - 1
+
+    def _first_over(self, limit: int) -> int:
+        for lo, hi in _chunks(self.n):
+            over = np.flatnonzero(self._widths(lo, hi) > limit)
+            if over.size:
+                return lo + int(over[0])
+        return -1  # pragma: no cover - called only when some width is over
+
+    def _build_index(self) -> np.ndarray:
+        planned = int(self.starts[-1])
+        dtype = np.int32 if self.n < 1 << 31 else np.int64
+        if planned <= IN_MEMORY:
+            index = np.empty(planned, dtype=dtype)
+        else:
+            self._file = tempfile.TemporaryFile(prefix="padless-histogram-")
+            self._file.truncate(planned * np.dtype(dtype).itemsize)
+            index = np.memmap(self._file, dtype=dtype, mode="r+", shape=(planned,))
+        cursor = self.starts[:-1].copy()
+        runs = self.planned_widths
+        for lo, hi in _chunks(self.n):
+            widths = self._widths(lo, hi)
+            if self.skipped:
+                kept = np.flatnonzero(widths < runs)
+                widths = widths[kept]
+            else:
+                kept = None
+            order, bounds = K.counting_order(widths, runs)
+            counts = np.diff(bounds)
+            within = np.arange(order.size, dtype=np.int64) - np.repeat(bounds[:-1], counts)
+            at = np.repeat(cursor, counts) + within
+            index[at] = lo + (order if kept is None else kept[order])
+            cursor += counts
+        return index
+
+    def close(self) -> None:
+        """Delete the temporary file of the index, if any (also done when collected)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    # ------------------------------------------------------------------ batches
+    def _round_keys(self, base: int, width: int) -> np.ndarray:
+        return K.feistel_round_keys(mix64_reference(base + width * 0x9E3779B97F4A7C15))
+
+    def batch(self, b: int, seed: int, epoch: int) -> np.ndarray:
+        """The sequences of batch ``b`` (in width order) for ``(seed, epoch)``: positions
+        ``ends[b - 1] .. ends[b] - 1`` of the width order, each width's ranks permuted by its
+        keyed bijection."""
+        hi = int(self.ends[b])
+        lo = int(self.ends[b - 1]) if b else 0
+        base = int(_rng.key(seed, epoch, _rng.TIE_BREAK))
+        starts = self.starts
+        r = int(np.searchsorted(starts, lo, side="right")) - 1
+        parts = []
+        while lo < hi:
+            first, end = int(starts[r]), int(starts[r + 1])
+            top = min(hi, end)
+            if top > lo:
+                ranks = np.arange(lo - first, top - first, dtype=np.int64)
+                perm = K.feistel_permute(ranks, end - first, self._round_keys(base, r))
+                parts.append(np.asarray(self.index[first + perm], dtype=np.int64))
+                lo = top
+            r += 1
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+    def costs(self) -> np.ndarray:
+        """Padded tokens of every batch: count × widest width."""
+        return self.batch_sizes * self.batch_widths
+
+    # ------------------------------------------------------------------ Planner protocol
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.lengths
+
+    @property
+    def num_batches(self) -> int:
+        return int(self.ends.size)
+
+    def config(self) -> dict[str, Any]:
+        return {**self.spec.as_dict(), "plan": "histogram"}
+
+    def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        return np.asarray(lengths[values], dtype=np.int64)
+
+    def figures(self) -> dict[str, Any]:
+        """The plan's figures (the same every epoch): batches, sentences, tokens, padding."""
+        batches = self.num_batches
+        real = int(self.real_by_width[: self.planned_widths].sum())
+        padded = int(self.costs().sum())
+        sizes = self.batch_sizes
+        return PlanStats(
+            batches=batches,
+            sentences=int(self.starts[-1]),
+            real_tokens=real,
+            padded_slots=padded,
+            padding_fraction=(1.0 - real / padded) if padded else 0.0,
+            min_sentences=int(sizes.min()) if batches else 0,
+            median_sentences=float(np.median(sizes)) if batches else 0.0,
+            max_sentences=int(sizes.max()) if batches else 0,
+            mean_sentences=float(sizes.mean()) if batches else 0.0,
+        ).as_dict() | {"skipped": self.skipped}
+
+
+class HistogramSchedule:
+    """A histogram-planned :class:`padless.PlanSampler`'s epochs: the batch order of each epoch
+    (the last one's kept) and the batch at a global slot."""
+
+    def __init__(
+        self, planner: HistogramPlanner, *, shuffle: bool, seed: int, balance: bool
+    ) -> None:
+        self.planner = planner
+        self.shuffle = shuffle
+        self.seed = seed
+        self.balance = balance
+        self._order: tuple[Any, np.ndarray] | None = None
+
+    def total(self, epoch: int) -> int:
+        return self.planner.num_batches
+
+    def order(
+        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int
+    ) -> np.ndarray:
+        """The epoch's batch order, as a global plan's (shuffled, or balanced and re-balanced
+        after elastic parts)."""
+        key = (epoch, history if self.balance else (), world_size if self.balance else 0)
+        if self._order is not None and self._order[0] == key:
+            return self._order[1]
+        b = self.planner.num_batches
+        gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
+        if self.balance:
+            costs = self.planner.costs()
+            first = history[0][0] if history else world_size
+            order = balanced_order(costs, first, gen)
+            if history:
+                again = _rng.rng(self.seed, epoch, _rng.REBALANCE) if self.shuffle else None
+                order = elastic_order(order, costs, history, world_size, again)
+        elif gen is not None:
+            order = gen.permutation(b).astype(np.int64)
+        else:
+            order = np.arange(b, dtype=np.int64)
+        self._order = (key, order)
+        return order
+
+    def batch_at(
+        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
+    ) -> list[int]:
+        b = int(self.order(epoch, history, world_size)[slot])
+        out: list[int] = self.planner.batch(b, self.seed, epoch if self.shuffle else 0).tolist()
+        return out
+
+    def stats(self, sampler: PlanSampler) -> dict[str, Any]:
+        """:meth:`PlanSampler.stats` of a histogram-planned sampler (no pass over the lengths)."""
+        planner = self.planner
+        total = planner.num_batches
+        world = sampler.world_size
+        steps = sampler._steps(total, 0)
+        history = sampler._history if self.balance else ()
+        order = self.order(sampler.epoch, history, world)
+        out: dict[str, Any] = {
+            "epoch": sampler.epoch,
+            "strategy": sampler.spec.name,
+            "batches": total,
+            "steps": steps,
+            "batches_per_rank": steps,
+            "world_size": world,
+            "repeated": sampler.repeated,
+            "dropped": sampler.dropped,
+            "imbalance": step_imbalance(planner.costs()[order], world, steps),
+            "window": "histogram",
+            "widths": int(np.count_nonzero(planner.counts[: planner.planned_widths])),
+        }
+        for k, v in planner.figures().items():
+            out[f"plan_{k}" if k in out else k] = v
+        return out
