@@ -188,18 +188,22 @@ class HistogramPlanner:
             index = np.memmap(self._file, dtype=dtype, mode="r+", shape=(planned,))
         cursor = self.starts[:-1].copy()
         runs = self.planned_widths
-        for lo, hi in _chunks(self.n):
+        chunks = _chunks(self.n)
+
+        def sort(c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """A chunk's sequences by width (stable), their rank within their width, counts."""
+            lo, hi = chunks[c]
             widths = self._widths(lo, hi)
-            if self.skipped:
-                kept = np.flatnonzero(widths < runs)
-                widths = widths[kept]
-            else:
-                kept = None
-            order, bounds = K.counting_order(widths, runs)
+            kept = np.flatnonzero(widths < runs) if self.skipped else None
+            order, bounds = K.counting_order(widths if kept is None else widths[kept], runs)
             counts = np.diff(bounds)
             within = np.arange(order.size, dtype=np.int64) - np.repeat(bounds[:-1], counts)
-            at = np.repeat(cursor, counts) + within
-            index[at] = lo + (order if kept is None else kept[order])
+            ids = order if kept is None else kept[order]
+            return (ids + lo).astype(index.dtype, copy=False), within, counts
+
+        # the chunks sorted in threads, placed in order (each after the ones before it)
+        for ids, within, counts in _in_order(sort, len(chunks), self.threads):
+            index[np.repeat(cursor, counts) + within] = ids
             cursor += counts
         return index
 
