@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import numpy as np
 from _common import best_in_rounds, lognormal_lengths
@@ -133,6 +134,12 @@ def restore(size: int, rounds: int) -> tuple[float, float, int]:
 
     first = make()
     first.skip(steps=(100, 110))  # a loss spike's batches, recorded in the state
+    return _timed_restore(first, make, rounds)
+
+
+def _timed_restore(first: padless.PlanSampler, make: Any, rounds: int) -> tuple[float, float, int]:
+    """``first`` run to half its epoch and its state saved; then, best of ``rounds``, one plan
+    of the epoch on a fresh ``make()`` against ``load_state_dict`` + the first batch on another."""
     it = iter(first)
     for _ in range(len(first) // 2):
         next(it)
@@ -161,23 +168,7 @@ def restore_change(size: int, rounds: int, kind: str = "token_budget") -> tuple[
             spec = padless.TokenBudget(max_tokens=budget)
         return padless.PlanSampler(lengths, spec, seed=1)
 
-    first = make(4096)
-    it = iter(first)
-    for _ in range(len(first) // 2):
-        next(it)
-    state = json.loads(json.dumps(first.state_dict()))
-    t_plan = t_restore = float("inf")
-    for _ in range(rounds):
-        fresh = make(8192)
-        t0 = time.perf_counter()
-        fresh.epoch_plan(0)
-        t_plan = min(t_plan, time.perf_counter() - t0)
-        again = make(8192)
-        t0 = time.perf_counter()
-        again.load_state_dict(state)
-        next(iter(again))
-        t_restore = min(t_restore, time.perf_counter() - t0)
-    return t_plan, t_restore, int(state["position"])
+    return _timed_restore(make(4096), lambda: make(8192), rounds)
 
 
 def main() -> None:

@@ -42,14 +42,13 @@ def _sampler(spec, *, rank=0, world=1, balance=False, drop_last=False):
     )
 
 
-def _run(parts, *, drop_last=False):
-    """An epoch in ``parts``: ``(spec, world, balance, steps)`` each; the state saved by rank
-    0 after ``steps`` steps is loaded into the next part's samplers. Returns the global batches
-    in slot order, with the last part's sampler (rank 0)."""
+def _in_parts(parts):
+    """An epoch run in ``parts``, each ``(ranks, steps)``: a fresh sampler per rank, loaded with
+    the state rank 0 saved after the part before it had run its ``steps`` steps (the last part
+    runs to the epoch's end). Returns the global batches in slot order and the last part's
+    rank 0."""
     got, state, last = [], None, None
-    for k, (spec, world, balance, steps) in enumerate(parts):
-        ranks = [_sampler(spec, rank=r, world=world, balance=balance, drop_last=drop_last)
-                 for r in range(world)]  # fmt: skip
+    for k, (ranks, steps) in enumerate(parts):
         if state is not None:
             for s in ranks:
                 s.load_state_dict(state)
@@ -66,6 +65,22 @@ def _run(parts, *, drop_last=False):
             count += 1
         state = ranks[0].state_dict()
     return got, last
+
+
+def _run(parts, *, drop_last=False):
+    """``_in_parts`` of PlanSamplers: ``(spec, world, balance, steps)`` each."""
+    return _in_parts(
+        [
+            (
+                [
+                    _sampler(spec, rank=r, world=world, balance=balance, drop_last=drop_last)
+                    for r in range(world)
+                ],  # fmt: skip
+                steps,
+            )
+            for spec, world, balance, steps in parts
+        ]
+    )
 
 
 def _slots(sampler):
@@ -308,26 +323,13 @@ def _stream(name):
 def test_mixture_weight_changes_continue_every_corpus_where_it_was(data):
     """Weights change at random points (and the world size with them): every corpus's batches
     are its stream's, in order, none repeated or skipped."""
-    got, state = [], None
-    parts = data.draw(st.integers(2, 4), label="parts")
-    for k in range(parts):
+    parts = []
+    for _ in range(data.draw(st.integers(2, 4), label="parts")):
         weights = data.draw(st.sampled_from(WEIGHTS), label="weights")
         world = data.draw(st.integers(1, 3), label="world")
         steps = data.draw(st.integers(0, 12), label="steps")
-        ranks = [_mix(weights, world, r) for r in range(world)]
-        if state is not None:
-            for m in ranks:
-                m.load_state_dict(state)
-        its = [iter(m) for m in ranks]
-        count = 0
-        while k == parts - 1 or count < steps:
-            try:
-                step = [next(it) for it in its]
-            except StopIteration:
-                break
-            got.extend(step)
-            count += 1
-        state = ranks[0].state_dict()
+        parts.append(([_mix(weights, world, r) for r in range(world)], steps))
+    got, _ = _in_parts(parts)
     got = got[:90]  # the tail's repeats left out
     assert len(got) == 90
     for name in ("a", "b"):

@@ -331,16 +331,9 @@ class HistogramSchedule:
         steps = sampler._steps(total, 0)
         history = sampler._history if self.balance else ()
         order = self.order(sampler.epoch, history, world)
+        imbalance = step_imbalance(planner.costs()[order], world, steps)
         out: dict[str, Any] = {
-            "epoch": sampler.epoch,
-            "strategy": sampler.spec.name,
-            "batches": total,
-            "steps": steps,
-            "batches_per_rank": steps,
-            "world_size": world,
-            "repeated": sampler.repeated,
-            "dropped": sampler.dropped,
-            "imbalance": step_imbalance(planner.costs()[order], world, steps),
+            **sampler._schedule_figures(total, steps, imbalance),
             "window": "histogram",
             "widths": int(np.count_nonzero(planner.counts[: planner.planned_widths])),
         }

@@ -482,15 +482,9 @@ class PlanSampler(Resumable):
         total = len(sched.plan)
         steps = self._steps(total, 0)
         out: dict[str, Any] = {
-            "epoch": self.epoch,
-            "strategy": self.spec.name,
-            "batches": total,
-            "steps": steps,
-            "batches_per_rank": steps,
-            "world_size": self.world_size,
-            "repeated": self.repeated,
-            "dropped": self.dropped,
-            "imbalance": step_imbalance(sched.costs[sched.order], self.world_size, steps),
+            **self._schedule_figures(
+                total, steps, step_imbalance(sched.costs[sched.order], self.world_size, steps)
+            )
         }
         figures = {**sched.plan.stats(self.lengths).as_dict(), **sched.plan.info}
         out.update(self._cost_figures(sched, steps, float(figures["padding_fraction"])))
@@ -501,6 +495,21 @@ class PlanSampler(Resumable):
             out["changes"] = len(self._changes)
             out["delivered_before_change"] = sched.head.batches
         return out
+
+    def _schedule_figures(self, total: int, steps: int, imbalance: float) -> dict[str, Any]:
+        """The figures of :meth:`stats` every plan form reports first: the epoch, the strategy,
+        ``total`` batches in ``steps`` steps per rank, the tail policy's counts, ``imbalance``."""
+        return {
+            "epoch": self.epoch,
+            "strategy": self.spec.name,
+            "batches": total,
+            "steps": steps,
+            "batches_per_rank": steps,
+            "world_size": self.world_size,
+            "repeated": self.repeated,
+            "dropped": self.dropped,
+            "imbalance": imbalance,
+        }
 
     def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
         plan = sched.plan

@@ -703,15 +703,7 @@ class WindowedSchedule:
         ).as_dict()
         figures["skipped"] = skipped
         out: dict[str, Any] = {
-            "epoch": epoch,
-            "strategy": sampler.spec.name,
-            "batches": total,
-            "steps": steps,
-            "batches_per_rank": steps,
-            "world_size": world,
-            "repeated": sampler.repeated,
-            "dropped": sampler.dropped,
-            "imbalance": imbalance,
+            **sampler._schedule_figures(total, steps, imbalance),
             "window": planner.window,
             "windows": planner.num_windows,
         }
