@@ -168,6 +168,22 @@ def _collate_on(batch: list[Any]) -> Callable[[Any], None]:
     return check
 
 
+def _indices_ok(out: Any) -> None:
+    """Rank indices of a zigzag share: a permutation's part, in range, no repeats."""
+    assert isinstance(out, torch.Tensor) and out.ndim == 1
+    assert out.unique().numel() == out.numel() and (out >= 0).all()
+
+
+CP_SHARES = [
+    padless.torch.collate_packed(8, context_parallel=2, cp_rank=r)([[1, 2, 3, 4, 5], [6, 7]])
+    for r in range(2)
+]
+
+
+def _joined_ok(out: Any) -> None:
+    assert out["input_ids"].tolist() == [[1, 2, 3, 4, 5, 0, 0, 0], [6, 7, 0, 0, 0, 0, 0, 0]]
+
+
 SAMPLER = padless.TokenBudgetSampler(L, max_tokens=200)
 PLAN = padless.plan_packing(L, capacity=128)
 DPLAN = padless.Decomposition(tokens_per_batch=256, max_length=32, min_length=4).plan(L)
@@ -371,7 +387,8 @@ ENTRIES: list[Entry] = [
         padless.Packing,
         "Packing",
         {"capacity": 128},
-        ["capacity", "max_per_row", "rows_per_batch", "oversize", "cost", "max_row_cost"],
+        ["capacity", "max_per_row", "rows_per_batch", "oversize", "cost", "max_row_cost"]
+        + ["context_parallel"],
         None,
     ),
     (
@@ -761,15 +778,29 @@ ENTRIES: list[Entry] = [
         padless.torch.collate_packed,
         "collate_packed",
         {"capacity": 16},
-        ["capacity", "max_per_row", "rows"],
+        ["capacity", "max_per_row", "rows", "context_parallel", "cp_rank"],
         _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
+    ),
+    (
+        padless.torch.zigzag_indices,
+        "zigzag_indices",
+        {"cu_seqlens_padded": [0, 8, 12], "context_parallel": 2, "cp_rank": 1},
+        ["cu_seqlens_padded", "context_parallel", "cp_rank"],
+        _indices_ok,
+    ),
+    (
+        padless.torch.join_cp_shares,
+        "join_cp_shares",
+        {"shares": CP_SHARES},
+        ["shares"],
+        _joined_ok,
     ),
     (
         padless.torch.PackedCollate,
         "PackedCollate",
         {"capacity": 16},
         ["capacity", "max_per_row", "rows", "flatten", "position_start", "pad_id"]
-        + ["ignore_index", "key", "truncate", "attention_mask"],
+        + ["ignore_index", "key", "truncate", "attention_mask", "context_parallel", "cp_rank"],
         _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
     ),
     (

@@ -263,6 +263,90 @@ def packed_batch_costs(cost: Cost, plan: Any) -> np.ndarray:
     return cast(np.ndarray, plan.work_costs(cost))
 
 
+def cp_multiple(context_parallel: int) -> int:
+    """The multiple a document is padded to for ``context_parallel`` ranks: ``2·cp``, or 1 (no
+    padding) without context parallelism."""
+    return 1 if context_parallel == 1 else 2 * context_parallel
+
+
+def zigzag_work(lengths: Any, context_parallel: int) -> tuple[np.ndarray, np.ndarray]:
+    """What each context-parallel rank's zigzag share of each document holds: ``(tokens, keys)``,
+    two (N, cp) int64 arrays.
+
+    A document of ``l`` real tokens is padded to ``L = 2·cp·c`` tokens (``L`` the multiple of
+    ``2·cp`` at or above ``l``) and cut into ``2·cp`` chunks of ``c``; rank ``r`` holds chunks
+    ``r`` and ``2·cp − 1 − r`` (Transformer Engine's THD layout). ``tokens[i, r]`` counts the real
+    tokens of document ``i`` on rank ``r`` (padding is the document's tail); ``keys[i, r]`` the
+    keys its real tokens attend under a causal mask, ``Σ (p + 1)`` over their positions ``p``.
+    With ``cp = 1`` there is one rank holding the whole document (no padding).
+
+    Balance: with no padding every rank attends exactly ``c·(L + 1)`` keys (chunk ``k`` attends
+    ``c²·k + c(c+1)/2``, and ``k + (2cp − 1 − k)`` is the same for every rank). The padding
+    removes the keys of positions ``l..L−1`` from the ranks holding them (rank 0 first: it holds
+    the last chunk), so the ranks differ by at most ``Σ_{p=l}^{L−1} (p + 1) < (2cp − 1)·L``, a
+    share at most ``2cp·(2cp − 1) / (L + 1)`` of a rank's ``c·(L + 1)``.
+
+    Cost: O(N·cp) integer operations.
+
+    >>> tokens, keys = zigzag_work([8, 7], 2)
+    >>> tokens.tolist(), keys.tolist()
+    ([[4, 4], [3, 4]], [[18, 18], [10, 18]])
+    """
+    lens = _lengths_array(lengths).reshape(-1)
+    cp = positive("context_parallel", context_parallel)
+    n = lens.size
+    if cp == 1:
+        return lens.reshape(n, 1).copy(), (lens * (lens + 1) // 2).reshape(n, 1)
+    m = 2 * cp
+    c = -(-lens // m)  # chunk length: the padded length is m·c
+    tokens = np.empty((n, cp), dtype=np.int64)
+    keys = np.empty((n, cp), dtype=np.int64)
+
+    def upto(x: np.ndarray) -> np.ndarray:  # keys attended by the real tokens before x
+        y = np.minimum(x, lens)
+        return y * (y + 1) // 2
+
+    for r in range(cp):
+        lo1, lo2 = r * c, (m - 1 - r) * c
+        tokens[:, r] = np.clip(lens - lo1, 0, c) + np.clip(lens - lo2, 0, c)
+        keys[:, r] = upto(lo1 + c) - upto(lo1) + upto(lo2 + c) - upto(lo2)
+    return tokens, keys
+
+
+def context_parallel_costs(cost: Cost | None, plan: Any, context_parallel: int) -> np.ndarray:
+    """What each context-parallel rank's share of every batch of a packed plan costs: a
+    (batches, cp) array, each batch's rows cut into zigzag shares (:func:`zigzag_work`).
+
+    Without a cost model, the rank's real tokens (int64). With one, float64: the rank holds
+    ``capacity / cp`` slots of every row, paid at the linear rate (padding too, as in a packed
+    row), plus for every piece of the batch its ``per_sequence`` cost (every rank holds a part
+    of every document) and the rank's part of its attention, ``quadratic·l²`` times the rank's
+    share of the keys attended (``keys[r] / Σ keys``). Summed over the ranks, the attention is
+    the row's. The step time of a batch is its slowest rank: the max over axis 1.
+
+    Cost: O(entries·cp).
+    """
+    cp = positive("context_parallel", context_parallel)
+    num = len(plan)
+    lens = plan.piece_lengths
+    tokens, keys = zigzag_work(lens, cp)
+    bounds = plan.offsets
+    if cost is None:
+        csum = np.zeros((lens.size + 1, cp), dtype=np.int64)
+        np.cumsum(tokens, axis=0, out=csum[1:])
+        return csum[bounds[1:]] - csum[bounds[:-1]]
+    whole = (lens * (lens + 1) // 2).astype(np.float64)
+    share = keys / np.where(whole > 0, whole, 1.0)[:, None]
+    lf = lens.astype(np.float64)
+    extra = cost.per_sequence + cost.quadratic * (lf * lf)[:, None] * share
+    csum_f = np.zeros((lens.size + 1, cp), dtype=np.float64)
+    np.cumsum(extra, axis=0, out=csum_f[1:])
+    rows = np.diff(plan.row_offsets).astype(np.float64)
+    base = cost.linear * (plan.capacity / cp) * rows
+    out = csum_f[bounds[1:]] - csum_f[bounds[:-1]] + base[:, None]
+    return out.reshape(num, cp)
+
+
 def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
     """Share of a plan's cost that is real work: ``Σ cost(lᵢ)`` over its sequences ÷ what its
     batches cost (padded: count × cost(longest), its width rounded up to the plan's

@@ -93,6 +93,7 @@ class PackingSettings(TypedDict, total=False):
     oversize: str
     cost: Cost | None
     max_row_cost: float | None
+    context_parallel: int
 
 
 class TokenBudgetSamplerKeywords(TokenBudgetSettings, SamplerOptions, total=False):
@@ -392,6 +393,9 @@ def plan_packing(
             row (by tokens) among those it keeps within the cap; a sequence whose row alone
             would pass it is oversize ("error" or "drop"; "split" and "truncate" need a row of
             ``capacity`` tokens of one sequence to fit the cap).
+        context_parallel: rows for that many context-parallel ranks: every sequence planned
+            at its length rounded up to a multiple of ``2·context_parallel``, the rounding
+            counted as padding (see :class:`padless.Packing`); 1 (default): none.
 
     Returns:
         A :class:`PackedPlan`; ``plan.info`` holds ``efficiency`` = real tokens ÷ (rows ×

@@ -126,6 +126,12 @@ FACTORIES = [
         ),
     ),
     Factory(
+        "packing_cp",  # rows for 4 context-parallel ranks: documents padded to multiples of 8
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.Packing(capacity=256, rows_per_batch=2, context_parallel=4), **o
+        ),
+    ),
+    Factory(
         "plan_sampler_spec",
         lambda **o: padless.PlanSampler(LENGTHS, padless.TokenBudget(max_tokens=900), **o),
     ),

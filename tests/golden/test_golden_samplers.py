@@ -5,7 +5,9 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 ``token_budget_cost`` were pinned later, from the code of commit d0213d3; ``decomposition``,
 ``mixture_schedule``, ``token_budget_ramp`` and ``lm_warmup`` when they were added (issue 28;
 ``token_budget_ramp``'s equals ``token_budget``'s: a ramp cuts the plan into steps, never
-changes it), ``token_budget_histogram`` when it was added (issue 30). A factory added to the contract list needs its digest here (pasted once from
+changes it), ``token_budget_histogram`` when it was added (issue 30); ``packing_cp`` when
+context parallelism came (issue 30; ``packing`` kept its digest: ``context_parallel=1`` plans
+as before). A factory added to the contract list needs its digest here (pasted once from
 today's output, never computed by a test).
 """
 
@@ -22,6 +24,7 @@ GOLDEN = {
     "buckets": "4326d1611a1b2d99",
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
+    "packing_cp": "44a29f6554dda892",
     "plan_sampler_spec": "2cd3111f58d24eb4",
     "windowed": "0eab906b5c79ba49",
     "token_budget_histogram": "0de7afc11dd3739e",

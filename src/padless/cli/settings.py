@@ -29,7 +29,8 @@ def setting_fields(spec_class: type) -> list[dataclasses.Field[Any]]:
 
     >>> from padless import Packing
     >>> [f.name for f in setting_fields(Packing)]
-    ['capacity', 'max_per_row', 'rows_per_batch', 'oversize', 'cost', 'max_row_cost']
+    ['capacity', 'max_per_row', 'rows_per_batch', 'oversize', 'cost', 'max_row_cost',
+     'context_parallel']
     """
     return [f for f in dataclasses.fields(spec_class) if f.init]
 

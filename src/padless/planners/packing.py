@@ -35,12 +35,22 @@ from .. import _rng
 from .._check import positive, positive_or_none
 from .._kernels import cost as KC
 from .._kernels import windows as KW
-from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, packed_batch_costs
+from ..cost import (
+    Cost,
+    check_max_cost,
+    context_parallel_costs,
+    cost_settings,
+    cp_multiple,
+    format_cost,
+    model_of,
+    packed_batch_costs,
+)
 from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
 from .spec import (
+    QUIET_DEFAULTS,
     CollateForm,
     Planner,
     Spec,
@@ -49,6 +59,7 @@ from .spec import (
     moved_names,
     plain,
     plan_items,
+    round_up,
     setting,
 )
 
@@ -462,8 +473,21 @@ class Packing(Spec):
     ``index + piece · N``; ``sampler.collate()`` builds the matching
     ``padless.torch.collate_packed`` with this spec's ``capacity`` and ``max_per_row``.
 
+    ``context_parallel=cp`` (default 1: none) plans rows that ``cp`` context-parallel ranks
+    share, each taking a zigzag share of every document (Transformer Engine's THD layout,
+    ``padless.torch.collate_packed(..., cp_rank=r)``; see docs/context_parallel.md): every
+    document is planned at its length rounded up to a multiple of ``2·cp`` (the padding it gets),
+    ``capacity`` must be a multiple of ``2·cp`` (so split pieces, cut at ``capacity``, stay
+    multiples too), and the plan's pieces, ``real_tokens`` and ``efficiency`` count real tokens
+    only, the rounding as padding. With ``balance=True`` a batch costs what its slowest CP rank
+    does (:func:`padless.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
+    its CP ranks together) at the padded lengths. The stream form refuses ``cp > 1``.
+
     >>> Packing(capacity=8, rows_per_batch=2).plan([6, 2, 5, 3, 7, 1]).num_rows
     3
+    >>> plan = Packing(capacity=8, context_parallel=2).plan([5, 3, 1])
+    >>> plan.num_rows, plan.real_tokens, plan.info["context_parallel"]
+    (2, 9, 2)
     """
 
     capacity: int = setting(check_capacity)
@@ -472,12 +496,22 @@ class Packing(Spec):
     oversize: str = setting(partial(check_oversize, choices=OVERSIZE), default="error")
     cost: Cost | None = setting(check_cost, default=None)
     max_row_cost: float | None = setting(check_max_cost, default=None)
+    context_parallel: int = setting(positive, default=1)
 
     name = "packing"
     state_tag = "PackingSampler"
     packs_rows = True
+    # context_parallel came later: at 1 it stays out of as_dict (records made before it hold)
+    quiet = {**QUIET_DEFAULTS, "context_parallel": 1}
 
     def _settle(self) -> None:
+        multiple = cp_multiple(self.context_parallel)
+        if self.capacity % multiple:
+            raise ValueError(
+                f"capacity must be a multiple of 2 * context_parallel = {multiple} (every "
+                f"document is padded to a multiple of it and cut into {multiple} chunks), got "
+                f"capacity={self.capacity} with context_parallel={self.context_parallel}"
+            )
         cap = self.max_row_cost
         if cap is not None:
             model = model_of(self.cost)
@@ -511,15 +545,22 @@ class Packing(Spec):
         return PackWindows(self, src) if fused else None
 
     def collate_form(self) -> CollateForm:
-        """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...)``."""
-        return CollateForm(packed=True, capacity=self.capacity, max_per_row=self.max_per_row)
+        """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...,
+        context_parallel=...)``."""
+        return CollateForm(
+            packed=True,
+            capacity=self.capacity,
+            max_per_row=self.max_per_row,
+            context_parallel=self.context_parallel,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())
 
     def longest_in_row(self) -> int:
         """The longest sequence a row takes: ``capacity``, or less where ``max_row_cost``
-        cannot pay for a row of one longer sequence."""
+        cannot pay for a row of one longer sequence (with ``context_parallel``, a multiple of
+        ``2·cp``: the padded length is what the row holds)."""
         if self.max_row_cost is None:
             return self.capacity
         model = model_of(self.cost)
@@ -531,7 +572,8 @@ class Packing(Spec):
                 hi = mid - 1
             else:
                 lo = mid
-        return lo
+        multiple = cp_multiple(self.context_parallel)  # documents are planned padded to it
+        return lo // multiple * multiple
 
 
 class PackPlanner(Planner):
@@ -541,6 +583,9 @@ class PackPlanner(Planner):
 
     def __init__(self, spec: Packing, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
+        # the sizes rows are planned at: each rounded up to a multiple of 2·context_parallel
+        self.multiple = cp_multiple(spec.context_parallel)
+        self.planned = round_up(self.sizes, self.multiple)
         if spec.oversize == "error":
             oversize_error(self.sizes, spec.capacity)
         self.limit = spec.longest_in_row()
@@ -557,10 +602,35 @@ class PackPlanner(Planner):
                 )
 
     def plan(self, seed: int, epoch: int) -> PackedPlan:
+        plan = self._plan(seed, epoch)
+        return plan if self.multiple == 1 else self._unpadded(plan)
+
+    def _unpadded(self, plan: PackedPlan) -> PackedPlan:
+        """A plan of the padded sizes with its pieces cut back to the real tokens: each piece
+        ends at its sequence's end at the latest (the rounding is padding), and the figures
+        count real tokens (capacity is a multiple of the padding's, so a piece starts at a
+        multiple of capacity as before and the same sequences are over capacity)."""
+        s = self.spec
+        own = np.asarray(self.sizes, dtype=np.int64)
+        plan.piece_stop = np.minimum(plan.piece_stop, own[plan.indices])
+        real = int(plan.piece_lengths.sum())
+        slots = plan.num_rows * plan.capacity
+        limit = self.limit if s.max_row_cost is not None and s.oversize == "drop" else s.capacity
+        over = own[own > limit]
+        lost = {"truncate": int((over - limit).sum()), "drop": int(over.sum())}
+        plan.info.update(
+            real_tokens=real,
+            efficiency=real / slots if slots else 1.0,
+            tokens_lost=lost.get(s.oversize, 0),
+            context_parallel=s.context_parallel,
+        )
+        return plan
+
+    def _plan(self, seed: int, epoch: int) -> PackedPlan:
         s = self.spec
         if s.max_row_cost is None:
             return _pack(
-                self.sizes, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
+                self.planned, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
             )
 
         model = model_of(s.cost)
@@ -575,7 +645,7 @@ class PackPlanner(Planner):
 
         limit = self.limit if s.oversize in ("error", "drop") else None
         return _pack(
-            self.sizes,
+            self.planned,
             s.capacity,
             s.max_per_row,
             s.rows_per_batch,
@@ -588,9 +658,16 @@ class PackPlanner(Planner):
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Packed cost of each batch: the real tokens it holds; with a cost model, its rows'
-        cost (``Σ cost(lᵢ)`` plus padding at the linear rate, per row)."""
+        cost (``Σ cost(lᵢ)`` plus padding at the linear rate, per row). With
+        ``context_parallel=cp > 1``, what its slowest CP rank's zigzag share costs
+        (:func:`padless.cost.context_parallel_costs`: real tokens, or the rank's linear slots,
+        per-sequence costs and part of the attention), so a balanced step is balanced over
+        every (data-parallel, context-parallel) rank."""
         if not isinstance(plan, PackedPlan):
             raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
+        if self.spec.context_parallel > 1:
+            per_rank = context_parallel_costs(self.spec.cost, plan, self.spec.context_parallel)
+            return per_rank.max(axis=1) if per_rank.size else per_rank.reshape(-1)
         if self.spec.cost is not None:
             return packed_batch_costs(self.spec.cost, plan)
         csum = np.zeros(plan.indices.size + 1, dtype=np.int64)

@@ -166,6 +166,8 @@ class CollateForm:
     multiple of ``multiple_of`` or to one of the static ``shapes`` (``collate_padded``).
     ``equal_lengths``: every batch's samples share one length (dense ``(B, L)`` blocks), and
     the collate refuses a batch that does not (a dataset not serving the planned pieces).
+    ``context_parallel``: packed rows whose documents were planned padded to a multiple of
+    ``2·context_parallel``, for that many context-parallel ranks (1: none).
     """
 
     packed: bool = False
@@ -175,6 +177,7 @@ class CollateForm:
     capacity: int = 0
     max_per_row: int | None = None
     equal_lengths: bool = False
+    context_parallel: int = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_packed_check``: ``check_packed`` (do packed documents stay apart in a model);
 - ``_loss``: ``scale_loss`` (loss normalised over the global optimizer step);
 - ``_collate``: ``collate_padded``, ``collate_packed`` and their picklable collate classes;
+  ``zigzag_indices`` and ``join_cp_shares`` (context-parallel shares of packed rows);
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
@@ -26,6 +27,8 @@ from ._collate import PackedCollate as PackedCollate
 from ._collate import PaddedCollate as PaddedCollate
 from ._collate import collate_packed as collate_packed
 from ._collate import collate_padded as collate_padded
+from ._collate import join_cp_shares as join_cp_shares
+from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
 from ._dist import dist_rank_world as _dist_rank_world
@@ -55,11 +58,13 @@ __all__ = [
     "collate_padded",
     "dist_kwargs",
     "get_rng_state",
+    "join_cp_shares",
     "lm_tensors",
     "mixture_dataset",
     "scale_loss",
     "set_rng_state",
     "stop_together",
+    "zigzag_indices",
 ]
 
 # deprecated name -> (what it still gives, the name to use instead); each warns for one release

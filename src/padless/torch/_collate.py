@@ -27,7 +27,15 @@ from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple
 from ._packed_check import block_causal_mask
 
-__all__ = ["PackedCollate", "PaddedCollate", "collate_packed", "collate_padded", "form_of"]
+__all__ = [
+    "PackedCollate",
+    "PaddedCollate",
+    "collate_packed",
+    "collate_padded",
+    "form_of",
+    "join_cp_shares",
+    "zigzag_indices",
+]
 
 _MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
 
@@ -286,8 +294,11 @@ class PackedCollate:
         key: str = "input_ids",
         truncate: bool = False,
         attention_mask: str | None = None,
+        context_parallel: int = 1,
+        cp_rank: int | None = None,
     ) -> None:
         self.capacity = positive("capacity", capacity)
+        self.context_parallel, self.cp_rank = _check_cp(self.capacity, context_parallel, cp_rank)
         self.max_per_row = positive_or_none("max_per_row", max_per_row)
         self.rows = positive_or_none("rows", rows)
         self.flatten = check_bool("flatten", flatten)
@@ -308,9 +319,17 @@ class PackedCollate:
         self.truncate = check_bool("truncate", truncate)
         if attention_mask is not None:
             check_choice("attention_mask", attention_mask, ("block",))
+            if self.context_parallel > 1:
+                raise ValueError(
+                    "attention_mask must be None with context_parallel > 1 (a rank's share is "
+                    "no row; its attention is the context-parallel kernel's), got "
+                    f"attention_mask={attention_mask!r} with context_parallel="
+                    f"{self.context_parallel}"
+                )
         self.attention_mask = attention_mask
 
-    def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
+    def _samples(self, samples: Sequence[Any]) -> list[torch.Tensor]:
+        """The samples' token ids (longer ones cut to capacity where ``truncate``)."""
         cap = self.capacity
         seqs: list[torch.Tensor] = []
         for i, s in enumerate(samples):
@@ -325,14 +344,28 @@ class PackedCollate:
                     )
                 ids = ids[:cap]
             seqs.append(ids)
-        lengths = [int(t.numel()) for t in seqs]
-        row_of = next_fit_rows(lengths, capacity=cap, max_per_row=self.max_per_row).tolist()
+        return seqs
+
+    def _rows(self, sizes: list[int]) -> tuple[list[int], int]:
+        """Every sample's row (next fit over the planned ``sizes``) and the rows needed."""
+        cap = self.capacity
+        row_of = next_fit_rows(sizes, capacity=cap, max_per_row=self.max_per_row).tolist()
         needed = row_of[-1] + 1 if row_of else 0
         if self.rows is not None and needed > self.rows:
             raise ValueError(
                 f"the batch needs {needed} rows of capacity={cap}, more than rows={self.rows}; "
-                "were capacity and max_per_row the sampler's, and its lengths the dataset's?"
+                "were capacity, max_per_row and context_parallel the sampler's, and its lengths "
+                "the dataset's?"
             )
+        return row_of, needed
+
+    def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
+        cap = self.capacity
+        seqs = self._samples(samples)
+        if self.context_parallel > 1:
+            return self._context_parallel(seqs)
+        lengths = [int(t.numel()) for t in seqs]
+        row_of, needed = self._rows(lengths)
         # segments cover the whole output: the sequences, plus each row's padding tail (2-D only)
         parts: list[torch.Tensor] = []
         seg_lens: list[int] = []
@@ -382,12 +415,230 @@ class PackedCollate:
             out["attention_mask"] = block_causal_mask(seq_idx.view(shape))
         return out
 
+    def _context_parallel(self, seqs: list[torch.Tensor]) -> dict[str, Any]:
+        """The batch for context-parallel ranks: every document padded to a multiple of
+        ``2·cp``; the whole rows, or rank ``cp_rank``'s zigzag share of them."""
+        cap, cp = self.capacity, self.context_parallel
+        m = 2 * cp
+        lengths = [int(t.numel()) for t in seqs]
+        padded = [-(-n // m) * m for n in lengths]
+        row_of, needed = self._rows(padded)
+        # segments: each document (real, padded), and in 2-D each row's tail (0 real tokens)
+        parts: list[torch.Tensor] = []
+        real: list[int] = []
+        width: list[int] = []
+
+        def pad(count: int) -> None:
+            if count:
+                parts.append(torch.full((count,), self.pad_id, dtype=torch.long))
+
+        i = 0
+        num_rows = needed if self.flatten or self.rows is None else self.rows
+        for r in range(num_rows):
+            used = 0
+            while i < len(seqs) and row_of[i] == r:
+                parts.append(seqs[i])
+                pad(padded[i] - lengths[i])
+                real.append(lengths[i])
+                width.append(padded[i])
+                used += padded[i]
+                i += 1
+            if not self.flatten and used < cap:
+                pad(cap - used)
+                real.append(0)
+                width.append(cap - used)
+        flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+        # index arithmetic in numpy (torch's repeat_interleave is slow on small views)
+        real_a = np.asarray(real, dtype=np.int64)
+        width_a = np.asarray(width, dtype=np.int64)
+        cu_pad = np.zeros(width_a.size + 1, dtype=np.int64)
+        np.cumsum(width_a, out=cu_pad[1:])
+        cu_real = np.zeros(real_a.size + 1, dtype=np.int64)
+        np.cumsum(real_a, out=cu_real[1:])
+        total = int(cu_pad[-1])
+        in_seg = np.arange(total, dtype=np.int64) - np.repeat(cu_pad[:-1], width_a)
+        is_real = torch.from_numpy(in_seg < np.repeat(real_a, width_a))
+        labels = flat.clone()
+        labels[~is_real] = self.ignore_index
+        labels[torch.from_numpy(cu_pad[:-1][real_a > 0])] = self.ignore_index
+        shift = torch.full_like(labels, self.ignore_index)
+        shift[:-1] = labels[1:]  # a document's last real token precedes padding or a start
+        seq_idx = np.repeat(np.arange(width_a.size, dtype=np.int32), width_a)
+        tensors = {
+            "input_ids": flat,
+            "labels": labels,
+            "shift_labels": shift,
+            "position_ids": torch.from_numpy(in_seg + self.position_start),
+            "seq_idx": torch.from_numpy(seq_idx),
+        }
+        span = total if self.cp_rank is None else total // cp
+        if self.cp_rank is not None:
+            where = torch.from_numpy(_zigzag(cu_pad, cp, self.cp_rank))
+            tensors = {k: v[where] for k, v in tensors.items()}
+        shape = (1, span) if self.flatten else (num_rows, span // max(num_rows, 1))
+        out: dict[str, Any] = {k: v.view(shape) for k, v in tensors.items()}
+        out["cu_seqlens"] = torch.from_numpy(cu_real.astype(np.int32))
+        out["cu_seqlens_padded"] = torch.from_numpy(cu_pad.astype(np.int32))
+        out["max_seqlen"] = max(width, default=0)
+        return out
+
     def __repr__(self) -> str:
+        cp = ""
+        if self.context_parallel > 1:
+            cp = f", context_parallel={self.context_parallel}, cp_rank={self.cp_rank}"
         return (
             f"collate_packed(capacity={self.capacity}, max_per_row={self.max_per_row}, "
             f"rows={self.rows}, flatten={self.flatten}, position_start={self.position_start}"
+            + cp
             + (f", attention_mask={self.attention_mask!r})" if self.attention_mask else ")")
         )
+
+
+def _check_cp(capacity: int, context_parallel: Any, cp_rank: Any) -> tuple[int, int | None]:
+    """Checked ``(context_parallel, cp_rank)`` for rows of ``capacity`` tokens."""
+    cp = positive("context_parallel", context_parallel)
+    m = 1 if cp == 1 else 2 * cp
+    if capacity % m:
+        raise ValueError(
+            f"capacity must be a multiple of 2 * context_parallel = {m} (every document is "
+            f"padded to a multiple of it), got capacity={capacity} with context_parallel={cp}"
+        )
+    rank = check_int("cp_rank", cp_rank, minimum=0, allow_none=True)
+    if rank is not None and rank >= cp:
+        raise ValueError(
+            f"cp_rank must be in [0, context_parallel) = [0, {cp}), got cp_rank={rank}"
+        )
+    return cp, rank
+
+
+def zigzag_indices(cu_seqlens_padded: Any, context_parallel: int, cp_rank: int) -> torch.Tensor:
+    """Positions in the whole (flattened) batch of the tokens context-parallel rank
+    ``cp_rank`` holds, in the order it holds them (int64).
+
+    Each segment ``[cu[i], cu[i + 1])`` (its length a multiple of ``2·cp``) is cut into ``2·cp``
+    chunks of ``c``; the rank takes chunk ``cp_rank``, then chunk ``2·cp − 1 − cp_rank``, segment
+    after segment (what Transformer Engine's ``thd_get_partitioned_indices`` computes). Use it to
+    cut any other per-token tensor of a :func:`collate_packed` batch the same way; with
+    ``context_parallel=1``, every position.
+
+    Cost: O(tokens / cp).
+
+    >>> zigzag_indices([0, 8, 12], 2, 0).tolist()
+    [0, 1, 6, 7, 8, 11]
+    """
+    cp = positive("context_parallel", context_parallel)
+    rank = check_int("cp_rank", cp_rank, minimum=0)
+    if rank is None or rank >= cp:
+        raise ValueError(f"cp_rank must be in [0, context_parallel) = [0, {cp}), got {rank}")
+    cu = _bounds(cu_seqlens_padded)
+    lens = np.diff(cu)
+    if cu.size == 0 or int(cu[0]) != 0 or bool((lens < 0).any()):
+        raise ValueError(
+            "cu_seqlens_padded must be non-decreasing bounds starting at 0, got "
+            f"{cu.tolist()!r:.80}"
+        )
+    if cp == 1:
+        return torch.arange(int(cu[-1]))
+    m = 2 * cp
+    if bool((lens % m).any()):
+        bad = int(lens[lens % m != 0][0])
+        raise ValueError(
+            f"cu_seqlens_padded must bound segments of a multiple of 2 * context_parallel = {m} "
+            f"tokens, got a segment of {bad}"
+        )
+    return torch.from_numpy(_zigzag(cu, cp, rank))
+
+
+def _bounds(value: Any) -> np.ndarray:
+    """``cu_seqlens_padded`` as 1-D int64 (a tensor, array or list of ints), or a named error."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        arr = np.asarray(None)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise TypeError(
+            "cu_seqlens_padded must be a 1-D sequence of int bounds (a collate_packed batch's "
+            f"cu_seqlens_padded), got {type(value).__name__} {value!r:.60}"
+        )
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > INT64_MAX:
+        raise ValueError(f"cu_seqlens_padded must fit in int64, got {int(arr.max())}")
+    return arr.astype(np.int64)
+
+
+def _zigzag(cu: np.ndarray, cp: int, rank: int) -> np.ndarray:
+    """:func:`zigzag_indices` of checked int64 bounds (each segment a multiple of ``2·cp``)."""
+    m = 2 * cp
+    c = np.diff(cu) // m
+    starts = np.stack([cu[:-1] + rank * c, cu[:-1] + (m - 1 - rank) * c], 1).reshape(-1)
+    counts = np.repeat(c, 2)
+    before = np.cumsum(counts) - counts  # where each run begins in the rank's share
+    local = np.arange(int(counts.sum()), dtype=np.int64)
+    return np.repeat(starts - before, counts) + local
+
+
+_SHARED = ("input_ids", "labels", "shift_labels", "position_ids", "seq_idx")
+
+
+def join_cp_shares(shares: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Reassemble the whole batch from every context-parallel rank's share.
+
+    ``shares[r]`` is what ``collate_packed(..., context_parallel=cp, cp_rank=r)`` returned for
+    the batch (``cp = len(shares)``); the result is what ``cp_rank=None`` returns: the rows
+    with every document padded, ``input_ids``, ``labels``, ``shift_labels``, ``position_ids``
+    and ``seq_idx`` put back in place (:func:`zigzag_indices`), the bounds and ``max_seqlen``
+    as the shares give them. A check, and a way to gather per-token outputs (give them under
+    those keys).
+
+    Cost: O(tokens).
+
+    >>> c = [collate_packed(8, context_parallel=2, cp_rank=r) for r in range(2)]
+    >>> batch = [[1, 2, 3, 4, 5], [6, 7]]
+    >>> join_cp_shares([f(batch) for f in c])["input_ids"].tolist()
+    [[1, 2, 3, 4, 5, 0, 0, 0], [6, 7, 0, 0, 0, 0, 0, 0]]
+    """
+    if isinstance(shares, (str, bytes, Mapping)) or not isinstance(shares, Sequence):
+        raise TypeError(
+            "shares must be a sequence of the CP ranks' batches (dicts), rank order, got "
+            f"{type(shares).__name__}"
+        )
+    if not shares:
+        raise ValueError("shares must hold one batch per context-parallel rank, got none")
+    for r, share in enumerate(shares):
+        if not isinstance(share, Mapping) or "cu_seqlens_padded" not in share:
+            raise TypeError(
+                f"shares[{r}] must be a batch of collate_packed(..., context_parallel=...) (a "
+                f"dict with cu_seqlens_padded), got {type(share).__name__}"
+            )
+    cp = len(shares)
+    cu = torch.as_tensor(shares[0]["cu_seqlens_padded"])
+    for r, share in enumerate(shares[1:], 1):
+        if not torch.equal(torch.as_tensor(share["cu_seqlens_padded"]), cu):
+            raise ValueError(
+                f"shares[{r}] has other cu_seqlens_padded than shares[0]: the shares must be "
+                "the ranks' cuts of one batch"
+            )
+    total = int(cu[-1]) if cu.numel() else 0
+    out: dict[str, Any] = {k: v for k, v in shares[0].items() if k not in _SHARED}
+    where = [zigzag_indices(cu, cp, r) for r in range(cp)] if cp > 1 else [torch.arange(total)]
+    for key in _SHARED:
+        if not all(key in share for share in shares):
+            continue
+        parts = [torch.as_tensor(share[key]) for share in shares]
+        for r, part in enumerate(parts):
+            if part.numel() * cp != total or part.shape != parts[0].shape:
+                raise ValueError(
+                    f"shares[{r}][{key!r}] holds {part.numel()} tokens of shape "
+                    f"{tuple(part.shape)}; a rank's share of {total} tokens holds {total // cp}, "
+                    "shaped like shares[0]'s"
+                )
+        whole = torch.empty(total, dtype=parts[0].dtype)
+        for r, part in enumerate(parts):
+            whole[where[r]] = part.reshape(-1)
+        rows = parts[0].shape[0] if parts[0].ndim == 2 else 1
+        out[key] = whole.view(rows, total // max(rows, 1))
+    return out
 
 
 def collate_packed(
@@ -402,6 +653,8 @@ def collate_packed(
     key: str = "input_ids",
     truncate: bool = False,
     attention_mask: str | None = None,
+    context_parallel: int | None = None,
+    cp_rank: int | None = None,
 ) -> PackedCollate:
     """Make a collate function for :class:`padless.PackingSampler` batches (varlen attention).
 
@@ -441,6 +694,34 @@ def collate_packed(
             honour it, with or without a cache), for models that do not derive the mask from
             ``position_ids`` (OPT) or loops that keep ``use_cache=True``. It costs rows *
             capacity**2 * 4 bytes; :func:`check_packed` tells whether a model needs it.
+        context_parallel: the rows are shared by this many context-parallel ranks (the spec's
+            ``context_parallel`` by default when ``capacity`` is a spec or sampler; else 1).
+            Above 1, every document is padded to a multiple of ``2·cp`` (as planned: rows are
+            cut next fit over the padded lengths) and the batch comes in Transformer Engine's
+            THD convention, below. ``capacity`` must be a multiple of ``2·cp``; not with
+            ``attention_mask``.
+        cp_rank: with ``context_parallel > 1``, return this rank's zigzag share of the batch;
+            None returns the whole padded rows (what Megatron's ``get_batch_on_this_cp_rank``
+            cuts itself).
+
+    With ``context_parallel = cp > 1`` the batch holds, for rows of segments (each document
+    padded to a multiple of ``2·cp``, then in 2-D each row's tail as a segment with no real
+    tokens; ``flatten=True`` leaves the tails out):
+
+    - ``input_ids``, ``labels``, ``position_ids``, ``seq_idx`` as above, on the padded rows
+      (padding inside a document keeps counting positions; its labels are ``ignore_index``),
+      and ``shift_labels``: the labels one token on (``labels[t + 1]`` within the row,
+      ``ignore_index`` at every document's last real token), which a rank needs since its
+      share is not contiguous and cannot shift its own labels;
+    - with ``cp_rank=r``, each of those is rank r's share only: of every segment, of length
+      ``2·cp·c``, chunks ``r`` and ``2·cp − 1 − r`` of ``c`` tokens, segment after segment
+      (:func:`zigzag_indices`), shaped (rows, capacity / cp) or (1, total / cp);
+    - ``cu_seqlens``: int32, the bounds of the segments' real tokens, cumulative over the
+      whole batch (all ranks alike; Transformer Engine derives each rank's own);
+    - ``cu_seqlens_padded``: int32, the bounds of the padded segments in the whole batch;
+    - ``max_seqlen``: the longest padded segment.
+
+    :func:`join_cp_shares` puts the ranks' shares back together.
 
     Samples must have exactly the lengths the sampler planned with. Cost: one concatenation of
     the batch's tokens plus O(samples) Python steps.
@@ -454,9 +735,15 @@ def collate_packed(
     >>> out["position_ids"][1].tolist(), out["labels"][1].tolist()
     ([0, 1, 2, 3, 4, 0, 0, 1], [-100, 14, 15, 16, 17, -100, -100, -100])
 
-    ``capacity`` may also be the ``Packing`` spec or the packing sampler itself, so capacity and
-    ``max_per_row`` are never typed twice (``sampler.collate(...)`` does this); a
-    ``max_per_row`` given beside it must then agree.
+    >>> cp = collate_packed(8, context_parallel=2, cp_rank=1)([[1, 2, 3, 4, 5], [6, 7]])
+    >>> cp["input_ids"].tolist(), cp["position_ids"].tolist()
+    ([[3, 4, 5, 0], [7, 0, 0, 0]], [[2, 3, 4, 5], [1, 2, 1, 2]])
+    >>> cp["cu_seqlens"].tolist(), cp["cu_seqlens_padded"].tolist()
+    ([0, 5, 7, 7], [0, 8, 12, 16])
+
+    ``capacity`` may also be the ``Packing`` spec or the packing sampler itself, so capacity,
+    ``max_per_row`` and ``context_parallel`` are never typed twice (``sampler.collate(...)``
+    does this); a ``max_per_row`` or ``context_parallel`` given beside it must then agree.
     """
     form = form_of(capacity)
     if form is not None and form.packed:
@@ -465,7 +752,13 @@ def collate_packed(
                 f"max_per_row must match the packing spec's max_per_row={form.max_per_row}, "
                 f"got {max_per_row}"
             )
+        if context_parallel is not None and context_parallel != form.context_parallel:
+            raise ValueError(
+                "context_parallel must match the packing spec's context_parallel="
+                f"{form.context_parallel}, got {context_parallel!r}"
+            )
         capacity, max_per_row = form.capacity, form.max_per_row
+        context_parallel = form.context_parallel
     return PackedCollate(
         capacity,
         max_per_row=max_per_row,
@@ -477,4 +770,6 @@ def collate_packed(
         key=key,
         truncate=truncate,
         attention_mask=attention_mask,
+        context_parallel=1 if context_parallel is None else context_parallel,
+        cp_rank=cp_rank,
     )

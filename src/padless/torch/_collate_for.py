@@ -13,7 +13,7 @@ from ._streams import StreamDataset, stream_collate
 __all__ = ["collate_for"]
 
 # what collate_for fills in from a packing source: passing one again is a TypeError
-_PACKED_SETTINGS = ("capacity", "max_per_row")
+_PACKED_SETTINGS = ("capacity", "max_per_row", "context_parallel")
 
 
 def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
@@ -21,8 +21,9 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
 
     The spec's :meth:`~padless.Spec.collate_form` picks it:
 
-    - packed rows: ``collate_packed(capacity, max_per_row=..., **options)`` (so capacity is
-      typed once; passing ``capacity`` or ``max_per_row`` again is a TypeError);
+    - packed rows: ``collate_packed(capacity, max_per_row=..., context_parallel=...,
+      **options)`` (so capacity is typed once; passing ``capacity``, ``max_per_row`` or
+      ``context_parallel`` again is a TypeError; a context-parallel rank passes ``cp_rank=``);
     - static shapes: ``collate_padded(shapes=spec, **options)`` (``shapes=`` is a ValueError);
     - otherwise ``collate_padded(plan=source, **options)``: padded to the plan's
       ``pad_to_multiple_of`` (another ``multiple_of=`` is a ValueError).
@@ -58,10 +59,15 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
             if name in options:
                 raise TypeError(
                     f"{name} must not be passed to collate_for(): the source's spec gives it "
-                    f"(capacity={form.capacity}, max_per_row={form.max_per_row}), got "
-                    f"{name}={options[name]!r:.60}"
+                    f"(capacity={form.capacity}, max_per_row={form.max_per_row}, "
+                    f"context_parallel={form.context_parallel}), got {name}={options[name]!r:.60}"
                 )
-        return collate_packed(form.capacity, max_per_row=form.max_per_row, **options)
+        return collate_packed(
+            form.capacity,
+            max_per_row=form.max_per_row,
+            context_parallel=form.context_parallel,
+            **options,
+        )
     if form.shapes is not None:
         if "shapes" in options:
             raise ValueError(

@@ -147,6 +147,13 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "plan must be a padless sampler or spec (e.g. the PackingSampler that plans "
                 f"these batches), or None, got {type(plan).__name__}"
             )
+        if form.context_parallel > 1:
+            raise ValueError(
+                "plan must not pack for context parallelism here: TokenDataset builds rows of "
+                f"the lengths as they are, but the plan padded every document to a multiple of "
+                f"{2 * form.context_parallel} (context_parallel={form.context_parallel}); serve "
+                "the dataset's items to collate_packed(sampler, cp_rank=...) instead"
+            )
         self.form = form
         # pieces of longer items are codes >= N only where the plan splits them
         spec = getattr(plan, "spec", plan)
