@@ -97,7 +97,10 @@ class HistogramPlanner:
 
     # ------------------------------------------------------------------ building
     def _widths(self, lo: int, hi: int) -> np.ndarray:
-        return round_up(np.asarray(self.lengths[lo:hi], dtype=np.int64), self.pad)
+        part = np.asarray(self.lengths[lo:hi])
+        if self.pad == 1 and part.dtype in (np.int32, np.int64):
+            return part  # the counting sort reads int32 and int64 as they are
+        return round_up(part.astype(np.int64), self.pad)
 
     def _histogram(self) -> None:
         chunks = _chunks(self.n)
