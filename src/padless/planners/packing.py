@@ -694,10 +694,9 @@ class PackPlanner(Planner):
         n = int(self.sizes.size)
         done = np.asarray(done, dtype=np.int64)
         old_cap = int(getattr(before.spec, "capacity", self.spec.capacity))
-        split = getattr(before.spec, "oversize", "") == "split"
-        pieces = np.ones(n, dtype=np.int64)
-        if split:
-            pieces = np.maximum(-(-self.sizes.astype(np.int64) // old_cap), 1)
+        if getattr(before.spec, "oversize", "") != "split":  # whole sequences were yielded
+            return super().plan_rest(done, before, seed, epoch)
+        pieces = np.maximum(-(-self.sizes.astype(np.int64) // old_cap), 1)
         given = np.bincount(done % max(n, 1), minlength=n)
         partial = np.flatnonzero((given > 0) & (given < pieces))
         if not partial.size:
