@@ -9,15 +9,22 @@ Writes two Parquet corpora to a temporary folder (``--dir`` to keep them):
   ``padless.ray.plan`` of those lengths against ``padless.plan_windows`` in this process;
 - ``docs``: ``--pack-docs`` (1e6) documents of lognormal lengths (median 200 tokens, capped at
   16384): ``padless.ray.pack`` at capacity 4096 with windows of 10,000 documents and TRL-style
-  windows of 1,000 (packing efficiency and time), and the same windows packed in this process
-  by ``padless.ray.pack_table``.
+  windows of 1,000 (packing efficiency and time), with carry-over (the default) and without
+  (``carry=False``), and the same windows packed in this process by ``padless.ray.pack_table``;
+- ``carry-*``: ``--carry-docs`` (60,000) long-tailed documents of three kinds (see
+  :func:`carry_corpora`; token ids unique, each its position in the corpus) for carry-over at
+  capacity 2048, windows of 1,000 and 10,000: efficiency before (each window on its own) and
+  after, the share of tokens carried, tokens conserved (their count and two sums of the ids mod
+  2**64, taken on the cluster), and the time against ``carry=False`` in the same process.
+  ``--carry-only`` runs this part alone.
 
 Every Ray figure is a warm run (best of ``--repeat``; the first job of a fresh Ray, which starts
 its worker processes, is timed apart as "cold"). The last part turns the measured per-core rates
 into an estimate for ``--docs-total`` (1e10) documents on ``--nodes`` (16) nodes of
 ``--cores`` (32) cores.
 
-Run: ``python benchmarks/bench_ray.py [--rows N] [--pack-docs N] [--repeat R] [--dir DIR]``.
+Run: ``python benchmarks/bench_ray.py [--rows N] [--pack-docs N] [--carry-docs N] [--carry-only]
+[--repeat R] [--dir DIR]``.
 """
 
 from __future__ import annotations
@@ -52,16 +59,24 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def write_lists(folder: Path, lengths: np.ndarray, files: int, seed: int) -> None:
-    """Parquet files of token lists of the given lengths (random ids), ``files`` of them."""
+def write_lists(
+    folder: Path, lengths: np.ndarray, files: int, seed: int, unique: bool = False
+) -> None:
+    """Parquet files of token lists of the given lengths, ``files`` of them: random ids, or
+    (``unique``) every id its position in the corpus."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     cuts = np.linspace(0, lengths.size, files + 1).astype(np.int64)
+    first = 0
     for f in range(files):
         part = lengths[cuts[f] : cuts[f + 1]]
         off = np.zeros(part.size + 1, np.int64)
         np.cumsum(part, out=off[1:])
-        values = pa.array(rng.integers(0, VOCAB, int(off[-1]), dtype=np.int32))
+        if unique:
+            values = pa.array(np.arange(first, first + int(off[-1]), dtype=np.int32))
+            first += int(off[-1])
+        else:
+            values = pa.array(rng.integers(0, VOCAB, int(off[-1]), dtype=np.int32))
         column = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), values)
         pq.write_table(pa.table({"input_ids": column}), folder / f"part-{f:03d}.parquet")
 
@@ -102,22 +117,41 @@ def map_per_row(ray, files: list[Path]) -> int:
     )
 
 
-def pack_figures(ray, folder: Path, window: int, seed: int) -> tuple[int, int]:
-    """(rows, tokens) of padless.ray.pack, counted on the cluster (nothing large to the driver)."""
-    spec = padless.Packing(capacity=CAPACITY, oversize="split")
+def pack_figures(
+    ray, folder: Path, window: int, seed: int, *, capacity: int = CAPACITY, carry: bool = True
+) -> tuple[int, int, int, int]:
+    """(rows, tokens, Σ ids, Σ ids²) of padless.ray.pack, counted on the cluster (nothing large
+    to the driver); the sums are mod 2**64, a check that no token id is lost or repeated."""
+    spec = padless.Packing(capacity=capacity, oversize="split")
     packed = pray.pack(ray.data.read_parquet(str(folder)), spec, column="input_ids",
-                       window=window, seed=seed)  # fmt: skip
+                       window=window, seed=seed, carry=carry)  # fmt: skip
 
     def count(t: pa.Table) -> pa.Table:
-        n = pc.sum(pc.list_value_length(t.column("input_ids"))).as_py() or 0
-        return pa.table({"rows": [t.num_rows], "tokens": [n]})
+        col = t.column("input_ids").combine_chunks()
+        ids = col.values.to_numpy(zero_copy_only=False).astype(np.uint64)
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        assert lengths.size == 0 or int(lengths.max()) <= capacity
+        with np.errstate(over="ignore"):
+            sums = [int(ids.sum(dtype=np.uint64)), int((ids * ids).sum(dtype=np.uint64))]
+        return pa.table({"rows": [t.num_rows], "tokens": [int(ids.size)],
+                         "s1": pa.array([sums[0]], pa.uint64()),
+                         "s2": pa.array([sums[1]], pa.uint64())})  # fmt: skip
 
     sums = packed.map_batches(count, batch_size=None, batch_format="pyarrow")
-    rows = tokens = 0
+    rows = tokens = s1 = s2 = 0
     for b in sums.iter_batches(batch_size=None, batch_format="numpy"):
         rows += int(b["rows"].sum())
         tokens += int(b["tokens"].sum())
-    return rows, tokens
+        s1 = (s1 + sum(int(x) for x in b["s1"])) % (1 << 64)
+        s2 = (s2 + sum(int(x) for x in b["s2"])) % (1 << 64)
+    return rows, tokens, s1, s2
+
+
+def id_sums(total: int) -> tuple[int, int]:
+    """(Σ ids, Σ ids²) mod 2**64 of the token ids 0 … total - 1."""
+    ids = np.arange(total, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return int(ids.sum(dtype=np.uint64)), int((ids * ids).sum(dtype=np.uint64))
 
 
 def pack_memory(folder: Path, window: int) -> tuple[int, int, int]:
@@ -135,9 +169,12 @@ def pack_memory(folder: Path, window: int) -> tuple[int, int, int]:
     return part.nbytes, numpy_peak, out.nbytes
 
 
-def in_process_pack(folder: Path, window: int, seed: int) -> tuple[int, int, float]:
-    """(rows, tokens, seconds of pack_table alone) over windows of consecutive documents."""
-    spec = padless.Packing(capacity=CAPACITY, oversize="split")
+def in_process_pack(
+    folder: Path, window: int, seed: int, capacity: int = CAPACITY
+) -> tuple[int, int, float]:
+    """(rows, tokens, seconds of pack_table alone) over windows of consecutive documents: each
+    window on its own, as padless.ray.pack did before carry-over (``carry=False``)."""
+    spec = padless.Packing(capacity=capacity, oversize="split")
     table = pq.read_table(folder, columns=["input_ids"])
     rows = tokens = 0
     spent = 0.0
@@ -151,6 +188,94 @@ def in_process_pack(folder: Path, window: int, seed: int) -> tuple[int, int, flo
     return rows, tokens, spent
 
 
+CARRY_CAPACITY = 2048
+
+
+def carry_corpora(n: int) -> dict[str, np.ndarray]:
+    """Long-tailed document lengths, ``n`` of each kind, made deterministically:
+
+    - ``lognormal``: lognormal lengths, median 600 tokens, sigma 1.0, capped at 8192 (a heavy
+      tail: mean ≈ 970, 0.4 % at the cap);
+    - ``bible``: documents of k consecutive verses of the built-in corpus (the ``en``, ``es``
+      and ``en_web`` SentencePiece lengths of /work/shared/data/bible-en-es.lengths.npz, one
+      after the other, repeated as needed), k = ⌈lognormal(median 12, sigma 1.3)⌉, each
+      document the sum of its verses' real lengths, cut at 8192;
+    - ``lognormal, no short documents``: the lognormal lengths raised to at least 100 (a corpus
+      filtered of short documents: little to close rows' last gaps with, so even one plan of
+      all the lengths leaves 0.07 % empty).
+    """
+    rng = np.random.default_rng(30)
+    lognormal = np.minimum(rng.lognormal(np.log(600.0), 1.0, n).astype(np.int64) + 1, 8192)
+    out = {"lognormal": lognormal}
+    path = Path(padless.__file__).parent / "data" / "bible-en-es.lengths.npz"
+    if not path.exists():
+        path = Path("/work/shared/data/bible-en-es.lengths.npz")
+    if path.exists():
+        with np.load(path) as z:
+            verses = np.concatenate([z["en"], z["es"], z["en_web"]]).astype(np.int64)
+        k = np.ceil(np.random.default_rng(31).lognormal(np.log(12.0), 1.3, n)).astype(np.int64)
+        reps = int(k.sum()) // verses.size + 1
+        ends = np.zeros(verses.size * reps + 1, np.int64)
+        np.cumsum(np.tile(verses, reps), out=ends[1:])
+        stop = np.cumsum(k)
+        out["bible"] = np.minimum(ends[stop] - ends[stop - k], 8192)
+    out["lognormal, no short documents"] = np.maximum(lognormal, 100)
+    return out
+
+
+def carry_section(ray, root: Path, docs: int, repeat: int) -> None:
+    """padless.ray.pack with carry-over against each window on its own (before), at capacity
+    2048, windows of 1,000 and 10,000 documents, on the long-tailed corpora above."""
+    cap = CARRY_CAPACITY
+    print(f"\ncarry-over: padless.ray.pack of {docs:,} long-tailed documents, capacity {cap}, "
+          f'oversize="split" (2 Ray workers, load average {load()}); before = each window on '
+          "its own (pack_table per window, what pack did before; carry=False), after = the "
+          "under-filled rows' entries repacked in blocks (carry=True):\n")  # fmt: skip
+    print(
+        "| corpus | windows | one plan of all | before: efficiency | after: efficiency | "
+        "carried tokens | tokens conserved | after, s | carry=False, s | time ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for name, lengths in carry_corpora(docs).items():
+        folder = root / ("carry-" + name.replace(",", "").replace(" ", "-"))
+        if not folder.exists():
+            write_lists(folder, lengths, 10, seed=5, unique=True)
+        total = int(lengths.sum())
+        want = id_sums(total)
+        one = padless.plan_packing(lengths, capacity=cap, oversize="split").num_rows
+        for window in (1_000, 10_000):
+            rows_b, tok_b, _ = in_process_pack(folder, window, 0, capacity=cap)
+            t_new, (rows, tok, s1, s2) = best(
+                lambda w=window, f=folder: pack_figures(ray, f, w, 0, capacity=cap), repeat
+            )
+            t_old, (rows_o, tok_o, *_) = best(
+                lambda w=window, f=folder: pack_figures(ray, f, w, 0, capacity=cap, carry=False),
+                repeat,
+            )
+            assert rows_o == rows_b and tok_o == tok_b == total
+            conserved = tok == total and (s1, s2) == want
+            assert conserved, (name, window, tok, total)
+            carried = carried_share(folder, window, cap)
+            print(f"| {name} | {window:,} | {total / (one * cap):.5f} | "
+                  f"{total / (rows_b * cap):.5f} | **{total / (rows * cap):.5f}** | "
+                  f"{carried:.1%} | {conserved} ({tok:,}) | {t_new:.1f} | {t_old:.1f} | "
+                  f"{t_new / t_old:.2f} |")  # fmt: skip
+
+
+def carried_share(folder: Path, window: int, capacity: int) -> float:
+    """The share of the tokens carry-over moves out of their windows (the rule, in process)."""
+    from padless.ray._pack import CARRY_SLACK
+
+    spec = padless.Packing(capacity=capacity, oversize="split")
+    table = pq.read_table(folder, columns=["input_ids"])
+    moved = 0
+    for lo in range(0, table.num_rows, window):
+        rows = pray.pack_table(table.slice(lo, window), spec, column="input_ids")
+        n = pc.list_value_length(rows.column("input_ids")).to_numpy(zero_copy_only=False)
+        moved += int(n[capacity - n > capacity // CARRY_SLACK].sum())
+    return moved / max(1, int(pc.sum(pc.list_value_length(table.column(0))).as_py() or 0))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -161,6 +286,8 @@ def main() -> None:
     ap.add_argument("--docs-total", type=float, default=1e10)
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--cores", type=int, default=32)
+    ap.add_argument("--carry-docs", type=int, default=60_000)
+    ap.add_argument("--carry-only", action="store_true", help="run the carry-over part alone")
     args = ap.parse_args()
 
     import ray
@@ -168,6 +295,14 @@ def main() -> None:
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_ray_"))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs; ray {ray.__version__}, "
           f"pyarrow {pa.__version__}; load average {load()}")  # fmt: skip
+    if args.carry_only:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        carry_section(ray, root, args.carry_docs, args.repeat)
+        ray.shutdown()
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+        return
 
     # ------------------------------------------------------------------ corpora
     tokens_dir, docs_dir = root / "tokens", root / "docs"
@@ -292,19 +427,25 @@ def main() -> None:
     )
     print(
         "| windows | padless.ray.pack, s | docs/s | tokens/s | rows | efficiency | "
-        "pack_table in this process (packing alone), s |"
+        "carry=False (each window on its own), s | its efficiency | pack_table in this process "
+        "(packing alone, each window on its own), s |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for window, label in ((10_000, "10,000 documents"), (1_000, "1,000 (TRL-style)")):
-        t_pack, (rows, tok) = best(lambda window=window: pack_figures(ray, docs_dir, window, 0),
-                                   args.repeat)  # fmt: skip
+        t_pack, (rows, tok, *_) = best(
+            lambda window=window: pack_figures(ray, docs_dir, window, 0), args.repeat
+        )
+        t_old, (rows_o, tok_o, *_) = best(
+            lambda window=window: pack_figures(ray, docs_dir, window, 0, carry=False), args.repeat
+        )
         rows_l, tok_l, spent = in_process_pack(docs_dir, window, 0)
-        assert tok == tok_l == total and rows == rows_l
+        assert tok == tok_o == tok_l == total and rows_o == rows_l
         rates[f"pack{window}"] = args.pack_docs / t_pack
         rates[f"pack_tokens{window}"] = total / t_pack
         print(f"| {label} | {t_pack:.1f} | {args.pack_docs / t_pack / 1e3:.0f} k | "
               f"{total / t_pack / 1e6:.1f} M | {rows:,} | **{tok / (rows * CAPACITY):.5f}** | "
-              f"{spent:.1f} |")  # fmt: skip
+              f"{t_old:.1f} | {tok / (rows_o * CAPACITY):.5f} | {spent:.1f} |")  # fmt: skip
+    carry_section(ray, root, args.carry_docs, args.repeat)
     ray.shutdown()
 
     # ------------------------------------------------------------------ on paper

@@ -933,7 +933,7 @@ RAY_ENTRIES: list[tuple[Any, str, Callable[[Any, Any], dict[str, Any]], list[str
         padless.ray.pack,
         "pack",
         lambda ds, f: {"ds": ds, "spec": padless.Packing(capacity=64), "column": "ids"},
-        ["ds", "spec", "column", "window", "seed", "epoch"],
+        ["ds", "spec", "column", "window", "seed", "epoch", "carry"],
     ),
     (
         padless.ray.lengths,

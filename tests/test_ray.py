@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
@@ -257,7 +257,8 @@ def test_pack_loses_and_repeats_no_token_and_matches_pack_table(ray_local, corpu
     from padless.torch import collate_packed
 
     spec = Packing(capacity=64, oversize="split")
-    rows = pray.pack(corpus.read(), spec, column="input_ids", window=WINDOW, seed=5)
+    # carry=False: every window's rows as pack_table gives them (the carry is tested below)
+    rows = pray.pack(corpus.read(), spec, column="input_ids", window=WINDOW, seed=5, carry=False)
     got = pa.concat_tables(rows.iter_batches(batch_size=None, batch_format="pyarrow"))
     ids = got.column("input_ids").combine_chunks()
     np.testing.assert_array_equal(np.sort(ids.values.to_numpy()), corpus.tokens)  # lossless
@@ -285,6 +286,147 @@ def test_pack_loses_and_repeats_no_token_and_matches_pack_table(ray_local, corpu
         assert ref["cu_seqlens"].tolist() == cuts
         assert ref["position_ids"].view(-1).tolist() == row["position_ids"]
         assert ref["seq_idx"].view(-1).tolist() == row["seq_idx"]
+
+
+def docs_table(sizes, first: int = 0) -> pa.Table:
+    """Documents of the given lengths whose token ids are unique: first, first + 1, ..."""
+    off = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=off[1:])
+    ids = pa.array(np.arange(first, first + off[-1], dtype=np.int64))
+    return pa.table({"ids": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), ids)})
+
+
+def segments(table: pa.Table) -> list[tuple[int, ...]]:
+    """Every row's entries (documents or pieces), cut at its cu_seqlens, row after row."""
+    out = []
+    for ids, cu in zip(table.column("ids").to_pylist(), table.column("cu_seqlens").to_pylist(),
+                       strict=True):  # fmt: skip
+        out += [tuple(ids[a:b]) for a, b in zip(cu[:-1], cu[1:], strict=True)]
+    return out
+
+
+def full_rows(table: pa.Table, capacity: int) -> np.ndarray:
+    """The rows pack keeps in a window: at most capacity // 1024 empty slots."""
+    n = pa.compute.list_value_length(table.column("ids")).to_numpy(zero_copy_only=False)
+    return np.asarray(capacity - n <= capacity // 1024)
+
+
+def piece_rows(table: pa.Table) -> list[list[tuple[int, ...]]]:
+    """Every row as the list of its entries."""
+    ids, cus = table.column("ids").to_pylist(), table.column("cu_seqlens").to_pylist()
+    return [[tuple(r[a:b]) for a, b in zip(cu[:-1], cu[1:], strict=True)]
+            for r, cu in zip(ids, cus, strict=True)]  # fmt: skip
+
+
+def check_rows(table: pa.Table, capacity: int) -> None:
+    """Each row fits and its cu_seqlens, position_ids and seq_idx are collate_packed's."""
+    for ids, cu, pos, seq in zip(*(table.column(k).to_pylist() for k in
+                                   ("ids", "cu_seqlens", "position_ids", "seq_idx")),
+                                 strict=True):  # fmt: skip
+        assert len(ids) <= capacity and cu[0] == 0 and cu[-1] == len(ids)
+        assert pos == [t - a for a, b in zip(cu[:-1], cu[1:], strict=True) for t in range(a, b)]
+        assert seq == [k for k, (a, b) in enumerate(zip(cu[:-1], cu[1:], strict=True))
+                       for _ in range(a, b)]  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 2500), max_size=60),
+    st.integers(16, 4000),
+    st.integers(0, 3),
+    st.data(),
+)
+def test_windows_keep_their_full_rows_and_a_block_repacks_every_carried_entry_once(
+    sizes, capacity, seed, data
+):
+    """The carry rule as pack's tasks run it (no Ray needed), on a block of two windows: each
+    window keeps pack_table's rows with at most capacity // 1024 empty slots, in its order,
+    and carries its other rows' entries (documents or pieces), in row order; the block yields
+    the kept rows as they were, then rows holding every carried entry exactly once."""
+    from padless.ray import _pack
+
+    cut = data.draw(st.integers(0, len(sizes)))
+    docs = docs_table(sizes)
+    spec = Packing(capacity=capacity, oversize="split")
+    kept, carried, items = [], [], []
+    for part in (docs.slice(0, cut), docs.slice(cut)):
+        whole = pray.pack_table(part, spec, column="ids", seed=seed)
+        full = full_rows(whole, capacity)
+        kept.append(whole.filter(pa.array(full)))
+        carried += [e for row in piece_rows(whole.filter(pa.array(~full))) for e in row]
+        mine = _pack._pack_batch(part, spec, "ids", seed, 0, 60, part="items")
+        flags = mine.column(_pack.CARRIED).to_numpy(zero_copy_only=False)
+        assert not flags[: int((~flags).sum())].any()  # kept rows first, then carried entries
+        assert (
+            mine.filter(pa.array(~flags))
+            .select(["ids", "cu_seqlens"])
+            .equals(kept[-1].select(["ids", "cu_seqlens"]))
+        )
+        assert piece_rows(mine.filter(pa.array(flags))) == [
+            [e] for row in piece_rows(whole.filter(pa.array(~full))) for e in row
+        ]
+        items.append(mine)
+    block = _pack._pack_block(pa.concat_tables(items), spec, "ids", seed, 0)
+    n_kept = sum(k.num_rows for k in kept)
+    assert block.slice(0, n_kept).equals(pa.concat_tables(kept))
+    repacked = block.slice(n_kept)
+    assert sorted(e for row in piece_rows(repacked) for e in row) == sorted(carried)
+    check_rows(repacked, capacity)
+    tokens = block.column("ids").to_pylist()
+    assert sorted(t for r in tokens for t in r) == list(range(sum(sizes)))  # each once
+
+
+def long_tailed(n: int, seed: int) -> np.ndarray:
+    """Lognormal lengths (median 60) with a heavy tail capped at 4096: 4x the capacity below."""
+    rng = np.random.default_rng(seed)
+    return np.minimum(rng.lognormal(np.log(60.0), 1.2, n).astype(np.int64) + 1, 4096)
+
+
+def test_pack_carries_what_windows_fill_poorly_losslessly_whatever_the_blocks(
+    ray_local, monkeypatch
+):
+    from padless.ray import _pack
+
+    sizes = long_tailed(3000, 30)
+    docs = docs_table(sizes)
+    total, capacity, window = int(sizes.sum()), 1024, 300
+    spec = Packing(capacity=capacity, oversize="split")
+    layouts = [ray.data.from_arrow([docs.slice(a, 333) for a in range(0, len(sizes), 333)]),
+               ray.data.from_arrow(docs)]  # fmt: skip
+
+    def packed(ds):
+        out = pray.pack(ds, spec, column="ids", window=window, seed=4)
+        return pa.concat_tables(out.iter_batches(batch_size=None, batch_format="pyarrow"))
+
+    got = packed(layouts[0])  # one block of items (at most 2**25 // 1024 = 32,768)
+    ids = got.column("ids").combine_chunks()
+    np.testing.assert_array_equal(np.sort(ids.values.to_numpy()), np.arange(total))  # lossless
+    windows = [pray.pack_table(docs.slice(a, window), spec, column="ids", seed=4)
+               for a in range(0, len(sizes), window)]  # fmt: skip
+    alone = total / (sum(w.num_rows for w in windows) * capacity)  # each window on its own
+    efficiency = total / (got.num_rows * capacity)
+    assert efficiency >= 0.999 and efficiency - alone > 0.01, (efficiency, alone)
+    kept = pa.concat_tables(w.filter(pa.array(full_rows(w, capacity))) for w in windows)
+    assert got.slice(0, kept.num_rows).equals(kept)  # the windows' kept rows, then the repack
+    check_rows(got, capacity)
+
+    # blocks of 150 items: the same rows from either layout, block by block as the tasks make
+    # them (each block: its kept rows, then its carried entries packed together)
+    monkeypatch.setattr(_pack, "BLOCK_TOKENS", 150 * capacity)
+    small = packed(layouts[0])
+    assert small.equals(packed(layouts[1]))
+    items = pa.concat_tables(
+        _pack._pack_batch(docs.slice(a, window), spec, "ids", 4, 0, window, part="items")
+        for a in range(0, len(sizes), window)
+    )
+    want = pa.concat_tables(
+        _pack._pack_block(items.slice(a, 150), spec, "ids", 4, 0)
+        for a in range(0, items.num_rows, 150)
+    )
+    assert small.equals(want) and not small.equals(got)
+    np.testing.assert_array_equal(
+        np.sort(small.column("ids").combine_chunks().values.to_numpy()), np.arange(total)
+    )
 
 
 def test_pack_table_fills_rows_to_the_goal_and_is_deterministic():
@@ -329,6 +471,8 @@ def test_pack_errors(ray_local, corpus):
         pray.pack(ds, TokenBudget(max_tokens=8), column="input_ids")
     with pytest.raises(ValueError, match="window must be a positive int"):
         pray.pack(ds, Packing(capacity=8), column="input_ids", window=0)
+    with pytest.raises(TypeError, match="carry must be a bool, got str 'yes'"):
+        pray.pack(ds, Packing(capacity=8), column="input_ids", carry="yes")
     with pytest.raises(TypeError, match="must hold lists of token ids"):
         pray.pack(ds, Packing(capacity=8), column="doc")
     docs = pa.table({"ids": [[1, 2, 3], [4, 5, 6, 7, 8]]})

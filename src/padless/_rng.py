@@ -23,7 +23,7 @@ BALANCE = 8
 REBALANCE = 9  # elastic resume: re-balancing the batches left at a new world size
 STREAM_ORDER = 10  # StreamBatcher: order of each round's batches (child per shard, round)
 WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per window)
-RAY_PACK = 12  # padless.ray.pack: one child per window, keyed by the window's lengths
+RAY_PACK = 12  # padless.ray.pack: a child per window (and per carry-over block), keyed by lengths
 MIXTURE_STEPS = 13  # MixtureSampler with weight schedules: one child per world-size part's start
 CHANGES = 14  # resume across a change of settings: the seed of the rest of the epoch, per change
 

@@ -10,7 +10,9 @@ on Ray (``pip install 'padless[ray]'``); ``import padless`` never imports ray.
 - :func:`plan`: :func:`padless.plan_windows` as Ray tasks, one group of windows per task, written
   as a folder of ``.npy`` files that :class:`PlanFiles` maps lazily on every training rank.
 - :func:`pack`: a ``ray.data.Dataset`` of packed rows (tokens back to back, ``cu_seqlens``,
-  ``position_ids``, ``seq_idx``), best fit within windows of ``window`` consecutive documents.
+  ``position_ids``, ``seq_idx``), best fit within windows of ``window`` consecutive documents;
+  the documents of the rows a window fills poorly are carried and packed again together with
+  those of the windows around them.
 - For Ray Train: each worker's ``ray.train.get_dataset_shard(...)`` iterator feeds a
   :class:`padless.StreamBatcher`; see ``docs/ray.md``.
 
