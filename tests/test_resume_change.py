@@ -29,6 +29,11 @@ FAMILIES = {
         padless.Packing(capacity=1024, rows_per_batch=2),
         padless.Packing(capacity=384, max_per_row=4),
     ],
+    "packing_cp": [
+        padless.Packing(capacity=512, context_parallel=2),
+        padless.Packing(capacity=1024, context_parallel=2, rows_per_batch=2),
+        padless.Packing(capacity=512),
+    ],
     "packing_split": [
         padless.Packing(capacity=128, oversize="split"),
         padless.Packing(capacity=128, oversize="split", rows_per_batch=3),
