@@ -145,6 +145,20 @@ nb::tuple best_fit_runs_py(In<int64_t> starts, int64_t capacity, int64_t max_per
     return nb::make_tuple(to_numpy(std::move(row_of)), fit.rows);
 }
 
+// best_fit_runs' visits themselves: a flat int64 array of (row, first, items, size) per visit.
+Out<int64_t> best_fit_visits_py(In<int64_t> starts, int64_t capacity, int64_t max_per_row) {
+    Buffer<int64_t> room;
+    {
+        nb::gil_scoped_release nogil;
+        int64_t num_starts = size_of(starts);
+        int64_t n = starts(num_starts - 1);
+        room = visit_room(n);
+        FitRuns fit = best_fit_runs(starts.data(), num_starts, capacity, max_per_row, room.get());
+        room.used = VISIT * fit.visits;
+    }
+    return to_numpy(std::move(room));
+}
+
 template <class T>
 int64_t pack_window_count_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rotation,
                              In<int64_t> blocks, int64_t span, int64_t capacity,
@@ -263,6 +277,8 @@ void bind_windows(nb::module_& m) {
     m.def("budget_ends_runs1", &budget_ends_runs1_py, nb::arg("starts"), nb::arg("runs"),
           nb::arg("max_tokens"), nb::arg("max_sentences"));
     m.def("best_fit_runs", &best_fit_runs_py, nb::arg("starts"), nb::arg("capacity"),
+          nb::arg("max_per_row"));
+    m.def("best_fit_visits", &best_fit_visits_py, nb::arg("starts"), nb::arg("capacity"),
           nb::arg("max_per_row"));
     // The lengths come in every dtype padless.windows reads in place (source_lengths): int64
     // first, then the narrower ones.

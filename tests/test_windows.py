@@ -257,6 +257,10 @@ def test_best_fit_by_runs_equals_best_fit_item_by_item(sizes, capacity, max_per_
     assert rows == ref_n and np.array_equal(row_of, ref_rows)
     slow_rows, slow_n = KW.best_fit_runs_reference(starts, capacity, max_per_row)
     assert slow_n == rows and np.array_equal(slow_rows, row_of)
+    visits = KW.best_fit_visits(starts, capacity, max_per_row)
+    assert np.array_equal(visits, KW.best_fit_visits_reference(starts, capacity, max_per_row))
+    expanded = np.repeat(visits[:, 0], visits[:, 2])  # the visits give every position's row
+    assert np.array_equal(expanded, row_of)
 
 
 @pytest.mark.parametrize(

@@ -30,10 +30,12 @@ import numpy as np
 
 from . import _kernels as K
 from . import _rng
+from ._kernels import windows as KW
 from ._schedule import balanced_order, elastic_order, step_imbalance
 from ._splitmix import mix64_reference
 from .lengths import MAX_LENGTH
 from .plan import PlanStats
+from .planners.packing import row_layout
 from .planners.spec import Spec, round_up
 from .windows import _chunks, _in_order, _threads, source_lengths
 
@@ -73,14 +75,15 @@ class HistogramPlanner:
                 f"spec must be a padless planner spec (e.g. padless.TokenBudget(max_tokens=4096)), "
                 f"got {type(spec).__name__}"
             )
-        limits = spec.histogram_limits()
-        if limits is None:
+        form = spec.histogram_form()
+        if form is None:
             raise ValueError(
                 f"window='histogram' needs a strategy with a histogram form (TokenBudget without "
-                f"a cost model); {spec.describe()} has none: use window=None or a window size"
+                f"a cost model; Packing of whole sequences without a cost model or context "
+                f"parallelism); {spec.describe()} has none: use window=None or a window size"
             )
         self.spec = spec
-        self.limits = limits
+        self.kind, self.limits = form
         self.threads = _threads(threads)
         src = source_lengths(lengths)
         if src.ndim != 1:
@@ -93,6 +96,7 @@ class HistogramPlanner:
         self._histogram()
         self._cut()
         self._file: Any = None
+        self._layout: tuple[Any, np.ndarray] | None = None
         self.index = self._build_index()
 
     # ------------------------------------------------------------------ building
@@ -142,28 +146,30 @@ class HistogramPlanner:
             self.real_by_width[at] = np.add.reduceat(sizes * values, firsts)
 
     def _cut(self) -> None:
-        max_tokens, max_sentences, multiple = self.limits
+        limit = self.limits[0]  # max_tokens (0: none), or the rows' capacity
+        what = "max_tokens" if self.kind == "budget" else "capacity"
         runs = self.counts.size
-        if max_tokens and runs - 1 > max_tokens:
-            over = int(self.counts[max_tokens + 1 :].sum())
+        if limit and runs - 1 > limit:
+            over = int(self.counts[limit + 1 :].sum())
             if over and getattr(self.spec, "oversize", "error") == "error":
-                first = self._first_over(max_tokens)
-                raise ValueError(
-                    f"index {first} has length {int(self.lengths[first])}"
-                    + (
-                        ""
-                        if self.pad == 1
-                        else f" (width {int(self._widths(first, first + 1)[0])})"
-                    )
-                    + f', which exceeds max_tokens={max_tokens} (pass oversize="drop" to leave '
-                    "such items out)"
+                first = self._first_over(limit)
+                width = (
+                    "" if self.pad == 1 else f" (width {int(self._widths(first, first + 1)[0])})"
                 )
-            runs = max_tokens + 1
+                raise ValueError(
+                    f"index {first} has length {int(self.lengths[first])}{width}, which exceeds "
+                    f'{what}={limit} (pass oversize="drop" to leave such items out)'
+                )
+            runs = limit + 1
         self.planned_widths = runs  # widths 0 .. runs - 1 are planned
         self.skipped = int(self.counts[runs:].sum())
         starts = np.zeros(runs + 1, dtype=np.int64)
         np.cumsum(self.counts[:runs], out=starts[1:])
         self.starts = starts
+        if self.kind == "rows":
+            self._fit_rows()
+            return
+        max_tokens, max_sentences, multiple = self.limits
         values = np.arange(runs, dtype=np.int64)
         self.ends = np.asarray(
             K.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple), dtype=np.int64
@@ -172,6 +178,27 @@ class HistogramPlanner:
         self.batch_sizes = self.ends - firsts
         # a batch's widest width: the width of its last position
         self.batch_widths = np.searchsorted(starts, self.ends - 1, side="right") - 1
+
+    def _fit_rows(self) -> None:
+        """Best fit decreasing on the histogram (``best_fit_visits``: the rows of best fit over
+        the sorted sizes, a run of equal sizes at a time), the visits grouped by row."""
+        capacity, max_per_row, _ = self.limits
+        visits = KW.best_fit_visits(self.starts, capacity, max_per_row)
+        order = np.argsort(visits[:, 0], kind="stable")  # by row, each row's in walk order
+        self.visits = visits[order]
+        self.num_rows = int(visits[:, 0].max()) + 1 if visits.size else 0
+        bounds = np.zeros(self.num_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(visits[:, 0], minlength=self.num_rows), out=bounds[1:])
+        self.row_bounds = bounds
+        tokens = self.visits[:, 2] * self.visits[:, 3]
+        csum = np.zeros(tokens.size + 1, dtype=np.int64)
+        np.cumsum(tokens, out=csum[1:])
+        self.row_tokens = csum[bounds[1:]] - csum[bounds[:-1]]
+        entries = np.zeros(self.visits.shape[0] + 1, dtype=np.int64)
+        np.cumsum(self.visits[:, 2], out=entries[1:])
+        self.row_entries = entries[bounds[1:]] - entries[bounds[:-1]]
+        # the walk takes the sizes largest first: size s's first walk position
+        self.walk_first = self.starts[-1] - self.starts[1:]
 
     def _first_over(self, limit: int) -> int:
         for lo, hi in _chunks(self.n):
@@ -220,10 +247,28 @@ class HistogramPlanner:
     def _round_keys(self, base: int, width: int) -> np.ndarray:
         return K.feistel_round_keys(mix64_reference(base + width * 0x9E3779B97F4A7C15))
 
+    def _members(self, width: int, lo: int, hi: int, base: int) -> np.ndarray:
+        """The sequences at ranks ``lo .. hi - 1`` of ``width`` (its ranks permuted by its keyed
+        bijection from ``base``)."""
+        first, end = int(self.starts[width]), int(self.starts[width + 1])
+        ranks = np.arange(lo, hi, dtype=np.int64)
+        perm = K.feistel_permute(ranks, end - first, self._round_keys(base, width))
+        return np.asarray(self.index[first + perm], dtype=np.int64)
+
+    def layout(self, seed: int, epoch: int) -> np.ndarray:
+        """Rows: the epoch's row order (:func:`padless.planners.packing.row_layout`)."""
+        key = (seed, epoch)
+        if self._layout is None or self._layout[0] != key:
+            self._layout = (key, row_layout(self.num_rows, self.limits[2], seed, epoch))
+        return self._layout[1]
+
     def batch(self, b: int, seed: int, epoch: int) -> np.ndarray:
-        """The sequences of batch ``b`` (in width order) for ``(seed, epoch)``: positions
-        ``ends[b - 1] .. ends[b] - 1`` of the width order, each width's ranks permuted by its
-        keyed bijection."""
+        """The sequences of batch ``b`` for ``(seed, epoch)``. Budget: positions ``ends[b - 1] ..
+        ends[b] - 1`` of the width order, each width's ranks permuted by its keyed bijection.
+        Rows: the batch's rows of the epoch's row order, in the order they opened, each row's
+        sequences longest first (what the packed collate rebuilds rows from)."""
+        if self.kind == "rows":
+            return self._rows_batch(b, seed, epoch)
         hi = int(self.ends[b])
         lo = int(self.ends[b - 1]) if b else 0
         base = int(_rng.key(seed, epoch, _rng.TIE_BREAK))
@@ -241,9 +286,31 @@ class HistogramPlanner:
             r += 1
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
-    def costs(self) -> np.ndarray:
-        """Padded tokens of every batch: count × widest width."""
+    def _rows_batch(self, b: int, seed: int, epoch: int) -> np.ndarray:
+        per = self.limits[2]
+        rows = self.layout(seed, epoch)[b * per : (b + 1) * per]
+        base = int(_rng.key(seed, epoch, _rng.TIE_BREAK))
+        parts = []
+        for row in rows.tolist():
+            for v in range(int(self.row_bounds[row]), int(self.row_bounds[row + 1])):
+                _, first, items, size = (int(x) for x in self.visits[v])
+                lo = first - int(self.walk_first[size])
+                parts.append(self._members(size, lo, lo + items, base))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def costs(self, seed: int = 0, epoch: int = 0) -> np.ndarray:
+        """Every batch's cost: padded tokens (count × widest width) for a budget; for rows the
+        real tokens of its rows (the packing cost; the epoch's row order decides them)."""
+        if self.kind == "rows":
+            return self._per_batch(self.row_tokens, seed, epoch)
         return self.batch_sizes * self.batch_widths
+
+    def _per_batch(self, per_row: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        """A per-row figure summed over each batch's rows, in the epoch's row order."""
+        per = self.limits[2]
+        values = per_row[self.layout(seed, epoch)]
+        values = np.concatenate([values, np.zeros(-values.size % per, dtype=values.dtype)])
+        return values.reshape(-1, per).sum(axis=1)
 
     # ------------------------------------------------------------------ Planner protocol
     @property
@@ -252,6 +319,8 @@ class HistogramPlanner:
 
     @property
     def num_batches(self) -> int:
+        if self.kind == "rows":
+            return -(-self.num_rows // self.limits[2])
         return int(self.ends.size)
 
     def config(self) -> dict[str, Any]:
@@ -264,19 +333,29 @@ class HistogramPlanner:
         """The plan's figures (the same every epoch): batches, sentences, tokens, padding."""
         batches = self.num_batches
         real = int(self.real_by_width[: self.planned_widths].sum())
-        padded = int(self.costs().sum())
-        sizes = self.batch_sizes
-        return PlanStats(
-            batches=batches,
-            sentences=int(self.starts[-1]),
-            real_tokens=real,
-            padded_slots=padded,
-            padding_fraction=(1.0 - real / padded) if padded else 0.0,
-            min_sentences=int(sizes.min()) if batches else 0,
-            median_sentences=float(np.median(sizes)) if batches else 0.0,
-            max_sentences=int(sizes.max()) if batches else 0,
-            mean_sentences=float(sizes.mean()) if batches else 0.0,
-        ).as_dict() | {"skipped": self.skipped}
+        extra: dict[str, Any] = {}
+        if self.kind == "rows":
+            padded = self.num_rows * self.limits[0]
+            sizes = self._per_batch(self.row_entries, 0, 0)
+            extra = {"rows": self.num_rows, "efficiency": real / padded if padded else 1.0}
+        else:
+            padded = int(self.costs().sum())
+            sizes = self.batch_sizes
+        return (
+            PlanStats(
+                batches=batches,
+                sentences=int(self.starts[-1]),
+                real_tokens=real,
+                padded_slots=padded,
+                padding_fraction=(1.0 - real / padded) if padded else 0.0,
+                min_sentences=int(sizes.min()) if batches else 0,
+                median_sentences=float(np.median(sizes)) if batches else 0.0,
+                max_sentences=int(sizes.max()) if batches else 0,
+                mean_sentences=float(sizes.mean()) if batches else 0.0,
+            ).as_dict()
+            | {"skipped": self.skipped}
+            | extra
+        )
 
 
 class HistogramSchedule:
@@ -306,7 +385,7 @@ class HistogramSchedule:
         b = self.planner.num_batches
         gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
         if self.balance:
-            costs = self.planner.costs()
+            costs = self.planner.costs(self.seed, epoch if self.shuffle else 0)
             first = history[0][0] if history else world_size
             order = balanced_order(costs, first, gen)
             if history:
@@ -334,7 +413,8 @@ class HistogramSchedule:
         steps = sampler._steps(total, 0)
         history = sampler._history if self.balance else ()
         order = self.order(sampler.epoch, history, world)
-        imbalance = step_imbalance(planner.costs()[order], world, steps)
+        epoch = sampler.epoch if self.shuffle else 0
+        imbalance = step_imbalance(planner.costs(self.seed, epoch)[order], world, steps)
         out: dict[str, Any] = {
             **sampler._schedule_figures(total, steps, imbalance),
             "window": "histogram",

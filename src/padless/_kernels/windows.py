@@ -197,6 +197,32 @@ def best_fit_runs_reference(
     return best_fit_rows_reference(sizes, capacity, max_per_row)
 
 
+def best_fit_visits(starts: np.ndarray, capacity: int, max_per_row: int) -> np.ndarray:
+    """The visits of :func:`best_fit_runs`, a (visits, 4) int64 array of ``(row, first, items,
+    size)``: visit ``v`` puts ``items`` items of ``size`` into ``row``, the walk's positions
+    ``first`` on (the walk: the runs' items largest first). Rows are numbered in the order they
+    opened; a row's visits come in walk order. O(visits) memory, never one entry per item.
+    """
+    flat = _core.best_fit_visits(_ints(starts), int(capacity), int(max_per_row))
+    return flat.reshape(-1, 4)
+
+
+def best_fit_visits_reference(starts: np.ndarray, capacity: int, max_per_row: int) -> np.ndarray:
+    """:func:`best_fit_visits` from the rows of :func:`best_fit_runs_reference`: a visit is a
+    run of consecutive walk positions with one row and one size (the next visit of a run always
+    goes to another row: the last one could take no more of that size)."""
+    row_of, _ = best_fit_runs_reference(starts, capacity, max_per_row)
+    counts = np.diff(starts)
+    sizes = np.repeat(np.arange(counts.size, dtype=np.int64), counts)[::-1]
+    out: list[list[int]] = []
+    for p, (row, size) in enumerate(zip(row_of.tolist(), sizes.tolist(), strict=True)):
+        if out and out[-1][0] == row and out[-1][3] == size:
+            out[-1][2] += 1
+        else:
+            out.append([row, p, 1, size])
+    return np.array(out, dtype=np.int64).reshape(-1, 4)
+
+
 def pack_window_count(
     sizes: np.ndarray,
     n: int,

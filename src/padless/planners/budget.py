@@ -181,12 +181,12 @@ class TokenBudget(Spec):
             BudgetWindows(self, src) if type(self) is TokenBudget and plain(self, known) else None
         )
 
-    def histogram_limits(self) -> tuple[int, int, int] | None:
-        """The histogram form's limits (the budget kernel's), when no cost model is set: a
+    def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
+        """The histogram form (the budget kernel's limits), when no cost model is set: a
         batch's cost is then its count × its widest width, which the histogram tells."""
         if self.cost is not None or self.max_cost is not None:
             return None
-        return (self.max_tokens or 0, self.max_sentences or 0, self.multiple_of)
+        return ("budget", (self.max_tokens or 0, self.max_sentences or 0, self.multiple_of))
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
         if self.max_cost is not None:

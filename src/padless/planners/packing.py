@@ -161,13 +161,20 @@ def _row_order(num_rows: int, *, seed: int, epoch: int) -> np.ndarray:
     return final if final.dtype == np.int64 else final.astype(np.int64)
 
 
-def _row_rank(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
-    """Rank of every row in the plan: shuffled per epoch, a batch's rows in the order they opened."""
+def row_layout(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
+    """The rows in the plan's order: shuffled per epoch, then batches of ``rows_per_batch``
+    rows, each batch's rows in the order they opened (``out[t]``: the row at place ``t``)."""
     final = _row_order(num_rows, seed=seed, epoch=epoch)
     if rows_per_batch > 1:
         full = num_rows // rows_per_batch * rows_per_batch
         final[:full].reshape(-1, rows_per_batch).sort(axis=1)
         final[full:].sort()
+    return final
+
+
+def _row_rank(num_rows: int, rows_per_batch: int, seed: int, epoch: int) -> np.ndarray:
+    """Rank of every row in the plan: shuffled per epoch, a batch's rows in the order they opened."""
+    final = row_layout(num_rows, rows_per_batch, seed, epoch)
     rank = np.empty(num_rows, dtype=np.int64)
     rank[final] = np.arange(num_rows, dtype=np.int64)
     return rank
@@ -543,6 +550,14 @@ class Packing(Spec):
         known = ("capacity", "max_per_row", "rows_per_batch", "oversize")
         fused = type(self) is Packing and plain(self, known) and src.size_max <= self.capacity
         return PackWindows(self, src) if fused else None
+
+    def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
+        """Best-fit rows from the histogram (``best_fit_visits``), for whole sequences: no
+        split or truncated pieces, no cost model, no context parallelism."""
+        plain_rows = self.oversize in ("error", "drop") and self.cost is None
+        if not plain_rows or self.max_row_cost is not None or self.context_parallel != 1:
+            return None
+        return ("rows", (self.capacity, self.max_per_row or 0, self.rows_per_batch))
 
     def collate_form(self) -> CollateForm:
         """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...,

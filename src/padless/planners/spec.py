@@ -251,10 +251,11 @@ class Spec:
         items are then gathered and planned by this spec's planner."""
         return None
 
-    def histogram_limits(self) -> tuple[int, int, int] | None:
-        """The batch limits of this strategy's plan over the lengths' histogram
-        (:mod:`padless.histogram`): ``(max_tokens, max_sentences, multiple_of)``, 0 for none;
-        None: the strategy has no histogram form."""
+    def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
+        """How this strategy plans from the lengths' histogram (:mod:`padless.histogram`):
+        ``("budget", (max_tokens, max_sentences, multiple_of))`` (0 for none) for batches cut
+        by a token budget, ``("rows", (capacity, max_per_row, rows_per_batch))`` for best-fit
+        rows; None: the strategy has no histogram form."""
         return None
 
     def bind(self, lengths: np.ndarray) -> Planner:
