@@ -129,22 +129,6 @@ Buffer<int64_t> visit_room(int64_t items) {
     return Buffer<int64_t>(VISIT * std::max(items, int64_t(1)));
 }
 
-nb::tuple best_fit_runs_py(In<int64_t> starts, int64_t capacity, int64_t max_per_row) {
-    Buffer<int64_t> row_of;
-    FitRuns fit;
-    {
-        nb::gil_scoped_release nogil;
-        int64_t num_starts = size_of(starts);
-        int64_t n = starts(num_starts - 1);
-        Buffer<int64_t> room = visit_room(n);
-        fit = best_fit_runs(starts.data(), num_starts, capacity, max_per_row, room.get());
-        row_of = Buffer<int64_t>(n);
-        for (const int64_t* v = room.get(); v < room.get() + VISIT * fit.visits; v += VISIT)
-            for (int64_t p = v[FIRST]; p < v[FIRST] + v[ITEMS]; ++p) row_of[p] = v[ROW];
-    }
-    return nb::make_tuple(to_numpy(std::move(row_of)), fit.rows);
-}
-
 // best_fit_runs' visits themselves: a flat int64 array of (row, first, items, size) per visit.
 Out<int64_t> best_fit_visits_py(In<int64_t> starts, int64_t capacity, int64_t max_per_row) {
     Buffer<int64_t> room;
@@ -276,8 +260,6 @@ void bind_windows(nb::module_& m) {
           nb::arg("blocks"));
     m.def("budget_ends_runs1", &budget_ends_runs1_py, nb::arg("starts"), nb::arg("runs"),
           nb::arg("max_tokens"), nb::arg("max_sentences"));
-    m.def("best_fit_runs", &best_fit_runs_py, nb::arg("starts"), nb::arg("capacity"),
-          nb::arg("max_per_row"));
     m.def("best_fit_visits", &best_fit_visits_py, nb::arg("starts"), nb::arg("capacity"),
           nb::arg("max_per_row"));
     // The lengths come in every dtype padless.windows reads in place (source_lengths): int64

@@ -447,11 +447,12 @@ class Resumable:
         if not isinstance(state, dict) or not isinstance(state.get("fingerprint"), str):
             return None
         saved = state["fingerprint"].split("-")
-        if len(saved) != 2 or "settings" not in state or self._settings_record() is None:
+        own = self._settings_record()
+        if len(saved) != 2 or "settings" not in state or own is None:
             if len(saved) == 2 and "settings" in state:
                 self._changeable()
             return None
-        config = self._config()
+        config = own["config"]
         if saved[1] == settings_digest(config):
             return None
         record = state["settings"]

@@ -329,14 +329,14 @@ class HistogramPlanner:
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.asarray(lengths[values], dtype=np.int64)
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self, seed: int = 0, epoch: int = 0) -> dict[str, Any]:
         """The plan's figures (the same every epoch): batches, sentences, tokens, padding."""
         batches = self.num_batches
         real = int(self.real_by_width[: self.planned_widths].sum())
         extra: dict[str, Any] = {}
         if self.kind == "rows":
             padded = self.num_rows * self.limits[0]
-            sizes = self._per_batch(self.row_entries, 0, 0)
+            sizes = self._per_batch(self.row_entries, seed, epoch)
             extra = {"rows": self.num_rows, "efficiency": real / padded if padded else 1.0}
         else:
             padded = int(self.costs().sum())
@@ -420,6 +420,6 @@ class HistogramSchedule:
             "window": "histogram",
             "widths": int(np.count_nonzero(planner.counts[: planner.planned_widths])),
         }
-        for k, v in planner.figures().items():
+        for k, v in planner.figures(self.seed, epoch).items():
             out[f"plan_{k}" if k in out else k] = v
         return out

@@ -185,7 +185,9 @@ def best_fit_runs(starts: np.ndarray, capacity: int, max_per_row: int) -> tuple[
     the old one and still >= r, and nothing lay in between). So the rows equal
     ``best_fit_rows`` of the sizes in decreasing order (run r holding size r).
     """
-    return _core.best_fit_runs(_ints(starts), int(capacity), int(max_per_row))
+    visits = best_fit_visits(starts, capacity, max_per_row)
+    rows = int(visits[:, 0].max()) + 1 if visits.size else 0
+    return np.repeat(visits[:, 0], visits[:, 2]), rows
 
 
 def best_fit_runs_reference(

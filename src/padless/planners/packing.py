@@ -734,16 +734,8 @@ class PackPlanner(Planner):
         start = np.concatenate([number[left] * cap, np.zeros(whole.size, dtype=np.int64)])
         own = np.asarray(self.sizes, dtype=np.int64)[doc] - start
         piece = np.arange(doc.size) < int(left.sum())
-        sub = self.spec.bind(np.where(piece, np.minimum(own, cap), own))
-        plan = sub.plan(seed, epoch)
-        local = sub.values(plan)
-        m = int(doc.size)
-        values = doc[local % m] + (start[local % m] // cap + local // m) * n
-        out = plan.with_indices(doc[plan.indices], n, skipped=np.unique(doc[plan.skipped]))
-        shift = start[plan.indices]
-        out.piece_start = plan.piece_start + shift
-        out.piece_stop = plan.piece_stop + shift
-        return out, values
+        lengths = np.where(piece, np.minimum(own, cap), own)
+        return plan_items(self, doc, seed, epoch, lengths=lengths, starts=start, unit=cap)
 
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Tokens of the pieces the yielded codes name (``index + piece · N``): the sequence's

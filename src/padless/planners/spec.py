@@ -397,25 +397,42 @@ class Planner:
 
 
 def plan_items(
-    planner: Planner, items: np.ndarray, seed: int, epoch: int, lengths: np.ndarray | None = None
+    planner: Planner,
+    items: np.ndarray,
+    seed: int,
+    epoch: int,
+    lengths: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
+    unit: int = 1,
 ) -> tuple[BatchPlan, np.ndarray]:
     """``planner``'s spec planned over the sequences ``items`` only (their ``lengths``, by
     default theirs in ``planner.lengths``), as a plan of all N sequences and its values:
     each entry's index mapped back to ``items``, a piece code ``local + piece · M`` to
-    ``items[local] + piece · N`` (M items of N sequences)."""
+    ``items[local] + piece · N`` (M items of N sequences).
+
+    ``starts``: the items are parts of their sequences from these token offsets (multiples of
+    ``unit``, the length a piece code counts in; an item may repeat a sequence): the plan's
+    pieces are shifted by them and the codes count ``starts // unit`` pieces more."""
     own = planner.lengths[items] if lengths is None else lengths
     sub = planner.spec.bind(own)
     plan = sub.plan(seed, epoch)
     local = sub.values(plan)
     n, m = int(planner.sizes.size), int(items.size)
     indices = items[plan.indices]
-    if local is plan.indices:
+    if starts is not None:
+        j = local % m if m else local
+        values = items[j] + (starts[j] // unit + local // max(m, 1)) * n
+    elif local is plan.indices:
         values = indices
     elif not local.size or int(local.max()) < m:
         values = items[local]
     else:
         values = items[local % m] + (local // m) * n
-    out = plan.with_indices(indices, n, skipped=np.sort(items[plan.skipped]))
+    out = plan.with_indices(indices, n, skipped=np.unique(items[plan.skipped]))
+    if starts is not None:  # pieces of a sequence from its item's offset on
+        shift = starts[plan.indices]
+        out.piece_start = plan.piece_start + shift  # type: ignore[attr-defined]
+        out.piece_stop = plan.piece_stop + shift  # type: ignore[attr-defined]
     return out, values.astype(np.int64, copy=False)
 
 
