@@ -1053,6 +1053,11 @@ def _steps_schedule(sampler: PlanSampler, batches: Any, tokens: Any) -> Any:
             f"tokens_per_step needs a spec with a token budget per batch (max_tokens); "
             f"{sampler.spec.describe()} has none: pass batches_per_step="
         )
+    if not isinstance(budget, int) or getattr(sampler.spec, "resolution", None) is not None:
+        raise ValueError(
+            f"tokens_per_step counts whole tokens of one budget per batch; {sampler.spec.describe()} "
+            "budgets per field or in another unit: pass batches_per_step="
+        )
     return _TokensPerStep(_schedule_of("tokens_per_step", tokens), budget, sampler.world_size)
 
 
