@@ -20,7 +20,7 @@ from tests.contract.test_contract import _digest
 GOLDEN = {
     "token_budget": "97ef92747f42c529",
     "token_budget_pairs": "5339e9643bfbf009",
-    "token_budget_fields": "cfe02762da3f60ac",
+    "token_budget_fields": "d0e5650a65799025",
     "exact_length": "16b26ea9f6a59c3a",
     "exact_length_merge": "863c2320626c44e8",
     "buckets": "4326d1611a1b2d99",
