@@ -16,6 +16,7 @@ _EXPORTS = {
     "PlanStats": "padless.plan",
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
+    "durations": "padless.fields",
     "plan_token_budget": "padless.shortcuts",
     "TokenBudget": "padless.planners.budget",
     "ExactLength": "padless.planners.exact",
@@ -64,6 +65,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .cost import Cost as Cost
+    from .fields import durations as durations
     from .filters import length_filter as length_filter
     from .filters import ratio_filter as ratio_filter
     from .indexed import IndexedDataset as IndexedDataset
