@@ -24,6 +24,7 @@ from lhotse.testing.dummies import (  # noqa: E402
     dummy_supervision,
 )
 
+TWO = padless.TokenBudget(max_tokens=(20.0, 90), resolution=(0.01, None))
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "quietly"]
 
 
@@ -108,26 +109,30 @@ def test_manifest_ticks_bound_the_durations_and_tokens_sum_the_supervisions(rows
         assert tokens == sum(len(t) for t in sups)
 
 
-def test_cut_sampler_feeds_a_k2_dataset_every_cut_once_per_epoch(cuts):
+def test_cut_sampler_feeds_a_k2_dataset_every_cut_once_within_both_budgets(cuts):
     from lhotse.dataset import K2SpeechRecognitionDataset
     from torch.utils.data import DataLoader
 
-    sampler = CutSampler(cuts, padless.TokenBudget(max_tokens=1200), seed=3)
+    spec = padless.TokenBudget(max_tokens=(12.0, 60), resolution=(0.01, None))
+    sampler = CutSampler(cuts, spec, tokens=len, seed=3)  # 12 s of audio, 60 characters
     dataset = K2SpeechRecognitionDataset(return_cuts=True)
     loader = DataLoader(dataset, sampler=sampler, batch_size=None)
-    lens = sampler.lengths
+    by_id = {c.id: c for c in cuts}
     for epoch in range(2):
         sampler.set_epoch(epoch)
         seen = []
         for batch in loader:
-            ids = [c.id for c in batch["supervisions"]["cut"]]
-            rows = [int(i.rsplit("-", 1)[1]) for i in ids]
-            assert len(rows) * int(lens[rows].max()) <= 1200  # the budget, in 10 ms ticks
-            assert batch["inputs"].shape[0] == len(rows)
-            seen += ids
-        assert sorted(seen) == sorted(c.id for c in cuts)
-        assert len(seen) == len(cuts)
-    assert len(sampler) == sampler.stats()["batches"]
+            got = [by_id[c.id] for c in batch["supervisions"]["cut"]]
+            assert len(got) * max(c.duration for c in got) <= 12.0
+            assert len(got) * max(len(c.supervisions[0].text) for c in got) <= 60
+            assert batch["inputs"].shape[0] == len(got)
+            seen += [c.id for c in got]
+        assert sorted(seen) == sorted(by_id)
+    stats = sampler.stats()
+    assert len(sampler) == stats["batches"] and len(stats["fields"]) == 2
+    assert (
+        0 < stats["fields"][0]["real_seconds"] == pytest.approx(sum(sampler.lengths[:, 0]) * 0.01)
+    )
 
 
 def _ids(sampler) -> list[list[str]]:
@@ -160,11 +165,16 @@ def test_lengths_given_and_settings_refused_by_name(cuts, tmp_path):
     a = CutSampler(cuts, padless.TokenBudget(max_tokens=800), lengths=lens, seed=1)
     b = CutSampler(list(cuts), padless.TokenBudget(max_tokens=800), seed=1)
     assert _ids(a) == _ids(b) and len(a.cuts) == len(cuts)
+    c = CutSampler(cuts, TWO, tokens="num_tokens", resolution=0.01, seed=2)
+    d = CutSampler(cuts, TWO, lengths=lengths_of_cuts(cuts, tokens="num_tokens"), seed=2)
+    assert _ids(c) == _ids(d) and c.resolution == 0.01
     bad = [
         (dict(spec=padless.Packing(capacity=800)), ValueError, "packs"),
         (dict(spec=padless.TokenBudget(max_tokens=800), lengths=lens[:3]), ValueError, "one row"),
         (dict(spec=padless.TokenBudget(max_tokens=800), tokens=3), TypeError, "tokens"),
         (dict(spec=padless.TokenBudget(max_tokens=800), resolution=0), ValueError, "resolution"),
+        (dict(spec=TWO, resolution=0.02, tokens=len), ValueError, "differs from the spec"),
+        (dict(spec=TWO), ValueError, "tokens must be given"),
         (dict(spec="budget"), TypeError, "spec"),
     ]
     for kwargs, error, words in bad:
