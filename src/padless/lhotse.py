@@ -375,8 +375,9 @@ class CutSampler:
         rank, world_size: this process's shard; None: from ``torch.distributed`` (rank 0 of 1
             when no process group is initialized).
 
-    ``len()``, ``set_epoch``, ``state_dict(consumed=None)``, ``load_state_dict`` and
-    ``stats()`` are the plan sampler's (``.sampler``); ``.cuts`` holds the cuts by index.
+    ``len()``, ``set_epoch``, ``state_dict(consumed=None)``, ``load_state_dict``, ``stats()``
+    and the rest of its attributes (``repeated``, ``skip``, ``epoch_plan``...) are the plan
+    sampler's (``.sampler``); ``.cuts`` holds the cuts by index.
 
     Cost: one pass over the cuts for their lengths, one plan per epoch; a batch costs a
     ``CutSet`` of its cuts.
@@ -496,6 +497,12 @@ class CutSampler:
     def stats(self) -> dict[str, Any]:
         """The plan's figures (batches, padding per field, imbalance): the plan sampler's."""
         return self.sampler.stats()
+
+    def __getattr__(self, name: str) -> Any:
+        # the rest of the plan sampler's face (repeated, dropped, skip, epoch_plan, steps...)
+        if name.startswith("_") or "sampler" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["sampler"], name)
 
     def __repr__(self) -> str:
         return f"CutSampler({len(self.cuts)} cuts, {self.sampler!r})"
