@@ -13,7 +13,9 @@ Each sampler plans one epoch with the same budget, ``--max-seconds`` of padded a
 duration or count × its most tokens passes its budget), and the same buffer:
 
 - lhotse ``DynamicBucketingSampler(max_duration, num_buckets=30, buffer_size, shuffle=True)``:
-  duration buckets estimated from the first 10,000 cuts; it knows no token budget.
+  duration buckets estimated from the first 10,000 cuts; it knows no token budget, and its
+  batch closes after a cut joins, so a cut longer than the rest can take it past
+  ``max_duration``.
 - NeMo-style 2-D buckets (as NeMo's ``estimate_duration_bins_2d`` and lhotse's
   ``FixedBucketBatchSizeConstraint2D`` do, computed here in numpy): 30 duration bins of equal
   total duration × 2 token sub-bins of equal total tokens within each, each bucket a fixed batch
