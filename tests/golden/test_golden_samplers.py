@@ -8,8 +8,9 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were added (issue
 30); ``packing_cp`` when context parallelism came (issue 30; ``packing`` kept its digest:
 ``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
-(issue 29). A factory added to the contract list needs its digest here (pasted once from today's
-output, never computed by a test).
+(issue 29), ``lhotse_cuts`` when the lhotse sampler came (issue 29). A factory added to the
+contract list needs its digest here (pasted once from today's output, never computed by a
+test).
 """
 
 import pytest
@@ -21,6 +22,7 @@ GOLDEN = {
     "token_budget": "97ef92747f42c529",
     "token_budget_pairs": "5339e9643bfbf009",
     "token_budget_fields": "d0e5650a65799025",
+    "lhotse_cuts": "765cff7af04937a5",
     "exact_length": "16b26ea9f6a59c3a",
     "exact_length_merge": "863c2320626c44e8",
     "buckets": "4326d1611a1b2d99",

@@ -12,7 +12,13 @@ import json
 import sys
 from typing import Any
 
-from .inputs import add_input_arguments, check_output_paths, load_lengths
+from .inputs import (
+    add_input_arguments,
+    check_output_paths,
+    load_lengths,
+    manifest_input,
+    manifest_summary,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         f"median {s['median']:g}, mean {s['mean']:.1f}, p95 {s['p95']:g}, p99 {s['p99']:g}, "
         f"max {s['max']}"
     )
+    if args.inputs and manifest_input(args):
+        print("\n".join(manifest_summary(lengths)))
     print()
     header = (
         f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
