@@ -1,6 +1,8 @@
 """2-D buckets (issue 29): the fits against brute force and lhotse's walk, plans that keep every
 field's budget, the equal-bin estimate on the built-in en–es corpus, windows, and refusals."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,22 +10,24 @@ from hypothesis import strategies as st
 
 import padless
 from padless import Buckets, PlanSampler, bucket_boundaries_2d
-from padless.planners.buckets import (
-    _equal_total_cuts,
-    _joint_cuts,
-    _joint_cuts_reference,
-    boundary_costs,
-)
+from padless.planners.buckets import _equal_total_cuts, _joint_cuts, boundary_costs
 
 PAIRS = np.random.default_rng(5).integers(1, 90, (400, 2))
 
 
 def _joint_cost(values, counts, other, cuts):
+    """Σ group count × (largest value + largest other) of the groups ending at ``cuts``."""
     total, lo = 0, 0
-    for hi in [*cuts.tolist(), len(values) - 1]:
+    for hi in [*list(cuts), len(values) - 1]:
         total += int(counts[lo : hi + 1].sum()) * int(values[hi] + other[lo : hi + 1].max())
         lo = hi + 1
     return total
+
+
+def _joint_brute_force(values, counts, other, k):
+    n = len(values)
+    splits = (c for m in range(min(k, n)) for c in itertools.combinations(range(n - 1), m))
+    return min(_joint_cost(values, counts, other, c) for c in splits)
 
 
 @given(
@@ -38,9 +42,7 @@ def test_joint_dp_matches_brute_force(values, k, seed):
     other = rng.integers(0, 80, values.size).astype(np.int64)
     cuts = _joint_cuts(values, counts, other, k)
     assert cuts.size == min(k, values.size) - 1 and np.all(np.diff(cuts) > 0)
-    assert _joint_cost(values, counts, other, cuts) == _joint_cuts_reference(
-        values, counts, other, k
-    )
+    assert _joint_cost(values, counts, other, cuts) == _joint_brute_force(values, counts, other, k)
 
 
 def _lhotse_walk(sizes, k):
@@ -171,6 +173,7 @@ def test_fitted_grid_and_the_spec_round_trip():
     assert sampler.boundaries == (tuple(cuts.tolist()), tuple(tuple(s.tolist()) for s in subs))
     given_spec = Buckets(boundaries=sampler.boundaries, max_tokens=(500, 400))
     assert given_spec.plan(PAIRS, seed=1) == spec.plan(PAIRS, seed=1)
+    assert Buckets(boundaries=(cuts, subs), max_tokens=(500, 400)) == given_spec
     for s in (spec, given_spec):
         assert padless.spec_from_dict(padless.spec_to_dict(s)) == s
         assert Buckets(**s.as_dict()) == s and hash(s) == hash(Buckets(**s.as_dict()))

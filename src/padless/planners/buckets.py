@@ -266,26 +266,6 @@ def _joint_cuts(values: np.ndarray, counts: np.ndarray, other: np.ndarray, k: in
     return np.array(out[::-1], dtype=np.int64)
 
 
-def _joint_cuts_reference(values: Any, counts: Any, other: Any, k: int) -> int:
-    """The least Σ count × (largest value + largest other) over every split of the values into
-    at most ``k`` contiguous groups (brute force: exponential; for tests)."""
-    from itertools import combinations
-
-    n = len(values)
-
-    def cost(cuts: tuple[int, ...]) -> int:
-        total, lo = 0, 0
-        for hi in (*cuts, n - 1):
-            group = range(lo, hi + 1)
-            total += sum(int(counts[i]) for i in group) * (
-                int(values[hi]) + max(int(other[i]) for i in group)
-            )
-            lo = hi + 1
-        return total
-
-    return min(cost(c) for m in range(min(k, n)) for c in combinations(range(n - 1), m))
-
-
 def _pair_histogram(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct width pairs of (n, 2) ``rows`` sorted by (first, second), and their counts: a
     bincount over a small grid, else np.unique of ``(first << 32) | second``."""
@@ -427,7 +407,7 @@ def boundary_costs(lengths: Any, boundaries: Any) -> tuple[int, ...]:
     if cuts is None:
         raise TypeError("boundaries must be a sequence of cut points (or the 2-D form), got None")
     rows = np.asarray(lens[:, None] if lens.ndim == 1 else lens, dtype=np.int64)
-    if isinstance(cuts, tuple) and cuts and isinstance(cuts[-1], tuple):
+    if _in_grid_form(cuts):
         if rows.shape[1] != 2:
             raise ValueError(f"lengths must be (N, 2) for 2-D boundaries, got shape {lens.shape}")
         key: Any = cuts
@@ -595,18 +575,23 @@ def check_batch_sizes(name: str, value: Any) -> tuple[int, ...] | None:
     return tuple(positive(f"{name}[{i}]", v) for i, v in enumerate(value))
 
 
+def _in_grid_form(cuts: Any) -> bool:
+    """Whether checked boundaries (:func:`check_cuts`' tuples) are in the 2-D form."""
+    return isinstance(cuts, tuple) and len(cuts) == 2 and isinstance(cuts[1], tuple)
+
+
 def _grid_json(cuts: Any) -> Any:
     """Boundaries as JSON lists (the 2-D form nested)."""
     if isinstance(cuts, np.ndarray):
         return cuts.tolist()
-    if cuts and isinstance(cuts[-1], tuple):
+    if _in_grid_form(cuts):
         return [list(cuts[0]), [list(s) for s in cuts[1]]]
     return list(cuts)
 
 
 def _bucket_count(cuts: Any) -> int:
-    """Buckets that boundaries define (1-D or 2-D form)."""
-    if isinstance(cuts, tuple) and cuts and isinstance(cuts[-1], tuple):
+    """Buckets that checked boundaries define (1-D or 2-D form)."""
+    if _in_grid_form(cuts):
         return sum(len(s) + 1 for s in cuts[1])
     return len(cuts) + 1
 
@@ -665,10 +650,7 @@ class Buckets(Spec):
     @property
     def two_d(self) -> bool:
         """Whether these are 2-D buckets (``num_buckets`` a pair, or 2-D ``boundaries``)."""
-        if isinstance(self.num_buckets, tuple):
-            return True
-        cuts = self.boundaries
-        return isinstance(cuts, tuple) and len(cuts) == 2 and isinstance(cuts[1], tuple)
+        return isinstance(self.num_buckets, tuple) or _in_grid_form(self.boundaries)
 
     @property
     def per_field(self) -> bool:
