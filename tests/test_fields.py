@@ -174,3 +174,14 @@ def test_field_cost_kernel_is_its_reference(items, max_tokens, max_sentences, mu
         KC.budget_field_cost_ends(sizes, one, *args).tolist()
         == KC.budget_cost_ends(sizes, np.ascontiguousarray(units[:, 0]), *args).tolist()
     )
+
+
+def test_sampler_stats_report_each_field_and_seconds():
+    lengths = _pairs(400, 5)
+    spec = TokenBudget(max_tokens=(60.0, 400), resolution=(0.01, None))
+    fields = padless.PlanSampler(lengths, spec).stats()["fields"]
+    assert [f["real"] for f in fields] == lengths.sum(axis=0).tolist()
+    assert fields[0]["real_seconds"] == pytest.approx(lengths[:, 0].sum() / 100)
+    assert "real_seconds" not in fields[1]
+    assert all(f["padded"] >= f["real"] for f in fields)
+    assert "fields" not in padless.PlanSampler(lengths[:, 1], TokenBudget(max_tokens=400)).stats()

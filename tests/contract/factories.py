@@ -169,6 +169,13 @@ FACTORIES = [
         all_units=lambda s: list(range(LENGTHS.shape[0])),
     ),
     Factory(
+        "packing_histogram",  # the global best fit's rows, from the histogram
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.Packing(capacity=256, rows_per_batch=2), window="histogram", **o
+        ),
+        all_units=lambda s: list(range(LENGTHS.shape[0])),
+    ),
+    Factory(
         "fixed_shapes",
         lambda **o: padless.PlanSampler(
             PAIRS, padless.FixedShapes(shapes=[(8, 40), (3, 120), (2, 330)]), **o

@@ -266,6 +266,12 @@ class Spec:
         items are then gathered and planned by this spec's planner."""
         return None
 
+    def units(self, fields: int) -> tuple[float | None, ...]:
+        """Seconds (or another unit) per tick of each of ``fields`` length fields: the spec's
+        ``resolution`` where it has one (None: a field of whole tokens)."""
+        res = getattr(self, "resolution", None)
+        return tuple(res) if isinstance(res, tuple) else (res,) * fields
+
     def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
         """How this strategy plans from the lengths' histogram (:mod:`padless.histogram`):
         ``("budget", (max_tokens, max_sentences, multiple_of))`` (0 for none) for batches cut
