@@ -369,6 +369,13 @@ ENTRIES: list[Entry] = [
     ),
     (padless.bucket_boundaries, "bucket_boundaries", {"lengths": L, "k": 3}, ["k", "method"], None),
     (
+        padless.bucket_boundaries_2d,
+        "bucket_boundaries_2d",
+        {"lengths": np.stack([L, L[::-1]], axis=1), "num_buckets": (3, 2)},
+        ["lengths", "num_buckets", "method"],
+        None,
+    ),
+    (
         padless.TokenBudget,
         "TokenBudget",
         {"max_tokens": 200},
@@ -404,7 +411,21 @@ ENTRIES: list[Entry] = [
         "Buckets",
         {"boundaries": [10, 30], "max_tokens": 300},
         ["boundaries", "max_tokens", "batch_size", "multiple_of", "cost", "max_cost"]
-        + ["pad_to_multiple_of", "oversize"],
+        + ["pad_to_multiple_of", "oversize", "resolution"],
+        None,
+    ),
+    (
+        padless.Buckets,
+        "Buckets/table",
+        {"boundaries": [10, 30], "batch_sizes": [4, 4, 4]},
+        ["batch_sizes", "boundaries", "multiple_of"],
+        None,
+    ),
+    (
+        padless.Buckets,
+        "Buckets/2-D",  # on (N, 2) lengths (field 0 in ticks of 10 ms): field 0, then field 1
+        {"num_buckets": (3, 2), "max_tokens": (3.0, 200), "resolution": (0.01, None)},
+        ["num_buckets", "max_tokens", "resolution", "max_cost", "oversize", "batch_size"],
         None,
     ),
     (

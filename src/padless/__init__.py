@@ -40,6 +40,7 @@ _EXPORTS = {
     "ExactLengthSampler": "padless.shortcuts",
     "plan_buckets": "padless.shortcuts",
     "bucket_boundaries": "padless.planners.buckets",
+    "bucket_boundaries_2d": "padless.planners.buckets",
     "BucketSampler": "padless.shortcuts",
     "LMStream": "padless.lm",
     "StreamBatcher": "padless.streams",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
     from .planners.buckets import bucket_boundaries as bucket_boundaries
+    from .planners.buckets import bucket_boundaries_2d as bucket_boundaries_2d
     from .planners.budget import TokenBudget as TokenBudget
     from .planners.decomposition import Decomposition as Decomposition
     from .planners.exact import ExactLength as ExactLength

@@ -156,6 +156,12 @@ FACTORIES = [
         "buckets", lambda **o: padless.BucketSampler(LENGTHS, num_buckets=4, max_tokens=600, **o)
     ),
     Factory(
+        "buckets_2d",  # 4 buckets on field 0, then up to 2 on field 1 in each; a budget per field
+        lambda **o: padless.PlanSampler(
+            PAIRS, padless.Buckets(num_buckets=(4, 2), max_tokens=(600, 700)), **o
+        ),
+    ),
+    Factory(
         "packing",
         lambda **o: padless.PackingSampler(LENGTHS, capacity=256, rows_per_batch=2, **o),
     ),

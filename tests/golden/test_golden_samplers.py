@@ -8,9 +8,9 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were added (issue
 30); ``packing_cp`` when context parallelism came (issue 30; ``packing`` kept its digest:
 ``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
-(issue 29), ``lhotse_cuts`` when the lhotse sampler came (issue 29). A factory added to the
-contract list needs its digest here (pasted once from today's output, never computed by a
-test).
+(issue 29), ``lhotse_cuts`` when the lhotse sampler came and ``buckets_2d`` when 2-D buckets
+came (issue 29; ``buckets`` kept its digest). A factory added to the contract list needs its
+digest here (pasted once from today's output, never computed by a test).
 """
 
 import pytest
@@ -26,6 +26,7 @@ GOLDEN = {
     "exact_length": "16b26ea9f6a59c3a",
     "exact_length_merge": "863c2320626c44e8",
     "buckets": "4326d1611a1b2d99",
+    "buckets_2d": "92f7017e20dbe60d",
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
     "packing_cp": "44a29f6554dda892",
