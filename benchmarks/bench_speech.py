@@ -22,11 +22,11 @@ duration or count × its most tokens passes its budget), and the same buffer:
   size ``min(floor(max_seconds / its longest duration), floor(max_tokens / its most tokens))``;
   cuts stream in shuffled through the buffer, a bucket yields a batch when it holds that many.
 - padless ``TokenBudget(max_tokens=(max_seconds, max_tokens), resolution=(0.01, None))`` on
-  ``[10 ms ticks, tokens]``, walking the cuts by their largest share of a budget (its own
-  order), and the same budget walking a 2-D order (:func:`two_field_walk`: duration bins of
-  about 8 batches each, tokens within; ``TokenBudget.plan(order=...)``): both budgets hold for
-  every batch. ``Buckets(num_buckets=30)`` (boundaries by the exact dynamic programme) takes
-  one budget today: the seconds' alone, on the ticks (its token column shows the cost).
+  ``[10 ms ticks, tokens]``: its walk for two budgets goes through duration bins of about 8
+  batches each, by tokens within each, and both budgets hold for every batch; the same budget
+  walking the cuts by their largest share of a budget alone (``plan(order=...)``, what a 1-D
+  walk gives); and ``Buckets(num_buckets=(30, 2))`` with both budgets (2-D boundaries by the
+  exact dynamic programme, a batch size per bucket from the budgets).
 
 Padding per field: ``Σ count × longest - Σ real`` (seconds of padded audio, padded tokens), as a
 share of the padded total, and the ratio of padless' padding per real second (token) to the
@@ -42,7 +42,6 @@ Run: .venv/bin/python benchmarks/bench_speech.py [--sizes 20000 1000000] [--max-
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import platform
 import time
@@ -186,31 +185,26 @@ def run_nemo_2d(
     return flat, offsets, elapsed, len(sizes)
 
 
-def two_field_walk(lengths: np.ndarray, bins: int) -> np.ndarray:
-    """An order of the cuts near in both fields from one to the next: ``bins`` duration bins of
-    equal counts, within a bin by tokens (up in even bins, down in odd ones: no jump between
-    bins), then by duration."""
-    ticks, tokens = lengths[:, 0], lengths[:, 1]
-    edges = np.quantile(ticks, np.linspace(0.0, 1.0, bins + 1)[1:-1])
-    which = np.searchsorted(edges, ticks, side="right")
-    snake = np.where(which % 2 == 0, tokens, -tokens)
-    return np.lexsort((ticks, snake, which))
+def share_walk(lengths: np.ndarray, spec: padless.TokenBudget) -> np.ndarray:
+    """The cuts by their largest share of a budget (a 1-D walk: ties in index order)."""
+    scales = np.array(spec.scales, dtype=np.int64)
+    return np.argsort((lengths * scales[None, :]).max(axis=1), kind="stable")
 
 
 def run_padless(
     spec: padless.TokenBudget | padless.Buckets,
     lengths: np.ndarray,
     seed: int,
-    walk_bins: int | None = None,
+    one_d: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """One epoch's plan; with ``walk_bins`` the token budget walks :func:`two_field_walk`'s order
-    (``TokenBudget.plan(order=...)``) instead of its own."""
+    """One epoch's plan; ``one_d``: the token budget walks :func:`share_walk` instead of its
+    own walk (``TokenBudget.plan(order=...)``)."""
     t0 = time.perf_counter()
-    if walk_bins is None:
+    if not one_d:
         plan = spec.plan(lengths, seed=seed)
     else:
         assert isinstance(spec, padless.TokenBudget)
-        plan = spec.plan(lengths, seed=seed, order=two_field_walk(lengths, walk_bins))
+        plan = spec.plan(lengths, seed=seed, order=share_walk(lengths, spec))
     elapsed = time.perf_counter() - t0
     return np.asarray(plan.indices), np.asarray(plan.offsets), elapsed
 
@@ -218,15 +212,11 @@ def run_padless(
 def buckets_spec(
     buckets: int, max_seconds: float, max_tokens: int, lengths: np.ndarray
 ) -> tuple[padless.Spec, np.ndarray]:
-    """``Buckets`` with both budgets where it takes budgets per field, else with the seconds'
-    budget alone on the duration ticks (then its token column shows what that costs)."""
-    if "resolution" in {f.name for f in dataclasses.fields(padless.Buckets)}:
-        spec = padless.Buckets(
-            num_buckets=buckets, max_tokens=(max_seconds, max_tokens), resolution=(0.01, None)
-        )
-        return spec, lengths
-    ticks = int(round(max_seconds / 0.01))
-    return padless.Buckets(num_buckets=buckets, max_tokens=ticks), lengths[:, 0].copy()
+    """2-D ``Buckets`` (``buckets`` × 2) with both budgets."""
+    spec = padless.Buckets(
+        num_buckets=(buckets, 2), max_tokens=(max_seconds, max_tokens), resolution=(0.01, None)
+    )
+    return spec, lengths
 
 
 def row(name: str, f: dict[str, float], elapsed: float) -> str:
@@ -294,11 +284,13 @@ def main() -> None:
         results["nemo"] = figures(flat, off, seconds, tokens, S, T)
         print(row(f"nemo-style 2-D ({count})", results["nemo"], t))
         budget = padless.TokenBudget(max_tokens=(S, T), resolution=(0.01, None))
-        bins = max(1, len(budget.plan(lengths)) // 8)  # about 8 batches per duration bin
         specs = {
-            "padless token budget": (budget, lengths, None),
-            "padless budget, 2-D walk": (budget, lengths, bins),
-            f"padless buckets ({args.buckets})": (*buckets_spec(args.buckets, S, T, lengths), None),
+            "padless token budget": (budget, lengths, False),
+            "padless budget, 1-D walk": (budget, lengths, True),
+            f"padless buckets ({args.buckets}x2)": (
+                *buckets_spec(args.buckets, S, T, lengths),
+                False,
+            ),
         }
         for name, (spec, planned, walk) in specs.items():
             flat, off, t = run_padless(spec, planned, args.seed, walk)
@@ -319,8 +311,8 @@ def main() -> None:
         "\npad dur / pad tok: padded share of count x longest (audio s, target tokens);\n"
         "over s / over tok: batches past the seconds / the token budget; padding Ax / Bx:\n"
         "padless' padding per real second / token over the better of lhotse, NeMo-style.\n"
-        "2-D walk: the token budget over duration bins (about 8 batches each) walked by\n"
-        "tokens (TokenBudget.plan(order=...)). Buckets take one budget: the seconds'."
+        "token budget: its walk for two budgets (duration bins of about 8 batches, by\n"
+        "tokens within); 1-D walk: the same budget by each cut's largest share of a budget."
     )
     print("goal: padding <= 0.5x the better baseline on each field, never over budget")
     for name in specs:
