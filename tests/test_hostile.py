@@ -350,9 +350,17 @@ ENTRIES: list[Entry] = [
         "TokenBudget",
         {"max_tokens": 200},
         ["max_tokens", "max_sentences", "multiple_of", "oversize", "cost", "max_cost"]
-        + ["pad_to_multiple_of"],
+        + ["pad_to_multiple_of", "resolution"],
         None,
     ),
+    (
+        padless.TokenBudget,
+        "TokenBudget per field",  # planned on (N, 2) lengths: field 0 in ticks of 10 ms
+        {"max_tokens": (2.0, 300), "resolution": (0.01, None), "cost": (padless.Cost(), None)},
+        ["max_tokens", "resolution", "cost", "max_cost", "oversize"],
+        None,
+    ),
+    (padless.durations, "durations", {"seconds": [1.0, 2.5]}, ["seconds", "resolution"], None),
     (
         padless.ExactLength,
         "ExactLength",
@@ -967,8 +975,9 @@ def _plan_with(spec: padless.Spec, named: str, *, check: bool) -> None:
     """A spec that took a hostile setting plans ``L``: a valid plan, or (for a refusal that
     depends on the lengths, like a ``max_cost`` below one sequence's cost) an error naming the
     setting. The ``plan_*`` functions and samplers plan through this one spec."""
+    lengths = np.stack([L, L], axis=1) if getattr(spec, "per_field", False) else L
     try:
-        plan = spec.plan(L)
+        plan = spec.plan(lengths)
     except (ValueError, TypeError) as err:
         if named not in str(err):
             raise AssertionError(f"plan: {type(err).__name__} {err}") from err

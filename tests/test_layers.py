@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("padless._kernels", "padless._kernels.*", "padless._rng", "padless._text_kernels"),
     ),
     ("schedules", ("padless._schedule", "padless._state")),
-    ("values", ("padless.lengths", "padless.plan", "padless.schedules")),
+    ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
     ("costs", ("padless.cost",)),
     ("planners", ("padless.planners", "padless.planners.*")),
     (

@@ -16,6 +16,7 @@ _EXPORTS = {
     "PlanStats": "padless.plan",
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
+    "durations": "padless.fields",
     "plan_token_budget": "padless.shortcuts",
     "TokenBudget": "padless.planners.budget",
     "ExactLength": "padless.planners.exact",
@@ -62,6 +63,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .cost import Cost as Cost
+    from .fields import durations as durations
     from .indexed import IndexedDataset as IndexedDataset
     from .indexed import write_indexed as write_indexed
     from .lengths import builtin_corpus as builtin_corpus

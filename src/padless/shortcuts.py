@@ -45,13 +45,14 @@ S = TypeVar("S", bound=Spec)
 class TokenBudgetSettings(TypedDict, total=False):
     """The settings of :class:`padless.TokenBudget` (defaults and checks: there)."""
 
-    max_tokens: int | None
+    max_tokens: int | float | tuple[int | float | None, ...] | None
     max_sentences: int | None
     multiple_of: int
     oversize: str
-    cost: Cost | None
+    cost: Cost | tuple[Cost | None, ...] | None
     max_cost: float | None
     pad_to_multiple_of: int
+    resolution: float | tuple[float | None, ...] | None
 
 
 class ExactLengthSettings(TypedDict, total=False):
@@ -135,9 +136,12 @@ def plan_token_budget(
 
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over fields).
-        max_tokens: padded-token budget per batch, or None for no budget.
+        max_tokens: padded-token budget per batch, or None for no budget; one per field for
+            (N, F) lengths (see :class:`TokenBudget`); in seconds with ``resolution``.
         max_sentences: most sequences per batch, or None for no cap.
         multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
+        resolution: seconds per tick of lengths made by :func:`padless.durations` (budgets
+            then in seconds), or one per field.
         order: indices to walk, each at most once; None sorts by length (2-D: last field, then the first) with ties
             broken at random from (seed, epoch), so batch membership changes between epochs.
         oversize: "error" raises for a sequence longer than max_tokens; "drop" (or "skip")

@@ -105,6 +105,19 @@ FACTORIES = [
         "token_budget_pairs",
         lambda **o: padless.TokenBudgetSampler(PAIRS, max_tokens=700, multiple_of=2, **o),
     ),
+    Factory(
+        "token_budget_fields",  # a budget per field (field 0 in ticks of 10 ms), costs summed
+        lambda **o: padless.PlanSampler(
+            PAIRS,
+            padless.TokenBudget(
+                max_tokens=(7.0, 650),
+                resolution=(0.01, None),
+                cost=(padless.Cost(quadratic=1e-3, linear=1.0), padless.Cost()),
+                max_cost=1300.0,
+            ),
+            **o,
+        ),
+    ),
     Factory("exact_length", lambda **o: padless.ExactLengthSampler(LENGTHS, batch_size=3, **o)),
     Factory(
         "exact_length_merge",
@@ -146,6 +159,13 @@ FACTORIES = [
         "token_budget_histogram",  # the global plan's shapes, cut on the histogram
         lambda **o: padless.PlanSampler(
             LENGTHS, padless.TokenBudget(max_tokens=600), window="histogram", **o
+        ),
+        all_units=lambda s: list(range(LENGTHS.shape[0])),
+    ),
+    Factory(
+        "packing_histogram",  # the global best fit's rows, from the histogram
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.Packing(capacity=256, rows_per_batch=2), window="histogram", **o
         ),
         all_units=lambda s: list(range(LENGTHS.shape[0])),
     ),
