@@ -88,7 +88,7 @@ class BucketsSettings(TypedDict, total=False):
 class PackingSettings(TypedDict, total=False):
     """The settings of :class:`padless.Packing` (defaults and checks: there)."""
 
-    capacity: Required[int]
+    capacity: Required[int | tuple[int, int]]
     max_per_row: int | None
     rows_per_batch: int
     oversize: str
@@ -473,5 +473,8 @@ class PackingSampler(PlanSampler):
         [(1, 2), (3, 4), (5,), (6,)]
         """
         return PieceDataset(
-            dataset, capacity=self.spec.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
+            dataset,
+            capacity=self.spec.row_capacity,
+            num_sequences=int(self.sizes.shape[0]),
+            keys=keys,
         )
