@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <type_traits>
@@ -166,46 +167,40 @@ private:
 // must lie in [0, capacity] of their field (std::out_of_range otherwise). Rows are numbered in
 // the order they open.
 //
-// Open rows live in one ordered set by (r0, r1, row opened last first), moved within it by node
-// handle (no allocation per placement); a max tree over r0 holds, for each r0, the largest r1
-// of an open row there, so the least feasible r0 is found in O(64 · log_64 capacity0) and the
-// row within it in O(log rows). O(n · (log rows + 64 · log_64 capacity0)); memory: the set (one
-// node per open row) and 4 bytes per unit of capacity0.
+// The open rows of each first-field residual r0 live in an ordered set of their own, by (r1, row
+// opened last first), and move from set to set by node handle (no allocation per placement); a
+// max tree over r0 holds each set's largest r1, so the least feasible r0 is found in
+// O(64 · log_64 capacity0) and the row within it in O(log rows there). O(n · (log rows +
+// 64 · log_64 capacity0)); memory: one node per open row, 12 bytes per unit of capacity0.
 template <class T>
 RowFit best_fit_pairs(const T* first, const T* second, int64_t n, int64_t capacity0,
                       int64_t capacity1, int64_t max_per_row) {
     struct Key {
-        int64_t r0, r1, row;
+        int64_t r1, row;
     };
     struct Less {
         bool operator()(const Key& x, const Key& y) const {
-            if (x.r0 != y.r0) return x.r0 < y.r0;
             if (x.r1 != y.r1) return x.r1 < y.r1;
             return x.row > y.row;  // the row opened last first
         }
     };
+    using Bucket = std::set<Key, Less>;
     constexpr int64_t highest = std::numeric_limits<int64_t>::max();
-    std::set<Key, Less> open;
+    std::vector<std::unique_ptr<Bucket>> buckets(static_cast<size_t>(capacity0 + 1));
     MaxTree64 tree(capacity0 + 1, -1);  // per r0: the largest r1 of an open row, -1 for none
     std::vector<int64_t> count;         // items per row, when rows close at a count
     RowFit out;
     out.row_of = Buffer<int64_t>(n);
     int64_t* row_of = out.row_of.get();
     int64_t rows = 0;
-    // the row at `it` leaves bucket r0: when it was the bucket's last (its largest r1), the
-    // bucket's largest r1 is now that of the row before it there, if any
-    auto leave = [&](typename std::set<Key, Less>::iterator it) {
-        const int64_t r0 = it->r0;
-        auto next = std::next(it);
-        if (next != open.end() && next->r0 == r0) return;
-        int32_t top = -1;
-        if (it != open.begin()) {
-            auto before = std::prev(it);
-            if (before->r0 == r0) top = static_cast<int32_t>(before->r1);
-        }
-        tree.set(r0, top);
+    auto bucket = [&](int64_t r0) -> Bucket& {
+        std::unique_ptr<Bucket>& b = buckets[static_cast<size_t>(r0)];
+        if (!b) b = std::make_unique<Bucket>();
+        return *b;
     };
-    auto raise = [&](int64_t r0, int64_t r1) {
+    auto enter = [&](int64_t r0, typename Bucket::node_type&& node) {
+        const int64_t r1 = node.value().r1;
+        bucket(r0).insert(std::move(node));
         if (tree.get(r0) < r1) tree.set(r0, static_cast<int32_t>(r1));
     };
     for (int64_t i = 0; i < n; ++i) {
@@ -219,22 +214,23 @@ RowFit best_fit_pairs(const T* first, const T* second, int64_t n, int64_t capaci
             row_of[i] = row;
             if (max_per_row) count.push_back(1);
             if (max_per_row != 1) {
-                open.insert(Key{capacity0 - a, capacity1 - b, row});
-                raise(capacity0 - a, capacity1 - b);
+                Bucket& at = bucket(capacity0 - a);
+                at.insert(Key{capacity1 - b, row});
+                if (tree.get(capacity0 - a) < capacity1 - b)
+                    tree.set(capacity0 - a, static_cast<int32_t>(capacity1 - b));
             }
             continue;
         }
-        auto it = open.lower_bound(Key{r0, b, highest});  // the least r1 >= b there
-        leave(it);
-        auto node = open.extract(it);
+        Bucket& from = *buckets[static_cast<size_t>(r0)];
+        auto it = from.lower_bound(Key{b, highest});  // the least r1 >= b there
+        const bool top = std::next(it) == from.end();
+        auto node = from.extract(it);
+        if (top) tree.set(r0, from.empty() ? -1 : static_cast<int32_t>(from.rbegin()->r1));
         Key& key = node.value();
         row_of[i] = key.row;
         if (max_per_row && ++count[static_cast<size_t>(key.row)] >= max_per_row) continue;
-        key.r0 -= a;
         key.r1 -= b;
-        const int64_t left0 = key.r0, left1 = key.r1;
-        open.insert(std::move(node));
-        raise(left0, left1);
+        enter(r0 - a, std::move(node));
     }
     out.rows = rows;
     return out;

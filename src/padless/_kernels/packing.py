@@ -56,8 +56,9 @@ def best_fit_pairs(
     least r0, then the least r1, then (among equal ones) the row opened last; else it opens a
     new row. A row holding ``max_per_row`` items (0: no cap) closes. Sizes must lie in
     [0, capacity] of their field. Returns ``(row_of, num_rows)``: rows are numbered in the
-    order they open. O(n · (log rows + 64 · log_64 capacity0)): an ordered set of the open rows
-    and a max tree over r0 holding each r0's largest r1.
+    order they open. O(n · (log rows + 64 · log_64 capacity0)): the open rows of each r0 in an
+    ordered set by r1, a max tree over r0 holding each set's largest r1; memory: a node per open
+    row and 12 bytes per unit of ``capacity0``.
     """
     return _core.best_fit_pairs(first, second, capacity0, capacity1, max_per_row)
 
