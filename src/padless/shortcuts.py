@@ -380,7 +380,8 @@ def plan_packing(
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over
             fields, so every field of a row fits in ``capacity``).
-        capacity: tokens per row.
+        capacity: tokens per row; or ``(C_src, C_tgt)``, one capacity per field of (N, 2)
+            lengths: vector best fit, a row's pairs within both (see :class:`padless.Packing`).
         max_per_row: most sequences (or pieces) per row, or None for no cap.
         rows_per_batch: rows per batch.
         oversize: what to do with a sequence longer than ``capacity``: ``"error"`` raises (naming

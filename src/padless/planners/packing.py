@@ -555,11 +555,25 @@ class Packing(Spec):
     does (:func:`padless.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
     its CP ranks together) at the padded lengths. The stream form refuses ``cp > 1``.
 
+    ``capacity=(C_src, C_tgt)``, one capacity per field of (N, 2) lengths (encoder–decoder
+    models: sources and targets packed together), packs by vector best fit
+    (:class:`PackFieldsPlanner`): a row's pairs sum to at most ``C_src`` source and ``C_tgt``
+    target tokens, where an int capacity bounds every field by the pair's longer one. The plan
+    is a :class:`padless.plan.VectorPackedPlan` (``field_stats`` per field, ``info``'s
+    ``field_efficiency`` and ``rows_lower_bound``), its batches collated by
+    ``padless.torch.collate_packed_pairs`` (``sampler.collate()``). Pairs are placed whole:
+    ``oversize`` is ``"error"`` or ``"drop"`` (a pair over its capacity in either field), and
+    ``cost``, ``max_row_cost`` and ``context_parallel`` are refused, as are the stream and
+    histogram forms (windows plan each window's pairs with this planner).
+
     >>> Packing(capacity=8, rows_per_batch=2).plan([6, 2, 5, 3, 7, 1]).num_rows
     3
     >>> plan = Packing(capacity=8, context_parallel=2).plan([5, 3, 1])
     >>> plan.num_rows, plan.real_tokens, plan.info["context_parallel"]
     (2, 9, 2)
+    >>> pairs = np.array([[6, 2], [2, 6], [5, 5], [3, 3]])
+    >>> Packing(capacity=8).plan(pairs).num_rows, Packing(capacity=(8, 8)).plan(pairs).num_rows
+    (3, 2)
     """
 
     capacity: int | tuple[int, int] = setting(check_capacities)
