@@ -185,3 +185,15 @@ def test_sampler_stats_report_each_field_and_seconds():
     assert "real_seconds" not in fields[1]
     assert all(f["padded"] >= f["real"] for f in fields)
     assert "fields" not in padless.PlanSampler(lengths[:, 1], TokenBudget(max_tokens=400)).stats()
+
+
+def test_the_walk_of_two_budgets_pads_both_fields_less_than_one_field_order():
+    lengths = _pairs(6000, 9)
+    spec = TokenBudget(max_tokens=(120.0, 1200), resolution=(0.01, None))
+    walked = spec.plan(lengths, seed=2)
+    by_seconds = spec.plan(lengths, order=np.argsort(lengths[:, 0], kind="stable"))
+    got = [s.padding_fraction for s in walked.field_stats(lengths)]
+    one = [s.padding_fraction for s in by_seconds.field_stats(lengths)]
+    # ordered by seconds, the tokens pad 27%; the walk pads both fields about alike, far less
+    assert sum(got) <= 0.5 * sum(one) and max(got) < 0.06, (got, one)
+    assert len(walked) <= 1.06 * len(by_seconds)

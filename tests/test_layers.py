@@ -51,11 +51,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "padless.checked",
             "padless.shuffle",
             "padless.shuffle.*",
+            "padless.filters",
         ),
     ),
     ("shortcuts", ("padless.shortcuts",)),  # the plan_* functions and keyword samplers
     ("torch", ("padless.torch", "padless.torch.*")),
-    ("integrations", ("padless.hf", "padless.lightning", "padless.ray", "padless.ray.*")),
+    (
+        "integrations",
+        ("padless.hf", "padless.lightning", "padless.ray", "padless.ray.*", "padless.lhotse"),
+    ),
     ("face", ("padless",)),  # the package's lazy __init__
     ("cli", ("padless.cli", "padless.cli.*")),
 )
@@ -85,6 +89,7 @@ HEAVY = frozenset(
         "pyarrow",
         "matplotlib",
         "torchdata",
+        "lhotse",
     }
 )
 

@@ -40,6 +40,7 @@ _EXPORTS = {
     "ExactLengthSampler": "padless.shortcuts",
     "plan_buckets": "padless.shortcuts",
     "bucket_boundaries": "padless.planners.buckets",
+    "bucket_boundaries_2d": "padless.planners.buckets",
     "BucketSampler": "padless.shortcuts",
     "LMStream": "padless.lm",
     "StreamBatcher": "padless.streams",
@@ -57,6 +58,8 @@ _EXPORTS = {
     "write_indexed": "padless.indexed",
     "RawTokens": "padless.tokens",
     "shuffle_indexed": "padless.shuffle._indexed",
+    "ratio_filter": "padless.filters",
+    "length_filter": "padless.filters",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -64,6 +67,8 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .cost import Cost as Cost
     from .fields import durations as durations
+    from .filters import length_filter as length_filter
+    from .filters import ratio_filter as ratio_filter
     from .indexed import IndexedDataset as IndexedDataset
     from .indexed import write_indexed as write_indexed
     from .lengths import builtin_corpus as builtin_corpus
@@ -80,6 +85,7 @@ if TYPE_CHECKING:
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
     from .planners.buckets import bucket_boundaries as bucket_boundaries
+    from .planners.buckets import bucket_boundaries_2d as bucket_boundaries_2d
     from .planners.budget import TokenBudget as TokenBudget
     from .planners.decomposition import Decomposition as Decomposition
     from .planners.exact import ExactLength as ExactLength
@@ -109,8 +115,10 @@ if TYPE_CHECKING:
 
 
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
-# library: torch, transformers, lightning, ray) only when first used
-_SUBMODULES = frozenset({"readers", "indexed", "tokens", "torch", "hf", "lightning", "ray"})
+# library: torch, transformers, lightning, ray, lhotse) only when first used
+_SUBMODULES = frozenset(
+    {"readers", "indexed", "tokens", "torch", "hf", "lightning", "ray", "lhotse", "filters"}
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -8,9 +8,11 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were added (issue
 30); ``packing_cp`` when context parallelism came (issue 30; ``packing`` kept its digest:
 ``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
-(issue 29), ``packing_pairs`` when packing got a capacity per field (issue 29; ``packing``
-kept its digest: an int capacity plans as before). A factory added to the contract list needs its digest here (pasted once from today's
-output, never computed by a test).
+(issue 29), ``lhotse_cuts`` when the lhotse sampler came, ``buckets_2d`` when 2-D buckets
+came (issue 29; ``buckets`` kept its digest) and ``packing_pairs`` when packing got a capacity
+per field (issue 29; ``packing`` kept its digest: an int capacity plans as before). A factory
+added to the contract list needs its digest here (pasted once from today's output, never
+computed by a test).
 """
 
 import pytest
@@ -21,10 +23,12 @@ from tests.contract.test_contract import _digest
 GOLDEN = {
     "token_budget": "97ef92747f42c529",
     "token_budget_pairs": "5339e9643bfbf009",
-    "token_budget_fields": "cfe02762da3f60ac",
+    "token_budget_fields": "d0e5650a65799025",
+    "lhotse_cuts": "765cff7af04937a5",
     "exact_length": "16b26ea9f6a59c3a",
     "exact_length_merge": "863c2320626c44e8",
     "buckets": "4326d1611a1b2d99",
+    "buckets_2d": "92f7017e20dbe60d",
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
     "packing_cp": "44a29f6554dda892",

@@ -160,9 +160,11 @@ class TokenBudget(Spec):
 
     Per field: for (N, F) lengths, ``max_tokens`` may give one budget per field (a tuple; None
     for a field without one): then every batch has ``count × longest_f <= max_tokens[f]`` in
-    each field, instead of one budget on the longest field (fairseq's max over fields). The
-    walk follows each sequence's largest share of its field's budget
-    (:func:`padless.fields.field_scales`). ``cost`` may give a model per field too, summed:
+    each field, instead of one budget on the longest field (fairseq's max over fields). With
+    two budgeted fields or more the walk keeps neighbours near in both: bins of equal counts
+    along the first budgeted field (about 8 batches each), each walked along the second, up
+    and down in turn (``BudgetPlanner._field_walk``); with one, along each sequence's share of
+    its budget (:func:`padless.fields.field_scales`, which also makes the cut exact). ``cost`` may give a model per field too, summed:
     a batch costs ``count × Σ_f cost_f(longest_f)`` (an encoder over audio ticks plus a decoder
     over text tokens); with per-field budgets a cost model must be per field.
 
@@ -319,6 +321,13 @@ class BudgetPlanner(Planner):
         self.field_widths = wide if wide.ndim == 2 else wide[:, None]
         if spec.per_field:
             spec._check_fields(lengths)
+        # two budgeted fields or more: the walk goes through bins of the first, by the second
+        budgeted = (
+            []
+            if spec.field_budgets is None
+            else [f for f, b in enumerate(spec.field_budgets) if b is not None]
+        )
+        self.field_walk = budgeted[:2] if len(budgeted) > 1 else []
         if spec.field_budgets is not None and spec.scales is not None:
             self.skipped = _field_oversize(self.field_widths, spec, spec.field_budgets)
             # one size per sequence: its largest share of its field's budget (exact, see
@@ -342,6 +351,8 @@ class BudgetPlanner(Planner):
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         limits = self._limits()
+        if self.field_walk:
+            return self.plan_order(self._field_walk(seed, epoch))
         walk, starts = length_order(self.padded_lengths, seed, epoch)
         values = run_sizes(self.padded_lengths, walk, starts)
         if values is None:
@@ -355,6 +366,29 @@ class BudgetPlanner(Planner):
         ends = K.budget_ends_runs(values, starts, *limits)
         offsets = np.concatenate([np.zeros(1, np.int64), ends])
         return self.tagged(BatchPlan(walk, offsets, skipped=self.skipped))
+
+    def _field_walk(self, seed: int, epoch: int) -> np.ndarray:
+        """The walk of budgets per field: near in both budgeted fields from one sequence to the
+        next. The sequences in order of the first budgeted field (ties at random from
+        ``(seed, epoch)``) are cut into bins of equal counts, about :data:`BIN_BATCHES` batches
+        each (estimated as the sizes' sum over the limit); each bin is walked by the second
+        field, up in even bins and down in odd ones (no jump between bins), then by the first.
+        The sequences over a budget are left out. Cost: O(N log N)."""
+        first, second = self.field_walk
+        wide = self.field_widths
+        kept = np.ones(wide.shape[0], dtype=bool)
+        if self.skipped.size:
+            kept[self.skipped] = False
+        items = np.flatnonzero(kept)
+        order = items[length_order(np.ascontiguousarray(wide[items, first]), seed, epoch)[0]]
+        n = int(order.size)
+        limit = int(self.spec.token_limit or 1)
+        batches = -(-int(self.widths[order].sum()) // limit) if n else 0
+        bins = max(1, batches // BIN_BATCHES)
+        which = np.arange(n, dtype=np.int64) * bins // max(n, 1)
+        along = wide[order, second].astype(np.int64)
+        snake = np.where(which % 2 == 0, along, -along)
+        return order[np.lexsort((wide[order, first], snake, which))]
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
@@ -448,6 +482,9 @@ class CostBudgetPlanner(BudgetPlanner):
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         return self._recut(super().plan_order(order, narrowed))
+
+
+BIN_BATCHES = 8  # batches per bin of the walk of budgets per field
 
 
 def _field_oversize(
