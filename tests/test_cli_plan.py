@@ -94,7 +94,7 @@ def test_json_values_and_epochs(tmp_path, lengths_file):
     ("args", "fragments"),
     [
         (["--set", "max_tokenz=5"], ["unknown setting 'max_tokenz'", "max_tokens, max_sentences"]),
-        (["--max-tokens", "lots"], ["max_tokens must be an int or none", "'lots'"]),
+        (["--max-tokens", "lots"], ["max_tokens[0] must be a number", "'lots'"]),
         (["--max-tokens", "0"], ["token_budget", "max_tokens must be a positive int, got 0"]),
         (["--capacity", "64"], ["unknown setting 'capacity'", "known: max_tokens"]),
         (["--set", "oversize"], ["--set takes key=value, got 'oversize'"]),

@@ -197,3 +197,16 @@ def test_the_walk_of_two_budgets_pads_both_fields_less_than_one_field_order():
     # ordered by seconds, the tokens pad 27%; the walk pads both fields about alike, far less
     assert sum(got) <= 0.5 * sum(one) and max(got) < 0.06, (got, one)
     assert len(walked) <= 1.06 * len(by_seconds)
+
+
+def test_stats_with_a_cost_per_field_count_each_fields_work():
+    lengths = _pairs(300, 4)
+    costs = (Cost(quadratic=1e-3), Cost())
+    spec = TokenBudget(max_tokens=(60.0, 400), resolution=(0.01, None), cost=costs)
+    sampler = padless.PlanSampler(lengths, spec)
+    stats = sampler.stats()
+    assert stats["cost"] == [c.as_dict() for c in costs]
+    plan = spec.plan(lengths)
+    real = sum(float(c.of(lengths[:, f]).sum()) for f, c in enumerate(costs))
+    paid = sum(float(c.padded(lengths[b, f])) for b in plan for f, c in enumerate(costs))
+    assert stats["real_work"] == pytest.approx(real / paid)

@@ -366,6 +366,28 @@ def real_work(cost: Cost | None, plan: Any, sizes: np.ndarray) -> float:
     return real / total if total > 0 else 1.0
 
 
+def real_work_fields(costs: tuple[Cost | None, ...], plan: Any, lengths: np.ndarray) -> float:
+    """:func:`real_work` with a cost model per field of (N, F) ``lengths``: the real cost of
+    every field over what every field's padded batches cost (fields without a model left out).
+
+    >>> from padless import BatchPlan
+    >>> real_work_fields((Cost(), Cost()), BatchPlan([0, 1], [0, 2]), np.array([[2, 1], [4, 1]]))
+    0.8
+    """
+    if len(plan) == 0:
+        return 1.0
+    real = total = 0.0
+    for f, cost in enumerate(costs):
+        if cost is not None:
+            column = np.ascontiguousarray(lengths[:, f])
+            whole = real_work(cost, plan, column)
+            lens = plan.entry_lengths(column)
+            part = float(cost.of(lens).sum()) if lens.size else 0.0
+            real += part
+            total += part / whole if whole > 0 else 0.0
+    return real / total if total > 0 else 1.0
+
+
 def unit_limit(cost: Cost, lengths: np.ndarray, max_cost: float) -> np.ndarray:
     """Most sequences of each length a padded batch holds within ``max_cost`` (at least 0).
 

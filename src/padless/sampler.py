@@ -37,7 +37,7 @@ from ._schedule import (
 )
 from ._state import Resumable, fingerprint
 from .checked import CheckedDataset
-from .cost import real_work
+from .cost import real_work, real_work_fields
 from .lengths import lengths_of
 from .plan import BatchPlan
 from .planners.spec import Spec
@@ -526,9 +526,15 @@ class PlanSampler(Resumable):
             tokens[sched.order], plan.sizes[sched.order], self.world_size, steps
         )
         trend, lag1 = length_mixing(means)
+        if isinstance(cost, tuple):  # a model per field
+            record: Any = [None if c is None else c.as_dict() for c in cost]
+            work = real_work_fields(cost, plan, self.lengths)
+        else:
+            record = None if cost is None else cost.as_dict()
+            work = 1.0 - padding if cost is None else real_work(cost, plan, self.sizes)
         return {
-            "cost": None if cost is None else cost.as_dict(),
-            "real_work": 1.0 - padding if cost is None else real_work(cost, plan, self.sizes),
+            "cost": record,
+            "real_work": work,
             "length_trend": trend,
             "length_lag1": lag1,
         }

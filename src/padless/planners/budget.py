@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -179,14 +179,14 @@ class TokenBudget(Spec):
     [[2, 4, 1], [3, 0]]
     """
 
-    max_tokens: Any = setting(check_field_budgets, default=None)
+    max_tokens: int | float | tuple[Any, ...] | None = setting(check_field_budgets, default=None)
     max_sentences: int | None = setting(budget_or_none, default=None)
     multiple_of: int = setting(positive, default=1)
     oversize: str = setting(check_oversize, default="error")
-    cost: Any = setting(check_field_costs, default=None)
+    cost: Cost | tuple[Cost | None, ...] | None = setting(check_field_costs, default=None)
     max_cost: float | None = setting(check_max_cost, default=None)
     pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
-    resolution: Any = setting(check_resolution, default=None)
+    resolution: float | tuple[float | None, ...] | None = setting(check_resolution, default=None)
     # derived in _settle: the budget in whole ticks (per field: the shared limit of
     # field_scales), the per-field budgets in ticks and their scales (None: one budget)
     token_limit: int | None = dataclasses.field(init=False, default=None, repr=False)
@@ -505,7 +505,7 @@ def _field_oversize(
         given = "" if res is None else f" ({budgets[f]} ticks of resolution={res!r})"
         raise ValueError(
             f"index {i} has field {f} length {int(widths[i, f])}{unit}, which exceeds "
-            f"max_tokens[{f}]={spec.max_tokens[f]!r}{given}; "
+            f"max_tokens[{f}]={cast(tuple, spec.max_tokens)[f]!r}{given}; "
             f'{out.size} sequences do (pass oversize="drop" to leave such items out)'
         )
     return out
