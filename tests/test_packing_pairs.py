@@ -302,3 +302,13 @@ def test_field_stats_of_one_field_packing_count_each_field_of_its_pieces():
     stats = plan.field_stats(lengths)
     assert [s.real_tokens for s in stats] == [16, 11]  # field 1 of index 0: 3 tokens in piece 0
     assert [s.padded_slots for s in stats] == [plan.num_rows * 8] * 2
+
+
+def test_a_change_from_split_pieces_to_pairs_is_refused_while_pieces_are_left():
+    lengths = np.full((20, 2), 150)
+    split = padless.PlanSampler(lengths, padless.Packing(capacity=64, oversize="split"))
+    it = iter(split)
+    next(it)  # one piece of a sequence cut in three
+    pairs = padless.PlanSampler(lengths, padless.Packing(capacity=(160, 160)))
+    with pytest.raises(ValueError, match=r"oversize='split' to capacity=\(160, 160\)"):
+        pairs.load_state_dict(split.state_dict())

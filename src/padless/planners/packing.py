@@ -46,11 +46,7 @@ from ..cost import (
     model_of,
     packed_batch_costs,
 )
-from ..plan import (
-    BatchPlan,
-    PackedPlan,
-    VectorPackedPlan,
-)  # PackedPlan lives in padless.plan; importable here too
+from ..plan import BatchPlan, PackedPlan, VectorPackedPlan  # the plan types live in padless.plan
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
@@ -854,22 +850,15 @@ class PackPlanner(Planner):
         (their codes number pieces of that capacity): another is a ``ValueError``."""
         n = int(self.sizes.size)
         done = np.asarray(done, dtype=np.int64)
-        if getattr(before.spec, "oversize", "") != "split":  # whole sequences were yielded
+        progress = _split_progress(self.sizes, done, before)
+        if progress is None:  # whole sequences were yielded
             return super().plan_rest(done, before, seed, epoch)
-        old_cap = int(getattr(before.spec, "capacity", self.capacity))
-        pieces = np.maximum(-(-self.sizes.astype(np.int64) // old_cap), 1)
-        given = np.bincount(done % max(n, 1), minlength=n)
-        partial = np.flatnonzero((given > 0) & (given < pieces))
+        old_cap, pieces, given, partial = progress
         if not partial.size:
             return plan_items(self, np.flatnonzero(given == 0).astype(np.int64), seed, epoch)
         cap = self.capacity
         if cap != old_cap or self.spec.oversize != "split":
-            raise ValueError(
-                f"Packing changed from capacity={old_cap}, oversize='split' to capacity={cap}, "
-                f"oversize={self.spec.oversize!r} while {partial.size} sequences (e.g. index "
-                f"{int(partial[0])}) had only some of their pieces yielded: the pieces left are "
-                "cut at the old capacity; change these settings at an epoch's start"
-            )
+            _refuse_pieces_left(old_cap, self.spec, partial)
         # the partial sequences' pieces not yet yielded, then the untouched sequences whole
         counts = pieces[partial]
         doc = np.repeat(partial, counts)
@@ -893,6 +882,30 @@ class PackPlanner(Planner):
         cap = self.capacity
         piece = values // n if n else values
         return np.minimum(size - piece * cap, cap)
+
+
+def _split_progress(
+    sizes: np.ndarray, done: np.ndarray, before: Planner
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where an epoch that ``before`` (split packing) yielded the codes ``done`` of stands:
+    ``(its capacity, pieces of every sequence, pieces yielded, sequences partly yielded)``;
+    None when ``before`` yielded whole sequences."""
+    if getattr(before.spec, "oversize", "") != "split":
+        return None
+    n = int(sizes.size)
+    old_cap = int(before.spec.capacity)  # type: ignore[attr-defined]
+    pieces = np.maximum(-(-sizes.astype(np.int64) // old_cap), 1)
+    given = np.bincount(done % max(n, 1), minlength=n)
+    return old_cap, pieces, given, np.flatnonzero((given > 0) & (given < pieces))
+
+
+def _refuse_pieces_left(old_cap: int, spec: Packing, partial: np.ndarray) -> None:
+    raise ValueError(
+        f"Packing changed from capacity={old_cap}, oversize='split' to capacity={spec.capacity}, "
+        f"oversize={spec.oversize!r} while {partial.size} sequences (e.g. index "
+        f"{int(partial[0])}) had only some of their pieces yielded: the pieces left are "
+        "cut at the old capacity; change these settings at an epoch's start"
+    )
 
 
 class PackFieldsPlanner(Planner):
@@ -994,6 +1007,18 @@ class PackFieldsPlanner(Planner):
 
     def config(self) -> dict[str, Any]:
         return self.spec.as_dict()
+
+    def plan_rest(
+        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+    ) -> tuple[BatchPlan, np.ndarray]:
+        """The pairs ``done`` left, packed with these settings (:meth:`Planner.plan_rest`);
+        after split packing, only once no sequence has just some of its pieces yielded (a
+        ``ValueError`` otherwise: a pair is placed whole)."""
+        done = np.asarray(done, dtype=np.int64)
+        progress = _split_progress(self.sizes, done, before)
+        if progress is not None and progress[3].size:
+            _refuse_pieces_left(progress[0], self.spec, progress[3])
+        return super().plan_rest(done, before, seed, epoch)
 
 
 class PackWindows(WindowKernel):
