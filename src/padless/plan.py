@@ -1,9 +1,10 @@
 """The plan types: which indices go together, in what order (flat int64 indices + CSR offsets).
 
 :class:`BatchPlan` is the plain plan; :class:`PackedPlan` (rows of packed sequences, from the
-packing strategy; :class:`VectorPackedPlan` with a capacity per field) and :class:`ShapedPlan` (batches tagged with fixed shapes, from ``FixedShapes``)
-extend it. This module is the floor of value types: it imports numpy and padless's lowest
-modules only (``_check``, ``lengths``; ``_kernels`` and ``_output`` inside the functions using them).
+packing strategy; :class:`VectorPackedPlan` with a capacity per field) and :class:`ShapedPlan`
+(batches tagged with fixed shapes, from ``FixedShapes``) extend it. This module is the floor of
+value types: it imports numpy and padless's lowest modules only (``_check``, ``lengths``;
+``_kernels`` and ``_output`` inside the functions using them).
 """
 
 from __future__ import annotations

@@ -827,9 +827,7 @@ class PackPlanner(Planner):
             return per_rank.max(axis=1) if per_rank.size else per_rank.reshape(-1)
         if self.spec.cost is not None:
             return packed_batch_costs(self.spec.cost, plan)
-        csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
-        np.cumsum(plan.piece_lengths, out=csum[1:])
-        return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+        return _batch_tokens(plan)
 
     def values(self, plan: BatchPlan) -> np.ndarray:
         # split pieces are yielded as codes (index + piece · N); otherwise codes == indices
@@ -882,6 +880,15 @@ class PackPlanner(Planner):
         cap = self.capacity
         piece = values // n if n else values
         return np.minimum(size - piece * cap, cap)
+
+
+def _batch_tokens(plan: BatchPlan) -> np.ndarray:
+    """The real tokens of every batch of a packing plan (its pieces' lengths summed)."""
+    if not isinstance(plan, PackedPlan):
+        raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
+    csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
+    np.cumsum(plan.piece_lengths, out=csum[1:])
+    return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
 
 
 def _split_progress(
@@ -970,12 +977,10 @@ class PackFieldsPlanner(Planner):
             np.arange(num_batches + 1, dtype=np.int64) * s.rows_per_batch, num_rows
         )
         real = [int(first.sum(dtype=np.int64)), int(second.sum(dtype=np.int64))]
-        dropped = self.over.astype(np.int64)
-        lost = int(
-            self.first[dropped].sum(dtype=np.int64) + self.second[dropped].sum(dtype=np.int64)
-        )
-        report = {**_oversize_report(int(self.over.size)), "dropped": int(self.over.size)}
-        report["tokens_lost"] = lost
+        dropped = self.over
+        report = _oversize_report(int(dropped.size))
+        lost = self.first[dropped].sum(dtype=np.int64) + self.second[dropped].sum(dtype=np.int64)
+        report.update(dropped=int(dropped.size), tokens_lost=int(lost))
         info: dict[str, Any] = {
             "capacity": [c0, c1],
             "rows": num_rows,
@@ -999,14 +1004,7 @@ class PackFieldsPlanner(Planner):
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Cost of each batch: the real tokens it holds, both fields together."""
-        if not isinstance(plan, PackedPlan):
-            raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
-        csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
-        np.cumsum(plan.piece_lengths, out=csum[1:])
-        return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
-
-    def config(self) -> dict[str, Any]:
-        return self.spec.as_dict()
+        return _batch_tokens(plan)
 
     def plan_rest(
         self, done: np.ndarray, before: Planner, seed: int, epoch: int
