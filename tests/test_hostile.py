@@ -856,6 +856,22 @@ ENTRIES: list[Entry] = [
         _collate_on([torch.tensor([1, 2, 3]), torch.tensor([4])]),
     ),
     (
+        padless.torch.collate_packed_pairs,
+        "collate_packed_pairs",
+        {"capacity": (16, 8)},
+        ["capacity", "max_per_row", "rows", "keys", "position_start", "pad_id", "ignore_index"]
+        + ["decoder_start_id"],
+        _collate_on([([1], [2]), ([3], [4])]),  # fits any capacity pair
+    ),
+    (
+        padless.torch.PackedPairsCollate,
+        "PackedPairsCollate",
+        {"capacity": (16, 8)},
+        ["capacity", "max_per_row", "rows", "keys", "position_start", "pad_id", "ignore_index"]
+        + ["decoder_start_id"],
+        _collate_on([([1], [2]), ([3], [4])]),  # fits any capacity pair
+    ),
+    (
         padless.torch.collate_for,
         "collate_for",
         {"source": SAMPLER, "pad_id": 0},

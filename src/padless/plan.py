@@ -1,9 +1,10 @@
 """The plan types: which indices go together, in what order (flat int64 indices + CSR offsets).
 
 :class:`BatchPlan` is the plain plan; :class:`PackedPlan` (rows of packed sequences, from the
-packing strategy) and :class:`ShapedPlan` (batches tagged with fixed shapes, from ``FixedShapes``)
-extend it. This module is the floor of value types: it imports numpy and padless's lowest
-modules only (``_check``, ``lengths``; ``_kernels`` and ``_output`` inside the functions using them).
+packing strategy; :class:`VectorPackedPlan` with a capacity per field) and :class:`ShapedPlan`
+(batches tagged with fixed shapes, from ``FixedShapes``) extend it. This module is the floor of
+value types: it imports numpy and padless's lowest modules only (``_check``, ``lengths``;
+``_kernels`` and ``_output`` inside the functions using them).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _PLAN_TYPES = {
     "BatchPlan": ("padless.plan", "BatchPlan"),
     "PackedPlan": ("padless.plan", "PackedPlan"),
     "PiecePlan": ("padless.plan", "PiecePlan"),
+    "VectorPackedPlan": ("padless.plan", "VectorPackedPlan"),
 }
 _PLAN_ARRAYS = {"indices", "offsets", "skipped"}
 _PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
@@ -639,6 +641,44 @@ class PackedPlan(BatchPlan):
         padded = self.num_rows * self.capacity
         return PlanStats.of(self.sizes, self.indices.size, self.real_tokens, padded)
 
+    def field_stats(self, lengths: Any) -> list[PlanStats]:
+        """Packing figures per field of (N, F) ``lengths`` (one for (N,)): field ``f``'s rows
+        hold ``capacity`` slots each, and its real tokens are what each entry's piece covers
+        of that field (a piece ``[s, e)`` of a sequence holds ``clip(l_f - s, 0, e - s)``).
+
+        Cost: O(len(indices) · F).
+
+        >>> from padless import plan_packing
+        >>> lengths = np.array([[5, 2], [3, 3]])
+        >>> [f.real_tokens for f in plan_packing(lengths, capacity=8).field_stats(lengths)]
+        [8, 5]
+        """
+        picked = self._field_lengths(lengths)
+        start, stop = self.piece_start[:, None], self.piece_stop[:, None]
+        held = np.clip(picked - start, 0, stop - start)
+        return self._per_field(held, [self.capacity] * picked.shape[1])
+
+    def _field_lengths(self, lengths: Any) -> np.ndarray:
+        """The (entries, F) lengths of every entry's sequence, ``lengths`` checked against the
+        sequences the plan was made for."""
+        lens = lengths_of(lengths)
+        if lens.shape[0] != self.num_sequences:
+            raise ValueError(
+                f"lengths must hold the {self.num_sequences} sequences the plan was made for, "
+                f"got {lens.shape[0]}"
+            )
+        picked = lens[self.indices]
+        return picked[:, None] if picked.ndim == 1 else picked
+
+    def _per_field(self, held: np.ndarray, capacities: Sequence[int]) -> list[PlanStats]:
+        """One PlanStats per column of ``held`` (every entry's tokens of that field), rows of
+        ``capacities[f]`` slots."""
+        entries = self.indices.size
+        return [
+            PlanStats.of(self.sizes, entries, int(held[:, f].sum()), self.num_rows * int(c))
+            for f, c in enumerate(capacities)
+        ]
+
     # ------------------------------------------------------------------ protocol
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BatchPlan):
@@ -697,6 +737,160 @@ class PackedPlan(BatchPlan):
             skipped=data["skipped"] if "skipped" in data.files else None,
             info=packing["info"],
         )
+
+
+class VectorPackedPlan(PackedPlan):
+    """A packing plan with one capacity per field: rows of whole sequences whose lengths sum, in
+    every field ``f``, to at most ``capacities[f]`` (sources and targets packed together for
+    encoder–decoder models, ``Packing(capacity=(C_src, C_tgt))``).
+
+    The arrays are :class:`PackedPlan`'s, every entry a whole sequence (``piece_start`` 0);
+    ``piece_stop`` holds each entry's tokens over all fields and ``capacity`` is
+    ``sum(capacities)``, so ``real_tokens``, ``efficiency`` and :meth:`stats` count the slots of
+    all the fields' rows together; :meth:`field_stats` gives each field's figures. Within a
+    batch, rows come in the order they were opened and a row's first entry fits in none of the
+    rows before it, so :func:`padless.planners.packing.next_fit_rows` over the (entries, F)
+    lengths rebuilds the rows.
+
+    Args:
+        indices, row_bounds, row_offsets, piece_stop, num_sequences, skipped, info: as
+            :class:`PackedPlan` (``piece_stop``: every entry's tokens summed over its fields).
+        capacities: tokens per row in each field (at least two fields).
+
+    >>> from padless import Packing
+    >>> lengths = np.array([[5, 2], [3, 3], [4, 4]])
+    >>> plan = Packing(capacity=(8, 6)).plan(lengths)
+    >>> plan.num_rows, plan.capacities, [f.real_tokens for f in plan.field_stats(lengths)]
+    (2, (8, 6), [12, 9])
+    """
+
+    __slots__ = ("capacities",)
+
+    def __init__(
+        self,
+        indices: Any,
+        row_bounds: Any,
+        row_offsets: Any,
+        piece_stop: Any,
+        *,
+        capacities: Any,
+        num_sequences: int,
+        skipped: Any = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        caps = _check_capacities(capacities)
+        super().__init__(
+            indices,
+            row_bounds,
+            row_offsets,
+            None,
+            piece_stop,
+            capacity=sum(caps),
+            num_sequences=num_sequences,
+            skipped=skipped,
+            info=info,
+        )
+        if self.piece_stop.size and int(self.piece_stop.min()) < 0:
+            raise ValueError("piece_stop must hold every entry's tokens, >= 0")
+        self.capacities = caps
+
+    @classmethod
+    def _built_fields(
+        cls,
+        indices: np.ndarray,
+        row_bounds: np.ndarray,
+        row_offsets: np.ndarray,
+        offsets: np.ndarray,
+        piece_stop: np.ndarray,
+        *,
+        capacities: tuple[int, ...],
+        num_sequences: int,
+        skipped: np.ndarray | None,
+        info: dict[str, Any],
+    ) -> VectorPackedPlan:
+        """The plan of arrays a padless planner has just made, unchecked (as
+        :meth:`PackedPlan._built`)."""
+        plan = cast(
+            VectorPackedPlan,
+            cls._built(
+                indices, row_bounds, row_offsets, offsets, None, piece_stop,
+                capacity=sum(capacities), num_sequences=num_sequences, skipped=skipped, info=info,
+            ),
+        )  # fmt: skip
+        plan.capacities = tuple(capacities)
+        return plan
+
+    def entry_lengths(self, sizes: np.ndarray) -> np.ndarray:
+        """``sizes`` of every entry's sequence (entries are whole sequences)."""
+        return sizes[self.indices]
+
+    def field_stats(self, lengths: Any) -> list[PlanStats]:
+        """Packing figures per field: field ``f`` holds ``rows × capacities[f]`` slots and its
+        entries' lengths in that field.
+
+        Cost: O(len(indices) · F).
+        """
+        picked = self._field_lengths(lengths)
+        if picked.shape[1] != len(self.capacities):
+            raise ValueError(
+                f"lengths must have one field per capacity ({len(self.capacities)}), got "
+                f"{picked.shape[1]}"
+            )
+        return self._per_field(picked, self.capacities)
+
+    def __eq__(self, other: object) -> bool:
+        same = PackedPlan.__eq__(self, other)
+        if same is not True:
+            return same
+        return isinstance(other, VectorPackedPlan) and self.capacities == other.capacities
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorPackedPlan(batches={len(self)}, rows={self.num_rows}, "
+            f"entries={self.indices.size}, capacities={self.capacities}, "
+            f"efficiency={self.efficiency:.4f}, skipped={self.skipped.size})"
+        )
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = super().to_arrays()
+        out["capacities"] = np.array(self.capacities, dtype=np.int64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, data: Any, meta: dict[str, Any], where: str) -> VectorPackedPlan:
+        need = {"indices", "row_bounds", "row_offsets", "piece_stop", "capacities", "packing"}
+        missing = need - set(data.files)
+        if missing:
+            raise ValueError(
+                f"{where} is not a padless vector packing plan: missing {sorted(missing)}"
+            )
+        import json
+
+        packing = json.loads(str(data["packing"]))
+        return cls(
+            data["indices"],
+            data["row_bounds"],
+            data["row_offsets"],
+            data["piece_stop"],
+            capacities=data["capacities"].tolist(),
+            num_sequences=packing["num_sequences"],
+            skipped=data["skipped"] if "skipped" in data.files else None,
+            info=packing["info"],
+        )
+
+
+def _check_capacities(value: Any) -> tuple[int, ...]:
+    """Capacities per field: a sequence of at least two positive ints."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) < 2:
+        raise TypeError(
+            "capacities must be a sequence of one positive int per field (at least two), got "
+            f"{type(value).__name__} {value!r:.60}"
+        )
+    return tuple(positive(f"capacities[{f}]", c) for f, c in enumerate(value))
 
 
 class PiecePlan(BatchPlan):

@@ -90,7 +90,7 @@ class BucketsSettings(TypedDict, total=False):
 class PackingSettings(TypedDict, total=False):
     """The settings of :class:`padless.Packing` (defaults and checks: there)."""
 
-    capacity: Required[int]
+    capacity: Required[int | tuple[int, int]]
     max_per_row: int | None
     rows_per_batch: int
     oversize: str
@@ -390,7 +390,8 @@ def plan_packing(
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over
             fields, so every field of a row fits in ``capacity``).
-        capacity: tokens per row.
+        capacity: tokens per row; or ``(C_src, C_tgt)``, one capacity per field of (N, 2)
+            lengths: vector best fit, a row's pairs within both (see :class:`padless.Packing`).
         max_per_row: most sequences (or pieces) per row, or None for no cap.
         rows_per_batch: rows per batch.
         oversize: what to do with a sequence longer than ``capacity``: ``"error"`` raises (naming
@@ -483,5 +484,8 @@ class PackingSampler(PlanSampler):
         [(1, 2), (3, 4), (5,), (6,)]
         """
         return PieceDataset(
-            dataset, capacity=self.spec.capacity, num_sequences=int(self.sizes.shape[0]), keys=keys
+            dataset,
+            capacity=self.spec.row_capacity,
+            num_sequences=int(self.sizes.shape[0]),
+            keys=keys,
         )

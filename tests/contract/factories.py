@@ -180,6 +180,12 @@ FACTORIES = [
         ),
     ),
     Factory(
+        "packing_pairs",  # a capacity per field: (source, target) pairs packed by vector best fit
+        lambda **o: padless.PlanSampler(
+            PAIRS, padless.Packing(capacity=(256, 288), rows_per_batch=2), **o
+        ),
+    ),
+    Factory(
         "plan_sampler_spec",
         lambda **o: padless.PlanSampler(LENGTHS, padless.TokenBudget(max_tokens=900), **o),
     ),

@@ -8,9 +8,11 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were added (issue
 30); ``packing_cp`` when context parallelism came (issue 30; ``packing`` kept its digest:
 ``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
-(issue 29), ``lhotse_cuts`` when the lhotse sampler came and ``buckets_2d`` when 2-D buckets
-came (issue 29; ``buckets`` kept its digest). A factory added to the contract list needs its
-digest here (pasted once from today's output, never computed by a test).
+(issue 29), ``lhotse_cuts`` when the lhotse sampler came, ``buckets_2d`` when 2-D buckets
+came (issue 29; ``buckets`` kept its digest) and ``packing_pairs`` when packing got a capacity
+per field (issue 29; ``packing`` kept its digest: an int capacity plans as before). A factory
+added to the contract list needs its digest here (pasted once from today's output, never
+computed by a test).
 """
 
 import pytest
@@ -30,6 +32,7 @@ GOLDEN = {
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
     "packing_cp": "44a29f6554dda892",
+    "packing_pairs": "d78774ef536624d3",
     "plan_sampler_spec": "2cd3111f58d24eb4",
     "windowed": "0eab906b5c79ba49",
     "token_budget_histogram": "0de7afc11dd3739e",

@@ -15,7 +15,7 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 ``shapes``      ``shape_ends``, ``pick_shapes``, ``carry_cuts``, ``static_cuts``, ``polish_ends``
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
-``packing``     ``best_fit_rows`` (64-ary bit tree), ``scatter_rows``
+``packing``     ``best_fit_rows`` (64-ary bit tree), ``best_fit_pairs`` (two fields), ``scatter_rows``
 ``feistel``     ``feistel_permute`` and the LM-stream row gathers
 ``ingest``      ``eos_offsets``, ``gather_tokens``, ``segment_positions``: token stores
 ``collate``     ``next_fit_count``, ``packed_batch``, ``padded_batch``: batches from a store
@@ -74,7 +74,14 @@ from .ingest import (
     segment_positions_reference,
 )
 from .order import counting_order, counting_order_reference, shuffle_runs, shuffle_runs_reference
-from .packing import best_fit_rows, best_fit_rows_reference, scatter_rows, scatter_rows_reference
+from .packing import (
+    best_fit_pairs,
+    best_fit_pairs_reference,
+    best_fit_rows,
+    best_fit_rows_reference,
+    scatter_rows,
+    scatter_rows_reference,
+)
 from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
 from .segments import segment_max, segment_max_reference
 from .shapes import (
@@ -95,6 +102,8 @@ from .shapes import (
 __all__ = [
     "FEISTEL_ROUNDS",
     "SplitMix",
+    "best_fit_pairs",
+    "best_fit_pairs_reference",
     "best_fit_rows",
     "best_fit_rows_reference",
     "budget_ends",

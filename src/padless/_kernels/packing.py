@@ -1,4 +1,5 @@
-"""Packing: best-fit decreasing into rows over a 64-ary bit tree, then one scatter into rows.
+"""Packing: best-fit decreasing into rows over a 64-ary bit tree (over a max tree and an ordered
+set for rows of two fields), then one scatter into rows.
 
 The kernels are C++ (``padless._core``, csrc/packing.hpp); the ``*_reference`` twins are the spec.
 """
@@ -42,6 +43,47 @@ def best_fit_rows_reference(
         row_of.append(row)
         if max_per_row == 0 or counts[row] < max_per_row:
             stacks.setdefault(left, []).append(row)
+    return np.array(row_of, dtype=np.int64), len(counts)
+
+
+def best_fit_pairs(
+    first: np.ndarray, second: np.ndarray, capacity0: int, capacity1: int, max_per_row: int
+) -> tuple[np.ndarray, int]:
+    """Vector best fit of items with two sizes (``first[i]``, ``second[i]``), in the order given,
+    into rows of ``capacity0`` and ``capacity1``.
+
+    An item (a, b) goes to the open row whose remaining spaces r0 >= a and r1 >= b have the
+    least r0, then the least r1, then (among equal ones) the row opened last; else it opens a
+    new row. A row holding ``max_per_row`` items (0: no cap) closes. Sizes must lie in
+    [0, capacity] of their field. Returns ``(row_of, num_rows)``: rows are numbered in the
+    order they open. O(n · (log rows + 64 · log_64 capacity0)): the open rows of each r0 in an
+    ordered set by r1, a max tree over r0 holding each set's largest r1; memory: a node per open
+    row and 12 bytes per unit of ``capacity0``.
+    """
+    return _core.best_fit_pairs(first, second, capacity0, capacity1, max_per_row)
+
+
+def best_fit_pairs_reference(
+    first: np.ndarray, second: np.ndarray, capacity0: int, capacity1: int, max_per_row: int
+) -> tuple[np.ndarray, int]:
+    """The same rule, scanning every open row's remaining spaces."""
+    left: dict[int, tuple[int, int]] = {}  # open row -> its remaining spaces
+    counts: list[int] = []
+    row_of = []
+    for a, b in zip((int(x) for x in first), (int(x) for x in second), strict=True):
+        fits = [(r0, r1, -row) for row, (r0, r1) in left.items() if r0 >= a and r1 >= b]
+        if fits:
+            r0, r1, row = min(fits)
+            row = -row
+            counts[row] += 1
+        else:
+            row, r0, r1 = len(counts), capacity0, capacity1
+            counts.append(1)
+        row_of.append(row)
+        if max_per_row == 0 or counts[row] < max_per_row:
+            left[row] = (r0 - a, r1 - b)
+        else:
+            left.pop(row, None)
     return np.array(row_of, dtype=np.int64), len(counts)
 
 

@@ -24,9 +24,10 @@ How the pieces fit together:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from ..cost import (
     model_of,
     packed_batch_costs,
 )
-from ..plan import BatchPlan, PackedPlan  # PackedPlan lives in padless.plan; importable here too
+from ..plan import BatchPlan, PackedPlan, VectorPackedPlan  # the plan types live in padless.plan
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
@@ -79,6 +80,25 @@ def check_capacity(name: str, value: Any) -> int:
             f"got {capacity}"
         )
     return capacity
+
+
+def check_capacities(name: str, value: Any) -> int | tuple[int, int]:
+    """Check ``Packing``'s capacity: an int (rows of one field, the max over fields), or a
+    pair ``(source, target)`` of them, one capacity per field of (N, 2) lengths (a list is
+    taken as a tuple, so ``Packing(**spec.as_dict())`` is the spec again).
+
+    >>> check_capacities("capacity", [512, 256])
+    (512, 256)
+    """
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(
+                f"{name} must be an int, or a pair (source, target) of ints: one capacity per "
+                f"field of (N, 2) lengths, got {len(value)} entries {list(value)!r:.60}"
+            )
+        first, second = (check_capacity(f"{name}[{f}]", c) for f, c in enumerate(value))
+        return first, second
+    return check_capacity(name, value)
 
 
 # ---------------------------------------------------------------------------------- planner
@@ -312,7 +332,9 @@ def _packed_plan(
     )
 
 
-def next_fit_rows(sizes: Any, *, capacity: int, max_per_row: int | None = None) -> np.ndarray:
+def next_fit_rows(
+    sizes: Any, *, capacity: int | tuple[int, ...], max_per_row: int | None = None
+) -> np.ndarray:
     """Cut a batch's items into rows "next fit" and return the row number of every item.
 
     A new row starts when the next item does not fit in the current one, or the current one
@@ -322,11 +344,21 @@ def next_fit_rows(sizes: Any, *, capacity: int, max_per_row: int | None = None) 
     fit only opens a row for an item that fits in no open row, so the first item of each row
     never fits in the rows listed before it. ``padless.torch.collate_packed`` relies on this.
 
-    Cost: O(items) Python steps.
+    With one capacity per field (``capacity=(C_src, C_tgt)``), ``sizes`` is (items, F) and an
+    item fits when it fits in every field (the rows of ``Packing(capacity=(C_src, C_tgt))``:
+    ``padless.torch.collate_packed_pairs``).
+
+    Cost: O(items · F) Python steps.
 
     >>> next_fit_rows([6, 2, 5, 3], capacity=8).tolist()
     [0, 0, 1, 1]
+    >>> next_fit_rows([[6, 1], [1, 4], [1, 2]], capacity=(8, 6)).tolist()
+    [0, 0, 1]
     """
+    if isinstance(capacity, (tuple, list)):
+        caps = [positive(f"capacity[{f}]", c) for f, c in enumerate(capacity)]
+        cap = positive_or_none("max_per_row", max_per_row) or 0
+        return _next_fit_fields(np.asarray(sizes), caps, cap)
     capacity = positive("capacity", capacity)
     cap = positive_or_none("max_per_row", max_per_row) or 0
     values = np.asarray(sizes)
@@ -344,6 +376,35 @@ def next_fit_rows(sizes: Any, *, capacity: int, max_per_row: int | None = None) 
             used = count = 0
         out[i] = row
         used += s
+        count += 1
+    return out
+
+
+def _next_fit_fields(values: np.ndarray, caps: list[int], cap: int) -> np.ndarray:
+    """:func:`next_fit_rows` of (items, F) sizes, rows of ``caps[f]`` tokens in field f."""
+    if values.ndim != 2 or values.shape[1] != len(caps):
+        raise ValueError(
+            f"sizes must be (items, {len(caps)}): one size per field of capacity={tuple(caps)}, "
+            f"got shape {values.shape}"
+        )
+    if values.size and not np.issubdtype(values.dtype, np.integer):
+        raise TypeError(f"sizes must hold integers, got dtype {values.dtype}")
+    out = np.empty(values.shape[0], dtype=np.int64)
+    row = count = 0
+    used = [0] * len(caps)
+    for i, item in enumerate(values.tolist()):
+        if any(not 0 <= x <= c for x, c in zip(item, caps, strict=True)):
+            raise ValueError(
+                f"item {i} has {tuple(item)} tokens; items must hold between 0 and "
+                f"capacity={tuple(caps)} in each field"
+            )
+        fits = all(u + x <= c for u, x, c in zip(used, item, caps, strict=True))
+        if count and (not fits or count == cap):
+            row += 1
+            used = [0] * len(caps)
+            count = 0
+        out[i] = row
+        used = [u + x for u, x in zip(used, item, strict=True)]
         count += 1
     return out
 
@@ -490,14 +551,28 @@ class Packing(Spec):
     does (:func:`padless.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
     its CP ranks together) at the padded lengths. The stream form refuses ``cp > 1``.
 
+    ``capacity=(C_src, C_tgt)``, one capacity per field of (N, 2) lengths (encoder–decoder
+    models: sources and targets packed together), packs by vector best fit
+    (:class:`PackFieldsPlanner`): a row's pairs sum to at most ``C_src`` source and ``C_tgt``
+    target tokens, where an int capacity bounds every field by the pair's longer one. The plan
+    is a :class:`padless.plan.VectorPackedPlan` (``field_stats`` per field, ``info``'s
+    ``field_efficiency`` and ``rows_lower_bound``), its batches collated by
+    ``padless.torch.collate_packed_pairs`` (``sampler.collate()``). Pairs are placed whole:
+    ``oversize`` is ``"error"`` or ``"drop"`` (a pair over its capacity in either field), and
+    ``cost``, ``max_row_cost`` and ``context_parallel`` are refused, as are the stream and
+    histogram forms (windows plan each window's pairs with this planner).
+
     >>> Packing(capacity=8, rows_per_batch=2).plan([6, 2, 5, 3, 7, 1]).num_rows
     3
     >>> plan = Packing(capacity=8, context_parallel=2).plan([5, 3, 1])
     >>> plan.num_rows, plan.real_tokens, plan.info["context_parallel"]
     (2, 9, 2)
+    >>> pairs = np.array([[6, 2], [2, 6], [5, 5], [3, 3]])
+    >>> Packing(capacity=8).plan(pairs).num_rows, Packing(capacity=(8, 8)).plan(pairs).num_rows
+    (3, 2)
     """
 
-    capacity: int = setting(check_capacity)
+    capacity: int | tuple[int, int] = setting(check_capacities)
     max_per_row: int | None = setting(positive_or_none, default=None)
     rows_per_batch: int = setting(positive, default=1)
     oversize: str = setting(partial(check_oversize, choices=OVERSIZE), default="error")
@@ -511,9 +586,29 @@ class Packing(Spec):
     # context_parallel came later: at 1 it stays out of as_dict (records made before it hold)
     quiet = {**QUIET_DEFAULTS, "context_parallel": 1}
 
+    @property
+    def row_capacity(self) -> int:
+        """Tokens per row of one field: ``capacity`` when it is an int. Rows of a capacity
+        per field have none (a ValueError: what asks supports one capacity only)."""
+        cap = self.capacity
+        if isinstance(cap, tuple):
+            raise ValueError(
+                f"capacity={list(cap)} gives one capacity per field: this form packs rows of "
+                "one field (give an int capacity)"
+            )
+        return cap
+
+    @property
+    def per_field(self) -> bool:
+        """Whether ``capacity`` gives one capacity per field (vector packing)."""
+        return isinstance(self.capacity, tuple)
+
     def _settle(self) -> None:
+        if self.per_field:
+            self._settle_fields()
+            return
         multiple = cp_multiple(self.context_parallel)
-        if self.capacity % multiple:
+        if self.row_capacity % multiple:
             raise ValueError(
                 f"capacity must be a multiple of 2 * context_parallel = {multiple} (every "
                 f"document is padded to a multiple of it and cut into {multiple} chunks), got "
@@ -522,13 +617,13 @@ class Packing(Spec):
         cap = self.max_row_cost
         if cap is not None:
             model = model_of(self.cost)
-            empty = model.linear * self.capacity
+            empty = model.linear * self.row_capacity
             if empty > cap:
                 raise ValueError(
                     f"max_row_cost must be at least the cost of a row of padding, "
                     f"cost.linear × capacity = {format_cost(empty)}, got {format_cost(cap)}"
                 )
-            full = model.packed([self.capacity], capacity=self.capacity)
+            full = model.packed([self.row_capacity], capacity=self.row_capacity)
             if self.oversize in ("split", "truncate") and full > cap:
                 raise ValueError(
                     f"max_row_cost must be at least {format_cost(full)} (a row holding one "
@@ -537,34 +632,74 @@ class Packing(Spec):
                     'or "error" for a tighter cap'
                 )
 
-    def bind(self, lengths: np.ndarray) -> PackPlanner:
+    def _settle_fields(self) -> None:
+        """The vector form (a capacity per field) places whole pairs by tokens: the settings
+        that cut, price or pad sequences are refused by name."""
+        refused = {
+            "oversize": self.oversize in ("split", "truncate"),
+            "cost": self.cost is not None,
+            "max_row_cost": self.max_row_cost is not None,
+            "context_parallel": self.context_parallel != 1,
+        }
+        why = {
+            "oversize": 'a pair is placed whole or not at all: use "error" or "drop"',
+            "cost": "cost models price rows of one field",
+            "max_row_cost": "cost models price rows of one field",
+            "context_parallel": "context-parallel rows are rows of one field",
+        }
+        for name, bad in refused.items():
+            if bad:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not supported with one capacity per "
+                    f"field (capacity={list(cast(tuple, self.capacity))}): {why[name]}"
+                )
+
+    def bind(self, lengths: np.ndarray) -> Planner:
+        if self.per_field:
+            return PackFieldsPlanner(self, lengths)
         return PackPlanner(self, lengths)
 
     def stream_engine(self) -> R.StreamEngine:
-        """The stream form: best-fit rows over each round's buffer; well-filled rows leave."""
+        """The stream form: best-fit rows over each round's buffer; well-filled rows leave.
+        Rows of one field only (a capacity per field is a ValueError)."""
         R.check_streamable(self, ("capacity", "max_per_row", "rows_per_batch", "oversize"))
+        if self.per_field:
+            raise ValueError(
+                f"capacity={list(cast(tuple, self.capacity))} (one capacity per field) has no "
+                "stream form yet: StreamBatcher packs rows of one field; plan with PlanSampler"
+            )
         return PackStream(self)
 
     def window_kernel(self, src: Any) -> WindowKernel | None:
-        """The fused windowed packing, when every sequence fits a row as it is."""
+        """The fused windowed packing, when every sequence fits a row of one field as it is."""
         known = ("capacity", "max_per_row", "rows_per_batch", "oversize")
-        fused = type(self) is Packing and plain(self, known) and src.size_max <= self.capacity
-        return PackWindows(self, src) if fused else None
+        if self.per_field or type(self) is not Packing or not plain(self, known):
+            return None
+        return PackWindows(self, src) if src.size_max <= self.row_capacity else None
 
     def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
         """Best-fit rows from the histogram (``best_fit_visits``), for whole sequences: no
-        split or truncated pieces, no cost model, no context parallelism."""
+        split or truncated pieces, no cost model, no context parallelism, one field."""
         plain_rows = self.oversize in ("error", "drop") and self.cost is None
         if not plain_rows or self.max_row_cost is not None or self.context_parallel != 1:
             return None
-        return ("rows", (self.capacity, self.max_per_row or 0, self.rows_per_batch))
+        if self.per_field:
+            return None
+        return ("rows", (self.row_capacity, self.max_per_row or 0, self.rows_per_batch))
 
     def collate_form(self) -> CollateForm:
         """Rows of packed pieces: ``collate_packed(capacity, max_per_row=...,
-        context_parallel=...)``."""
+        context_parallel=...)``; with a capacity per field, rows of each field
+        (``collate_packed_pairs(capacities, max_per_row=...)``, ``capacity`` 0)."""
+        if self.per_field:
+            return CollateForm(
+                packed=True,
+                max_per_row=self.max_per_row,
+                capacities=cast(tuple, self.capacity),
+            )
         return CollateForm(
             packed=True,
-            capacity=self.capacity,
+            capacity=self.row_capacity,
             max_per_row=self.max_per_row,
             context_parallel=self.context_parallel,
         )
@@ -577,10 +712,10 @@ class Packing(Spec):
         cannot pay for a row of one longer sequence (with ``context_parallel``, a multiple of
         ``2·cp``: the padded length is what the row holds)."""
         if self.max_row_cost is None:
-            return self.capacity
+            return self.row_capacity
         model = model_of(self.cost)
-        base, cap = model.linear * self.capacity, self.max_row_cost
-        lo, hi = 0, self.capacity  # fits(lo) holds (a row of padding fits, checked above)
+        base, cap = model.linear * self.row_capacity, self.max_row_cost
+        lo, hi = 0, self.row_capacity  # fits(lo) holds (a row of padding fits, checked above)
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if base + float(model.extra([mid])[0]) > cap:
@@ -598,17 +733,18 @@ class PackPlanner(Planner):
 
     def __init__(self, spec: Packing, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
+        self.capacity = spec.row_capacity
         # the sizes rows are planned at: each rounded up to a multiple of 2·context_parallel
         self.multiple = cp_multiple(spec.context_parallel)
         self.planned = round_up(self.sizes, self.multiple)
         if spec.oversize == "error":
-            oversize_error(self.sizes, spec.capacity)
+            oversize_error(self.sizes, self.capacity)
         self.limit = spec.longest_in_row()
-        if spec.oversize == "error" and self.limit < spec.capacity:
+        if spec.oversize == "error" and self.limit < self.capacity:
             over = np.flatnonzero(self.sizes > self.limit)
             if over.size:
                 i = int(over[0])
-                row = model_of(spec.cost).packed([int(self.sizes[i])], capacity=spec.capacity)
+                row = model_of(spec.cost).packed([int(self.sizes[i])], capacity=self.capacity)
                 raise ValueError(
                     f"index {i} has length {int(self.sizes[i])}: a row holding it costs "
                     f"{format_cost(row)}, which exceeds max_row_cost="
@@ -630,7 +766,7 @@ class PackPlanner(Planner):
         plan.piece_stop = np.minimum(plan.piece_stop, own[plan.indices])
         real = int(plan.piece_lengths.sum())
         slots = plan.num_rows * plan.capacity
-        limit = self.limit if s.max_row_cost is not None and s.oversize == "drop" else s.capacity
+        limit = self.limit if s.max_row_cost is not None and s.oversize == "drop" else self.capacity
         over = own[own > limit]
         lost = {"truncate": int((over - limit).sum()), "drop": int(over.sum())}
         plan.info.update(
@@ -645,23 +781,29 @@ class PackPlanner(Planner):
         s = self.spec
         if s.max_row_cost is None:
             return _pack(
-                self.planned, s.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed, epoch
+                self.planned,
+                self.capacity,
+                s.max_per_row,
+                s.rows_per_batch,
+                s.oversize,
+                seed,
+                epoch,
             )
 
         model = model_of(s.cost)
-        base, cap = model.linear * s.capacity, float(s.max_row_cost)
+        base, cap = model.linear * self.capacity, float(s.max_row_cost)
 
         def fit(walk_sizes: np.ndarray) -> tuple[np.ndarray, int]:
             extras = model.extra(walk_sizes)
             row_of, rows = KC.best_fit_rows_cost(
-                walk_sizes, extras, s.capacity, s.max_per_row or 0, base, cap
+                walk_sizes, extras, self.capacity, s.max_per_row or 0, base, cap
             )
             return row_of, int(rows)
 
         limit = self.limit if s.oversize in ("error", "drop") else None
         return _pack(
             self.planned,
-            s.capacity,
+            self.capacity,
             s.max_per_row,
             s.rows_per_batch,
             s.oversize,
@@ -685,9 +827,7 @@ class PackPlanner(Planner):
             return per_rank.max(axis=1) if per_rank.size else per_rank.reshape(-1)
         if self.spec.cost is not None:
             return packed_batch_costs(self.spec.cost, plan)
-        csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
-        np.cumsum(plan.piece_lengths, out=csum[1:])
-        return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+        return _batch_tokens(plan)
 
     def values(self, plan: BatchPlan) -> np.ndarray:
         # split pieces are yielded as codes (index + piece · N); otherwise codes == indices
@@ -708,22 +848,15 @@ class PackPlanner(Planner):
         (their codes number pieces of that capacity): another is a ``ValueError``."""
         n = int(self.sizes.size)
         done = np.asarray(done, dtype=np.int64)
-        old_cap = int(getattr(before.spec, "capacity", self.spec.capacity))
-        if getattr(before.spec, "oversize", "") != "split":  # whole sequences were yielded
+        progress = _split_progress(self.sizes, done, before)
+        if progress is None:  # whole sequences were yielded
             return super().plan_rest(done, before, seed, epoch)
-        pieces = np.maximum(-(-self.sizes.astype(np.int64) // old_cap), 1)
-        given = np.bincount(done % max(n, 1), minlength=n)
-        partial = np.flatnonzero((given > 0) & (given < pieces))
+        old_cap, pieces, given, partial = progress
         if not partial.size:
             return plan_items(self, np.flatnonzero(given == 0).astype(np.int64), seed, epoch)
-        cap = self.spec.capacity
+        cap = self.capacity
         if cap != old_cap or self.spec.oversize != "split":
-            raise ValueError(
-                f"Packing changed from capacity={old_cap}, oversize='split' to capacity={cap}, "
-                f"oversize={self.spec.oversize!r} while {partial.size} sequences (e.g. index "
-                f"{int(partial[0])}) had only some of their pieces yielded: the pieces left are "
-                "cut at the old capacity; change these settings at an epoch's start"
-            )
+            _refuse_pieces_left(old_cap, self.spec, partial)
         # the partial sequences' pieces not yet yielded, then the untouched sequences whole
         counts = pieces[partial]
         doc = np.repeat(partial, counts)
@@ -744,9 +877,146 @@ class PackPlanner(Planner):
         index = values % n if n else values
         rows = np.asarray(lengths[index], dtype=np.int64)
         size = rows if rows.ndim == 1 else rows.max(axis=1)
-        cap = self.spec.capacity
+        cap = self.capacity
         piece = values // n if n else values
         return np.minimum(size - piece * cap, cap)
+
+
+def _batch_tokens(plan: BatchPlan) -> np.ndarray:
+    """The real tokens of every batch of a packing plan (its pieces' lengths summed)."""
+    if not isinstance(plan, PackedPlan):
+        raise TypeError(f"packing plans must be PackedPlan, got {type(plan).__name__}")
+    csum = np.zeros(plan.indices.size + 1, dtype=np.int64)
+    np.cumsum(plan.piece_lengths, out=csum[1:])
+    return csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
+
+
+def _split_progress(
+    sizes: np.ndarray, done: np.ndarray, before: Planner
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where an epoch that ``before`` (split packing) yielded the codes ``done`` of stands:
+    ``(its capacity, pieces of every sequence, pieces yielded, sequences partly yielded)``;
+    None when ``before`` yielded whole sequences."""
+    if getattr(before.spec, "oversize", "") != "split":
+        return None
+    n = int(sizes.size)
+    old_cap = int(before.spec.capacity)  # type: ignore[attr-defined]
+    pieces = np.maximum(-(-sizes.astype(np.int64) // old_cap), 1)
+    given = np.bincount(done % max(n, 1), minlength=n)
+    return old_cap, pieces, given, np.flatnonzero((given > 0) & (given < pieces))
+
+
+def _refuse_pieces_left(old_cap: int, spec: Packing, partial: np.ndarray) -> None:
+    raise ValueError(
+        f"Packing changed from capacity={old_cap}, oversize='split' to capacity={spec.capacity}, "
+        f"oversize={spec.oversize!r} while {partial.size} sequences (e.g. index "
+        f"{int(partial[0])}) had only some of their pieces yielded: the pieces left are "
+        "cut at the old capacity; change these settings at an epoch's start"
+    )
+
+
+class PackFieldsPlanner(Planner):
+    """:class:`Packing` with one capacity per field, bound to (N, 2) lengths: vector best-fit
+    decreasing (a pair over its capacity in some field refused once, or dropped).
+
+    The rule (``padless._kernels.best_fit_pairs``): pairs in decreasing order of their largest
+    share of a capacity, ``max(l_src / C_src, l_tgt / C_tgt)`` (compared exactly, in integers),
+    ties in a random order drawn from (seed, epoch); each goes to the open row it fits in
+    both fields with the least room left in the first field, then in the second, then the row
+    opened last; else it opens a row. Rows are shuffled and cut into batches as with one field.
+    """
+
+    spec: Packing
+
+    def __init__(self, spec: Packing, lengths: np.ndarray) -> None:
+        super().__init__(spec, lengths)
+        caps = cast(tuple, spec.capacity)
+        self.capacities: tuple[int, int] = caps
+        if lengths.ndim != 2 or lengths.shape[1] != 2:
+            raise ValueError(
+                f"capacity={list(caps)} gives one capacity per field (source, target): lengths "
+                f"must be (N, 2), got shape {lengths.shape}"
+            )
+        self.first = np.ascontiguousarray(lengths[:, 0])
+        self.second = np.ascontiguousarray(lengths[:, 1])
+        over = (self.first > caps[0]) | (self.second > caps[1])
+        self.over = np.flatnonzero(over)
+        if spec.oversize == "error" and self.over.size:
+            i = int(self.over[0])
+            pair = (int(self.first[i]), int(self.second[i]))
+            f = 0 if pair[0] > caps[0] else 1
+            raise ValueError(
+                f"index {i} has lengths {pair}, whose field {f} exceeds capacity={list(caps)} "
+                f'({self.over.size} sequences do; pass oversize="drop")'
+            )
+
+    def plan(self, seed: int, epoch: int) -> VectorPackedPlan:
+        s = self.spec
+        c0, c1 = self.capacities
+        n = int(self.first.size)
+        keep: np.ndarray | None = None
+        first, second = self.first, self.second
+        if self.over.size:
+            keep = np.flatnonzero((first <= c0) & (second <= c1))
+            first, second = first[keep], second[keep]
+        # longest first by the largest share of a capacity: max(a·C1, b·C0) / gcd, exact
+        g = math.gcd(c0, c1)
+        key = np.maximum(first.astype(np.int64) * (c1 // g), second.astype(np.int64) * (c0 // g))
+        order, _ = length_order(key, seed, epoch)
+        del key
+        walk = np.ascontiguousarray(order[::-1])
+        walk_first, walk_second = first[walk], second[walk]
+        row_of, num_rows = K.best_fit_pairs(walk_first, walk_second, c0, c1, s.max_per_row or 0)
+        rank = _row_rank(num_rows, s.rows_per_batch, seed, epoch)
+        walk_sizes = walk_first.astype(np.int64) + walk_second
+        items, piece_len, row_bounds = K.scatter_rows(row_of, rank, walk, walk_sizes)
+        del walk, walk_sizes, row_of
+        indices = items if keep is None else keep[items]
+        num_batches = -(-num_rows // s.rows_per_batch)
+        row_offsets = np.minimum(
+            np.arange(num_batches + 1, dtype=np.int64) * s.rows_per_batch, num_rows
+        )
+        real = [int(first.sum(dtype=np.int64)), int(second.sum(dtype=np.int64))]
+        dropped = self.over
+        report = _oversize_report(int(dropped.size))
+        lost = self.first[dropped].sum(dtype=np.int64) + self.second[dropped].sum(dtype=np.int64)
+        report.update(dropped=int(dropped.size), tokens_lost=int(lost))
+        info: dict[str, Any] = {
+            "capacity": [c0, c1],
+            "rows": num_rows,
+            "rows_per_batch": s.rows_per_batch,
+            "max_per_row": s.max_per_row,
+            "real_tokens": sum(real),
+            "efficiency": sum(real) / (num_rows * (c0 + c1)) if num_rows else 1.0,
+            "field_real_tokens": real,
+            "field_efficiency": [
+                r / (num_rows * c) if num_rows else 1.0 for r, c in zip(real, (c0, c1), strict=True)
+            ],
+            "rows_lower_bound": max(-(-real[0] // c0), -(-real[1] // c1)),
+            "oversize": s.oversize,
+            **report,
+        }
+        return VectorPackedPlan._built_fields(
+            indices, row_bounds, row_offsets, row_bounds[row_offsets], piece_len,
+            capacities=(c0, c1), num_sequences=n, skipped=dropped if dropped.size else None,
+            info=info,
+        )  # fmt: skip
+
+    def costs(self, plan: BatchPlan) -> np.ndarray:
+        """Cost of each batch: the real tokens it holds, both fields together."""
+        return _batch_tokens(plan)
+
+    def plan_rest(
+        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+    ) -> tuple[BatchPlan, np.ndarray]:
+        """The pairs ``done`` left, packed with these settings (:meth:`Planner.plan_rest`);
+        after split packing, only once no sequence has just some of its pieces yielded (a
+        ``ValueError`` otherwise: a pair is placed whole)."""
+        done = np.asarray(done, dtype=np.int64)
+        progress = _split_progress(self.sizes, done, before)
+        if progress is not None and progress[3].size:
+            _refuse_pieces_left(progress[0], self.spec, progress[3])
+        return super().plan_rest(done, before, seed, epoch)
 
 
 class PackWindows(WindowKernel):
@@ -757,7 +1027,7 @@ class PackWindows(WindowKernel):
 
     def plan(self, member: Any, blocks: np.ndarray, sub: int) -> BatchPlan:
         s, src = self.spec, self.src
-        capacity, max_per_row, per = s.capacity, s.max_per_row, s.rows_per_batch
+        capacity, max_per_row, per = s.row_capacity, s.max_per_row, s.rows_per_batch
         lay, span = src.layout, src.size_max + 1
         key = _rng.key(sub, 0, _rng.TIE_BREAK)
         placed = KW.pack_rows(
@@ -775,7 +1045,7 @@ class PackWindows(WindowKernel):
         lay, span = src.layout, src.size_max + 1
         rows = KW.pack_window_count(
             src.first_field, lay.n, lay.block, member.rotation, blocks, span,
-            s.capacity, s.max_per_row or 0,
+            s.row_capacity, s.max_per_row or 0,
         )  # fmt: skip
         return int(-(-int(rows) // s.rows_per_batch))
 
@@ -792,16 +1062,16 @@ class PackStream(R.StreamEngine):
 
     @property
     def capacity(self) -> int:
-        return self.spec.capacity
+        return self.spec.row_capacity
 
     @property
     def cut_above(self) -> int:  # longer items become pieces
-        return self.spec.capacity
+        return self.spec.row_capacity
 
     @property
     def need(self) -> int:
         """Tokens a row holds before it may leave early (FILL_TARGET of capacity)."""
-        return int(np.ceil(R.FILL_TARGET * self.spec.capacity))
+        return int(np.ceil(R.FILL_TARGET * self.spec.row_capacity))
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
         cap = self.capacity

@@ -183,6 +183,8 @@ class CollateForm:
     the collate refuses a batch that does not (a dataset not serving the planned pieces).
     ``context_parallel``: packed rows whose documents were planned padded to a multiple of
     ``2·context_parallel``, for that many context-parallel ranks (1: none).
+    ``capacities``: packed rows with one capacity per field (source, target: every pair's
+    fields go to its row's field rows, ``collate_packed_pairs``); ``capacity`` is 0 then.
     """
 
     packed: bool = False
@@ -193,6 +195,7 @@ class CollateForm:
     max_per_row: int | None = None
     equal_lengths: bool = False
     context_parallel: int = 1
+    capacities: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

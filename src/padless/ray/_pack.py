@@ -66,6 +66,12 @@ def _packing_spec(spec: Any) -> Spec:
     """``spec``, refused unless its batches are packed rows (``Spec.packs_rows``)."""
     if not (isinstance(spec, Spec) and spec.packs_rows):
         raise TypeError(f"spec must be a padless.Packing(capacity=...), got {type(spec).__name__}")
+    capacities = spec.collate_form().capacities
+    if capacities is not None:
+        raise ValueError(
+            f"spec must pack rows of one field: padless.ray.pack packs one token column, got "
+            f"capacity={capacities} (one capacity per field)"
+        )
     return spec
 
 

@@ -9,6 +9,8 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_loss``: ``scale_loss`` (loss normalised over the global optimizer step);
 - ``_collate``: ``collate_padded``, ``collate_packed`` and their picklable collate classes;
   ``zigzag_indices`` and ``join_cp_shares`` (context-parallel shares of packed rows);
+- ``_pairs``: ``collate_packed_pairs`` (packed rows of (source, target) pairs, a row per
+  field, for ``Packing(capacity=(C_src, C_tgt))``);
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
@@ -37,6 +39,8 @@ from ._loaders import lm_tensors as lm_tensors
 from ._loaders import mixture_dataset as mixture_dataset
 from ._loss import scale_loss as scale_loss
 from ._packed_check import check_packed as check_packed
+from ._pairs import PackedPairsCollate as PackedPairsCollate
+from ._pairs import collate_packed_pairs as collate_packed_pairs
 from ._rng import StepRng as StepRng
 from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
@@ -47,6 +51,7 @@ from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
     "PackedCollate",
+    "PackedPairsCollate",
     "PaddedCollate",
     "StatefulLoader",
     "StepRng",
@@ -55,6 +60,7 @@ __all__ = [
     "check_packed",
     "collate_for",
     "collate_packed",
+    "collate_packed_pairs",
     "collate_padded",
     "dist_kwargs",
     "get_rng_state",

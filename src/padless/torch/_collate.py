@@ -746,6 +746,12 @@ def collate_packed(
     does this); a ``max_per_row`` or ``context_parallel`` given beside it must then agree.
     """
     form = form_of(capacity)
+    if form is not None and form.capacities is not None:
+        raise ValueError(
+            f"capacity is a packing with one capacity per field (capacity={form.capacities}): "
+            "collate its (source, target) rows with padless.torch.collate_packed_pairs(sampler) "
+            "or sampler.collate()"
+        )
     if form is not None and form.packed:
         if max_per_row is not None and max_per_row != form.max_per_row:
             raise ValueError(

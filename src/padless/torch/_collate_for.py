@@ -8,6 +8,7 @@ from typing import Any
 from ..planners.spec import Spec
 from ..streams import StreamBatcher
 from ._collate import collate_packed, collate_padded
+from ._pairs import collate_packed_pairs
 from ._streams import StreamDataset, stream_collate
 
 __all__ = ["collate_for"]
@@ -24,6 +25,8 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
     - packed rows: ``collate_packed(capacity, max_per_row=..., context_parallel=...,
       **options)`` (so capacity is typed once; passing ``capacity``, ``max_per_row`` or
       ``context_parallel`` again is a TypeError; a context-parallel rank passes ``cp_rank=``);
+      with one capacity per field, ``collate_packed_pairs(capacities, max_per_row=...,
+      **options)``;
     - static shapes: ``collate_padded(shapes=spec, **options)`` (``shapes=`` is a ValueError);
     - otherwise ``collate_padded(plan=source, **options)``: padded to the plan's
       ``pad_to_multiple_of`` (another ``multiple_of=`` is a ValueError).
@@ -57,11 +60,14 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
     if form.packed:
         for name in _PACKED_SETTINGS:
             if name in options:
+                capacity = form.capacity if form.capacities is None else form.capacities
                 raise TypeError(
                     f"{name} must not be passed to collate_for(): the source's spec gives it "
-                    f"(capacity={form.capacity}, max_per_row={form.max_per_row}, "
+                    f"(capacity={capacity}, max_per_row={form.max_per_row}, "
                     f"context_parallel={form.context_parallel}), got {name}={options[name]!r:.60}"
                 )
+        if form.capacities is not None:  # a capacity per field: rows of each field
+            return collate_packed_pairs(form.capacities, max_per_row=form.max_per_row, **options)
         return collate_packed(
             form.capacity,
             max_per_row=form.max_per_row,

@@ -147,6 +147,12 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "plan must be a padless sampler or spec (e.g. the PackingSampler that plans "
                 f"these batches), or None, got {type(plan).__name__}"
             )
+        if form.capacities is not None:
+            raise ValueError(
+                f"plan must pack rows of one field here: TokenDataset serves one token file, "
+                f"but the plan packs (source, target) pairs (capacity={form.capacities}); serve "
+                "the pairs to collate_packed_pairs(sampler) instead"
+            )
         if form.context_parallel > 1:
             raise ValueError(
                 "plan must not pack for context parallelism here: TokenDataset builds rows of "
