@@ -445,7 +445,7 @@ class BatchPlan:
 
         Cost: O(F · len(indices)).
 
-        >>> [s.padded_slots for s in BatchPlan([0, 1], [0, 2]).field_stats([[3, 1], [1, 2]])]
+        >>> [s.padded_slots for s in BatchPlan([0, 1], [0, 2]).field_stats(np.array([[3, 1], [1, 2]]))]
         [6, 4]
         """
         lens = lengths_of(lengths)
