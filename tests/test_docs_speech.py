@@ -100,3 +100,32 @@ def test_the_speech_example_runs_within_both_budgets(tmp_path):
 def test_the_filters_example_runs():
     _, _, filters = blocks()
     exec(compile(filters, "docs/speech.md:filters", "exec"), {"__name__": "docs_filters"})
+
+
+def test_the_readme_speech_section_runs_within_both_budgets():
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    at = readme.index("\n### Speech and translation\n")
+    code = re.search(r"```python\n(.*?)```", readme[at:], re.S).group(1)
+    rng = np.random.default_rng(3)
+    seconds = rng.lognormal(1.8, 0.5, 3000).clip(0.3, 40.0)
+    tokens = (seconds * rng.lognormal(1.2, 0.2, 3000)).astype(np.int64) + 1
+    tokens[:3] = [900, 0, 1]  # outliers: far too many tokens a second, none at all
+    scope = {"seconds": seconds, "tokens": tokens, "rank": 0, "world_size": 1}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(code, "README.md:Speech and translation", "exec"), scope)
+    keep, sampler = scope["keep"], scope["sampler"]
+    assert {0, 1} <= set(keep.dropped.tolist()) and "dropped" in out.getvalue()
+    lengths = scope["lengths"][keep.kept]
+    for batch in sampler:
+        assert len(batch) * lengths[batch, 0].max() <= 20000
+        assert len(batch) * lengths[batch, 1].max() <= 1000
+    assert sampler.stats()["fields"][0]["real_seconds"] == pytest.approx(lengths[:, 0].sum() / 100)
+    plan = scope["buckets"].plan(lengths)
+    assert sorted(plan.indices.tolist()) == list(range(len(lengths)))
+    packed = scope["packed"]
+    pairs = scope["pairs"]
+    batch = scope["collate"](
+        [{"input_ids": [1] * a, "labels": [2] * b} for a, b in pairs[next(iter(packed))]]
+    )
+    assert batch["input_ids"].shape[-1] == 1024 and batch["labels"].shape[-1] == 1024
