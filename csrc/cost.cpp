@@ -24,6 +24,26 @@ Out<int64_t> budget_cost_ends_py(In<T> sizes, In<double> units, int64_t max_toke
     return to_numpy(std::move(ends));
 }
 
+// each item's cost in each field, row-major (n, fields)
+using Units2 = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+template <class T>
+Out<int64_t> budget_field_cost_ends_py(In<T> sizes, Units2 units, int64_t max_tokens,
+                                       int64_t max_sentences, int64_t multiple, double max_cost) {
+    if (units.shape(0) < sizes.shape(0) || units.shape(1) < 1) {
+        throw std::invalid_argument(
+            "budget_field_cost_ends: units must be (n, fields) with fields >= 1");
+    }
+    Buffer<int64_t> ends;
+    {
+        nb::gil_scoped_release nogil;
+        ends = budget_field_cost_ends(sizes.data(), units.data(), static_cast<int64_t>(sizes.shape(0)),
+                                      static_cast<int64_t>(units.shape(1)), max_tokens,
+                                      max_sentences, multiple, max_cost);
+    }
+    return to_numpy(std::move(ends));
+}
+
 Out<double> packed_batch_costs_py(In<double> extras, In<int64_t> row_bounds,
                                   In<int64_t> row_offsets, double base) {
     if (row_offsets.shape(0) == 0) {
@@ -61,6 +81,9 @@ void bind_cost(nb::module_& m) {
     m.def("budget_cost_ends", &budget_cost_ends_py<T>, nb::arg("sizes"), nb::arg("units"),     \
           nb::arg("max_tokens"), nb::arg("max_sentences"), nb::arg("multiple"),                \
           nb::arg("max_cost"));                                                                \
+    m.def("budget_field_cost_ends", &budget_field_cost_ends_py<T>, nb::arg("sizes"),           \
+          nb::arg("units"), nb::arg("max_tokens"), nb::arg("max_sentences"),                   \
+          nb::arg("multiple"), nb::arg("max_cost"));                                           \
     m.def("best_fit_rows_cost", &best_fit_rows_cost_py<T>, nb::arg("sizes"), nb::arg("extras"), \
           nb::arg("capacity"), nb::arg("max_per_row"), nb::arg("base"),                        \
           nb::arg("max_row_cost"));

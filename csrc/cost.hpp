@@ -4,6 +4,7 @@
 // kernels and the references agree bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -65,6 +66,73 @@ Buffer<int64_t> budget_cost_ends(const T* sizes, const double* units, int64_t n,
             batch_u = umax;
             tail_max = 0;
             tail_u = 0.0;
+        }
+    }
+    if (cut > start) ends[closed++] = cut;
+    if (n > cut) ends[closed++] = n;
+    ends.used = closed;
+    return ends;
+}
+
+// budget_cost_ends with a cost per field: `units` is n × fields (row-major, each item's cost in
+// each field) and a batch costs `count × Σ_f max unit_f` (fields added left to right from 0.0):
+// every field pads to its own longest. With one field the ends are those of budget_cost_ends.
+template <class T>
+Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int64_t n,
+                                       int64_t fields, int64_t max_tokens, int64_t max_sentences,
+                                       int64_t multiple, double max_cost) {
+    Buffer<int64_t> ends(n + 1);
+    int64_t closed = 0, start = 0, cut = 0;
+    int64_t batch_max = 0, tail_max = 0;
+    std::vector<double> batch_u(static_cast<size_t>(fields), 0.0);
+    std::vector<double> tail_u(static_cast<size_t>(fields), 0.0);
+    auto total = [&](bool with_batch) {
+        double sum = 0.0;
+        for (size_t f = 0; f < batch_u.size(); ++f) {
+            double m = tail_u[f];
+            if (with_batch && batch_u[f] > m) m = batch_u[f];
+            sum += m;
+        }
+        return sum;
+    };
+    for (int64_t pos = 0; pos < n; ++pos) {
+        const int64_t s = static_cast<int64_t>(sizes[pos]);
+        const double* u = units + pos * fields;
+        if (s > tail_max) tail_max = s;
+        for (size_t f = 0; f < tail_u.size(); ++f) {
+            if (u[f] > tail_u[f]) tail_u[f] = u[f];
+        }
+        const int64_t count = pos + 1 - start;
+        const int64_t longest = batch_max > tail_max ? batch_max : tail_max;
+        bool over = (max_sentences > 0 && count > max_sentences) ||
+                    (max_tokens > 0 && mul_exceeds(count, longest, max_tokens));
+        if (!over && max_cost > 0.0) over = static_cast<double>(count) * total(true) > max_cost;
+        if (over) {
+            ends[closed++] = cut;
+            const int64_t left = pos + 1 - cut;
+            bool alone = max_tokens > 0 && mul_exceeds(left, tail_max, max_tokens);
+            if (!alone && max_cost > 0.0) alone = static_cast<double>(left) * total(false) > max_cost;
+            if (alone) {
+                ends[closed++] = pos;
+                tail_max = s;
+                for (size_t f = 0; f < tail_u.size(); ++f) tail_u[f] = u[f];
+                start = pos;
+            } else {
+                start = cut;
+            }
+            cut = pos + 1;
+            batch_max = tail_max;
+            batch_u = tail_u;
+            tail_max = 0;
+            std::fill(tail_u.begin(), tail_u.end(), 0.0);
+        } else if (count < multiple || multiple_of(count, multiple)) {
+            cut = pos + 1;
+            batch_max = longest;
+            for (size_t f = 0; f < batch_u.size(); ++f) {
+                if (tail_u[f] > batch_u[f]) batch_u[f] = tail_u[f];
+            }
+            tail_max = 0;
+            std::fill(tail_u.begin(), tail_u.end(), 0.0);
         }
     }
     if (cut > start) ends[closed++] = cut;

@@ -62,6 +62,7 @@ def test_report_json_agrees_with_library():
     assert rows["token_budget"]["padding_pct"] == pytest.approx(100 * st.padding_fraction)
     assert rows["exact_length"]["padding_pct"] == 0.0
     assert rows["token_budget"]["imbalance_balanced"] < 1.05
+    assert data["buckets_2d"] is None  # one field: no 2-D bucket table
 
 
 def test_report_table_and_plot(tmp_path):
@@ -95,6 +96,28 @@ def test_report_on_every_input_kind(tmp_path):
         run("report", tmp_path / "a.en", "a.es", "--json", check=False).stdout or "{}"
     )
     assert data == {}  # a.es relative to the wrong folder: an error, not a report
+
+
+def test_report_of_two_fields_has_the_2d_bucket_table(tmp_path):
+    from padless.planners.buckets import boundary_costs
+
+    pairs = padless.builtin_corpus(["en", "es"])[::10]
+    np.savez(tmp_path / "p.npz", en=pairs[:, 0], es=pairs[:, 1])
+    args = ("report", tmp_path / "p.npz", "--fields", "en,es", "--num-buckets", "4")
+    data = json.loads(run(*args, "--json").stdout)
+    rows = {(tuple(r["grid"]), r["method"]): r for r in data["buckets_2d"]}
+    assert set(rows) == {(g, m) for g in ((4, 2), (30, 2)) for m in ("joint", "equal", "1d_max")}
+    for grid in ((4, 2), (30, 2)):
+        cuts = padless.bucket_boundaries_2d(pairs, grid, method="equal")
+        assert rows[grid, "equal"]["padded_slots"] == list(boundary_costs(pairs, cuts))
+        ours, theirs = rows[grid, "joint"]["padding_pct"], rows[grid, "equal"]["padding_pct"]
+        assert ours[0] <= theirs[0] and ours[1] <= theirs[1]
+    table = run(*args).stdout.splitlines()
+    start = table.index("  2-D buckets (field 0, then field 1 within each): padding per field")
+    block = table[start : start + 10]
+    assert all(len(line) <= 80 for line in block), block
+    joint = next(line for line in block if line.startswith("  30x2") and "joint" in line)
+    assert f"{rows[(30, 2), 'joint']['padding_pct'][1]:.2f}%" in joint
 
 
 def test_report_on_parquet(tmp_path):

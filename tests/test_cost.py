@@ -173,7 +173,12 @@ def test_cost_kernels_call_the_core_and_have_references():
         assert f"_core.{name}(" in inspect.getsource(obj), name
         assert callable(getattr(_core, name, None)), name
         assert callable(getattr(KC, f"{name}_reference", None)), name
-    assert sorted(public) == ["best_fit_rows_cost", "budget_cost_ends", "packed_batch_costs"]
+    assert sorted(public) == [
+        "best_fit_rows_cost",
+        "budget_cost_ends",
+        "budget_field_cost_ends",
+        "packed_batch_costs",
+    ]
 
 
 @given(

@@ -71,3 +71,30 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
     # the decomposition's loader serves dense pieces: every batch one length, no padding
     for batch in scope["loader"]:
         assert bool(batch["attention_mask"].all())
+
+
+def test_the_trainer_recipe_follows_the_ramp(tmp_path, monkeypatch):
+    from tests import _hf_train as hft
+
+    text = README.read_text()
+    at = text.index("Through `transformers.Trainer`, the ramp sets the accumulation")
+    code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    rs = np.random.default_rng(6)
+    lengths = rs.integers(2, 24, 800)
+    dataset = [{"input_ids": rs.integers(1, hft.VOCAB, int(n)).tolist()} for n in lengths]
+    scope = {
+        "__name__": "readme_trainer",
+        "padless": padless,
+        "Schedule": padless.Schedule,
+        "lengths": lengths,
+        "dataset": dataset,
+        "model": hft.tiny_model(),
+    }
+    torch.set_num_threads(1)
+    exec(compile(code, "README.md:Schedules over the run (trainer)", "exec"), scope)
+    sampler, trainer = scope["sampler"], scope["trainer"]
+    sampler.set_epoch(0)
+    assert trainer.state.global_step == sampler.step_sizes().size > 1
+    assert sampler.step_sizes()[0] == 4
+    assert trainer.lr_scheduler.get_last_lr()[0] < 3e-4  # warmed up, then annealing

@@ -39,7 +39,9 @@ from hypothesis import strategies as st
 import padless
 import padless.checked
 import padless.cost
+import padless.filters
 import padless.hf
+import padless.lhotse
 import padless.lightning
 import padless.lm
 import padless.memory
@@ -51,6 +53,16 @@ import padless.windows
 from padless.mixing import MixtureSampler
 
 L = np.random.default_rng(0).integers(1, 60, 200)
+PAIRS = np.stack([L * 10, L // 2], axis=1)  # [duration ticks, tokens]
+# cuts as lhotse's have them (a duration and supervisions with text), without lhotse's classes
+CUTS = [
+    types.SimpleNamespace(
+        id=f"c{i}",
+        duration=float(k) / 10,
+        supervisions=[types.SimpleNamespace(text="ab " * int(k))],
+    )
+    for i, k in enumerate(L[:30])
+]
 
 HOSTILE = [
     None,
@@ -91,6 +103,8 @@ MODULES = [
     "padless.lightning",
     "padless.ray",
     "padless.checked",
+    "padless.filters",
+    "padless.lhotse",
 ]
 
 # Public callables deliberately not attacked here, each with its reason.
@@ -105,6 +119,7 @@ NOT_ATTACKED = {
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
     "padless.Schedule": "built only by its constructors (Schedule.linear & co., attacked)",
     "padless.readers.MissingDependency": "an exception class",
+    "padless.filters.Filtered": "a result record, returned by ratio_filter and length_filter",
     # no parameters to attack
     "padless.strategies": "takes no arguments",
     "padless.torch.dist_kwargs": "takes no arguments",
@@ -246,7 +261,15 @@ def _files(tmp: Path) -> dict[str, Path]:
     MEMORY.save(memory)
     raw = tmp / "raw.bin"
     np.concatenate([[*d, 0] for d in DOCS]).astype(np.uint16).tofile(raw)
+    manifest = tmp / "cuts.jsonl"
+    manifest.write_text(
+        "".join(
+            f'{{"id": "{c.id}", "duration": {c.duration}, "supervisions": [{{"text": "ab"}}]}}\n'
+            for c in CUTS
+        )
+    )
     return {
+        "manifest": manifest,
         "text": text,
         "records": records,
         "dst": tmp / "shuffled.bin",
@@ -365,13 +388,28 @@ ENTRIES: list[Entry] = [
     ),
     (padless.bucket_boundaries, "bucket_boundaries", {"lengths": L, "k": 3}, ["k", "method"], None),
     (
+        padless.bucket_boundaries_2d,
+        "bucket_boundaries_2d",
+        {"lengths": np.stack([L, L[::-1]], axis=1), "num_buckets": (3, 2)},
+        ["lengths", "num_buckets", "method"],
+        None,
+    ),
+    (
         padless.TokenBudget,
         "TokenBudget",
         {"max_tokens": 200},
         ["max_tokens", "max_sentences", "multiple_of", "oversize", "cost", "max_cost"]
-        + ["pad_to_multiple_of"],
+        + ["pad_to_multiple_of", "resolution"],
         None,
     ),
+    (
+        padless.TokenBudget,
+        "TokenBudget per field",  # planned on (N, 2) lengths: field 0 in ticks of 10 ms
+        {"max_tokens": (2.0, 300), "resolution": (0.01, None), "cost": (padless.Cost(), None)},
+        ["max_tokens", "resolution", "cost", "max_cost", "oversize"],
+        None,
+    ),
+    (padless.durations, "durations", {"seconds": [1.0, 2.5]}, ["seconds", "resolution"], None),
     (
         padless.ExactLength,
         "ExactLength",
@@ -392,7 +430,21 @@ ENTRIES: list[Entry] = [
         "Buckets",
         {"boundaries": [10, 30], "max_tokens": 300},
         ["boundaries", "max_tokens", "batch_size", "multiple_of", "cost", "max_cost"]
-        + ["pad_to_multiple_of", "oversize"],
+        + ["pad_to_multiple_of", "oversize", "resolution"],
+        None,
+    ),
+    (
+        padless.Buckets,
+        "Buckets/table",
+        {"boundaries": [10, 30], "batch_sizes": [4, 4, 4]},
+        ["batch_sizes", "boundaries", "multiple_of"],
+        None,
+    ),
+    (
+        padless.Buckets,
+        "Buckets/2-D",  # on (N, 2) lengths (field 0 in ticks of 10 ms): field 0, then field 1
+        {"num_buckets": (3, 2), "max_tokens": (3.0, 200), "resolution": (0.01, None)},
+        ["num_buckets", "max_tokens", "resolution", "max_cost", "oversize", "batch_size"],
         None,
     ),
     (
@@ -1019,6 +1071,44 @@ ENTRIES: list[Entry] = [
         ["state"],
         None,
     ),
+    # ------------------------------------------------------------------ padless.filters
+    (
+        padless.filters.ratio_filter,
+        "ratio_filter",
+        {"lengths": PAIRS, "max_ratio": 2.0},
+        ["lengths", "numerator", "denominator", "min_ratio", "max_ratio", "resolution"],
+        None,
+    ),
+    (
+        padless.filters.length_filter,
+        "length_filter",
+        {"lengths": PAIRS, "max_length": (1.0, None), "resolution": (0.01, None)},
+        ["lengths", "min_length", "max_length", "resolution"],
+        None,
+    ),
+    # ------------------------------------------------------------------ padless.lhotse
+    (
+        padless.lhotse.lengths_of_cuts,
+        "lengths_of_cuts",
+        {"cuts": CUTS, "tokens": len},
+        ["cuts", "resolution", "tokens"],
+        _lengths,
+    ),
+    (
+        padless.lhotse.lengths_of_cuts,
+        "lengths_of_cuts/manifest",
+        lambda f: {"cuts": f["manifest"], "tokens": "text"},
+        ["resolution", "tokens"],
+        _lengths,
+    ),
+    (padless.lhotse.is_manifest, "is_manifest", lambda f: {"path": f["manifest"]}, ["path"], None),
+    (
+        padless.lhotse.CutSampler,
+        "CutSampler",
+        {"cuts": CUTS, "spec": padless.TokenBudget(max_tokens=2000), "tokens": len},
+        ["cuts", "spec", "tokens", "resolution", "lengths", "rank"],
+        None,
+    ),
     # ------------------------------------------------------------------ padless.ray (no Ray run)
     (
         padless.ray.pack_table,
@@ -1071,8 +1161,9 @@ def _plan_with(spec: padless.Spec, named: str, *, check: bool) -> None:
     """A spec that took a hostile setting plans ``L``: a valid plan, or (for a refusal that
     depends on the lengths, like a ``max_cost`` below one sequence's cost) an error naming the
     setting. The ``plan_*`` functions and samplers plan through this one spec."""
+    lengths = np.stack([L, L], axis=1) if getattr(spec, "per_field", False) else L
     try:
-        plan = spec.plan(L)
+        plan = spec.plan(lengths)
     except (ValueError, TypeError) as err:
         if named not in str(err):
             raise AssertionError(f"plan: {type(err).__name__} {err}") from err

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("padless._kernels", "padless._kernels.*", "padless._rng", "padless._text_kernels"),
     ),
     ("schedules", ("padless._schedule", "padless._state")),
-    ("values", ("padless.lengths", "padless.plan", "padless.schedules")),
+    ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
     ("costs", ("padless.cost", "padless.memory")),
     ("planners", ("padless.planners", "padless.planners.*")),
     (
@@ -51,11 +51,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "padless.checked",
             "padless.shuffle",
             "padless.shuffle.*",
+            "padless.filters",
         ),
     ),
     ("shortcuts", ("padless.shortcuts",)),  # the plan_* functions and keyword samplers
     ("torch", ("padless.torch", "padless.torch.*")),
-    ("integrations", ("padless.hf", "padless.lightning", "padless.ray", "padless.ray.*")),
+    (
+        "integrations",
+        ("padless.hf", "padless.lightning", "padless.ray", "padless.ray.*", "padless.lhotse"),
+    ),
     ("face", ("padless",)),  # the package's lazy __init__
     ("cli", ("padless.cli", "padless.cli.*")),
 )
@@ -85,6 +89,7 @@ HEAVY = frozenset(
         "pyarrow",
         "matplotlib",
         "torchdata",
+        "lhotse",
     }
 )
 

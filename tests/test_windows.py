@@ -625,3 +625,28 @@ def test_pack_rows_refuses_a_size_over_capacity():
     lens = np.array([3, 70, 5], dtype=np.int64)
     with pytest.raises((ValueError, IndexError)):
         KW.pack_rows(lens, 3, 3, 0, np.array([0]), 71, np.uint64(1), 64, 0, 1, np.arange)
+
+
+@given(
+    st.lists(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 12)), max_size=4),
+    st.integers(1, 13),
+    st.sampled_from([np.int32, np.int64]),
+)
+def test_width_scatter_builds_the_stable_by_width_index(chunks, runs, dtype):
+    widths = np.concatenate([np.zeros(0, np.int64), *chunks])
+    kept = widths < runs
+    counts = np.bincount(widths[kept], minlength=runs)
+    cursor = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    index, ref = np.full(int(kept.sum()), -1, dtype), np.full(int(kept.sum()), -1, dtype)
+    ref_cursor, lo = cursor.copy(), 0
+    for chunk in chunks:
+        part = chunk.astype(dtype)  # the lengths' own dtype, read in place
+        KW.width_scatter(part, lo, runs, cursor, index)
+        KW.width_scatter_reference(part, lo, runs, ref_cursor, ref)
+        lo += chunk.size
+    assert np.array_equal(index, ref) and np.array_equal(cursor, ref_cursor)
+    stable = np.flatnonzero(kept)[np.argsort(widths[kept], kind="stable")]
+    assert index.tolist() == stable.tolist()
+    if index.size:  # a cursor past the end is refused, not written
+        with pytest.raises(ValueError, match="passed the index"):
+            KW.width_scatter(widths[kept][:1], 0, runs, np.full(runs, index.size), index)

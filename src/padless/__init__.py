@@ -16,6 +16,7 @@ _EXPORTS = {
     "PlanStats": "padless.plan",
     "lengths_of": "padless.lengths",
     "builtin_corpus": "padless.lengths",
+    "durations": "padless.fields",
     "plan_token_budget": "padless.shortcuts",
     "TokenBudget": "padless.planners.budget",
     "ExactLength": "padless.planners.exact",
@@ -40,6 +41,7 @@ _EXPORTS = {
     "ExactLengthSampler": "padless.shortcuts",
     "plan_buckets": "padless.shortcuts",
     "bucket_boundaries": "padless.planners.buckets",
+    "bucket_boundaries_2d": "padless.planners.buckets",
     "BucketSampler": "padless.shortcuts",
     "LMStream": "padless.lm",
     "StreamBatcher": "padless.streams",
@@ -57,12 +59,17 @@ _EXPORTS = {
     "write_indexed": "padless.indexed",
     "RawTokens": "padless.tokens",
     "shuffle_indexed": "padless.shuffle._indexed",
+    "ratio_filter": "padless.filters",
+    "length_filter": "padless.filters",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from .cost import Cost as Cost
+    from .fields import durations as durations
+    from .filters import length_filter as length_filter
+    from .filters import ratio_filter as ratio_filter
     from .indexed import IndexedDataset as IndexedDataset
     from .indexed import write_indexed as write_indexed
     from .lengths import builtin_corpus as builtin_corpus
@@ -80,6 +87,7 @@ if TYPE_CHECKING:
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
     from .planners.buckets import bucket_boundaries as bucket_boundaries
+    from .planners.buckets import bucket_boundaries_2d as bucket_boundaries_2d
     from .planners.budget import TokenBudget as TokenBudget
     from .planners.decomposition import Decomposition as Decomposition
     from .planners.exact import ExactLength as ExactLength
@@ -109,9 +117,20 @@ if TYPE_CHECKING:
 
 
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
-# library: torch, transformers, lightning, ray) only when first used
+# library: torch, transformers, lightning, ray, lhotse) only when first used
 _SUBMODULES = frozenset(
-    {"readers", "indexed", "tokens", "memory", "torch", "hf", "lightning", "ray"}
+    {
+        "readers",
+        "indexed",
+        "tokens",
+        "memory",
+        "torch",
+        "hf",
+        "lightning",
+        "ray",
+        "lhotse",
+        "filters",
+    }
 )
 
 

@@ -372,7 +372,11 @@ def unit_limit(cost: Cost, lengths: np.ndarray, max_cost: float) -> np.ndarray:
     ``k = floor(max_cost / cost(l))``, corrected by one where the float product ``k·cost(l)``
     would still pass ``max_cost``; lengths of zero cost get 2**62 (no limit).
     """
-    units = cost.of(np.asarray(lengths, dtype=np.int64))
+    return units_limit(cost.of(np.asarray(lengths, dtype=np.int64)), max_cost)
+
+
+def units_limit(units: np.ndarray, max_cost: float) -> np.ndarray:
+    """:func:`unit_limit` of sequences whose padded cost is ``units`` each (float64)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         raw = np.floor(max_cost / units)
     raw = np.where(units > 0, np.minimum(raw, float(1 << 62)), float(1 << 62))

@@ -17,6 +17,7 @@ The only padless module that imports ``transformers`` and ``accelerate``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -56,6 +57,17 @@ def _check_sampler(sampler: Any) -> Any:
 # --------------------------------------------------------------------------- batches for the Trainer
 
 
+STEP = "padless_step"
+"""Key of a whole optimizer step's input (the step's index in the iteration) when the sampler
+has ``batches_per_step``; its micro-batches, collated each, are under :data:`MICRO_BATCHES`."""
+MICRO_BATCHES = "padless_micro_batches"
+
+
+def _steps_of(sampler: Any) -> bool:
+    """Whether ``sampler`` cuts its batches into optimizer steps (``batches_per_step``)."""
+    return getattr(sampler, "batches_per_step", None) is not None
+
+
 class TrainerBatches:
     """The batch sampler a :class:`PadlessTrainerMixin` hands the DataLoader.
 
@@ -64,6 +76,11 @@ class TrainerBatches:
     another length would be cut short or leave an optimizer step half accumulated. ``set_epoch``
     therefore refuses an epoch whose length differs, before any batch of it is used. (Samplers over
     one length per item plan the same number of batches every epoch.)
+
+    A sampler with ``batches_per_step`` (a batch-size ramp) is yielded one optimizer step at a
+    time instead: the keys of the step's micro-batches, each ``(step, micro-batch, key)``, which
+    the mixin's dataset and collate turn into one input per step (its micro-batches collated
+    each); the length is then the epoch's optimizer steps, which every epoch must share.
 
     Args:
         sampler: the padless sampler.
@@ -77,26 +94,76 @@ class TrainerBatches:
 
     def __init__(self, sampler: Any) -> None:
         self.padless_sampler = _check_sampler(sampler)
-        self.length = len(sampler)
+        self.by_step = _steps_of(sampler)
+        self.length = self._count()
 
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.padless_sampler)
+    def _count(self) -> int:
+        sampler = self.padless_sampler
+        return int(sampler.step_sizes().size) if self.by_step else len(sampler)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        sampler = self.padless_sampler
+        if not self.by_step:
+            return iter(sampler)
+        return (
+            [(k, j, key) for j, batch in enumerate(group) for key in batch]
+            for k, group in enumerate(sampler.steps(sampler))
+        )
 
     def __len__(self) -> int:
         return self.length
+
+    def batches_before(self, steps: int) -> int:
+        """This process's batches in the epoch's first ``steps`` optimizer steps (one step is
+        one batch without ``batches_per_step``)."""
+        if not self.by_step:
+            return steps
+        return int(self.padless_sampler.step_sizes()[:steps].sum())
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch; a ``ValueError`` if it has another number of batches than the first."""
         sampler = self.padless_sampler
         sampler.set_epoch(epoch)
-        got = len(sampler)
+        got = self._count()
         if got != self.length:
+            what = "optimizer steps" if self.by_step else "batches per process"
             raise ValueError(
-                f"epoch {epoch} of the batch_sampler has {got} batches per process, the first epoch "
+                f"epoch {epoch} of the batch_sampler has {got} {what}, the first epoch "
                 f"had {self.length}; transformers.Trainer needs the same number every epoch (it "
                 "sizes epochs and accumulation steps from the first). Plan with one length per "
-                "item, or drive the sampler from your own loop"
+                "item (with a batch-size ramp: train one epoch, or ramp within max_steps of it), "
+                "or drive the sampler from your own loop"
             )
+
+
+class _StepRows:
+    """The dataset a step's keys index: ``(step, micro-batch, key)`` -> ``(step, micro-batch,
+    dataset[key])``."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int, Any]) -> tuple[int, int, Any]:
+        step, micro, inner = key
+        return step, micro, self.dataset[inner]
+
+
+class _StepCollate:
+    """One optimizer step's rows -> ``{STEP: step, MICRO_BATCHES: [collate(micro-batch)...]}``."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate = collate
+
+    def __call__(self, rows: Sequence[tuple[int, int, Any]]) -> dict[str, Any]:
+        groups: list[list[Any]] = []
+        for _, micro, row in rows:
+            while micro >= len(groups):
+                groups.append([])
+            groups[micro].append(row)
+        return {STEP: int(rows[0][0]), MICRO_BATCHES: [self.collate(g) for g in groups]}
 
 
 # --------------------------------------------------------------------------- the Trainer mixin
@@ -154,6 +221,18 @@ class PadlessTrainerMixin:
       *complete* checkpoint (:func:`newest_checkpoint`: a partial one, from a run killed while
       writing it, is skipped with a warning) and, with none, trains from the start.
 
+    - **Batch-size ramps.** A sampler with ``batches_per_step`` (a :class:`padless.Schedule`
+      of micro-batches per optimizer step, or ``tokens_per_step``) sets the accumulation itself:
+      the DataLoader yields one input per optimizer step, holding the step's micro-batches
+      (collated each), and ``training_step`` runs forward and backward on each in turn (the
+      gradient reduced once, after the last), its loss weighted by the micro-batch's share of
+      the step's targets (``sampler.loss_tokens``, counting ``loss_targets``; a model's loss is
+      taken to be the mean over its batch's targets), so the step's gradient is that of the mean
+      loss over all of the step's targets on every rank, whatever its size.
+      ``gradient_accumulation_steps`` must then be 1, and every epoch must have the same number
+      of optimizer steps (the Trainer sizes epochs from the first): a ramp fits a run of one
+      epoch, or ``max_steps`` within the first. Checkpoints and resume work as above, counted
+      in optimizer steps.
     - **Documents kept apart.** When the ``data_collator`` packs several sequences into a row
       (``PaddingFreeCollator``, ``DataCollatorWithFlattening``, ``collate_packed``), ``train()``
       first runs :func:`check_packed` on the model: one whose attention lets a packed document
@@ -191,9 +270,19 @@ class PadlessTrainerMixin:
         batch_sampler: Any,
         length_field: Field = "input_ids",
         check_packed: bool = True,
+        loss_targets: Any = "shifted",
         **kwargs: Any,
     ) -> None:
         sampler = _check_sampler(batch_sampler)
+        if (
+            _steps_of(sampler)
+            and loss_targets not in ("shifted", "all")
+            and not callable(loss_targets)
+        ):
+            raise ValueError(
+                f"loss_targets must be 'shifted', 'all' or a function (see "
+                f"PlanSampler.loss_tokens), got {loss_targets!r}"
+            )
         lengths = sampler_lengths(sampler)
         if lengths is not None:
             try:
@@ -214,7 +303,15 @@ class PadlessTrainerMixin:
                 f"world_size={sampler.world_size}, but this is process {index} of {procs}; build it "
                 "with rank=args.process_index, world_size=args.world_size"
             )
+        if _steps_of(sampler) and trainer.args.gradient_accumulation_steps != 1:
+            raise ValueError(
+                "gradient_accumulation_steps must be 1 when the batch_sampler has "
+                "batches_per_step (its schedule sets the micro-batches of each optimizer step), "
+                f"got {trainer.args.gradient_accumulation_steps}"
+            )
         self.padless_sampler = sampler
+        self.padless_loss_targets = loss_targets
+        self._padless_weight: float | None = None
         self.padless_length_field = length_field
         self._padless_lengths = lengths
         self._padless_batches = TrainerBatches(sampler)
@@ -284,6 +381,8 @@ class PadlessTrainerMixin:
             dataset = checked
             collator = trainer._get_collator_with_removed_columns(collator, description="training")
         batches = self._padless_batches
+        if batches.by_step:  # one input per optimizer step: its micro-batches, collated each
+            dataset, collator = _StepRows(dataset), _StepCollate(collator)
         if self._padless_resume is not None:
             self._padless_restore(self._padless_resume)
         workers = args.dataloader_num_workers
@@ -318,9 +417,19 @@ class PadlessTrainerMixin:
     def _padless_steps(self) -> tuple[int, int]:
         """(batches per epoch, optimizer steps per epoch) as the Trainer counts them."""
         trainer: Any = self
-        per_epoch = self._padless_batches.length
+        batches = self._padless_batches
+        if batches.by_step:
+            return len(self.padless_sampler), max(batches.length, 1)
+        per_epoch = batches.length
         accumulate = trainer.args.gradient_accumulation_steps
         return per_epoch, max(math.ceil(per_epoch / accumulate), 1)
+
+    def _padless_batches_before(self, steps: int) -> int:
+        """This process's batches in the epoch's first ``steps`` optimizer steps."""
+        trainer: Any = self
+        if self._padless_batches.by_step:
+            return self._padless_batches.batches_before(steps)
+        return steps * trainer.args.gradient_accumulation_steps
 
     def padless_state(self) -> dict[str, Any]:
         """The sampler state after the batches of ``self.state.global_step`` optimizer steps.
@@ -340,8 +449,55 @@ class PadlessTrainerMixin:
                 f"the batch_sampler is at epoch {sampler.epoch} but the Trainer at epoch {epoch} "
                 f"(global step {step}); was set_epoch called from outside the Trainer?"
             )
-        consumed = min(done * trainer.args.gradient_accumulation_steps, per_epoch)
+        consumed = min(self._padless_batches_before(done), per_epoch)
         return dict(sampler.state_dict(consumed=consumed))
+
+    # ------------------------------------------------------------------ optimizer steps
+    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        """``Trainer.training_step``; a whole optimizer step's input (a sampler with
+        ``batches_per_step``) runs each of its micro-batches in turn, weighted (see the class)."""
+        micro = inputs.get(MICRO_BATCHES) if isinstance(inputs, Mapping) else None
+        if micro is None:
+            return super().training_step(model, inputs, num_items_in_batch)  # type: ignore[misc]
+        trainer: Any = self
+        sampler = self.padless_sampler
+        total, counts = sampler.loss_tokens(int(inputs[STEP]), targets=self.padless_loss_targets)
+        out = None
+        try:
+            for j, batch in enumerate(micro):
+                self._padless_weight = counts[j] * sampler.world_size / total if total else 0.0
+                last = j == len(micro) - 1
+                reduce = contextlib.nullcontext() if last else trainer.accelerator.no_sync(model)
+                with reduce:
+                    loss = super().training_step(model, batch, None)  # type: ignore[misc]
+                out = loss if out is None else out + loss
+        finally:
+            self._padless_weight = None
+        return out
+
+    def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.compute_loss``, times the micro-batch's weight inside an optimizer step."""
+        out = super().compute_loss(model, inputs, *args, **kwargs)  # type: ignore[misc]
+        weight = self._padless_weight
+        if weight is None:
+            return out
+        if isinstance(out, tuple):
+            return (out[0] * weight, *out[1:])
+        return out * weight
+
+    def floating_point_ops(self, inputs: Any) -> int:
+        """``Trainer.floating_point_ops``, summed over an optimizer step's micro-batches."""
+        micro = inputs.get(MICRO_BATCHES) if isinstance(inputs, Mapping) else None
+        parent: Any = super()
+        if micro is None:
+            return int(parent.floating_point_ops(inputs))
+        return sum(int(parent.floating_point_ops(b)) for b in micro)
+
+    def _track_num_input_tokens(self, inputs: Any) -> None:
+        micro = inputs.get(MICRO_BATCHES) if isinstance(inputs, Mapping) else None
+        parent: Any = super()
+        for batch in [inputs] if micro is None else micro:
+            parent._track_num_input_tokens(batch)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)  # type: ignore[misc]
@@ -409,7 +565,6 @@ class PadlessTrainerMixin:
 
     def _padless_restore(self, checkpoint: str) -> None:
         """Put the sampler at the start of the epoch the Trainer resumes (it then skips ahead)."""
-        trainer: Any = self
         sampler = self.padless_sampler
         try:
             with open(os.path.join(checkpoint, "trainer_state.json")) as fh:
@@ -418,7 +573,7 @@ class PadlessTrainerMixin:
             return  # not a Trainer checkpoint: the Trainer starts from scratch, so do we
         per_epoch, steps = self._padless_steps()
         epoch, done = divmod(step, steps)
-        skip = done * trainer.args.gradient_accumulation_steps
+        skip = self._padless_batches_before(done)
         try:
             with open(os.path.join(checkpoint, STATE_FILE)) as fh:
                 saved = json.load(fh)

@@ -60,7 +60,7 @@ class HistogramPlanner:
     (``oversize="drop"``; ``"error"`` names the first).
 
     Cost: two passes over the lengths (the histogram, in threads; the index, a compiled counting
-    sort per chunk) and O(widths) for the cut. Memory: O(widths + batches), and the index (4
+    scatter chunk by chunk) and O(widths) for the cut. Memory: O(widths + batches), and the index (4
     bytes per sequence, in a temporary file past :data:`IN_MEMORY` sequences).
 
     >>> import padless
@@ -216,25 +216,13 @@ class HistogramPlanner:
             self._file = tempfile.TemporaryFile(prefix="padless-histogram-")
             self._file.truncate(planned * np.dtype(dtype).itemsize)
             index = np.memmap(self._file, dtype=dtype, mode="r+", shape=(planned,))
-        cursor = self.starts[:-1].copy()
+        cursor = np.ascontiguousarray(self.starts[:-1], dtype=np.int64).copy()
         runs = self.planned_widths
         chunks = _chunks(self.n)
-
-        def sort(c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            """A chunk's sequences by width (stable), their rank within their width, counts."""
-            lo, hi = chunks[c]
-            widths = self._widths(lo, hi)
-            kept = np.flatnonzero(widths < runs) if self.skipped else None
-            order, bounds = K.counting_order(widths if kept is None else widths[kept], runs)
-            counts = np.diff(bounds)
-            within = np.arange(order.size, dtype=np.int64) - np.repeat(bounds[:-1], counts)
-            ids = order if kept is None else kept[order]
-            return (ids + lo).astype(index.dtype, copy=False), within, counts
-
-        # the chunks sorted in threads, placed in order (each after the ones before it)
-        for ids, within, counts in _in_order(sort, len(chunks), self.threads):
-            index[np.repeat(cursor, counts) + within] = ids
-            cursor += counts
+        # the chunks in order, each placed by a compiled counting scatter straight into the
+        # index (one pass over the widths, no per-chunk order or temporaries)
+        for lo, hi in chunks:
+            KW.width_scatter(self._widths(lo, hi), lo, runs, cursor, index)
         return index
 
     def close(self) -> None:

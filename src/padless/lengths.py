@@ -66,7 +66,23 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
 def _raise_first_bad(mask: np.ndarray, arr: np.ndarray) -> None:
     pos = _first_bad(mask)
     value = arr[pos].item()
-    raise ValueError(f"lengths must be {_RULE}, got {value!r} at position {_where(pos)}")
+    raise ValueError(
+        f"lengths must be {_RULE}, got {value!r} at position {_where(pos)}{_unit_hint(value)}"
+    )
+
+
+UNIT_HINT = (
+    "for durations in seconds, convert them once with padless.durations(seconds, "
+    "resolution=0.01) and give budgets in seconds with resolution=0.01 "
+    "(e.g. TokenBudget(max_tokens=200.0, resolution=0.01))"
+)
+
+
+def _unit_hint(value: Any) -> str:
+    """The way to give durations, after a fractional length's error."""
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value != int(value):
+        return f"; {UNIT_HINT}"
+    return ""
 
 
 def _check_count(x: Any, i: int) -> None:
@@ -88,7 +104,7 @@ def _check_count(x: Any, i: int) -> None:
             f"lengths must be integers, got {type(x).__name__} {x!r:.60} at position [{i}]"
         )
     shown = x.item() if isinstance(x, np.generic) else x
-    raise ValueError(f"lengths must be {_RULE}, got {shown!r} at position [{i}]")
+    raise ValueError(f"lengths must be {_RULE}, got {shown!r} at position [{i}]{_unit_hint(shown)}")
 
 
 def _token_count(item: Any, where: str) -> int:

@@ -17,6 +17,7 @@ from .lengths import lengths_of, sizes_of
 from .plan import BatchPlan
 from .plan import BatchPlan as _Plan
 from .planners import strategies
+from .planners.buckets import boundary_costs, bucket_boundaries, bucket_boundaries_2d
 from .planners.budget import TokenBudget
 from .planners.shapes import FixedShapes, shape_set
 from .planners.spec import spec_to_dict
@@ -99,6 +100,64 @@ def budget_sweep(lengths: Any, budgets: list[int]) -> list[dict[str, Any]]:
                 "plan_ms": ms,
             }
         )
+    return out
+
+
+GRID_METHODS = (
+    ("padless 2-D DP (joint)", "joint"),
+    ("NeMo/lhotse equal totals", "equal"),
+    ("padless 1-D, max of fields", None),
+)
+
+
+def grid_padding(lengths: Any, grids: Any = ((8, 2), (30, 2))) -> list[dict[str, Any]]:
+    """Padding per field of 2-D buckets on (N, 2) lengths: padless's 2-D boundaries
+    (:func:`padless.bucket_boundaries_2d`, method "joint") beside NeMo's estimate (lhotse's
+    equal-total rule on each field, method "equal"; NeMo's default is 30 × 2) and 1-D buckets on
+    the max over fields (:func:`padless.bucket_boundaries` with ``k0 · k1`` buckets), for each
+    ``(k0, k1)`` of ``grids``.
+
+    A bucket's padding is its bound, count × its longest in each field (what batches padded to
+    their bucket's longest cost; a plan's batches pad to their own longest, at most that), so
+    the figures do not depend on a budget. ``padding_pct`` has one entry per field, ``total_pct``
+    counts both fields' slots together.
+
+    Cost: per grid, the three fits and one bucket pass each.
+
+    >>> rows = grid_padding(np.array([[3, 1], [4, 9], [8, 2], [9, 8]]), [(2, 2)])
+    >>> [(r["method"], r["buckets"], [round(p, 1) for p in r["padding_pct"]]) for r in rows]
+    [('joint', 4, [0.0, 0.0]), ('equal', 1, [33.3, 44.4]), ('1d_max', 3, [17.2, 4.8])]
+    """
+    lens = lengths_of(lengths)
+    if lens.ndim != 2 or lens.shape[1] != 2:
+        raise ValueError(f"lengths must be (N, 2) for 2-D buckets, got shape {lens.shape}")
+    real = lens.sum(axis=0).astype(np.int64)
+    out = []
+    for k0, k1 in grids:
+        for label, method in GRID_METHODS:
+            if method is None:
+                cuts: Any = bucket_boundaries(lens, k0 * k1)
+                count = int(cuts.size) + 1
+            else:
+                cuts = bucket_boundaries_2d(lens, (k0, k1), method=method)
+                count = sum(int(s.size) + 1 for s in cuts[1])
+                cuts = (cuts[0].tolist(), [s.tolist() for s in cuts[1]])
+            slots = np.array(boundary_costs(lens, cuts), dtype=np.int64)
+            pct = [
+                float(100.0 * (1.0 - r / p)) if p else 0.0 for r, p in zip(real, slots, strict=True)
+            ]
+            total = float(100.0 * (1.0 - real.sum() / slots.sum())) if slots.sum() else 0.0
+            out.append(
+                {
+                    "grid": [int(k0), int(k1)],
+                    "method": method or "1d_max",
+                    "label": label,
+                    "buckets": count,
+                    "padded_slots": slots.tolist(),
+                    "padding_pct": pct,
+                    "total_pct": total,
+                }
+            )
     return out
 
 

@@ -491,6 +491,10 @@ class PlanSampler(Resumable):
         figures["skipped"] = int(sched.plan.skipped.size)
         for k, v in figures.items():
             out[f"plan_{k}" if k in out else k] = v
+        fields = 1 if self.lengths.ndim == 1 else int(self.lengths.shape[1])
+        units = self.spec.units(fields)
+        if fields > 1 or units[0] is not None:
+            out["fields"] = field_figures(sched.plan, self.lengths, units)
         if sched.head is not None:  # the plan above is the rest of the epoch after a change
             out["changes"] = len(self._changes)
             out["delivered_before_change"] = sched.head.batches
@@ -1033,6 +1037,30 @@ class _TokensPerStep:
         return {"tokens_per_step": self.tokens.as_dict(), "per_batch": self.budget}
 
 
+def field_figures(
+    plan: BatchPlan, lengths: np.ndarray, units: tuple[float | None, ...]
+) -> list[dict[str, Any]]:
+    """Padding figures per length field (``real``, ``padded``, ``padding_fraction``), in seconds
+    too (``real_seconds``, ``padded_seconds``) for a field of ticks (its unit not None).
+
+    >>> row = field_figures(BatchPlan([0, 1], [0, 2]), np.array([[300, 2], [100, 5]]), (0.01, None))
+    >>> row[0]["padded"], row[0]["padded_seconds"], row[1]["padded"]
+    (600, 6.0, 10)
+    """
+    out = []
+    for stats, unit in zip(plan.field_stats(lengths), units, strict=True):
+        row: dict[str, Any] = {
+            "real": stats.real_tokens,
+            "padded": stats.padded_slots,
+            "padding_fraction": stats.padding_fraction,
+        }
+        if unit is not None:
+            row["real_seconds"] = round(stats.real_tokens * unit, 6)
+            row["padded_seconds"] = round(stats.padded_slots * unit, 6)
+        out.append(row)
+    return out
+
+
 def _schedule_of(name: str, value: Any) -> Schedule:
     """``value`` as an integer :class:`padless.Schedule` (a plain int is a constant)."""
     schedule = Schedule.of(value, name=name)
@@ -1052,6 +1080,11 @@ def _steps_schedule(sampler: PlanSampler, batches: Any, tokens: Any) -> Any:
         raise ValueError(
             f"tokens_per_step needs a spec with a token budget per batch (max_tokens); "
             f"{sampler.spec.describe()} has none: pass batches_per_step="
+        )
+    if not isinstance(budget, int) or getattr(sampler.spec, "resolution", None) is not None:
+        raise ValueError(
+            f"tokens_per_step counts whole tokens of one budget per batch; {sampler.spec.describe()} "
+            "budgets per field or in another unit: pass batches_per_step="
         )
     return _TokensPerStep(_schedule_of("tokens_per_step", tokens), budget, sampler.world_size)
 

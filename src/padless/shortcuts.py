@@ -45,13 +45,14 @@ S = TypeVar("S", bound=Spec)
 class TokenBudgetSettings(TypedDict, total=False):
     """The settings of :class:`padless.TokenBudget` (defaults and checks: there)."""
 
-    max_tokens: int | None
+    max_tokens: int | float | tuple[int | float | None, ...] | None
     max_sentences: int | None
     multiple_of: int
     oversize: str
-    cost: Cost | None
+    cost: Cost | tuple[Cost | None, ...] | None
     max_cost: float | None
     pad_to_multiple_of: int
+    resolution: float | tuple[float | None, ...] | None
 
 
 class ExactLengthSettings(TypedDict, total=False):
@@ -73,15 +74,17 @@ class ExactLengthSettings(TypedDict, total=False):
 class BucketsSettings(TypedDict, total=False):
     """The settings of :class:`padless.Buckets` (defaults and checks: there)."""
 
-    boundaries: Sequence[int] | None
-    num_buckets: int | None
-    max_tokens: int | None
+    boundaries: Sequence[int] | Sequence[Any] | None
+    num_buckets: int | tuple[int, int] | None
+    max_tokens: int | float | tuple[int | float | None, ...] | None
     batch_size: int | None
+    batch_sizes: Sequence[int] | None
     multiple_of: int
-    cost: Cost | None
+    cost: Cost | tuple[Cost | None, ...] | None
     max_cost: float | None
     pad_to_multiple_of: int
     oversize: str
+    resolution: float | tuple[float | None, ...] | None
 
 
 class PackingSettings(TypedDict, total=False):
@@ -135,9 +138,12 @@ def plan_token_budget(
 
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (a sequence's size is its max over fields).
-        max_tokens: padded-token budget per batch, or None for no budget.
+        max_tokens: padded-token budget per batch, or None for no budget; one per field for
+            (N, F) lengths (see :class:`TokenBudget`); in seconds with ``resolution``.
         max_sentences: most sequences per batch, or None for no cap.
         multiple_of: preferred batch size multiple (fairseq's ``bsz_mult``).
+        resolution: seconds per tick of lengths made by :func:`padless.durations` (budgets
+            then in seconds), or one per field.
         order: indices to walk, each at most once; None sorts by length (2-D: last field, then the first) with ties
             broken at random from (seed, epoch), so batch membership changes between epochs.
         oversize: "error" raises for a sequence longer than max_tokens; "drop" (or "skip")
@@ -296,11 +302,17 @@ def plan_buckets(
 
     Args:
         lengths: (N,) lengths or (N, F) per-field lengths (size = max over fields).
-        boundaries: sorted interior cut points ``b1 < … < b(k−1)`` (see the module docstring).
+        boundaries: sorted interior cut points ``b1 < … < b(k−1)`` (see the module docstring);
+            for 2-D buckets on (N, 2) lengths ``(cuts, subs)``: the first field's cuts and one
+            list of second-field cuts per first-field bucket.
         num_buckets: choose the boundaries with :func:`bucket_boundaries` (minimum padded
-            slots) instead. Exactly one of boundaries and num_buckets.
-        max_tokens: token budget per batch; or
-        batch_size: sequences per batch. Exactly one of the two.
+            slots) instead; a pair ``(k0, k1)`` for 2-D buckets
+            (:func:`padless.bucket_boundaries_2d`). Exactly one of boundaries and num_buckets.
+        max_tokens: token budget per batch, or one per field of (N, F) lengths (each field's
+            padded batch within its own; in seconds with ``resolution``); or
+        batch_size: sequences per batch; or
+        batch_sizes: one batch size per bucket (with ``boundaries``; 2-D buckets in row
+            order). Exactly one of the three.
         multiple_of: batch sizes are rounded down to a multiple of this; sizes below it stay.
         seed, epoch: the within-bucket shuffle, so batch membership changes between epochs.
         cost: a :class:`padless.Cost` model (or its dict) for ``max_cost`` and for balancing
@@ -316,6 +328,8 @@ def plan_buckets(
         oversize: a sequence that passes the budget alone (width over ``max_tokens``, cost
             over ``max_cost``): "error" raises, naming the first; "drop" leaves it out
             (``plan.skipped``; fitted boundaries ignore it). No batch is ever over the budget.
+        resolution: seconds per tick of lengths made by :func:`padless.durations` (budgets
+            then in seconds), or one per field.
 
     Returns:
         A :class:`BatchPlan` whose ``info`` lists the boundaries and, per bucket, its count,

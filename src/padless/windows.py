@@ -368,6 +368,12 @@ class WindowedPlanner:
         for lo, hi in _chunks(self.n):
             yield round_up(sizes_of(self._int64(self._rows[lo:hi])), multiple)
 
+    def row_chunks(self, multiple: int = 1) -> Iterator[np.ndarray]:
+        """The lengths as (n, F) int64 rows, each field rounded up to ``multiple``, chunk by
+        chunk (F = 1 for (N,) lengths)."""
+        for lo, hi in _chunks(self.n):
+            yield round_up(np.asarray(self._rows[lo:hi], dtype=np.int64), multiple)
+
     def _check_spec(self) -> None:
         """Bind the spec to the smallest and the largest sequence: every rule a spec checks at
         bind time holds for all sequences when it holds for those two. On failure, find the

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 import padless
+from padless.lhotse import CutSampler
 from padless.mixing import MixtureSampler
 from padless.planners.decomposition import decompose, piece_numbers
 
@@ -28,6 +30,21 @@ TOKENS = np.arange(5_000, dtype=np.int64)
 
 def _list_key(batch: Any) -> Any:
     return tuple(batch)
+
+
+# PAIRS as cuts: field 0 their durations in 10 ms ticks, field 1 their transcripts' characters
+CUTS = [
+    SimpleNamespace(id=str(i), duration=d / 100, supervisions=[SimpleNamespace(text="x" * t)])
+    for i, (d, t) in enumerate(PAIRS.tolist())
+]
+
+
+def _cut_key(batch: Any) -> Any:
+    return tuple(c.id for c in batch)
+
+
+def _cut_units(batch: Any) -> list[int]:
+    return [int(c.id) for c in batch]
 
 
 def _lm_key(batch: Any) -> Any:
@@ -105,6 +122,31 @@ FACTORIES = [
         "token_budget_pairs",
         lambda **o: padless.TokenBudgetSampler(PAIRS, max_tokens=700, multiple_of=2, **o),
     ),
+    Factory(
+        "token_budget_fields",  # a budget per field (field 0 in ticks of 10 ms), costs summed
+        lambda **o: padless.PlanSampler(
+            PAIRS,
+            padless.TokenBudget(
+                max_tokens=(7.0, 650),
+                resolution=(0.01, None),
+                cost=(padless.Cost(quadratic=1e-3, linear=1.0), padless.Cost()),
+                max_cost=1300.0,
+            ),
+            **o,
+        ),
+    ),
+    Factory(
+        "lhotse_cuts",  # CutSets of lhotse cuts, both budgets (7 s of audio, 650 characters)
+        lambda **o: CutSampler(
+            CUTS,
+            padless.TokenBudget(max_tokens=(7.0, 650), resolution=(0.01, None)),
+            tokens=len,
+            **o,
+        ),
+        batch_sampler=False,  # it yields CutSets for lhotse's datasets, not lists of indices
+        key=_cut_key,
+        units=_cut_units,
+    ),
     Factory("exact_length", lambda **o: padless.ExactLengthSampler(LENGTHS, batch_size=3, **o)),
     Factory(
         "exact_length_merge",
@@ -112,6 +154,12 @@ FACTORIES = [
     ),
     Factory(
         "buckets", lambda **o: padless.BucketSampler(LENGTHS, num_buckets=4, max_tokens=600, **o)
+    ),
+    Factory(
+        "buckets_2d",  # 4 buckets on field 0, then up to 2 on field 1 in each; a budget per field
+        lambda **o: padless.PlanSampler(
+            PAIRS, padless.Buckets(num_buckets=(4, 2), max_tokens=(600, 700)), **o
+        ),
     ),
     Factory(
         "packing",
@@ -146,6 +194,13 @@ FACTORIES = [
         "token_budget_histogram",  # the global plan's shapes, cut on the histogram
         lambda **o: padless.PlanSampler(
             LENGTHS, padless.TokenBudget(max_tokens=600), window="histogram", **o
+        ),
+        all_units=lambda s: list(range(LENGTHS.shape[0])),
+    ),
+    Factory(
+        "packing_histogram",  # the global best fit's rows, from the histogram
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.Packing(capacity=256, rows_per_batch=2), window="histogram", **o
         ),
         all_units=lambda s: list(range(LENGTHS.shape[0])),
     ),

@@ -5,10 +5,12 @@ means users' runs would see other batches for the same seed. ``windowed``, ``fix
 ``token_budget_cost`` were pinned later, from the code of commit d0213d3; ``decomposition``,
 ``mixture_schedule``, ``token_budget_ramp`` and ``lm_warmup`` when they were added (issue 28;
 ``token_budget_ramp``'s equals ``token_budget``'s: a ramp cuts the plan into steps, never
-changes it), ``token_budget_histogram`` when it was added (issue 30); ``packing_cp`` when
-context parallelism came (issue 30; ``packing`` kept its digest: ``context_parallel=1`` plans
-as before). A factory added to the contract list needs its digest here (pasted once from
-today's output, never computed by a test).
+changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were added (issue
+30); ``packing_cp`` when context parallelism came (issue 30; ``packing`` kept its digest:
+``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
+(issue 29), ``lhotse_cuts`` when the lhotse sampler came and ``buckets_2d`` when 2-D buckets
+came (issue 29; ``buckets`` kept its digest). A factory added to the contract list needs its
+digest here (pasted once from today's output, never computed by a test).
 """
 
 import pytest
@@ -19,15 +21,19 @@ from tests.contract.test_contract import _digest
 GOLDEN = {
     "token_budget": "97ef92747f42c529",
     "token_budget_pairs": "5339e9643bfbf009",
+    "token_budget_fields": "d0e5650a65799025",
+    "lhotse_cuts": "765cff7af04937a5",
     "exact_length": "16b26ea9f6a59c3a",
     "exact_length_merge": "863c2320626c44e8",
     "buckets": "4326d1611a1b2d99",
+    "buckets_2d": "92f7017e20dbe60d",
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
     "packing_cp": "44a29f6554dda892",
     "plan_sampler_spec": "2cd3111f58d24eb4",
     "windowed": "0eab906b5c79ba49",
     "token_budget_histogram": "0de7afc11dd3739e",
+    "packing_histogram": "22b3eb1471e15e06",
     "fixed_shapes": "6ac7804470707ee3",
     "token_budget_cost": "9e077588eabec02d",
     "decomposition": "411a528f7c8f21c7",

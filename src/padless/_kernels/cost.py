@@ -62,6 +62,48 @@ def budget_cost_ends_reference(
     return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
 
 
+def budget_field_cost_ends(
+    sizes: np.ndarray,
+    units: np.ndarray,
+    max_tokens: int,
+    max_sentences: int,
+    multiple: int,
+    max_cost: float,
+) -> np.ndarray:
+    """:func:`budget_cost_ends` with a cost per field: ``units`` is (n, F) float64 (each item's
+    cost in each field) and a batch costs ``count × Σ_f max unit_f`` (fields added left to
+    right from 0.0): each field of a padded batch pays for its own longest member. With one
+    field the ends are those of :func:`budget_cost_ends`."""
+    return _core.budget_field_cost_ends(sizes, units, max_tokens, max_sentences, multiple, max_cost)
+
+
+def budget_field_cost_ends_reference(
+    sizes: np.ndarray,
+    units: np.ndarray,
+    max_tokens: int,
+    max_sentences: int,
+    multiple: int,
+    max_cost: float,
+) -> np.ndarray:
+    """The same rule with Python lists, one batch and one tail at a time."""
+
+    def over_tokens(items: list[int]) -> bool:
+        return max_tokens > 0 and len(items) * max(int(sizes[i]) for i in items) > max_tokens
+
+    def over_cost(items: list[int]) -> bool:
+        if max_cost <= 0.0:
+            return False
+        total = 0.0
+        for f in range(units.shape[1]):
+            total += max(float(units[i, f]) for i in items)
+        return len(items) * total > max_cost
+
+    def over(items: list[int]) -> bool:
+        return over_tokens(items) or over_cost(items)
+
+    return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
+
+
 def padded_batch_costs_reference(units: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """``count × max unit`` of each segment (0.0 if empty): what ``padless.cost`` computes as the
     segment sizes times ``segment_max`` of the units."""

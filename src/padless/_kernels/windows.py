@@ -199,6 +199,26 @@ def best_fit_runs_reference(
     return best_fit_rows_reference(sizes, capacity, max_per_row)
 
 
+def width_scatter(
+    widths: np.ndarray, first_id: int, runs: int, cursor: np.ndarray, index: np.ndarray
+) -> None:
+    """Place one chunk of sequences in the by-width index, in place: sequence ``first_id + i``
+    (of width ``widths[i]``; widths ``>= runs`` left out) goes to ``index[cursor[w]]``, and
+    ``cursor[w]`` moves on. Chunks given in order make the index stable by width. ``cursor``
+    is int64, ``index`` int32 or int64 (a memory-mapped file's array included)."""
+    _core.width_scatter(widths, int(first_id), int(runs), cursor, index)
+
+
+def width_scatter_reference(
+    widths: np.ndarray, first_id: int, runs: int, cursor: np.ndarray, index: np.ndarray
+) -> None:
+    """The same placement, one sequence at a time."""
+    for i, w in enumerate(np.asarray(widths).tolist()):
+        if 0 <= w < runs:
+            index[cursor[w]] = first_id + i
+            cursor[w] += 1
+
+
 def best_fit_visits(starts: np.ndarray, capacity: int, max_per_row: int) -> np.ndarray:
     """The visits of :func:`best_fit_runs`, a (visits, 4) int64 array of ``(row, first, items,
     size)``: visit ``v`` puts ``items`` items of ``size`` into ``row``, the walk's positions

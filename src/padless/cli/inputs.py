@@ -11,7 +11,8 @@ INPUT_HELP = (
     "lengths .npy/.npz, a Megatron/fairseq indexed dataset (.idx), a raw token file with "
     "--dtype and --eos, a token .npy with --offsets, text files (one sequence per line; "
     ".gz/.zst), Arrow/Parquet files or a saved datasets folder; several files side by side give "
-    "(N, F) lengths (e.g. train.en train.es). None: the built-in corpus"
+    "(N, F) lengths (e.g. train.en train.es); a lhotse or NeMo manifest (.jsonl/.jsonl.gz with "
+    "durations): [10 ms ticks, supervision tokens by --tokenizer]. None: the built-in corpus"
 )
 
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -106,10 +107,78 @@ def refuse_saved_plans(paths: list[str]) -> None:
             )
 
 
+MANIFEST_RESOLUTION = 0.01  # seconds per tick of a manifest's durations
+
+
+def manifest_input(args: argparse.Namespace) -> bool:
+    """Whether the input is one lhotse or NeMo manifest (``cuts.jsonl.gz``: JSON lines with a
+    ``duration``); a manifest among other inputs is refused."""
+    from ..lhotse import is_manifest
+
+    found = [p for p in args.inputs if is_manifest(p)]
+    if found and len(args.inputs) > 1:
+        raise ValueError(
+            f"a manifest ({found[0]}) holds every field of its cuts: give it alone, got "
+            f"{len(args.inputs)} inputs"
+        )
+    return bool(found)
+
+
+def _text_counter(tokenizer: str) -> Any:
+    """Texts -> token counts for --tokenizer: as the text reader counts a line (whitespace tokens
+    as ``bytes.split``, characters, UTF-8 bytes), or a spm:/hf: model's batch call."""
+    import numpy as np
+
+    from ..readers import check_tokenizer, tokenizer_counter
+
+    simple = {
+        "whitespace": lambda t: len(t.encode().split()),
+        "chars": len,
+        "bytes": lambda t: len(t.encode()),
+    }
+    one = simple.get(check_tokenizer(tokenizer))
+    if one is None:
+        return tokenizer_counter(tokenizer)
+    return lambda texts: np.fromiter(map(one, texts), np.int64, len(texts))
+
+
+def manifest_summary(lengths: Any) -> list[str]:
+    """Lines saying a manifest's durations in seconds (and its tokens) for a report."""
+    import numpy as np
+
+    cols = lengths if lengths.ndim == 2 else lengths[:, None]
+    sec = cols[:, 0] * MANIFEST_RESOLUTION
+    q = np.percentile(sec, [50, 95, 99])
+    lines = [
+        f"  durations: {sec.sum() / 3600:,.2f} h; min {sec.min():.2f} s, median {q[0]:.2f} s, "
+        f"p95 {q[1]:.2f} s, p99 {q[2]:.2f} s, max {sec.max():.2f} s "
+        f"(planned in {MANIFEST_RESOLUTION * 1000:g} ms ticks: --max-tokens 20000 is 200 s)"
+    ]
+    if cols.shape[1] > 1:
+        tok = cols[:, 1]
+        lines.append(
+            f"  supervision tokens: {int(tok.sum()):,}; median {np.median(tok):g}, max "
+            f"{int(tok.max())}, {tok.sum() / max(sec.sum(), 1e-9):.2f} per second"
+        )
+    return lines
+
+
 def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
     from ..lengths import builtin_corpus
 
+    if args.inputs and manifest_input(args):
+        from ..lhotse import manifest_lengths
+
+        lengths = manifest_lengths(
+            args.inputs[0],
+            resolution=MANIFEST_RESOLUTION,
+            counter=_text_counter(args.tokenizer),
+        )
+        if lengths.shape[0] == 0:
+            raise ValueError(f"no cuts in {args.inputs[0]}")
+        kind = "[duration ticks, tokens]" if lengths.ndim == 2 else "duration ticks"
+        return lengths, f"{args.inputs[0]} (manifest: {kind})"
     if not args.inputs:
         if args.fields:
             return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"

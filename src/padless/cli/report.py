@@ -2,7 +2,9 @@
 
 One row per registered strategy (:func:`padless.strategies`) besides two baselines; each spec
 takes the shared options it has a field for (``--max-tokens``, ``--capacity``,
-``--num-buckets``) and ``--set STRATEGY.KEY=VALUE`` on top.
+``--num-buckets``) and ``--set STRATEGY.KEY=VALUE`` on top. Lengths of two fields (e.g.
+``--fields en,es``) get a 2-D bucket table too: padding per field of padless's 2-D boundaries
+beside NeMo's estimate and 1-D buckets (:func:`padless.report.grid_padding`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ import json
 import sys
 from typing import Any
 
-from .inputs import add_input_arguments, check_output_paths, load_lengths
+from .inputs import (
+    add_input_arguments,
+    check_output_paths,
+    load_lengths,
+    manifest_input,
+    manifest_summary,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +138,7 @@ def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table (or JSON), and write the plot if asked."""
-    from ..report import budget_sweep, compare_report, length_summary
+    from ..report import budget_sweep, compare_report, grid_padding, length_summary
 
     _check_options(args)
     settings = strategy_settings(args.set)
@@ -150,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         cost=cost,
     )
     sweep = budget_sweep(lengths, [1024, 2048, 4096, 8192, 16384])
+    grids = None
+    if summary["fields"] == 2:  # 2-D buckets: at --num-buckets × 2, and NeMo's default 30 × 2
+        grids = grid_padding(lengths, sorted({(args.num_buckets, 2), (30, 2)}))
     if args.plot:
         from .plot import plot_report
 
@@ -168,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
                 "lengths": summary,
                 "strategies": [r.as_dict() for r in rows],
                 "token_budget_sweep": sweep,
+                "buckets_2d": grids,
                 "world_size": args.world_size,
                 "cost": None if cost is None else cost.as_dict(),
                 "not_run": not_run,
@@ -184,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         f"median {s['median']:g}, mean {s['mean']:.1f}, p95 {s['p95']:g}, p99 {s['p99']:g}, "
         f"max {s['max']}"
     )
+    if args.inputs and manifest_input(args):
+        print("\n".join(manifest_summary(lengths)))
     print()
     header = (
         f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
@@ -212,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
             f"  {t['max_tokens']:>10,} {t['batches']:>8,} {t['mean_sentences']:>10.1f} "
             f"{t['padding_pct']:>7.2f}% {t['plan_ms']:>7.1f}ms"
         )
+    if grids is not None:
+        _print_grids(grids)
     print(
         "\n  padding: share of token slots that are padding (count x longest per batch; packing: "
         "rows x capacity)\n  imbal.: mean over steps of slowest/mean rank cost at world size "
@@ -227,3 +243,21 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"\n  plot written to {args.plot}")
     return 0
+
+
+def _print_grids(grids: list[dict[str, Any]]) -> None:
+    """The 2-D bucketing table: padding per field, padless's DP beside NeMo's estimate."""
+    print("\n  2-D buckets (field 0, then field 1 within each): padding per field")
+    print(f"  {'grid':<7} {'method':<28} {'buckets':>7} {'field 0':>8} {'field 1':>8} {'both':>8}")
+    for g in grids:
+        k0, k1 = g["grid"]
+        grid = f"{k0}x{k1}" if g["method"] != "1d_max" else f"{k0 * k1}"
+        f0, f1 = g["padding_pct"]
+        print(
+            f"  {grid:<7} {g['label']:<28} {g['buckets']:>7} {f0:>7.2f}% {f1:>7.2f}% "
+            f"{g['total_pct']:>7.2f}%"
+        )
+    print(
+        "  padding of each bucket's bound (count x its longest, per field); NeMo/lhotse:\n"
+        "  equal total length per bucket, then per sub-bucket (estimate_duration_bins_2d)"
+    )

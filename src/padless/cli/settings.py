@@ -137,8 +137,9 @@ def parse_value(key: str, text: str, field: dataclasses.Field[Any], where: str) 
                 "Any" in kinds
                 and isinstance(decoded, (int, float))
                 and not isinstance(decoded, bool)
+                and not (kinds & {"int", "float"})
             ):
-                return [decoded]  # one boundary: a list of one
+                return [decoded]  # one boundary: a list of one (a number where none is taken)
             return _int_keys(decoded)
     if low in _NONE and ("None" in kinds or "Any" in kinds):
         return None

@@ -3,31 +3,56 @@
 Boundaries are sorted interior cut points ``b1 < … < b(k−1)``: bucket ``i`` holds sizes in
 ``(b(i−1), b(i)]``, the first bucket everything ``<= b1`` and the last everything ``> b(k−1)``.
 A sequence's size is its length, or for (N, F) lengths its max over fields (fairseq).
+
+2-D buckets (two fields, e.g. audio duration × output tokens, as NeMo buckets speech) cut the
+first field, then each first-field bucket on the second field: ``boundaries=(cuts, subs)`` holds
+the first field's cuts and, per first-field bucket, its own cuts of the second field
+(``len(subs) == len(cuts) + 1``). 2-D bucket ``(i, j)`` holds the sequences of first-field
+bucket ``i`` whose second field falls in its ``j``-th interval; buckets are numbered row by row
+(``(0, 0), (0, 1), …, (1, 0), …``), which is the order ``batch_sizes`` and ``plan.info`` use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import budget_or_none, check_choice, positive, positive_or_none
-from ..cost import Cost, check_max_cost, cost_settings, model_of, padded_batch_costs, unit_limit
+from .._check import MAX_BUDGET, check_choice, positive, positive_or_none
+from ..cost import (
+    Cost,
+    check_max_cost,
+    cost_settings,
+    model_of,
+    padded_batch_costs,
+    unit_limit,
+    units_limit,
+)
+from ..fields import check_field_budgets, check_resolution, to_ticks
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
-from .budget import check_oversize, over_budget
+from .budget import (
+    _field_oversize,
+    check_oversize,
+    cost_filter,
+    field_batch_costs,
+    field_units,
+    oversize_filter,
+)
 from .exact import round_size
-from .spec import Planner, Spec, check_cost, check_pad_multiple, moved_names, setting
-
-if TYPE_CHECKING:
-    pass
+from .spec import Planner, Spec, check_field_costs, check_pad_multiple, moved_names, setting
 
 METHODS = ("optimal", "quantile")
+METHODS_2D = ("joint", "sequential", "equal")
+# 2-D boundaries: the first field's cuts, and per first-field bucket the second field's cuts
+Grid = tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]
+_WIDE = 1 << 32  # padded widths stay below this: (bucket << 32) | width orders pairs
 
 
 def _histogram(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,25 +83,48 @@ def _fit_chunks(chunks: Iterable[np.ndarray], k: int) -> np.ndarray:
     return _cuts_of(values.astype(np.int64), counts, k)
 
 
-def _check_boundaries(boundaries: Any) -> np.ndarray:
-    arr = np.asarray(boundaries)
+def _check_boundaries(boundaries: Any, name: str = "boundaries") -> np.ndarray:
+    try:
+        arr = np.asarray(boundaries)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(
+            f"{name} must be a 1-D sequence of int lengths (or, for 2-D buckets, a pair: the "
+            f"first field's cuts and one list of second-field cuts per first-field bucket), "
+            f"got {boundaries!r:.80}"
+        ) from None
     if arr.ndim != 1:
-        raise ValueError(f"boundaries must be a 1-D sequence of lengths, got shape {arr.shape}")
+        raise ValueError(f"{name} must be a 1-D sequence of lengths, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, np.int64)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"boundaries must hold int lengths, got dtype {arr.dtype}")
+        raise TypeError(f"{name} must hold int lengths, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and int(arr.max()) > MAX_BUDGET:
+        raise ValueError(f"{name} must be lengths below 2**62, got {int(arr.max())}")
     arr = arr.astype(np.int64)
     if arr[0] < 0:
-        raise ValueError(f"boundaries must be non-negative lengths, got {int(arr[0])}")
+        raise ValueError(f"{name} must be non-negative lengths, got {int(arr[0])}")
     steps = np.flatnonzero(np.diff(arr) <= 0)
     if steps.size:
         i = int(steps[0])
         raise ValueError(
-            "boundaries must be strictly increasing cut points, "
+            f"{name} must be strictly increasing cut points, "
             f"got {int(arr[i])} then {int(arr[i + 1])} at positions {i} and {i + 1}"
         )
     return arr
+
+
+def _is_grid(value: Any) -> bool:
+    """Whether ``value`` has the 2-D form ``(cuts, [sub_cuts, ...])`` (a pair whose second item is
+    a non-empty list of sequences; the 1-D form holds ints only)."""
+    seq = (tuple, list, np.ndarray)
+    return (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and isinstance(value[0], seq)
+        and isinstance(value[1], (tuple, list))
+        and len(value[1]) > 0
+        and all(isinstance(s, seq) for s in value[1])
+    )
 
 
 def bucket_boundaries(lengths: Any, k: int, *, method: str = "optimal") -> np.ndarray:
@@ -130,6 +178,248 @@ def _cuts_of(values: np.ndarray, counts: np.ndarray, k: int, method: str = "opti
     ranks = -(-np.arange(1, k, dtype=np.int64) * n // k)
     picked = np.unique(values[np.searchsorted(csum, ranks, side="left")])
     return picked[picked < values[-1]]
+
+
+def _equal_total_cuts(
+    values: np.ndarray, counts: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The cuts of lhotse's ``estimate_duration_buckets`` rule over a histogram, and how many of
+    its ``k`` buckets each bucket of those cuts merges.
+
+    The rule walks the sizes in ascending order keeping a running total; an item that finds the
+    total above ``total / k`` starts a new bucket, whose start value becomes a bin (equal total
+    size per bucket, not equal counts). As NeMo's 2-D estimate reads them, a bin is the upper
+    bound of the bucket before it (sizes ``<=`` it); bins that coincide (ties) merge into one
+    bucket, and bins at the largest size into the last. Exact integer arithmetic: with prefix
+    sums ``P``, a bucket starting at item ``s`` ends before the first item ``e`` with
+    ``k·P[e] > k·P[s] + total``. O(L + k log L) over L distinct sizes.
+    """
+    vals = [int(v) for v in values]
+    cnts = [int(c) for c in counts]
+    prefix, items = [0], [0]  # tokens and items before each distinct size
+    for v, c in zip(vals, cnts, strict=True):
+        prefix.append(prefix[-1] + v * c)
+        items.append(items[-1] + c)
+    total, n = prefix[-1], items[-1]
+    scaled = [p * k for p in prefix]
+    bins: list[int] = []
+    start = 0  # P[s] of the bucket being filled
+    while k > 1 and vals:
+        target = start * k + total
+        j = bisect_right(scaled, target) - 1  # P at size j's first item <= target < P after it
+        if j >= len(vals):
+            break
+        r = (target - scaled[j]) // (vals[j] * k) + 1  # items of size j before the new start
+        if items[j] + r >= n:
+            break
+        bins.append(vals[j] if r < cnts[j] else vals[j + 1])
+        start = prefix[j] + r * vals[j]
+    top = vals[-1] if vals else 0
+    cuts = np.unique(np.array([b for b in bins if b < top], dtype=np.int64))
+    merged = np.bincount(
+        np.searchsorted(cuts, np.array([*bins, top], dtype=np.int64), side="left"),
+        minlength=cuts.size + 1,
+    ).astype(np.int64)
+    return cuts, merged
+
+
+def _joint_cuts(values: np.ndarray, counts: np.ndarray, other: np.ndarray, k: int) -> np.ndarray:
+    """Split sorted distinct ``values`` (with ``counts``; ``other``: the largest other-field
+    width among the items of each value) into at most ``k`` contiguous groups minimising
+    Σ group count × (group's largest value + group's largest ``other``): the padded slots of
+    both fields. Returns the index of each group's last value but the last.
+
+    Exact DP over groups (the cost's range maximum breaks the quadrangle inequality the
+    divide-and-conquer of :func:`padless._kernels.optimal_cuts` needs): O(k · L²) time, O(k · L)
+    memory over L distinct values; ties go to the leftmost split. int64 while Σ counts ×
+    (max value + max other) fits in it, Python ints past it.
+    """
+    n = int(values.size)
+    groups = min(k, n)
+    if groups <= 1:
+        return np.zeros(0, np.int64)
+    dtype: Any = np.int64
+    if int(counts.sum()) * (int(values[-1]) + int(other.max())) >= MAX_BUDGET:
+        dtype = object
+    vals = values.astype(dtype)
+    csum = np.concatenate([[0], np.cumsum(counts.astype(dtype))]).astype(dtype)
+    oth = other.astype(dtype)
+    cost = np.empty((groups, n), dtype=dtype)
+    arg = np.zeros((groups, n), dtype=np.int64)
+    for b in range(n):
+        top = np.maximum.accumulate(oth[b::-1])[::-1]  # largest other over a..b, for every a
+        width = vals[b] + top
+        cost[0, b] = csum[b + 1] * width[0]
+        for g in range(1, min(groups, b + 1)):
+            # groups g+1: the last is a..b with a >= g, the first g cover 0..a-1
+            start = np.arange(g, b + 1)
+            total = cost[g - 1, start - 1] + (csum[b + 1] - csum[start]) * width[start]
+            best = int(np.argmin(total))
+            cost[g, b] = total[best]
+            arg[g, b] = start[best]
+    out = []
+    last = n - 1
+    for g in range(groups - 1, 0, -1):
+        a = int(arg[g, last])
+        out.append(a - 1)
+        last = a - 1
+    return np.array(out[::-1], dtype=np.int64)
+
+
+def _pair_histogram(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct width pairs of (n, 2) ``rows`` sorted by (first, second), and their counts: a
+    bincount over a small grid, else np.unique of ``(first << 32) | second``."""
+    n = int(rows.shape[0])
+    if n == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    w0 = np.asarray(rows[:, 0], dtype=np.int64)
+    w1 = np.asarray(rows[:, 1], dtype=np.int64)
+    span = int(w1.max()) + 1
+    if (int(w0.max()) + 1) * span <= 2 * n + (1 << 16):
+        counts = np.bincount(w0 * span + w1)
+        keys = np.flatnonzero(counts).astype(np.int64)
+        return keys // span, keys % span, counts[keys].astype(np.int64)
+    keys, counts = np.unique((w0 << 32) | w1, return_counts=True)
+    return keys >> 32, keys & (_WIDE - 1), counts.astype(np.int64)
+
+
+def _merge_pairs(
+    parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pair histogram from several (chunk by chunk), sorted as :func:`_pair_histogram`'s."""
+    keys, counts = [], []
+    for u0, u1, c in parts:
+        keys.append((u0 << 32) | u1)
+        counts.append(c)
+    if not keys:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    key = np.concatenate(keys)
+    count = np.concatenate(counts)
+    order = np.argsort(key, kind="stable")
+    key, count = key[order], count[order]
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if key.size else key
+    key = key[first]
+    count = np.add.reduceat(count, first) if first.size else count
+    return key >> 32, key & (_WIDE - 1), count.astype(np.int64)
+
+
+def _fit_grid(
+    u0: np.ndarray, u1: np.ndarray, c: np.ndarray, k0: int, k1: int, method: str = "joint"
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """2-D boundaries of a pair histogram (see :func:`bucket_boundaries_2d`)."""
+    if u0.size == 0:
+        return np.zeros(0, np.int64), [np.zeros(0, np.int64)]
+    firsts = np.flatnonzero(np.concatenate([[True], u0[1:] != u0[:-1]]))
+    values0, counts0 = u0[firsts], np.add.reduceat(c, firsts)
+    if method == "equal":
+        cuts, merged = _equal_total_cuts(values0, counts0, k0)
+    else:
+        cuts, merged = _cuts_of(values0, counts0, k0), np.ones(k0, np.int64)
+    # pairs are sorted by the first field: each first-field bucket is one run of them
+    where = np.searchsorted(cuts, u0, side="left")
+    bounds = np.searchsorted(where, np.arange(cuts.size + 2), side="left")
+    subs = []
+    for i in range(cuts.size + 1):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        second, count, first = u1[lo:hi], c[lo:hi], u0[lo:hi]
+        order = np.argsort(second, kind="stable")
+        second, count, first = second[order], count[order], first[order]
+        if second.size == 0:
+            subs.append(np.zeros(0, np.int64))
+            continue
+        runs = np.flatnonzero(np.concatenate([[True], second[1:] != second[:-1]]))
+        values1, counts1 = second[runs], np.add.reduceat(count, runs)
+        if method == "joint":
+            other = np.maximum.reduceat(first, runs)
+            subs.append(values1[_joint_cuts(values1, counts1, other, k1)])
+        elif method == "sequential":
+            subs.append(_cuts_of(values1, counts1, k1))
+        else:
+            subs.append(_equal_total_cuts(values1, counts1, k1 * int(merged[i]))[0])
+    return cuts, subs
+
+
+def _grid_tuple(cuts: np.ndarray, subs: list[np.ndarray]) -> Grid:
+    """2-D boundaries as the spec keeps them (a pair of tuples of ints)."""
+    return tuple(int(v) for v in cuts), tuple(tuple(int(v) for v in s) for s in subs)
+
+
+def bucket_boundaries_2d(
+    lengths: Any, num_buckets: Any, *, method: str = "joint"
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Choose 2-D bucket boundaries for (N, 2) lengths: ``k0`` buckets on the first field, then
+    at most ``k1`` sub-buckets on the second field within each (``num_buckets=(k0, k1)``).
+
+    The first field's cuts are :func:`bucket_boundaries`' (exact DP: least Σ count × longest of
+    that field). Within each first-field bucket, ``method``:
+
+    - ``"joint"`` (default): the second field's cuts minimise both fields' padded slots,
+      Σ count × (longest first + longest second) over the sub-buckets (exact DP).
+    - ``"sequential"``: the second field's own least padded slots (the 1-D DP on its widths).
+    - ``"equal"``: NeMo's 2-D estimate, for comparison: lhotse's equal-total-size rule on
+      each field (a new bucket once the running total passes total / k; bins that coincide
+      merge, and a merged bucket gets ``k1`` sub-buckets per bucket merged); NeMo's
+      outlier filter (tokens per second over 4 sigma) is left out, since padless keeps every
+      sequence.
+
+    Returns:
+        ``(cuts, subs)``: the first field's sorted cuts and, per first-field bucket, its sorted
+        second-field cuts, as ``Buckets(boundaries=...)`` takes them.
+
+    Cost: O(N) for the pair histogram (np.unique, O(N log N), for sparse huge widths); the
+    1-D DP on the first field; per first-field bucket O(k1 · L²) for "joint" over its L
+    distinct second-field widths (O(k1 · L log L) for "sequential").
+
+    >>> pairs = np.array([[2, 30], [9, 8], [3, 2], [8, 90], [2, 4], [10, 12]])
+    >>> cuts, subs = bucket_boundaries_2d(pairs, (2, 2))
+    >>> cuts.tolist(), [s.tolist() for s in subs]
+    ([3], [[4], [12]])
+    """
+    k = check_num_buckets("num_buckets", num_buckets)
+    if not isinstance(k, tuple):
+        raise TypeError(
+            f"num_buckets must be a pair (k0, k1) of positive ints, got {num_buckets!r}"
+        )
+    check_choice("method", method, METHODS_2D)
+    lens = lengths_of(lengths)
+    if lens.ndim != 2 or lens.shape[1] != 2:
+        raise ValueError(
+            f"lengths must be (N, 2) for 2-D buckets (two fields), got shape {lens.shape}"
+        )
+    return _fit_grid(*_pair_histogram(lens), k[0], k[1], method)
+
+
+def boundary_costs(lengths: Any, boundaries: Any) -> tuple[int, ...]:
+    """Padded slots per field, Σ over buckets of count × the bucket's longest in that field,
+    of the buckets ``boundaries`` define: 1-D boundaries bucket by size (max over fields),
+    the 2-D form by both fields (see :func:`bucket_boundaries_2d`). One entry per field.
+
+    Cost: O(N) after the bucket of every sequence (a binary search each).
+
+    >>> pairs = np.array([[2, 30], [9, 8], [3, 2], [8, 90], [2, 4], [10, 12]])
+    >>> boundary_costs(pairs, [30]), boundary_costs(pairs, [[3], [[4], [12]]])
+    ((58, 240), (36, 152))
+    """
+    lens = lengths_of(lengths)
+    cuts = check_cuts("boundaries", boundaries)
+    if cuts is None:
+        raise TypeError("boundaries must be a sequence of cut points (or the 2-D form), got None")
+    rows = np.asarray(lens[:, None] if lens.ndim == 1 else lens, dtype=np.int64)
+    if _in_grid_form(cuts):
+        if rows.shape[1] != 2:
+            raise ValueError(f"lengths must be (N, 2) for 2-D boundaries, got shape {lens.shape}")
+        key: Any = cuts
+    else:
+        key = np.array(cuts, dtype=np.int64)
+    ids, num = _bucket_ids(sizes_of(lens).astype(np.int64), rows, key)
+    order, starts = K.counting_order(ids, num)
+    count = np.diff(starts)
+    return tuple(
+        int((count * K.segment_max(np.ascontiguousarray(rows[order, f]), starts)).sum())
+        for f in range(rows.shape[1])
+    )
 
 
 def boundary_cost(lengths: Any, boundaries: Any) -> int:
@@ -217,99 +507,301 @@ def _bucket_plan(
         ids = table[sizes]
     else:
         ids = np.searchsorted(cuts, sizes, side="left")
-    order, starts = K.counting_order(np.asarray(ids, dtype=np.int64), num)
-    K.shuffle_runs(order, starts, _rng.key(seed, epoch, _rng.GROUP_SHUFFLE))
-    _, ends, _, _ = K.exact_split(order, starts, run_size, 0)
-    offsets = np.empty(ends.size + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends
-    info = {
-        "boundaries": cuts.tolist(),
-        "bucket_counts": count.tolist(),
-        "bucket_longest": longest.tolist(),
-        "bucket_batch_sizes": run_size.tolist(),
-        "bucket_padded_slots": int((count * longest).sum()),
-    }
-    return BatchPlan(order, offsets, info=info)
+    plan = _split_buckets(np.asarray(ids, dtype=np.int64), num, run_size, seed, epoch)
+    plan.info.update(
+        {
+            "boundaries": cuts.tolist(),
+            "bucket_counts": count.tolist(),
+            "bucket_longest": longest.tolist(),
+            "bucket_batch_sizes": run_size.tolist(),
+            "bucket_padded_slots": int((count * longest).sum()),
+        }
+    )
+    return plan
 
 
-def check_cuts(name: str, boundaries: Any) -> tuple[int, ...] | None:
-    """Check ``boundaries`` (None or strictly increasing lengths): a tuple of ints or None."""
-    return None if boundaries is None else tuple(int(c) for c in _check_boundaries(boundaries))
+def check_cuts(name: str, boundaries: Any) -> tuple[int, ...] | Grid | None:
+    """Check ``boundaries``: None, strictly increasing lengths (a tuple of ints), or the 2-D form
+    ``(cuts, subs)`` with one strictly increasing list of second-field cuts per first-field
+    bucket (a pair of tuples).
+
+    >>> check_cuts("boundaries", [[10], [[3, 5], []]])
+    ((10,), ((3, 5), ()))
+    """
+    if boundaries is None:
+        return None
+    if not _is_grid(boundaries):
+        return tuple(int(c) for c in _check_boundaries(boundaries, name))
+    first, subs = boundaries
+    cuts = tuple(int(c) for c in _check_boundaries(first, f"{name}[0]"))
+    if len(subs) != len(cuts) + 1:
+        raise ValueError(
+            f"{name}[1] must hold one list of second-field cuts per first-field bucket: "
+            f"{len(cuts)} first-field cuts make {len(cuts) + 1} buckets, got {len(subs)} lists"
+        )
+    rows = tuple(
+        tuple(int(c) for c in _check_boundaries(sub, f"{name}[1][{i}]"))
+        for i, sub in enumerate(subs)
+    )
+    return cuts, rows
+
+
+def check_num_buckets(name: str, value: Any) -> int | tuple[int, int] | None:
+    """Check ``num_buckets``: None, a positive int, or a pair ``(k0, k1)`` of positive ints
+    (2-D buckets: k0 on the first field, at most k1 on the second within each)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(
+                f"{name} must be a positive int, or a pair (k0, k1) of positive ints for 2-D "
+                f"buckets (k0 on the first field, k1 on the second within each), got {value!r:.60}"
+            )
+        return positive(f"{name}[0]", value[0]), positive(f"{name}[1]", value[1])
+    return positive_or_none(name, value)
+
+
+def check_batch_sizes(name: str, value: Any) -> tuple[int, ...] | None:
+    """Check ``batch_sizes``: None, or one positive int per bucket (a sequence)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(
+            f"{name} must be a list of positive ints, one per bucket, got "
+            f"{type(value).__name__} {value!r:.60}"
+        )
+    if not value:
+        raise ValueError(f"{name} must give one batch size per bucket, got an empty list")
+    return tuple(positive(f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def _in_grid_form(cuts: Any) -> bool:
+    """Whether checked boundaries (:func:`check_cuts`' tuples) are in the 2-D form."""
+    return isinstance(cuts, tuple) and len(cuts) == 2 and isinstance(cuts[1], tuple)
+
+
+def _grid_json(cuts: Any) -> Any:
+    """Boundaries as JSON lists (the 2-D form nested)."""
+    if isinstance(cuts, np.ndarray):
+        return cuts.tolist()
+    if _in_grid_form(cuts):
+        return [list(cuts[0]), [list(s) for s in cuts[1]]]
+    return list(cuts)
+
+
+def _bucket_count(cuts: Any) -> int:
+    """Buckets that checked boundaries define (1-D or 2-D form)."""
+    if _in_grid_form(cuts):
+        return sum(len(s) + 1 for s in cuts[1])
+    return len(cuts) + 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Buckets(Spec):
     """Length buckets: batches form within a bucket and pad to at most its longest member.
 
-    Settings as :func:`plan_buckets`; ``boundaries`` are kept as a tuple of ints. With
-    ``num_buckets`` the boundaries are fitted to the lengths when the spec is bound (exact
-    dynamic programme, minimum padded slots) and kept by the planner (``sampler.boundaries``).
+    Settings as :func:`plan_buckets`; ``boundaries`` are kept as a tuple of ints (the 2-D form
+    as a pair of tuples). With ``num_buckets`` the boundaries are fitted to the lengths when the
+    spec is bound (exact dynamic programme, minimum padded slots) and kept by the planner
+    (``sampler.boundaries``).
+
+    2-D buckets, on (N, 2) lengths: ``num_buckets=(k0, k1)`` fits k0 buckets on the first field
+    and at most k1 sub-buckets on the second field within each (:func:`bucket_boundaries_2d`,
+    method "joint"), or ``boundaries=(cuts, subs)`` gives them. On (N, F) lengths a budget may
+    be one per field, ``max_tokens=(B0, B1)`` (None: no budget on that field; in seconds with
+    ``resolution``, as :class:`padless.TokenBudget` takes them): a bucket's batches hold
+    ``min_f floor(B_f / longest_f)`` sequences, so each field's padded batch keeps its budget;
+    ``cost`` may be one model per field (summed: ``count × Σ_f cost_f(longest_f)``).
+    ``batch_sizes`` gives every bucket's batch size instead (a table, e.g. from a memory probe;
+    one per bucket, 2-D buckets in row order). One ``max_tokens`` budgets the longest size (max
+    over fields), as for 1-D buckets.
 
     >>> Buckets(boundaries=[3], batch_size=3).plan([2, 9, 3, 8, 2, 10]).sizes.tolist()
     [3, 3]
+    >>> pairs = np.array([[2, 30], [9, 8], [3, 2], [8, 90], [2, 4], [10, 12]])
+    >>> plan = Buckets(boundaries=[[3], [[4], [20]]], batch_sizes=[2, 1, 2, 1]).plan(pairs)
+    >>> sorted(sorted(b.tolist()) for b in plan)
+    [[0], [1, 5], [2, 4], [3]]
     """
 
     boundaries: Any = setting(check_cuts, default=None)
-    num_buckets: int | None = setting(positive_or_none, default=None)
-    max_tokens: int | None = setting(budget_or_none, default=None)
+    num_buckets: int | tuple[int, int] | None = setting(check_num_buckets, default=None)
+    max_tokens: int | float | tuple[int | float | None, ...] | None = setting(
+        check_field_budgets, default=None
+    )
     batch_size: int | None = setting(positive_or_none, default=None)
+    batch_sizes: Any = setting(check_batch_sizes, default=None)
     multiple_of: int = setting(positive, default=1)
-    cost: Cost | None = setting(check_cost, default=None)
+    cost: Any = setting(check_field_costs, default=None)
     max_cost: float | None = setting(check_max_cost, default=None)
     pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
     oversize: str = setting(check_oversize, default="error")
+    resolution: Any = setting(check_resolution, default=None)
+    # derived in _settle: one budget in whole ticks, or the per-field budgets in ticks
+    token_limit: int | None = dataclasses.field(init=False, default=None, repr=False)
+    field_budgets: tuple[int | None, ...] | None = dataclasses.field(
+        init=False, default=None, repr=False
+    )
 
     name = "buckets"
     state_tag = "BucketSampler"
-    quiet = {**Spec.quiet, "oversize": "error"}
+    quiet = {**Spec.quiet, "oversize": "error", "batch_sizes": None, "resolution": None}
+
+    @property
+    def two_d(self) -> bool:
+        """Whether these are 2-D buckets (``num_buckets`` a pair, or 2-D ``boundaries``)."""
+        return isinstance(self.num_buckets, tuple) or _in_grid_form(self.boundaries)
+
+    @property
+    def per_field(self) -> bool:
+        """Whether the plan needs (N, F) lengths: 2-D buckets, or budgets or costs per field."""
+        return self.two_d or any(
+            isinstance(v, tuple) for v in (self.max_tokens, self.cost, self.resolution)
+        )
 
     def _settle(self) -> None:
         if (self.boundaries is None) == (self.num_buckets is None):
             got = "both" if self.boundaries is not None else "neither"
             raise ValueError(f"pass exactly one of boundaries or num_buckets, got {got}")
-        if self.max_cost is not None and self.batch_size is not None:
+        if self.batch_sizes is not None:
+            self._settle_table()
+        elif self.max_cost is not None and self.batch_size is not None:
             raise ValueError(
                 "pass exactly one of max_tokens or batch_size (max_cost is a budget like "
                 "max_tokens and may join it), got max_cost and batch_size"
             )
-        if self.max_cost is None and (self.max_tokens is None) == (self.batch_size is None):
+        elif self.max_cost is None and (self.max_tokens is None) == (self.batch_size is None):
             got = "both" if self.max_tokens is not None else "neither"
-            raise ValueError(f"pass exactly one of max_tokens or batch_size, got {got}")
+            raise ValueError(
+                f"pass exactly one of max_tokens or batch_size, got {got} (or batch_sizes: "
+                "one batch size per bucket)"
+            )
+        self._settle_fields()
+
+    def _settle_table(self) -> None:
+        """``batch_sizes``: alone (no other budget), and one per bucket of given boundaries."""
+        table = self.batch_sizes or ()
+        for other in ("max_tokens", "batch_size", "max_cost"):
+            if getattr(self, other) is not None:
+                raise ValueError(
+                    "pass one of max_tokens, batch_size or batch_sizes (batch_sizes fixes "
+                    f"every bucket's batch size), got batch_sizes and {other}"
+                )
+        if self.boundaries is None:
+            raise ValueError(
+                "batch_sizes gives one batch size per bucket, so it needs the buckets: pass "
+                "boundaries (e.g. from bucket_boundaries or bucket_boundaries_2d), got "
+                f"num_buckets={self.num_buckets}"
+            )
+        count = _bucket_count(self.boundaries)
+        if len(table) != count:
+            raise ValueError(
+                f"batch_sizes must give one batch size per bucket: the boundaries make {count} "
+                f"buckets, got {len(table)} batch sizes"
+            )
+
+    def _settle_fields(self) -> None:
+        """The budgets in ticks, and the rules of settings per field (as TokenBudget's)."""
+        budgets, res, cost = self.max_tokens, self.resolution, self.cost
+        named = {
+            n: len(v)
+            for n, v in (("max_tokens", budgets), ("resolution", res), ("cost", cost))
+            if isinstance(v, tuple)
+        }
+        if self.two_d:
+            named = {"2-D buckets": 2, **named}
+        if len(set(named.values())) > 1:
+            raise ValueError(
+                "max_tokens, resolution and cost must name the same number of fields (two for "
+                f"2-D buckets), got {', '.join(f'{k}: {v}' for k, v in named.items())}"
+            )
+        if not isinstance(budgets, tuple):
+            if isinstance(res, tuple):
+                raise ValueError(
+                    f"resolution={list(res)!r} names fields but max_tokens={budgets!r} is one "
+                    "budget: give max_tokens per field too"
+                )
+            limit = None if budgets is None else to_ticks("max_tokens", budgets, res)
+            self._set(token_limit=limit)
+            return
+        per = res if isinstance(res, tuple) else (res,) * len(budgets)
+        ticks = tuple(
+            None if b is None else to_ticks(f"max_tokens[{f}]", b, per[f])
+            for f, b in enumerate(budgets)
+        )
+        if isinstance(cost, Cost) or (cost is None and self.max_cost is not None):
+            raise ValueError(
+                f"per-field max_tokens={list(budgets)!r} need a cost model per field for "
+                f"{'max_cost' if cost is None else 'cost'} (cost=(Cost(...), Cost(...))), got "
+                f"cost={cost!r}"
+            )
+        self._set(field_budgets=ticks)
+
+    @property
+    def _tabled(self) -> bool:
+        """Whether the planner finds every bucket's figures and batch size once, per field
+        (every form but 1-D buckets with one budget, which plan from the histogram of sizes)."""
+        return self.per_field or self.batch_sizes is not None
 
     def stream_engine(self) -> R.StreamEngine:
-        """The stream form: full batches per bucket leave, remainders wait (boundaries fitted on the first buffer)."""
-        R.check_streamable(
-            self,
-            ("boundaries", "num_buckets", "max_tokens", "batch_size", "multiple_of", "oversize"),
-        )
+        """The stream form: full batches per bucket leave, remainders wait (boundaries fitted on
+        the first buffer). 1-D buckets with one budget only: 2-D buckets and settings per
+        field are refused, and ``batch_sizes`` too."""
+        if self.per_field:
+            raise ValueError(
+                f"{self.describe()} buckets or budgets two fields, which StreamBatcher does not "
+                "follow yet (its buckets see one size per item); plan with PlanSampler instead"
+            )
+        known = ("boundaries", "num_buckets", "max_tokens", "batch_size", "multiple_of")
+        R.check_streamable(self, (*known, "oversize", "resolution"))
         return BucketStream(self)
 
     def bind(self, lengths: np.ndarray) -> BucketPlanner:
         return BucketPlanner(self, lengths)
 
-    def _fits(self, widths: np.ndarray) -> np.ndarray:
-        """Mask of the widths a batch of one holds within the budget."""
+    def _fits(self, widths: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Mask of the widths a batch of one holds within the budget (``rows``: the widths of
+        each field, (n, F), for settings per field)."""
         ok = np.ones(widths.shape, dtype=np.bool_)
-        if self.max_tokens is not None:
-            ok &= widths <= self.max_tokens
+        if self.field_budgets is not None and rows is not None:
+            for f, budget in enumerate(self.field_budgets):
+                if budget is not None:
+                    ok &= rows[:, f] <= budget
+        elif self.token_limit is not None:
+            ok &= widths <= self.token_limit
         if self.max_cost is not None:
-            ok &= model_of(self.cost).of(widths) <= self.max_cost
+            ok &= _units(self.cost, widths, rows) <= self.max_cost
         return ok
 
     def for_windows(self, src: Any) -> Buckets:
         """With ``num_buckets``: the boundaries fitted once to the whole corpus' histogram of
-        widths (built chunk by chunk), so that every window uses the same buckets. With
-        ``max_tokens``, every length must be positive (a window whose bucket holds only empty
-        sequences has no token cost to budget)."""
+        widths (built chunk by chunk; of width pairs for 2-D buckets), so that every window uses
+        the same buckets. With ``max_tokens``, every length must be positive (a window whose
+        bucket holds only empty sequences has no token cost to budget); with per-field budgets,
+        every sequence must be positive on some budgeted field."""
         spec = self
         if self.num_buckets is not None:
-            chunks = src.size_chunks(self.pad_to_multiple_of)
-            if self.oversize == "drop":  # fitted to the sequences that are planned
-                chunks = (c[self._fits(c)] for c in chunks)
-            cuts = _fit_chunks(chunks, self.num_buckets)
-            spec = dataclasses.replace(self, boundaries=tuple(cuts.tolist()), num_buckets=None)
-        if spec.max_tokens is not None and src.n and src.size_min == 0:
+            if self.two_d:
+                k0, k1 = self.num_buckets  # type: ignore[misc]
+                pairs = _merge_pairs(_pair_histogram(r) for r in self._planned_rows(src))
+                cuts: Any = _grid_tuple(*_fit_grid(*pairs, k0, k1))
+            else:
+                chunks = (sizes_of(r) for r in self._planned_rows(src))
+                cuts = tuple(_fit_chunks(chunks, self.num_buckets).tolist())  # type: ignore[arg-type]
+            spec = dataclasses.replace(self, boundaries=cuts, num_buckets=None)
+        if spec.field_budgets is not None and src.n:
+            budgeted = [f for f, b in enumerate(spec.field_budgets) if b is not None]
+            for lo, rows in _numbered(src.row_chunks()):
+                empty = np.flatnonzero(~np.any(rows[:, budgeted] > 0, axis=1))
+                if empty.size:
+                    raise ValueError(
+                        "lengths must be positive on a budgeted field for windowed buckets with "
+                        f"per-field max_tokens: index {lo + int(empty[0])} has length 0 on every "
+                        f"budgeted field {budgeted}, and a window whose bucket holds only such "
+                        "sequences has no token cost to budget; drop them first, or pass "
+                        "batch_size instead"
+                    )
+        elif spec.token_limit is not None and src.n and src.size_min == 0:
             raise ValueError(
                 f"lengths must be positive for windowed buckets with max_tokens: index "
                 f"{src.arg_min} has length 0, and a window whose bucket holds only empty "
@@ -318,66 +810,282 @@ class Buckets(Spec):
             )
         return spec
 
+    def _planned_rows(self, src: Any) -> Iterator[np.ndarray]:
+        """The padded widths of ``src`` per field, chunk by chunk, of the sequences planned
+        (``oversize="drop"`` leaves out those over the budget alone)."""
+        for rows in src.row_chunks(self.pad_to_multiple_of):
+            yield rows[self._fits(sizes_of(rows), rows)] if self.oversize == "drop" else rows
+
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())
+
+
+def _units(cost: Any, sizes: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """The padded cost of one sequence (or bucket) per entry: ``cost(size)`` of one model,
+    ``Σ_f cost_f(width_f)`` of a model per field (``rows``: (n, F) widths)."""
+    if not isinstance(cost, tuple):
+        return model_of(cost).of(np.asarray(sizes, dtype=np.int64))
+    units = field_units(cost, np.asarray(rows, dtype=np.int64))
+    total = np.zeros(units.shape[0], dtype=np.float64)
+    for f in range(units.shape[1]):  # left to right, as TokenBudget adds them
+        total = total + units[:, f]
+    return total
+
+
+def _per_sequence(cost: Any) -> float:
+    """The cost of an empty sequence (summed over the fields' models)."""
+    models = cost if isinstance(cost, tuple) else (model_of(cost),)
+    return sum(c.per_sequence for c in models if c is not None)
 
 
 class BucketPlanner(Planner):
     """:class:`Buckets` bound to lengths: boundaries resolved (fitted) and checked once.
 
-    Everything is planned on the padded widths (the sizes rounded up to ``pad_to_multiple_of``).
+    Everything is planned on the padded widths (the sizes rounded up to ``pad_to_multiple_of``;
+    each field rounded). 1-D buckets with one budget plan each epoch from the histogram of
+    sizes; every other form finds each sequence's bucket and each bucket's figures and batch
+    size here, once, and each ``(seed, epoch)`` then only shuffles the buckets and cuts them.
     """
 
     spec: Buckets
 
     def __init__(self, spec: Buckets, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
+        fields = 1 if lengths.ndim == 1 else int(lengths.shape[1])
+        _check_fields(spec, fields, lengths.shape)
+        self.field_widths: np.ndarray | None = None  # each field's padded widths, (N, F)
+        if spec._tabled:
+            wide = np.asarray(self.padded_lengths, dtype=np.int64)
+            self.field_widths = wide.reshape(-1, fields)
         # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
-        self.skipped = over_budget(self, spec)
+        self.skipped = _over_budget(self, spec)
         self.kept: np.ndarray | None = None  # oversize="drop": the sequences planned
         self.planned = self.widths  # their widths
         if self.skipped.size:
             self.kept = np.setdiff1d(np.arange(self.widths.shape[0]), self.skipped)
             self.planned = self.widths[self.kept]
+        self.boundaries: Any
+        if self.field_widths is not None:
+            rows = self.field_widths
+            self.rows = rows if self.kept is None else rows[self.kept]
+            self.boundaries = self._resolve_tabled(spec)
+            self._figures()
+            return
         planned = self.planned
         if spec.boundaries is not None:
             cuts = np.array(spec.boundaries, dtype=np.int64)
         else:
-            cuts = _fit_boundaries(planned, spec.num_buckets or 1)
+            cuts = _fit_boundaries(planned, spec.num_buckets or 1)  # type: ignore[arg-type]
         self.boundaries = cuts
-        what = _zero_cost_budget(spec.max_tokens, spec.cost, spec.max_cost)
+        what = _zero_cost_budget(spec.token_limit, spec.cost, spec.max_cost)
         if what:
             figures = _bucket_figures(*_histogram(planned), cuts)
             _check_nonempty(planned, *figures, what)
 
+    def _resolve_tabled(self, spec: Buckets) -> Any:
+        """The boundaries of a tabled plan: given, or fitted to the planned widths."""
+        if spec.boundaries is not None:
+            return spec.boundaries if spec.two_d else np.array(spec.boundaries, dtype=np.int64)
+        if spec.two_d:
+            k0, k1 = spec.num_buckets  # type: ignore[misc]
+            return _grid_tuple(*_fit_grid(*_pair_histogram(self.rows), k0, k1))
+        return _fit_boundaries(self.planned, spec.num_buckets)  # type: ignore[arg-type]
+
+    def _figures(self) -> None:
+        """Every planned sequence's bucket, and per bucket its count, longest width per field
+        and batch size (a bucket no budget can size is refused)."""
+        self.ids, self.num = _bucket_ids(self.planned, self.rows, self.boundaries)
+        order, starts = K.counting_order(self.ids, self.num)
+        self.count = np.diff(starts)
+        longest = [
+            K.segment_max(np.ascontiguousarray(self.rows[order, f]), starts)
+            for f in range(self.rows.shape[1])
+        ]
+        self.longest = np.stack(longest, axis=1).astype(np.int64)  # (buckets, F)
+        self.run_size = _table_sizes(self.spec, self.count, self.longest)
+        # each bucket's first sequence (the order is stable within a bucket), for messages
+        first = order[np.minimum(starts[:-1], order.size - 1)] if order.size else starts[:-1]
+        _check_sized(
+            self.spec, self.count, self.longest, first if self.kept is None else self.kept[first]
+        )
+
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         s = self.spec
         kept = self.kept
-        plan = _bucket_plan(
-            self.planned,
-            self.boundaries,
-            s.max_tokens,
-            s.batch_size,
-            s.multiple_of,
-            seed,
-            epoch,
-            s.cost,
-            s.max_cost,
-        )
+        if s._tabled:
+            plan = _split_buckets(self.ids, self.num, self.run_size, seed, epoch)
+            plan.info.update(self._info())
+        else:
+            plan = _bucket_plan(
+                self.planned,
+                self.boundaries,
+                s.token_limit,
+                s.batch_size,
+                s.multiple_of,
+                seed,
+                epoch,
+                s.cost,
+                s.max_cost,
+            )
         if kept is not None:  # oversize="drop": planned over the others
             plan = plan.with_indices(kept[plan.indices], self.widths.shape[0], self.skipped)
         return self.tagged(plan)
 
+    def _info(self) -> dict[str, Any]:
+        """A tabled plan's figures, as a 1-D plan gives them; 2-D buckets give each bucket's
+        longest per field and the padded-slot bound per field (``field_padded_slots``)."""
+        count, longest = self.count, self.longest
+        size = longest.max(axis=1) if longest.size else np.zeros(count.size, np.int64)
+        two_d = self.spec.two_d
+        info: dict[str, Any] = {
+            "boundaries": _grid_json(self.boundaries),
+            "bucket_counts": count.tolist(),
+            "bucket_longest": longest.tolist() if two_d else size.tolist(),
+            "bucket_batch_sizes": self.run_size.tolist(),
+            "bucket_padded_slots": int((count * size).sum()),
+        }
+        if two_d:
+            slots = (count[:, None] * longest).sum(axis=0)
+            info["bucket_padded_slots"] = int(slots.sum())
+            info["field_padded_slots"] = slots.tolist()
+        return info
+
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
-        (longest: the widest padded width)."""
-        if self.spec.cost is None:
+        (longest: the widest padded width), or ``count × Σ_f cost_f(longest_f)`` with a model
+        per field."""
+        cost = self.spec.cost
+        if isinstance(cost, tuple) and self.field_widths is not None:
+            return field_batch_costs(cost, plan, self.field_widths)
+        if cost is None:
             return super().costs(plan)
-
-        return padded_batch_costs(self.spec.cost, plan, self.widths)
+        return padded_batch_costs(cost, plan, self.widths)
 
     def config(self) -> dict[str, Any]:
-        return {**self.spec.as_dict(), "boundaries": self.boundaries.tolist()}
+        return {**self.spec.as_dict(), "boundaries": _grid_json(self.boundaries)}
+
+
+def _numbered(chunks: Iterable[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """``(position of its first row, chunk)`` for consecutive chunks of rows."""
+    lo = 0
+    for chunk in chunks:
+        yield lo, chunk
+        lo += int(chunk.shape[0])
+
+
+def _check_fields(spec: Buckets, fields: int, shape: tuple[int, ...]) -> None:
+    """2-D buckets take (N, 2) lengths; settings per field one entry per field."""
+    if spec.two_d and fields != 2:
+        name = "num_buckets" if spec.num_buckets is not None else "boundaries"
+        value = spec.num_buckets if spec.num_buckets is not None else _grid_json(spec.boundaries)
+        raise ValueError(
+            f"{name}={value} makes 2-D buckets over two fields: lengths must be (N, 2), "
+            f"got shape {shape}"
+        )
+    for name in ("max_tokens", "cost", "resolution"):
+        value = getattr(spec, name)
+        if isinstance(value, tuple) and len(value) != fields:
+            raise ValueError(
+                f"{name} names {len(value)} fields, but the lengths have {fields} (shape "
+                f"{shape}): give (N, {len(value)}) lengths, one column per field"
+            )
+
+
+def _over_budget(planner: BucketPlanner, spec: Buckets) -> np.ndarray:
+    """Sorted indices of the sequences one of which alone passes a budget: its width over
+    the token budget (a field's width over its own, per field) or its cost over ``max_cost``
+    (``oversize="error"`` raises, naming the first)."""
+    out = np.zeros(0, dtype=np.int64)
+    if spec.field_budgets is not None:
+        out = _field_oversize(planner.field_widths, spec, spec.field_budgets)  # type: ignore[arg-type]
+    elif spec.token_limit is not None:
+        out = oversize_filter(
+            planner.widths, spec.token_limit, spec.oversize, multiple=planner.pad_to_multiple_of
+        )
+    if spec.max_cost is not None:
+        units = _units(spec.cost, planner.widths, planner.field_widths)
+        out = np.union1d(out, cost_filter(planner, units, spec.max_cost, spec.oversize))
+    return out.astype(np.int64)
+
+
+def _bucket_ids(sizes: np.ndarray, rows: np.ndarray, cuts: Any) -> tuple[np.ndarray, int]:
+    """Every sequence's bucket and the number of buckets: 1-D cuts bucket ``sizes``; 2-D cuts
+    bucket ``rows`` (the first field's bucket, then the second field's interval within it,
+    numbered row by row)."""
+    if isinstance(cuts, np.ndarray):
+        return np.searchsorted(cuts, sizes, side="left").astype(np.int64), int(cuts.size) + 1
+    first, subs = cuts
+    i = np.searchsorted(np.array(first, dtype=np.int64), rows[:, 0], side="left").astype(np.int64)
+    # every sub-cut keyed (bucket << 32) | cut, in order: a sequence's key (i << 32) | width
+    # comes after the cuts of the buckets before its own and after its own cuts below its width
+    keys = np.concatenate(
+        [np.zeros(0, np.int64)]
+        + [(b << 32) | np.minimum(np.array(sub, np.int64), _WIDE - 1) for b, sub in enumerate(subs)]
+    )
+    pos = np.searchsorted(keys, (i << 32) | rows[:, 1], side="left")
+    return (pos + i).astype(np.int64), sum(len(sub) + 1 for sub in subs)
+
+
+def _table_sizes(spec: Buckets, count: np.ndarray, longest: np.ndarray) -> np.ndarray:
+    """Each bucket's batch size: the table, the fixed size, or the most its budgets allow
+    (``min_f floor(B_f / longest_f)`` over the budgeted fields, or one budget over the longest
+    size; ``max_cost`` over the bucket's padded cost), rounded to ``multiple_of``."""
+    if spec.batch_sizes is not None:
+        return round_size(np.array(spec.batch_sizes, dtype=np.int64), spec.multiple_of)
+    if spec.batch_size is not None:
+        return round_size(np.full(count.size, spec.batch_size, np.int64), spec.multiple_of)
+    size = longest.max(axis=1)  # each bucket's longest size (max over fields)
+    raw = np.full(count.size, MAX_BUDGET, dtype=np.int64)
+    if spec.field_budgets is not None:
+        for f, budget in enumerate(spec.field_budgets):
+            if budget is not None:
+                top = longest[:, f]
+                raw = np.where(top > 0, np.minimum(raw, budget // np.maximum(top, 1)), raw)
+    elif spec.token_limit is not None:
+        raw = np.minimum(raw, spec.token_limit // np.maximum(size, 1))
+    if spec.max_cost is not None:
+        raw = np.minimum(raw, units_limit(_units(spec.cost, size, longest), spec.max_cost))
+    return round_size(raw, spec.multiple_of)
+
+
+def _check_sized(spec: Buckets, count: np.ndarray, longest: np.ndarray, first: np.ndarray) -> None:
+    """Refuse a bucket of only empty sequences that a budget cannot size (no token cost; no
+    cost either, with a cost model without ``per_sequence``). ``first``: each bucket's first
+    sequence, for the message."""
+    if spec.batch_sizes is not None or spec.batch_size is not None:
+        return
+    if spec.field_budgets is not None:
+        budgeted = [f for f, b in enumerate(spec.field_budgets) if b is not None]
+        live = np.any(longest[:, budgeted] > 0, axis=1)
+        what = f"per-field max_tokens (on every budgeted field {budgeted})"
+    elif spec.token_limit is not None:
+        live, what = longest.max(axis=1) > 0, "max_tokens"
+    elif _per_sequence(spec.cost) == 0:
+        live, what = longest.max(axis=1) > 0, "max_cost (a cost model without per_sequence cost)"
+    else:
+        return
+    dead = np.flatnonzero((count > 0) & ~live)
+    if dead.size:
+        b = int(dead[0])
+        raise ValueError(
+            f"lengths must be positive with {what}: bucket {b} holds only empty sequences "
+            f"(length 0 at index {int(first[b])}), which have no token cost to budget; drop "
+            "empty sequences first, or pass batch_size instead"
+        )
+
+
+def _split_buckets(
+    ids: np.ndarray, num: int, run_size: np.ndarray, seed: int, epoch: int
+) -> BatchPlan:
+    """Each bucket shuffled from ``(seed, epoch)`` and cut into batches of its run size (the
+    last one smaller), bucket by bucket."""
+    order, starts = K.counting_order(ids, num)
+    K.shuffle_runs(order, starts, _rng.key(seed, epoch, _rng.GROUP_SHUFFLE))
+    _, ends, _, _ = K.exact_split(order, starts, run_size, 0)
+    offsets = np.empty(ends.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends
+    return BatchPlan(order, offsets)
 
 
 # --------------------------------------------------------------------------- stream form
@@ -393,7 +1101,7 @@ class BucketStream(R.GroupEngine):
         )
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        return R.within_budget(sizes, self.spec.max_tokens, self.spec.oversize, where)
+        return R.within_budget(sizes, self.spec.token_limit, self.spec.oversize, where)
 
     def groups(self, buf: R.Buffer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = self.spec
@@ -403,12 +1111,12 @@ class BucketStream(R.GroupEngine):
         k = cuts.size + 1
         ids = np.searchsorted(cuts, buf.sizes, side="left").astype(np.int64)
         order, starts = K.counting_order(ids, k)
-        if s.max_tokens is not None:
+        if s.token_limit is not None:
             longest = np.empty(k, np.int64)
             longest[:-1] = cuts
             last = buf.sizes[ids == k - 1]
             longest[-1] = int(last.max()) if last.size else 1
-            raw = s.max_tokens // np.maximum(longest, 1)
+            raw = s.token_limit // np.maximum(longest, 1)
         else:
             raw = np.full(k, s.batch_size, np.int64)
         return order, starts, round_size(raw, s.multiple_of)

@@ -14,15 +14,17 @@ from .._check import budget_or_none, check_choice, check_seed, positive
 from .._kernels import cost as KC
 from .._kernels import windows as KW
 from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, padded_batch_costs
+from ..fields import check_field_budgets, check_resolution, field_scales, scaled_sizes, to_ticks
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, length_order, run_sizes
 from .spec import (
+    QUIET_DEFAULTS,
     Planner,
     Spec,
     WindowKernel,
-    check_cost,
+    check_field_costs,
     check_pad_multiple,
     moved_names,
     plain,
@@ -109,9 +111,10 @@ def over_budget(planner: Planner, spec: Any, kept: np.ndarray | None = None) -> 
     look at (the others are left out already)."""
     widths = planner.widths if kept is None else np.where(kept, planner.widths, 0)
     out = np.zeros(0, dtype=np.int64)
-    if spec.max_tokens is not None:
+    limit = getattr(spec, "token_limit", spec.max_tokens)
+    if limit is not None:
         multiple = planner.pad_to_multiple_of
-        out = oversize_filter(widths, spec.max_tokens, spec.oversize, multiple=multiple)
+        out = oversize_filter(widths, limit, spec.oversize, multiple=multiple)
     if spec.max_cost is not None:
         units = model_of(spec.cost).of(widths)
         if kept is not None:
@@ -150,6 +153,24 @@ class TokenBudget(Spec):
             The plan is the plan of the lengths rounded up to it (each field of (N, F)
             lengths), so every budget holds for the padded batch; ``sampler.collate()`` pads to
             exactly this multiple.
+        resolution: the lengths are ticks of this many seconds (or any unit), e.g. from
+            :func:`padless.durations`, and budgets are given in that unit
+            (``max_tokens=200.0`` seconds): each becomes whole ticks, rounded down. For (N, F)
+            lengths one per field (None for a field of whole tokens).
+
+    Per field: for (N, F) lengths, ``max_tokens`` may give one budget per field (a tuple; None
+    for a field without one): then every batch has ``count × longest_f <= max_tokens[f]`` in
+    each field, instead of one budget on the longest field (fairseq's max over fields). With
+    two budgeted fields or more the walk keeps neighbours near in both: bins of equal counts
+    along the first budgeted field (about 8 batches each), each walked along the second, up
+    and down in turn (``BudgetPlanner._field_walk``); with one, along each sequence's share of
+    its budget (:func:`padless.fields.field_scales`, which also makes the cut exact). ``cost`` may give a model per field too, summed:
+    a batch costs ``count × Σ_f cost_f(longest_f)`` (an encoder over audio ticks plus a decoder
+    over text tokens); with per-field budgets a cost model must be per field.
+
+    >>> spec = TokenBudget(max_tokens=(8, 5))
+    >>> [b.tolist() for b in spec.plan(np.array([[3, 1], [4, 2], [2, 5], [1, 1]]))]
+    [[3, 0], [1], [2]]
 
     >>> spec = TokenBudget(max_tokens=9)
     >>> [b.tolist() for b in spec.plan([5, 3, 3, 8, 1])]
@@ -158,40 +179,104 @@ class TokenBudget(Spec):
     [[2, 4, 1], [3, 0]]
     """
 
-    max_tokens: int | None = setting(budget_or_none, default=None)
+    max_tokens: Any = setting(check_field_budgets, default=None)
     max_sentences: int | None = setting(budget_or_none, default=None)
     multiple_of: int = setting(positive, default=1)
     oversize: str = setting(check_oversize, default="error")
-    cost: Cost | None = setting(check_cost, default=None)
+    cost: Any = setting(check_field_costs, default=None)
     max_cost: float | None = setting(check_max_cost, default=None)
     pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
+    resolution: Any = setting(check_resolution, default=None)
+    # derived in _settle: the budget in whole ticks (per field: the shared limit of
+    # field_scales), the per-field budgets in ticks and their scales (None: one budget)
+    token_limit: int | None = dataclasses.field(init=False, default=None, repr=False)
+    field_budgets: tuple[int | None, ...] | None = dataclasses.field(
+        init=False, default=None, repr=False
+    )
+    scales: tuple[int, ...] | None = dataclasses.field(init=False, default=None, repr=False)
 
     name = "token_budget"
     state_tag = "TokenBudgetSampler"
+    quiet = {**QUIET_DEFAULTS, "resolution": None}
+
+    def _settle(self) -> None:
+        budgets, res, cost = self.max_tokens, self.resolution, self.cost
+        fields = [len(v) for v in (budgets, res, cost) if isinstance(v, tuple)]
+        if fields and len(set(fields)) > 1:
+            raise ValueError(
+                "max_tokens, resolution and cost must name the same number of fields, got "
+                f"max_tokens={budgets!r}, resolution={res!r}, cost={cost!r}"
+            )
+        if not isinstance(budgets, tuple):
+            if isinstance(res, tuple):
+                raise ValueError(
+                    f"resolution={res!r} names fields but max_tokens={budgets!r} is one budget: "
+                    "give max_tokens per field too"
+                )
+            limit = None if budgets is None else to_ticks("max_tokens", budgets, res)
+            self._set(token_limit=limit)
+            return
+        per = res if isinstance(res, tuple) else (res,) * len(budgets)
+        ticks = tuple(
+            None if b is None else to_ticks(f"max_tokens[{f}]", b, per[f])
+            for f, b in enumerate(budgets)
+        )
+        scales, limit = field_scales(ticks)
+        if isinstance(cost, Cost) or (cost is None and self.max_cost is not None):
+            raise ValueError(
+                f"per-field max_tokens={budgets!r} need a cost model per field for "
+                f"{'max_cost' if cost is None else 'cost'} (cost=(Cost(...), Cost(...))), got "
+                f"cost={cost!r}"
+            )
+        self._set(token_limit=limit, field_budgets=ticks, scales=tuple(int(x) for x in scales))
+
+    @property
+    def per_field(self) -> bool:
+        """Whether budgets or costs are per field (the plan needs (N, F) lengths)."""
+        return self.field_budgets is not None or isinstance(self.cost, tuple)
 
     def stream_engine(self) -> R.StreamEngine:
         """The stream form: budget batches cut from each round's buffer."""
-        R.check_streamable(self, ("max_tokens", "max_sentences", "multiple_of", "oversize"))
+        if self.per_field:
+            raise ValueError(
+                f"{self.describe()} budgets per field, which StreamBatcher does not follow "
+                "(its rounds budget one size per item); plan with PlanSampler instead"
+            )
+        known = ("max_tokens", "max_sentences", "multiple_of", "oversize", "resolution")
+        R.check_streamable(self, known)
         return BudgetStream(self)
 
     def window_kernel(self, src: Any) -> WindowKernel | None:
         """The fused windowed token budget (settings beyond the budget's own go to the planner)."""
-        known = ("max_tokens", "max_sentences", "multiple_of", "oversize")
-        return (
-            BudgetWindows(self, src) if type(self) is TokenBudget and plain(self, known) else None
-        )
+        known = ("max_tokens", "max_sentences", "multiple_of", "oversize", "resolution")
+        fused = type(self) is TokenBudget and plain(self, known) and not self.per_field
+        return BudgetWindows(self, src) if fused else None
 
     def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
         """The histogram form (the budget kernel's limits), when no cost model is set: a
         batch's cost is then its count × its widest width, which the histogram tells."""
-        if self.cost is not None or self.max_cost is not None:
+        if self.cost is not None or self.max_cost is not None or self.per_field:
             return None
-        return ("budget", (self.max_tokens or 0, self.max_sentences or 0, self.multiple_of))
+        return ("budget", (self.token_limit or 0, self.max_sentences or 0, self.multiple_of))
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
         if self.max_cost is not None:
             return CostBudgetPlanner(self, lengths)
         return BudgetPlanner(self, lengths)
+
+    def _check_fields(self, lengths: np.ndarray) -> None:
+        """Refuse lengths whose fields are not the ones the per-field settings name."""
+        named = next(
+            (name, len(v))
+            for name in ("max_tokens", "cost", "resolution")
+            if isinstance(v := getattr(self, name), tuple)
+        )
+        fields = 1 if lengths.ndim == 1 else int(lengths.shape[1])
+        if fields != named[1]:
+            raise ValueError(
+                f"{named[0]} names {named[1]} fields, but the lengths have {fields} "
+                f"(shape {lengths.shape}): give (N, {named[1]}) lengths, one column per field"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())
@@ -205,6 +290,7 @@ class TokenBudget(Spec):
         walk = _order_array(order)
         if (
             self.max_cost is None
+            and not self.per_field
             and self.pad_to_multiple_of == 1
             and isinstance(lengths, np.ndarray)
             and lengths.ndim == 1
@@ -230,12 +316,30 @@ class BudgetPlanner(Planner):
         """``top``: the largest size, when the caller knows it (saves a pass over the sizes)."""
         super().__init__(spec, lengths)
         self.skipped = np.zeros(0, dtype=np.int64)
-        if spec.max_tokens is not None:
+        # each field's widths (the collate pads each field to its longest)
+        wide = self.padded_lengths
+        self.field_widths = wide if wide.ndim == 2 else wide[:, None]
+        if spec.per_field:
+            spec._check_fields(lengths)
+        # two budgeted fields or more: the walk goes through bins of the first, by the second
+        budgeted = (
+            []
+            if spec.field_budgets is None
+            else [f for f, b in enumerate(spec.field_budgets) if b is not None]
+        )
+        self.field_walk = budgeted[:2] if len(budgeted) > 1 else []
+        if spec.field_budgets is not None and spec.scales is not None:
+            self.skipped = _field_oversize(self.field_widths, spec, spec.field_budgets)
+            # one size per sequence: its largest share of its field's budget (exact, see
+            # padless.fields.field_scales); the walk and every kernel plan it
+            sized = scaled_sizes(self.field_widths, np.array(spec.scales, np.int64))
+            self.widths = self.padded_lengths = sized
+        elif spec.token_limit is not None:
             if top is not None and self.pad_to_multiple_of != 1:
                 top = int(round_up(np.array([top], np.int64), self.pad_to_multiple_of)[0])
             self.skipped = oversize_filter(
                 self.widths,
-                spec.max_tokens,
+                spec.token_limit,
                 spec.oversize,
                 top=top,
                 multiple=self.pad_to_multiple_of,
@@ -243,10 +347,12 @@ class BudgetPlanner(Planner):
 
     def _limits(self) -> tuple[int, int, int]:
         s = self.spec
-        return (s.max_tokens or 0, s.max_sentences or 0, s.multiple_of)
+        return (s.token_limit or 0, s.max_sentences or 0, s.multiple_of)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         limits = self._limits()
+        if self.field_walk:
+            return self.plan_order(self._field_walk(seed, epoch))
         walk, starts = length_order(self.padded_lengths, seed, epoch)
         values = run_sizes(self.padded_lengths, walk, starts)
         if values is None:
@@ -260,6 +366,29 @@ class BudgetPlanner(Planner):
         ends = K.budget_ends_runs(values, starts, *limits)
         offsets = np.concatenate([np.zeros(1, np.int64), ends])
         return self.tagged(BatchPlan(walk, offsets, skipped=self.skipped))
+
+    def _field_walk(self, seed: int, epoch: int) -> np.ndarray:
+        """The walk of budgets per field: near in both budgeted fields from one sequence to the
+        next. The sequences in order of the first budgeted field (ties at random from
+        ``(seed, epoch)``) are cut into bins of equal counts, about :data:`BIN_BATCHES` batches
+        each (estimated as the sizes' sum over the limit); each bin is walked by the second
+        field, up in even bins and down in odd ones (no jump between bins), then by the first.
+        The sequences over a budget are left out. Cost: O(N log N)."""
+        first, second = self.field_walk
+        wide = self.field_widths
+        kept = np.ones(wide.shape[0], dtype=bool)
+        if self.skipped.size:
+            kept[self.skipped] = False
+        items = np.flatnonzero(kept)
+        order = items[length_order(np.ascontiguousarray(wide[items, first]), seed, epoch)[0]]
+        n = int(order.size)
+        limit = int(self.spec.token_limit or 1)
+        batches = -(-int(self.widths[order].sum()) // limit) if n else 0
+        bins = max(1, batches // BIN_BATCHES)
+        which = np.arange(n, dtype=np.int64) * bins // max(n, 1)
+        along = wide[order, second].astype(np.int64)
+        snake = np.where(which % 2 == 0, along, -along)
+        return order[np.lexsort((wide[order, first], snake, which))]
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         """Plan a given walk: one compiled pass checks it (indices in range, each at most once),
@@ -290,10 +419,12 @@ class BudgetPlanner(Planner):
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Cost of each batch: count × longest, or ``count × cost(longest)`` with a cost model
         (longest: the widest padded width)."""
-        if self.spec.cost is None:
+        cost = self.spec.cost
+        if isinstance(cost, tuple):
+            return field_batch_costs(cost, plan, self.field_widths)
+        if cost is None:
             return super().costs(plan)
-
-        return padded_batch_costs(self.spec.cost, plan, self.widths)
+        return padded_batch_costs(cost, plan, self.widths)
 
     def config(self) -> dict[str, Any]:
         # "skip" is the word states were fingerprinted with before "drop" became the one word
@@ -313,7 +444,12 @@ class CostBudgetPlanner(BudgetPlanner):
 
     def __init__(self, spec: TokenBudget, lengths: np.ndarray) -> None:
         super().__init__(spec, lengths)
-        self.units = model_of(spec.cost).of(self.widths)
+        self.field_units: np.ndarray | None = None
+        if isinstance(spec.cost, tuple):
+            self.field_units = field_units(spec.cost, self.field_widths)
+            self.units = _row_sums(self.field_units)
+        else:
+            self.units = model_of(spec.cost).of(self.widths)
         over = cost_filter(self, self.units, float(spec.max_cost or 0.0), spec.oversize)
         self.cost_skipped = over
         # self.skipped stays the token budget's (the token walk leaves those out)
@@ -323,6 +459,15 @@ class CostBudgetPlanner(BudgetPlanner):
         walk = plan.indices
         if self.cost_skipped.size:
             walk = walk[self.units[walk] <= float(self.spec.max_cost or 0.0)]
+        if self.field_units is not None:
+            ends = KC.budget_field_cost_ends(
+                np.ascontiguousarray(self.widths[walk]),
+                np.ascontiguousarray(self.field_units[walk]),
+                *self._limits(),
+                float(self.spec.max_cost or 0.0),
+            )
+            offsets = np.concatenate([np.zeros(1, np.int64), ends])
+            return self.tagged(BatchPlan(walk, offsets, skipped=self.all_skipped))
         ends = KC.budget_cost_ends(
             np.ascontiguousarray(self.widths[walk]),
             np.ascontiguousarray(self.units[walk]),
@@ -339,6 +484,67 @@ class CostBudgetPlanner(BudgetPlanner):
         return self._recut(super().plan_order(order, narrowed))
 
 
+BIN_BATCHES = 8  # batches per bin of the walk of budgets per field
+
+
+def _field_oversize(
+    widths: np.ndarray, spec: TokenBudget, budgets: tuple[int | None, ...]
+) -> np.ndarray:
+    """Sorted indices of the sequences over a field's budget (``budgets``, in ticks) alone
+    (``oversize="error"`` raises, naming the first and its field)."""
+    over = np.zeros(widths.shape[0], dtype=bool)
+    for f, b in enumerate(budgets):
+        if b is not None:
+            over |= widths[:, f] > b
+    out = np.flatnonzero(over).astype(np.int64)
+    if out.size and spec.oversize == "error":
+        i = int(out[0])
+        f = next(f for f, b in enumerate(budgets) if b is not None and widths[i, f] > b)
+        res = _resolution_of(spec, f)
+        unit = "" if res is None else " ticks"
+        given = "" if res is None else f" ({budgets[f]} ticks of resolution={res!r})"
+        raise ValueError(
+            f"index {i} has field {f} length {int(widths[i, f])}{unit}, which exceeds "
+            f"max_tokens[{f}]={spec.max_tokens[f]!r}{given}; "
+            f'{out.size} sequences do (pass oversize="drop" to leave such items out)'
+        )
+    return out
+
+
+def _resolution_of(spec: TokenBudget, field: int) -> float | None:
+    res = spec.resolution
+    return res[field] if isinstance(res, tuple) else res
+
+
+def field_units(costs: tuple[Cost | None, ...], widths: np.ndarray) -> np.ndarray:
+    """(N, F) float64: each field's cost of each sequence's width in it (0 where a field has no
+    cost model)."""
+    out = np.zeros(widths.shape, dtype=np.float64)
+    for f, c in enumerate(costs):
+        if c is not None:
+            out[:, f] = c.of(widths[:, f])
+    return out
+
+
+def _row_sums(units: np.ndarray) -> np.ndarray:
+    """Σ over fields, left to right from 0.0 (the order the kernels add in)."""
+    total = np.zeros(units.shape[0], dtype=np.float64)
+    for f in range(units.shape[1]):
+        total = total + units[:, f]
+    return total
+
+
+def field_batch_costs(
+    costs: tuple[Cost | None, ...], plan: BatchPlan, widths: np.ndarray
+) -> np.ndarray:
+    """``count × Σ_f cost_f(longest_f)`` of every batch (float64), fields added left to right."""
+    total = np.zeros(len(plan), dtype=np.float64)
+    for f, c in enumerate(costs):
+        if c is not None:
+            total = total + padded_batch_costs(c, plan, np.ascontiguousarray(widths[:, f]))
+    return total
+
+
 class BudgetWindows(WindowKernel):
     """Token-budget batches of a window straight from the (memory-mapped) lengths."""
 
@@ -346,8 +552,8 @@ class BudgetWindows(WindowKernel):
 
     def _limits(self) -> tuple[int, int, int, int]:
         s, span = self.spec, self.src.size_max + 1
-        limit = min(span - 1, s.max_tokens or span)
-        return limit, s.max_tokens or 0, s.max_sentences or 0, s.multiple_of
+        limit = min(span - 1, s.token_limit or span)
+        return limit, s.token_limit or 0, s.max_sentences or 0, s.multiple_of
 
     def plan(self, member: Any, blocks: np.ndarray, sub: int) -> BatchPlan:
         lay, span = self.src.layout, self.src.size_max + 1
@@ -387,7 +593,7 @@ class BudgetStream(R.StreamEngine):
 
     @property
     def max_tokens(self) -> int:  # the kernels' form of the spec's limits (0: none)
-        return self.spec.max_tokens or 0
+        return self.spec.token_limit or 0
 
     @property
     def max_sentences(self) -> int:
@@ -398,7 +604,7 @@ class BudgetStream(R.StreamEngine):
         return self.spec.multiple_of
 
     def admit(self, sizes: np.ndarray, where: Callable[[int], int]) -> np.ndarray | None:
-        return R.within_budget(sizes, self.spec.max_tokens, self.spec.oversize, where)
+        return R.within_budget(sizes, self.spec.token_limit, self.spec.oversize, where)
 
     def full(self, counts: np.ndarray, padded: np.ndarray) -> np.ndarray:
         """Batches one more item of their longest size (``multiple_of`` more once they hold

@@ -56,6 +56,8 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, np.integer):
         return int(value)
+    if isinstance(value, Cost):
+        return value.as_dict()
     return value
 
 
@@ -96,6 +98,19 @@ def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
 
 def check_cost(name: str, value: Any) -> Cost | None:
     """:func:`padless.cost.as_cost` as a setting's check (``None``, a Cost or its dict)."""
+    return as_cost(value, name)
+
+
+def check_field_costs(name: str, value: Any) -> Cost | tuple[Cost | None, ...] | None:
+    """A cost model, or one per field (a tuple or list of Costs, their dicts or None: a field
+    that costs nothing), summed over the fields of each batch."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{name} must name one cost per field, got an empty {value!r}")
+        out = tuple(as_cost(v, f"{name}[{i}]") for i, v in enumerate(value))
+        if all(c is None for c in out):
+            raise ValueError(f"{name} must give a cost for some field, got {list(value)!r}")
+        return out
     return as_cost(value, name)
 
 
@@ -250,6 +265,12 @@ class Spec:
         """A fused planner for the windows of ``src`` (1-D lengths), or None: each window's
         items are then gathered and planned by this spec's planner."""
         return None
+
+    def units(self, fields: int) -> tuple[float | None, ...]:
+        """Seconds (or another unit) per tick of each of ``fields`` length fields: the spec's
+        ``resolution`` where it has one (None: a field of whole tokens)."""
+        res = getattr(self, "resolution", None)
+        return tuple(res) if isinstance(res, tuple) else (res,) * fields
 
     def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
         """How this strategy plans from the lengths' histogram (:mod:`padless.histogram`):
