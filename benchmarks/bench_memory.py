@@ -20,8 +20,8 @@ a depthwise conv module, a linear CTC head over 128 tokens; one Adam step) on ba
 On the CPU the figure is what a step adds to the process's resident memory (see
 ``padless.torch._probe``); ``--malloc steady`` (the default) re-runs the script with
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536``, which keeps glibc from holding memory
-freed within a step; ``--malloc default`` measures glibc as it comes (figures vary ±15% from
-run to run). On CUDA the figure is ``torch.cuda.max_memory_allocated``.
+freed within a step; ``--malloc default`` measures glibc as it comes (the same step measures
+up to a third apart from run to run). On CUDA the figure is ``torch.cuda.max_memory_allocated``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from padless.memory import as_bytes
 from padless.torch import measure_peak, probe_memory
 
 GRID = [(200, 20), (400, 60), (600, 100), (800, 40), (1000, 30), (1200, 120)]
@@ -195,8 +196,6 @@ def main() -> None:
     print(
         f"{'B':>4} {'frames':>6} {'text':>5} {'predicted MiB':>14} {'measured MiB':>13} {'error':>7}  within limit"
     )
-    from padless.memory import as_bytes
-
     top = as_bytes(limit)
     worst, over = 0.0, 0
     table = fit.table(HELD_OUT, limit)

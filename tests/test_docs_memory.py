@@ -30,8 +30,9 @@ def test_memory_example_probes_saves_and_plans_within_the_limit(tmp_path, monkey
     assert [lens for _, lens in scope["probe"].largest] == [32, 64, 128, 256]
     for rows, length in scope["shapes"].shapes:
         assert memory.predict(rows, length) <= limit < memory.predict(rows + 1, length)
-    table = scope["table"]
-    assert [lens for _, lens in table] == [64, 128, 256, 512]
-    assert all(memory.predict(b, lens) <= limit for b, lens in table)
-    plan = scope["budget"].plan(scope["lengths"])
-    assert len(plan) > 1 and sorted(plan.indices.tolist()) == list(range(len(scope["lengths"])))
+    for size, longest in zip(scope["sizes"], [64, 128, 256, 512], strict=True):
+        most = memory.batch_size(longest, limit)
+        assert size == (most if most < 8 else most // 8 * 8) > 0  # multiples of 8 where 8 fit
+    for spec in (scope["budget"], scope["buckets"]):
+        plan = spec.plan(scope["lengths"])
+        assert len(plan) > 1 and sorted(plan.indices.tolist()) == list(range(len(scope["lengths"])))

@@ -774,6 +774,13 @@ ENTRIES: list[Entry] = [
         ["lengths", "limit", "multiple_of", "max_batch_size"],
         lambda out: padless.FixedShapes(shapes=out),
     ),
+    (
+        MEMORY.bucket_batch_sizes,
+        "MemoryModel.bucket_batch_sizes",
+        {"boundaries": [10, 20], "limit": "1MiB", "longest": 40},
+        ["boundaries", "limit", "longest", "multiple_of", "max_batch_size"],
+        lambda out: padless.Buckets(boundaries=[10, 20], batch_sizes=out),
+    ),
     (MEMORY.cost, "MemoryModel.cost", {"field": 0}, ["field"], None),
     (MEMORY.max_cost, "MemoryModel.max_cost", {"limit": "1MiB"}, ["limit"], _finite),
     (padless.memory.as_bytes, "as_bytes", {"value": "1MiB"}, [("value", "limit")], None),

@@ -150,14 +150,19 @@ def test_costs_are_the_memory_per_sequence_and_max_cost_the_rest_of_the_limit():
     lens = (700, 50)
     per = sum(cst.of(x) for cst, x in zip(costs, lens, strict=True))
     assert close(TRUE_2.fixed + 3 * per, TRUE_2.predict(3, lens), 1e-12)
-    # per_sequence rides on a field with no length terms, which would otherwise have no cost
+    # a field that adds nothing costs nothing: None, as a TokenBudget takes it
     flat = MemoryModel(fixed=0, per_sequence=5, linear=(2, 0), quadratic=(1, 0))
-    assert flat.costs() == (Cost(linear=2, quadratic=1), Cost(linear=0, per_sequence=5))
-    none = MemoryModel(fixed=0, per_sequence=0, linear=(2, 0), quadratic=(1, 0))
+    assert flat.costs() == (Cost(linear=2, quadratic=1, per_sequence=5), None)
     with pytest.raises(ValueError, match="field 1 adds no memory"):
-        none.costs()
+        flat.cost(1)
     with pytest.raises(ValueError, match=r"field must be in \[0, 2\)"):
-        none.cost(2)
+        flat.cost(2)
+    empty = MemoryModel(fixed=9, per_sequence=0, linear=(0,), quadratic=(0,))
+    with pytest.raises(ValueError, match="field 0 adds no memory"):
+        empty.costs()
+    with pytest.raises(ValueError, match="pass max_batch_size"):
+        empty.batch_size(10, "1KiB")
+    assert empty.batch_size(10, "1KiB", max_batch_size=64) == 64
 
 
 # ---------------------------------------------------------------------------------- planners
@@ -189,19 +194,37 @@ def test_plans_from_the_model_never_pass_the_limit(lengths, grid, limit, seed):
         assert m.predict(len(batch), int(lens[batch].max())) <= limit
 
 
-def test_two_field_budget_keeps_the_limit(bible):
-    """A per-field cost tuple in a TokenBudget (count × Σ_f cost_f(longest_f)): every batch of
-    the (N, 2) corpus is predicted within the limit."""
+def test_two_field_plans_keep_the_limit(bible):
+    """Per-field costs in a TokenBudget (``count × Σ_f cost_f(longest_f)``) and per-bucket batch
+    sizes for 2-D and 1-D Buckets: every batch of the (N, 2) corpus, padded on each field to its
+    longest, is predicted within the limit, and the table's sizes are the largest that fit."""
     m = MemoryModel(fixed=1e9, per_sequence=1e5, linear=(5e4, 2e4), quadratic=(30.0, 4.0))
-    try:
-        spec = TokenBudget(cost=m.costs(), max_cost=m.max_cost("4GiB"))
-    except TypeError as err:
-        pytest.skip(f"TokenBudget takes one Cost here (per-field costs land with fields.py): {err}")
-    lens = np.asarray(bible[:5000])
-    plan = spec.plan(lens)
-    for batch in plan:
-        longest = tuple(int(v) for v in lens[batch].max(axis=0))
-        assert m.predict(len(batch), longest) <= 4 * 2**30
+    limit = 4 * 2**30
+    lens = np.asarray(bible[:4000])
+
+    def within(plan) -> None:
+        assert len(plan) > 1
+        for batch in plan:
+            longest = tuple(int(v) for v in lens[batch].max(axis=0))
+            assert m.predict(len(batch), longest) <= limit
+
+    within(TokenBudget(cost=m.costs(), max_cost=m.max_cost(limit)).plan(lens))
+    top = tuple(int(v) for v in lens.max(axis=0))
+    grid = ((20, 40), ((15, 30), (25,), (30, 60)))
+    sizes = m.bucket_batch_sizes(grid, limit, longest=top)
+    pads = [(20, 15), (20, 30), (20, top[1]), (40, 25), (40, top[1])]
+    pads += [(top[0], 30), (top[0], 60), (top[0], top[1])]
+    assert sizes == [m.batch_size(p, limit) for p in pads]
+    within(Buckets(boundaries=grid, batch_sizes=sizes).plan(lens))
+    cuts = [16, 32, 64]
+    flat = m.bucket_batch_sizes(cuts, limit, longest=top, multiple_of=4)
+    assert flat[0] == m.batch_size((16, 16), limit) // 4 * 4  # both fields under the cut
+    assert flat[-1] == m.batch_size(top, limit) // 4 * 4
+    within(Buckets(boundaries=cuts, batch_sizes=flat).plan(lens))
+    with pytest.raises(ValueError, match="2-D form bound two fields"):
+        TRUE_1.bucket_batch_sizes(grid, limit, longest=100)
+    with pytest.raises(ValueError, match="one list of cuts per first-field bucket"):
+        m.bucket_batch_sizes(((20, 40), ((15,),)), limit, longest=top)
 
 
 # ---------------------------------------------------------------------------------- records
@@ -298,7 +321,7 @@ def test_probe_grows_then_bisects_within_the_tolerance(monkeypatch):
     assert len(out.points) == len(made) - 1  # every step but the warm-up is a point
     m = out.model
     assert close(m.fixed, 1000, 1e-6) and close(m.linear[0], 1.0, 1e-6)
-    assert m.device == "cpu (peak resident memory, VmHWM)"
+    assert m.device == "cpu (resident memory a step adds, VmHWM)"
 
     # a limit that never binds: growth stops at the first step out of memory, which leaves no
     # point, and the bisection runs between the last fit and that step

@@ -13,8 +13,9 @@ with non-negative coefficients, fitted to a few measured steps (:func:`padless.t
 measures them on your model and device). Because the batch term is a :class:`padless.Cost`
 times the count, the model *is* a token budget: ``TokenBudget(cost=model.costs(),
 max_cost=model.max_cost(limit))`` closes every batch before its predicted peak passes
-``limit``. :meth:`MemoryModel.table` and :meth:`MemoryModel.shapes` give batch sizes per bucket
-and a shape table for :class:`padless.FixedShapes`.
+``limit``. :meth:`MemoryModel.bucket_batch_sizes` gives ``Buckets(batch_sizes=...)`` and
+:meth:`MemoryModel.shapes` a shape table for :class:`padless.FixedShapes`; :meth:`MemoryModel.table`
+the batch size for any list of shapes.
 
 Terms that couple fields (CTC's alignment lattice, ``B·T·S``; cross-attention) are not in the
 form: the fit spreads them over each field's own terms, which is close while one field's lengths
@@ -250,8 +251,9 @@ class MemoryModel:
     :meth:`load`, :meth:`as_dict`). Frozen: a fitted model is a value.
 
     Args:
-        fixed: bytes that do not grow with the batch (weights, gradients, optimizer state,
-            and on CPU the process itself).
+        fixed: bytes that do not grow with the batch (on CUDA the weights, gradients and
+            optimizer state; on the CPU, where a probe measures what a step adds, the
+            gradients and the step's fixed temporaries).
         per_sequence: bytes per sequence whatever its length.
         linear: bytes per sequence per padded token, one number per field.
         quadratic: bytes per sequence per squared padded length, one per field.
@@ -353,22 +355,14 @@ class MemoryModel:
         )
 
     # ------------------------------------------------------------------ costs
-    def _carrier(self) -> int:
-        """The field whose :class:`Cost` carries ``per_sequence``: the first field with no
-        length terms (so that it has a cost at all), else the first."""
-        for f in range(self.fields):
-            if self.linear[f] == 0 and self.quadratic[f] == 0:
-                return f
-        return 0
-
     def _terms(self, field: int) -> tuple[float, float, float]:
-        carry = self.per_sequence if field == self._carrier() else 0.0
-        return carry, self.linear[field], self.quadratic[field]
+        """``(per_sequence, linear, quadratic)`` of one field's cost: ``per_sequence`` rides on
+        field 0, so the fields' costs add up to the model's bytes per sequence."""
+        return (self.per_sequence if field == 0 else 0.0), self.linear[field], self.quadratic[field]
 
     def cost(self, field: int = 0) -> Cost:
-        """Field ``field``'s :class:`padless.Cost` in bytes per sequence. ``per_sequence`` is in
-        one field's cost only (the first field with no length terms, else field 0), so the
-        costs of all fields add up to the model's memory per sequence.
+        """Field ``field``'s :class:`padless.Cost` in bytes per sequence (``per_sequence`` is in
+        field 0's, so the fields' costs add up to the model's bytes per sequence).
 
         >>> MemoryModel(fixed=0, per_sequence=8, linear=(2, 1), quadratic=(0, 0)).cost(1)
         Cost(linear=1.0, quadratic=0.0, per_sequence=0.0)
@@ -380,17 +374,25 @@ class MemoryModel:
         if per == 0 and lin == 0 and quad == 0:
             raise ValueError(
                 f"field {f} adds no memory in this model (all its coefficients are 0), so it has "
-                "no cost: budget the other fields, or refit with lengths that vary on this one"
+                "no cost (costs() gives None for it)"
             )
         return Cost(linear=lin, quadratic=quad, per_sequence=per)
 
-    def costs(self) -> Cost | tuple[Cost, ...]:
-        """The ``cost=`` of a :class:`padless.TokenBudget` that budgets this model's memory:
-        one :class:`Cost` for one field, a tuple of per-field costs (summed by the budget:
-        ``count × Σ_f cost_f(longest_f)``) for several. Pair it with :meth:`max_cost`."""
+    def costs(self) -> Cost | tuple[Cost | None, ...]:
+        """The ``cost=`` of a :class:`padless.TokenBudget` (or :class:`padless.Buckets`) that
+        budgets this model's memory: one :class:`Cost` for one field; for several, a tuple of
+        per-field costs, which the budget sums (``count × Σ_f cost_f(longest_f)``), None for a
+        field that adds no memory. Pair it with :meth:`max_cost`.
+
+        >>> MemoryModel(fixed=0, per_sequence=8, linear=(2, 0), quadratic=(0, 0)).costs()
+        (Cost(linear=2.0, quadratic=0.0, per_sequence=8.0), None)
+        """
         if self.fields == 1:
             return self.cost(0)
-        return tuple(self.cost(f) for f in range(self.fields))
+        out = tuple(None if not any(self._terms(f)) else self.cost(f) for f in range(self.fields))
+        if all(c is None for c in out):
+            raise ValueError("this model adds no memory per sequence, so it has no cost")
+        return out
 
     def max_cost(self, limit: Any) -> float:
         """The ``max_cost=`` that keeps a batch's predicted peak within ``limit`` bytes: the
@@ -479,21 +481,33 @@ class MemoryModel:
         >>> m.table([100, 300], limit=1000, multiple_of=2)
         [(10, 100), (2, 300)]
         """
+        entries = self._entries("lengths", lengths)
+        sizes = self._sizes(entries, limit, multiple_of, max_batch_size, "lengths[{i}] = {lens}")
+        return [(size, self._give(lens)) for size, lens in zip(sizes, entries, strict=True)]
+
+    def _sizes(
+        self,
+        entries: list[tuple[int, ...]],
+        limit: Any,
+        multiple_of: Any,
+        max_batch_size: Any,
+        what: str,
+    ) -> list[int]:
+        """:meth:`table`'s batch sizes; ``what`` names an entry that fits no batch."""
         multiple = check_int("multiple_of", multiple_of, minimum=1)
         if multiple > MAX_BUDGET:  # type: ignore[operator]
             raise ValueError(f"multiple_of must be <= 2**62, got {multiple}")
-        entries = self._entries("lengths", lengths)
         out = []
         for i, lens in enumerate(entries):
             size = self.batch_size(lens, limit, max_batch_size=max_batch_size)
             if size == 0:
                 raise ValueError(
-                    f"lengths[{i}] = {self._give(lens)} does not fit limit={limit!r} even one "
-                    f"sequence at a time (predicted {self._predict(1, lens):.6g} bytes)"
+                    f"{what.format(i=i, lens=self._give(lens))} does not fit limit={limit!r} "
+                    f"even one sequence at a time (predicted {self._predict(1, lens):.6g} bytes)"
                 )
             if size >= multiple:  # type: ignore[operator]
                 size -= size % multiple  # type: ignore[operator]
-            out.append((size, self._give(lens)))
+            out.append(size)
         return out
 
     def shapes(
@@ -519,6 +533,78 @@ class MemoryModel:
             )
         rows = self.table(lengths, limit, multiple_of=multiple_of, max_batch_size=max_batch_size)
         return list(check_shapes(rows, "shapes"))
+
+    def bucket_batch_sizes(
+        self,
+        boundaries: Any,
+        limit: Any,
+        *,
+        longest: Any,
+        multiple_of: int = 1,
+        max_batch_size: int | None = None,
+    ) -> list[int]:
+        """``batch_sizes`` for ``Buckets(boundaries=boundaries, batch_sizes=...)``: one per
+        bucket, in the buckets' order, the largest batch that fits ``limit`` (see :meth:`table`)
+        padded to the bucket's longest.
+
+        A bucket's longest on each field is its upper cut, or ``longest`` (the longest length
+        of the data, one per field) for the last; 1-D cuts bound every field (a sequence's size
+        is its longest field), 2-D boundaries ``(cuts, subs)`` bound the first field by
+        ``cuts`` and the second by each row of ``subs`` (a model of two fields). Lengths in the
+        model's units (ticks, frames, tokens); a ``pad_to_multiple_of`` pads past the cut, so
+        pass the cuts rounded up to it.
+
+        >>> m = MemoryModel(fixed=0, per_sequence=0, linear=(1,), quadratic=(0,))
+        >>> m.bucket_batch_sizes([100, 200], limit=1000, longest=500)
+        [10, 5, 2]
+        """
+        top = _check_lengths("longest", longest, self.fields)
+        shapes = [
+            tuple(v if c is None else min(c, v) for c, v in zip(cut, top, strict=True))
+            for cut in self._bucket_cuts(boundaries)
+        ]
+        what = "bucket {i}, padded to {lens} (its upper cut, or longest),"
+        return self._sizes(shapes, limit, multiple_of, max_batch_size, what)
+
+    def _bucket_cuts(self, value: Any) -> list[tuple[int | None, ...]]:
+        """Each bucket's upper cut per field (None: unbounded), in the buckets' order."""
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        rule = "boundaries must be Buckets' cuts (ints) or the 2-D pair (cuts, one list of cuts per bucket)"
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise TypeError(f"{rule}, got {type(value).__name__} {value!r:.60}")
+
+        def ints(name: str, items: Any) -> list[int | None]:
+            if isinstance(items, np.ndarray):
+                items = items.tolist()
+            if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+                raise TypeError(f"{rule}: {name} must be a list of ints, got {items!r:.60}")
+            for v in items:
+                if not _is_int(v) or not 0 <= int(v) <= MAX_BUDGET:
+                    raise ValueError(
+                        f"{rule}: {name} must hold lengths in [0, 2**62], got {v!r:.40}"
+                    )
+            return [*(int(v) for v in items), None]  # the last bucket has no upper cut
+
+        grid = len(value) == 2 and not _is_int(value[0]) and not _is_int(value[1])
+        if not grid:
+            return [(c,) * self.fields for c in ints("boundaries", value)]
+        if self.fields != 2:
+            raise ValueError(
+                f"boundaries in the 2-D form bound two fields, but this model has {self.fields}"
+            )
+        cuts, subs = value
+        firsts = ints("boundaries[0]", cuts)
+        if (
+            isinstance(subs, (str, bytes))
+            or not isinstance(subs, Sequence)
+            or len(subs) != len(firsts)
+        ):
+            raise ValueError(
+                f"{rule}: boundaries[1] must hold one list of cuts per first-field bucket "
+                f"({len(firsts)}), got {subs!r:.60}"
+            )
+        return [(c, s) for i, c in enumerate(firsts) for s in ints(f"boundaries[1][{i}]", subs[i])]
 
     def _entries(self, name: str, value: Any) -> list[tuple[int, ...]]:
         if isinstance(value, np.ndarray):
