@@ -44,6 +44,7 @@ import padless.hf
 import padless.lhotse
 import padless.lightning
 import padless.lm
+import padless.memory
 import padless.mixing
 import padless.ray
 import padless.readers
@@ -94,6 +95,7 @@ MODULES = [
     "padless.torch",
     "padless.windows",
     "padless.cost",
+    "padless.memory",
     "padless.lm",
     "padless.mixing",
     "padless.readers",
@@ -111,6 +113,7 @@ NOT_ATTACKED = {
     "padless.PlanStats": "a result record, built by BatchPlan.stats",
     "padless.ShuffleResult": "a result record, returned by shuffle_file",
     "padless.ZippedLengths": "a result record, returned by zip_lengths (attacked)",
+    "padless.torch.MemoryProbe": "a result record, returned by probe_memory (attacked)",
     "padless.mixing.ZippedLengths": "the same record, at home",
     "padless.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
@@ -207,6 +210,19 @@ ROWS = [{"input_ids": d} for d in DOCS]
 LAYOUT = padless.windows.WindowLayout(1000, 100)
 COST = padless.Cost(quadratic=0.01)
 SCHEDULE = padless.Schedule.linear(8, 64, steps=10, multiple_of=8)
+MEMORY = padless.MemoryModel(fixed=1000.0, per_sequence=10.0, linear=(4.0,), quadratic=(0.5,))
+MEMORY_POINTS = [(b, (n,), int(MEMORY.predict(b, n))) for b in (1, 2, 4) for n in (8, 16, 32)]
+
+
+def _memory_ok(out: padless.MemoryModel) -> None:
+    """A memory model that took a hostile setting predicts finite bytes and reads back."""
+    _finite(out.predict(2, (10,) * out.fields))
+    assert padless.MemoryModel.from_dict(out.as_dict()) == out
+
+
+def _grow(size: int, length: int) -> np.ndarray:
+    """A batch of 16 KiB per sequence and token (counted as the step's: made inside the probe)."""
+    return np.ones(size * length * 2048)
 
 
 def _schedule(out: padless.Schedule) -> None:
@@ -241,6 +257,8 @@ def _files(tmp: Path) -> dict[str, Path]:
         writer.write_table(TABLE)
     indexed = tmp / "corpus_text_document"
     padless.write_indexed(DOCS, indexed, dtype=np.uint16)
+    memory = tmp / "memory.json"
+    MEMORY.save(memory)
     raw = tmp / "raw.bin"
     np.concatenate([[*d, 0] for d in DOCS]).astype(np.uint16).tofile(raw)
     manifest = tmp / "cuts.jsonl"
@@ -258,6 +276,7 @@ def _files(tmp: Path) -> dict[str, Path]:
         "arrow": arrow,
         "indexed": indexed,
         "raw": raw,
+        "memory": memory,
     }
 
 
@@ -697,6 +716,74 @@ ENTRIES: list[Entry] = [
         lambda out: out is None or _finite(out),
     ),
     (padless.cost.as_cost, "as_cost", {"value": {"linear": 1.0}}, [("value", "cost")], None),
+    # ------------------------------------------------------------------ padless.memory
+    (
+        padless.MemoryModel,
+        "MemoryModel",
+        {"fixed": 0.0, "per_sequence": 1.0, "linear": (1.0,), "quadratic": (0.0,)},
+        ["fixed", "per_sequence", "linear", "quadratic", "points", "device"],
+        _memory_ok,
+    ),
+    (
+        padless.MemoryModel.fit,
+        "MemoryModel.fit",
+        {"points": MEMORY_POINTS},
+        ["points", "device"],
+        _memory_ok,
+    ),
+    (
+        padless.MemoryModel.from_dict,
+        "MemoryModel.from_dict",
+        {"record": MEMORY.as_dict()},
+        ["record"],
+        _memory_ok,
+    ),
+    (
+        padless.MemoryModel.load,
+        "MemoryModel.load",
+        lambda f: {"path": f["memory"]},
+        ["path"],
+        _memory_ok,
+    ),
+    (MEMORY.save, "MemoryModel.save", lambda f: {"path": f["dst"]}, ["path"], None),
+    (
+        MEMORY.predict,
+        "MemoryModel.predict",
+        {"batch_size": 2, "lengths": 10},
+        ["batch_size", "lengths"],
+        _finite,
+    ),
+    (
+        MEMORY.batch_size,
+        "MemoryModel.batch_size",
+        {"lengths": 10, "limit": "1MiB"},
+        ["lengths", "limit", "max_batch_size"],
+        lambda out: isinstance(out, int) and out >= 0,
+    ),
+    (
+        MEMORY.table,
+        "MemoryModel.table",
+        {"lengths": [10, 20], "limit": "1MiB"},
+        ["lengths", "limit", "multiple_of", "max_batch_size"],
+        lambda out: all(b >= 1 for b, _ in out),
+    ),
+    (
+        MEMORY.shapes,
+        "MemoryModel.shapes",
+        {"lengths": [10, 20], "limit": "1MiB"},
+        ["lengths", "limit", "multiple_of", "max_batch_size"],
+        lambda out: padless.FixedShapes(shapes=out),
+    ),
+    (
+        MEMORY.bucket_batch_sizes,
+        "MemoryModel.bucket_batch_sizes",
+        {"boundaries": [10, 20], "limit": "1MiB", "longest": 40},
+        ["boundaries", "limit", "longest", "multiple_of", "max_batch_size"],
+        lambda out: padless.Buckets(boundaries=[10, 20], batch_sizes=out),
+    ),
+    (MEMORY.cost, "MemoryModel.cost", {"field": 0}, ["field"], None),
+    (MEMORY.max_cost, "MemoryModel.max_cost", {"limit": "1MiB"}, ["limit"], _finite),
+    (padless.memory.as_bytes, "as_bytes", {"value": "1MiB"}, [("value", "limit")], None),
     # ------------------------------------------------------------------ padless.mixing
     (
         padless.mixing.temperature_probabilities,
@@ -912,6 +999,30 @@ ENTRIES: list[Entry] = [
         {"datasets": {"a": DOCS}},
         ["datasets", "sampler"],
         None,
+    ),
+    (
+        padless.torch.probe_memory,
+        "probe_memory",
+        {
+            "step": len,
+            "make_batch": _grow,
+            "lengths_grid": [8, 16, 32],
+            "device": "cpu",
+            "limit": "2MiB",  # far above a step's noise: both batch sizes of each shape fit
+            "tolerance": 1.0,
+            "max_batch_size": 2,
+            "warmup": False,
+        },
+        ["step", "make_batch", "lengths_grid", "device", "limit", "tolerance"]
+        + ["max_batch_size", "warmup"],
+        lambda out: _memory_ok(out.model),
+    ),
+    (
+        padless.torch.measure_peak,
+        "measure_peak",
+        {"step": len, "batch": [1], "device": "cpu"},
+        ["step", "device"],
+        lambda out: out >= 0,
     ),
     (
         padless.torch.scale_loss,

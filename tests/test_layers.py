@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("schedules", ("padless._schedule", "padless._state")),
     ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
-    ("costs", ("padless.cost",)),
+    ("costs", ("padless.cost", "padless.memory")),
     ("planners", ("padless.planners", "padless.planners.*")),
     (
         "features",

@@ -28,6 +28,7 @@ _EXPORTS = {
     "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
     "Cost": "padless.cost",
+    "MemoryModel": "padless.memory",
     "Schedule": "padless.schedules",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from .lengths import builtin_corpus as builtin_corpus
     from .lengths import lengths_of as lengths_of
     from .lm import LMStream as LMStream
+    from .memory import MemoryModel as MemoryModel
     from .mixing import MixtureSampler as MixtureSampler
     from .mixing import ZippedLengths as ZippedLengths
     from .mixing import zip_lengths as zip_lengths
@@ -117,7 +119,18 @@ if TYPE_CHECKING:
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
 # library: torch, transformers, lightning, ray, lhotse) only when first used
 _SUBMODULES = frozenset(
-    {"readers", "indexed", "tokens", "torch", "hf", "lightning", "ray", "lhotse", "filters"}
+    {
+        "readers",
+        "indexed",
+        "tokens",
+        "memory",
+        "torch",
+        "hf",
+        "lightning",
+        "ray",
+        "lhotse",
+        "filters",
+    }
 )
 
 

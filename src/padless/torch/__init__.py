@@ -14,7 +14,9 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
-- ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file).
+- ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
+- ``_probe``: ``probe_memory``, ``measure_peak``, ``MemoryProbe`` (a step's peak memory per
+  batch shape, fitted to a ``padless.MemoryModel``).
 
 Deprecated names (they still work this release, with a ``DeprecationWarning`` naming the
 replacement): ``dist_rank_world`` (use ``dist_kwargs``), ``StopTogether`` (use ``stop_together``).
@@ -41,6 +43,9 @@ from ._loss import scale_loss as scale_loss
 from ._packed_check import check_packed as check_packed
 from ._pairs import PackedPairsCollate as PackedPairsCollate
 from ._pairs import collate_packed_pairs as collate_packed_pairs
+from ._probe import MemoryProbe as MemoryProbe
+from ._probe import measure_peak as measure_peak
+from ._probe import probe_memory as probe_memory
 from ._rng import StepRng as StepRng
 from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
@@ -50,6 +55,7 @@ from ._streams import stop_together as stop_together
 from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
+    "MemoryProbe",
     "PackedCollate",
     "PackedPairsCollate",
     "PaddedCollate",
@@ -66,7 +72,9 @@ __all__ = [
     "get_rng_state",
     "join_cp_shares",
     "lm_tensors",
+    "measure_peak",
     "mixture_dataset",
+    "probe_memory",
     "scale_loss",
     "set_rng_state",
     "stop_together",
