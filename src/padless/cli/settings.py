@@ -44,7 +44,7 @@ def field_kinds(field: dataclasses.Field[Any]) -> frozenset[str]:
     """The type names of a field's annotation: ``int | None`` gives ``{"int", "None"}``.
 
     >>> from padless import TokenBudget
-    >>> sorted(field_kinds(setting_fields(TokenBudget)[0]))
+    >>> sorted(field_kinds(setting_fields(TokenBudget)[1]))  # max_sentences
     ['None', 'int']
     """
     annotation = field.type

@@ -194,8 +194,8 @@ def measure_peak(step: Callable[[Any], Any], batch: Any, *, device: Any = None) 
     the batch counts as resident before the step (it is, in training).
 
     >>> import torch
-    >>> peak = measure_peak(lambda x: (x * 2).sum(), torch.ones(1000), device="cpu")
-    >>> peak > 0
+    >>> peak = measure_peak(lambda x: (x * 2).sum(), torch.ones(2**24), device="cpu")
+    >>> peak >= 2**26  # x * 2: 64 MiB, past glibc's largest mmap threshold (fresh pages)
     True
     """
     _check_callable("step", step)
