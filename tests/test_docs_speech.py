@@ -129,3 +129,33 @@ def test_the_readme_speech_section_runs_within_both_budgets():
         [{"input_ids": [1] * a, "labels": [2] * b} for a, b in pairs[next(iter(packed))]]
     )
     assert batch["input_ids"].shape[-1] == 1024 and batch["labels"].shape[-1] == 1024
+
+
+def test_the_readme_lhotse_recipe_yields_cutsets_within_both_budgets(tmp_path):
+    import torch
+    from torch.utils.data import DataLoader
+
+    import padless
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    at = readme.index("With lhotse, the sampler hands its datasets one `CutSet` per batch")
+    code = re.search(r"```python\n(.*?)```", readme[at:], re.S).group(1)
+    rows = write_manifest(tmp_path)
+    here, threads = os.getcwd(), torch.get_num_threads()
+    os.chdir(tmp_path)
+    torch.set_num_threads(1)
+    try:
+        scope: dict = {"__name__": "readme_lhotse", "padless": padless, "DataLoader": DataLoader}
+        exec(compile(code, "README.md:lhotse", "exec"), scope)
+    finally:
+        torch.set_num_threads(threads)
+        os.chdir(here)
+    by_id = {name: (d, text) for name, d, text in rows}
+    seen = []
+    for cuts in scope["cut_sampler"]:
+        got = [by_id[c.id] for c in cuts]
+        assert len(got) * max(d for d, _ in got) <= 20.0
+        assert len(got) * max(len(t) for _, t in got) <= 400
+        seen += [c.id for c in cuts]
+    assert sorted(seen) == sorted(by_id)
+    assert len(scope["texts"]) == scope["audio"].shape[0]
