@@ -144,16 +144,16 @@ Out<int64_t> best_fit_visits_py(In<int64_t> starts, int64_t capacity, int64_t ma
 }
 
 template <class T, class I>
-void width_scatter_py(Lengths1<T> widths, int64_t first_id, int64_t runs, InOut<int64_t> cursor,
-                      InOut<I> index) {
+void width_scatter_py(Lengths1<T> widths, int64_t first_id, int64_t low, int64_t runs,
+                      InOut<int64_t> cursor, InOut<I> index) {
     if (static_cast<int64_t>(cursor.shape(0)) < runs) {
         throw std::invalid_argument("width_scatter: cursor holds fewer than runs widths");
     }
     bool ok;
     {
         nb::gil_scoped_release nogil;
-        ok = width_scatter(column(widths), static_cast<int64_t>(widths.shape(0)), first_id, runs,
-                           cursor.data(), index.data(), static_cast<int64_t>(index.shape(0)));
+        ok = width_scatter(column(widths), static_cast<int64_t>(widths.shape(0)), first_id, low,
+                           runs, cursor.data(), index.data(), static_cast<int64_t>(index.shape(0)));
     }
     if (!ok) throw std::invalid_argument("width_scatter: a cursor passed the index's end");
 }
@@ -303,7 +303,8 @@ void bind_windows(nb::module_& m) {
     DEF(int16_t)
 #define SCATTER(T, I)                                                                          \
     m.def("width_scatter", &width_scatter_py<T, I>, nb::arg("widths"), nb::arg("first_id"),    \
-          nb::arg("runs"), nb::arg("cursor").noconvert(), nb::arg("index").noconvert());
+          nb::arg("low"), nb::arg("runs"), nb::arg("cursor").noconvert(),                      \
+          nb::arg("index").noconvert());
     SCATTER(int64_t, int32_t)
     SCATTER(int32_t, int32_t)
     SCATTER(int64_t, int64_t)

@@ -583,15 +583,16 @@ void place_visits(const RowFit& fit, const int64_t* starts, int64_t num_starts, 
 }
 
 // The histogram plan's by-width index, one chunk of sequences at a time: sequence first_id + i
-// (width widths[i], those of width >= runs left out) goes to index[cursor[width]++], so the
-// index holds the sequences by width, stable, when the chunks come in order. Returns false
-// (writing nothing more) when a cursor would pass the index's end.
+// (width widths[i]; those of width outside [low, runs) left out) goes to index[cursor[width]++],
+// so the index holds the sequences by width, stable, when the chunks come in order. Disjoint
+// width ranges touch disjoint cursors and places: threads may place one range each. Returns
+// false (writing nothing more) when a cursor would pass the index's end.
 template <class T, class I>
-bool width_scatter(Column<T> widths, int64_t n, int64_t first_id, int64_t runs, int64_t* cursor,
-                   I* index, int64_t size) {
+bool width_scatter(Column<T> widths, int64_t n, int64_t first_id, int64_t low, int64_t runs,
+                   int64_t* cursor, I* index, int64_t size) {
     for (int64_t i = 0; i < n; ++i) {
         const int64_t w = static_cast<int64_t>(widths[i]);
-        if (w < 0 || w >= runs) continue;
+        if (w < low || w >= runs) continue;
         const int64_t at = cursor[w]++;
         if (at >= size) return false;
         index[at] = static_cast<I>(first_id + i);

@@ -639,11 +639,14 @@ def test_width_scatter_builds_the_stable_by_width_index(chunks, runs, dtype):
     cursor = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     index, ref = np.full(int(kept.sum()), -1, dtype), np.full(int(kept.sum()), -1, dtype)
     ref_cursor, lo = cursor.copy(), 0
-    for chunk in chunks:
-        part = chunk.astype(dtype)  # the lengths' own dtype, read in place
-        KW.width_scatter(part, lo, runs, cursor, index)
-        KW.width_scatter_reference(part, lo, runs, ref_cursor, ref)
-        lo += chunk.size
+    mid = runs // 2  # two width ranges, placed one after the other (as two threads do)
+    for low, high in ((0, mid), (mid, runs)):
+        lo = 0
+        for chunk in chunks:
+            part = chunk.astype(dtype)  # the lengths' own dtype, read in place
+            KW.width_scatter(part, lo, high, cursor, index, low)
+            KW.width_scatter_reference(part, lo, high, ref_cursor, ref, low)
+            lo += chunk.size
     assert np.array_equal(index, ref) and np.array_equal(cursor, ref_cursor)
     stable = np.flatnonzero(kept)[np.argsort(widths[kept], kind="stable")]
     assert index.tolist() == stable.tolist()

@@ -170,10 +170,12 @@ class HistogramPlanner:
             self._fit_rows()
             return
         max_tokens, max_sentences, multiple = self.limits
-        values = np.arange(runs, dtype=np.int64)
-        self.ends = np.asarray(
-            K.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple), dtype=np.int64
-        )
+        if multiple == 1:  # a batch at a time (a run's batches all hold the same count)
+            ends = KW.budget_ends_runs1(starts, runs, max_tokens, max_sentences)
+        else:  # the greedy rule item by item
+            values = np.arange(runs, dtype=np.int64)
+            ends = K.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple)
+        self.ends = np.asarray(ends, dtype=np.int64)
         firsts = np.concatenate([np.zeros(1, np.int64), self.ends[:-1]])
         self.batch_sizes = self.ends - firsts
         # a batch's widest width: the width of its last position
@@ -220,9 +222,21 @@ class HistogramPlanner:
         runs = self.planned_widths
         chunks = _chunks(self.n)
         # the chunks in order, each placed by a compiled counting scatter straight into the
-        # index (one pass over the widths, no per-chunk order or temporaries)
-        for lo, hi in chunks:
-            KW.width_scatter(self._widths(lo, hi), lo, runs, cursor, index)
+        # index (no per-chunk order or temporaries); with threads, each thread places a range
+        # of widths holding an equal share of the sequences (disjoint places), reading every
+        # chunk
+        parts = self.threads if planned >= 1 << 22 else 1
+        shares = np.searchsorted(self.starts, np.arange(1, parts) * planned // parts)
+        bounds = [0, *[int(b) for b in shares], runs]
+
+        def place(part: int) -> None:
+            for lo, hi in chunks:
+                KW.width_scatter(
+                    self._widths(lo, hi), lo, bounds[part + 1], cursor, index, bounds[part]
+                )
+
+        for _ in _in_order(place, parts, parts):
+            pass
         return index
 
     def close(self) -> None:

@@ -200,21 +200,32 @@ def best_fit_runs_reference(
 
 
 def width_scatter(
-    widths: np.ndarray, first_id: int, runs: int, cursor: np.ndarray, index: np.ndarray
+    widths: np.ndarray,
+    first_id: int,
+    runs: int,
+    cursor: np.ndarray,
+    index: np.ndarray,
+    low: int = 0,
 ) -> None:
     """Place one chunk of sequences in the by-width index, in place: sequence ``first_id + i``
-    (of width ``widths[i]``; widths ``>= runs`` left out) goes to ``index[cursor[w]]``, and
-    ``cursor[w]`` moves on. Chunks given in order make the index stable by width. ``cursor``
-    is int64, ``index`` int32 or int64 (a memory-mapped file's array included)."""
-    _core.width_scatter(widths, int(first_id), int(runs), cursor, index)
+    (of width ``widths[i]``; widths outside ``[low, runs)`` left out) goes to
+    ``index[cursor[w]]``, and ``cursor[w]`` moves on. Chunks given in order make the index
+    stable by width; disjoint width ranges may be placed by threads at once. ``cursor`` is
+    int64, ``index`` int32 or int64 (a memory-mapped file's array included)."""
+    _core.width_scatter(widths, int(first_id), int(low), int(runs), cursor, index)
 
 
 def width_scatter_reference(
-    widths: np.ndarray, first_id: int, runs: int, cursor: np.ndarray, index: np.ndarray
+    widths: np.ndarray,
+    first_id: int,
+    runs: int,
+    cursor: np.ndarray,
+    index: np.ndarray,
+    low: int = 0,
 ) -> None:
     """The same placement, one sequence at a time."""
     for i, w in enumerate(np.asarray(widths).tolist()):
-        if 0 <= w < runs:
+        if low <= w < runs:
             index[cursor[w]] = first_id + i
             cursor[w] += 1
 
