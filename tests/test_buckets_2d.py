@@ -244,7 +244,7 @@ def test_oversize_and_empty_buckets_per_field():
         ({"boundaries": [5], "batch_sizes": [3, 3], "max_tokens": 90}, PAIRS, ValueError, "got batch_sizes and max_tokens"),
         ({"boundaries": [5], "batch_sizes": [3, 0]}, PAIRS, ValueError, r"batch_sizes\[1\] must be a positive int, got 0"),
         ({"boundaries": [5], "batch_sizes": "33"}, PAIRS, TypeError, "batch_sizes must be a list of positive ints"),
-        ({"num_buckets": (2, 2), "max_tokens": (9, 9, 9)}, PAIRS, ValueError, "must name the same number of fields .two for 2-D buckets."),
+        ({"num_buckets": (2, 2), "max_tokens": (9, 9, 9)}, PAIRS, ValueError, "must name the same number of fields, got 2-D buckets: 2"),
         ({"num_buckets": 2, "max_tokens": (90, 90, 90)}, PAIRS, ValueError, r"max_tokens names 3 fields, but the lengths have 2"),
         ({"num_buckets": 2, "max_tokens": (90, 90), "cost": padless.Cost()}, PAIRS, ValueError, "need a cost model per field for cost"),
         ({"num_buckets": 2, "max_tokens": 90, "resolution": (0.01, None)}, PAIRS, ValueError, "resolution=.0.01, None. names fields but max_tokens=90 is one budget"),

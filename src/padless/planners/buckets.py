@@ -33,7 +33,7 @@ from ..cost import (
     unit_limit,
     units_limit,
 )
-from ..fields import check_field_budgets, check_resolution, to_ticks
+from ..fields import check_field_budgets, check_resolution
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
@@ -46,7 +46,15 @@ from .budget import (
     oversize_filter,
 )
 from .exact import round_size
-from .spec import Planner, Spec, check_field_costs, check_pad_multiple, moved_names, setting
+from .spec import (
+    Planner,
+    Spec,
+    check_field_costs,
+    check_pad_multiple,
+    moved_names,
+    setting,
+    settle_field_budgets,
+)
 
 METHODS = ("optimal", "quantile")
 METHODS_2D = ("joint", "sequential", "equal")
@@ -702,40 +710,17 @@ class Buckets(Spec):
 
     def _settle_fields(self) -> None:
         """The budgets in ticks, and the rules of settings per field (as TokenBudget's)."""
-        budgets, res, cost = self.max_tokens, self.resolution, self.cost
-        named = {
-            n: len(v)
-            for n, v in (("max_tokens", budgets), ("resolution", res), ("cost", cost))
-            if isinstance(v, tuple)
-        }
-        if self.two_d:
-            named = {"2-D buckets": 2, **named}
-        if len(set(named.values())) > 1:
-            raise ValueError(
-                "max_tokens, resolution and cost must name the same number of fields (two for "
-                f"2-D buckets), got {', '.join(f'{k}: {v}' for k, v in named.items())}"
-            )
-        if not isinstance(budgets, tuple):
-            if isinstance(res, tuple):
-                raise ValueError(
-                    f"resolution={list(res)!r} names fields but max_tokens={budgets!r} is one "
-                    "budget: give max_tokens per field too"
-                )
-            limit = None if budgets is None else to_ticks("max_tokens", budgets, res)
-            self._set(token_limit=limit)
-            return
-        per = res if isinstance(res, tuple) else (res,) * len(budgets)
-        ticks = tuple(
-            None if b is None else to_ticks(f"max_tokens[{f}]", b, per[f])
-            for f, b in enumerate(budgets)
+        limit, ticks = settle_field_budgets(
+            self.max_tokens,
+            self.resolution,
+            self.cost,
+            self.max_cost,
+            {"2-D buckets": 2} if self.two_d else None,
         )
-        if isinstance(cost, Cost) or (cost is None and self.max_cost is not None):
-            raise ValueError(
-                f"per-field max_tokens={list(budgets)!r} need a cost model per field for "
-                f"{'max_cost' if cost is None else 'cost'} (cost=(Cost(...), Cost(...))), got "
-                f"cost={cost!r}"
-            )
-        self._set(field_budgets=ticks)
+        if ticks is None:
+            self._set(token_limit=limit)
+        else:
+            self._set(field_budgets=ticks)
 
     @property
     def _tabled(self) -> bool:

@@ -14,7 +14,7 @@ from .._check import budget_or_none, check_choice, check_seed, positive
 from .._kernels import cost as KC
 from .._kernels import windows as KW
 from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, padded_batch_costs
-from ..fields import check_field_budgets, check_resolution, field_scales, scaled_sizes, to_ticks
+from ..fields import check_field_budgets, check_resolution, field_scales, scaled_sizes
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from . import _rounds as R
@@ -30,6 +30,7 @@ from .spec import (
     plain,
     round_up,
     setting,
+    settle_field_budgets,
 )
 
 if TYPE_CHECKING:
@@ -200,35 +201,14 @@ class TokenBudget(Spec):
     quiet = {**QUIET_DEFAULTS, "resolution": None}
 
     def _settle(self) -> None:
-        budgets, res, cost = self.max_tokens, self.resolution, self.cost
-        fields = [len(v) for v in (budgets, res, cost) if isinstance(v, tuple)]
-        if fields and len(set(fields)) > 1:
-            raise ValueError(
-                "max_tokens, resolution and cost must name the same number of fields, got "
-                f"max_tokens={budgets!r}, resolution={res!r}, cost={cost!r}"
-            )
-        if not isinstance(budgets, tuple):
-            if isinstance(res, tuple):
-                raise ValueError(
-                    f"resolution={res!r} names fields but max_tokens={budgets!r} is one budget: "
-                    "give max_tokens per field too"
-                )
-            limit = None if budgets is None else to_ticks("max_tokens", budgets, res)
+        limit, ticks = settle_field_budgets(
+            self.max_tokens, self.resolution, self.cost, self.max_cost
+        )
+        if ticks is None:
             self._set(token_limit=limit)
             return
-        per = res if isinstance(res, tuple) else (res,) * len(budgets)
-        ticks = tuple(
-            None if b is None else to_ticks(f"max_tokens[{f}]", b, per[f])
-            for f, b in enumerate(budgets)
-        )
-        scales, limit = field_scales(ticks)
-        if isinstance(cost, Cost) or (cost is None and self.max_cost is not None):
-            raise ValueError(
-                f"per-field max_tokens={budgets!r} need a cost model per field for "
-                f"{'max_cost' if cost is None else 'cost'} (cost=(Cost(...), Cost(...))), got "
-                f"cost={cost!r}"
-            )
-        self._set(token_limit=limit, field_budgets=ticks, scales=tuple(int(x) for x in scales))
+        scales, shared = field_scales(ticks)
+        self._set(token_limit=shared, field_budgets=ticks, scales=tuple(int(x) for x in scales))
 
     @property
     def per_field(self) -> bool:

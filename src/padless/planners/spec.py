@@ -28,6 +28,7 @@ import numpy as np
 from .._check import check_int, check_seed
 from .._schedule import padded_costs
 from ..cost import Cost, as_cost
+from ..fields import to_ticks
 from ..lengths import MAX_LENGTH, lengths_of, sizes_of
 from ..plan import BatchPlan, not_a_spec, spec_record
 from . import strategies
@@ -112,6 +113,43 @@ def check_field_costs(name: str, value: Any) -> Cost | tuple[Cost | None, ...] |
             raise ValueError(f"{name} must give a cost for some field, got {list(value)!r}")
         return out
     return as_cost(value, name)
+
+
+def settle_field_budgets(
+    budgets: Any, res: Any, cost: Any, max_cost: Any, named: Mapping[str, int] | None = None
+) -> tuple[int | None, tuple[int | None, ...] | None]:
+    """The rules of budgets per field shared by the specs that take them (``max_tokens`` one
+    number or one per field, ``resolution`` and ``cost`` likewise); ``(limit, ticks)``: one
+    budget in whole ticks (None: none), or the budgets per field in ticks (limit None).
+    ``named``: other settings that fix the number of fields (e.g. ``{"2-D buckets": 2}``)."""
+    counts = dict(named or {})
+    for name, value in (("max_tokens", budgets), ("resolution", res), ("cost", cost)):
+        if isinstance(value, tuple):
+            counts[name] = len(value)
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            "max_tokens, resolution and cost must name the same number of fields, got "
+            + ", ".join(f"{k}: {v}" for k, v in counts.items())
+        )
+    if not isinstance(budgets, tuple):
+        if isinstance(res, tuple):
+            raise ValueError(
+                f"resolution={list(res)!r} names fields but max_tokens={budgets!r} is one "
+                "budget: give max_tokens per field too"
+            )
+        return (None if budgets is None else to_ticks("max_tokens", budgets, res)), None
+    per = res if isinstance(res, tuple) else (res,) * len(budgets)
+    ticks = tuple(
+        None if b is None else to_ticks(f"max_tokens[{f}]", b, per[f])
+        for f, b in enumerate(budgets)
+    )
+    if isinstance(cost, Cost) or (cost is None and max_cost is not None):
+        raise ValueError(
+            f"per-field max_tokens={list(budgets)!r} need a cost model per field for "
+            f"{'max_cost' if cost is None else 'cost'} (cost=(Cost(...), Cost(...))), got "
+            f"cost={cost!r}"
+        )
+    return None, ticks
 
 
 def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
