@@ -16,67 +16,15 @@
 
 namespace padless {
 
-// fairseq's greedy token-budget rule with one more limit: `count × max unit <= max_cost`.
-// `sizes` and `units` (each item's cost) are in walk order. The open batch [start, cut) grows
-// by a tail [cut, pos] that joins it when the union is small (< multiple) or a multiple of
-// `multiple`. When batch + tail breaks a limit (0 = none), the batch closes and the tail opens
-// the next one; if the tail alone (with the new item) breaks max_tokens or max_cost, the tail
-// without the new item closes too. Items must each fit both budgets alone. With max_cost = 0
-// the ends are exactly those of budget_ends.
-template <class T>
-Buffer<int64_t> budget_cost_ends(const T* sizes, const double* units, int64_t n,
-                                 int64_t max_tokens, int64_t max_sentences, int64_t multiple,
-                                 double max_cost) {
-    Buffer<int64_t> ends(n + 1);
-    int64_t closed = 0, start = 0, cut = 0;
-    int64_t batch_max = 0, tail_max = 0;
-    double batch_u = 0.0, tail_u = 0.0;
-    for (int64_t pos = 0; pos < n; ++pos) {
-        const int64_t s = static_cast<int64_t>(sizes[pos]);
-        const double u = units[pos];
-        if (s > tail_max) tail_max = s;
-        if (u > tail_u) tail_u = u;
-        const int64_t count = pos + 1 - start;
-        const int64_t longest = batch_max > tail_max ? batch_max : tail_max;
-        const double umax = batch_u > tail_u ? batch_u : tail_u;
-        bool over = (max_sentences > 0 && count > max_sentences) ||
-                    (max_tokens > 0 && mul_exceeds(count, longest, max_tokens));
-        if (!over && max_cost > 0.0) over = static_cast<double>(count) * umax > max_cost;
-        if (over) {
-            ends[closed++] = cut;
-            const int64_t left = pos + 1 - cut;
-            bool alone = max_tokens > 0 && mul_exceeds(left, tail_max, max_tokens);
-            if (!alone && max_cost > 0.0) alone = static_cast<double>(left) * tail_u > max_cost;
-            if (alone) {
-                ends[closed++] = pos;
-                tail_max = s;
-                tail_u = u;
-                start = pos;
-            } else {
-                start = cut;
-            }
-            cut = pos + 1;
-            batch_max = tail_max;
-            batch_u = tail_u;
-            tail_max = 0;
-            tail_u = 0.0;
-        } else if (count < multiple || multiple_of(count, multiple)) {
-            cut = pos + 1;
-            batch_max = longest;
-            batch_u = umax;
-            tail_max = 0;
-            tail_u = 0.0;
-        }
-    }
-    if (cut > start) ends[closed++] = cut;
-    if (n > cut) ends[closed++] = n;
-    ends.used = closed;
-    return ends;
-}
-
-// budget_cost_ends with a cost per field: `units` is n × fields (row-major, each item's cost in
-// each field) and a batch costs `count × Σ_f max unit_f` (fields added left to right from 0.0):
-// every field pads to its own longest. With one field the ends are those of budget_cost_ends.
+// fairseq's greedy token-budget rule with one more limit, a cost per field: `count × Σ_f max
+// unit_f <= max_cost`. `sizes` and `units` (n × fields, row-major: each item's cost in each
+// field) are in walk order; a batch's cost adds the fields' largest units left to right from
+// 0.0 (every field pads to its own longest). The open batch [start, cut) grows by a tail
+// [cut, pos] that joins it when the union is small (< multiple) or a multiple of `multiple`.
+// When batch + tail breaks a limit (0 = none), the batch closes and the tail opens the next
+// one; if the tail alone (with the new item) breaks max_tokens or max_cost, the tail without
+// the new item closes too. Items must each fit both budgets alone. With max_cost = 0 the ends
+// are exactly those of budget_ends.
 template <class T>
 Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int64_t n,
                                        int64_t fields, int64_t max_tokens, int64_t max_sentences,
@@ -139,6 +87,15 @@ Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int6
     if (n > cut) ends[closed++] = n;
     ends.used = closed;
     return ends;
+}
+
+// budget_field_cost_ends with one field: `count × max unit <= max_cost`.
+template <class T>
+Buffer<int64_t> budget_cost_ends(const T* sizes, const double* units, int64_t n,
+                                 int64_t max_tokens, int64_t max_sentences, int64_t multiple,
+                                 double max_cost) {
+    return budget_field_cost_ends(sizes, units, n, 1, max_tokens, max_sentences, multiple,
+                                  max_cost);
 }
 
 // Σ over a batch's rows of `base + Σ extras` (each row summed left to right from 0.0). Row r is

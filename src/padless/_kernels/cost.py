@@ -48,18 +48,11 @@ def budget_cost_ends_reference(
     multiple: int,
     max_cost: float,
 ) -> np.ndarray:
-    """The same rule with Python lists, one batch and one tail at a time."""
-
-    def over_tokens(items: list[int]) -> bool:
-        return max_tokens > 0 and len(items) * max(int(sizes[i]) for i in items) > max_tokens
-
-    def over_cost(items: list[int]) -> bool:
-        return max_cost > 0.0 and len(items) * max(float(units[i]) for i in items) > max_cost
-
-    def over(items: list[int]) -> bool:
-        return over_tokens(items) or over_cost(items)
-
-    return greedy_ends_reference(len(sizes), over, max_sentences, multiple)
+    """The same rule with Python lists: :func:`budget_field_cost_ends_reference`, one field."""
+    one = np.asarray(units, dtype=np.float64).reshape(-1, 1)
+    return budget_field_cost_ends_reference(
+        sizes, one, max_tokens, max_sentences, multiple, max_cost
+    )
 
 
 def budget_field_cost_ends(
