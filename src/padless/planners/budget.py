@@ -164,10 +164,11 @@ class TokenBudget(Spec):
     each field, instead of one budget on the longest field (fairseq's max over fields). With
     two budgeted fields or more the walk keeps neighbours near in both: bins of equal counts
     along the first budgeted field (about 8 batches each), each walked along the second, up
-    and down in turn (``BudgetPlanner._field_walk``); with one, along each sequence's share of
-    its budget (:func:`padless.fields.field_scales`, which also makes the cut exact). ``cost`` may give a model per field too, summed:
-    a batch costs ``count × Σ_f cost_f(longest_f)`` (an encoder over audio ticks plus a decoder
-    over text tokens); with per-field budgets a cost model must be per field.
+    and down in turn; with one, along each sequence's share of its budget
+    (:func:`padless.fields.field_scales`, which also makes the cut exact). ``cost`` may give a
+    model per field too, summed: a batch costs ``count × Σ_f cost_f(longest_f)`` (an encoder
+    over audio ticks plus a decoder over text tokens); with per-field budgets a cost model must
+    be per field.
 
     >>> spec = TokenBudget(max_tokens=(8, 5))
     >>> [b.tolist() for b in spec.plan(np.array([[3, 1], [4, 2], [2, 5], [1, 1]]))]
