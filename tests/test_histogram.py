@@ -200,3 +200,12 @@ def test_packing_rows_are_the_global_plans(rows_per_batch, max_per_row):
     assert sorted(got) == want  # the collate rebuilds the same rows from the batch alone
     assert hist.stats()["efficiency"] == whole.stats()["efficiency"]
     assert sorted(i for b in hist for i in b) == list(range(lens.size))
+
+
+def test_the_index_placed_by_two_threads_is_the_stable_order_by_width():
+    # past 2**22 sequences each of two threads places the widths holding half of them
+    lengths = np.random.default_rng(11).integers(1, 300, (1 << 22) + 1000).astype(np.int32)
+    planner = H.HistogramPlanner(padless.TokenBudget(max_tokens=600), lengths, threads=2)
+    assert planner.threads == 2
+    expected = np.argsort(lengths, kind="stable")
+    assert np.array_equal(np.asarray(planner.index), expected)
