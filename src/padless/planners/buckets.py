@@ -37,19 +37,13 @@ from ..fields import check_field_budgets, check_resolution
 from ..lengths import lengths_of, sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
-from .budget import (
-    _field_oversize,
-    check_oversize,
-    cost_filter,
-    field_batch_costs,
-    field_units,
-    oversize_filter,
-)
+from .budget import check_oversize, field_batch_costs, field_unit_sums, over_budget
 from .exact import round_size
 from .spec import (
     Planner,
     Spec,
     check_field_costs,
+    check_field_count,
     check_pad_multiple,
     moved_names,
     setting,
@@ -810,11 +804,7 @@ def _units(cost: Any, sizes: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     ``Σ_f cost_f(width_f)`` of a model per field (``rows``: (n, F) widths)."""
     if not isinstance(cost, tuple):
         return model_of(cost).of(np.asarray(sizes, dtype=np.int64))
-    units = field_units(cost, np.asarray(rows, dtype=np.int64))
-    total = np.zeros(units.shape[0], dtype=np.float64)
-    for f in range(units.shape[1]):  # left to right, as TokenBudget adds them
-        total = total + units[:, f]
-    return total
+    return field_unit_sums(cost, np.asarray(rows, dtype=np.int64))
 
 
 def _per_sequence(cost: Any) -> float:
@@ -843,7 +833,7 @@ class BucketPlanner(Planner):
             wide = np.asarray(self.padded_lengths, dtype=np.int64)
             self.field_widths = wide.reshape(-1, fields)
         # a sequence the budget cannot hold even alone: refused or dropped, never a batch over it
-        self.skipped = _over_budget(self, spec)
+        self.skipped = over_budget(self, spec)
         self.kept: np.ndarray | None = None  # oversize="drop": the sequences planned
         self.planned = self.widths  # their widths
         if self.skipped.size:
@@ -967,30 +957,7 @@ def _check_fields(spec: Buckets, fields: int, shape: tuple[int, ...]) -> None:
             f"{name}={value} makes 2-D buckets over two fields: lengths must be (N, 2), "
             f"got shape {shape}"
         )
-    for name in ("max_tokens", "cost", "resolution"):
-        value = getattr(spec, name)
-        if isinstance(value, tuple) and len(value) != fields:
-            raise ValueError(
-                f"{name} names {len(value)} fields, but the lengths have {fields} (shape "
-                f"{shape}): give (N, {len(value)}) lengths, one column per field"
-            )
-
-
-def _over_budget(planner: BucketPlanner, spec: Buckets) -> np.ndarray:
-    """Sorted indices of the sequences one of which alone passes a budget: its width over
-    the token budget (a field's width over its own, per field) or its cost over ``max_cost``
-    (``oversize="error"`` raises, naming the first)."""
-    out = np.zeros(0, dtype=np.int64)
-    if spec.field_budgets is not None:
-        out = _field_oversize(planner.field_widths, spec, spec.field_budgets)  # type: ignore[arg-type]
-    elif spec.token_limit is not None:
-        out = oversize_filter(
-            planner.widths, spec.token_limit, spec.oversize, multiple=planner.pad_to_multiple_of
-        )
-    if spec.max_cost is not None:
-        units = _units(spec.cost, planner.widths, planner.field_widths)
-        out = np.union1d(out, cost_filter(planner, units, spec.max_cost, spec.oversize))
-    return out.astype(np.int64)
+    check_field_count(spec, fields, shape)
 
 
 def _bucket_ids(sizes: np.ndarray, rows: np.ndarray, cuts: Any) -> tuple[np.ndarray, int]:

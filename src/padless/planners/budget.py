@@ -25,6 +25,7 @@ from .spec import (
     Spec,
     WindowKernel,
     check_field_costs,
+    check_field_count,
     check_pad_multiple,
     moved_names,
     plain,
@@ -106,18 +107,27 @@ def cost_filter(planner: Planner, units: np.ndarray, max_cost: float, oversize: 
 
 
 def over_budget(planner: Planner, spec: Any, kept: np.ndarray | None = None) -> np.ndarray:
-    """Sorted indices of the sequences one of which alone passes the spec's ``max_tokens``
-    (its width) or ``max_cost`` (its cost): the ``oversize`` policy's sequences ("error"
-    raises, naming the first; "drop" leaves them out). ``kept``: a mask of the sequences to
-    look at (the others are left out already)."""
+    """Sorted indices of the sequences one of which alone passes the spec's token budget (its
+    width; per field, a field's width over that field's budget) or ``max_cost`` (its cost;
+    per field, summed): the ``oversize`` policy's sequences ("error" raises, naming the first;
+    "drop" leaves them out). ``kept``: a mask of the sequences to look at (the others are left
+    out already)."""
     widths = planner.widths if kept is None else np.where(kept, planner.widths, 0)
     out = np.zeros(0, dtype=np.int64)
+    budgets = getattr(spec, "field_budgets", None)
     limit = getattr(spec, "token_limit", spec.max_tokens)
-    if limit is not None:
+    # a spec with settings per field binds a planner that keeps each field's widths
+    fields: Any = getattr(planner, "field_widths", None)
+    if budgets is not None:
+        out = _field_oversize(fields, spec, budgets)
+    elif limit is not None:
         multiple = planner.pad_to_multiple_of
         out = oversize_filter(widths, limit, spec.oversize, multiple=multiple)
     if spec.max_cost is not None:
-        units = model_of(spec.cost).of(widths)
+        if isinstance(spec.cost, tuple):
+            units = field_unit_sums(spec.cost, fields)
+        else:
+            units = model_of(spec.cost).of(widths)
         if kept is not None:
             units = np.where(kept, units, 0.0)
         out = np.union1d(out, cost_filter(planner, units, spec.max_cost, spec.oversize))
@@ -245,20 +255,6 @@ class TokenBudget(Spec):
             return CostBudgetPlanner(self, lengths)
         return BudgetPlanner(self, lengths)
 
-    def _check_fields(self, lengths: np.ndarray) -> None:
-        """Refuse lengths whose fields are not the ones the per-field settings name."""
-        named = next(
-            (name, len(v))
-            for name in ("max_tokens", "cost", "resolution")
-            if isinstance(v := getattr(self, name), tuple)
-        )
-        fields = 1 if lengths.ndim == 1 else int(lengths.shape[1])
-        if fields != named[1]:
-            raise ValueError(
-                f"{named[0]} names {named[1]} fields, but the lengths have {fields} "
-                f"(shape {lengths.shape}): give (N, {named[1]}) lengths, one column per field"
-            )
-
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())
 
@@ -301,7 +297,7 @@ class BudgetPlanner(Planner):
         wide = self.padded_lengths
         self.field_widths = wide if wide.ndim == 2 else wide[:, None]
         if spec.per_field:
-            spec._check_fields(lengths)
+            check_field_count(spec, self.field_widths.shape[1], lengths.shape)
         # two budgeted fields or more: the walk goes through bins of the first, by the second
         budgeted = (
             []
@@ -428,7 +424,7 @@ class CostBudgetPlanner(BudgetPlanner):
         self.field_units: np.ndarray | None = None
         if isinstance(spec.cost, tuple):
             self.field_units = field_units(spec.cost, self.field_widths)
-            self.units = _row_sums(self.field_units)
+            self.units = _row_sums(self.field_units)  # each sequence alone
         else:
             self.units = model_of(spec.cost).of(self.widths)
         over = cost_filter(self, self.units, float(spec.max_cost or 0.0), spec.oversize)
@@ -505,6 +501,11 @@ def field_units(costs: tuple[Cost | None, ...], widths: np.ndarray) -> np.ndarra
         if c is not None:
             out[:, f] = c.of(widths[:, f])
     return out
+
+
+def field_unit_sums(costs: tuple[Cost | None, ...], widths: np.ndarray) -> np.ndarray:
+    """``Σ_f cost_f(width_f)`` of each row of (N, F) ``widths``: one sequence's cost alone."""
+    return _row_sums(field_units(costs, widths))
 
 
 def _row_sums(units: np.ndarray) -> np.ndarray:

@@ -683,7 +683,7 @@ class Packing(Spec):
         plain_rows = self.oversize in ("error", "drop") and self.cost is None
         if not plain_rows or self.max_row_cost is not None or self.context_parallel != 1:
             return None
-        if self.per_field:
+        if self.per_field:  # rows of one field only
             return None
         return ("rows", (self.row_capacity, self.max_per_row or 0, self.rows_per_batch))
 

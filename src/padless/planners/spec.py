@@ -152,6 +152,18 @@ def settle_field_budgets(
     return None, ticks
 
 
+def check_field_count(spec: Any, fields: int, shape: tuple[int, ...]) -> None:
+    """Refuse (N, F) lengths whose F is not the number of fields the spec's per-field settings
+    (``max_tokens``, ``cost``, ``resolution`` given as tuples) name."""
+    for name in ("max_tokens", "cost", "resolution"):
+        value = getattr(spec, name, None)
+        if isinstance(value, tuple) and len(value) != fields:
+            raise ValueError(
+                f"{name} names {len(value)} fields, but the lengths have {fields} (shape "
+                f"{shape}): give (N, {len(value)}) lengths, one column per field"
+            )
+
+
 def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
     """The user-given fields of a spec (not those it derives in ``__post_init__``)."""
     return [f for f in dataclasses.fields(spec) if f.init]
