@@ -40,7 +40,7 @@ from .checked import CheckedDataset
 from .cost import real_work, real_work_fields
 from .lengths import lengths_of
 from .plan import BatchPlan
-from .planners.spec import Spec
+from .planners.spec import Spec, StepForm
 from .schedules import Schedule
 
 if TYPE_CHECKING:
@@ -257,6 +257,10 @@ class PlanSampler(Resumable):
             self._windowed = WindowedSchedule(
                 windowed, shuffle=self.shuffle, seed=self.seed, balance=self.balance
             )
+        # how batches follow the optimizer step (a capacity schedule), asked of the strategy
+        self._step_form: StepForm | None = (
+            spec.step_form(cast("Planner", self.planner)) if window is None else None
+        )
         self.epoch = 0
         self._reset_position()
         self._cache: _Epoch | None = None
@@ -444,6 +448,66 @@ class PlanSampler(Resumable):
         b = sched.order[slot]
         offsets = sched.plan.offsets
         out: list[int] = sched.values[offsets[b] : offsets[b + 1]].tolist()
+        return out
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self._step_form is None:
+            return self._run(self._batch_at)
+        return self._run(self._batch_at_step, stepped=True)
+
+    def _batch_at_step(self, slot: int, micro: int) -> list[int]:
+        """The batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
+        micro-batch step it is dealt in)."""
+        form = cast(StepForm, self._step_form)
+        values = np.asarray(self._batch_at(slot), dtype=np.int64)
+        out: list[int] = form.values_at(values, self.global_step(micro)).tolist()
+        return out
+
+    def global_step(self, micro: int) -> int:
+        """The global optimizer step of the current epoch's micro-batch step ``micro`` (the
+        ``micro``-th batch every rank yields in the epoch, counted from its start, skipped
+        batches not counted): with ``batches_per_step``, the optimizer step its first global
+        batch falls in; without, each micro-batch step is one optimizer step, counted across
+        epochs (earlier epochs at the current world size, tail policy and skips).
+
+        Cost: the first call of an epoch counts the earlier epochs' batches (as
+        :meth:`first_step`) and cuts this one's steps; cached.
+
+        >>> from padless import TokenBudget
+        >>> s = PlanSampler([4] * 10, TokenBudget(max_tokens=4), world_size=2, shuffle=False)
+        >>> s.set_epoch(1)
+        >>> s.global_step(0), s.global_step(4)
+        (5, 9)
+        """
+        micro = non_negative("micro", micro)
+        steps = self._micro_steps()
+        if micro >= steps.size:
+            raise ValueError(
+                f"micro must be < {steps.size}, the micro-batch steps of epoch {self.epoch}, "
+                f"got {micro}"
+            )
+        return int(steps[micro])
+
+    def _micro_steps(self) -> np.ndarray:
+        """The global optimizer step of every micro-batch step of the current epoch (cached)."""
+        total = self._total()
+        world = self.world_size
+        key = (self.epoch, total, self._skips, world, self.drop_last, self._changes)
+        cached = self.__dict__.get("_micro_cache")
+        if cached is not None and cached[0] == key:
+            return cast(np.ndarray, cached[1])
+        micro = self._epoch_batches(self.epoch, total) // world
+        if self.batches_per_step is None:
+            first = sum(
+                self._epoch_batches(e, self._total_of(e)) // world for e in range(self.epoch)
+            )
+            out = first + np.arange(micro, dtype=np.int64)
+        else:
+            first = self.first_step()
+            bounds = self._bounds(first, micro * world)
+            pos = np.arange(micro, dtype=np.int64) * world
+            out = first + np.searchsorted(bounds, pos, side="right") - 1
+        self.__dict__["_micro_cache"] = (key, out)
         return out
 
     # ------------------------------------------------------------------ figures
@@ -794,9 +858,16 @@ class PlanSampler(Resumable):
             lo, hi = step * accumulation, min((step + 1) * accumulation, steps)
         micro = table_slots[lo:hi]
         table = np.zeros((self.world_size, micro.shape[0]), dtype=np.int64)
+        form = self._step_form
+        base = self._counted(total, start) // self.world_size + lo
         for r in range(self.world_size):
             for k, slot in enumerate(micro[:, r].tolist()):
-                table[r, k] = self._slot_targets(slot, targets, count)
+                if form is None:
+                    table[r, k] = self._slot_targets(slot, targets, count)
+                else:  # the sequences the step's form delivers (a warm-up's pieces)
+                    entries = self._window_entries(self._batch_at(slot))
+                    step_k = self.global_step(base + k)
+                    table[r, k] = count(form.entry_lengths_at(entries, step_k))
         return int(table.sum()), table[self.rank].tolist()
 
     def _step_range(self, step: int, start: int, accumulation: int | None) -> tuple[int, int]:

@@ -488,4 +488,5 @@ class PackingSampler(PlanSampler):
             capacity=self.spec.row_capacity,
             num_sequences=int(self.sizes.shape[0]),
             keys=keys,
+            scheduled=self.spec.capacity_schedule is not None,
         )

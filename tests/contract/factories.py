@@ -22,6 +22,7 @@ import padless
 from padless.lhotse import CutSampler
 from padless.mixing import MixtureSampler
 from padless.planners.decomposition import decompose, piece_numbers
+from padless.planners.packing import scheduled_stride
 
 LENGTHS = np.random.default_rng(7).lognormal(3.5, 0.8, 600).astype(np.int64).clip(1, 300)
 PAIRS = np.stack([LENGTHS, (LENGTHS * 1.1).astype(np.int64).clip(1, 300)], axis=1)
@@ -109,6 +110,18 @@ def _lm_flat_key(batch: Any) -> Any:
     return (x.tobytes(), y.tobytes())
 
 
+# a capacity warm-up: rows of 64, 128 then 256 tokens at optimizer steps 0, 2, 4
+WARMUP = padless.Schedule.piecewise([0, 2, 4], [64, 128, 256])
+WARMUP_STRIDE = scheduled_stride(len(LENGTHS), 256)
+
+
+def _untagged(batch: Any) -> list[int]:
+    """The planned codes of a warm-up batch: its step's tag ``(f - 1) · stride`` taken off (the
+    step of a global batch depends on the world size; the tags are tested in
+    tests/test_packing_warmup.py)."""
+    return [c % WARMUP_STRIDE for c in batch]
+
+
 def _decomposition_units(max_length: int, min_length: int) -> list[int]:
     """Codes of the kept pieces, from the lengths alone (not from a plan)."""
     doc, start, length = decompose(LENGTHS, max_length)
@@ -171,6 +184,18 @@ FACTORIES = [
         # units: piece codes ``index + piece * N``, ceil(length / 64) pieces per sequence
         all_units=lambda s: sorted(
             i + p * len(LENGTHS) for i, n in enumerate(LENGTHS.tolist()) for p in range(-(-n // 64))
+        ),
+    ),
+    Factory(
+        "packing_warmup",  # capacity as a schedule: planned at 256, delivered in rows of the step
+        lambda **o: padless.PlanSampler(
+            LENGTHS, padless.Packing(capacity=WARMUP, rows_per_batch=2, oversize="split"), **o
+        ),
+        units=_untagged,
+        all_units=lambda s: sorted(
+            i + p * len(LENGTHS)
+            for i, n in enumerate(LENGTHS.tolist())
+            for p in range(-(-n // 256))
         ),
     ),
     Factory(

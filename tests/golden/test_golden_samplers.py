@@ -10,7 +10,9 @@ changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were
 ``context_parallel=1`` plans as before); ``token_budget_fields`` when budgets per field came
 (issue 29), ``lhotse_cuts`` when the lhotse sampler came, ``buckets_2d`` when 2-D buckets
 came (issue 29; ``buckets`` kept its digest) and ``packing_pairs`` when packing got a capacity
-per field (issue 29; ``packing`` kept its digest: an int capacity plans as before). A factory
+per field (issue 29; ``packing`` kept its digest: an int capacity plans as before),
+``packing_warmup`` when packing's capacity became a schedule (issue 28; its batches carry their
+step's tag, so the digest pins the warm-up's delivery too). A factory
 added to the contract list needs its digest here (pasted once from today's output, never
 computed by a test).
 """
@@ -31,6 +33,7 @@ GOLDEN = {
     "buckets_2d": "92f7017e20dbe60d",
     "packing": "b3ec4baf86b0eb47",
     "packing_split": "74fbd0c4c34e79cb",
+    "packing_warmup": "8197f003135a0159",
     "packing_cp": "44a29f6554dda892",
     "packing_pairs": "d78774ef536624d3",
     "plan_sampler_spec": "2cd3111f58d24eb4",

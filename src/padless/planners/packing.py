@@ -24,6 +24,7 @@ How the pieces fit together:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -33,7 +34,7 @@ import numpy as np
 
 from .. import _kernels as K
 from .. import _rng
-from .._check import positive, positive_or_none
+from .._check import check_bool, positive, positive_or_none
 from .._kernels import cost as KC
 from .._kernels import windows as KW
 from ..cost import (
@@ -46,7 +47,9 @@ from ..cost import (
     model_of,
     packed_batch_costs,
 )
+from ..lengths import MAX_LENGTH
 from ..plan import BatchPlan, PackedPlan, VectorPackedPlan  # the plan types live in padless.plan
+from ..schedules import Schedule
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
@@ -55,6 +58,7 @@ from .spec import (
     CollateForm,
     Planner,
     Spec,
+    StepForm,
     WindowKernel,
     check_cost,
     moved_names,
@@ -82,14 +86,20 @@ def check_capacity(name: str, value: Any) -> int:
     return capacity
 
 
-def check_capacities(name: str, value: Any) -> int | tuple[int, int]:
-    """Check ``Packing``'s capacity: an int (rows of one field, the max over fields), or a
+def check_capacities(name: str, value: Any) -> int | tuple[int, int] | Schedule:
+    """Check ``Packing``'s capacity: an int (rows of one field, the max over fields), a
     pair ``(source, target)`` of them, one capacity per field of (N, 2) lengths (a list is
-    taken as a tuple, so ``Packing(**spec.as_dict())`` is the spec again).
+    taken as a tuple, so ``Packing(**spec.as_dict())`` is the spec again), or a
+    :class:`padless.Schedule` of the optimizer step (:func:`check_capacity_schedule`; its
+    ``as_dict()`` form too).
 
     >>> check_capacities("capacity", [512, 256])
     (512, 256)
     """
+    if isinstance(value, Mapping) and "kind" in value:
+        value = Schedule.from_dict(value, name=name)
+    if isinstance(value, Schedule):
+        return check_capacity_schedule(name, value)
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise ValueError(
@@ -99,6 +109,194 @@ def check_capacities(name: str, value: Any) -> int | tuple[int, int]:
         first, second = (check_capacity(f"{name}[{f}]", c) for f, c in enumerate(value))
         return first, second
     return check_capacity(name, value)
+
+
+def check_capacity_schedule(name: str, schedule: Schedule) -> int | Schedule:
+    """Check a capacity schedule (a sequence-length warm-up): an integer schedule whose every
+    value is a capacity that divides its largest one (checked at step 0 and at every step where
+    the value changes, so every step a run reaches is covered); a constant one is its int.
+
+    >>> check_capacity_schedule("capacity", Schedule.piecewise([0, 100], [1024, 4096]))
+    Schedule.piecewise(steps=[0, 100], values=[1024, 4096])
+    >>> check_capacity_schedule("capacity", Schedule.piecewise([0, 100], [1536, 4096]))
+    Traceback (most recent call last):
+    ...
+    ValueError: capacity at step 0 is 1536, which does not divide the largest capacity 4096 of Schedule.piecewise(steps=[0, 100], values=[1536, 4096]) (a step at capacity C cuts each planned row of 4096 tokens into 4096 / C rows; a power-of-two warm-up does)
+    """
+    if not schedule.integer:
+        raise TypeError(f"{name} must be an integer schedule (tokens per row), got {schedule!r}")
+    if schedule.is_constant:
+        return check_capacity(name, schedule.value(0))
+    steps, values, largest = capacity_steps(schedule)
+    for step, value in zip(steps.tolist(), values.tolist(), strict=True):
+        check_capacity(f"{name} at step {step}", value)
+        if largest % value:
+            raise ValueError(
+                f"{name} at step {step} is {value}, which does not divide the largest capacity "
+                f"{largest} of {schedule!r} (a step at capacity C cuts each planned row of "
+                f"{largest} tokens into {largest} / C rows; a power-of-two warm-up does)"
+            )
+    return schedule
+
+
+@functools.lru_cache(maxsize=32)
+def capacity_steps(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(steps, values, largest)``: step 0 and the steps where ``schedule`` changes, its value
+    at each, and the largest value (cached: O(the ramp's steps) once)."""
+    steps = np.array((0, *schedule.changes()), dtype=np.int64)
+    values = np.asarray(schedule.values(steps), dtype=np.int64)
+    return steps, values, int(values.max())
+
+
+# ---------------------------------------------------------------------------------- a warm-up
+
+
+class ScheduledPiece:
+    """A sample served for a batch of a smaller capacity than planned (a capacity schedule's
+    warm-up): ``item`` (the sample, as :class:`PieceDataset` serves it at the planned capacity)
+    and ``capacity``, the batch's row length. ``padless.torch.collate_packed`` takes a batch of
+    them and lays each planned row out as rows of ``capacity`` (:func:`layout_row`)."""
+
+    __slots__ = ("item", "capacity")
+
+    def __init__(self, item: Any, capacity: int) -> None:
+        self.item = item
+        self.capacity = positive("capacity", capacity)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ScheduledPiece, (self.item, self.capacity))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScheduledPiece):
+            return NotImplemented
+        return bool(self.capacity == other.capacity and self.item == other.item)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ScheduledPiece({self.item!r:.60}, capacity={self.capacity})"
+
+
+def unwrap_scheduled(samples: Sequence[Any]) -> tuple[list[Any], int | None]:
+    """``(items, capacity)`` of a batch: the samples with :class:`ScheduledPiece` wrappers
+    taken off, and the row length they ask for (None: the planned one). A batch mixing
+    capacities, or wrapped and plain samples, is a ValueError.
+
+    >>> unwrap_scheduled([ScheduledPiece([1, 2], 4), ScheduledPiece([3], 4)])
+    ([[1, 2], [3]], 4)
+    """
+    wrapped = [isinstance(s, ScheduledPiece) for s in samples]
+    if not any(wrapped):
+        return list(samples), None
+    caps = {s.capacity for s in samples if isinstance(s, ScheduledPiece)}
+    if not all(wrapped) or len(caps) > 1:
+        raise ValueError(
+            "the samples of a batch must all be ScheduledPiece of one capacity (a batch is at "
+            f"one step's capacity), got capacities {sorted(caps)} and "
+            f"{wrapped.count(False)} plain samples; serve them with sampler.pieces(dataset)"
+        )
+    return [s.item for s in samples], caps.pop()
+
+
+def layout_row(sizes: Sequence[int], capacity: int, parts: int) -> list[list[tuple[int, int, int]]]:
+    """Lay one planned row's sequences out as ``parts`` rows of ``capacity`` tokens: the rule a
+    step of a capacity schedule delivers a row of ``capacity · parts`` planned tokens by.
+
+    Sequences go longest first (ties in the row's order); each goes whole into the first row
+    with room for it; one that no row has room for fills the row with the most room (the first
+    of those) with its first tokens, and its rest is placed by the same rule. So a sequence is
+    cut only where it must be (longer than ``capacity``, or no row left with room for it), its
+    pieces keep the document's order, and the ``parts`` rows hold every token. Returns, per
+    row, its pieces as ``(sequence, start, stop)``: sequence ``i``'s tokens ``[start, stop)``.
+
+    Cost: O(len(sizes) · parts) per row.
+
+    >>> layout_row([5, 2, 1], capacity=4, parts=2)
+    [[(0, 0, 4)], [(0, 4, 5), (1, 0, 2), (2, 0, 1)]]
+    """
+    capacity = positive("capacity", capacity)
+    parts = positive("parts", parts)
+    total = sum(int(n) for n in sizes)
+    if total > capacity * parts:
+        raise ValueError(
+            f"a planned row holds {total} tokens, more than parts · capacity = {parts} · "
+            f"{capacity}; were the sizes one planned row's?"
+        )
+    room = [capacity] * parts
+    rows: list[list[tuple[int, int, int]]] = [[] for _ in range(parts)]
+    for i in sorted(range(len(sizes)), key=lambda k: -int(sizes[k])):
+        start, left = 0, int(sizes[i])
+        while True:
+            r = next((r for r in range(parts) if room[r] >= left), None)
+            if r is not None:
+                rows[r].append((i, start, start + left))
+                room[r] -= left
+                break
+            r = max(range(parts), key=room.__getitem__)
+            take = room[r]
+            rows[r].append((i, start, start + take))
+            room[r] = 0
+            start, left = start + take, left - take
+    return rows
+
+
+def scheduled_stride(num_sequences: int, capacity: int) -> int:
+    """The code stride of a capacity schedule: a batch at ``capacity / f`` yields each planned
+    code plus ``(f - 1) · stride``; ``stride = N · ceil(2**31 / capacity)`` is past every
+    piece code ``index + piece · N`` (a sequence holds fewer than 2**31 tokens).
+
+    >>> scheduled_stride(10, 1 << 30)
+    20
+    """
+    n, cap = positive("num_sequences", num_sequences), positive("capacity", capacity)
+    return n * -(-MAX_LENGTH // cap)
+
+
+class CapacitySteps(StepForm):
+    """``Packing(capacity=Schedule)`` as the sampler delivers it. The plan is packed at the
+    schedule's largest capacity ``C_max`` (every value divides it); a batch of optimizer step
+    ``g`` at capacity ``C = C_max / f`` yields its planned codes plus ``(f - 1) · stride``
+    (:func:`scheduled_stride`), which :class:`PieceDataset` (given ``scheduled=True``) serves
+    as :class:`ScheduledPiece` of capacity ``C``, and ``collate_packed`` lays each planned row
+    out as ``f`` rows of ``C`` (:func:`layout_row`). At ``C_max`` codes are the plan's own."""
+
+    def __init__(self, spec: Packing, planner: Planner) -> None:
+        schedule = spec.capacity_schedule
+        if schedule is None:
+            raise ValueError(f"{spec.describe()} has no capacity schedule")
+        self.schedule = schedule
+        steps, values, largest = capacity_steps(schedule)
+        self.capacity = largest
+        self.max_per_row = spec.max_per_row
+        self.stride = scheduled_stride(int(planner.sizes.shape[0]), largest)
+        most = largest // int(values.min())
+        if self.stride * most >= 1 << 63:
+            raise ValueError(
+                f"capacity={schedule!r}: codes of {planner.sizes.shape[0]} sequences at a "
+                f"{most}-fold smaller capacity pass int64 (use fewer sequences per sampler or a "
+                "smaller range of capacities)"
+            )
+
+    def factor(self, step: int) -> int:
+        """``C_max / C`` at global optimizer ``step``."""
+        return self.capacity // int(self.schedule.value(step))
+
+    def values_at(self, values: np.ndarray, step: int) -> np.ndarray:
+        f = self.factor(step)
+        return values if f == 1 else values + (f - 1) * self.stride
+
+    def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
+        f = self.factor(step)
+        if f == 1:
+            return lengths
+        sizes = np.asarray(lengths, dtype=np.int64).tolist()
+        row_of = next_fit_rows(sizes, capacity=self.capacity, max_per_row=self.max_per_row)
+        out: list[int] = []
+        bounds = np.flatnonzero(np.diff(row_of, prepend=-1, append=-1)).tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            for row in layout_row(sizes[lo:hi], self.capacity // f, f):
+                out.extend(b - a for _, a, b in row)
+        return np.asarray(out, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------- planner
@@ -455,9 +653,13 @@ class PieceDataset:
     Args:
         dataset: anything indexable by int whose items are token sequences (lists, numpy arrays,
             tensors) or mappings of them.
-        capacity: the packing capacity.
+        capacity: the packing capacity (with a capacity schedule, its largest value).
         num_sequences: N; by default ``len(dataset)``.
         keys: mapping keys to slice.
+        scheduled: serve the codes of a capacity schedule (``Packing(capacity=Schedule)``):
+            code ``c + (f - 1) · stride`` (:func:`scheduled_stride`) is the planned code ``c``'s
+            sample wrapped as :class:`ScheduledPiece` of capacity ``capacity / f``, for
+            ``collate_packed``; plain codes (``f = 1``) come back unwrapped.
 
     >>> ds = PieceDataset([[1, 2, 3, 4, 5], [6]], capacity=2)
     >>> ds[0], ds[2], ds[4], ds[1]
@@ -471,10 +673,12 @@ class PieceDataset:
         capacity: int,
         num_sequences: int | None = None,
         keys: Sequence[str] = ("input_ids",),
+        scheduled: bool = False,
     ) -> None:
         _check_piece_source(dataset)
         self.dataset = dataset
         self.capacity = positive("capacity", capacity)
+        self.scheduled = check_bool("scheduled", scheduled)
         known = len(dataset) if hasattr(dataset, "__len__") else None
         if num_sequences is None:
             if known is None:
@@ -501,11 +705,28 @@ class PieceDataset:
         self.keys = tuple(keys)
         if not self.keys:
             raise ValueError("keys must name at least one mapping key to slice, got none")
+        self.stride = scheduled_stride(self.num_sequences, self.capacity) if scheduled else 0
 
     def __len__(self) -> int:
         return self.num_sequences
 
     def __getitem__(self, code: int) -> Any:
+        if self.stride:
+            piece_of(code, self.num_sequences)  # the code's checks
+            f, code = divmod(int(code), self.stride)
+            item = self._planned(code)
+            if not f:
+                return item
+            if self.capacity % (f + 1):
+                raise IndexError(
+                    f"code {code + f * self.stride} asks for rows of capacity / {f + 1}, but "
+                    f"{f + 1} does not divide capacity={self.capacity}; were capacity and "
+                    "num_sequences the sampler's?"
+                )
+            return ScheduledPiece(item, self.capacity // (f + 1))
+        return self._planned(code)
+
+    def _planned(self, code: int) -> Any:
         index, piece = piece_of(code, self.num_sequences)
         item = self.dataset[index]
         lo = piece * self.capacity
@@ -572,7 +793,7 @@ class Packing(Spec):
     (3, 2)
     """
 
-    capacity: int | tuple[int, int] = setting(check_capacities)
+    capacity: int | tuple[int, int] | Schedule = setting(check_capacities)
     max_per_row: int | None = setting(positive_or_none, default=None)
     rows_per_batch: int = setting(positive, default=1)
     oversize: str = setting(partial(check_oversize, choices=OVERSIZE), default="error")
@@ -596,7 +817,15 @@ class Packing(Spec):
                 f"capacity={list(cap)} gives one capacity per field: this form packs rows of "
                 "one field (give an int capacity)"
             )
+        if isinstance(cap, Schedule):
+            return capacity_steps(cap)[2]  # the plan's rows: the largest capacity
         return cap
+
+    @property
+    def capacity_schedule(self) -> Schedule | None:
+        """The capacity as a schedule of the optimizer step (a sequence-length warm-up), or
+        None for a fixed capacity."""
+        return self.capacity if isinstance(self.capacity, Schedule) else None
 
     @property
     def per_field(self) -> bool:
@@ -607,6 +836,12 @@ class Packing(Spec):
         if self.per_field:
             self._settle_fields()
             return
+        if self.capacity_schedule is not None and self.context_parallel != 1:
+            raise ValueError(
+                f"context_parallel must be 1 with a capacity schedule (capacity="
+                f"{self.capacity!r}): a warm-up's rows are cut from the planned rows, which "
+                f"context-parallel shares are not; got context_parallel={self.context_parallel}"
+            )
         multiple = cp_multiple(self.context_parallel)
         if self.row_capacity % multiple:
             raise ValueError(
@@ -663,6 +898,11 @@ class Packing(Spec):
         """The stream form: best-fit rows over each round's buffer; well-filled rows leave.
         Rows of one field only (a capacity per field is a ValueError)."""
         R.check_streamable(self, ("capacity", "max_per_row", "rows_per_batch", "oversize"))
+        if self.capacity_schedule is not None:
+            raise ValueError(
+                f"capacity={self.capacity!r} (a schedule) has no stream form: a stream's rows "
+                "are not planned by step; plan with PlanSampler"
+            )
         if self.per_field:
             raise ValueError(
                 f"capacity={list(cast(tuple, self.capacity))} (one capacity per field) has no "
@@ -682,6 +922,8 @@ class Packing(Spec):
         split or truncated pieces, no cost model, no context parallelism, one field."""
         plain_rows = self.oversize in ("error", "drop") and self.cost is None
         if not plain_rows or self.max_row_cost is not None or self.context_parallel != 1:
+            return None
+        if self.capacity_schedule is not None:  # its batches follow the step: whole plans only
             return None
         if self.per_field:  # rows of one field only
             return None
@@ -703,6 +945,20 @@ class Packing(Spec):
             max_per_row=self.max_per_row,
             context_parallel=self.context_parallel,
         )
+
+    def for_windows(self, src: Any) -> Spec:
+        if self.capacity_schedule is not None:
+            raise ValueError(
+                f"window must be None with capacity={self.capacity!r} (a schedule): its batches "
+                "follow the optimizer step, which windowed plans do not track"
+            )
+        return self
+
+    def step_form(self, planner: Planner) -> StepForm | None:
+        """With a capacity schedule, :class:`CapacitySteps`: each batch at its step's capacity."""
+        if self.capacity_schedule is None:
+            return None
+        return CapacitySteps(self, planner)
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())
@@ -900,7 +1156,7 @@ def _split_progress(
     if getattr(before.spec, "oversize", "") != "split":
         return None
     n = int(sizes.size)
-    old_cap = int(before.spec.capacity)  # type: ignore[attr-defined]
+    old_cap = int(before.spec.row_capacity)  # type: ignore[attr-defined]
     pieces = np.maximum(-(-sizes.astype(np.int64) // old_cap), 1)
     given = np.bincount(done % max(n, 1), minlength=n)
     return old_cap, pieces, given, np.flatnonzero((given > 0) & (given < pieces))

@@ -10,7 +10,7 @@ budget, boundaries fitted to them) once and returns a :class:`Planner` that plan
 Adding a strategy: one module with a spec subclass (each setting a :func:`setting` field with
 its check; rules across settings in ``_settle``; its answers to generic code where the defaults
 do not fit: ``packs_rows``, ``collate_form``, ``for_windows``, ``window_kernel``,
-``stream_engine``) and its planner, one line in :func:`padless.planners.strategies`, and its
+``stream_engine``, ``step_form``) and its planner, one line in :func:`padless.planners.strategies`, and its
 factory in the contract tests. Windows, streams, samplers and collates ask these answers; none
 of them tests a spec's type.
 """
@@ -31,6 +31,7 @@ from ..cost import Cost, as_cost
 from ..fields import to_ticks
 from ..lengths import MAX_LENGTH, lengths_of, sizes_of
 from ..plan import BatchPlan, not_a_spec, spec_record
+from ..schedules import Schedule
 from . import strategies
 
 
@@ -57,7 +58,7 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, np.integer):
         return int(value)
-    if isinstance(value, Cost):
+    if isinstance(value, (Cost, Schedule)):
         return value.as_dict()
     return value
 
@@ -248,6 +249,23 @@ class CollateForm:
     capacities: tuple[int, ...] | None = None
 
 
+class StepForm:
+    """How the batches a sampler delivers follow the global optimizer step: a strategy's answer
+    (:meth:`Spec.step_form`) for a setting that is a :class:`padless.Schedule` of the step
+    (``Packing``'s capacity), where the plan stays one plan and each batch is delivered in its
+    step's form. The sampler passes each batch's yielded values, and the lengths of what they
+    name, with the batch's global optimizer step."""
+
+    def values_at(self, values: np.ndarray, step: int) -> np.ndarray:
+        """The values a batch of ``step`` yields (e.g. codes tagged with the step's form)."""
+        return values
+
+    def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
+        """The lengths of the sequences the model receives for a batch of ``step`` whose planned
+        entries have ``lengths`` (e.g. pieces of a smaller row), for target counts."""
+        return lengths
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
     """Base of the planner specs: frozen, keyword-only dataclasses whose fields are made by
@@ -296,6 +314,12 @@ class Spec:
         """Store settings on this frozen spec (while it is made: ``__post_init__``, ``_settle``)."""
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    def step_form(self, planner: Planner) -> StepForm | None:
+        """How this spec's batches follow the global optimizer step (a setting that is a
+        schedule), for a whole-corpus sampler over ``planner``; None (the default): every batch
+        is delivered as planned, whatever its step."""
+        return None
 
     def collate_form(self) -> CollateForm:
         """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""

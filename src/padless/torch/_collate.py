@@ -22,7 +22,7 @@ from .._check import (
     positive_or_none,
 )
 from ..plan import BatchPlan, check_shapes
-from ..planners.packing import next_fit_rows
+from ..planners.packing import layout_row, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple
 from ._packed_check import block_causal_mask
@@ -360,8 +360,11 @@ class PackedCollate:
         return row_of, needed
 
     def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
+        samples, scheduled = unwrap_scheduled(samples)
         cap = self.capacity
         seqs = self._samples(samples)
+        if scheduled is not None and scheduled != cap:
+            return self._scheduled(seqs, scheduled)
         if self.context_parallel > 1:
             return self._context_parallel(seqs)
         lengths = [int(t.numel()) for t in seqs]
@@ -390,6 +393,53 @@ class PackedCollate:
                     seg_lens.append(cap - used[r])
                     seg_real.append(False)
             shape = (num_rows, cap)
+        return self._assemble(parts, seg_lens, seg_real, shape)
+
+    def _scheduled(self, seqs: list[torch.Tensor], capacity: int) -> dict[str, Any]:
+        """A batch of a capacity schedule's step at ``capacity``: every planned row (next fit
+        at the planned capacity ``C``) laid out as ``f = C / capacity`` rows of ``capacity``
+        (:func:`padless.planners.packing.layout_row`), each piece a sequence of its own; with
+        ``rows``, ``rows · f`` rows."""
+        cap = self.capacity
+        if cap % capacity or self.context_parallel > 1:
+            raise ValueError(
+                f"samples ask for rows of capacity {capacity}, which must divide this collate's "
+                f"capacity={cap} (the planned rows) with context_parallel=1, got "
+                f"context_parallel={self.context_parallel}; use sampler.collate()"
+            )
+        f = cap // capacity
+        lengths = [int(t.numel()) for t in seqs]
+        row_of, needed = self._rows(lengths)
+        planned = (self.rows if self.rows is not None else needed) if not self.flatten else needed
+        members: list[list[int]] = [[] for _ in range(planned)]
+        for i, r in enumerate(row_of):
+            members[r].append(i)
+        parts: list[torch.Tensor] = []
+        seg_lens: list[int] = []
+        seg_real: list[bool] = []
+        for row in members:
+            for sub in layout_row([lengths[i] for i in row], capacity, f):
+                used = 0
+                for j, a, b in sub:
+                    parts.append(seqs[row[j]][a:b])
+                    seg_lens.append(b - a)
+                    seg_real.append(True)
+                    used += b - a
+                if used < capacity and not self.flatten:
+                    parts.append(torch.full((capacity - used,), self.pad_id, dtype=torch.long))
+                    seg_lens.append(capacity - used)
+                    seg_real.append(False)
+        shape = (1, sum(seg_lens)) if self.flatten else (planned * f, capacity)
+        return self._assemble(parts, seg_lens, seg_real, shape)
+
+    def _assemble(
+        self,
+        parts: list[torch.Tensor],
+        seg_lens: list[int],
+        seg_real: list[bool],
+        shape: tuple[int, int],
+    ) -> dict[str, Any]:
+        """The batch's tensors from its segments (sequences and padding tails, in order)."""
         flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
         lens_t = torch.tensor(seg_lens, dtype=torch.long)
         cu = torch.zeros(len(seg_lens) + 1, dtype=torch.long)
