@@ -613,7 +613,7 @@ ENTRIES: list[Entry] = [
         padless.PieceDataset,
         "PieceDataset",
         {"dataset": ROWS, "capacity": 8},
-        ["dataset", "capacity", "num_sequences", "keys"],
+        ["dataset", "capacity", "num_sequences", "keys", "scheduled"],
         lambda d: d[0],
     ),
     (

@@ -351,6 +351,7 @@ class PadlessTrainerMixin:
                 capacity=dataset.capacity,
                 num_sequences=dataset.num_sequences,
                 keys=dataset.keys,
+                scheduled=dataset.scheduled,
             )
         return checked
 
