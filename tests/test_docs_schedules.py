@@ -73,15 +73,27 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
         assert bool(batch["attention_mask"].all())
 
 
-def test_the_trainer_recipe_follows_the_ramp(tmp_path, monkeypatch):
+def test_the_trainer_recipe_follows_the_ramp_and_the_warm_up(tmp_path, monkeypatch):
+    from padless.hf import PaddingFreeCollator
+    from padless.planners.packing import ScheduledPiece
     from tests import _hf_train as hft
 
     text = README.read_text()
-    at = text.index("Through `transformers.Trainer`, the ramp sets the accumulation")
+    at = text.index("Through `transformers.Trainer`: a sequence-length warm-up of packed rows")
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     monkeypatch.chdir(tmp_path)
+    received: list[tuple[int, int]] = []  # (tokens, longest sequence) of every micro-batch
+    collate = PaddingFreeCollator.__call__
+
+    def recorded(self, features):
+        out = collate(self, features)
+        if isinstance(features[0], ScheduledPiece):  # not the trainer's check_packed probe
+            received.append((out["input_ids"].numel(), int(out["position_ids"].max()) + 1))
+        return out
+
+    monkeypatch.setattr(PaddingFreeCollator, "__call__", recorded)
     rs = np.random.default_rng(6)
-    lengths = rs.integers(2, 24, 800)
+    lengths = rs.integers(300, 900, 120)  # 2 to 4 documents per planned row of 2048
     dataset = [{"input_ids": rs.integers(1, hft.VOCAB, int(n)).tolist()} for n in lengths]
     scope = {
         "__name__": "readme_trainer",
@@ -98,3 +110,7 @@ def test_the_trainer_recipe_follows_the_ramp(tmp_path, monkeypatch):
     assert trainer.state.global_step == sampler.step_sizes().size > 1
     assert sampler.step_sizes()[0] == 4
     assert trainer.lr_scheduler.get_last_lr()[0] < 3e-4  # warmed up, then annealing
+    # every step is in the warm-up's first phase: sequences of at most 512 tokens reach the
+    # model (documents of 300 to 900 cut where they must be), and every token once
+    assert len(received) == len(sampler) and max(n for _, n in received) == 512
+    assert sum(t for t, _ in received) == int(lengths.sum())

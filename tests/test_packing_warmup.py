@@ -42,9 +42,7 @@ def _sampler(**options) -> padless.PlanSampler:
 
 
 def _loader(sampler: padless.PlanSampler) -> DataLoader:
-    dataset = PieceDataset(
-        _corpus(LENGTHS), capacity=sampler.spec.row_capacity, scheduled=True
-    )
+    dataset = PieceDataset(_corpus(LENGTHS), capacity=sampler.spec.row_capacity, scheduled=True)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collate(pad_id=PAD))
 
 
@@ -142,12 +140,12 @@ def test_scheduled_pieces_and_their_codes():
     ds = PieceDataset([[1, 2, 3, 4, 5], [6]], capacity=4, scheduled=True)
     stride = scheduled_stride(2, 4)
     assert ds[0] == [1, 2, 3, 4] and ds[2] == [5]  # f = 1: the plan's codes, unwrapped
-    assert ds[0 + stride] == ScheduledPiece([1, 2, 3, 4], 2)
-    assert ds[1 + 3 * stride] == ScheduledPiece([6], 1)
+    assert ds[0 + stride] == ScheduledPiece([1, 2, 3, 4], 2, 4)
+    assert ds[1 + 3 * stride] == ScheduledPiece([6], 1, 4)
     with pytest.raises(IndexError, match="does not divide capacity=4"):
         ds[1 + 2 * stride]
     with pytest.raises(ValueError, match="one capacity"):
-        unwrap_scheduled([ScheduledPiece([1], 2), [3]])
+        unwrap_scheduled([ScheduledPiece([1], 2, 4), [3]])
 
 
 # ------------------------------------------------------------------------------ delivery
@@ -249,3 +247,26 @@ def test_an_elastic_resume_mid_warm_up_delivers_the_rest_once():
     delivered = [c % stride for b in head + rest for c in b]
     plan = first.epoch_plan(0)[0]
     assert sorted(set(delivered)) == sorted(plan.codes.tolist())
+
+
+def test_flat_layouts_cut_the_same_pieces():
+    """collate_packed(flatten=True) and PaddingFreeCollator() (a flat row, any capacity) deliver
+    the 2-D layout's sequences without its padding; a 2-D collate of another capacity is
+    refused."""
+    from padless.hf import PaddingFreeCollator
+    from padless.torch import collate_packed
+
+    sampler = _sampler()
+    dataset = sampler.pieces(_corpus(LENGTHS))
+    batch = [dataset[c] for c in next(iter(sampler))]  # step 0: rows of 64
+    rows = sampler.collate(pad_id=PAD)(batch)
+    flat = collate_packed(256, flatten=True)(batch)
+    keep = rows["input_ids"].reshape(-1) != PAD
+    assert flat["input_ids"].reshape(-1).tolist() == rows["input_ids"].reshape(-1)[keep].tolist()
+    assert flat["max_seqlen"] <= 64
+    features = [piece.with_item({"input_ids": piece.item}) for piece in batch]
+    hf = PaddingFreeCollator()(features)
+    assert hf["input_ids"].tolist() == flat["input_ids"].tolist()
+    assert int(hf["position_ids"].max()) < 64
+    with pytest.raises(ValueError, match="the collate's capacity must be 256"):
+        collate_packed(128)(batch)

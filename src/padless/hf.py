@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
-from .planners.packing import PieceDataset
+from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import check_collate_multiple
 from .torch import PackedCollate
 
@@ -767,6 +767,11 @@ _FLAT_ROW = 1 << 62
 _MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
 
 
+def _rewrapped(values: list[Any], wraps: list[ScheduledPiece | None]) -> list[Any]:
+    """One field of a batch's features, wrapped again where the features came wrapped."""
+    return [v if w is None else w.with_item(v) for v, w in zip(values, wraps, strict=True)]
+
+
 class PaddingFreeCollator:
     """Collate HF features into a padding-free batch: sequences back to back, positions restarting.
 
@@ -783,7 +788,9 @@ class PaddingFreeCollator:
         capacity: None for one flat ``(1, total)`` row (any padless sampler). With a
             :class:`padless.PackingSampler`, its ``capacity`` gives ``(rows, capacity)`` tensors
             cut into its planned rows, each row's padding tail a sequence of its own with labels
-            ``separator_id``.
+            ``separator_id``. A capacity schedule's pieces (:class:`ScheduledPiece`) are laid
+            out in rows of their step's capacity (the flat layout, or ``capacity`` the planned
+            one).
         max_per_row, rows: as for :func:`padless.torch.collate_packed` (2-D layout only).
         flash_attn_kwargs: add ``cu_seq_lens_q/k`` and ``max_length_q/k``.
         seq_idx: add ``seq_idx``.
@@ -857,17 +864,22 @@ class PaddingFreeCollator:
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ids: list[Any] = []
         labels: list[Any] = []
+        wraps: list[ScheduledPiece | None] = []  # a capacity warm-up's pieces keep their rows
         for i, feature in enumerate(features):
+            wrap = feature if isinstance(feature, ScheduledPiece) else None
+            if wrap is not None:
+                feature = wrap.item
             if not isinstance(feature, Mapping) or "input_ids" not in feature:
                 raise TypeError(
                     f"features [{i}] must be a mapping with 'input_ids', got {type(feature).__name__}"
                 )
+            wraps.append(wrap)
             ids.append(feature["input_ids"])
             if "labels" in feature:
                 labels.append(feature["labels"])
         if labels and len(labels) != len(ids):
             raise ValueError("either every feature has 'labels' or none does")
-        packed = self._ids(ids)
+        packed = self._ids(_rewrapped(ids, wraps))
         out: dict[str, Any] = {
             "input_ids": packed["input_ids"],
             "labels": packed["labels"],
@@ -879,7 +891,7 @@ class PaddingFreeCollator:
                     raise ValueError(
                         f"features [{i}] has {len(a)} input_ids but {len(b)} labels; they must match"
                     )
-            out["labels"] = self._labels(labels)["labels"]
+            out["labels"] = self._labels(_rewrapped(labels, wraps))["labels"]
         if self.flash_attn_kwargs:
             out["cu_seq_lens_q"] = out["cu_seq_lens_k"] = packed["cu_seqlens"]
             out["max_length_q"] = out["max_length_k"] = packed["max_seqlen"]

@@ -483,10 +483,4 @@ class PackingSampler(PlanSampler):
         >>> sorted(tuple(ds[c]) for batch in s for c in batch)
         [(1, 2), (3, 4), (5,), (6,)]
         """
-        return PieceDataset(
-            dataset,
-            capacity=self.spec.row_capacity,
-            num_sequences=int(self.sizes.shape[0]),
-            keys=keys,
-            scheduled=self.spec.capacity_schedule is not None,
-        )
+        return self.spec.pieces(dataset, num_sequences=int(self.sizes.shape[0]), keys=keys)

@@ -153,46 +153,62 @@ def capacity_steps(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, int]:
 
 class ScheduledPiece:
     """A sample served for a batch of a smaller capacity than planned (a capacity schedule's
-    warm-up): ``item`` (the sample, as :class:`PieceDataset` serves it at the planned capacity)
-    and ``capacity``, the batch's row length. ``padless.torch.collate_packed`` takes a batch of
-    them and lays each planned row out as rows of ``capacity`` (:func:`layout_row`)."""
+    warm-up): ``item`` (the sample, as :class:`PieceDataset` serves it at the planned capacity),
+    ``capacity`` (the batch's row length) and ``planned`` (the capacity the rows were planned
+    at, a multiple of it). ``padless.torch.collate_packed`` and
+    ``padless.hf.PaddingFreeCollator`` take a batch of them: each planned row (next fit at
+    ``planned``) is laid out as ``planned / capacity`` rows of ``capacity`` (:func:`layout_row`).
+    """
 
-    __slots__ = ("item", "capacity")
+    __slots__ = ("item", "capacity", "planned")
 
-    def __init__(self, item: Any, capacity: int) -> None:
+    def __init__(self, item: Any, capacity: int, planned: int) -> None:
         self.item = item
         self.capacity = positive("capacity", capacity)
+        self.planned = positive("planned", planned)
+        if self.planned % self.capacity:
+            raise ValueError(
+                f"planned must be a multiple of capacity={self.capacity} (its rows are cut into "
+                f"rows of capacity), got {self.planned}"
+            )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ScheduledPiece, (self.item, self.capacity))
+        return (ScheduledPiece, (self.item, self.capacity, self.planned))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ScheduledPiece):
             return NotImplemented
-        return bool(self.capacity == other.capacity and self.item == other.item)
+        same = (self.capacity, self.planned) == (other.capacity, other.planned)
+        return bool(same and self.item == other.item)
 
     __hash__ = None  # type: ignore[assignment]
 
+    def with_item(self, item: Any) -> ScheduledPiece:
+        """The same capacities around another item (a field of this one)."""
+        return ScheduledPiece(item, self.capacity, self.planned)
+
     def __repr__(self) -> str:
-        return f"ScheduledPiece({self.item!r:.60}, capacity={self.capacity})"
+        return (
+            f"ScheduledPiece({self.item!r:.60}, capacity={self.capacity}, planned={self.planned})"
+        )
 
 
-def unwrap_scheduled(samples: Sequence[Any]) -> tuple[list[Any], int | None]:
-    """``(items, capacity)`` of a batch: the samples with :class:`ScheduledPiece` wrappers
-    taken off, and the row length they ask for (None: the planned one). A batch mixing
-    capacities, or wrapped and plain samples, is a ValueError.
+def unwrap_scheduled(samples: Sequence[Any]) -> tuple[list[Any], tuple[int, int] | None]:
+    """``(items, (capacity, planned))`` of a batch: the samples with :class:`ScheduledPiece`
+    wrappers taken off, and the row length they ask for with the planned one (None: plain
+    samples). A batch mixing capacities, or wrapped and plain samples, is a ValueError.
 
-    >>> unwrap_scheduled([ScheduledPiece([1, 2], 4), ScheduledPiece([3], 4)])
-    ([[1, 2], [3]], 4)
+    >>> unwrap_scheduled([ScheduledPiece([1, 2], 4, 8), ScheduledPiece([3], 4, 8)])
+    ([[1, 2], [3]], (4, 8))
     """
     wrapped = [isinstance(s, ScheduledPiece) for s in samples]
     if not any(wrapped):
         return list(samples), None
-    caps = {s.capacity for s in samples if isinstance(s, ScheduledPiece)}
+    caps = {(s.capacity, s.planned) for s in samples if isinstance(s, ScheduledPiece)}
     if not all(wrapped) or len(caps) > 1:
         raise ValueError(
             "the samples of a batch must all be ScheduledPiece of one capacity (a batch is at "
-            f"one step's capacity), got capacities {sorted(caps)} and "
+            f"one step's capacity), got (capacity, planned) {sorted(caps)} and "
             f"{wrapped.count(False)} plain samples; serve them with sampler.pieces(dataset)"
         )
     return [s.item for s in samples], caps.pop()
@@ -723,7 +739,7 @@ class PieceDataset:
                     f"{f + 1} does not divide capacity={self.capacity}; were capacity and "
                     "num_sequences the sampler's?"
                 )
-            return ScheduledPiece(item, self.capacity // (f + 1))
+            return ScheduledPiece(item, self.capacity // (f + 1), self.capacity)
         return self._planned(code)
 
     def _planned(self, code: int) -> Any:
@@ -959,6 +975,28 @@ class Packing(Spec):
         if self.capacity_schedule is None:
             return None
         return CapacitySteps(self, planner)
+
+    def pieces(
+        self,
+        dataset: Any,
+        *,
+        num_sequences: int | None = None,
+        keys: Sequence[str] = ("input_ids",),
+    ) -> PieceDataset:
+        """Wrap ``dataset`` so the codes a sampler of this spec yields give back the pieces
+        (split, truncated, or a capacity schedule's: :class:`PieceDataset`).
+
+        >>> spec = Packing(capacity=Schedule.piecewise([0, 5], [2, 4]))
+        >>> spec.pieces([[1, 2, 3], [4]])[1 + 2 * scheduled_stride(2, 4)]
+        ScheduledPiece([4], capacity=2, planned=4)
+        """
+        return PieceDataset(
+            dataset,
+            capacity=self.row_capacity,
+            num_sequences=num_sequences,
+            keys=keys,
+            scheduled=self.capacity_schedule is not None,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return cost_settings(self, super().as_dict())

@@ -362,9 +362,9 @@ class PackedCollate:
     def __call__(self, samples: Sequence[Any]) -> dict[str, Any]:
         samples, scheduled = unwrap_scheduled(samples)
         cap = self.capacity
+        if scheduled is not None:
+            return self._scheduled(samples, *scheduled)
         seqs = self._samples(samples)
-        if scheduled is not None and scheduled != cap:
-            return self._scheduled(seqs, scheduled)
         if self.context_parallel > 1:
             return self._context_parallel(seqs)
         lengths = [int(t.numel()) for t in seqs]
@@ -395,23 +395,40 @@ class PackedCollate:
             shape = (num_rows, cap)
         return self._assemble(parts, seg_lens, seg_real, shape)
 
-    def _scheduled(self, seqs: list[torch.Tensor], capacity: int) -> dict[str, Any]:
+    def _scheduled(self, samples: list[Any], capacity: int, planned: int) -> dict[str, Any]:
         """A batch of a capacity schedule's step at ``capacity``: every planned row (next fit
-        at the planned capacity ``C``) laid out as ``f = C / capacity`` rows of ``capacity``
+        at the ``planned`` capacity) laid out as ``f = planned / capacity`` rows of ``capacity``
         (:func:`padless.planners.packing.layout_row`), each piece a sequence of its own; with
-        ``rows``, ``rows · f`` rows."""
-        cap = self.capacity
-        if cap % capacity or self.context_parallel > 1:
+        ``rows``, ``rows · f`` rows. The 2-D layout needs this collate's capacity to be the
+        planned one; the flat layout takes any."""
+        if self.context_parallel > 1 or (not self.flatten and self.capacity != planned):
             raise ValueError(
-                f"samples ask for rows of capacity {capacity}, which must divide this collate's "
-                f"capacity={cap} (the planned rows) with context_parallel=1, got "
-                f"context_parallel={self.context_parallel}; use sampler.collate()"
+                f"the samples were planned in rows of {planned} tokens (served at {capacity}): "
+                f"the collate's capacity must be {planned} with context_parallel=1, got "
+                f"capacity={self.capacity}, context_parallel={self.context_parallel}; use "
+                "sampler.collate()"
             )
-        f = cap // capacity
+        f = planned // capacity
+        seqs = [
+            _as_ids(s[self.key] if isinstance(s, Mapping) else s, f"sample [{i}]")
+            for i, s in enumerate(samples)
+        ]
         lengths = [int(t.numel()) for t in seqs]
-        row_of, needed = self._rows(lengths)
-        planned = (self.rows if self.rows is not None else needed) if not self.flatten else needed
-        members: list[list[int]] = [[] for _ in range(planned)]
+        over = next((i for i, n in enumerate(lengths) if n > planned), None)
+        if over is not None:
+            raise ValueError(
+                f"sample [{over}] has {lengths[over]} tokens, more than the planned capacity "
+                f"{planned}; serve the planned pieces with sampler.pieces(dataset)"
+            )
+        row_of = next_fit_rows(lengths, capacity=planned, max_per_row=self.max_per_row).tolist()
+        needed = row_of[-1] + 1 if row_of else 0
+        if self.rows is not None and needed > self.rows:
+            raise ValueError(
+                f"the batch needs {needed} rows of capacity={planned}, more than rows="
+                f"{self.rows}; were capacity and max_per_row the sampler's?"
+            )
+        planned_rows = self.rows if self.rows is not None and not self.flatten else needed
+        members: list[list[int]] = [[] for _ in range(planned_rows)]
         for i, r in enumerate(row_of):
             members[r].append(i)
         parts: list[torch.Tensor] = []
@@ -429,7 +446,7 @@ class PackedCollate:
                     parts.append(torch.full((capacity - used,), self.pad_id, dtype=torch.long))
                     seg_lens.append(capacity - used)
                     seg_real.append(False)
-        shape = (1, sum(seg_lens)) if self.flatten else (planned * f, capacity)
+        shape = (1, sum(seg_lens)) if self.flatten else (planned_rows * f, capacity)
         return self._assemble(parts, seg_lens, seg_real, shape)
 
     def _assemble(
