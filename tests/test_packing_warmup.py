@@ -270,3 +270,13 @@ def test_flat_layouts_cut_the_same_pieces():
     assert int(hf["position_ids"].max()) < 64
     with pytest.raises(ValueError, match="the collate's capacity must be 256"):
         collate_packed(128)(batch)
+
+
+def test_the_docs_example_runs():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "schedules.md").read_text()
+    code = re.search(r"<!-- example: packing-warmup -->\n```python\n(.*?)```", text, re.S)
+    assert code is not None
+    exec(compile(code.group(1), "docs/schedules.md: packing warm-up", "exec"), {"__name__": "doc"})

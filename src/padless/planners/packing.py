@@ -788,6 +788,13 @@ class Packing(Spec):
     does (:func:`padless.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
     its CP ranks together) at the padded lengths. The stream form refuses ``cp > 1``.
 
+    ``capacity=Schedule`` (a sequence-length warm-up, :class:`padless.Schedule` of the global
+    optimizer step; every value divides the largest, ``C_max``): the plan is ``capacity=C_max``'s,
+    and a batch of a step at capacity ``C`` delivers each planned row as ``C_max / C`` rows of
+    ``C`` (:class:`CapacitySteps`, :func:`layout_row`): documents whole where a row has room,
+    cut only where they must be; ``pieces()`` and ``sampler.collate()`` serve and lay them out
+    (docs/schedules.md). Not with ``context_parallel > 1``, windows, histograms or streams.
+
     ``capacity=(C_src, C_tgt)``, one capacity per field of (N, 2) lengths (encoder–decoder
     models: sources and targets packed together), packs by vector best fit
     (:class:`PackFieldsPlanner`): a row's pairs sum to at most ``C_src`` source and ``C_tgt``
