@@ -13,8 +13,14 @@ is the per-batch path):
   through ``steps()``;
 - an LMStream over ``--tokens`` tokens (4096 tokens a batch), ``num_steps=512`` against a
   warm-up ``Schedule.piecewise`` 128, 256, 512 over the epoch's first two thirds;
+- a PackingSampler (capacity 4096, ``oversize="split"``) against a capacity warm-up
+  ``Schedule.piecewise`` 1024, 2048, 4096 over the epoch's first two thirds (the sampler's side:
+  each warm-up batch's codes tagged with its step);
 - a MixtureSampler of two corpora (halves of the lengths), constant weights against a piecewise
   and a cosine weight schedule that change within the epoch.
+
+Part 1b (informational): ``collate_packed`` of a warm-up batch (rows of 1024 laid out from the
+planned rows of 4096) against the same batch at the planned capacity, per batch.
 
 Part 2 (goal: ratio <= 2): ``load_state_dict`` + the first batch of a state saved at 50% of an
 epoch of ``--restore-size`` items, under a ``tokens_per_step`` ramp and with a recorded skip,
@@ -76,6 +82,10 @@ def overhead(size: int, tokens: int, rounds: int) -> list[tuple[str, float, floa
         tokens_per_batch=4096,
         seed=1,
     )
+    packed = padless.PackingSampler(lengths, capacity=4096, oversize="split", seed=1)
+    rows = len(packed)
+    grow = Schedule.piecewise([0, rows // 3, 2 * rows // 3], [1024, 2048, 4096])
+    growing = padless.PackingSampler(lengths, capacity=grow, oversize="split", seed=1)
     half = size // 2
 
     def mixture(weights) -> MixtureSampler:
@@ -103,6 +113,12 @@ def overhead(size: int, tokens: int, rounds: int) -> list[tuple[str, float, floa
             _epoch_steps,
         ),
         "LMStream: num_steps warm-up 128/256/512 / constant 512": (lm, _epoch, warm, _epoch),
+        "packing: capacity warm-up 1024/2048/4096 / constant 4096": (
+            packed,
+            _epoch,
+            growing,
+            _epoch,
+        ),
         "mixture: piecewise weights / constant": (mix_const, _epoch, mix_piece, _epoch),
         "mixture: cosine weights / constant": (mix_const, _epoch, mix_cos, _epoch),
     }

@@ -436,32 +436,47 @@ class PlanSampler(Resumable):
     def _batch_at(self, slot: int) -> list[int]:
         if self._windowed is not None:
             return self._windowed.batch_at(self.epoch, self._history, self.world_size, slot)
+        source, lo, hi = self._batch_source(slot)
+        out: list[int] = source[lo:hi].tolist()
+        return out
+
+    def _batch_source(self, slot: int) -> tuple[np.ndarray, int, int]:
+        """``(values, lo, hi)``: the batch at a global slot of a whole-corpus plan is
+        ``values[lo:hi]`` (the epoch's values, or an earlier part's after a change)."""
         sched = self._schedule(self.epoch)
         head = sched.head
         if head is not None:
             if slot < head.batches:
                 part = head.part(slot)
                 lo, hi = part.entries(slot)
-                delivered: list[int] = part.values[lo:hi].tolist()
-                return delivered
+                return part.values, lo, hi
             slot -= head.batches
         b = sched.order[slot]
         offsets = sched.plan.offsets
-        out: list[int] = sched.values[offsets[b] : offsets[b + 1]].tolist()
-        return out
+        return sched.values, int(offsets[b]), int(offsets[b + 1])
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self._step_form is None:
+        form = self._step_form
+        if form is None:
             return self._run(self._batch_at)
-        return self._run(self._batch_at_step, stepped=True)
+        table: list[Any] = [None, None, None]  # (the skips it was made under, steps, keys)
 
-    def _batch_at_step(self, slot: int, micro: int) -> list[int]:
-        """The batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
-        micro-batch step it is dealt in)."""
-        form = cast(StepForm, self._step_form)
-        values = np.asarray(self._batch_at(slot), dtype=np.int64)
-        out: list[int] = form.values_at(values, self.global_step(micro)).tolist()
-        return out
+        def batch_at(slot: int, micro: int) -> list[int]:
+            # the batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
+            # micro-batch step it is dealt in); the steps and their forms' keys are cut once
+            # per iteration and skip
+            if table[0] is not self._skips:
+                steps = self._micro_steps()
+                table[:] = [self._skips, steps, form.keys_at(steps)]
+            source, lo, hi = self._batch_source(slot)
+            key = table[2][micro]
+            if key is None:
+                out: list[int] = source[lo:hi].tolist()
+                return out
+            out = form.values_at(source[lo:hi], key).tolist()
+            return out
+
+        return self._run(batch_at, stepped=True)
 
     def global_step(self, micro: int) -> int:
         """The global optimizer step of the current epoch's micro-batch step ``micro`` (the

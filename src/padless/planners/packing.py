@@ -23,6 +23,7 @@ How the pieces fit together:
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -285,6 +286,8 @@ class CapacitySteps(StepForm):
         self.capacity = largest
         self.max_per_row = spec.max_per_row
         self.stride = scheduled_stride(int(planner.sizes.shape[0]), largest)
+        self._changes = steps.tolist()
+        self._factors = [largest // int(v) for v in values.tolist()]
         most = largest // int(values.min())
         if self.stride * most >= 1 << 63:
             raise ValueError(
@@ -294,12 +297,19 @@ class CapacitySteps(StepForm):
             )
 
     def factor(self, step: int) -> int:
-        """``C_max / C`` at global optimizer ``step``."""
-        return self.capacity // int(self.schedule.value(step))
+        """``C_max / C`` at global optimizer ``step`` (the value changes only at the schedule's
+        ``changes()``: a bisection over them)."""
+        at = bisect.bisect_right(self._changes, step) - 1
+        return self._factors[at]
 
-    def values_at(self, values: np.ndarray, step: int) -> np.ndarray:
-        f = self.factor(step)
-        return values if f == 1 else values + (f - 1) * self.stride
+    def keys_at(self, steps: np.ndarray) -> list[Any]:
+        """Each step's tag ``(f - 1) · stride``; None at ``f = 1`` (the plan's own codes)."""
+        at = np.searchsorted(np.asarray(self._changes), steps, side="right") - 1
+        tags = (np.asarray(self._factors, dtype=np.int64)[at] - 1) * self.stride
+        return [tag or None for tag in tags.tolist()]
+
+    def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
+        return values + key
 
     def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
         f = self.factor(step)

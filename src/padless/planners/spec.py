@@ -256,8 +256,15 @@ class StepForm:
     step's form. The sampler passes each batch's yielded values, and the lengths of what they
     name, with the batch's global optimizer step."""
 
-    def values_at(self, values: np.ndarray, step: int) -> np.ndarray:
-        """The values a batch of ``step`` yields (e.g. codes tagged with the step's form)."""
+    def keys_at(self, steps: np.ndarray) -> list[Any]:
+        """The form of each of ``steps`` as a key for :meth:`values_at`: None where a batch is
+        delivered as planned (the sampler then yields it untouched). Vectorised: the sampler
+        asks once per iteration for all its steps."""
+        return [None] * int(np.asarray(steps).size)
+
+    def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
+        """The values a batch yields in the form ``key`` (from :meth:`keys_at`; not None),
+        e.g. codes tagged with their step's capacity."""
         return values
 
     def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
