@@ -280,3 +280,19 @@ def test_the_docs_example_runs():
     code = re.search(r"<!-- example: packing-warmup -->\n```python\n(.*?)```", text, re.S)
     assert code is not None
     exec(compile(code.group(1), "docs/schedules.md: packing warm-up", "exec"), {"__name__": "doc"})
+
+
+def test_each_batch_is_tagged_with_its_steps_capacity_across_epochs():
+    """A warm-up that ends inside epoch 1, over three epochs at world size 2: every batch's tag
+    is the capacity of its global step (global_step counts the earlier epochs exactly)."""
+    steps = len(_sampler(world_size=2))
+    schedule = Schedule.piecewise([0, steps // 2, steps + steps // 2], [64, 128, 256])
+    spec = Packing(capacity=schedule, rows_per_batch=2, oversize="split")
+    stride = scheduled_stride(len(LENGTHS), 256)
+    for rank in (0, 1):
+        sampler = padless.PlanSampler(LENGTHS, spec, seed=5, world_size=2, rank=rank)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for k, batch in enumerate(sampler):
+                factor = 256 // int(schedule.value(sampler.global_step(k)))
+                assert {c // stride + 1 for c in batch} == {factor}, (epoch, k)

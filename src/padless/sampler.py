@@ -459,17 +459,16 @@ class PlanSampler(Resumable):
         form = self._step_form
         if form is None:
             return self._run(self._batch_at)
-        table: list[Any] = [None, None, None]  # (the skips it was made under, steps, keys)
+        table: list[Any] = [None, None]  # (the skips it was made under, the steps' keys)
 
         def batch_at(slot: int, micro: int) -> list[int]:
             # the batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
             # micro-batch step it is dealt in); the steps and their forms' keys are cut once
             # per iteration and skip
             if table[0] is not self._skips:
-                steps = self._micro_steps()
-                table[:] = [self._skips, steps, form.keys_at(steps)]
+                table[:] = [self._skips, self._micro_keys(form)]
             source, lo, hi = self._batch_source(slot)
-            key = table[2][micro]
+            key = table[1][micro]
             if key is None:
                 out: list[int] = source[lo:hi].tolist()
                 return out
@@ -502,6 +501,20 @@ class PlanSampler(Resumable):
                 f"got {micro}"
             )
         return int(steps[micro])
+
+    def _micro_keys(self, form: StepForm) -> list[Any]:
+        """The form's key of every micro-batch step of the current epoch. Without
+        ``batches_per_step``, earlier epochs are counted only until their steps pass the form's
+        :meth:`~padless.planners.spec.StepForm.settles_at` (then every step has its key)."""
+        settle = form.settles_at()
+        if self.batches_per_step is None and self.epoch > 0:
+            world, first = self.world_size, 0
+            for e in range(self.epoch):
+                first += self._epoch_batches(e, self._total_of(e)) // world
+                if first >= settle:
+                    micro = self._epoch_batches(self.epoch, self._total()) // world
+                    return form.keys_at(np.array([settle], dtype=np.int64)) * micro
+        return form.keys_at(self._micro_steps())
 
     def _micro_steps(self) -> np.ndarray:
         """The global optimizer step of every micro-batch step of the current epoch (cached)."""
@@ -874,15 +887,17 @@ class PlanSampler(Resumable):
         micro = table_slots[lo:hi]
         table = np.zeros((self.world_size, micro.shape[0]), dtype=np.int64)
         form = self._step_form
-        base = self._counted(total, start) // self.world_size + lo
+        keys: list[Any] = []
+        if form is not None:  # the sequences each step's form delivers (a warm-up's pieces)
+            base = self._counted(total, start) // self.world_size + lo
+            keys = self._micro_keys(form)[base : base + micro.shape[0]]
         for r in range(self.world_size):
             for k, slot in enumerate(micro[:, r].tolist()):
-                if form is None:
+                if form is None or keys[k] is None:
                     table[r, k] = self._slot_targets(slot, targets, count)
-                else:  # the sequences the step's form delivers (a warm-up's pieces)
+                else:
                     entries = self._window_entries(self._batch_at(slot))
-                    step_k = self.global_step(base + k)
-                    table[r, k] = count(form.entry_lengths_at(entries, step_k))
+                    table[r, k] = count(form.entry_lengths_at(entries, keys[k]))
         return int(table.sum()), table[self.rank].tolist()
 
     def _step_range(self, step: int, start: int, accumulation: int | None) -> tuple[int, int]:

@@ -23,7 +23,6 @@ How the pieces fit together:
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import math
@@ -296,31 +295,28 @@ class CapacitySteps(StepForm):
                 "smaller range of capacities)"
             )
 
-    def factor(self, step: int) -> int:
-        """``C_max / C`` at global optimizer ``step`` (the value changes only at the schedule's
-        ``changes()``: a bisection over them)."""
-        at = bisect.bisect_right(self._changes, step) - 1
-        return self._factors[at]
-
     def keys_at(self, steps: np.ndarray) -> list[Any]:
-        """Each step's tag ``(f - 1) · stride``; None at ``f = 1`` (the plan's own codes)."""
+        """Each step's factor ``f = C_max / C`` (the value changes only at the schedule's
+        ``changes()``); None at ``f = 1`` (the plan's own codes)."""
         at = np.searchsorted(np.asarray(self._changes), steps, side="right") - 1
-        tags = (np.asarray(self._factors, dtype=np.int64)[at] - 1) * self.stride
-        return [tag or None for tag in tags.tolist()]
+        factors = np.asarray(self._factors, dtype=np.int64)[at]
+        return [None if f == 1 else f for f in factors.tolist()]
+
+    def settles_at(self) -> int:
+        return int(self._changes[-1])
 
     def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
-        return values + key
+        return values + (key - 1) * self.stride
 
-    def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
-        f = self.factor(step)
-        if f == 1:
+    def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
+        if key is None:
             return lengths
         sizes = np.asarray(lengths, dtype=np.int64).tolist()
         row_of = next_fit_rows(sizes, capacity=self.capacity, max_per_row=self.max_per_row)
         out: list[int] = []
         bounds = np.flatnonzero(np.diff(row_of, prepend=-1, append=-1)).tolist()
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            for row in layout_row(sizes[lo:hi], self.capacity // f, f):
+            for row in layout_row(sizes[lo:hi], self.capacity // key, key):
                 out.extend(b - a for _, a, b in row)
         return np.asarray(out, dtype=np.int64)
 

@@ -267,10 +267,16 @@ class StepForm:
         e.g. codes tagged with their step's capacity."""
         return values
 
-    def entry_lengths_at(self, lengths: np.ndarray, step: int) -> np.ndarray:
-        """The lengths of the sequences the model receives for a batch of ``step`` whose planned
-        entries have ``lengths`` (e.g. pieces of a smaller row), for target counts."""
+    def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
+        """The lengths of the sequences the model receives for a batch in the form ``key``
+        whose planned entries have ``lengths`` (e.g. pieces of a smaller row), for target
+        counts."""
         return lengths
+
+    def settles_at(self) -> int:
+        """A step from which every step's key is that step's (the form changes no more): a
+        sampler need not count the exact steps past it."""
+        return 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
