@@ -1,4 +1,6 @@
 // Bindings of the small shared families: rng, order, segments, and the greedy budget rule.
+#include <string>
+
 #include "budget.hpp"
 #include "common.hpp"
 #include "order.hpp"
@@ -36,6 +38,20 @@ nb::tuple counting_order_py(In<K> keys, int64_t num_keys) {
     return nb::make_tuple(to_numpy(std::move(out.order)), to_numpy(std::move(out.starts)));
 }
 
+template <class K>
+nb::tuple counting_order_named_py(In<K> keys, int64_t num_keys, In<int64_t> names) {
+    if (names.shape(0) != keys.shape(0)) {
+        throw nb::value_error("counting_order_named: names must have one entry per key");
+    }
+    CountingOrder out;
+    {
+        nb::gil_scoped_release nogil;
+        out = counting_order(keys.data(), static_cast<int64_t>(keys.shape(0)), num_keys,
+                             names.data());
+    }
+    return nb::make_tuple(to_numpy(std::move(out.order)), to_numpy(std::move(out.starts)));
+}
+
 template <class V>
 void shuffle_runs_py(InOut<V> values, In<int64_t> starts, uint64_t key) {
     nb::gil_scoped_release nogil;
@@ -48,6 +64,41 @@ Out<T> segment_max_py(In<T> values, In<int64_t> offsets) {
     {
         nb::gil_scoped_release nogil;
         out = segment_max(values.data(), offsets.data(), static_cast<int64_t>(offsets.shape(0)));
+    }
+    return to_numpy(std::move(out));
+}
+
+Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked) {
+    int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
+    if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
+        throw nb::value_error("take_segments: offsets must end within values");
+    }
+    Buffer<int64_t> out;
+    int64_t bad = -1;
+    {
+        nb::gil_scoped_release nogil;
+        out = take_segments(values.data(), offsets.data(), num_offsets, picked.data(),
+                            static_cast<int64_t>(picked.shape(0)), bad);
+    }
+    if (bad >= 0) {
+        throw nb::index_error(("take_segments: picked segment at position " +
+                               std::to_string(bad) + " is out of range")
+                                  .c_str());
+    }
+    return to_numpy(std::move(out));
+}
+
+Out<int64_t> unnamed_py(In<int64_t> values, int64_t n) {
+    if (n < 1) throw nb::value_error("unnamed: n must be positive");
+    const int64_t* v = values.data();
+    int64_t count = static_cast<int64_t>(values.shape(0));
+    for (int64_t k = 0; k < count; ++k) {
+        if (v[k] < 0) throw nb::value_error("unnamed: values must be non-negative");
+    }
+    Buffer<int64_t> out;
+    {
+        nb::gil_scoped_release nogil;
+        out = unnamed(v, count, n);
     }
     return to_numpy(std::move(out));
 }
@@ -77,6 +128,8 @@ void bind_base(nb::module_& m) {
 #define DEF(T)                                                                                 \
     m.def("hash_ints", &hash_ints_py<T>, nb::arg("values"), nb::arg("seed"));                  \
     m.def("counting_order", &counting_order_py<T>, nb::arg("keys"), nb::arg("num_keys"));      \
+    m.def("counting_order_named", &counting_order_named_py<T>, nb::arg("keys"),                \
+          nb::arg("num_keys"), nb::arg("names"));                                              \
     m.def("shuffle_runs", &shuffle_runs_py<T>, nb::arg("values").noconvert(), nb::arg("starts"), \
           nb::arg("key"));                                                                     \
     m.def("segment_max", &segment_max_py<T>, nb::arg("values"), nb::arg("offsets"));           \
@@ -85,6 +138,9 @@ void bind_base(nb::module_& m) {
     PADLESS_FOR_SIZES(DEF)
 #undef DEF
     m.def("segment_max", &segment_max_py<double>, nb::arg("values"), nb::arg("offsets"));
+    m.def("take_segments", &take_segments_py, nb::arg("values"), nb::arg("offsets"),
+          nb::arg("picked"));
+    m.def("unnamed", &unnamed_py, nb::arg("values"), nb::arg("n"));
 }
 
 }  // namespace padless

@@ -12,9 +12,12 @@ struct CountingOrder {
     Buffer<int64_t> starts;  // starts[k]:starts[k+1] is the run of key k
 };
 
-// Stable counting sort of non-negative keys below num_keys; O(n + num_keys).
+// Stable counting sort of non-negative keys below num_keys; O(n + num_keys). With `names`,
+// the order holds names[i] in place of each position i (the sort of a subset of a corpus,
+// named by its indices in the whole: no gather after).
 template <class K>
-CountingOrder counting_order(const K* keys, int64_t n, int64_t num_keys) {
+CountingOrder counting_order(const K* keys, int64_t n, int64_t num_keys,
+                             const int64_t* names = nullptr) {
     CountingOrder out{Buffer<int64_t>(n), zeros<int64_t>(num_keys + 1)};
     int64_t* starts = out.starts.get();
     for (int64_t i = 0; i < n; ++i) starts[static_cast<int64_t>(keys[i]) + 1] += 1;
@@ -24,7 +27,7 @@ CountingOrder counting_order(const K* keys, int64_t n, int64_t num_keys) {
     int64_t* order = out.order.get();
     for (int64_t i = 0; i < n; ++i) {
         int64_t k = static_cast<int64_t>(keys[i]);
-        order[fill[k]] = i;
+        order[fill[k]] = names == nullptr ? i : names[i];
         fill[k] += 1;
     }
     return out;

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -26,6 +27,44 @@ def test_counting_order_matches_reference(keys):
     a = K.counting_order(keys, 31)
     b = K.counting_order_reference(keys, 31)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@given(arrays(np.int64, st.integers(0, 200), elements=st.integers(0, 30)), st.integers(0, 2**40))
+def test_counting_order_named_is_the_order_of_the_names(keys, base):
+    names = base + 3 * np.arange(keys.size, dtype=np.int64)[::-1].copy()
+    a = K.counting_order_named(keys, 31, names)
+    b = K.counting_order_named_reference(keys, 31, names)
+    order, starts = K.counting_order(keys, 31)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[0], names[order])
+    assert np.array_equal(a[1], starts) and np.array_equal(b[1], starts)
+
+
+def test_counting_order_named_refuses_names_of_another_length():
+    with pytest.raises(ValueError, match="one entry per key"):
+        K.counting_order_named(np.array([1, 0]), 2, np.array([5], dtype=np.int64))
+
+
+@given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 9)), st.data())
+def test_take_segments_matches_reference(values, data):
+    n = values.shape[0]
+    cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
+    offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
+    picked = np.array(
+        data.draw(st.lists(st.integers(0, offsets.size - 2), max_size=8)), dtype=np.int64
+    )
+    a = K.take_segments(values, offsets, picked)
+    assert np.array_equal(a, K.take_segments_reference(values, offsets, picked))
+    with pytest.raises(IndexError, match="out of range"):
+        K.take_segments(values, offsets, np.array([offsets.size - 1], dtype=np.int64))
+
+
+@given(arrays(np.int64, st.integers(0, 80), elements=st.integers(0, 10**6)), st.integers(1, 50))
+def test_unnamed_matches_reference(values, n):
+    a = K.unnamed(values, n)
+    assert np.array_equal(a, K.unnamed_reference(values, n))
+    assert not np.isin(a, values % n).any() and np.all(np.diff(a) > 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        K.unnamed(np.array([-1], dtype=np.int64), n)
 
 
 @given(

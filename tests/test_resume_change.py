@@ -428,3 +428,34 @@ def test_hostile_change_records_are_refused_by_name(edit, match):
     with pytest.raises(ValueError, match=match):
         fresh.load_state_dict(edit(saved))
     assert list(fresh) == list(_sampler(padless.TokenBudget(max_tokens=900)))  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("spec", "answers"),
+    [
+        (padless.TokenBudget(max_tokens=300), True),
+        (padless.TokenBudget(max_tokens=300, pad_to_multiple_of=8, max_sentences=5), True),
+        (padless.TokenBudget(max_tokens=120, oversize="skip"), True),
+        (
+            padless.TokenBudget(max_tokens=300, cost=padless.Cost(quadratic=0.01), max_cost=9e2),
+            False,
+        ),
+        (padless.Buckets(num_buckets=3, max_tokens=300), False),
+        (padless.Packing(capacity=200, oversize="drop"), False),
+    ],
+    ids=lambda s: s.describe()[:40] if isinstance(s, padless.Spec) else str(s),
+)
+def test_a_named_plan_is_the_plan_gathered(spec, answers):
+    """Planner.plan_named (the rest of an epoch planned with its sequences' corpus indices
+    written as it sorts) equals the plan gathered where a strategy answers it; the others
+    answer None (the caller gathers)."""
+    lengths = np.random.default_rng(9).integers(1, 200, 500)
+    planner = spec.bind(padless.lengths_of(lengths))
+    names = np.sort(np.random.default_rng(1).choice(10_000, 500, replace=False)).astype(np.int64)
+    named = planner.plan_named(3, 1, names)
+    assert (named is not None) == answers
+    if named is not None:
+        plan = planner.plan(3, 1)
+        assert np.array_equal(named.indices, names[plan.indices])
+        assert np.array_equal(named.offsets, plan.offsets)
+        assert np.array_equal(named.skipped, names[plan.skipped])

@@ -357,6 +357,8 @@ class PlanSampler(Resumable):
 
         Cost: one plan per part (the first of the whole corpus, the others of what is left).
         """
+        from ._kernels import take_segments  # loaded by the plans already
+
         shuffled = epoch if self.shuffle else 0
         parts: list[_Part] = []
         done: list[np.ndarray] = []
@@ -374,9 +376,7 @@ class PlanSampler(Resumable):
             local = tuple((w, p - count) for w, p in elastic)
             order = self._order(plan, costs, balance, world, local, sub, epoch)
             take = order[: max(0, min(position - count, len(plan)))]
-            delivered = np.zeros(len(plan), dtype=bool)
-            delivered[take] = True
-            done.append(given[np.repeat(delivered, plan.sizes)])
+            done.append(take_segments(given, plan.offsets, take))  # what it delivered
             parts.append(_Part(count, plan.offsets, given, take, planner))
             count += int(take.size)
             before = planner

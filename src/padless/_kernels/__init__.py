@@ -9,9 +9,10 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 
 ==============  ================================================================================
 ``rng``         splitmix64 streams, exact bounded draws (``random_below``), ``hash_ints``
-``order``       ``counting_order`` (stable counting sort), ``shuffle_runs`` (tie-break shuffles)
+``order``       ``counting_order`` (stable counting sort; ``_named``: of a named subset),
+                ``shuffle_runs`` (tie-break shuffles)
 ``budget``      ``budget_ends``/``budget_ends_runs``/``budget_order``: fairseq's greedy rule
-``segments``    ``segment_max``: per-batch figures of a plan
+``segments``    ``segment_max``: per-batch figures of a plan; ``take_segments``, ``unnamed``
 ``shapes``      ``shape_ends``, ``pick_shapes``, ``carry_cuts``, ``static_cuts``, ``polish_ends``
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
@@ -73,7 +74,14 @@ from .ingest import (
     segment_positions,
     segment_positions_reference,
 )
-from .order import counting_order, counting_order_reference, shuffle_runs, shuffle_runs_reference
+from .order import (
+    counting_order,
+    counting_order_named,
+    counting_order_named_reference,
+    counting_order_reference,
+    shuffle_runs,
+    shuffle_runs_reference,
+)
 from .packing import (
     best_fit_pairs,
     best_fit_pairs_reference,
@@ -83,7 +91,14 @@ from .packing import (
     scatter_rows_reference,
 )
 from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
-from .segments import segment_max, segment_max_reference
+from .segments import (
+    segment_max,
+    segment_max_reference,
+    take_segments,
+    take_segments_reference,
+    unnamed,
+    unnamed_reference,
+)
 from .shapes import (
     carry_cuts,
     carry_cuts_reference,
@@ -118,6 +133,8 @@ __all__ = [
     "carry_cuts",
     "carry_cuts_reference",
     "counting_order",
+    "counting_order_named",
+    "counting_order_named_reference",
     "counting_order_reference",
     "eos_offsets",
     "next_fit_count",
@@ -154,6 +171,10 @@ __all__ = [
     "scatter_rows_reference",
     "segment_max",
     "segment_max_reference",
+    "take_segments",
+    "take_segments_reference",
+    "unnamed",
+    "unnamed_reference",
     "segment_positions",
     "segment_positions_reference",
     "shape_ends",

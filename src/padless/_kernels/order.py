@@ -24,6 +24,22 @@ def counting_order_reference(keys: np.ndarray, num_keys: int) -> tuple[np.ndarra
     return order, starts
 
 
+def counting_order_named(
+    keys: np.ndarray, num_keys: int, names: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`counting_order` with ``names[i]`` in place of each position ``i`` in the order
+    (``names[order]``, without the gather: the sort of a subset named by its indices in the
+    whole corpus). ``names`` is int64, one per key."""
+    return _core.counting_order_named(keys, int(num_keys), names)
+
+
+def counting_order_named_reference(
+    keys: np.ndarray, num_keys: int, names: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    order, starts = counting_order_reference(keys, num_keys)
+    return names[order], starts
+
+
 def shuffle_runs(values: np.ndarray, starts: np.ndarray, key: int | np.uint64) -> None:
     """Shuffle ``values[starts[r]:starts[r+1]]`` in place for every run r (Fisher-Yates).
 

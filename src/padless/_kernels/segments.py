@@ -18,3 +18,28 @@ def segment_max_reference(values: np.ndarray, offsets: np.ndarray) -> np.ndarray
         [values[a:b].max() if b > a else 0 for a, b in zip(offsets[:-1], offsets[1:], strict=True)],
         dtype=values.dtype,
     )
+
+
+def take_segments(values: np.ndarray, offsets: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """The values of segments ``picked``, one after the other (int64): the entries of some of a
+    plan's batches. A picked segment out of range is an IndexError."""
+    return _core.take_segments(values, offsets, picked)
+
+
+def take_segments_reference(
+    values: np.ndarray, offsets: np.ndarray, picked: np.ndarray
+) -> np.ndarray:
+    parts = [values[offsets[b] : offsets[b + 1]] for b in picked.tolist()]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def unnamed(values: np.ndarray, n: int) -> np.ndarray:
+    """The indices in ``[0, n)`` that no value names (``v`` names ``v % n``: a piece code names
+    its sequence), ascending int64: what an epoch has left after delivering ``values``."""
+    return _core.unnamed(values, int(n))
+
+
+def unnamed_reference(values: np.ndarray, n: int) -> np.ndarray:
+    named = np.zeros(n, dtype=bool)
+    named[values % n] = True
+    return np.flatnonzero(~named).astype(np.int64)

@@ -46,16 +46,36 @@ def group_keys(lengths: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def length_order(
-    lengths: np.ndarray, seed: int, epoch: int, stream: int = _rng.TIE_BREAK
+    lengths: np.ndarray,
+    seed: int,
+    epoch: int,
+    stream: int = _rng.TIE_BREAK,
+    names: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Indices by increasing length (2-D: last field, then the first, then the rest).
 
     Ties come in a uniformly random order drawn from (seed, epoch, stream). Returns
     ``(order, starts)``: ``starts`` bounds the runs of equal length (or length tuple), some empty.
+    ``names`` (int64, one per sequence): the order holds ``names[i]`` for each index ``i``,
+    exactly ``names[order]`` (the counting sort writes them: no gather after).
     Cost: O(N + max length) time and memory (a counting sort, then a Fisher-Yates pass per run).
     """
-    keys, span = group_keys(lengths)
-    order, starts = K.counting_order(keys, span)
+    return keys_order(*group_keys(lengths), seed, epoch, stream, names=names)
+
+
+def keys_order(
+    keys: np.ndarray,
+    span: int,
+    seed: int,
+    epoch: int,
+    stream: int = _rng.TIE_BREAK,
+    names: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`length_order` of the keys :func:`group_keys` gave (``span`` of them)."""
+    if names is None:
+        order, starts = K.counting_order(keys, span)
+    else:
+        order, starts = K.counting_order_named(keys, span, names)
     K.shuffle_runs(order, starts, _rng.key(seed, epoch, stream))
     return order, starts
 

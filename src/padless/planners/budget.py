@@ -18,7 +18,7 @@ from ..fields import check_field_budgets, check_resolution, field_scales, scaled
 from ..lengths import MAX_LENGTH, lengths_of
 from ..plan import BatchPlan
 from . import _rounds as R
-from ._order import group_keys, length_order, run_sizes
+from ._order import group_keys, keys_order, length_order, run_sizes
 from .spec import (
     QUIET_DEFAULTS,
     Planner,
@@ -327,13 +327,35 @@ class BudgetPlanner(Planner):
         return (s.token_limit or 0, s.max_sentences or 0, s.multiple_of)
 
     def plan(self, seed: int, epoch: int) -> BatchPlan:
-        limits = self._limits()
         if self.field_walk:
             return self.plan_order(self._field_walk(seed, epoch))
         walk, starts = length_order(self.padded_lengths, seed, epoch)
         values = run_sizes(self.padded_lengths, walk, starts)
         if values is None:
             return self.plan_order(walk)
+        return self._runs_plan(walk, starts, values, self.skipped)
+
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> BatchPlan | None:
+        """The plan with its sequences named (see :meth:`Planner.plan_named`): for 1-D sizes
+        that are their own sort keys, the counting sort writes the names and the batches are
+        cut on its runs, as :meth:`plan` does."""
+        if names.shape != self.sizes.shape:
+            raise ValueError(f"names must have one entry per sequence, got shape {names.shape}")
+        lengths = self.padded_lengths
+        if self.field_walk or lengths.ndim != 1:
+            return None
+        keys, span = group_keys(lengths)
+        if keys is not lengths:  # ranked: the runs are not the sizes
+            return None
+        walk, starts = keys_order(keys, span, seed, epoch, names=names)
+        values = np.arange(starts.size - 1, dtype=np.int64)  # runs of the keys: the sizes
+        return self._runs_plan(walk, starts, values, names[self.skipped])
+
+    def _runs_plan(
+        self, walk: np.ndarray, starts: np.ndarray, values: np.ndarray, skipped: np.ndarray
+    ) -> BatchPlan:
+        """The greedy batches of a length order cut on its runs (``values``: each run's size)."""
+        limits = self._limits()
         # sorted 1-D lengths: runs give every size (no per-position array); too-long ones are
         # the last runs
         if self.skipped.size:
@@ -342,7 +364,7 @@ class BudgetPlanner(Planner):
             walk = walk[: starts[-1]]
         ends = K.budget_ends_runs(values, starts, *limits)
         offsets = np.concatenate([np.zeros(1, np.int64), ends])
-        return self.tagged(BatchPlan(walk, offsets, skipped=self.skipped))
+        return self.tagged(BatchPlan(walk, offsets, skipped=skipped))
 
     def _field_walk(self, seed: int, epoch: int) -> np.ndarray:
         """The walk of budgets per field: near in both budgeted fields from one sequence to the
@@ -431,6 +453,9 @@ class CostBudgetPlanner(BudgetPlanner):
         self.cost_skipped = over
         # self.skipped stays the token budget's (the token walk leaves those out)
         self.all_skipped = np.union1d(self.skipped, over).astype(np.int64)
+
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> BatchPlan | None:
+        return None  # the token walk is cut again under the cost budget: plan, then gather
 
     def _recut(self, plan: BatchPlan) -> BatchPlan:
         walk = plan.indices

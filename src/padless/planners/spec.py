@@ -465,6 +465,14 @@ class Planner:
         ``pad_to_multiple_of``)."""
         return padded_costs(plan, self.widths)
 
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> BatchPlan | None:
+        """:meth:`plan` with every index ``i`` written as ``names[i]`` (this planner's sequences
+        named by their indices in a larger corpus: int64, one per sequence; skipped ones too),
+        where the strategy does that for less than a plan and a gather, for a planner whose
+        :meth:`values` are its indices; None where it does not (the caller plans and gathers).
+        Equal, entry by entry, to ``names[plan(seed, epoch).indices]``."""
+        return None
+
     def tagged(self, plan: BatchPlan) -> BatchPlan:
         """``plan`` with the width multiple in ``plan.info["pad_to_multiple_of"]`` (when it is not
         1), so :meth:`BatchPlan.stats` and the collate count the width the batches are padded to."""
@@ -494,11 +502,12 @@ class Planner:
 
         Cost: one plan of the sequences left, and an O(N) mask.
         """
+        from .._kernels import unnamed  # the kernels load when a plan is made, not before
+
         n = int(self.sizes.size)
-        done = np.asarray(done, dtype=np.int64)
-        gone = np.zeros(n, dtype=bool)
-        gone[done if not done.size or int(done.max()) < n else done % n] = True
-        return plan_items(self, np.flatnonzero(~gone), seed, epoch)
+        done = np.ascontiguousarray(done, dtype=np.int64)
+        left = unnamed(done, n) if n else np.zeros(0, dtype=np.int64)
+        return plan_items(self, left, seed, epoch)
 
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
@@ -526,9 +535,13 @@ def plan_items(
     pieces are shifted by them and the codes count ``starts // unit`` pieces more."""
     own = planner.lengths[items] if lengths is None else lengths
     sub = planner.spec.bind(own)
+    n, m = int(planner.sizes.size), int(items.size)
+    if starts is None:  # whole sequences: the strategy may name them as it plans
+        named = sub.plan_named(seed, epoch, np.asarray(items, dtype=np.int64))
+        if named is not None:
+            return named.with_indices(named.indices, n), named.indices
     plan = sub.plan(seed, epoch)
     local = sub.values(plan)
-    n, m = int(planner.sizes.size), int(items.size)
     indices = items[plan.indices]
     if starts is not None:
         j = local % m if m else local
