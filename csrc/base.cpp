@@ -68,11 +68,29 @@ Out<T> segment_max_py(In<T> values, In<int64_t> offsets) {
     return to_numpy(std::move(out));
 }
 
+// Every picked segment in range, its bounds ordered within the values (an IndexError naming
+// the first that is not).
+void check_picked(const char* name, const In<int64_t>& values, const In<int64_t>& offsets,
+                  const In<int64_t>& picked) {
+    int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
+    int64_t size = static_cast<int64_t>(values.shape(0));
+    for (int64_t k = 0; k < static_cast<int64_t>(picked.shape(0)); ++k) {
+        int64_t b = picked(k);
+        if (b < 0 || b + 1 >= num_offsets || offsets(b) < 0 || offsets(b) > offsets(b + 1) ||
+            offsets(b + 1) > size) {
+            throw nb::index_error((std::string(name) + ": picked segment at position " +
+                                   std::to_string(k) + " is out of range")
+                                      .c_str());
+        }
+    }
+}
+
 Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked) {
     int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
     if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
         throw nb::value_error("take_segments: offsets must end within values");
     }
+    check_picked("take_segments", values, offsets, picked);
     Buffer<int64_t> out;
     int64_t bad = -1;
     {
@@ -85,6 +103,25 @@ Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_
                                std::to_string(bad) + " is out of range")
                                   .c_str());
     }
+    return to_numpy(std::move(out));
+}
+
+Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked,
+                                 int64_t n) {
+    if (n < 1) throw nb::value_error("unnamed_segments: n must be positive");
+    int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
+    if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
+        throw nb::value_error("unnamed_segments: offsets must end within values");
+    }
+    check_picked("unnamed_segments", values, offsets, picked);
+    int64_t count = static_cast<int64_t>(picked.shape(0));
+    Buffer<int64_t> out;
+    bool negative = false;
+    {
+        nb::gil_scoped_release nogil;
+        out = unnamed_segments(values.data(), offsets.data(), picked.data(), count, n, negative);
+    }
+    if (negative) throw nb::value_error("unnamed_segments: values must be non-negative");
     return to_numpy(std::move(out));
 }
 
@@ -141,6 +178,8 @@ void bind_base(nb::module_& m) {
     m.def("take_segments", &take_segments_py, nb::arg("values"), nb::arg("offsets"),
           nb::arg("picked"));
     m.def("unnamed", &unnamed_py, nb::arg("values"), nb::arg("n"));
+    m.def("unnamed_segments", &unnamed_segments_py, nb::arg("values"), nb::arg("offsets"),
+          nb::arg("picked"), nb::arg("n"));
 }
 
 }  // namespace padless

@@ -44,14 +44,16 @@ inline Buffer<int64_t> take_segments(const int64_t* values, const int64_t* offse
     return out;
 }
 
-// The indices in [0, n) that no value names (value v names v % n; values non-negative),
-// ascending.
-inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) {
-    Buffer<uint8_t> named = zeros<uint8_t>(n);
+// Mark in `named` the index every value names (v names v % n; values non-negative).
+inline void mark_named(uint8_t* named, const int64_t* values, int64_t count, int64_t n) {
     for (int64_t k = 0; k < count; ++k) {
         int64_t v = values[k];
         named[v < n ? v : v % n] = 1;  // a division only for piece codes
     }
+}
+
+// The indices in [0, n) not marked in `named`, ascending.
+inline Buffer<int64_t> unmarked(const uint8_t* named, int64_t n) {
     int64_t left = 0;
     for (int64_t i = 0; i < n; ++i) left += named[i] == 0;
     Buffer<int64_t> out(left + 1);  // one slot past the end: the branch-free write below
@@ -62,6 +64,32 @@ inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) 
     }
     out.used = left;
     return out;
+}
+
+// The indices in [0, n) that no value names (value v names v % n; values non-negative),
+// ascending.
+inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) {
+    Buffer<uint8_t> named = zeros<uint8_t>(n);
+    mark_named(named.get(), values, count, n);
+    return unmarked(named.get(), n);
+}
+
+// unnamed() of the values of segments `picked` (checked in range by the caller); `negative`
+// is set, and nothing returned, when one of those values is negative.
+inline Buffer<int64_t> unnamed_segments(const int64_t* values, const int64_t* offsets,
+                                        const int64_t* picked, int64_t count, int64_t n,
+                                        bool& negative) {
+    Buffer<uint8_t> named = zeros<uint8_t>(n);
+    negative = false;
+    for (int64_t k = 0; k < count; ++k) {
+        const int64_t b = picked[k];
+        const int64_t* v = values + offsets[b];
+        const int64_t size = offsets[b + 1] - offsets[b];
+        for (int64_t i = 0; i < size; ++i) negative |= v[i] < 0;
+        if (negative) return Buffer<int64_t>(0);
+        mark_named(named.get(), v, size, n);
+    }
+    return unmarked(named.get(), n);
 }
 
 }  // namespace padless

@@ -186,8 +186,13 @@ constexpr int64_t kThreadedItems = int64_t(1) << 20;
 template <class T>
 nb::tuple pack_rows_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rotation,
                        In<int64_t> blocks, int64_t span, uint64_t key, int64_t capacity,
-                       int64_t max_per_row, int64_t rows_per_batch, nb::callable row_order) {
+                       int64_t max_per_row, int64_t rows_per_batch, nb::callable row_order,
+                       In<int64_t> names) {
     if (rows_per_batch < 1) throw std::invalid_argument("rows_per_batch must be positive");
+    const int64_t num_names = static_cast<int64_t>(names.shape(0));
+    if (num_names != 0 && num_names != static_cast<int64_t>(sizes.shape(0)))
+        throw std::invalid_argument("pack_rows: names must be empty or one per size");
+    const int64_t* named = num_names != 0 ? names.data() : nullptr;
     const WindowBlocks win = window(n, block, rotation, blocks);
     const Column<T> col = column(sizes);
     Buffer<int64_t> starts, order;
@@ -214,7 +219,7 @@ nb::tuple pack_rows_py(Lengths1<T> sizes, int64_t n, int64_t block, int64_t rota
     // The rows are known from the sizes alone: while the caller draws their order, a thread
     // makes the item order (counting sort, then the tie shuffle).
     auto sort_items = [&] {
-        window_scatter(col, win, starts.get(), span, order.get());
+        window_scatter(col, win, starts.get(), span, order.get(), named);
         shuffle_runs(order.get(), starts.get(), span + 1, key);
     };
     std::thread worker;
@@ -298,7 +303,7 @@ void bind_windows(nb::module_& m) {
     m.def("pack_rows", &pack_rows_py<T>, nb::arg("sizes"), nb::arg("n"), nb::arg("block"),     \
           nb::arg("rotation"), nb::arg("blocks"), nb::arg("span"), nb::arg("key"),             \
           nb::arg("capacity"), nb::arg("max_per_row"), nb::arg("rows_per_batch"),              \
-          nb::arg("row_order"));
+          nb::arg("row_order"), nb::arg("names"));
     PADLESS_FOR_SIZES(DEF)
     DEF(int16_t)
 #define SCATTER(T, I)                                                                          \

@@ -173,11 +173,15 @@ Buffer<int64_t> window_histogram(Column<T> sizes, const WindowBlocks& win, int64
 // the window's histogram `starts` (window_histogram).
 template <class T>
 void window_scatter(Column<T> sizes, const WindowBlocks& win, const int64_t* starts,
-                    int64_t span, int64_t* order) {
+                    int64_t span, int64_t* order, const int64_t* names = nullptr) {
     std::vector<int64_t> fill(starts, starts + span);
     int64_t* f = fill.data();
     win.for_each_run([&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) order[f[sizes[i]]++] = i;
+        if (names == nullptr) {
+            for (int64_t i = lo; i < hi; ++i) order[f[sizes[i]]++] = i;
+        } else {  // item i written as names[i] (a subset named by its corpus indices)
+            for (int64_t i = lo; i < hi; ++i) order[f[sizes[i]]++] = names[i];
+        }
     });
 }
 

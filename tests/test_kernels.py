@@ -58,6 +58,24 @@ def test_take_segments_matches_reference(values, data):
         K.take_segments(values, offsets, np.array([offsets.size - 1], dtype=np.int64))
 
 
+@given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 10**6)), st.data())
+def test_unnamed_segments_is_unnamed_of_the_segments(values, data):
+    n = values.shape[0]
+    cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
+    offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
+    picked = np.array(
+        data.draw(st.lists(st.integers(0, offsets.size - 2), max_size=8)), dtype=np.int64
+    )
+    size = data.draw(st.integers(1, 40))
+    a = K.unnamed_segments(values, offsets, picked, size)
+    assert np.array_equal(a, K.unnamed_segments_reference(values, offsets, picked, size))
+    assert np.array_equal(a, K.unnamed(K.take_segments(values, offsets, picked), size))
+    with pytest.raises(ValueError, match="non-negative"):
+        K.unnamed_segments(-values - 1, offsets, np.arange(offsets.size - 1), size) if n else (
+            K.unnamed_segments(np.array([-1]), np.array([0, 1]), np.array([0]), size)
+        )
+
+
 @given(arrays(np.int64, st.integers(0, 80), elements=st.integers(0, 10**6)), st.integers(1, 50))
 def test_unnamed_matches_reference(values, n):
     a = K.unnamed(values, n)

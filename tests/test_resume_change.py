@@ -441,7 +441,14 @@ def test_hostile_change_records_are_refused_by_name(edit, match):
             False,
         ),
         (padless.Buckets(num_buckets=3, max_tokens=300), False),
-        (padless.Packing(capacity=200, oversize="drop"), False),
+        (padless.Packing(capacity=150, oversize="drop", rows_per_batch=2), True),
+        (padless.Packing(capacity=250, max_per_row=3), True),
+        (padless.Packing(capacity=150, oversize="split"), False),
+        (
+            padless.Packing(capacity=250, cost=padless.Cost(quadratic=0.01), max_row_cost=900.0),
+            False,
+        ),
+        (padless.Packing(capacity=256, context_parallel=2), False),
     ],
     ids=lambda s: s.describe()[:40] if isinstance(s, padless.Spec) else str(s),
 )
@@ -459,3 +466,7 @@ def test_a_named_plan_is_the_plan_gathered(spec, answers):
         assert np.array_equal(named.indices, names[plan.indices])
         assert np.array_equal(named.offsets, plan.offsets)
         assert np.array_equal(named.skipped, names[plan.skipped])
+        if isinstance(plan, padless.plan.PackedPlan):  # the same rows and pieces
+            assert np.array_equal(named.row_offsets, plan.row_offsets)
+            assert np.array_equal(named.piece_lengths, plan.piece_lengths)
+            assert named.info == plan.info

@@ -619,6 +619,13 @@ def test_pack_rows_equals_its_reference(
     for g, w in zip(got[:4], want[:4], strict=True):
         assert np.array_equal(g, w)
     assert got[4] == want[4] == int(np.asarray(got[2]).sum())
+    names = 7 * np.arange(n, dtype=np.int64) + 3  # the entries named: names[item], no gather
+    named = KW.pack_rows(*args, rows_per_batch, row_order, names)
+    assert np.array_equal(named[0], names[got[0]])
+    assert np.array_equal(
+        named[0], KW.pack_rows_reference(*args, rows_per_batch, row_order, names)[0]
+    )
+    assert all(np.array_equal(a, b) for a, b in zip(named[1:4], got[1:4], strict=True))
 
 
 def test_pack_rows_refuses_a_size_over_capacity():

@@ -40,7 +40,7 @@ from .checked import CheckedDataset
 from .cost import real_work, real_work_fields
 from .lengths import lengths_of
 from .plan import BatchPlan
-from .planners.spec import Spec, StepForm
+from .planners.spec import Delivered, Spec, StepForm
 from .schedules import Schedule
 
 if TYPE_CHECKING:
@@ -346,10 +346,10 @@ class PlanSampler(Resumable):
             return gen.permutation(len(plan)).astype(np.int64)
         return np.arange(len(plan), dtype=np.int64)
 
-    def _head(self, epoch: int, changes: tuple[Any, ...]) -> tuple[_Head, np.ndarray]:
+    def _head(self, epoch: int, changes: tuple[Any, ...]) -> tuple[_Head, Delivered]:
         """What ``epoch`` delivered before each of its ``changes`` of settings (each a
         ``(position, settings, world_size, elastic)`` record of the part before it), and the
-        values delivered (in no order).
+        values delivered (:class:`~padless.planners.spec.Delivered`).
 
         Part 0 is the epoch's plan under its first settings; part ``k`` the rest left by the
         parts before it, under part ``k``'s settings, seeded from ``(seed, epoch, CHANGES,
@@ -357,11 +357,9 @@ class PlanSampler(Resumable):
 
         Cost: one plan per part (the first of the whole corpus, the others of what is left).
         """
-        from ._kernels import take_segments  # loaded by the plans already
-
         shuffled = epoch if self.shuffle else 0
         parts: list[_Part] = []
-        done: list[np.ndarray] = []
+        done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         count, sub = 0, self.seed
         before: Planner | None = None
         for k, (position, settings, world, elastic) in enumerate(changes):
@@ -370,20 +368,18 @@ class PlanSampler(Resumable):
                 plan = planner.plan(self.seed, shuffled)
                 given = planner.values(plan)
             else:
-                so_far = np.concatenate(done) if len(done) > 1 else done[0]
-                plan, given = planner.plan_rest(so_far, before, sub, shuffled)
+                plan, given = planner.plan_rest(Delivered(done), before, sub, shuffled)
             costs = planner.costs(plan) if balance else None
             local = tuple((w, p - count) for w, p in elastic)
             order = self._order(plan, costs, balance, world, local, sub, epoch)
             take = order[: max(0, min(position - count, len(plan)))]
-            done.append(take_segments(given, plan.offsets, take))  # what it delivered
+            done.append((given, plan.offsets, take))  # what it delivered: batches take
             parts.append(_Part(count, plan.offsets, given, take, planner))
             count += int(take.size)
             before = planner
             sub = _rng.child_seed(self.seed, shuffled, _rng.CHANGES, k + 1)
         assert before is not None
-        values = np.concatenate(done) if len(done) > 1 else done[0]
-        return _Head(parts, count, before, sub), values
+        return _Head(parts, count, before, sub), Delivered(done)
 
     def _planner_of(self, settings: str) -> tuple[Planner, bool]:
         """The planner and ``balance`` of a recorded part's settings (a state's ``settings``

@@ -43,3 +43,17 @@ def unnamed_reference(values: np.ndarray, n: int) -> np.ndarray:
     named = np.zeros(n, dtype=bool)
     named[values % n] = True
     return np.flatnonzero(~named).astype(np.int64)
+
+
+def unnamed_segments(
+    values: np.ndarray, offsets: np.ndarray, picked: np.ndarray, n: int
+) -> np.ndarray:
+    """``unnamed(take_segments(values, offsets, picked), n)`` in one pass, with no array of the
+    picked values: what an epoch left after delivering some of a plan's batches."""
+    return _core.unnamed_segments(values, offsets, picked, int(n))
+
+
+def unnamed_segments_reference(
+    values: np.ndarray, offsets: np.ndarray, picked: np.ndarray, n: int
+) -> np.ndarray:
+    return unnamed_reference(take_segments_reference(values, offsets, picked), n)

@@ -288,9 +288,11 @@ def pack_rows(
     max_per_row: int,
     rows_per_batch: int,
     row_order: Callable[[int], np.ndarray],
+    names: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The packing plan of one window of 1-D ``sizes`` (all below ``span``), its rows in the
-    order ``row_order`` draws.
+    order ``row_order`` draws. ``names`` (int64, one per size): the entries are ``names[i]``
+    in place of the item ids ``i`` (written by the counting sort: no gather after).
 
     The items by increasing size, ties shuffled from ``key`` (:func:`window_order`), are placed
     best fit from the longest down, a run of equal sizes at a time (:func:`best_fit_runs`). Row
@@ -307,7 +309,11 @@ def pack_rows(
     return _core.pack_rows(
         _lengths(sizes), int(n), int(block), int(rotation), _ints(blocks), int(span), int(key),
         int(capacity), int(max_per_row), int(rows_per_batch), row_order,
+        _NO_NAMES if names is None else names,
     )  # fmt: skip
+
+
+_NO_NAMES = np.zeros(0, dtype=np.int64)
 
 
 def pack_rows_reference(
@@ -322,6 +328,7 @@ def pack_rows_reference(
     max_per_row: int,
     rows_per_batch: int,
     row_order: Callable[[int], np.ndarray],
+    names: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """``best_fit_rows_reference`` of the walk ``order[::-1]``, rows regrouped in the drawn order."""
     order, starts = window_order(sizes, n, block, rotation, blocks, span, key)
@@ -343,4 +350,5 @@ def pack_rows_reference(
     batches = -(-rows // rows_per_batch)
     at = np.minimum(np.arange(batches + 1, dtype=np.int64) * rows_per_batch, rows)
     lens = walk_sizes[by_rank]
-    return walk[by_rank], bounds, lens, bounds[at], int(lens.sum())
+    items = walk[by_rank] if names is None else names[walk[by_rank]]
+    return items, bounds, lens, bounds[at], int(lens.sum())

@@ -396,7 +396,7 @@ class DecompositionPlanner(Planner):
         return self._plan_pieces(None, seed, epoch)
 
     def plan_rest(
-        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+        self, done: Any, before: Planner, seed: int, epoch: int
     ) -> tuple[BatchPlan, np.ndarray]:
         """The pieces ``done`` (codes of ``before``, this strategy under the epoch's earlier
         settings) left, planned with these settings. At the same ``max_length`` the pieces are

@@ -430,11 +430,15 @@ def _pack(
     epoch: int,
     limit: int | None = None,
     row_fit: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
-) -> PackedPlan:
+    names: np.ndarray | None = None,
+) -> PackedPlan | None:
     """Best-fit decreasing over checked sizes (see :func:`plan_packing`).
 
     ``limit`` (<= capacity, for "error" and "drop") is the longest sequence a row takes;
-    ``row_fit`` places the walk's sizes into rows instead of ``best_fit_rows``.
+    ``row_fit`` places the walk's sizes into rows instead of ``best_fit_rows``. ``names``:
+    the plan's indices (skipped ones too) written as ``names[i]`` by the counting sort
+    (:meth:`Planner.plan_named`), where whole sequences are placed by the fused kernel; None
+    is returned where that does not apply.
     """
     n = int(sizes.shape[0])
     item_seq, item_piece, item_size, skipped, report = _items(
@@ -442,9 +446,16 @@ def _pack(
     )
 
     m = int(item_size.shape[0])
+    if names is not None and (row_fit is not None or item_piece is not None):
+        return None
     if row_fit is None and item_size.ndim == 1:
         keys, span = group_keys(item_size)
+        if names is not None and not (keys is item_size or m == 0):
+            return None
         if keys is item_size or m == 0:
+            if names is not None:  # the kernel writes the names: no item ids to map back
+                item_names = names if item_seq is None else names[item_seq]
+                item_seq, skipped = None, names[skipped]
             # the sizes are their own sort keys, so run r of length_order holds size r: one
             # kernel makes that order (the whole array as one window: the same counting sort
             # and tie shuffle), best fits it a run at a time (the same rows as best_fit_rows
@@ -454,6 +465,7 @@ def _pack(
                 item_size, m, max(m, 1), 0, np.zeros(1, dtype=np.int64), span,
                 _rng.key(seed, epoch, _rng.TIE_BREAK), capacity, max_per_row or 0,
                 rows_per_batch, partial(_row_order, seed=seed, epoch=epoch),
+                None if names is None else item_names,
             )  # fmt: skip
             return _placed_plan(
                 placed, item_seq, item_piece, capacity, max_per_row, rows_per_batch, oversize,
@@ -1084,10 +1096,24 @@ class PackPlanner(Planner):
         )
         return plan
 
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> PackedPlan | None:
+        """The plan with its sequences named (see :meth:`Planner.plan_named`): whole sequences
+        (no split pieces) of sizes that are their own sort keys, no row cost cap, no context
+        parallelism; None otherwise."""
+        if names.shape != self.sizes.shape:
+            raise ValueError(f"names must have one entry per sequence, got shape {names.shape}")
+        s = self.spec
+        if s.max_row_cost is not None or self.multiple != 1:
+            return None
+        return _pack(
+            self.planned, self.capacity, s.max_per_row, s.rows_per_batch, s.oversize, seed,
+            epoch, names=names,
+        )  # fmt: skip
+
     def _plan(self, seed: int, epoch: int) -> PackedPlan:
         s = self.spec
         if s.max_row_cost is None:
-            return _pack(
+            plain = _pack(
                 self.planned,
                 self.capacity,
                 s.max_per_row,
@@ -1096,6 +1122,7 @@ class PackPlanner(Planner):
                 seed,
                 epoch,
             )
+            return cast(PackedPlan, plain)  # without names, always a plan
 
         model = model_of(s.cost)
         base, cap = model.linear * self.capacity, float(s.max_row_cost)
@@ -1108,7 +1135,7 @@ class PackPlanner(Planner):
             return row_of, int(rows)
 
         limit = self.limit if s.oversize in ("error", "drop") else None
-        return _pack(
+        capped = _pack(
             self.planned,
             self.capacity,
             s.max_per_row,
@@ -1119,6 +1146,7 @@ class PackPlanner(Planner):
             limit=limit,
             row_fit=fit,
         )
+        return cast(PackedPlan, capped)
 
     def costs(self, plan: BatchPlan) -> np.ndarray:
         """Packed cost of each batch: the real tokens it holds; with a cost model, its rows'
@@ -1146,7 +1174,7 @@ class PackPlanner(Planner):
         return self.spec.as_dict()
 
     def plan_rest(
-        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+        self, done: Any, before: Planner, seed: int, epoch: int
     ) -> tuple[BatchPlan, np.ndarray]:
         """What ``done`` (codes of ``before``: this strategy under the epoch's earlier settings)
         left, packed with these settings: every sequence with nothing yielded, and the pieces
@@ -1154,10 +1182,11 @@ class PackPlanner(Planner):
         each piece fits a row). Those pieces need the same capacity and ``oversize="split"``
         (their codes number pieces of that capacity): another is a ``ValueError``."""
         n = int(self.sizes.size)
+        if getattr(before.spec, "oversize", "") != "split":  # whole sequences were yielded
+            return super().plan_rest(done, before, seed, epoch)
         done = np.asarray(done, dtype=np.int64)
         progress = _split_progress(self.sizes, done, before)
-        if progress is None:  # whole sequences were yielded
-            return super().plan_rest(done, before, seed, epoch)
+        assert progress is not None
         old_cap, pieces, given, partial = progress
         if not partial.size:
             return plan_items(self, np.flatnonzero(given == 0).astype(np.int64), seed, epoch)
@@ -1314,15 +1343,15 @@ class PackFieldsPlanner(Planner):
         return _batch_tokens(plan)
 
     def plan_rest(
-        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+        self, done: Any, before: Planner, seed: int, epoch: int
     ) -> tuple[BatchPlan, np.ndarray]:
         """The pairs ``done`` left, packed with these settings (:meth:`Planner.plan_rest`);
         after split packing, only once no sequence has just some of its pieces yielded (a
         ``ValueError`` otherwise: a pair is placed whole)."""
-        done = np.asarray(done, dtype=np.int64)
-        progress = _split_progress(self.sizes, done, before)
-        if progress is not None and progress[3].size:
-            _refuse_pieces_left(progress[0], self.spec, progress[3])
+        if getattr(before.spec, "oversize", "") == "split":
+            progress = _split_progress(self.sizes, np.asarray(done, dtype=np.int64), before)
+            if progress is not None and progress[3].size:
+                _refuse_pieces_left(progress[0], self.spec, progress[3])
         return super().plan_rest(done, before, seed, epoch)
 
 

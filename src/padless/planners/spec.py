@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -489,31 +489,78 @@ class Planner:
         return self.spec.as_dict()
 
     def plan_rest(
-        self, done: np.ndarray, before: Planner, seed: int, epoch: int
+        self, done: Any, before: Planner, seed: int, epoch: int
     ) -> tuple[BatchPlan, np.ndarray]:
         """The rest of an epoch whose settings changed: ``(plan, values)`` of what ``done`` left.
 
         ``done`` holds the values a sampler yielded so far in the epoch (as ``before.values``
         gave them: ``before`` is this strategy under the settings the epoch ran with until
-        now). The plan, over all N sequences, holds every sequence ``done`` does not name,
+        now): a :class:`Delivered` (``np.asarray(done)`` gathers them) or an array of them. The plan, over all N sequences, holds every sequence ``done`` does not name,
         planned with these settings for ``(seed, epoch)``; ``values`` is what a sampler yields
         for it. By default the values are sequence indices; a strategy that yields pieces
         answers for its pieces (a ``ValueError`` for a change it cannot honour).
 
-        Cost: one plan of the sequences left, and an O(N) mask.
+        Cost: one plan of the sequences left, and an O(N) mask (one pass, no gather).
         """
-        from .._kernels import unnamed  # the kernels load when a plan is made, not before
-
         n = int(self.sizes.size)
-        done = np.ascontiguousarray(done, dtype=np.int64)
-        left = unnamed(done, n) if n else np.zeros(0, dtype=np.int64)
-        return plan_items(self, left, seed, epoch)
+        return plan_items(self, delivered_of(done).left(n), seed, epoch)
 
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
         them) over the (N,) or (N, F) ``lengths``: the last field of each sequence."""
         rows = np.asarray(lengths[values], dtype=np.int64)
         return rows if rows.ndim == 1 else rows[:, -1]
+
+
+class Delivered:
+    """What the earlier parts of an epoch delivered, for :meth:`Planner.plan_rest`: batches
+    ``picked`` of each part's plan, as ``(values, offsets, picked)``. ``np.asarray(delivered)``
+    (or :attr:`values`) is every value delivered, in no order, gathered when first asked;
+    :meth:`left` the sequences none of them names, found without gathering them."""
+
+    def __init__(self, parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        self.parts = list(parts)
+        self._values: np.ndarray | None = None
+
+    @property
+    def values(self) -> np.ndarray:
+        """Every value delivered (int64, in no order)."""
+        if self._values is None:
+            from .._kernels import take_segments  # the kernels load with the plans, not before
+
+            chunks = [take_segments(v, o, p) for v, o, p in self.parts]
+            if not chunks:
+                self._values = np.zeros(0, dtype=np.int64)
+            else:
+                self._values = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        return self._values
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        return int(sum(int((o[p + 1] - o[p]).sum()) for _, o, p in self.parts))
+
+    def left(self, n: int) -> np.ndarray:
+        """The indices in ``[0, n)`` that no delivered value names (a value ``v`` names
+        ``v % n``: a piece code its sequence), ascending int64."""
+        from .._kernels import unnamed, unnamed_segments
+
+        if not n:
+            return np.zeros(0, dtype=np.int64)
+        if len(self.parts) == 1:
+            return unnamed_segments(*self.parts[0], n)
+        return unnamed(self.values, n)
+
+
+def delivered_of(done: Any) -> Delivered:
+    """``done`` as :class:`Delivered`: itself, or an array of delivered values (one part)."""
+    if isinstance(done, Delivered):
+        return done
+    values = np.ascontiguousarray(done, dtype=np.int64).reshape(-1)
+    whole = np.array([0, values.size], dtype=np.int64)
+    picked = np.zeros(1 if values.size else 0, dtype=np.int64)
+    return Delivered([(values, whole, picked)])
 
 
 def plan_items(
