@@ -85,6 +85,28 @@ void check_picked(const char* name, const In<int64_t>& values, const In<int64_t>
     }
 }
 
+// values[lo:hi] + offset as a Python list of ints: numpy's tolist() of the shifted slice in
+// one pass, with no array in between (a batch a sampler yields in its step's form).
+nb::list offset_list_py(In<int64_t> values, int64_t lo, int64_t hi, int64_t offset) {
+    if (lo < 0 || hi < lo || hi > static_cast<int64_t>(values.shape(0))) {
+        throw nb::index_error("offset_list: lo:hi out of range");
+    }
+    const int64_t* v = values.data();
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(hi - lo));
+    if (out == nullptr) throw nb::python_error();
+    nb::list list = nb::steal<nb::list>(out);
+    for (int64_t i = lo; i < hi; ++i) {
+        int64_t x;
+        if (__builtin_add_overflow(v[i], offset, &x)) {
+            throw nb::value_error("offset_list: a value plus offset passes int64");
+        }
+        PyObject* item = PyLong_FromLongLong(static_cast<long long>(x));
+        if (item == nullptr) throw nb::python_error();
+        PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i - lo), item);
+    }
+    return list;
+}
+
 Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked) {
     int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
     if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
@@ -178,6 +200,8 @@ void bind_base(nb::module_& m) {
     m.def("take_segments", &take_segments_py, nb::arg("values"), nb::arg("offsets"),
           nb::arg("picked"));
     m.def("unnamed", &unnamed_py, nb::arg("values"), nb::arg("n"));
+    m.def("offset_list", &offset_list_py, nb::arg("values"), nb::arg("lo"), nb::arg("hi"),
+          nb::arg("offset"));
     m.def("unnamed_segments", &unnamed_segments_py, nb::arg("values"), nb::arg("offsets"),
           nb::arg("picked"), nb::arg("n"));
 }

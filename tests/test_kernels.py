@@ -235,3 +235,21 @@ def test_stream_keys_past_uint64_still_come_from_numpy():
     big = 2**70 + 3
     want = np.random.SeedSequence([big, 1, 2]).generate_state(1, dtype=np.uint64)[0]
     assert _rng.key(big, 1, 2) == want
+
+
+@given(
+    arrays(np.int64, st.integers(0, 40), elements=st.integers(-(2**62), 2**62)),
+    st.integers(-(2**62), 2**62),
+    st.data(),
+)
+def test_offset_list_matches_reference(values, offset, data):
+    n = values.shape[0]
+    lo = data.draw(st.integers(0, n))
+    hi = data.draw(st.integers(lo, n))
+    got = K.offset_list(values, lo, hi, offset)
+    assert got == K.offset_list_reference(values, lo, hi, offset)
+    assert all(type(x) is int for x in got)
+    with pytest.raises(IndexError, match="out of range"):
+        K.offset_list(values, 0, n + 1, offset)
+    with pytest.raises(ValueError, match="passes int64"):
+        K.offset_list(np.array([2**62], dtype=np.int64), 0, 1, 2**62)

@@ -468,8 +468,7 @@ class PlanSampler(Resumable):
             if key is None:
                 out: list[int] = source[lo:hi].tolist()
                 return out
-            out = form.values_at(source[lo:hi], key).tolist()
-            return out
+            return form.list_at(source, lo, hi, key)
 
         return self._run(batch_at, stepped=True)
 

@@ -92,6 +92,8 @@ from .packing import (
 )
 from .rng import SplitMix, hash_ints, hash_ints_reference, random_below, random_below_reference
 from .segments import (
+    offset_list,
+    offset_list_reference,
     segment_max,
     segment_max_reference,
     take_segments,
@@ -171,6 +173,8 @@ __all__ = [
     "random_below_reference",
     "scatter_rows",
     "scatter_rows_reference",
+    "offset_list",
+    "offset_list_reference",
     "segment_max",
     "segment_max_reference",
     "take_segments",

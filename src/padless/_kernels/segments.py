@@ -57,3 +57,17 @@ def unnamed_segments_reference(
     values: np.ndarray, offsets: np.ndarray, picked: np.ndarray, n: int
 ) -> np.ndarray:
     return unnamed_reference(take_segments_reference(values, offsets, picked), n)
+
+
+def offset_list(values: np.ndarray, lo: int, hi: int, offset: int) -> list[int]:
+    """``(values[lo:hi] + offset).tolist()`` in one pass (int64 values; a sum past int64 is a
+    ValueError): a batch in its step's form, as a sampler yields it."""
+    out: list[int] = _core.offset_list(values, int(lo), int(hi), int(offset))
+    return out
+
+
+def offset_list_reference(values: np.ndarray, lo: int, hi: int, offset: int) -> list[int]:
+    out = [int(v) + int(offset) for v in values[lo:hi].tolist()]
+    if any(x >= 1 << 63 or x < -(1 << 63) for x in out):
+        raise ValueError("offset_list: a value plus offset passes int64")
+    return out

@@ -308,6 +308,9 @@ class CapacitySteps(StepForm):
     def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
         return values + (key - 1) * self.stride
 
+    def list_at(self, values: np.ndarray, lo: int, hi: int, key: Any) -> list[int]:
+        return K.offset_list(values, lo, hi, (key - 1) * self.stride)  # tag and list, one pass
+
     def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
         if key is None:
             return lengths

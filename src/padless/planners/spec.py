@@ -267,6 +267,12 @@ class StepForm:
         e.g. codes tagged with their step's capacity."""
         return values
 
+    def list_at(self, values: np.ndarray, lo: int, hi: int, key: Any) -> list[int]:
+        """``values_at(values[lo:hi], key)`` as the list a sampler yields (a form may make it
+        in one pass)."""
+        out: list[int] = self.values_at(values[lo:hi], key).tolist()
+        return out
+
     def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
         """The lengths of the sequences the model receives for a batch in the form ``key``
         whose planned entries have ``lengths`` (e.g. pieces of a smaller row), for target
