@@ -296,3 +296,28 @@ def test_each_batch_is_tagged_with_its_steps_capacity_across_epochs():
             for k, batch in enumerate(sampler):
                 factor = 256 // int(schedule.value(sampler.global_step(k)))
                 assert {c // stride + 1 for c in batch} == {factor}, (epoch, k)
+
+
+def test_a_warm_up_changed_mid_epoch_delivers_the_rest_once():
+    """A state saved inside the warm-up, loaded under another schedule of the same largest
+    capacity: the rest of the epoch follows the new schedule, every planned piece once; a new
+    largest capacity with pieces of a long document partly delivered is refused."""
+    first = _sampler()
+    it = iter(first)
+    head = [next(it) for _ in range(4)]
+    state = first.state_dict()
+    later = Schedule.piecewise([0, 10], [128, 256])
+    spec = Packing(capacity=later, rows_per_batch=2, oversize="split")
+    second = padless.PlanSampler(LENGTHS, spec, seed=5)
+    second.load_state_dict(state)
+    rest = list(second)
+    stride = scheduled_stride(len(LENGTHS), 256)
+    for k, batch in enumerate(rest):
+        assert {c // stride + 1 for c in batch} == {256 // int(later.value(4 + k))}
+    delivered = sorted(c % stride for batch in head + rest for c in batch)
+    assert delivered == sorted(_sampler().epoch_plan(0)[0].codes.tolist())
+    wider = Packing(capacity=Schedule.piecewise([0, 10], [128, 512]), oversize="split")
+    third = padless.PlanSampler(LENGTHS, wider, seed=5)
+    assert any(c % stride >= len(LENGTHS) for b in head for c in b)  # pieces past the first
+    with pytest.raises(ValueError, match="capacity"):
+        third.load_state_dict(state)

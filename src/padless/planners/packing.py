@@ -1015,7 +1015,7 @@ class Packing(Spec):
         (split, truncated, or a capacity schedule's: :class:`PieceDataset`).
 
         >>> spec = Packing(capacity=Schedule.piecewise([0, 5], [2, 4]))
-        >>> spec.pieces([[1, 2, 3], [4]])[1 + 2 * scheduled_stride(2, 4)]
+        >>> spec.pieces([[1, 2, 3], [4]])[1 + scheduled_stride(2, 4)]  # f = 2: rows of 2
         ScheduledPiece([4], capacity=2, planned=4)
         """
         return PieceDataset(
