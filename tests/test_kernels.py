@@ -44,14 +44,18 @@ def test_counting_order_named_refuses_names_of_another_length():
         K.counting_order_named(np.array([1, 0]), 2, np.array([5], dtype=np.int64))
 
 
-@given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 9)), st.data())
-def test_take_segments_matches_reference(values, data):
+def _segments(values: np.ndarray, data) -> tuple[np.ndarray, np.ndarray]:
+    """Drawn segment bounds over ``values`` and some of the segments (repeats allowed)."""
     n = values.shape[0]
     cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
     offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
-    picked = np.array(
-        data.draw(st.lists(st.integers(0, offsets.size - 2), max_size=8)), dtype=np.int64
-    )
+    picked = data.draw(st.lists(st.integers(0, offsets.size - 2), max_size=8))
+    return offsets, np.array(picked, dtype=np.int64)
+
+
+@given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 9)), st.data())
+def test_take_segments_matches_reference(values, data):
+    offsets, picked = _segments(values, data)
     a = K.take_segments(values, offsets, picked)
     assert np.array_equal(a, K.take_segments_reference(values, offsets, picked))
     with pytest.raises(IndexError, match="out of range"):
@@ -61,11 +65,7 @@ def test_take_segments_matches_reference(values, data):
 @given(arrays(np.int64, st.integers(0, 60), elements=st.integers(0, 10**6)), st.data())
 def test_unnamed_segments_is_unnamed_of_the_segments(values, data):
     n = values.shape[0]
-    cuts = data.draw(st.lists(st.integers(0, n), max_size=5))
-    offsets = np.array([0, *sorted(cuts), n], dtype=np.int64)
-    picked = np.array(
-        data.draw(st.lists(st.integers(0, offsets.size - 2), max_size=8)), dtype=np.int64
-    )
+    offsets, picked = _segments(values, data)
     size = data.draw(st.integers(1, 40))
     a = K.unnamed_segments(values, offsets, picked, size)
     assert np.array_equal(a, K.unnamed_segments_reference(values, offsets, picked, size))
