@@ -21,6 +21,7 @@ by a compiled loop straight from the (memory-mapped) corpus.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -566,15 +567,25 @@ class LMStream(Resumable):
         True
         """
         allocate = _numpy_empty if empty is None else empty
-        if self.num_steps_schedule is None:
+        schedule = self.num_steps_schedule
+        if schedule is None:
             return self._run(lambda slot: self._make_batch(slot, allocate))
-        return self._run(
-            lambda slot, step: self._make_batch(slot, allocate, self.first_step() + step),
-            stepped=True,
-        )
+        # the length of a step by bisection over the schedule's changes (made once), from the
+        # epoch's first step (counted once per iteration)
+        changes = [0, *schedule.changes()]
+        lengths = [int(v) for v in schedule.values(np.array(changes, dtype=np.int64)).tolist()]
+        first: list[int] = []
+
+        def batch_at(slot: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+            if not first:
+                first.append(self.first_step())
+            cut = lengths[bisect.bisect_right(changes, first[0] + step) - 1]
+            return self._make_batch(slot, allocate, cut=cut)
+
+        return self._run(batch_at, stepped=True)
 
     def _make_batch(
-        self, slot: int, empty: Empty, step: int | None = None
+        self, slot: int, empty: Empty, cut: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         o, units, _, keys = self._geometry()
         src, out = self._tokens, self.out_dtype
@@ -582,7 +593,7 @@ class LMStream(Resumable):
         if self.mode == "random":
             first = slot * b
             rows = min(b, units - first)
-            cut = t if step is None else self.num_steps_at(step)
+            cut = t if cut is None else cut  # a warm-up step's length
             x, y = empty((2, rows * (t // cut), cut), out)
             # the chunks' rows of `cut` tokens are the C-ordered (rows, t) view of the batch
             K.lm_random_batch(src, first, units, o, keys, x.reshape(rows, t), y.reshape(rows, t))

@@ -456,6 +456,7 @@ class PlanSampler(Resumable):
         if form is None:
             return self._run(self._batch_at)
         table: list[Any] = [None, None]  # (the skips it was made under, the steps' keys)
+        source_of, list_at = self._batch_source, form.list_at
 
         def batch_at(slot: int, micro: int) -> list[int]:
             # the batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
@@ -463,12 +464,12 @@ class PlanSampler(Resumable):
             # per iteration and skip
             if table[0] is not self._skips:
                 table[:] = [self._skips, self._micro_keys(form)]
-            source, lo, hi = self._batch_source(slot)
+            source, lo, hi = source_of(slot)
             key = table[1][micro]
             if key is None:
                 out: list[int] = source[lo:hi].tolist()
                 return out
-            return form.list_at(source, lo, hi, key)
+            return list_at(source, lo, hi, key)
 
         return self._run(batch_at, stepped=True)
 

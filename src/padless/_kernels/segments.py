@@ -62,7 +62,7 @@ def unnamed_segments_reference(
 def offset_list(values: np.ndarray, lo: int, hi: int, offset: int) -> list[int]:
     """``(values[lo:hi] + offset).tolist()`` in one pass (int64 values; a sum past int64 is a
     ValueError): a batch in its step's form, as a sampler yields it."""
-    out: list[int] = _core.offset_list(values, int(lo), int(hi), int(offset))
+    out: list[int] = _core.offset_list(values, lo, hi, offset)  # ints: nanobind checks them
     return out
 
 

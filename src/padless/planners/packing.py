@@ -296,30 +296,33 @@ class CapacitySteps(StepForm):
             )
 
     def keys_at(self, steps: np.ndarray) -> list[Any]:
-        """Each step's factor ``f = C_max / C`` (the value changes only at the schedule's
-        ``changes()``); None at ``f = 1`` (the plan's own codes)."""
+        """Each step's ``(f, tag)``: ``f = C_max / C`` (the value changes only at the
+        schedule's ``changes()``) and ``tag = (f - 1) · stride``; None at ``f = 1`` (the plan's
+        own codes)."""
         at = np.searchsorted(np.asarray(self._changes), steps, side="right") - 1
         factors = np.asarray(self._factors, dtype=np.int64)[at]
-        return [None if f == 1 else f for f in factors.tolist()]
+        keys = {f: (f, (f - 1) * self.stride) for f in self._factors}
+        return [None if f == 1 else keys[f] for f in factors.tolist()]
 
     def settles_at(self) -> int:
         return int(self._changes[-1])
 
     def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
-        return values + (key - 1) * self.stride
+        return values + key[1]
 
     def list_at(self, values: np.ndarray, lo: int, hi: int, key: Any) -> list[int]:
-        return K.offset_list(values, lo, hi, (key - 1) * self.stride)  # tag and list, one pass
+        return K.offset_list(values, lo, hi, key[1])  # tag and list, one pass
 
     def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
         if key is None:
             return lengths
+        f = key[0]
         sizes = np.asarray(lengths, dtype=np.int64).tolist()
         row_of = next_fit_rows(sizes, capacity=self.capacity, max_per_row=self.max_per_row)
         out: list[int] = []
         bounds = np.flatnonzero(np.diff(row_of, prepend=-1, append=-1)).tolist()
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            for row in layout_row(sizes[lo:hi], self.capacity // key, key):
+            for row in layout_row(sizes[lo:hi], self.capacity // f, f):
                 out.extend(b - a for _, a, b in row)
         return np.asarray(out, dtype=np.int64)
 
