@@ -44,32 +44,38 @@ inline Buffer<int64_t> take_segments(const int64_t* values, const int64_t* offse
     return out;
 }
 
-// Mark in `named` the index every value names (v names v % n; values non-negative).
-inline void mark_named(uint8_t* named, const int64_t* values, int64_t count, int64_t n) {
+// Mark in the bitset `named` (bit i of word i / 64) the index every value names (v names
+// v % n; values non-negative): a bit per index keeps the random writes in cache.
+inline void mark_named(uint64_t* named, const int64_t* values, int64_t count, int64_t n) {
     for (int64_t k = 0; k < count; ++k) {
         int64_t v = values[k];
-        named[v < n ? v : v % n] = 1;  // a division only for piece codes
+        int64_t i = v < n ? v : v % n;  // a division only for piece codes
+        named[i >> 6] |= uint64_t(1) << (i & 63);
     }
 }
 
-// The indices in [0, n) not marked in `named`, ascending.
-inline Buffer<int64_t> unmarked(const uint8_t* named, int64_t n) {
-    int64_t left = 0;
-    for (int64_t i = 0; i < n; ++i) left += named[i] == 0;
-    Buffer<int64_t> out(left + 1);  // one slot past the end: the branch-free write below
+// The indices in [0, n) not marked in the bitset `named`, ascending.
+inline Buffer<int64_t> unmarked(const uint64_t* named, int64_t n) {
+    int64_t words = (n + 63) >> 6, marked = 0;
+    for (int64_t w = 0; w < words; ++w) marked += __builtin_popcountll(named[w]);
+    const int64_t left = n - marked;
+    Buffer<int64_t> out(left);
     int64_t at = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        out[at] = i;
-        at += named[i] == 0;
+    for (int64_t w = 0; w < words; ++w) {
+        uint64_t free = ~named[w];
+        if (w == words - 1 && (n & 63)) free &= (uint64_t(1) << (n & 63)) - 1;
+        while (free) {  // the unmarked bits of the word, lowest first
+            out[at++] = (w << 6) + __builtin_ctzll(free);
+            free &= free - 1;
+        }
     }
-    out.used = left;
     return out;
 }
 
 // The indices in [0, n) that no value names (value v names v % n; values non-negative),
 // ascending.
 inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) {
-    Buffer<uint8_t> named = zeros<uint8_t>(n);
+    Buffer<uint64_t> named = zeros<uint64_t>((n + 63) >> 6);
     mark_named(named.get(), values, count, n);
     return unmarked(named.get(), n);
 }
@@ -79,7 +85,7 @@ inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) 
 inline Buffer<int64_t> unnamed_segments(const int64_t* values, const int64_t* offsets,
                                         const int64_t* picked, int64_t count, int64_t n,
                                         bool& negative) {
-    Buffer<uint8_t> named = zeros<uint8_t>(n);
+    Buffer<uint64_t> named = zeros<uint64_t>((n + 63) >> 6);
     negative = false;
     for (int64_t k = 0; k < count; ++k) {
         const int64_t b = picked[k];
