@@ -108,22 +108,12 @@ nb::list offset_list_py(In<int64_t> values, int64_t lo, int64_t hi, int64_t offs
 }
 
 Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked) {
-    int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
-    if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
-        throw nb::value_error("take_segments: offsets must end within values");
-    }
     check_picked("take_segments", values, offsets, picked);
     Buffer<int64_t> out;
-    int64_t bad = -1;
     {
         nb::gil_scoped_release nogil;
-        out = take_segments(values.data(), offsets.data(), num_offsets, picked.data(),
-                            static_cast<int64_t>(picked.shape(0)), bad);
-    }
-    if (bad >= 0) {
-        throw nb::index_error(("take_segments: picked segment at position " +
-                               std::to_string(bad) + " is out of range")
-                                  .c_str());
+        out = take_segments(values.data(), offsets.data(), picked.data(),
+                            static_cast<int64_t>(picked.shape(0)));
     }
     return to_numpy(std::move(out));
 }
@@ -131,10 +121,6 @@ Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_
 Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked,
                                  int64_t n) {
     if (n < 1) throw nb::value_error("unnamed_segments: n must be positive");
-    int64_t num_offsets = static_cast<int64_t>(offsets.shape(0));
-    if (num_offsets < 1 || offsets(num_offsets - 1) > static_cast<int64_t>(values.shape(0))) {
-        throw nb::value_error("unnamed_segments: offsets must end within values");
-    }
     check_picked("unnamed_segments", values, offsets, picked);
     int64_t count = static_cast<int64_t>(picked.shape(0));
     Buffer<int64_t> out;
@@ -144,21 +130,6 @@ Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int
         out = unnamed_segments(values.data(), offsets.data(), picked.data(), count, n, negative);
     }
     if (negative) throw nb::value_error("unnamed_segments: values must be non-negative");
-    return to_numpy(std::move(out));
-}
-
-Out<int64_t> unnamed_py(In<int64_t> values, int64_t n) {
-    if (n < 1) throw nb::value_error("unnamed: n must be positive");
-    const int64_t* v = values.data();
-    int64_t count = static_cast<int64_t>(values.shape(0));
-    for (int64_t k = 0; k < count; ++k) {
-        if (v[k] < 0) throw nb::value_error("unnamed: values must be non-negative");
-    }
-    Buffer<int64_t> out;
-    {
-        nb::gil_scoped_release nogil;
-        out = unnamed(v, count, n);
-    }
     return to_numpy(std::move(out));
 }
 
@@ -199,7 +170,6 @@ void bind_base(nb::module_& m) {
     m.def("segment_max", &segment_max_py<double>, nb::arg("values"), nb::arg("offsets"));
     m.def("take_segments", &take_segments_py, nb::arg("values"), nb::arg("offsets"),
           nb::arg("picked"));
-    m.def("unnamed", &unnamed_py, nb::arg("values"), nb::arg("n"));
     m.def("offset_list", &offset_list_py, nb::arg("values"), nb::arg("lo"), nb::arg("hi"),
           nb::arg("offset"));
     m.def("unnamed_segments", &unnamed_segments_py, nb::arg("values"), nb::arg("offsets"),

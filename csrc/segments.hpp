@@ -20,21 +20,11 @@ Buffer<T> segment_max(const T* values, const int64_t* offsets, int64_t num_offse
     return out;
 }
 
-// The values of segments `picked` (each in [0, num_offsets - 1)), one after the other; -1 in
-// `bad` is the position of the first picked segment out of range (nothing written then).
+// The values of segments `picked` (each checked in range by the caller), one after the other.
 inline Buffer<int64_t> take_segments(const int64_t* values, const int64_t* offsets,
-                                     int64_t num_offsets, const int64_t* picked, int64_t n,
-                                     int64_t& bad) {
+                                     const int64_t* picked, int64_t n) {
     int64_t total = 0;
-    bad = -1;
-    for (int64_t k = 0; k < n; ++k) {
-        int64_t b = picked[k];
-        if (b < 0 || b + 1 >= num_offsets) {
-            bad = k;
-            return Buffer<int64_t>(0);
-        }
-        total += offsets[b + 1] - offsets[b];
-    }
+    for (int64_t k = 0; k < n; ++k) total += offsets[picked[k] + 1] - offsets[picked[k]];
     Buffer<int64_t> out(total);
     int64_t at = 0;
     for (int64_t k = 0; k < n; ++k) {
@@ -72,16 +62,9 @@ inline Buffer<int64_t> unmarked(const uint64_t* named, int64_t n) {
     return out;
 }
 
-// The indices in [0, n) that no value names (value v names v % n; values non-negative),
-// ascending.
-inline Buffer<int64_t> unnamed(const int64_t* values, int64_t count, int64_t n) {
-    Buffer<uint64_t> named = zeros<uint64_t>((n + 63) >> 6);
-    mark_named(named.get(), values, count, n);
-    return unmarked(named.get(), n);
-}
-
-// unnamed() of the values of segments `picked` (checked in range by the caller); `negative`
-// is set, and nothing returned, when one of those values is negative.
+// The indices in [0, n) that no value of segments `picked` (checked in range by the caller)
+// names (value v names v % n), ascending; `negative` is set, and nothing returned, when one
+// of those values is negative.
 inline Buffer<int64_t> unnamed_segments(const int64_t* values, const int64_t* offsets,
                                         const int64_t* picked, int64_t count, int64_t n,
                                         bool& negative) {

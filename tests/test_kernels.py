@@ -69,7 +69,8 @@ def test_unnamed_segments_is_unnamed_of_the_segments(values, data):
     size = data.draw(st.integers(1, 40))
     a = K.unnamed_segments(values, offsets, picked, size)
     assert np.array_equal(a, K.unnamed_segments_reference(values, offsets, picked, size))
-    assert np.array_equal(a, K.unnamed(K.take_segments(values, offsets, picked), size))
+    named = K.take_segments(values, offsets, picked) % size
+    assert np.array_equal(a, np.setdiff1d(np.arange(size), named))
     with pytest.raises(ValueError, match="non-negative"):
         K.unnamed_segments(-values - 1, offsets, np.arange(offsets.size - 1), size) if n else (
             K.unnamed_segments(np.array([-1]), np.array([0, 1]), np.array([0]), size)
@@ -77,12 +78,13 @@ def test_unnamed_segments_is_unnamed_of_the_segments(values, data):
 
 
 @given(arrays(np.int64, st.integers(0, 80), elements=st.integers(0, 10**6)), st.integers(1, 50))
-def test_unnamed_matches_reference(values, n):
-    a = K.unnamed(values, n)
-    assert np.array_equal(a, K.unnamed_reference(values, n))
+def test_unnamed_of_one_segment_matches_reference(values, n):
+    whole, first = np.array([0, values.size], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    a = K.unnamed_segments(values, whole, first, n)
+    assert np.array_equal(a, K.unnamed_segments_reference(values, whole, first, n))
     assert not np.isin(a, values % n).any() and np.all(np.diff(a) > 0)
     with pytest.raises(ValueError, match="non-negative"):
-        K.unnamed(np.array([-1], dtype=np.int64), n)
+        K.unnamed_segments(np.array([-1], dtype=np.int64), np.array([0, 1]), first, n)
 
 
 @given(

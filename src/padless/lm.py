@@ -33,7 +33,7 @@ from . import _kernels as K
 from . import _rng
 from ._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
 from ._state import Resumable, fingerprint
-from .schedules import Schedule
+from .schedules import Schedule, change_points, divisor_schedule
 
 __all__ = ["LMStream"]
 
@@ -189,18 +189,10 @@ def _length_schedule(num_steps: Any, mode: str) -> tuple[Schedule | None, int]:
             f"mode={mode!r} with num_steps={schedule!r}: sequential mode's rows continue each "
             "other column by column (truncated BPTT), which a changing length would break"
         )
-    steps = np.array((0, *schedule.changes()), dtype=np.int64)
-    values = schedule.values(steps)
-    longest = int(values.max())
-    for step, value in zip(steps.tolist(), values.tolist(), strict=True):
-        if value < 1:
-            raise ValueError(f"num_steps at step {step} is {value}, not a positive int")
-        if longest % value:
-            raise ValueError(
-                f"num_steps at step {step} is {value}, which does not divide the longest "
-                f"num_steps {longest} of {schedule!r} (each step cuts chunks of {longest} "
-                "tokens into rows of its length; a power-of-two warm-up does)"
-            )
+    longest = divisor_schedule(
+        "num_steps", schedule, largest="longest num_steps",
+        why="each step cuts chunks of the longest into rows of its length",
+    )  # fmt: skip
     return schedule, longest
 
 
@@ -570,16 +562,15 @@ class LMStream(Resumable):
         schedule = self.num_steps_schedule
         if schedule is None:
             return self._run(lambda slot: self._make_batch(slot, allocate))
-        # the length of a step by bisection over the schedule's changes (made once), from the
-        # epoch's first step (counted once per iteration)
-        changes = [0, *schedule.changes()]
-        lengths = [int(v) for v in schedule.values(np.array(changes, dtype=np.int64)).tolist()]
+        # the length of a step by bisection over the schedule's changes, from the epoch's
+        # first step (counted once per iteration)
+        changes, lengths = change_points(schedule)
         first: list[int] = []
 
         def batch_at(slot: int, step: int) -> tuple[np.ndarray, np.ndarray]:
             if not first:
                 first.append(self.first_step())
-            cut = lengths[bisect.bisect_right(changes, first[0] + step) - 1]
+            cut = int(lengths[bisect.bisect_right(changes, first[0] + step) - 1])
             return self._make_batch(slot, allocate, cut=cut)
 
         return self._run(batch_at, stepped=True)

@@ -892,7 +892,8 @@ class PlanSampler(Resumable):
                 if form is None or keys[k] is None:
                     table[r, k] = self._slot_targets(slot, targets, count)
                 else:
-                    entries = self._window_entries(self._batch_at(slot))
+                    source, a, b = self._batch_source(slot)
+                    entries = self.planner.yielded_lengths(source[a:b], self.lengths)
                     table[r, k] = count(form.entry_lengths_at(entries, keys[k]))
         return int(table.sum()), table[self.rank].tolist()
 

@@ -18,6 +18,7 @@ multiple of ``multiple_of``. A float schedule (mixture weights) yields floats.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -690,3 +691,49 @@ class Schedule:
 
 def _from_dict(data: dict[str, Any]) -> Schedule:  # pickle's way back
     return Schedule.from_dict(data)
+
+
+@functools.lru_cache(maxsize=64)
+def change_points(schedule: Schedule) -> tuple[tuple[int, ...], tuple[Number, ...]]:
+    """``(steps, values)``: step 0 and every step where ``schedule``'s value changes, and the
+    value from each on, so step ``s`` has ``values[bisect_right(steps, s) - 1]``.
+
+    Cost: O(the ramp's steps) once (cached).
+
+    >>> change_points(Schedule.piecewise([0, 10, 20], [4, 4, 8]))
+    ((0, 20), (4, 8))
+    """
+    steps = (0, *schedule.changes())
+    return steps, tuple(schedule.values(np.array(steps, dtype=np.int64)).tolist())
+
+
+def divisor_schedule(
+    name: str,
+    schedule: Schedule,
+    *,
+    largest: str,
+    why: str,
+    check: Callable[[str, Any], Any] | None = None,
+) -> int:
+    """Check a length warm-up, an integer schedule whose every value divides its largest one
+    (a step of value ``v`` cuts pieces of the largest into rows of ``v``), at step 0 and every
+    step where it changes (so every step a run reaches is covered), naming the step; return
+    the largest. ``check(f"{name} at step {s}", v)`` checks each value (default: a positive
+    int); ``largest`` names the largest value and ``why`` the cut in the message.
+
+    >>> divisor_schedule("n", Schedule.piecewise([0, 5], [2, 8]), largest="longest n", why="")
+    8
+    """
+    steps, values = change_points(schedule)
+    top = int(max(values))
+    for step, value in zip(steps, values, strict=True):
+        if check is not None:
+            check(f"{name} at step {step}", value)
+        elif value < 1:
+            raise ValueError(f"{name} at step {step} is {value}, not a positive int")
+        if top % value:
+            raise ValueError(
+                f"{name} at step {step} is {value}, which does not divide the {largest} {top} of "
+                f"{schedule!r} ({why}; a power-of-two warm-up does)"
+            )
+    return top

@@ -12,7 +12,7 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 ``order``       ``counting_order`` (stable counting sort; ``_named``: of a named subset),
                 ``shuffle_runs`` (tie-break shuffles)
 ``budget``      ``budget_ends``/``budget_ends_runs``/``budget_order``: fairseq's greedy rule
-``segments``    ``segment_max``: per-batch figures of a plan; ``take_segments``, ``unnamed``(``_segments``)
+``segments``    ``segment_max``: per-batch figures of a plan; ``take_segments``, ``unnamed_segments``
 ``shapes``      ``shape_ends``, ``pick_shapes``, ``carry_cuts``, ``static_cuts``, ``polish_ends``
 ``exact``       ``exact_split``, ``capped_ends``, ``least_padding_ends``: exact-length batches
 ``buckets``     ``optimal_cuts``: bucket boundaries by dynamic programming
@@ -98,8 +98,6 @@ from .segments import (
     segment_max_reference,
     take_segments,
     take_segments_reference,
-    unnamed,
-    unnamed_reference,
     unnamed_segments,
     unnamed_segments_reference,
 )
@@ -179,8 +177,6 @@ __all__ = [
     "segment_max_reference",
     "take_segments",
     "take_segments_reference",
-    "unnamed",
-    "unnamed_reference",
     "unnamed_segments",
     "unnamed_segments_reference",
     "segment_positions",

@@ -33,30 +33,21 @@ def take_segments_reference(
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
-def unnamed(values: np.ndarray, n: int) -> np.ndarray:
-    """The indices in ``[0, n)`` that no value names (``v`` names ``v % n``: a piece code names
-    its sequence), ascending int64: what an epoch has left after delivering ``values``."""
-    return _core.unnamed(values, int(n))
-
-
-def unnamed_reference(values: np.ndarray, n: int) -> np.ndarray:
-    named = np.zeros(n, dtype=bool)
-    named[values % n] = True
-    return np.flatnonzero(~named).astype(np.int64)
-
-
 def unnamed_segments(
     values: np.ndarray, offsets: np.ndarray, picked: np.ndarray, n: int
 ) -> np.ndarray:
-    """``unnamed(take_segments(values, offsets, picked), n)`` in one pass, with no array of the
-    picked values: what an epoch left after delivering some of a plan's batches."""
+    """The indices in ``[0, n)`` that no value of segments ``picked`` names (``v`` names
+    ``v % n``: a piece code names its sequence), ascending int64, in one pass with no array of
+    the picked values: what an epoch left after delivering some of a plan's batches."""
     return _core.unnamed_segments(values, offsets, picked, int(n))
 
 
 def unnamed_segments_reference(
     values: np.ndarray, offsets: np.ndarray, picked: np.ndarray, n: int
 ) -> np.ndarray:
-    return unnamed_reference(take_segments_reference(values, offsets, picked), n)
+    named = np.zeros(n, dtype=bool)
+    named[take_segments_reference(values, offsets, picked) % n] = True
+    return np.flatnonzero(~named).astype(np.int64)
 
 
 def offset_list(values: np.ndarray, lo: int, hi: int, offset: int) -> list[int]:

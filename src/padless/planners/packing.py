@@ -24,7 +24,6 @@ How the pieces fit together:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
@@ -49,7 +48,7 @@ from ..cost import (
 )
 from ..lengths import MAX_LENGTH
 from ..plan import BatchPlan, PackedPlan, VectorPackedPlan  # the plan types live in padless.plan
-from ..schedules import Schedule
+from ..schedules import Schedule, change_points, divisor_schedule
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
@@ -113,39 +112,26 @@ def check_capacities(name: str, value: Any) -> int | tuple[int, int] | Schedule:
 
 def check_capacity_schedule(name: str, schedule: Schedule) -> int | Schedule:
     """Check a capacity schedule (a sequence-length warm-up): an integer schedule whose every
-    value is a capacity that divides its largest one (checked at step 0 and at every step where
-    the value changes, so every step a run reaches is covered); a constant one is its int.
+    value is a capacity that divides its largest one (:func:`padless.schedules.divisor_schedule`);
+    a constant one is its int.
 
     >>> check_capacity_schedule("capacity", Schedule.piecewise([0, 100], [1024, 4096]))
     Schedule.piecewise(steps=[0, 100], values=[1024, 4096])
     >>> check_capacity_schedule("capacity", Schedule.piecewise([0, 100], [1536, 4096]))
     Traceback (most recent call last):
     ...
-    ValueError: capacity at step 0 is 1536, which does not divide the largest capacity 4096 of Schedule.piecewise(steps=[0, 100], values=[1536, 4096]) (a step at capacity C cuts each planned row of 4096 tokens into 4096 / C rows; a power-of-two warm-up does)
+    ValueError: capacity at step 0 is 1536, which does not divide the largest capacity 4096 of Schedule.piecewise(steps=[0, 100], values=[1536, 4096]) (a step at capacity C cuts each planned row of the largest capacity into rows of C; a power-of-two warm-up does)
     """
     if not schedule.integer:
         raise TypeError(f"{name} must be an integer schedule (tokens per row), got {schedule!r}")
     if schedule.is_constant:
         return check_capacity(name, schedule.value(0))
-    steps, values, largest = capacity_steps(schedule)
-    for step, value in zip(steps.tolist(), values.tolist(), strict=True):
-        check_capacity(f"{name} at step {step}", value)
-        if largest % value:
-            raise ValueError(
-                f"{name} at step {step} is {value}, which does not divide the largest capacity "
-                f"{largest} of {schedule!r} (a step at capacity C cuts each planned row of "
-                f"{largest} tokens into {largest} / C rows; a power-of-two warm-up does)"
-            )
+    largest = f"largest {name}"
+    divisor_schedule(
+        name, schedule, largest=largest, check=check_capacity,
+        why=f"a step at {name} C cuts each planned row of the {largest} into rows of C",
+    )  # fmt: skip
     return schedule
-
-
-@functools.lru_cache(maxsize=32)
-def capacity_steps(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(steps, values, largest)``: step 0 and the steps where ``schedule`` changes, its value
-    at each, and the largest value (cached: O(the ramp's steps) once)."""
-    steps = np.array((0, *schedule.changes()), dtype=np.int64)
-    values = np.asarray(schedule.values(steps), dtype=np.int64)
-    return steps, values, int(values.max())
 
 
 # ---------------------------------------------------------------------------------- a warm-up
@@ -256,6 +242,27 @@ def layout_row(sizes: Sequence[int], capacity: int, parts: int) -> list[list[tup
     return rows
 
 
+def layout_rows(
+    sizes: Sequence[int], row_of: Sequence[int], capacity: int, parts: int, num_rows: int = 0
+) -> list[list[tuple[int, int, int]]]:
+    """A batch's planned rows (sample ``i`` in row ``row_of[i]``, rows in order) each laid out
+    as ``parts`` rows of ``capacity`` (:func:`layout_row`), ``(sample, start, stop)`` per piece
+    with samples numbered in the batch. ``num_rows``: at least this many planned rows (the
+    empty ones give empty rows), for a fixed shape.
+
+    >>> layout_rows([5, 2, 3], [0, 0, 1], capacity=4, parts=2)
+    [[(0, 0, 4)], [(0, 4, 5), (1, 0, 2)], [(2, 0, 3)], []]
+    """
+    members: list[list[int]] = [[] for _ in range(max(num_rows, row_of[-1] + 1 if row_of else 0))]
+    for i, r in enumerate(row_of):
+        members[r].append(i)
+    out: list[list[tuple[int, int, int]]] = []
+    for row in members:
+        for sub in layout_row([sizes[i] for i in row], capacity, parts):
+            out.append([(row[j], a, b) for j, a, b in sub])
+    return out
+
+
 def scheduled_stride(num_sequences: int, capacity: int) -> int:
     """The code stride of a capacity schedule: a batch at ``capacity / f`` yields each planned
     code plus ``(f - 1) · stride``; ``stride = N · ceil(2**31 / capacity)`` is past every
@@ -281,13 +288,14 @@ class CapacitySteps(StepForm):
         if schedule is None:
             raise ValueError(f"{spec.describe()} has no capacity schedule")
         self.schedule = schedule
-        steps, values, largest = capacity_steps(schedule)
+        steps, values = change_points(schedule)
+        largest = spec.row_capacity
         self.capacity = largest
         self.max_per_row = spec.max_per_row
         self.stride = scheduled_stride(int(planner.sizes.shape[0]), largest)
-        self._changes = steps.tolist()
-        self._factors = [largest // int(v) for v in values.tolist()]
-        most = largest // int(values.min())
+        self._changes = steps
+        self._factors = [largest // int(v) for v in values]
+        most = max(self._factors)
         if self.stride * most >= 1 << 63:
             raise ValueError(
                 f"capacity={schedule!r}: codes of {planner.sizes.shape[0]} sequences at a "
@@ -307,24 +315,16 @@ class CapacitySteps(StepForm):
     def settles_at(self) -> int:
         return int(self._changes[-1])
 
-    def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
-        return values + key[1]
-
     def list_at(self, values: np.ndarray, lo: int, hi: int, key: Any) -> list[int]:
         return K.offset_list(values, lo, hi, key[1])  # tag and list, one pass
 
     def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
         if key is None:
             return lengths
-        f = key[0]
         sizes = np.asarray(lengths, dtype=np.int64).tolist()
         row_of = next_fit_rows(sizes, capacity=self.capacity, max_per_row=self.max_per_row)
-        out: list[int] = []
-        bounds = np.flatnonzero(np.diff(row_of, prepend=-1, append=-1)).tolist()
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            for row in layout_row(sizes[lo:hi], self.capacity // f, f):
-                out.extend(b - a for _, a, b in row)
-        return np.asarray(out, dtype=np.int64)
+        rows = layout_rows(sizes, row_of.tolist(), self.capacity // key[0], key[0])
+        return np.array([b - a for row in rows for _, a, b in row], dtype=np.int64)
 
 
 # ---------------------------------------------------------------------------------- planner
@@ -751,23 +751,23 @@ class PieceDataset:
         return self.num_sequences
 
     def __getitem__(self, code: int) -> Any:
-        if self.stride:
-            piece_of(code, self.num_sequences)  # the code's checks
-            f, code = divmod(int(code), self.stride)
-            item = self._planned(code)
-            if not f:
-                return item
-            if self.capacity % (f + 1):
-                raise IndexError(
-                    f"code {code + f * self.stride} asks for rows of capacity / {f + 1}, but "
-                    f"{f + 1} does not divide capacity={self.capacity}; were capacity and "
-                    "num_sequences the sampler's?"
-                )
-            return ScheduledPiece(item, self.capacity // (f + 1), self.capacity)
-        return self._planned(code)
-
-    def _planned(self, code: int) -> Any:
         index, piece = piece_of(code, self.num_sequences)
+        if not self.stride:
+            return self._planned(code, index, piece)
+        # the stride is a multiple of N: the tag counts whole strides of pieces
+        f, piece = divmod(piece, self.stride // self.num_sequences)
+        item = self._planned(code, index, piece)
+        if not f:
+            return item
+        if self.capacity % (f + 1):
+            raise IndexError(
+                f"code {code} asks for rows of capacity / {f + 1}, but {f + 1} does not divide "
+                f"capacity={self.capacity}; were capacity and num_sequences the sampler's?"
+            )
+        return ScheduledPiece(item, self.capacity // (f + 1), self.capacity)
+
+    def _planned(self, code: int, index: int, piece: int) -> Any:
+        """Piece ``piece`` (of capacity tokens) of sequence ``index`` (``code`` for errors)."""
         item = self.dataset[index]
         lo = piece * self.capacity
         hi = lo + self.capacity
@@ -865,7 +865,7 @@ class Packing(Spec):
                 "one field (give an int capacity)"
             )
         if isinstance(cap, Schedule):
-            return capacity_steps(cap)[2]  # the plan's rows: the largest capacity
+            return int(max(change_points(cap)[1]))  # the plan's rows: the largest capacity
         return cap
 
     @property

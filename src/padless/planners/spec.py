@@ -257,20 +257,15 @@ class StepForm:
     name, with the batch's global optimizer step."""
 
     def keys_at(self, steps: np.ndarray) -> list[Any]:
-        """The form of each of ``steps`` as a key for :meth:`values_at`: None where a batch is
+        """The form of each of ``steps`` as a key for :meth:`list_at`: None where a batch is
         delivered as planned (the sampler then yields it untouched). Vectorised: the sampler
         asks once per iteration for all its steps."""
         return [None] * int(np.asarray(steps).size)
 
-    def values_at(self, values: np.ndarray, key: Any) -> np.ndarray:
-        """The values a batch yields in the form ``key`` (from :meth:`keys_at`; not None),
-        e.g. codes tagged with their step's capacity."""
-        return values
-
     def list_at(self, values: np.ndarray, lo: int, hi: int, key: Any) -> list[int]:
-        """``values_at(values[lo:hi], key)`` as the list a sampler yields (a form may make it
-        in one pass)."""
-        out: list[int] = self.values_at(values[lo:hi], key).tolist()
+        """The list a sampler yields for the batch ``values[lo:hi]`` in the form ``key`` (from
+        :meth:`keys_at`; not None), e.g. codes tagged with their step's capacity."""
+        out: list[int] = values[lo:hi].tolist()
         return out
 
     def entry_lengths_at(self, lengths: np.ndarray, key: Any) -> np.ndarray:
@@ -544,19 +539,16 @@ class Delivered:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self.values if dtype is None else self.values.astype(dtype, copy=False)
 
-    def __len__(self) -> int:
-        return int(sum(int((o[p + 1] - o[p]).sum()) for _, o, p in self.parts))
-
     def left(self, n: int) -> np.ndarray:
         """The indices in ``[0, n)`` that no delivered value names (a value ``v`` names
         ``v % n``: a piece code its sequence), ascending int64."""
-        from .._kernels import unnamed, unnamed_segments
+        from .._kernels import unnamed_segments
 
         if not n:
             return np.zeros(0, dtype=np.int64)
-        if len(self.parts) == 1:
-            return unnamed_segments(*self.parts[0], n)
-        return unnamed(self.values, n)
+        if len(self.parts) != 1:  # several parts: their values as one
+            return delivered_of(self.values).left(n)
+        return unnamed_segments(*self.parts[0], n)
 
 
 def delivered_of(done: Any) -> Delivered:
@@ -565,8 +557,7 @@ def delivered_of(done: Any) -> Delivered:
         return done
     values = np.ascontiguousarray(done, dtype=np.int64).reshape(-1)
     whole = np.array([0, values.size], dtype=np.int64)
-    picked = np.zeros(1 if values.size else 0, dtype=np.int64)
-    return Delivered([(values, whole, picked)])
+    return Delivered([(values, whole, np.zeros(1, dtype=np.int64))])
 
 
 def plan_items(

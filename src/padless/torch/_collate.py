@@ -22,7 +22,7 @@ from .._check import (
     positive_or_none,
 )
 from ..plan import BatchPlan, check_shapes
-from ..planners.packing import layout_row, next_fit_rows, unwrap_scheduled
+from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple
 from ._packed_check import block_causal_mask
@@ -328,9 +328,10 @@ class PackedCollate:
                 )
         self.attention_mask = attention_mask
 
-    def _samples(self, samples: Sequence[Any]) -> list[torch.Tensor]:
-        """The samples' token ids (longer ones cut to capacity where ``truncate``)."""
-        cap = self.capacity
+    def _samples(self, samples: Sequence[Any], cap: int | None = None) -> list[torch.Tensor]:
+        """The samples' token ids (longer ones than ``cap``, the capacity by default, cut to it
+        where ``truncate``)."""
+        cap = self.capacity if cap is None else cap
         seqs: list[torch.Tensor] = []
         for i, s in enumerate(samples):
             part = s[self.key] if isinstance(s, Mapping) else s
@@ -346,9 +347,10 @@ class PackedCollate:
             seqs.append(ids)
         return seqs
 
-    def _rows(self, sizes: list[int]) -> tuple[list[int], int]:
-        """Every sample's row (next fit over the planned ``sizes``) and the rows needed."""
-        cap = self.capacity
+    def _rows(self, sizes: list[int], cap: int | None = None) -> tuple[list[int], int]:
+        """Every sample's row (next fit over the planned ``sizes`` in rows of ``cap``, the
+        capacity by default) and the rows needed."""
+        cap = self.capacity if cap is None else cap
         row_of = next_fit_rows(sizes, capacity=cap, max_per_row=self.max_per_row).tolist()
         needed = row_of[-1] + 1 if row_of else 0
         if self.rows is not None and needed > self.rows:
@@ -398,7 +400,7 @@ class PackedCollate:
     def _scheduled(self, samples: list[Any], capacity: int, planned: int) -> dict[str, Any]:
         """A batch of a capacity schedule's step at ``capacity``: every planned row (next fit
         at the ``planned`` capacity) laid out as ``f = planned / capacity`` rows of ``capacity``
-        (:func:`padless.planners.packing.layout_row`), each piece a sequence of its own; with
+        (:func:`padless.planners.packing.layout_rows`), each piece a sequence of its own; with
         ``rows``, ``rows · f`` rows. The 2-D layout needs this collate's capacity to be the
         planned one; the flat layout takes any."""
         if self.context_parallel > 1 or (not self.flatten and self.capacity != planned):
@@ -409,43 +411,24 @@ class PackedCollate:
                 "sampler.collate()"
             )
         f = planned // capacity
-        seqs = [
-            _as_ids(s[self.key] if isinstance(s, Mapping) else s, f"sample [{i}]")
-            for i, s in enumerate(samples)
-        ]
+        seqs = self._samples(samples, planned)
         lengths = [int(t.numel()) for t in seqs]
-        over = next((i for i, n in enumerate(lengths) if n > planned), None)
-        if over is not None:
-            raise ValueError(
-                f"sample [{over}] has {lengths[over]} tokens, more than the planned capacity "
-                f"{planned}; serve the planned pieces with sampler.pieces(dataset)"
-            )
-        row_of = next_fit_rows(lengths, capacity=planned, max_per_row=self.max_per_row).tolist()
-        needed = row_of[-1] + 1 if row_of else 0
-        if self.rows is not None and needed > self.rows:
-            raise ValueError(
-                f"the batch needs {needed} rows of capacity={planned}, more than rows="
-                f"{self.rows}; were capacity and max_per_row the sampler's?"
-            )
+        row_of, needed = self._rows(lengths, planned)
         planned_rows = self.rows if self.rows is not None and not self.flatten else needed
-        members: list[list[int]] = [[] for _ in range(planned_rows)]
-        for i, r in enumerate(row_of):
-            members[r].append(i)
         parts: list[torch.Tensor] = []
         seg_lens: list[int] = []
         seg_real: list[bool] = []
-        for row in members:
-            for sub in layout_row([lengths[i] for i in row], capacity, f):
-                used = 0
-                for j, a, b in sub:
-                    parts.append(seqs[row[j]][a:b])
-                    seg_lens.append(b - a)
-                    seg_real.append(True)
-                    used += b - a
-                if used < capacity and not self.flatten:
-                    parts.append(torch.full((capacity - used,), self.pad_id, dtype=torch.long))
-                    seg_lens.append(capacity - used)
-                    seg_real.append(False)
+        for sub in layout_rows(lengths, row_of, capacity, f, planned_rows):
+            used = 0
+            for i, a, b in sub:
+                parts.append(seqs[i][a:b])
+                seg_lens.append(b - a)
+                seg_real.append(True)
+                used += b - a
+            if used < capacity and not self.flatten:
+                parts.append(torch.full((capacity - used,), self.pad_id, dtype=torch.long))
+                seg_lens.append(capacity - used)
+                seg_real.append(False)
         shape = (1, sum(seg_lens)) if self.flatten else (planned_rows * f, capacity)
         return self._assemble(parts, seg_lens, seg_real, shape)
 
