@@ -169,6 +169,19 @@ class Resumable:
         """The batch at global ``slot`` (``0 <= slot < _total()``) of the current epoch."""
         raise NotImplementedError
 
+    def _slot_ids(
+        self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
+    ) -> np.ndarray | None:
+        """Which batch each global position of the current epoch holds, as ids that name a
+        batch whatever its position (int64, one per position), when the epoch had run its
+        ``history`` parts and goes on at ``world``; None when the batch at a position does not
+        depend on the world sizes (then a skip recorded by position names the same batches
+        at any world size). Positions are below :meth:`_total`."""
+        return None
+
+    # settings changes that a pending skip can cross (see :meth:`_fold_skips`)
+    _skips_cross_changes = False
+
     # ------------------------------------------------------------------ iteration
     def _next_start(self) -> int:
         """Global position the next iteration starts from."""
@@ -255,8 +268,23 @@ class Resumable:
         world = self.world_size
         if pos is None:
             pos = start + np.arange(steps * world, dtype=np.int64)
-        slots = np.where(pos < total, pos, (pos - total) % max(total, 1))
+        repeats = self._repeats(total)
+        slots = np.where(pos < total, pos, repeats[(pos - total) % max(repeats.size, 1)])
         return slots.reshape(steps, world)
+
+    def _repeats(self, total: int) -> np.ndarray:
+        """The slots the tail's repeats take, in turn: the epoch's first batches, those its
+        recorded skips leave out passed over (a skipped batch is never trained, not even as a
+        repeat); fewer than ``world_size`` are ever needed."""
+        ranges = sorted((lo, hi) for e, lo, hi in self._skips if e == self.epoch)
+        out: list[int] = []
+        slot = 0
+        for lo, hi in [*ranges, (total, total)]:
+            out.extend(range(slot, min(lo, total, slot + self.world_size - len(out))))
+            slot = max(slot, hi)
+            if len(out) >= self.world_size or slot >= total:
+                break
+        return np.array(out or [0], dtype=np.int64)
 
     def _run(self, batch_at: Callable[..., Any], *, stepped: bool = False) -> Iterator[Any]:
         """This rank's batches of the current epoch from the loaded position (skipped batches
@@ -274,6 +302,7 @@ class Resumable:
         try:
             while True:
                 seen = self._skips
+                repeats: list[int] = []  # the tail's, under these skips
                 base = self._next_pos
                 pos, steps = self._positions(total, base)
                 first = self._counted(total, base) // world if stepped else 0
@@ -284,7 +313,11 @@ class Resumable:
                         p, end = base + i * world + rank, base + (i + 1) * world
                     else:
                         p, end = int(pos[i * world + rank]), int(pos[i * world + world - 1]) + 1
-                    slot = p if p < total else (p - total) % max(total, 1)
+                    if p < total:
+                        slot = p
+                    else:  # the tail's repeats
+                        repeats = repeats or self._repeats(total).tolist()
+                        slot = repeats[(p - total) % len(repeats)]
                     batch = batch_at(slot, first + i) if stepped else batch_at(slot)
                     self._next_pos = end
                     self._yielded += 1
@@ -315,10 +348,14 @@ class Resumable:
         The skipped batches are never yielded and every other batch is, in its order: the plan
         does not change; the batches after a skip are dealt to the ranks in turn as before, so
         every rank keeps the same number of steps (``len()`` counts them without the skipped),
-        whatever the skip's size and the world size (an elastic resume keeps it exactly). The skip is recorded in
-        :meth:`state_dict` (``"skips"``: ``[epoch, first, end]`` global positions), so a run
-        resumed from an earlier checkpoint skips them again when it gets there (the usual loss
-        spike recovery: load the checkpoint before the spike, skip the batches around it).
+        whatever the skip's size and the world size; the tail's repeats pass over them. The
+        skip is recorded in :meth:`state_dict` (``"skips"``: ``[epoch, first, end]`` global
+        positions), so a run resumed from an earlier checkpoint skips them again when it gets
+        there (the usual loss spike recovery: load the checkpoint before the spike, skip the
+        batches around it). It names the batches at those positions: a resume at another world
+        size that orders the rest anew moves it to where they are, and a resume across a change
+        of settings leaves their sequences out of the re-planned rest (a mixture refuses that
+        load, naming the skip).
         A skip made while a DataLoader iterates applies to the steps the sampler has not yet
         produced (a DataLoader may have fetched a few ahead).
 
@@ -483,18 +520,55 @@ class Resumable:
             )
         if saved[0] != self._fingerprint_now().split("-")[0]:
             return None  # other data: the usual check says so
-        changes = (*self._changes_of(state), self._change_of(state, record))
-        resumed = {k: v for k, v in state.items() if k != "elastic"}
+        skips, pending = self._pending_skips(state)
+        changes = (*self._changes_of(state), self._change_of(state, record, pending))
+        resumed = {k: v for k, v in state.items() if k not in ("elastic", "skips")}
+        if skips:
+            resumed["skips"] = [list(entry) for entry in skips]
         resumed["changes"] = [change_record(c) for c in changes]
         resumed["world_size"] = self.world_size
         resumed["fingerprint"] = f"{saved[0]}-{settings_digest(config)}"
         return changes, resumed
 
-    def _change_of(self, entry: Mapping[str, Any], record: Any) -> tuple[Any, ...]:
-        """A change ``(position, settings, world_size, elastic)`` from a state (or one of its
-        ``changes`` entries): the part of the epoch before global ``position`` ran under
+    def _pending_skips(
+        self, state: Mapping[str, Any]
+    ) -> tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]]:
+        """A state's skips split at its position, for a resume under other settings: those
+        that stay (``[epoch, first, end]``, the parts before the position and other epochs'),
+        and the ranges past the position (``(first, end)``, in the state's order), which a
+        change of settings takes with it (:meth:`_change_of`) or refuses."""
+        skips = _check_skips(state.get("skips", []))
+        epoch, position = state.get("epoch"), state.get("position")
+        if not isinstance(position, int) or isinstance(position, bool):
+            return skips, ()
+        stay = [entry for entry in skips if entry[0] != epoch or entry[2] <= position]
+        ahead = []
+        for e, lo, hi in skips:
+            if e == epoch and hi > position:
+                if lo < position:
+                    stay.append((e, lo, position))
+                ahead.append((max(lo, position), hi))
+        if ahead and not self._skips_cross_changes:
+            first, end = ahead[0]
+            raise ValueError(
+                f"state has a skip of global batches {first} to {end - 1} of epoch {epoch} "
+                f"still ahead of its position {position}, and this {type(self).__name__} "
+                "cannot take a skip across a change of settings (the batches it names are "
+                "drawn again under the new settings): load it with the settings it was saved "
+                "under and change them past the skip, or drop the skip from state['skips'] "
+                "and skip again after loading"
+            )
+        return tuple(stay), tuple(sorted(ahead))
+
+    def _change_of(
+        self, entry: Mapping[str, Any], record: Any, skips: Any = None
+    ) -> tuple[Any, ...]:
+        """A change ``(position, settings, world_size, elastic, skips)`` from a state (or one of
+        its ``changes`` entries): the part of the epoch before global ``position`` ran under
         ``record``'s settings (canonical JSON, checked) at ``world_size``, after the elastic
-        parts ``elastic``."""
+        parts ``elastic``; ``skips`` (``(first, end)`` global positions at or past
+        ``position``, in that part's order) are batches of that part left out of training,
+        which the rest of the epoch leaves out too (default: the entry's ``"skips"``)."""
         position, world = entry.get("position"), entry.get("world_size")
         for name, value, least in (("position", position, 0), ("world_size", world, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -503,7 +577,14 @@ class Resumable:
                 )
         settings = self._checked_settings(record)
         elastic = check_history(entry.get("elastic", []))
-        return (int(cast(int, position)), settings, int(cast(int, world)), elastic)
+        if skips is None:
+            skips = _check_ranges(entry.get("skips", []), "a change's skips", False)
+            if any(lo < position for lo, _ in skips):
+                raise ValueError(
+                    f"state['changes'] has a skip before its change's position {position}: "
+                    f"{entry.get('skips')!r:.80}"
+                )
+        return (int(cast(int, position)), settings, int(cast(int, world)), elastic, skips)
 
     def _changes_of(self, state: Any) -> tuple[Any, ...]:
         """The changes of settings a state records for its epoch (checked)."""
@@ -517,8 +598,8 @@ class Resumable:
         for entry in raw:
             if not isinstance(entry, dict) or "settings" not in entry:
                 raise ValueError(
-                    "state['changes'] must hold {position, settings, world_size, elastic} "
-                    f"entries, got {entry!r:.80}"
+                    "state['changes'] must hold {position, settings, world_size, elastic[, "
+                    f"skips]}} entries, got {entry!r:.80}"
                 )
             change = self._change_of(entry, entry["settings"])
             if change[0] < reach:
@@ -586,12 +667,64 @@ class Resumable:
                 f"({total} batches at world_size={widest}, drop_last={self.drop_last}), "
                 f"got {position}"
             )
+        skips = checked["skips"]
+        if saved_world != self.world_size:
+            try:
+                skips = self._moved_skips(skips, position, total, checked["elastic"], saved_world)
+            except Exception:
+                self.epoch, self._history = previous
+                raise
         self._pending = position
         self._start = position
         self._yielded = 0
         self._step_end = []
         # the state's skips, and any made here before the load
-        self._skips = (*checked["skips"], *(e for e in self._skips if e not in checked["skips"]))
+        self._skips = (*skips, *(e for e in self._skips if e not in skips))
+
+    def _moved_skips(
+        self,
+        skips: tuple[tuple[int, int, int], ...],
+        position: int,
+        total: int,
+        history: tuple[tuple[int, int], ...],
+        world: int,
+    ) -> tuple[tuple[int, int, int], ...]:
+        """A state's ``skips`` in this object's order of the rest of the epoch.
+
+        A skip names global positions in the order the state was saved in (its elastic parts
+        ``history``, then ``world``). Where the order of what is left from ``position`` depends
+        on the world size (balanced steps, weight schedules), the same positions hold other
+        batches here: each skip past ``position`` is moved to the positions that hold its
+        batches now (the part before ``position`` was delivered and keeps its positions, as
+        do the tail's repeats past ``total``).
+
+        Cost: the batch ids of the rest of the epoch in both orders (one order of the plan).
+        """
+        ranges = [(lo, hi) for e, lo, hi in skips if e == self.epoch and hi > position]
+        ahead = np.zeros(0, dtype=np.int64)
+        for lo, hi in ranges:
+            ahead = np.union1d(ahead, np.arange(max(lo, position), min(hi, total)))
+        if not ahead.size:
+            return skips
+        before = self._slot_ids(ahead, history, world)
+        if before is None:
+            return skips
+        rest = np.arange(position, total, dtype=np.int64)
+        now = self._slot_ids(rest, self._history, self.world_size)
+        if now is None:
+            return skips
+        moved = rest[np.isin(now, before)]
+        kept = [entry for entry in skips if entry[0] != self.epoch or entry[2] <= position]
+        for lo, hi in ranges:
+            if lo < position:
+                kept.append((self.epoch, lo, position))
+            if hi > total:
+                kept.append((self.epoch, max(lo, total), hi))
+        # the moved positions as ranges of consecutive positions
+        cuts = np.flatnonzero(np.diff(moved) != 1) + 1
+        for run in np.split(moved, cuts) if moved.size else []:
+            kept.append((self.epoch, int(run[0]), int(run[-1]) + 1))
+        return tuple(kept)
 
     def _load_at_given_epoch(self, checked: dict[str, Any], given: int) -> None:
         """Load a state of another epoch than ``set_epoch`` gave (torchdata's loader loads
@@ -630,13 +763,16 @@ def change_record(change: tuple[Any, ...]) -> dict[str, Any]:
     """A change of settings as a state holds it (JSON-safe)."""
     import json
 
-    position, settings, world, elastic = change
-    return {
+    position, settings, world, elastic, skips = change
+    record = {
         "position": position,
         "settings": json.loads(settings),
         "world_size": world,
         "elastic": [list(part) for part in elastic],
     }
+    if skips:
+        record["skips"] = [[lo, hi] for lo, hi in skips]
+    return record
 
 
 def check_history(value: Any) -> tuple[tuple[int, int], ...]:
@@ -659,16 +795,21 @@ def check_history(value: Any) -> tuple[tuple[int, int], ...]:
 
 def _check_skips(value: Any) -> tuple[tuple[int, int, int], ...]:
     """Check the ``skips`` entry of a state: a list of ``[epoch, first, end]`` positions."""
+    return cast("tuple[tuple[int, int, int], ...]", _check_ranges(value, "state['skips']", True))
+
+
+def _check_ranges(value: Any, what: str, epochs: bool) -> tuple[tuple[int, ...], ...]:
+    """Check a list of ``[epoch, first, end]`` (or, without ``epochs``, ``[first, end]``)
+    global positions."""
+    form = "[epoch, first, end]" if epochs else "[first, end]"
     if not isinstance(value, (list, tuple)):
-        raise ValueError(f"state['skips'] must be a list of [epoch, first, end], got {value!r:.60}")
+        raise ValueError(f"{what} must be a list of {form}, got {value!r:.60}")
     out = []
     for entry in value:
-        ok = isinstance(entry, (list, tuple)) and len(entry) == 3
+        ok = isinstance(entry, (list, tuple)) and len(entry) == len(form.split(","))
         ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in entry)
-        if not ok or entry[0] < 0 or entry[1] < 0 or entry[2] <= entry[1]:
-            raise ValueError(
-                f"state['skips'] must hold [epoch >= 0, first >= 0, end > first] entries, got "
-                f"{entry!r:.60}"
-            )
-        out.append((int(entry[0]), int(entry[1]), int(entry[2])))
+        if not ok or min(entry) < 0 or entry[-1] <= entry[-2]:
+            rule = "epoch >= 0, first >= 0, end > first" if epochs else "first >= 0, end > first"
+            raise ValueError(f"{what} must hold [{rule}] entries, got {entry!r:.60}")
+        out.append(tuple(int(v) for v in entry))
     return tuple(out)

@@ -400,6 +400,16 @@ class HistogramSchedule:
         self._order = (key, order)
         return order
 
+    def slot_ids(
+        self,
+        epoch: int,
+        history: tuple[tuple[int, int], ...],
+        world_size: int,
+        positions: np.ndarray,
+    ) -> np.ndarray:
+        """The batch (its index in the plan) at each of ``positions`` of the epoch's order."""
+        return self.order(epoch, history, world_size)[positions]
+
     def batch_at(
         self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
     ) -> list[int]:

@@ -1037,7 +1037,7 @@ class MixtureSampler(Resumable):
         elastic part is); every corpus's batches then continue where its stream was."""
         spans: list[tuple[int, int, MixtureSampler]] = []
         start = 0
-        for position, settings, world, elastic in self._changes:
+        for position, settings, world, elastic, _ in self._changes:
             old = self._shadow(settings)
             for part_world, end in elastic:
                 spans.append((start, part_world, old))
@@ -1119,6 +1119,22 @@ class MixtureSampler(Resumable):
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
         return self.num_batches
+
+    def _slot_ids(
+        self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
+    ) -> np.ndarray | None:
+        # weight schedules draw each world size's part from its own stream; constant weights
+        # draw the whole epoch at once
+        if self._schedules is None:
+            return None
+        kept = (self._history, self.world_size)
+        self._history, self.world_size = history, world
+        try:
+            mix = self._mix(self.epoch)
+        finally:
+            self._history, self.world_size = kept
+        # a corpus's n-th batch of the epoch is the same batch in every order
+        return mix.choice[positions].astype(np.int64) + len(self.names) * mix.occ[positions]
 
     def _batch_at(self, slot: int) -> list[int]:
         mix = self._mix(self.epoch)

@@ -195,6 +195,7 @@ class PlanSampler(Resumable):
     """
 
     _fixed_settings = ("class", "shuffle")
+    _skips_cross_changes = True
     _changeable_text = (
         "its budget, capacity, schedules, balance and world size, not its strategy or shuffle"
     )
@@ -362,7 +363,7 @@ class PlanSampler(Resumable):
         done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         count, sub = 0, self.seed
         before: Planner | None = None
-        for k, (position, settings, world, elastic) in enumerate(changes):
+        for k, (position, settings, world, elastic, skips) in enumerate(changes):
             planner, balance = self._planner_of(settings)
             if before is None:
                 plan = planner.plan(self.seed, shuffled)
@@ -374,6 +375,12 @@ class PlanSampler(Resumable):
             order = self._order(plan, costs, balance, world, local, sub, epoch)
             take = order[: max(0, min(position - count, len(plan)))]
             done.append((given, plan.offsets, take))  # what it delivered: batches take
+            # batches of this part that a skip ahead of the change left out: never trained,
+            # so the rest leaves their sequences out too
+            skipped = [np.arange(lo, min(hi, count + len(plan))) - count for lo, hi in skips]
+            left_out = np.unique(np.concatenate([np.zeros(0, np.int64), *skipped]))
+            if left_out.size:
+                done.append((given, plan.offsets, order[left_out]))
             parts.append(_Part(count, plan.offsets, given, take, planner))
             count += int(take.size)
             before = planner
@@ -435,6 +442,21 @@ class PlanSampler(Resumable):
         source, lo, hi = self._batch_source(slot)
         out: list[int] = source[lo:hi].tolist()
         return out
+
+    def _slot_ids(
+        self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
+    ) -> np.ndarray | None:
+        # only balanced steps order the batches by the world size
+        if not self.balance:
+            return None
+        if self._windowed is not None:
+            return self._windowed.slot_ids(self.epoch, history, world, positions)
+        sched = self._schedule(self.epoch)
+        start = 0 if sched.head is None else sched.head.batches
+        local = tuple((w, p - start) for w, p in history)
+        order = self._order(sched.plan, sched.costs, True, world, local, sched.sub, self.epoch)
+        # positions past a loaded state's are past the epoch's last change (its head)
+        return order[np.asarray(positions, dtype=np.int64) - start]
 
     def _batch_source(self, slot: int) -> tuple[np.ndarray, int, int]:
         """``(values, lo, hi)``: the batch at a global slot of a whole-corpus plan is

@@ -640,6 +640,27 @@ class WindowedSchedule:
             self._windows.popitem(last=False)
         return entry
 
+    def slot_ids(
+        self,
+        epoch: int,
+        history: tuple[tuple[int, int], ...],
+        world_size: int,
+        positions: np.ndarray,
+    ) -> np.ndarray:
+        """The batch at each of ``positions`` (ascending) of the epoch's order, as its window's
+        first slot plus its index in the window's plan (a window's batches keep to its slots).
+
+        Cost: plans each window the positions fall in.
+        """
+        cum = self.cumulative(epoch)
+        out = np.empty(len(positions), dtype=np.int64)
+        windows = np.searchsorted(cum, positions, side="right") - 1
+        for w in np.unique(windows).tolist():
+            at = windows == w
+            order = self._window(epoch, w, history, world_size)[2]
+            out[at] = int(cum[w]) + order[positions[at] - int(cum[w])]
+        return out
+
     def batch_at(
         self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
     ) -> list[int]:
