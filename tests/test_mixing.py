@@ -676,8 +676,28 @@ def test_every_strategy_mixes():
     assert head + list(again) == list(mix)
 
 
-def test_split_pieces_are_refused():
-    sub = PackingSampler([9, 2, 3], capacity=4, oversize="split")
-    mix = MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
-    with pytest.raises(ValueError, match="corpus 'a'.*oversize='split'"):
-        list(mix)
+def test_corpora_a_mixture_cannot_deliver_are_refused_when_it_is_built():
+    """Pieces, warm-ups and windowed plans: refused by the constructor, naming the corpus and
+    the setting (before, a split corpus failed at the first batch and a warm-up was dropped)."""
+    from padless import Decomposition, Packing, PlanSampler, Schedule
+
+    cases = {
+        'oversize="split" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="split"),
+        'oversize="truncate" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="truncate"),
+        "Decomposition yields the codes": PlanSampler(
+            [9, 2, 3], Decomposition(min_length=1, max_length=4, tokens_per_batch=8)
+        ),
+        "optimizer step .* a warm-up": PackingSampler(
+            [3, 2, 3], capacity=Schedule.piecewise([0, 5], [2, 4]), rows_per_batch=2
+        ),
+        "plans its epochs in windows": budget([1, 2, 3] * 40, window=50),
+        "plans its epochs in windows \\(window='histogram'": budget([1, 2], window="histogram"),
+    }
+    for message, sub in cases.items():
+        with pytest.raises(ValueError, match=f"samplers\\['a'\\].*{message}"):
+            MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
+    # split packing whose sequences all fit: plain indices, mixed as usual
+    fits = PackingSampler([4, 2, 3], capacity=4, oversize="split")
+    mix = MixtureSampler({"a": fits, "b": budget([1])}, weights=[1, 0], num_batches=3)
+    assert sorted(i for b in mix for i in b) == [0, 1, 2]
+    assert Packing(capacity=4, oversize="split").needs_pieces(np.array([4, 2])) is None

@@ -194,16 +194,31 @@ class MixtureSchedule:
         return int(self.corpus.shape[0])
 
 
-def _epoch_plan(name: str, sub: PlanSampler, epoch: int) -> tuple[BatchPlan, np.ndarray]:
-    """A corpus sampler's plan and batch order for one of its epochs, checked for mixing."""
-    plan, order = sub.epoch_plan(epoch)
-    if plan.info.get("split"):
+def _check_corpus(name: str, sub: PlanSampler) -> None:
+    """Refuse, when the mixture is built, a corpus sampler whose batches a mixture cannot
+    deliver as that sampler would: a mixture yields each corpus's plan batches as indices of
+    the ConcatDataset of the corpora, read from the corpus's whole-epoch plan."""
+    if sub.window is not None:
         raise ValueError(
-            f"corpus {name!r}: its sampler cuts long sequences into pieces (oversize='split') "
-            "and yields piece codes, which have no index in the mixture's ConcatDataset; use "
-            "oversize='truncate' or 'drop' for a corpus in a MixtureSampler"
+            f"samplers[{name!r}] plans its epochs in windows (window={sub.window!r}), and a "
+            "MixtureSampler draws from each corpus's whole-epoch plan: build that corpus's "
+            "sampler without window= (or mix the corpora's lengths into one windowed sampler)"
         )
-    return plan, order
+    if sub._step_form is not None:
+        raise ValueError(
+            f"samplers[{name!r}] delivers its batches in the form of their optimizer step "
+            f"({sub.spec.describe()}: a warm-up), which a MixtureSampler does not follow yet: "
+            "give a mixture corpus settings that do not change over the steps, or train the "
+            "warm-up before the mixture"
+        )
+    why = sub.spec.needs_pieces(sub.sizes)
+    if why is not None:
+        raise ValueError(
+            f"samplers[{name!r}] cannot be a MixtureSampler corpus: {why}, which only "
+            "spec.pieces(dataset) serves, and a mixture yields plain indices of the corpora's "
+            "ConcatDataset; give that corpus plain batches (Packing without a capacity "
+            'schedule, oversize="drop" or "error"), or train it in a sampler of its own'
+        )
 
 
 class _FreshStream:
@@ -231,7 +246,7 @@ class _FreshStream:
         while self.starts[-1] <= position:
             cycle = len(self.orders)
             epoch = self.first_epoch + cycle
-            plan, order = _epoch_plan(self.name, self.sub, epoch)
+            plan, order = self.sub.epoch_plan(epoch)
             if len(plan) == 0:
                 raise ValueError(
                     f"corpus {self.name!r} has an epoch with no batches (its sampler's epoch "
@@ -246,7 +261,7 @@ class _FreshStream:
         cycle = bisect.bisect_right(self.starts, position) - 1
         plan = self.plans.get(cycle)
         if plan is None:
-            plan, _ = _epoch_plan(self.name, self.sub, self.first_epoch + cycle)
+            plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
             self._keep(cycle, plan)
         b = int(self.orders[cycle][position - self.starts[cycle]])
         return plan.indices[plan.offsets[b] : plan.offsets[b + 1]]
@@ -288,7 +303,7 @@ class _FixedStream:
         self.name = name
         self.sub = sub
         self.start = start
-        self.plan, self.order = _epoch_plan(name, sub, 0)
+        self.plan, self.order = sub.epoch_plan(0)
         self.length = len(self.plan)
         if self.length == 0:
             raise ValueError(
@@ -635,7 +650,10 @@ class MixtureSampler(Resumable):
     Args:
         samplers: dict name → padless sampler over one corpus (any strategy), each built with
             ``world_size=1``; the mixture shards over ranks itself. Their ``rank`` and
-            ``drop_last`` are not used.
+            ``drop_last`` are not used. Refused when the mixture is built: a windowed or
+            histogram sampler, a warm-up (a setting that is a schedule of the step), and
+            batches that only ``spec.pieces(dataset)`` serves (split or truncated pieces,
+            Decomposition): a mixture yields plain indices of the corpora's ConcatDataset.
         temperature: T > 0, or ``float('inf')`` for uniform; with ``weights``, applied to them
             (``p ∝ (w / Σw)^(1/T)``; uniform over the corpora of positive weight for ``inf``).
         weights: dict name → weight, or a sequence in the samplers' order; each a number or a
@@ -697,8 +715,11 @@ class MixtureSampler(Resumable):
                 )
             if not isinstance(sub, PlanSampler):
                 raise TypeError(
-                    f"samplers[{name!r}] must be a padless sampler (a PlanSampler), "
-                    f"got {type(sub).__name__}"
+                    f"samplers[{name!r}] must be a padless sampler over one corpus (a "
+                    f"PlanSampler: PlanSampler(lengths, spec) or a shortcut such as "
+                    f"TokenBudgetSampler), got {type(sub).__name__}; a MixtureSampler mixes "
+                    "plans of sequences (an LMStream, a StreamBatcher or another mixture is "
+                    "not a corpus of one)"
                 )
             if sub.world_size != 1:
                 raise ValueError(
@@ -710,6 +731,7 @@ class MixtureSampler(Resumable):
                     f"samplers[{name!r}] has an empty corpus; every corpus needs at least one "
                     "sequence"
                 )
+            _check_corpus(name, sub)
         self.unit = check_choice("unit", unit, UNITS)
         self.draw = check_choice("draw", draw, DRAWS)
         self.names: tuple[str, ...] = tuple(samplers)

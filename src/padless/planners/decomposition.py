@@ -303,6 +303,9 @@ class Decomposition(Spec):
             "whole epoch, which windows plan one at a time"
         )
 
+    def needs_pieces(self, sizes: np.ndarray) -> str | None:
+        return "Decomposition yields the codes of power-of-two pieces of each document"
+
     def collate_form(self) -> CollateForm:
         """Dense blocks: ``collate_padded`` with nothing to pad, refusing unequal lengths."""
         return CollateForm(equal_lengths=True)

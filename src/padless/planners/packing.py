@@ -1001,6 +1001,17 @@ class Packing(Spec):
             )
         return self
 
+    def needs_pieces(self, sizes: np.ndarray) -> str | None:
+        if self.capacity_schedule is not None:
+            return f"capacity={self.capacity!r:.60} (a warm-up) yields codes tagged per step"
+        longest = int(sizes.max()) if sizes.size else 0
+        if self.oversize in ("split", "truncate") and longest > self.row_capacity:
+            return (
+                f'oversize="{self.oversize}" cuts sequences longer than capacity='
+                f"{self.row_capacity} (the longest here has {longest} tokens) into pieces"
+            )
+        return None
+
     def step_form(self, planner: Planner) -> StepForm | None:
         """With a capacity schedule, :class:`CapacitySteps`: each batch at its step's capacity."""
         if self.capacity_schedule is None:

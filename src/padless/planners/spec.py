@@ -335,6 +335,14 @@ class Spec:
         is delivered as planned, whatever its step."""
         return None
 
+    def needs_pieces(self, sizes: np.ndarray) -> str | None:
+        """Why a sampler of this spec over sequences of ``sizes`` yields values that only
+        ``spec.pieces(dataset)`` serves (piece codes, truncated sequences, a warm-up's tagged
+        codes), or None: its values are plain dataset indices, served by any dataset of the
+        sequences. A consumer that can only index the sequences refuses the first kind when it
+        is built."""
+        return None
+
     def collate_form(self) -> CollateForm:
         """How this strategy's batches are collated (padded to ``pad_to_multiple_of``)."""
         return CollateForm(multiple_of=int(getattr(self, "pad_to_multiple_of", 1)))
