@@ -340,3 +340,30 @@ def test_a_mixture_refuses_a_pending_skip_across_a_change_of_weights():
         other.load_state_dict(state)
     behind = dict(state, skips=[[0, 0, 1]])  # a skip behind the position goes with it
     other.load_state_dict(behind)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_the_tail_counts_follow_an_elastic_resume_and_skips(drop_last, data):
+    """``repeated`` / ``dropped`` count what the ranks actually get, after an elastic resume
+    and with skips (they counted the epoch from 0 at the current world size before)."""
+    world, wider = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 5))
+    s = _token_budget(world_size=world, drop_last=drop_last)
+    total = len(s.epoch_plan(0)[0])
+    step = data.draw(st.integers(0, len(s)))
+    if data.draw(st.booleans()):
+        s.skip(steps=(len(s) // 2, len(s) // 2 + 2))
+    it = iter(s)
+    for _ in range(step):
+        next(it)
+    state = s.state_dict(consumed=step)
+    ranks = [_token_budget(world_size=wider, rank=r, drop_last=drop_last) for r in range(wider)]
+    for r in ranks:
+        r.load_state_dict(state)
+    got = sum(len(list(r)) for r in ranks)
+    at = state["position"]
+    skipped = sum(max(0, min(hi, total) - max(lo, at)) for _, lo, hi in state.get("skips", []))
+    left = max(total - at, 0) - skipped
+    assert got == left + ranks[0].repeated - max(at - total, 0) - ranks[0].dropped
+    assert ranks[0].repeated < max(world, wider) and ranks[0].dropped < wider

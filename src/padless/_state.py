@@ -387,13 +387,27 @@ class Resumable:
 
     @property
     def repeated(self) -> int:
-        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch)."""
-        return tail_counts(self._total(), self.world_size, self.drop_last)[0]
+        """Batch slots filled with repeats of the epoch's first batches (all ranks, this epoch,
+        as it runs: from a loaded position at this world size, its skips left out)."""
+        return self._tail()[0]
 
     @property
     def dropped(self) -> int:
-        """Batches left out by ``drop_last=True`` (all ranks, this epoch)."""
-        return tail_counts(self._total(), self.world_size, self.drop_last)[1]
+        """Batches left out by ``drop_last=True`` (all ranks, this epoch, as it runs)."""
+        return self._tail()[1]
+
+    def _tail(self) -> tuple[int, int]:
+        """``(repeated, dropped)`` of the current epoch: :func:`tail_counts` of the positions
+        left from where its iteration starts (a loaded state's position, until the next epoch;
+        skipped ones not counted), plus
+        the repeats an earlier part at a wider world size already ran into."""
+        total = self._total()
+        start = self._start if self._pending is None else self._pending
+        kept = max(total - start, 0) - (
+            self._skipped_before(self.epoch, total) - self._skipped_before(self.epoch, start)
+        )
+        repeated, dropped = tail_counts(kept, self.world_size, self.drop_last)
+        return repeated + max(start - total, 0), dropped
 
     def _finished_at(self, position: int) -> bool:
         """Whether an iteration of the current epoch from ``position`` yields nothing."""
