@@ -339,8 +339,9 @@ class Spec:
         """Why a sampler of this spec over sequences of ``sizes`` yields values that only
         ``spec.pieces(dataset)`` serves (piece codes, truncated sequences, a warm-up's tagged
         codes), or None: its values are plain dataset indices, served by any dataset of the
-        sequences. A consumer that can only index the sequences refuses the first kind when it
-        is built."""
+        sequences. Empty ``sizes`` ask what holds whatever the lengths (a consumer that serves
+        split pieces itself asks that). A consumer that can only index the sequences refuses
+        the first kind when it is built."""
         return None
 
     def collate_form(self) -> CollateForm:

@@ -22,7 +22,7 @@ import torch
 from .. import _kernels as K
 from .._check import check_bool, check_choice, check_int64
 from ..planners.shapes import shape_for
-from ..planners.spec import CollateForm
+from ..planners.spec import CollateForm, Spec
 from ..tokens import open_tokens
 from ._collate import form_of
 from ._loaders import _pinned_memory_available
@@ -147,6 +147,23 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "plan must be a padless sampler or spec (e.g. the PackingSampler that plans "
                 f"these batches), or None, got {type(plan).__name__}"
             )
+        if plan is not None and not isinstance(plan, Spec) and not hasattr(plan, "lengths"):
+            raise TypeError(
+                f"plan must be a sampler of item indices (a PlanSampler over this file's "
+                f"lengths) or a spec, got {type(plan).__name__}, which yields the items "
+                "themselves, not indices into a token file: serve its batches with its own "
+                "collate (padless.torch.collate_for(batcher))"
+            )
+        spec = getattr(plan, "spec", plan)
+        # what the plan yields beyond plain indices and split pieces, whatever the lengths
+        why = spec.needs_pieces(np.zeros(0, dtype=np.int64)) if isinstance(spec, Spec) else None
+        if why is not None:
+            raise ValueError(
+                f"plan {spec.describe()} cannot be served by TokenDataset: {why}, which only "
+                "spec.pieces(dataset) serves; TokenDataset serves plain items and split pieces "
+                "(serve a dataset of the items through sampler.pieces(dataset) and "
+                "padless.torch.collate_for(sampler))"
+            )
         if form.capacities is not None:
             raise ValueError(
                 f"plan must pack rows of one field here: TokenDataset serves one token file, "
@@ -162,7 +179,6 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             )
         self.form = form
         # pieces of longer items are codes >= N only where the plan splits them
-        spec = getattr(plan, "spec", plan)
         self._oversize = str(getattr(spec, "oversize", "split")) if form.packed else "split"
         self.out_dtype = check_choice("out_dtype", out_dtype, tuple(_OUT_DTYPES))
         self._torch_dtype, self._np_dtype = _OUT_DTYPES[self.out_dtype]
