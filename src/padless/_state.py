@@ -179,7 +179,8 @@ class Resumable:
         at any world size). Positions are below :meth:`_total`."""
         return None
 
-    # settings changes that a pending skip can cross (see :meth:`_fold_skips`)
+    # whether a skip still ahead of a state's position can cross a change of settings (the
+    # change leaves its batches' sequences out of the rest; see :meth:`_pending_skips`)
     _skips_cross_changes = False
 
     # ------------------------------------------------------------------ iteration
@@ -399,8 +400,8 @@ class Resumable:
     def _tail(self) -> tuple[int, int]:
         """``(repeated, dropped)`` of the current epoch: :func:`tail_counts` of the positions
         left from where its iteration starts (a loaded state's position, until the next epoch;
-        skipped ones not counted), plus
-        the repeats an earlier part at a wider world size already ran into."""
+        skipped ones not counted), plus the repeats an earlier part at a wider world size
+        already ran into."""
         total = self._total()
         start = self._start if self._pending is None else self._pending
         kept = max(total - start, 0) - (
