@@ -427,9 +427,11 @@ class IndexedDataset:
 
     @property
     def tokens(self) -> np.ndarray:
-        """The whole ``.bin`` as a 1-D read-only memory map of ``dtype`` (mapped on first use)."""
+        """The whole ``.bin`` as a 1-D read-only memory map of ``dtype`` (mapped on first use,
+        once the ``.bin`` is checked not to have shrunk since it was opened)."""
         self._servable()
         if self._tokens is None:
+            self._bin.check()
             count = self._bin_size // self.dtype.itemsize
             self._tokens = _map(self._bin.file, self.dtype, 0, count)
         return self._tokens
