@@ -14,7 +14,8 @@ when it is smaller).
 - It cannot tell: a same-size rewrite in place that leaves the ctime as it was (a coarse clock,
   a file system without ctime) and every sampled block unchanged; it also takes a change of
   metadata alone (``chmod``, ``chown``, a rename, a new hard link: the ctime moves) or a copy of
-  the folder to a new place (new inodes) for a change, and recomputes once.
+  the folder to a new place (new inodes) for a change, and recomputes once; and the same file
+  seen through mounts with other device numbers (NFS or Lustre clients) for another file.
 
 **Shrink watch** (:class:`Watch`): a file kept open beside its memory maps. Reading a map past
 the end of a file that was cut after it was mapped reads zeros inside the last page and raises
