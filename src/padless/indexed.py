@@ -124,7 +124,8 @@ def _fairseq_arrays_misfit(
     """What breaks fairseq's invariants in these arrays, or None: the pointers start at 0,
     lie in the ``.bin``, are multiples of the itemsize and never decrease; each size is
     non-negative and its sequence ends at or before the next pointer, the last one exactly at
-    the ``.bin``'s size. One pass in chunks of ``CHUNK`` entries, bounded memory."""
+    the ``.bin``'s size. One pass in chunks of ``CHUNK`` entries (a few reductions each; the
+    rules one by one only in a chunk that breaks one), bounded memory."""
     count = len(sizes)
     if count == 0:
         if bin_size:
@@ -140,40 +141,19 @@ def _fairseq_arrays_misfit(
         )
     last_ptr = last_end = 0  # of the sequence before the chunk
     for s0 in range(0, count, CHUNK):
-        size = np.asarray(sizes[s0 : s0 + CHUNK], np.int64)
-        ptr = np.asarray(pointers[s0 : s0 + CHUNK], np.int64)
-        bad = np.flatnonzero(size < 0)
-        if bad.size:
-            return f"fairseq: sequence {s0 + int(bad[0])} has the negative size {size[bad[0]]}"
-        bad = np.flatnonzero((ptr < 0) | (ptr > bin_size))
-        if bad.size:
-            return (
-                f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, outside the .bin "
-                f"({bin_size} bytes)"
-            )
-        bad = np.flatnonzero(ptr % itemsize)
-        if bad.size:
-            return (
-                f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, not a multiple of "
-                f"{itemsize} (the itemsize)"
-            )
-        before = np.concatenate(([last_ptr], ptr[:-1]))
-        bad = np.flatnonzero(ptr < before)
-        if bad.size:
-            i = s0 + int(bad[0])
-            return (
-                f"fairseq: pointer {i} is {ptr[bad[0]]}, below pointer {i - 1} = "
-                f"{before[bad[0]]} (a fairseq index's pointers never decrease)"
-            )
-        ends = ptr + size * itemsize  # no overflow: pointers are inside the .bin
-        ended = np.concatenate(([last_end], ends[:-1]))
-        bad = np.flatnonzero(ended > ptr)
-        if bad.size:
-            i = s0 + int(bad[0])
-            return (
-                f"fairseq: sequence {i - 1} ends at {ended[bad[0]]}, past the next sequence's "
-                f"pointer {ptr[bad[0]]} (its size does not fit its pointers)"
-            )
+        size = np.asarray(sizes[s0 : s0 + CHUNK])
+        ptr = np.asarray(pointers[s0 : s0 + CHUNK])
+        ends = np.multiply(size, itemsize, dtype=np.int64)
+        ends += ptr  # may wrap only for a pointer past the .bin, refused by ptr.max()
+        if not (
+            int(size.min()) >= 0
+            and int(ptr.min()) >= 0
+            and int(ptr.max()) <= bin_size
+            and not int(np.bitwise_or.reduce(ptr)) % itemsize
+            and int(ptr[0]) >= last_end
+            and not np.less(ptr[1:], ends[:-1]).any()
+        ):
+            return _fairseq_chunk_misfit(size, ptr, s0, itemsize, bin_size, last_ptr, last_end)
         last_ptr, last_end = int(ptr[-1]), int(ends[-1])
     if last_end != bin_size:
         return (
@@ -181,6 +161,49 @@ def _fairseq_arrays_misfit(
             "bytes (a fairseq index's sequences end at the .bin's size)"
         )
     return None
+
+
+def _fairseq_chunk_misfit(
+    size: np.ndarray,
+    ptr: np.ndarray,
+    s0: int,
+    itemsize: int,
+    bin_size: int,
+    last_ptr: int,
+    last_end: int,
+) -> str:
+    """The first of fairseq's rules that the chunk of entries from ``s0`` breaks (it breaks
+    one), after the pointer ``last_ptr`` whose sequence ended at ``last_end``."""
+    size, ptr = size.astype(np.int64), ptr.astype(np.int64)
+    bad = np.flatnonzero(size < 0)
+    if bad.size:
+        return f"fairseq: sequence {s0 + int(bad[0])} has the negative size {size[bad[0]]}"
+    bad = np.flatnonzero((ptr < 0) | (ptr > bin_size))
+    if bad.size:
+        return (
+            f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, outside the .bin "
+            f"({bin_size} bytes)"
+        )
+    bad = np.flatnonzero(ptr % itemsize)
+    if bad.size:
+        return (
+            f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, not a multiple of "
+            f"{itemsize} (the itemsize)"
+        )
+    before = np.concatenate(([last_ptr], ptr[:-1]))
+    bad = np.flatnonzero(ptr < before)
+    if bad.size:
+        i = s0 + int(bad[0])
+        return (
+            f"fairseq: pointer {i} is {ptr[bad[0]]}, below pointer {i - 1} = "
+            f"{before[bad[0]]} (a fairseq index's pointers never decrease)"
+        )
+    ended = np.concatenate(([last_end], ptr[:-1] + size[:-1] * itemsize))
+    k = int(np.argmax(ended > ptr))  # the rule left: one sequence runs past the next pointer
+    return (
+        f"fairseq: sequence {s0 + k - 1} ends at {ended[k]}, past the next sequence's "
+        f"pointer {ptr[k]} (its size does not fit its pointers)"
+    )
 
 
 class IndexedDataset:
@@ -214,8 +237,8 @@ class IndexedDataset:
     arrays, O(1) time and memory; a fairseq index adds one bounded-memory pass over its sizes
     and pointers (12 bytes per sequence), which is how its format is told; with
     ``documents=True`` one bounded-memory pass over the sequence lengths, pointers and document
-    index computes the documents' lengths and checks the index. Serving adds two ``os.fstat``
-    per call (about 1 µs). Pickles as its paths and settings and opens the files again when
+    index computes the documents' lengths and checks the index. Serving adds two ``os.lseek``
+    per call (about 1 µs in all). Pickles as its paths and settings and opens the files again when
     unpickled (DataLoader workers).
 
     >>> import os, tempfile
@@ -361,7 +384,7 @@ class IndexedDataset:
         file = self._idx.file
         sizes = _map(file, "<i4", FAIRSEQ_HEADER, count)
         pointers = _map(file, "<i8", FAIRSEQ_HEADER + 4 * count, count)
-        return _fairseq_arrays_misfit(sizes, pointers, FAIRSEQ_CODES[code].itemsize, self._bin.size)
+        return _fairseq_arrays_misfit(sizes, pointers, FAIRSEQ_CODES[code].itemsize, self._bin_size)
 
     def _document_lengths(self) -> np.ndarray:
         """Documents' token counts, checking the document index, in bounded memory."""
@@ -456,7 +479,7 @@ class IndexedDataset:
         Item ``i`` is ``tokens[starts[i] : starts[i] + lengths[i]]``. Checks that neither file
         shrank since it was opened and, for these items only, that each pointer is a multiple
         of the itemsize and that the item lies inside the ``.bin`` (ValueError naming the
-        file, or the first bad item). Cost: O(len(items)) and two ``os.fstat`` (about 1 µs).
+        file, or the first bad item). Cost: O(len(items)) and two ``os.lseek`` (about 1 µs).
         """
         self._servable()
         self._idx.check()
@@ -512,10 +535,21 @@ class IndexedDataset:
         per sequence from the map, bounded memory, nothing kept); nothing on later calls.
         """
         if not self._checked:
+            size = self.dtype.itemsize
             for s0 in range(0, self.num_sequences, CHUNK):
-                lens = np.asarray(self.sequence_lengths[s0 : s0 + CHUNK], np.int64)
-                ptr = np.asarray(self.pointers[s0 : s0 + CHUNK], np.int64)
-                self._check_spans(ptr, lens, "sequence", s0)
+                lens = np.asarray(self.sequence_lengths[s0 : s0 + CHUNK])
+                ptr = np.asarray(self.pointers[s0 : s0 + CHUNK])
+                # a few reductions over the chunk; the masks only to name a bad sequence
+                ends = np.multiply(lens, size, dtype=np.int64)
+                ends += ptr  # may wrap only for a pointer past the .bin, refused by ptr.max()
+                if (
+                    int(lens.min()) < 0
+                    or int(ptr.min()) < 0
+                    or int(ptr.max()) > self._bin_size
+                    or int(np.bitwise_or.reduce(ptr)) % size
+                    or int(ends.max()) > self._bin_size
+                ):
+                    self._check_spans(ptr.astype(np.int64), lens.astype(np.int64), "sequence", s0)
             self._checked = True
         if self.documents and self.lengths.size and int(self.lengths.max()) > MAX_SEQUENCE:
             at = int(np.argmax(self.lengths))
