@@ -16,6 +16,10 @@ Every public callable of the modules in ``MODULES`` is either an entry here or l
 reason, in ``NOT_ATTACKED``; a new public callable fails ``test_every_public_entry_is_attacked``
 until it is added to one of them. Entries whose module needs a running Ray (``RAY_ENTRIES``) are
 attacked by tests/test_ray.py under its Ray fixture.
+
+Token files that lie (an index that fits neither layout, lengths outside the ``.bin``) and files
+that change under a reader (a stale offsets cache, a file cut while mapped) are attacked at the
+end, through every reader that takes them (issue 39).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import dataclasses
 import functools
 import importlib
 import math
+import os
+import shutil
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,6 +54,7 @@ import padless.memory
 import padless.mixing
 import padless.ray
 import padless.readers
+import padless.tokens
 import padless.torch
 import padless.windows
 from padless.mixing import MixtureSampler
@@ -1381,3 +1388,173 @@ def test_position_start_may_reach_but_not_pass_the_int64_end():
     assert out["position_ids"].max().item() == top and out["position_ids"].min().item() >= 0
     with pytest.raises(ValueError, match=r"position_start must be at most 9223372036854775804"):
         padless.torch.collate_packed(4, position_start=top - 2)
+
+
+# ------------------------------------------------------------------ hostile files (issue 39)
+# Token files that lie, and files that change under a reader: every reader that takes them
+# refuses with a ValueError naming the file and the rule (at open, or when it serves the items),
+# or gives the answer of the file as it is now; never another file's items, never zeros read
+# from a cut map.
+
+MAGIC = b"MMIDIDX\x00\x00"
+
+
+def _fairseq_idx(sizes: list[int], pointers: list[int]) -> bytes:
+    head = (
+        MAGIC
+        + np.array([1], "<u8").tobytes()
+        + bytes([8])
+        + np.array([len(sizes)], "<u8").tobytes()
+    )
+    return head + np.asarray(sizes, "<i4").tobytes() + np.asarray(pointers, "<i8").tobytes()
+
+
+def _megatron_idx(sizes: list[int], pointers: list[int], docs: list[int]) -> bytes:
+    counts = np.array([1], "<u8").tobytes() + bytes([8])
+    counts += np.array([len(sizes), len(docs)], "<u8").tobytes()
+    body = np.asarray(sizes, "<i4").tobytes() + np.asarray(pointers, "<i8").tobytes()
+    return MAGIC + counts + body + np.asarray(docs, "<i8").tobytes()
+
+
+def _lying_pair(tmp: Path, case: str) -> Path:
+    """The pair ``tmp/case.{idx,bin}`` of one hostile case (uint16 tokens)."""
+    prefix = tmp / case
+    if case == "megatron_cut_to_fairseq_size":
+        padless.write_indexed([list(range(1, 1 + int(k))) for k in L[:50]], prefix, dtype="uint16")
+        idx = Path(f"{prefix}.idx")
+        idx.write_bytes(idx.read_bytes()[: 26 + 12 * 50])
+        return prefix
+    idx, nbytes = {
+        "fairseq_pointers_decrease": (_fairseq_idx([2, 2, 2], [0, 8, 4]), 12),
+        "fairseq_pointer_misaligned": (_fairseq_idx([2, 2, 2], [0, 3, 8]), 12),
+        "fairseq_short_of_the_bin": (_fairseq_idx([2, 2, 2], [0, 4, 8]), 20),
+        "fairseq_overlapping": (_fairseq_idx([3, 2, 2], [0, 4, 8]), 12),
+        "megatron_negative_length": (_megatron_idx([3, -5, 1], [0, 6, 6], [0, 3]), 8),
+        "megatron_length_past_the_bin": (_megatron_idx([3, 2**30, 1], [0, 6, 10], [0, 3]), 12),
+        "megatron_document_count": (_megatron_idx([3, 2, 1], [0, 6, 10], [0, 1, 2]), 12),
+    }[case]
+    Path(f"{prefix}.idx").write_bytes(idx)
+    Path(f"{prefix}.bin").write_bytes(bytes(nbytes))
+    return prefix
+
+
+LYING = {
+    "megatron_cut_to_fairseq_size": "fits neither layout",
+    "fairseq_pointers_decrease": "never decrease",
+    "fairseq_pointer_misaligned": "not a multiple of 2",
+    "fairseq_short_of_the_bin": "the .bin holds 20 bytes",
+    "fairseq_overlapping": "past the next sequence's pointer",
+    "megatron_negative_length": "the negative length -5",
+    "megatron_length_past_the_bin": "length 1073741824",
+    "megatron_document_count": "end at S = 3",
+}
+
+
+def _serve_all(store: Any) -> None:
+    store.starts(np.arange(len(store)))
+
+
+READERS: dict[str, Callable[[Path], Any]] = {
+    "IndexedDataset": lambda p: _serve_all(padless.IndexedDataset(p)),
+    "open_tokens": lambda p: _serve_all(padless.tokens.open_tokens(p)),
+    "lengths_of": lambda p: padless.lengths_of(Path(f"{p}.idx")),
+    "lengths_from_file": lambda p: padless.readers.lengths_from_file(Path(f"{p}.bin")),
+    "TokenDataset": lambda p: (lambda d: d.__getitems__(list(range(len(d)))))(
+        padless.torch.TokenDataset(p)
+    ),
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+@pytest.mark.parametrize("case", list(LYING))
+def test_a_lying_index_is_refused_by_every_reader(tmp_path, case, reader):
+    prefix = _lying_pair(tmp_path, case)
+    with pytest.raises(ValueError) as info:
+        READERS[reader](prefix)
+    text = str(info.value)
+    assert f"{case}.idx" in text and LYING[case] in text, text
+
+
+def _raw(tmp: Path, docs: int = 300) -> tuple[Path, np.ndarray]:
+    rng = np.random.default_rng(39)
+    tokens = np.concatenate([[*rng.integers(1, 500, int(k)), 0] for k in L[:docs] % 19 + 1])
+    path = tmp / "raw.bin"
+    tokens.astype(np.uint16).tofile(path)
+    return path, tokens.astype(np.uint16)
+
+
+RAW_READERS: dict[str, Callable[[Path], np.ndarray]] = {
+    "RawTokens": lambda p: padless.RawTokens(p, dtype="uint16", eos=0).lengths,
+    "open_tokens": lambda p: padless.tokens.open_tokens(p, dtype="uint16", eos=0).lengths,
+    "lengths_from_file": lambda p: padless.readers.lengths_from_file(p, dtype="uint16", eos=0),
+    "TokenDataset": lambda p: padless.torch.TokenDataset(p, dtype="uint16", eos=0).store.lengths,
+}
+
+
+def _merge_unsampled(tokens: np.ndarray) -> np.ndarray:
+    """The tokens with one eos gone, at an end the old 64-end spot check never looked at."""
+    ends = np.flatnonzero(tokens == 0)[:-1] + 1
+    picks = set(np.unique(np.linspace(0, ends.size - 1, 64).astype(np.int64)).tolist())
+    at = int(ends[next(i for i in range(ends.size) if i not in picks)])
+    changed = tokens.copy()
+    changed[at - 1] = 7
+    return changed
+
+
+def _put_back_mtime(path: Path, stamp: os.stat_result) -> None:
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+@pytest.mark.parametrize("reader", list(RAW_READERS))
+@pytest.mark.parametrize("change", ["cp -p", "in place, same inode and ctime"])
+def test_a_stale_offsets_cache_is_never_served(tmp_path, monkeypatch, change, reader):
+    """The file is replaced by one of the same size with its mtime put back (``cp -p``), or
+    rewritten in place where the clock did not move the ctime (simulated): every reader gives
+    the file's documents as they are now, not the cached ones."""
+    import padless._files as files
+
+    path, tokens = _raw(tmp_path)
+    want = RAW_READERS[reader](path).tolist()  # writes the cache
+    changed = _merge_unsampled(tokens)
+    before = path.stat()
+    if change == "cp -p":
+        source = tmp_path / "new.bin"
+        changed.tofile(source)
+        _put_back_mtime(source, before)
+        shutil.copy2(source, path)
+    else:
+        real = files.stamp_of
+        monkeypatch.setattr(files, "stamp_of", lambda st: real(st)._replace(ctime_ns=0))
+        RAW_READERS[reader](path)  # the cache again, its record without ctime
+        with open(path, "r+b") as fh:
+            fh.write(changed.tobytes())
+        _put_back_mtime(path, before)
+    assert path.stat().st_size == before.st_size and path.stat().st_ino == before.st_ino
+    got = RAW_READERS[reader](path).tolist()
+    assert len(got) == len(want) - 1 and sum(got) == sum(want)
+
+
+SERVERS: dict[str, Callable[[Any], Any]] = {
+    "item": lambda store: store[len(store) - 1],
+    "starts": lambda store: store.starts(np.arange(len(store))),
+    "TokenDataset batch": lambda store: padless.torch.TokenDataset(store).__getitems__([0]),
+}
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+@pytest.mark.parametrize("cut", ["raw.bin", "pair.bin", "pair.idx"])
+def test_a_file_cut_under_its_store_is_refused_when_served(tmp_path, cut, server):
+    """A file cut after it was opened (a writer rewriting it in place): the next item or batch
+    is a ValueError naming it, the size it had and the size it has."""
+    path, tokens = _raw(tmp_path)
+    pair = tmp_path / "pair"
+    docs = np.split(tokens, np.flatnonzero(tokens == 0)[:-1] + 1)
+    indexed = padless.write_indexed(docs, pair, dtype="uint16")
+    store = padless.RawTokens(path, dtype="uint16", eos=0) if cut == "raw.bin" else indexed
+    victim = tmp_path / cut
+    had = victim.stat().st_size
+    os.truncate(victim, had - 2)
+    with pytest.raises(ValueError, match="shrank") as info:
+        SERVERS[server](store)
+    assert cut in str(info.value) and f"held {had} bytes" in str(info.value)
+    assert f"holds {had - 2} now" in str(info.value)

@@ -141,11 +141,14 @@ def test_open_maps_and_reads_nothing(tmp_path: Path) -> None:
     assert isinstance(ds.document_index, np.memmap) and isinstance(ds.tokens, np.memmap)
     assert ds.lengths is ds.sequence_lengths and not ds.lengths.flags.writeable
     # an index of 10**7 sequences whose arrays are never written (a sparse file) opens at once:
-    # its last sequence's end is checked, nothing else is read
+    # the document index's first and last entries and the last sequence's end are checked,
+    # nothing else is read
     n = 10**7
     with open(tmp_path / "big.idx", "wb") as f:
         f.write(MAGIC + struct.pack("<QBQQ", 1, 8, n, n + 1))
-        f.truncate(34 + 20 * n + 8)
+        f.truncate(34 + 20 * n)
+        f.seek(34 + 20 * n)
+        f.write(struct.pack("<q", n))  # the document index ends at S
     (tmp_path / "big.bin").write_bytes(b"")
     big = IndexedDataset(tmp_path / "big")
     assert len(big) == n and big.sequence_lengths.offset == 34
@@ -211,7 +214,7 @@ def test_hostile_arrays(tmp_path: Path) -> None:
     assert IndexedDataset(
         pair(tmp_path, megatron_bytes([1, 1], [0, 4], [0, 1, 2]), bytes(8)), documents=True
     )[1].tolist() == [0]
-    assert "no documents" in hostile(tmp_path, fairseq_bytes([1], [0]), documents=True)
+    assert "no documents" in hostile(tmp_path, fairseq_bytes([1], [0]), bytes(2), documents=True)
     floats = pair(tmp_path, megatron_bytes([2], [0], [0, 1], code=7), bytes(8), "f")
     ds = IndexedDataset(floats)
     assert ds.lengths.tolist() == [2] and ds.dtype == np.float32
@@ -342,3 +345,142 @@ def test_chunked_passes_match_whole_arrays(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "c.idx").write_bytes(bytes(idx))
     with pytest.raises(ValueError, match=f"sequence {inner} does not follow"):
         IndexedDataset(tmp_path / "c", documents=True)
+
+
+# --------------------------------------------------------------------------- issue 39
+
+
+def _megatron_corpus(tmp_path: Path, n: int = 1000) -> tuple[Path, np.ndarray]:
+    rng = np.random.default_rng(39)
+    docs = [rng.integers(1, 60_000, int(k), dtype=np.uint16) for k in rng.integers(1, 60, n)]
+    write_indexed(docs, tmp_path / "c", dtype="uint16")
+    return tmp_path / "c", np.array([len(d) for d in docs])
+
+
+def test_a_truncated_megatron_index_is_not_read_as_fairseq(tmp_path: Path) -> None:
+    """Issue 39.1: a Megatron .idx cut to exactly 26 + 12*S bytes fits fairseq's size; its
+    content does not (its first pointer is two lengths, its pointers do not end at the .bin's
+    size), so it is refused naming both layouts, by every reader."""
+    from padless import lengths_of
+    from padless.tokens import open_tokens
+
+    prefix, true = _megatron_corpus(tmp_path)
+    idx = tmp_path / "c.idx"
+    idx.write_bytes(idx.read_bytes()[: 26 + 12 * len(true)])
+    for read in (IndexedDataset, open_tokens, lambda p: lengths_of(Path(f"{p}.idx"))):
+        with pytest.raises(ValueError, match=r"fits neither layout.*Megatron.*fairseq") as info:
+            read(prefix)
+        assert "c.idx" in str(info.value) and "first pointer" in str(info.value)
+
+
+def _fairseq(tmp_path: Path, sizes, pointers, nbytes: int, name: str = "f") -> Path:
+    return pair(tmp_path, fairseq_bytes(sizes, pointers), bytes(nbytes), name)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "pointers", "nbytes", "rule"),
+    [
+        ([2, 2, 2], [0, 4, 8], 12, None),  # valid: contiguous, ends at the .bin's end
+        ([2, 1, 2], [0, 4, 8], 12, None),  # a gap between sequences: still ordered
+        ([2, 2, 2], [0, 8, 4], 12, "decrease"),
+        ([2, 2, 2], [0, 3, 8], 12, "multiple of 2"),
+        ([2, 2, 2], [0, 4, 8], 14, "the .bin holds 14 bytes"),
+        ([2, 2, 2], [4, 8, 12], 16, "first pointer"),
+        ([3, 2, 2], [0, 4, 8], 12, "past the next sequence's pointer"),
+        ([2, -2, 2], [0, 4, 8], 12, "negative"),
+        ([2, 2, 2], [0, 4, 2**40], 12, "outside the .bin"),
+        ([], [], 4, "the .bin holds 4 bytes"),
+    ],
+)
+def test_fairseq_is_told_by_its_invariants(tmp_path: Path, sizes, pointers, nbytes, rule) -> None:
+    prefix = _fairseq(tmp_path, sizes, pointers, nbytes)
+    if rule is None:
+        ds = IndexedDataset(prefix)
+        assert ds.format == "fairseq" and ds.lengths.tolist() == sizes
+        return
+    with pytest.raises(ValueError, match=r"fits neither layout") as info:
+        IndexedDataset(prefix)
+    text = str(info.value)
+    assert rule in text and "Megatron needs" in text and "fairseq:" in text, text
+
+
+def test_fairseq_invariants_are_checked_across_chunks(tmp_path: Path, monkeypatch) -> None:
+    import padless.indexed as indexed
+
+    monkeypatch.setattr(indexed, "CHUNK", 3)
+    sizes = [2] * 10
+    pointers = [4 * i for i in range(10)]
+    assert IndexedDataset(_fairseq(tmp_path, sizes, pointers, 40)).format == "fairseq"
+    pointers[6] = pointers[5]  # sequence 5 runs past sequence 6's pointer, at a chunk boundary
+    with pytest.raises(ValueError, match="sequence 5 ends at 24, past the next"):
+        IndexedDataset(_fairseq(tmp_path, sizes, pointers, 40, "g"))
+
+
+def test_megatron_document_count_must_fit_the_sequences(tmp_path: Path) -> None:
+    tokens = bytes(20)
+    for docs, why in (([0, 1], "end at S = 2"), ([1, 2], "start at 0"), ([], "start at 0")):
+        p = pair(tmp_path, megatron_bytes([3, 2], [0, 6], docs), tokens, "d")
+        with pytest.raises(ValueError, match="fits neither layout") as info:
+            IndexedDataset(p)
+        assert why in str(info.value) and "fairseq needs" in str(info.value)
+
+
+def test_lengths_of_an_index_checks_what_it_returns(tmp_path: Path, monkeypatch) -> None:
+    """Issue 39.5: lengths_of(Path(".idx")) promises [0, 2**31) and sequences inside the .bin,
+    checked in chunks, without a copy (the result is still the .idx's memory map)."""
+    import padless.indexed as indexed
+    from padless import lengths_of
+    from padless.readers import lengths_from_file
+
+    monkeypatch.setattr(indexed, "CHUNK", 2)
+    good = pair(tmp_path, megatron_bytes([3, 2, 1], [0, 6, 10], [0, 3]), bytes(12), "ok")
+    lengths = lengths_of(Path(f"{good}.idx"))
+    assert isinstance(lengths, np.memmap) and lengths.tolist() == [3, 2, 1]
+    cases = {
+        "negative": (megatron_bytes([3, 2, -5, 1], [0, 6, 10, 10], [0, 4]), 12, "-5"),
+        "oversize": (megatron_bytes([3, 2**30, 1], [0, 6, 10], [0, 3]), 12, "1073741824"),
+        "misaligned": (megatron_bytes([1, 1, 1], [0, 3, 10], [0, 3]), 12, "multiple of 2"),
+    }
+    for name, (idx, nbytes, value) in cases.items():
+        p = pair(tmp_path, idx, bytes(nbytes), name)
+        with pytest.raises(ValueError, match="sequence") as info:
+            lengths_of(Path(f"{p}.idx"))
+        assert value in str(info.value) and f"{name}.idx" in str(info.value), name
+    docs = pair(tmp_path, megatron_bytes([3, 2**30, 1], [0, 6, 10], [0, 1, 2, 3]), bytes(12), "d")
+    with pytest.raises(ValueError, match="sequence 1 has pointer 6 and length 1073741824"):
+        lengths_from_file(Path(f"{docs}.idx"), documents=True)
+    # one document of two sequences of 2**30 tokens: 2**31, past lengths_of's range
+    huge = pair(tmp_path, megatron_bytes([2**30, 2**30], [0, 2**31], [0, 2]), b"", "huge")
+    os.truncate(f"{huge}.bin", 2**32)  # sparse: nothing is written, nothing is read
+    assert lengths_of(Path(f"{huge}.idx")).tolist() == [2**30, 2**30]
+    with pytest.raises(ValueError, match="document 0 holds 2147483648 tokens"):
+        lengths_from_file(Path(f"{huge}.idx"), documents=True)
+
+
+def _shrink_inside_last_page(path: Path) -> tuple[int, int]:
+    """Cut ``path`` to a size inside its last page (a map reads zeros there, no SIGBUS)."""
+    import mmap
+
+    size = path.stat().st_size
+    assert size % mmap.PAGESIZE >= 2, size
+    os.truncate(path, size - 2)
+    return size, size - 2
+
+
+def test_a_bin_or_idx_that_shrinks_after_open_is_refused_when_served(tmp_path: Path) -> None:
+    """Issue 39.4: a .bin or .idx cut after the pair was opened is noticed when an item is
+    served (reading the cut part would read zeros, or kill the process with SIGBUS)."""
+    import mmap
+
+    n = mmap.PAGESIZE  # a .bin of 3.5 pages, an .idx inside one page
+    docs = [np.arange(n // 4, dtype=np.uint16) for _ in range(7)]
+    for name in ("idx", "bin"):
+        prefix = tmp_path / name
+        ds = write_indexed(docs, prefix, dtype="uint16")
+        assert ds[6].tolist() == docs[6].tolist()
+        had, has = _shrink_inside_last_page(tmp_path / f"{name}.{name}")
+        for serve, item in ((ds.__getitem__, 6), (ds.starts, [0])):
+            with pytest.raises(ValueError, match="shrank") as info:
+                serve(item)
+            text = str(info.value)
+            assert f"{name}.{name}" in text and str(had) in text and str(has) in text

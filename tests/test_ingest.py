@@ -381,3 +381,104 @@ def test_raw_tokens_keep_offsets_in_memory_when_the_cache_cannot_be_written(tmp_
     store = RawTokens(tmp_path / "c.bin", dtype="uint16", eos=0)
     assert store.cache_path is None and store.lengths.tolist() == [3, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.bin", "c.bin.uint16.eos0.offsets.npy"]
+
+
+# --------------------------------------------------------------------------- issue 39
+
+
+def _unsampled_boundary(store: RawTokens) -> int:
+    """An inner document end that the old cache check (64 sampled ends) never looked at."""
+    inner = np.asarray(store.offsets[1:-1])
+    picks = set(np.unique(np.linspace(0, inner.size - 1, 64).astype(np.int64)).tolist())
+    return int(inner[next(i for i in range(inner.size) if i not in picks)])
+
+
+def _corpus(path, n=300):
+    rng = np.random.default_rng(39)
+    docs = [rng.integers(1, 500, int(k)).tolist() for k in rng.integers(1, 20, n)]
+    return write(path, docs, np.uint16, 0)
+
+
+def test_raw_tokens_cache_sees_a_replace_with_same_size_and_restored_mtime(tmp_path):
+    """Issue 39.2: `cp -p` (shutil.copy2) of a same-size file whose mtime is the old one over
+    the tokens: the cache was not older, 64 sampled ends still followed an eos, and the old
+    boundaries were served. The cache records the file's identity; the copy changes it."""
+    import shutil
+
+    path = tmp_path / "c.bin"
+    tokens = _corpus(path)
+    first = RawTokens(path, dtype="uint16", eos=0)
+    assert len(first) == 300
+    end = _unsampled_boundary(first)
+    changed = tokens.copy()
+    changed[end - 1] = 7  # two documents become one: the file has 299
+    source = tmp_path / "new.bin"
+    changed.tofile(source)
+    before = os.stat(path)
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    shutil.copy2(source, path)  # same inode, same size, the old mtime
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+    assert os.stat(path).st_ino == before.st_ino and os.stat(path).st_size == before.st_size
+    again = RawTokens(path, dtype="uint16", eos=0)
+    assert (
+        len(again) == 299 and again.lengths.tolist() == np.diff(K.eos_offsets(changed, 0)).tolist()
+    )
+    assert np.load(first.cache_path).tolist() == np.asarray(again.offsets).tolist()  # rewritten
+
+
+def test_raw_tokens_cache_sees_an_in_place_rewrite_by_its_sampled_hash(tmp_path, monkeypatch):
+    """A rewrite in place that leaves size, mtime, ctime and inode as they were (a coarse clock):
+    the digest of sampled blocks tells it."""
+    import padless._files as files
+
+    real = files.stamp_of
+    monkeypatch.setattr(files, "stamp_of", lambda st: real(st)._replace(ctime_ns=0))
+    path = tmp_path / "c.bin"
+    tokens = _corpus(path)
+    first = RawTokens(path, dtype="uint16", eos=0)
+    end = _unsampled_boundary(first)
+    before = os.stat(path)
+    with open(path, "r+b") as fh:
+        fh.seek(2 * (end - 1))
+        fh.write(np.array([7], np.uint16).tobytes())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert len(RawTokens(path, dtype="uint16", eos=0)) == 299
+    tokens[end - 1] = 7
+    tokens.tofile(path)  # once more, with the clock frozen: the new cache is reused as valid
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert isinstance(RawTokens(path, dtype="uint16", eos=0).offsets, np.memmap)
+
+
+def test_raw_tokens_never_trust_a_cache_without_identity(tmp_path):
+    """A cache of the old format (the offsets alone) is recomputed, however plausible."""
+    path = tmp_path / "c.bin"
+    _corpus(path)
+    store = RawTokens(path, dtype="uint16", eos=0)
+    cache = store.cache_path
+    merged = np.delete(np.asarray(store.offsets), 1 + 150)  # ends that all follow an eos
+    np.save(cache, merged)
+    os.utime(cache, ns=(2 * 10**18, 2 * 10**18))  # newer than the tokens
+    again = RawTokens(path, dtype="uint16", eos=0)
+    assert len(again) == 300 and again.cache_path == cache
+    assert np.load(cache).tolist() == np.asarray(store.offsets).tolist()  # rewritten
+    assert os.path.getsize(cache) > 128 + 8 * 301  # with the identity record after the offsets
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.bin", os.path.basename(cache)]
+
+
+def test_raw_tokens_that_shrink_after_open_are_refused_when_served(tmp_path):
+    import mmap
+
+    path = tmp_path / "c.bin"
+    page = mmap.PAGESIZE
+    tokens = np.ones(7 * page // 4, np.uint16)  # 3.5 pages
+    tokens[page // 4 :: page // 4] = 0
+    tokens.tofile(path)
+    store = RawTokens(path, dtype="uint16", eos=0, cache=False)
+    last = len(store) - 1
+    assert int(store[last][-1]) == 1
+    os.truncate(path, tokens.nbytes - 2)  # inside the last page: the map would read a zero
+    for serve in (lambda: store[last], lambda: store.starts([0])):
+        with pytest.raises(ValueError, match="shrank") as info:
+            serve()
+        text = str(info.value)
+        assert "c.bin" in text and str(tokens.nbytes) in text and str(tokens.nbytes - 2) in text

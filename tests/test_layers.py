@@ -25,7 +25,16 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "padless"
 # lowest first; a module belongs to the first layer with a pattern matching its dotted name
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("compiled", ("padless._core",)),  # the C++ kernels (csrc/): they import nothing of padless
-    ("checks", ("padless._check", "padless._splitmix", "padless._output", "padless._progress")),
+    (
+        "checks",
+        (
+            "padless._check",
+            "padless._splitmix",
+            "padless._output",
+            "padless._files",
+            "padless._progress",
+        ),
+    ),
     (
         "kernels",
         ("padless._kernels", "padless._kernels.*", "padless._rng", "padless._text_kernels"),

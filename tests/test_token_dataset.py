@@ -3,6 +3,7 @@ the plan's collate builds from the same items, for every strategy's form."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -176,3 +177,34 @@ def test_tokens_that_do_not_fit_int32_are_refused(tmp_path):
     assert (
         TokenDataset(path, dtype="uint32", eos=0).__getitems__([0])["input_ids"].max() == 2**31 + 5
     )
+
+
+@pytest.mark.parametrize("kind", ["indexed", "raw"])
+def test_a_token_file_that_shrinks_under_the_dataset_is_refused_per_batch(tmp_path, kind):
+    """Issue 39.4: the file's size is checked when a batch is served; a cut inside the last page
+    would otherwise be read as zeros (and a deeper one kill the process with SIGBUS)."""
+    import mmap
+
+    page = mmap.PAGESIZE
+    docs = [np.full(page // 4, 9, np.uint16) for _ in range(7)]  # 3.5 pages of tokens
+    for d in docs:
+        d[-1] = EOS
+    if kind == "indexed":
+        write_indexed(docs, tmp_path / "c", dtype="uint16")
+        path, dataset = tmp_path / "c.bin", TokenDataset(str(tmp_path / "c"))
+    else:
+        path = tmp_path / "c.bin"
+        np.concatenate(docs).tofile(path)
+        dataset = TokenDataset(path, dtype="uint16", eos=EOS)
+    sampler = padless.PackingSampler(dataset.store.lengths, capacity=page, seed=0)
+    packed = TokenDataset(dataset.store, plan=sampler)
+    assert dataset.__getitems__([6])["input_ids"][0, -1] == EOS
+    size = path.stat().st_size
+    os.truncate(path, size - 2)
+    for serve in (
+        lambda: dataset.__getitems__([6]),
+        lambda: packed.__getitems__([6, 0]),
+        lambda: dataset[6],
+    ):
+        with pytest.raises(ValueError, match=rf"c\.bin.*shrank.*{size}.*{size - 2}"):
+            serve()

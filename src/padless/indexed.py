@@ -14,8 +14,18 @@ The formats (little-endian, no padding):
 - fairseq: the same magic and version, u8 dtype code at 17, u64 N at 18, int32[N] sizes at 26 and
   int64[N] pointers; no document index. Size 26 + 12·N.
 
-The size of the ``.idx`` tells the two apart (the counts sit at the same offset 18, and the two
-sizes differ by at least 8 for any count). The ``.bin`` holds the token arrays back to back.
+The content of the ``.idx`` tells the two apart, never its size alone: a Megatron index cut to
+exactly 26 + 12·S bytes (an interrupted copy, a full disk) has fairseq's size. A file is read as
+Megatron when its size is 34 + 12·S + 8·D (+ S) and its document index starts at 0 and ends at S
+(Megatron's own reader asks the same); as fairseq when its size is 26 + 12·N and its pointers
+start at 0, never decrease, are multiples of the itemsize, each sequence ends at or before the
+next pointer and the last one exactly at the ``.bin``'s size (as fairseq's writer makes them;
+fairseq's memory-mapped layout has no dimension offsets, those are its older ``TNTIDX`` format's).
+A file that fits neither is refused naming both layouts and what each found; none fits both (the
+two sizes differ by at least 8 for any count). The ``.bin`` holds the token arrays back to back.
+
+Both files are kept open while the dataset lives (one descriptor each): every item or batch
+served first checks that neither shrank since it was opened (see :mod:`padless._files`).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import numpy as np
 
 from . import _kernels as K
 from ._check import check_bool
+from ._files import Watch
 from .readers import list_column
 
 __all__ = ["FORMATS", "IndexedDataset", "write_indexed"]
@@ -72,6 +83,11 @@ WRITE_BYTES = 8 << 20
 MAX_SEQUENCE = (1 << 31) - 1  # a sequence length is an int32
 
 
+def _unknown_code(code: int, fmt: str) -> str:
+    known = ", ".join(f"{k} {v.name}" for k, v in _TABLES[fmt].items())
+    return f"unknown dtype code {code} for the {fmt} table ({known})"
+
+
 def _paths(path: Any, what: str = "path") -> tuple[str, str]:
     """Return (``.idx``, ``.bin``) paths from a prefix or either file's path."""
     if not isinstance(path, (str, os.PathLike)):
@@ -94,11 +110,100 @@ def _empty(dtype: Any) -> np.ndarray:
     return out
 
 
-def _map(path: str, dtype: Any, offset: int, count: int) -> np.ndarray:
-    """A read-only memory map of ``count`` elements at ``offset`` (an empty array for 0)."""
+def _map(file: BinaryIO, dtype: Any, offset: int, count: int) -> np.ndarray:
+    """A read-only memory map of ``count`` elements at ``offset`` of the open ``file`` (its
+    path as the map's ``filename``; an empty array for 0)."""
     if count == 0:
         return _empty(dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
+    return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(count,))
+
+
+def _fairseq_arrays_misfit(
+    sizes: np.ndarray, pointers: np.ndarray, itemsize: int, bin_size: int
+) -> str | None:
+    """What breaks fairseq's invariants in these arrays, or None: the pointers start at 0,
+    lie in the ``.bin``, are multiples of the itemsize and never decrease; each size is
+    non-negative and its sequence ends at or before the next pointer, the last one exactly at
+    the ``.bin``'s size. One pass in chunks of ``CHUNK`` entries (a few reductions each; the
+    rules one by one only in a chunk that breaks one), bounded memory."""
+    count = len(sizes)
+    if count == 0:
+        if bin_size:
+            return (
+                f"fairseq: no sequences, but the .bin holds {bin_size} bytes (a fairseq index's "
+                "pointers end at the .bin's size)"
+            )
+        return None
+    if int(pointers[0]) != 0:
+        return (
+            f"fairseq: the first pointer is {int(pointers[0])}, not 0 (a fairseq index's "
+            "pointers start at 0)"
+        )
+    last_ptr = last_end = 0  # of the sequence before the chunk
+    for s0 in range(0, count, CHUNK):
+        size = np.asarray(sizes[s0 : s0 + CHUNK])
+        ptr = np.asarray(pointers[s0 : s0 + CHUNK])
+        ends = np.multiply(size, itemsize, dtype=np.int64)
+        ends += ptr  # may wrap only for a pointer past the .bin, refused by ptr.max()
+        if not (
+            int(size.min()) >= 0
+            and int(ptr.min()) >= 0
+            and int(ptr.max()) <= bin_size
+            and not int(np.bitwise_or.reduce(ptr)) % itemsize
+            and int(ptr[0]) >= last_end
+            and not np.less(ptr[1:], ends[:-1]).any()
+        ):
+            return _fairseq_chunk_misfit(size, ptr, s0, itemsize, bin_size, last_ptr, last_end)
+        last_ptr, last_end = int(ptr[-1]), int(ends[-1])
+    if last_end != bin_size:
+        return (
+            f"fairseq: the last sequence ends at byte {last_end}, but the .bin holds {bin_size} "
+            "bytes (a fairseq index's sequences end at the .bin's size)"
+        )
+    return None
+
+
+def _fairseq_chunk_misfit(
+    size: np.ndarray,
+    ptr: np.ndarray,
+    s0: int,
+    itemsize: int,
+    bin_size: int,
+    last_ptr: int,
+    last_end: int,
+) -> str:
+    """The first of fairseq's rules that the chunk of entries from ``s0`` breaks (it breaks
+    one), after the pointer ``last_ptr`` whose sequence ended at ``last_end``."""
+    size, ptr = size.astype(np.int64), ptr.astype(np.int64)
+    bad = np.flatnonzero(size < 0)
+    if bad.size:
+        return f"fairseq: sequence {s0 + int(bad[0])} has the negative size {size[bad[0]]}"
+    bad = np.flatnonzero((ptr < 0) | (ptr > bin_size))
+    if bad.size:
+        return (
+            f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, outside the .bin "
+            f"({bin_size} bytes)"
+        )
+    bad = np.flatnonzero(ptr % itemsize)
+    if bad.size:
+        return (
+            f"fairseq: pointer {s0 + int(bad[0])} is {ptr[bad[0]]}, not a multiple of "
+            f"{itemsize} (the itemsize)"
+        )
+    before = np.concatenate(([last_ptr], ptr[:-1]))
+    bad = np.flatnonzero(ptr < before)
+    if bad.size:
+        i = s0 + int(bad[0])
+        return (
+            f"fairseq: pointer {i} is {ptr[bad[0]]}, below pointer {i - 1} = "
+            f"{before[bad[0]]} (a fairseq index's pointers never decrease)"
+        )
+    ended = np.concatenate(([last_end], ptr[:-1] + size[:-1] * itemsize))
+    k = int(np.argmax(ended > ptr))  # the rule left: one sequence runs past the next pointer
+    return (
+        f"fairseq: sequence {s0 + k - 1} ends at {ended[k]}, past the next sequence's "
+        f"pointer {ptr[k]} (its size does not fit its pointers)"
+    )
 
 
 class IndexedDataset:
@@ -118,15 +223,23 @@ class IndexedDataset:
     int64), ``tokens`` (the ``.bin`` as ``dtype``, read-only), ``path`` (the ``.bin``),
     ``idx_path``, ``dtype``.
 
-    The header, the sizes of both files and the last sequence's end are checked when the pair
-    is opened; each item's pointer (aligned, inside the ``.bin``) is checked when the item is
-    served (:meth:`starts`, ``[i]``), so a hostile file is refused, never read out of bounds.
-    Float token dtypes open (their lengths can be planned) but refuse to serve tokens.
+    The format is told by the ``.idx``'s content when the pair is opened (see the module's
+    docstring: a file that fits neither layout is refused naming both and what each found),
+    with the sizes of both files and the last sequence's end; each item's pointer (aligned,
+    inside the ``.bin``) is checked when the item is served (:meth:`starts`, ``[i]``), every
+    one at once by :meth:`check`, so a hostile file is refused, never read out of bounds. Both
+    files stay open while the dataset lives, and each item or batch served first checks that
+    neither shrank since (a ``ValueError`` naming the file and both sizes, instead of zeros or
+    ``SIGBUS`` from the map; a cut between that check and the read cannot be seen). Float token
+    dtypes open (their lengths can be planned) but refuse to serve tokens.
 
-    Cost: opening reads 34 bytes and maps the arrays, O(1) time and memory; with
+    Cost: opening a Megatron index reads 34 bytes and two document-index entries and maps the
+    arrays, O(1) time and memory; a fairseq index adds one bounded-memory pass over its sizes
+    and pointers (12 bytes per sequence), which is how its format is told; with
     ``documents=True`` one bounded-memory pass over the sequence lengths, pointers and document
-    index computes the documents' lengths and checks the index. Pickles as its paths and
-    settings and maps the files again when unpickled (DataLoader workers).
+    index computes the documents' lengths and checks the index. Serving adds two ``os.lseek``
+    per call (about 1 µs in all). Pickles as its paths and settings and opens the files again when
+    unpickled (DataLoader workers).
 
     >>> import os, tempfile
     >>> prefix = os.path.join(tempfile.mkdtemp(), "corpus")
@@ -160,9 +273,10 @@ class IndexedDataset:
                     f"path of an indexed dataset: {name!r} is not a regular file (an indexed "
                     "dataset is a prefix.idx + prefix.bin pair)"
                 )
-        size = os.path.getsize(idx)
-        with open(idx, "rb") as f:
-            head = f.read(MEGATRON_HEADER)
+        self._idx = Watch(idx, "the index")
+        self._bin = Watch(self.path, "the token file")
+        size = self._idx.size
+        head = self._idx.read(0, MEGATRON_HEADER)
         if len(head) < FAIRSEQ_HEADER:
             if len(head) >= len(MAGIC) and head[: len(MAGIC)] != MAGIC:
                 raise self._fail(f"wrong magic {head[:9]!r}: expected {MAGIC!r}")
@@ -178,43 +292,39 @@ class IndexedDataset:
             raise self._fail(f"version {version}: only version {VERSION} is known")
         (code,) = struct.unpack_from("<B", head, 17)
         (count,) = struct.unpack_from("<Q", head, 18)
-        fairseq_size = FAIRSEQ_HEADER + 12 * count
         doc_len = struct.unpack_from("<Q", head, 26)[0] if len(head) >= MEGATRON_HEADER else None
-        megatron_size = None if doc_len is None else MEGATRON_HEADER + 12 * count + 8 * doc_len
-        if size == fairseq_size:
-            fmt, modes = "fairseq", False
-        elif megatron_size is not None and size in (megatron_size, megatron_size + count):
-            fmt, modes = "megatron", size != megatron_size
-        else:
-            megatron = (
-                f"Megatron needs 34 + 12*S + 8*D = {megatron_size} (S = {count}, D = {doc_len} "
-                f"from the header; {megatron_size + count} with multimodal modes)"
-                if megatron_size is not None
-                else "Megatron needs at least the 34-byte header"
-            )
+        self._bin_size = self._bin.size
+        why = {
+            "megatron": self._megatron_misfit(size, code, count, doc_len),
+            "fairseq": self._fairseq_misfit(size, code, count),
+        }
+        fits = [fmt for fmt, reason in why.items() if reason is None]
+        if len(fits) != 1:
+            found = "; ".join(reason or f"{fmt} fits" for fmt, reason in why.items())
             raise self._fail(
-                f"size {size} bytes fits neither layout: {megatron}; fairseq needs 26 + 12*N = "
-                f"{fairseq_size} (N = {count}); the file is truncated or not an index"
+                f"size {size} bytes, fits {'both layouts' if fits else 'neither layout'} "
+                f"({found}): the file is truncated, corrupt or not an index"
             )
-        table = _TABLES[fmt]
-        if code not in table:
-            known = ", ".join(f"{k} {v.name}" for k, v in table.items())
-            raise self._fail(f"unknown dtype code {code} for the {fmt} table ({known})")
+        fmt = fits[0]
         self.format = fmt
-        self.dtype: np.dtype[Any] = table[code]
+        self.dtype: np.dtype[Any] = _TABLES[fmt][code]
         self.num_sequences = int(count)
         base = MEGATRON_HEADER if fmt == "megatron" else FAIRSEQ_HEADER
-        self.sequence_lengths = _map(idx, "<i4", base, count)
-        self.pointers = _map(idx, "<i8", base + 4 * count, count)
+        file = self._idx.file
+        self.sequence_lengths = _map(file, "<i4", base, count)
+        self.pointers = _map(file, "<i8", base + 4 * count, count)
         if fmt == "megatron" and doc_len is not None:
-            self.num_documents: int | None = max(int(doc_len) - 1, 0)
-            self.document_index = _map(idx, "<i8", base + 12 * count, doc_len)
-            self.modes = _map(idx, "i1", base + 12 * count + 8 * doc_len, count) if modes else None
+            modes = size != MEGATRON_HEADER + 12 * count + 8 * doc_len
+            self.num_documents: int | None = int(doc_len) - 1
+            self.document_index = _map(file, "<i8", base + 12 * count, doc_len)
+            self.modes = _map(file, "i1", base + 12 * count + 8 * doc_len, count) if modes else None
         else:
             self.num_documents = None
-            self.document_index = _map(idx, "<i8", base, 0)
+            self.document_index = _map(file, "<i8", base, 0)
             self.modes = None
-        self._bin_size = os.path.getsize(self.path)
+        # fairseq's open checked every sequence; Megatron's are checked as they are served,
+        # or all at once by check()
+        self._checked = fmt == "fairseq"
         if count:
             end = int(self.pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
             if end > self._bin_size:
@@ -235,17 +345,51 @@ class IndexedDataset:
         else:
             self.lengths = self.sequence_lengths
 
+    def _megatron_misfit(self, size: int, code: int, count: int, doc_len: int | None) -> str | None:
+        """Why the file is not a Megatron index, or None: its size is 34 + 12*S + 8*D (+ S
+        with modes), its dtype code Megatron's, its document index from 0 to S. Cost: O(1)."""
+        if doc_len is None:
+            return f"Megatron needs at least the {MEGATRON_HEADER}-byte header"
+        need = MEGATRON_HEADER + 12 * count + 8 * doc_len
+        if size not in (need, need + count):
+            return (
+                f"Megatron needs 34 + 12*S + 8*D = {need} bytes (S = {count}, D = {doc_len} "
+                f"from the header; {need + count} with multimodal modes)"
+            )
+        if code not in MEGATRON_CODES:
+            return f"Megatron: {_unknown_code(code, 'megatron')}"
+        at = MEGATRON_HEADER + 12 * count
+        first = last = None
+        if doc_len:
+            (first,) = struct.unpack("<q", self._idx.read(at, 8))
+            (last,) = struct.unpack("<q", self._idx.read(at + 8 * (doc_len - 1), 8))
+        if first != 0 or last != count:
+            ends = f" from {first} to {last}" if doc_len else ""
+            return (
+                f"Megatron: the document index must start at 0 and end at S = {count} (the "
+                f"sequence count), got D = {doc_len} entries{ends}"
+            )
+        return None
+
+    def _fairseq_misfit(self, size: int, code: int, count: int) -> str | None:
+        """Why the file is not a fairseq index, or None: its size is 26 + 12*N, its dtype code
+        fairseq's, and its sizes and pointers hold fairseq's invariants
+        (:func:`_fairseq_arrays_misfit`).
+        Cost: O(1) when the size does not fit; else one chunked pass over 12 bytes per entry."""
+        need = FAIRSEQ_HEADER + 12 * count
+        if size != need:
+            return f"fairseq needs 26 + 12*N = {need} bytes (N = {count})"
+        if code not in FAIRSEQ_CODES:
+            return f"fairseq: {_unknown_code(code, 'fairseq')}"
+        file = self._idx.file
+        sizes = _map(file, "<i4", FAIRSEQ_HEADER, count)
+        pointers = _map(file, "<i8", FAIRSEQ_HEADER + 4 * count, count)
+        return _fairseq_arrays_misfit(sizes, pointers, FAIRSEQ_CODES[code].itemsize, self._bin_size)
+
     def _document_lengths(self) -> np.ndarray:
         """Documents' token counts, checking the document index, in bounded memory."""
         doc, lengths, pointers = self.document_index, self.sequence_lengths, self.pointers
-        total = self.num_sequences
-        if len(doc) == 0 or int(doc[0]) != 0 or int(doc[-1]) != total:
-            first = int(doc[0]) if len(doc) else None
-            last = int(doc[-1]) if len(doc) else None
-            raise self._fail(
-                f"the document index must start at 0 and end at S = {total} (the sequence "
-                f"count), got {len(doc)} entries from {first} to {last}"
-            )
+        total = self.num_sequences  # the index runs from 0 to S (checked when opened)
         for b0 in range(0, len(doc), CHUNK):  # non-decreasing (so searchsorted is exact)
             bounds = np.asarray(doc[max(b0 - 1, 0) : b0 + CHUNK], np.int64)
             drops = np.diff(bounds) < 0
@@ -314,10 +458,13 @@ class IndexedDataset:
 
     @property
     def tokens(self) -> np.ndarray:
-        """The whole ``.bin`` as a 1-D read-only memory map of ``dtype`` (mapped on first use)."""
+        """The whole ``.bin`` as a 1-D read-only memory map of ``dtype`` (mapped on first use,
+        once the ``.bin`` is checked not to have shrunk since it was opened)."""
         self._servable()
         if self._tokens is None:
-            self._tokens = _map(self.path, self.dtype, 0, self._bin_size // self.dtype.itemsize)
+            self._bin.check()
+            count = self._bin_size // self.dtype.itemsize
+            self._tokens = _map(self._bin.file, self.dtype, 0, count)
         return self._tokens
 
     def __len__(self) -> int:
@@ -329,13 +476,15 @@ class IndexedDataset:
     def starts(self, items: Any) -> np.ndarray:
         """Return int64 element offsets into :attr:`tokens` of ``items`` (indices in [0, N)).
 
-        Item ``i`` is ``tokens[starts[i] : starts[i] + lengths[i]]``. Checks, for these items
-        only, that each pointer is a multiple of the itemsize and that the item lies inside the
-        ``.bin`` (ValueError naming the first bad item). Cost: O(len(items)).
+        Item ``i`` is ``tokens[starts[i] : starts[i] + lengths[i]]``. Checks that neither file
+        shrank since it was opened and, for these items only, that each pointer is a multiple
+        of the itemsize and that the item lies inside the ``.bin`` (ValueError naming the
+        file, or the first bad item). Cost: O(len(items)) and two ``os.lseek`` (about 1 µs).
         """
         self._servable()
+        self._idx.check()
+        self._bin.check()
         arr = self._items(items)
-        size = self.dtype.itemsize
         if self.documents:
             seqs = self._doc_firsts[arr]
             lens = self.lengths[arr]
@@ -347,18 +496,67 @@ class IndexedDataset:
         else:
             lens = np.asarray(self.sequence_lengths[arr], np.int64)
             ptr = np.asarray(self.pointers[arr], np.int64)
+        self._check_spans(ptr, lens, "document" if self.documents else "sequence", arr)
+        return (ptr // self.dtype.itemsize).astype(np.int64, copy=False)
+
+    def _check_spans(self, ptr: np.ndarray, lens: np.ndarray, what: str, ids: Any) -> None:
+        """Refuse items (byte pointers, lengths) that are not inside the ``.bin`` at a multiple
+        of the itemsize; ``ids[k]`` names item k (an array, or the first item's number)."""
+        size = self.dtype.itemsize
         limit = self._bin_size // size
-        elems = ptr // size
-        bad = (ptr < 0) | (ptr % size != 0) | (lens < 0) | (elems > limit - lens)
-        if bad.any():
-            at = int(np.argmax(bad))
-            what = "document" if self.documents else "sequence"
-            raise ValueError(
-                f"indexed dataset {self.idx_path!r}: {what} {int(arr[at])} has pointer "
-                f"{int(ptr[at])} and length {int(lens[at])}: it must be a multiple of "
-                f"{size} (the itemsize) with the item inside the .bin ({self._bin_size} bytes)"
+        bad = (ptr < 0) | (ptr % size != 0) | (lens < 0) | (ptr // size > limit - lens)
+        if not bad.any():
+            return
+        k = int(np.argmax(bad))
+        item = int(ids[k]) if isinstance(ids, np.ndarray) else ids + k
+        p, n = int(ptr[k]), int(lens[k])
+        if n < 0:
+            rule = f"the negative length {n}"
+        elif p % size:
+            rule = f"pointer {p}, not a multiple of {size} (the itemsize)"
+        else:
+            rule = f"pointer {p} and length {n}: it would end at byte {p + n * size}"
+        raise ValueError(
+            f"indexed dataset {self.idx_path!r}: {what} {item} has {rule}; each {what} must lie "
+            f"inside the .bin ({self._bin_size} bytes) at a pointer that is a multiple of {size}"
+        )
+
+    def check(self) -> None:
+        """Check every item: each sequence's length non-negative, its pointer a multiple of the
+        itemsize and the sequence inside the ``.bin``; with ``documents=True`` every document's
+        length below 2**31 too. A ValueError names the first item that is not.
+
+        ``padless.lengths_of`` (``lengths_from_file``) of an indexed dataset calls it, so the
+        lengths it returns are lengths. A fairseq index was checked so when it was opened (its
+        invariants are how its format is told); a Megatron index is checked here, once, and
+        item by item as items are served.
+
+        Cost: one pass over the lengths and pointers in chunks of 2**20 entries (12 bytes read
+        per sequence from the map, bounded memory, nothing kept); nothing on later calls.
+        """
+        if not self._checked:
+            size = self.dtype.itemsize
+            for s0 in range(0, self.num_sequences, CHUNK):
+                lens = np.asarray(self.sequence_lengths[s0 : s0 + CHUNK])
+                ptr = np.asarray(self.pointers[s0 : s0 + CHUNK])
+                # a few reductions over the chunk; the masks only to name a bad sequence
+                ends = np.multiply(lens, size, dtype=np.int64)
+                ends += ptr  # may wrap only for a pointer past the .bin, refused by ptr.max()
+                if (
+                    int(lens.min()) < 0
+                    or int(ptr.min()) < 0
+                    or int(ptr.max()) > self._bin_size
+                    or int(np.bitwise_or.reduce(ptr)) % size
+                    or int(ends.max()) > self._bin_size
+                ):
+                    self._check_spans(ptr.astype(np.int64), lens.astype(np.int64), "sequence", s0)
+            self._checked = True
+        if self.documents and self.lengths.size and int(self.lengths.max()) > MAX_SEQUENCE:
+            at = int(np.argmax(self.lengths))
+            raise self._fail(
+                f"document {at} holds {int(self.lengths[at])} tokens: a length must be below "
+                "2**31 (serve its sequences instead: documents=False)"
             )
-        return elems.astype(np.int64, copy=False)
 
     def __getitem__(self, i: int) -> np.ndarray:
         """Item ``i``'s tokens, a read-only view of the ``.bin`` (negative ``i`` counts back)."""

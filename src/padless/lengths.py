@@ -219,7 +219,9 @@ def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarr
     token sequences (lists or arrays), a list of tuples of token sequences (one per field, e.g.
     source and target), or a ``pathlib.Path`` to a file that
     :func:`padless.readers.lengths_from_file` reads (.npy, .npz, text, Arrow/Parquet, a saved
-    ``datasets`` folder; a ``str`` is refused, as it could be text as well as a path).
+    ``datasets`` folder, a Megatron/fairseq ``.idx``: its int32 lengths as memory-mapped, after
+    one chunked pass that checks each is non-negative and its sequence inside the ``.bin``; a
+    ``str`` is refused, as it could be text as well as a path).
 
     Arrow data in memory, lengths from the list offsets (no pass over rows, no token read):
     a ``datasets.Dataset`` with ``column`` (optional when it has one column; its

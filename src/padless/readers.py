@@ -949,9 +949,10 @@ def lengths_from_file(
 
     - an indexed dataset (Megatron-LM or fairseq): its ``.idx``, or its ``.bin`` or prefix when
       both files are there: the sequence lengths as they are stored, a read-only int32 memory
-      map (nothing is read: the windowed samplers plan on it as it is; the planner that takes
-      them checks them); ``documents=True``: Megatron's documents' lengths (int64).
-      See :class:`padless.indexed.IndexedDataset`.
+      map (never copied: the windowed samplers plan on it as it is), checked first in one
+      chunked pass (each length non-negative, each sequence inside the ``.bin``:
+      :meth:`padless.indexed.IndexedDataset.check`); ``documents=True``: Megatron's documents'
+      lengths (int64). See :class:`padless.indexed.IndexedDataset`.
     - with ``eos``: a raw token file (``.bin``, an OLMo-style ``.npy`` without header, anything)
       of ``dtype`` tokens, whose documents end at each ``eos`` token (the eos counts): their
       lengths, from one compiled pass whose offsets are kept in a file beside it for the next
@@ -1022,7 +1023,7 @@ def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.n
             )
         from .tokens import RawTokens  # loads the compiled kernels
 
-        return RawTokens(src, dtype=dtype, eos=eos).lengths
+        return _checked(RawTokens(src, dtype=dtype, eos=eos).lengths, str(src))
     if is_indexed_path(src):
         if dtype is not None:
             raise ValueError(
@@ -1031,7 +1032,9 @@ def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.n
             )
         from .tokens import open_tokens  # an IndexedDataset (the tokens module loads kernels)
 
-        return open_tokens(src, documents=documents).lengths
+        store = open_tokens(src, documents=documents)
+        store.check()  # each length non-negative, each sequence inside the .bin
+        return store.lengths
     if dtype is not None:
         raise ValueError(
             f"dtype={dtype!r} reads {src} as raw tokens: pass eos= too (the token that ends "

@@ -8,9 +8,10 @@ documents, each ending after an ``eos`` token, by the token-store interface that
 ``lengths``, ``starts``, ``__getitem__``, ``__len__``; pickled as its path and settings).
 
 The document offsets come from one compiled pass (``eos_offsets``, several GB/s) and are written
-once beside the token file (``<name>.<dtype>.eos<id>.offsets.npy``, int64, atomically), then
-memory-mapped by later opens while still valid. :func:`open_tokens` picks the store for a path:
-a Megatron/fairseq ``.idx``/``.bin`` pair or a raw file.
+once beside the token file (``<name>.<dtype>.eos<id>.offsets.npy``, int64, atomically) with a
+record of the token file's identity, then memory-mapped by later opens while that identity holds
+(:mod:`padless._files` says what it tells and what it cannot). :func:`open_tokens` picks the
+store for a path: a Megatron/fairseq ``.idx``/``.bin`` pair or a raw file.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import operator
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from . import _files
 from . import _kernels as K
+from ._files import Watch
 from ._output import write_exactly
 from .indexed import IndexedDataset
 from .readers import is_indexed_path
@@ -50,24 +53,25 @@ def _token_dtype(value: Any, what: str) -> np.dtype:
     return dtype
 
 
-def _npy_header(path: str) -> tuple[np.dtype, int, int] | None:
-    """(dtype, count, data offset) of a real ``.npy`` file, or None when it has no numpy magic."""
-    with open(path, "rb") as fh:
-        if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
-            return None
-        fh.seek(0)
-        try:
-            version = np.lib.format.read_magic(fh)
-            shape, _, dtype = (
-                np.lib.format.read_array_header_1_0(fh)
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0(fh)
-            )
-        except ValueError as err:
-            raise ValueError(
-                f"{path!r} starts as a .npy file but its header is not valid: {err}"
-            ) from err
-        start = fh.tell()
+def _npy_header(fh: BinaryIO, path: str) -> tuple[np.dtype, int, int] | None:
+    """(dtype, count, data offset) of a real ``.npy`` file open at ``fh``, or None when it has no
+    numpy magic."""
+    fh.seek(0)
+    if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+        return None
+    fh.seek(0)
+    try:
+        version = np.lib.format.read_magic(fh)
+        shape, _, dtype = (
+            np.lib.format.read_array_header_1_0(fh)
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0(fh)
+        )
+    except ValueError as err:
+        raise ValueError(
+            f"{path!r} starts as a .npy file but its header is not valid: {err}"
+        ) from err
+    start = fh.tell()
     if len(shape) != 1:
         raise ValueError(f"a token file must be 1-D, got shape {shape} in {path!r}")
     return _token_dtype(dtype, f"the dtype of {path!r}"), int(shape[0]), start
@@ -85,9 +89,17 @@ class RawTokens:
             last document without eos ends at the end of the file; an empty file has none.
         cache: write the document offsets beside the file on first open
             (``<name>.<dtype>.eos<eos>.offsets.npy``, under a temporary name, fsynced, renamed)
-            and map them on later opens while valid: its first offset 0, its last the token
-            count, increasing, a sample of its ends right after an eos, and not older than the
-            token file; anything else is recomputed (and rewritten). A folder that cannot be
+            and map them on later opens while valid. The file is a ``.npy`` of the offsets
+            (``np.load`` reads it) followed by an 80-byte record of the token file's identity
+            when they were computed: its size, mtime_ns, ctime_ns, inode (st_ino, st_dev) and
+            a blake2b digest of 16 sampled 64 KiB blocks. It is used only when that record
+            equals the file's now and its offsets hold (first 0, last the token count,
+            increasing, a sample of its ends right after an eos); anything else, a cache of
+            the old format without the record included, is recomputed (and rewritten). So a
+            file replaced or rewritten is seen even with its mtime put back (``cp -p``,
+            ``rsync -a``, ``tar x``, ``touch -r``: the ctime moves); a same-size rewrite in
+            place is seen by the digest when a sampled block changed, and not at all when none
+            did and the clock was too coarse for the ctime to move. A folder that cannot be
             written, or a link, pipe or device at the offsets file's name (never written
             through, never opened unless it is a regular file), keeps the offsets in memory.
             ``cache=False`` neither reads nor writes it.
@@ -96,8 +108,16 @@ class RawTokens:
     ``offsets`` (int64, documents + 1), ``lengths`` (int64 ``np.diff(offsets)``, computed at
     open), ``cache_path`` (the offsets file in use, or None when they live in memory).
 
+    The token file is kept open while the store lives; each item or batch served
+    (``[i]``, :meth:`starts`) first checks that it has not shrunk since it was opened
+    (``ValueError`` naming it, the size it had and has), instead of reading zeros or dying of
+    ``SIGBUS`` in the map. A cut between that check and the read is not seen (the kernel's
+    ``SIGBUS``, as for Megatron's reader), nor is a rewrite in place of the same size.
+
     Cost: the first open, one pass over the tokens (several GB/s, on up to four threads) and a
-    write of 8 bytes per document; later opens, a map of the offsets file and one pass over it.
+    write of 8 bytes per document; later opens, a map of the offsets file and one pass over it;
+    with ``cache``, an fstat and 1 MiB read and hashed for the identity. Serving adds one
+    ``os.lseek`` per call (under 1 µs).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "corpus.bin")
@@ -143,6 +163,7 @@ class RawTokens:
             )
         self._dtype_arg = dtype
         self._cache = cache
+        self._watch = Watch(self.path, "token file")
         self.dtype, self.tokens = self._map(dtype)
         self.eos = K.ingest.check_eos(eos, self.dtype)
         self.offsets, self.cache_path = self._offsets()
@@ -150,8 +171,8 @@ class RawTokens:
 
     # ------------------------------------------------------------------ opening
     def _map(self, dtype: Any) -> tuple[np.dtype, np.ndarray]:
-        size = os.path.getsize(self.path)
-        header = _npy_header(self.path)
+        size = self._watch.size
+        header = _npy_header(self._watch.file, self.path)
         if header is not None:
             file_dtype, count, start = header
             if dtype is not None and _token_dtype(dtype, "dtype") != file_dtype:
@@ -180,7 +201,9 @@ class RawTokens:
             count = size // file_dtype.itemsize
         if count == 0:
             return file_dtype, np.zeros(0, dtype=file_dtype)
-        mapped = np.memmap(self.path, dtype=file_dtype, mode="r", offset=start, shape=(count,))
+        mapped = np.memmap(
+            self._watch.file, dtype=file_dtype, mode="r", offset=start, shape=(count,)
+        )
         return file_dtype, mapped
 
     def _cache_name(self) -> str:
@@ -188,13 +211,14 @@ class RawTokens:
 
     def _offsets(self) -> tuple[np.ndarray, str | None]:
         name = self._cache_name()
-        if self._cache:
-            cached = self._read_cache(name)
-            if cached is not None:
-                return cached, name
-        offsets = K.eos_offsets(self.tokens, self.eos)
         if not self._cache:
-            return offsets, None
+            return K.eos_offsets(self.tokens, self.eos), None
+        # the identity before the pass: a change during it makes the record stale, never wrong
+        record = _files.identity_of(self._watch.fileno())
+        cached = self._read_cache(name, record)
+        if cached is not None:
+            return cached, name
+        offsets = np.ascontiguousarray(K.eos_offsets(self.tokens, self.eos), dtype="<i8")
         try:
             held = os.lstat(name)
         except FileNotFoundError:
@@ -206,24 +230,23 @@ class RawTokens:
             # through (a link would overwrite the file it points to), offsets kept in memory
             return offsets, None
         try:
-            write_exactly(name, lambda f: np.save(f, offsets), what="offsets file")
+            write_exactly(name, lambda f: _write_offsets(f, offsets, record), what="offsets file")
         except OSError:  # a folder we may not write: the offsets stay in memory
             return offsets, None
         return offsets, name
 
-    def _read_cache(self, name: str) -> np.ndarray | None:
-        """The offsets file at ``name`` when it is valid for the tokens, else None.
+    def _read_cache(self, name: str, record: bytes) -> np.ndarray | None:
+        """The offsets file at ``name`` when it was written for the tokens as they are (its
+        identity record equals ``record``) and its offsets hold, else None.
 
         Only a regular file is opened (a pipe would block, a device never end); its header is
-        read by hand and must describe exactly the bytes that follow (1-D little-endian int64),
-        so a hostile header never maps past the file's end nor allocates.
+        read by hand and must describe exactly the bytes that follow but the record (1-D
+        little-endian int64), so a hostile header never maps past the file's end nor allocates.
         """
         try:
             info = os.stat(name)
             if not stat.S_ISREG(info.st_mode):
                 return None
-            if info.st_mtime_ns < os.stat(self.path).st_mtime_ns:
-                return None  # older than the tokens: they changed since
             with open(name, "rb") as fh:
                 version = np.lib.format.read_magic(fh)
                 if version == (1, 0):
@@ -231,11 +254,15 @@ class RawTokens:
                 else:
                     shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
                 start = fh.tell()
-            if dtype != np.dtype("<i8") or fortran or len(shape) != 1:
-                return None
-            if start + 8 * int(shape[0]) != info.st_size or shape[0] < 1:
-                return None
-            offsets = np.memmap(name, dtype="<i8", mode="r", offset=start, shape=(shape[0],))
+                if dtype != np.dtype("<i8") or fortran or len(shape) != 1 or shape[0] < 1:
+                    return None
+                end = start + 8 * int(shape[0])
+                if end + _files.RECORD.size != os.fstat(fh.fileno()).st_size:
+                    return None  # the old format (no record), or not ours
+                fh.seek(end)
+                if fh.read(_files.RECORD.size) != record:
+                    return None  # written for another file, or for this one before a change
+                offsets = np.memmap(fh, dtype="<i8", mode="r", offset=start, shape=(shape[0],))
         except (OSError, ValueError, EOFError, TypeError):
             return None
         n = len(self.tokens)
@@ -262,7 +289,9 @@ class RawTokens:
         return len(self.offsets) - 1
 
     def starts(self, items: np.ndarray) -> np.ndarray:
-        """int64 offsets into ``tokens`` of the given items (each in ``[0, len(self))``)."""
+        """int64 offsets into ``tokens`` of the given items (each in ``[0, len(self))``);
+        ValueError when the token file shrank since it was opened."""
+        self._watch.check()
         idx = K.ingest.check_items(items, len(self), of=f" (the documents of {self.path!r})")
         return np.asarray(self.offsets[idx], dtype=np.int64)
 
@@ -275,6 +304,7 @@ class RawTokens:
             k += n
         if not 0 <= k < n:
             raise IndexError(f"document {i} out of range for {n} documents")
+        self._watch.check()
         return self.tokens[int(self.offsets[k]) : int(self.offsets[k + 1])]
 
     # ------------------------------------------------------------------ pickling
@@ -291,6 +321,15 @@ class RawTokens:
             f"RawTokens({self.path!r}, dtype={self.dtype.name!r}, eos={self.eos}, "
             f"documents={len(self)}, tokens={len(self.tokens)})"
         )
+
+
+def _write_offsets(out: BinaryIO, offsets: np.ndarray, record: bytes) -> None:
+    """The offsets as a ``.npy`` (read by ``np.load``, which stops at its shape), then the
+    token file's identity record after them."""
+    header = {"descr": "<i8", "fortran_order": False, "shape": (len(offsets),)}
+    np.lib.format.write_array_header_1_0(out, header)
+    out.write(offsets.data.cast("B"))
+    out.write(record)
 
 
 def open_tokens(
