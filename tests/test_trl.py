@@ -49,7 +49,7 @@ def _trainer(out: Path, rows: list | None = None, save_at=(), **config) -> Padle
             args=SFTConfig(str(out), **settings),
             train_dataset=Dataset.from_list(data if rows is None else rows),
             processing_class=_tokenizer(),
-            data_collator=hft.WithIndex(PaddingFreeCollator()),
+            data_collator=hft.with_index(PaddingFreeCollator()),
             batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
             callbacks=[hft.SaveAt(save_at)],
         )
