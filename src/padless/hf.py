@@ -13,11 +13,14 @@ The only padless module that imports ``transformers`` and ``accelerate``.
 - :class:`PaddingFreeCollator`: ``input_ids``, ``labels`` and ``position_ids`` restarting at every
   sequence, as ``transformers.DataCollatorWithFlattening`` emits them, flat ``(1, total)`` or in the
   ``(rows, capacity)`` layout of a :class:`padless.PackingSampler` batch.
+- :class:`PaddedCollator`: padded batches as the plan budgets them (its width multiple, or the
+  batch's shape of a :class:`padless.FixedShapes` plan).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -31,9 +34,11 @@ from typing import Any, cast
 
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
+from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
-from .planners.spec import check_collate_multiple
-from .torch import PackedCollate
+from .planners.spec import Spec, check_collate_multiple
+from .torch import PackedCollate, PaddedCollate, collate_padded
+from .torch._pairs import PackedPairsCollate
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +212,15 @@ class PadlessTrainerMixin:
       that says what to do instead: TRL's ``shuffle_dataset=True`` and ``packing=True``, and
       ``train_sampling_strategy`` other than ``"random"`` (``group_by_length``). A TRL
       preparation that dropped or truncated rows fails the dataset check, naming the cause.
+    - **The collator delivers the plan.** The ``data_collator`` (yours, or the trainer's
+      default: TRL's pads every sequence to a row of its own) is checked against the plan when
+      the trainer is built: one that would give the model other batches than planned (a padding
+      collator under a packing plan, anything but :class:`PaddedCollator` under static shapes,
+      rows of another capacity, another width multiple...) is a ``ValueError`` naming the
+      collator, the sampler's strategy and the collator to pass. A collator padless does not
+      know is taken as padding to the longest under a padded plan and refused under a packing
+      or static-shape plan unless ``trust_collator=True`` (you vouch that it lays out every
+      batch as planned). docs/trainers.md has the table.
     - **Epochs.** The Trainer's epoch reaches the sampler's ``set_epoch``; every epoch must have
       the same number of batches (see :class:`TrainerBatches`).
     - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
@@ -258,7 +272,7 @@ class PadlessTrainerMixin:
     >>> list(trainer.get_train_dataloader()) == [list(b) for b in sampler]
     True
     >>> PadlessTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=rows[::-1],
-    ...                batch_sampler=sampler)
+    ...                data_collator=lambda b: b, batch_sampler=sampler)
     Traceback (most recent call last):
     ...
     ValueError: train_dataset does not fit the batch_sampler: dataset item 0 has length 4, but the sampler planned 3: ...
@@ -271,9 +285,12 @@ class PadlessTrainerMixin:
         length_field: Field = "input_ids",
         check_packed: bool = True,
         loss_targets: Any = "shifted",
+        trust_collator: bool = False,
         **kwargs: Any,
     ) -> None:
         sampler = _check_sampler(batch_sampler)
+        trust_collator = check_bool("trust_collator", trust_collator)
+        default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
         if (
             _steps_of(sampler)
             and loss_targets not in ("shifted", "all")
@@ -295,7 +312,6 @@ class PadlessTrainerMixin:
         super().__init__(*args, **kwargs)
         trainer: Any = self
         _refuse_reordering(trainer.args)
-        _check_collator_width(trainer.data_collator, sampler)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -308,6 +324,10 @@ class PadlessTrainerMixin:
                 "gradient_accumulation_steps must be 1 when the batch_sampler has "
                 "batches_per_step (its schedule sets the micro-batches of each optimizer step), "
                 f"got {trainer.args.gradient_accumulation_steps}"
+            )
+        if trainer.data_collator is not None:
+            _check_collator(
+                trainer.data_collator, sampler, trust=trust_collator, default=default_collator
             )
         self.padless_sampler = sampler
         self.padless_loss_targets = loss_targets
@@ -696,27 +716,291 @@ def _refuse_reordering(args: Any) -> None:
         )
 
 
-def _check_collator_width(collator: Any, sampler: Any) -> None:
-    """Refuse a collator that pads past what the plan budgeted: to ``max_length``, or to another
-    width multiple than the plan's ``pad_to_multiple_of`` (the budget is a promise about the
-    batch the model receives)."""
-    spec = getattr(sampler, "spec", None)
-    if spec is None or collator is None:
-        return
-    name = type(collator).__name__
-    padding = getattr(collator, "padding", None)
-    if str(getattr(padding, "value", padding)) == "max_length":
-        raise ValueError(
-            f"data_collator {name} pads every batch to max_length, past the widths the "
-            "batch_sampler planned its budget on; pad to the longest (padding=True) and put any "
-            "width multiple in the plan (e.g. TokenBudget(..., pad_to_multiple_of=8))"
+# --------------------------------------------------------------------------- collator and plan
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How a collator lays out a batch, as far as the plan is concerned.
+
+    ``kind``: ``"flat"`` (one ``(1, total)`` row of packed sequences), ``"rows"`` (packed rows of
+    ``capacity``), ``"pairs"`` (packed rows per field), ``"padded"`` (a row per sequence, padded
+    to the longest times ``multiple``), ``"shapes"`` (padded to static ``shapes``),
+    ``"stacked"`` (no padding: equal lengths only) or ``"unknown"``. ``padless``: one of
+    padless's own, which lay out a capacity warm-up's pieces (:class:`ScheduledPiece`).
+    """
+
+    kind: str
+    name: str
+    capacity: Any = None
+    rows: int | None = None
+    max_per_row: int | None = None
+    context_parallel: int = 1
+    multiple: int = 1
+    padding: Any = None
+    shapes: Any = None
+    pad_batches: bool = True
+    padless: bool = False
+
+
+# transformers' and TRL's collators by (package, class name), subclasses included
+_HF_KINDS = {
+    ("transformers", "DataCollatorWithFlattening"): "flat",
+    ("transformers", "DataCollatorWithPadding"): "padded",
+    ("transformers", "DataCollatorForSeq2Seq"): "padded",
+    ("transformers", "DataCollatorForLanguageModeling"): "padded",
+    ("transformers", "DataCollatorForTokenClassification"): "padded",
+    ("transformers", "DefaultDataCollator"): "stacked",
+    ("trl", "DataCollatorForLanguageModeling"): "padded",  # "flat" with padding_free=True
+}
+
+
+def _origin(obj: Any) -> tuple[str, str]:
+    """(top-level package, name) of a function, or of an object's class."""
+    named = obj if inspect.isroutine(obj) or inspect.isclass(obj) else type(obj)
+    module = str(getattr(named, "__module__", "") or "").partition(".")[0]
+    return module, str(getattr(named, "__qualname__", type(obj).__name__))
+
+
+def _collator_name(collator: Any, default: bool) -> str:
+    """The collator as the messages name it: its class (or function), where it comes from."""
+    package, name = _origin(collator)
+    out = name if package in ("padless", "") else f"{name} ({package})"
+    return out + (", the trainer's default data_collator" if default else "")
+
+
+def _layout(collator: Any, default: bool) -> _Layout:
+    """The layout of ``collator`` (``default``: the trainer chose it, the user passed none)."""
+    name = _collator_name(collator, default)
+    inner = collator
+    if isinstance(collator, PaddingFreeCollator):
+        if collator.capacity is None:
+            return _Layout("flat", name, padless=True)
+        inner = collator._ids
+    elif isinstance(collator, PaddedCollator):
+        inner = collator._ids
+    if isinstance(inner, PackedCollate):
+        return _Layout(
+            "flat" if inner.flatten else "rows",
+            name,
+            capacity=inner.capacity,
+            rows=inner.rows,
+            max_per_row=inner.max_per_row,
+            context_parallel=inner.context_parallel,
+            padless=True,
         )
-    for attr in ("pad_to_multiple_of", "multiple_of"):  # HF's collators; padless's collate
-        multiple = getattr(collator, attr, None)
-        if isinstance(multiple, int) and not isinstance(multiple, bool):
-            planned = int(getattr(spec, "pad_to_multiple_of", 1))
-            check_collate_multiple(planned, multiple, f"data_collator.{attr}")
-            return
+    if isinstance(inner, PackedPairsCollate):
+        return _Layout(
+            "pairs", name, capacity=inner.capacity, max_per_row=inner.max_per_row, padless=True
+        )
+    if isinstance(inner, PaddedCollate):
+        if inner.shapes is not None:
+            return _Layout(
+                "shapes", name, shapes=inner.shapes, pad_batches=inner.pad_batches, padless=True
+            )
+        return _Layout("padded", name, multiple=inner.multiple_of, padless=True)
+    kind = next(
+        (
+            _HF_KINDS[key]
+            for key in (
+                (k.__module__.partition(".")[0], k.__name__) for k in type(collator).__mro__
+            )
+            if key in _HF_KINDS
+        ),
+        None,
+    )
+    if kind is None:
+        if _origin(collator) == ("transformers", "default_data_collator"):
+            return _Layout("stacked", name)
+        return _Layout("unknown", name)
+    if kind == "padded" and getattr(collator, "padding_free", False) is True:
+        kind = "flat"
+    multiple = getattr(collator, "pad_to_multiple_of", None)
+    return _Layout(
+        kind,
+        name,
+        multiple=multiple if isinstance(multiple, int) and not isinstance(multiple, bool) else 1,
+        padding=getattr(collator, "padding", None),
+    )
+
+
+def _plan_specs(sampler: Any) -> list[tuple[str, Any]]:
+    """``(what, spec)`` for each plan whose batches the collator gets: the sampler's, or each
+    corpus's of a mixture; none for a sampler of the user's own without a spec."""
+    spec = getattr(sampler, "spec", None)
+    if isinstance(spec, Spec):
+        return [(f"{type(sampler).__name__} ({spec.describe()})", spec)]
+    subs = getattr(sampler, "samplers", None)
+    if not isinstance(subs, Mapping):
+        return []
+    return [
+        (f"{type(sampler).__name__} corpus {name!r} ({sub.spec.describe()})", sub.spec)
+        for name, sub in subs.items()
+        if isinstance(getattr(sub, "spec", None), Spec)
+    ]
+
+
+def _fix(spec: Any) -> str:
+    """The collator that delivers ``spec``'s batches, as the messages suggest it."""
+    form = spec.collate_form()
+    if form.packed and (form.capacities is not None or form.context_parallel > 1):
+        what = "rows per field" if form.capacities is not None else "context-parallel rows"
+        return (
+            f"data_collator=sampler.collate() (padless.torch.collate_for: the plan's {what}; "
+            "with context parallelism, sampler.collate(cp_rank=...))"
+        )
+    if form.packed:
+        rows = int(getattr(spec, "rows_per_batch", 1))
+        extra = f", max_per_row={form.max_per_row}" if form.max_per_row is not None else ""
+        return (
+            f"data_collator=padless.hf.PaddingFreeCollator({form.capacity}, rows={rows}{extra}) "
+            "(the planned (rows, capacity) tensors) or padless.hf.PaddingFreeCollator() (one "
+            "flat row)"
+        )
+    if form.shapes is not None:
+        return "data_collator=padless.hf.PaddedCollator(sampler) (each batch padded to its shape)"
+    multiple = f", pad_to_multiple_of={form.multiple_of}" if form.multiple_of != 1 else ""
+    return (
+        "data_collator=padless.hf.PaddedCollator(sampler), padless.hf.PaddingFreeCollator() or "
+        f"transformers.DataCollatorWithPadding(tokenizer{multiple})"
+    )
+
+
+_SHAPES_OF = {
+    "flat": "one flat (1, total) row",
+    "rows": "(rows, capacity) packed rows",
+    "pairs": "packed rows per field",
+    "padded": "(sequences, longest) padded tensors",
+    "stacked": "(sequences, length) stacked tensors",
+    "shapes": "tensors of other shapes",
+}
+
+
+def _refusal(lay: _Layout, spec: Any, longest: int) -> str | None:
+    """Why a collator of layout ``lay`` does not deliver ``spec``'s batches (sequences up to
+    ``longest`` tokens), or None when it does (an unknown layout: None, decided elsewhere)."""
+    form, kind = spec.collate_form(), lay.kind
+    if kind == "unknown":
+        return None
+    if form.packed:
+        if form.capacities is not None or kind == "pairs":
+            same = (lay.capacity, lay.max_per_row) == (form.capacities, form.max_per_row)
+            if kind == "pairs" and same:
+                return None
+            return (
+                f"it lays out {_SHAPES_OF[kind]}, not the plan's rows per field "
+                f"(capacity={form.capacities if form.capacities is not None else form.capacity})"
+            )
+        if kind in ("padded", "stacked", "shapes"):
+            rows = int(getattr(spec, "rows_per_batch", 1))
+            return (
+                f"it gives every sequence a row of its own ({_SHAPES_OF[kind]}), not the "
+                f"plan's rows of packed sequences ({rows} x {form.capacity} tokens a batch): "
+                "the model would train on padded batches far past the planned tokens"
+            )
+        if form.context_parallel > 1 and lay.context_parallel != form.context_parallel:
+            return (
+                f"it lays out rows for context_parallel={lay.context_parallel}, but the "
+                f"plan's rows are shared by {form.context_parallel} context-parallel ranks "
+                "(documents padded to a multiple of 2 x context_parallel, each rank its share)"
+            )
+        if getattr(spec, "capacity_schedule", None) is not None and not lay.padless:
+            return (
+                "it cannot lay out a capacity warm-up's pieces (padless.planners.packing."
+                "ScheduledPiece items, each a planned row's share at its step's capacity)"
+            )
+        if kind == "flat":
+            if lay.capacity is not None and lay.capacity < form.capacity:
+                return (
+                    f"it holds sequences of up to capacity={lay.capacity} tokens, the "
+                    f"plan's rows up to {form.capacity}"
+                )
+            return None
+        rows = int(getattr(spec, "rows_per_batch", 1))
+        wrong = [
+            f"{name}={given} (the plan's: {planned})"
+            for name, given, planned in (
+                ("capacity", lay.capacity, form.capacity),
+                ("max_per_row", lay.max_per_row, form.max_per_row),
+                ("rows", lay.rows, lay.rows if lay.rows is None else rows),  # None: as needed
+            )
+            if given != planned
+        ]
+        if wrong:
+            return f"it cuts other rows than planned: {', '.join(wrong)}"
+        return None
+    if form.shapes is not None:
+        if kind == "shapes" and (lay.shapes, lay.pad_batches) == (form.shapes, form.pad_batches):
+            return None
+        shapes = [list(s) for s in form.shapes]
+        return (
+            f"it delivers {_SHAPES_OF[kind]}, not one of the plan's shapes {shapes}: the "
+            "model would see shapes outside the set (compile-once-per-shape no longer holds)"
+        )
+    if kind in ("rows", "pairs"):
+        return (
+            f"it lays out packed rows of capacity={lay.capacity}, which only a packing plan "
+            "has (a longer sequence fails, and rows of padding pass the plan's budget)"
+        )
+    if kind == "shapes":
+        return "it pads to static shapes the plan did not budget (it plans padded widths)"
+    if kind == "stacked":  # equal lengths: a Decomposition's blocks, unrounded exact lengths
+        if form.equal_lengths or (isinstance(spec, ExactLength) and form.multiple_of == 1):
+            return None
+        return (
+            "it stacks the features without padding, but the plan's batches hold "
+            "sequences of different lengths"
+        )
+    if kind == "flat":
+        if lay.capacity is not None and lay.capacity < longest:
+            return f"it holds sequences of up to {lay.capacity} tokens, the data up to {longest}"
+        return None
+    if str(getattr(lay.padding, "value", lay.padding)) == "max_length":
+        return (
+            "it pads every batch to max_length, past the widths the plan budgeted; pad "
+            "to the longest (padding=True) and put any width multiple in the plan (e.g. "
+            "TokenBudget(..., pad_to_multiple_of=8))"
+        )
+    try:
+        what = "multiple_of" if lay.padless else "pad_to_multiple_of"
+        check_collate_multiple(form.multiple_of, lay.multiple, f"data_collator.{what}")
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _check_collator(collator: Any, sampler: Any, *, trust: bool, default: bool) -> None:
+    """Refuse, when the trainer is built, a collator that would not deliver the plan's batches.
+
+    Each batch the model receives must be the one the plan made: packed rows for a packing
+    plan, one of the shapes of a static-shape plan, the planned padded widths otherwise. A
+    collator padless knows (its own, transformers' and TRL's) is checked against the plan; one
+    it does not know is taken as padding to the longest where the plan pads (what it budgets),
+    and refused where the plan packs or has static shapes unless ``trust`` (the user vouches).
+    """
+    lengths = sampler_lengths(sampler)
+    longest = int(lengths.max()) if lengths is not None and lengths.size else 0
+    lay = _layout(collator, default)
+    for where, spec in _plan_specs(sampler):
+        why = _refusal(lay, spec, longest)
+        form = spec.collate_form()
+        if why is None and lay.kind == "unknown" and not trust and (form.packed or form.shapes):
+            what = "packed rows" if form.packed else "static shapes"
+            why = (
+                f"padless cannot tell whether {lay.name} lays out the plan's {what} (it knows "
+                "its own collators, transformers' and TRL's)"
+            )
+            fix = (
+                f"Pass {_fix(spec)}; or, if {lay.name} does lay out every batch as planned, "
+                "pass trust_collator=True to the trainer"
+            )
+        else:
+            fix = f"Pass {_fix(spec)}"
+        if why is not None:
+            raise ValueError(
+                f"data_collator {lay.name} does not deliver the batches of batch_sampler "
+                f"{where}: {why}. {fix}"
+            )
 
 
 def _prepared_hint(trainer: Any) -> str:
@@ -906,8 +1190,80 @@ class PaddingFreeCollator:
         )
 
 
+class PaddedCollator:
+    """Collate HF features padded as a padless plan budgets them: to the plan's width multiple,
+    or to the batch's shape of a :class:`padless.FixedShapes` plan.
+
+    The output is what a padded HF model takes: ``input_ids`` (right-padded with ``pad_id``),
+    ``attention_mask`` (1 on tokens) and ``labels`` (each feature's ``labels``, or its
+    ``input_ids``; ``separator_id`` on padding). With static shapes every batch is one of the
+    plan's shapes: padded to the shape's length and, with ``pad_batches`` (the default),
+    filled to its batch size with dummy rows (padding only, ``attention_mask`` 0, labels
+    ``separator_id``), so a compiled model sees only the shapes of the set.
+
+    Args:
+        plan: the padless sampler or spec whose batches this collates (not a packing plan:
+            :class:`PaddingFreeCollator` lays those out).
+        pad_id: token id of padding.
+        separator_id: label on padding (ignored by the loss).
+
+    Features are mappings with ``input_ids`` (and optionally ``labels`` of the same length);
+    other keys are ignored.
+
+    >>> from padless import FixedShapes
+    >>> collate = PaddedCollator(FixedShapes(shapes=[(3, 4), (1, 8)]))
+    >>> out = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [8]}])
+    >>> out["input_ids"].tolist(), out["attention_mask"].tolist()
+    ([[5, 6, 7, 0], [8, 0, 0, 0], [0, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    >>> out["labels"].tolist()
+    [[5, 6, 7, -100], [8, -100, -100, -100], [-100, -100, -100, -100]]
+    """
+
+    def __init__(self, plan: Any, *, pad_id: int = 0, separator_id: int = -100) -> None:
+        self.pad_id = check_int64("pad_id", pad_id)
+        self.separator_id = check_int64("separator_id", separator_id)
+        self._ids = collate_padded(cast(int, self.pad_id), fields=["input_ids"], plan=plan)
+        self._labels = collate_padded(cast(int, self.separator_id), fields=["labels"], plan=plan)
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        labels: list[Any] = []
+        for i, feature in enumerate(features):
+            if not isinstance(feature, Mapping) or "input_ids" not in feature:
+                raise TypeError(
+                    f"features [{i}] must be a mapping with 'input_ids', got {type(feature).__name__}"
+                )
+            if "labels" in feature:
+                if len(feature["labels"]) != len(feature["input_ids"]):
+                    raise ValueError(
+                        f"features [{i}] has {len(feature['input_ids'])} input_ids but "
+                        f"{len(feature['labels'])} labels; they must match"
+                    )
+                labels.append(feature["labels"])
+        if labels and len(labels) != len(features):
+            raise ValueError("either every feature has 'labels' or none does")
+        padded = self._ids(list(features))
+        out = {"input_ids": padded["input_ids"], "attention_mask": padded["input_ids_mask"]}
+        if labels:
+            out["labels"] = self._labels([{"labels": x} for x in labels])["labels"]
+        else:
+            out["labels"] = padded["input_ids"].masked_fill(
+                padded["input_ids_mask"] == 0, cast(int, self.separator_id)
+            )
+        return out
+
+    def __repr__(self) -> str:
+        ids = self._ids
+        how = (
+            f"shapes={[list(x) for x in ids.shapes]}"
+            if ids.shapes
+            else f"multiple_of={ids.multiple_of}"
+        )
+        return f"PaddedCollator({how}, pad_id={self.pad_id}, separator_id={self.separator_id})"
+
+
 __all__ = [
     "STATE_FILE",
+    "PaddedCollator",
     "PaddingFreeCollator",
     "PadlessTrainerMixin",
     "TrainerBatches",

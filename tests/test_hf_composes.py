@@ -1,0 +1,155 @@
+"""padless.hf where two capabilities meet (issue 40), through the real transformers Trainer: the
+collator a plan needs and static shapes. Each test records what the model receives (shapes,
+tokens, items) and checks it against the bare sampler. TRL's SFTTrainer and its default collator:
+tests/test_trl.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from transformers import DataCollatorWithPadding  # noqa: E402
+
+from padless import (  # noqa: E402
+    FixedShapes,
+    PackingSampler,
+    PlanSampler,
+    TokenBudgetSampler,
+)
+from padless.hf import PaddedCollator, PaddingFreeCollator  # noqa: E402
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import _hf_train as hft  # noqa: E402
+
+
+def _build(out: Path, sampler: Any, data: Any, collator: Any, **kw: Any) -> Any:
+    """A recording padless Trainer (one epoch, no accumulation unless ``kw`` says otherwise)."""
+    save_at = kw.pop("save_at", ())
+    extra = {k: kw.pop(k) for k in ("trust_collator",) if k in kw}
+    args = hft.training_args(
+        str(out), **{"gradient_accumulation_steps": 1, "num_train_epochs": 1, **kw}
+    )
+    with hft.quietly():
+        return hft.RecordingTrainer(
+            model=hft.tiny_model(),
+            args=args,
+            train_dataset=data,
+            data_collator=collator,
+            batch_sampler=sampler,
+            callbacks=[hft.SaveAt(save_at)],
+            **extra,
+        )
+
+
+def _fit(trainer: Any, resume: Any = None) -> list[dict[str, Any]]:
+    with hft.quietly():
+        trainer.train(resume_from_checkpoint=resume)
+    return trainer.record
+
+
+def _indices(record: list[dict[str, Any]]) -> list[list[int]]:
+    return [r["index"] for r in record]
+
+
+def _epochs(sampler: Any, epochs: int) -> list[list[int]]:
+    out: list[list[int]] = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        out += [list(b) for b in sampler]
+    return out
+
+
+# --------------------------------------------------------------------------- collators
+
+
+def test_a_collator_padless_cannot_judge_needs_trust_where_the_plan_packs(tmp_path):
+    """A function of the user's own: refused under a packing plan (padless cannot tell its
+    layout) unless vouched for with trust_collator=True; taken as padding where the plan pads."""
+    lengths, data = hft.corpus()
+    rows = PaddingFreeCollator(48, rows=2)
+
+    def own(features):
+        out = rows(features)
+        out["index"] = torch.tensor([f["index"] for f in features])
+        return out
+
+    def packing():
+        return PackingSampler(lengths, capacity=48, rows_per_batch=2, seed=1)
+
+    with pytest.raises(ValueError) as err:
+        _build(tmp_path, packing(), data, own)
+    for part in (
+        "data_collator test_a_collator_padless_cannot_judge_needs_trust_where_the_plan_packs"
+        ".<locals>.own (test_hf_composes)",
+        "batch_sampler PackingSampler (packing(capacity=48, rows_per_batch=2))",
+        "padless cannot tell whether",
+        "padless.hf.PaddingFreeCollator(48, rows=2)",
+        "pass trust_collator=True",
+    ):
+        assert part in str(err.value)
+    with pytest.raises(TypeError, match="trust_collator"):
+        _build(tmp_path, packing(), data, own, trust_collator=1)
+    record = _fit(_build(tmp_path / "own", packing(), data, own, trust_collator=True, max_steps=4))
+    assert _indices(record) == [list(b) for b in packing()][:4]
+    assert [r["shape"] for r in record] == [(2, 48)] * 4
+    # a padded plan budgets padding to the longest: a function is taken as doing that
+    _build(tmp_path, TokenBudgetSampler(lengths, max_tokens=112, seed=1), data, own)
+    # transformers' padding collator under a packing plan: a row per sequence, refused
+    with pytest.raises(ValueError, match=r"DataCollatorWithPadding \(transformers\) does not.*"):
+        _build(tmp_path, packing(), data, DataCollatorWithPadding(tokenizer=None))
+
+
+# --------------------------------------------------------------------------- static shapes
+
+SHAPES = [(8, 16), (4, 32), (2, 48)]
+
+
+def _shaped() -> PlanSampler:
+    return PlanSampler(hft.corpus()[0], FixedShapes(shapes=SHAPES), seed=1)
+
+
+@pytest.mark.parametrize(
+    "collator",
+    [
+        PaddingFreeCollator(),  # (1, 1970)-like flat rows: the issue's case
+        PaddingFreeCollator(48, rows=2),
+        DataCollatorWithPadding(tokenizer=None),
+        PaddedCollator(FixedShapes(shapes=[(8, 48)])),  # another shape set
+    ],
+    ids=["flat", "rows", "hf-padding", "other-shapes"],
+)
+def test_fixed_shapes_refuse_a_collator_that_leaves_the_shape_set(tmp_path, collator):
+    with pytest.raises(ValueError) as err:
+        _build(tmp_path, _shaped(), hft.corpus()[1], collator)
+    message = str(err.value)
+    assert f"data_collator {type(collator).__name__}" in message
+    assert "batch_sampler PlanSampler (fixed_shapes(shapes=[[8, 16], [4, 32], [2, 48]]))" in message
+    assert "compile-once-per-shape no longer holds" in message
+    assert "Pass data_collator=padless.hf.PaddedCollator(sampler)" in message
+
+
+def test_fixed_shapes_train_on_shapes_of_the_set_only(tmp_path):
+    lengths, data = hft.corpus()
+    collate = hft.with_index(PaddedCollator(_shaped()))
+    record = _fit(_build(tmp_path / "run", _shaped(), data, collate, num_train_epochs=2))
+    assert _indices(record) == _epochs(_shaped(), 2)
+    for epoch in range(2):  # every item once per epoch
+        seen = sorted(i for r in record if r["epoch"] == epoch for i in r["index"])
+        assert seen == list(range(len(lengths)))
+    for r in record:
+        assert r["shape"] in SHAPES, r["shape"]
+        rows, width = r["shape"]
+        for row in range(rows):  # each item in a row of its own, padding after; dummy rows
+            tokens = data[r["index"][row]]["input_ids"] if row < len(r["index"]) else []
+            assert r["input_ids"][row] == tokens + [0] * (width - len(tokens))
+            assert r["attention_mask"][row] == [1] * len(tokens) + [0] * (width - len(tokens))
+        assert np.isfinite(r["loss"])
