@@ -1,11 +1,12 @@
 """padless.hf where two capabilities meet (issue 40), through the real transformers Trainer: the
-collator a plan needs and static shapes. Each test records what the model receives (shapes,
-tokens, items) and checks it against the bare sampler. TRL's SFTTrainer and its default collator:
-tests/test_trl.py."""
+collator a plan needs, static shapes and Decomposition's pieces. Each test records what the model
+receives (shapes, tokens, items) and checks it against the bare sampler. TRL's SFTTrainer and its
+default collator: tests/test_trl.py."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,14 @@ import torch  # noqa: E402
 from transformers import DataCollatorWithPadding  # noqa: E402
 
 from padless import (  # noqa: E402
+    Decomposition,
     FixedShapes,
     PackingSampler,
     PlanSampler,
     TokenBudgetSampler,
 )
 from padless.hf import PaddedCollator, PaddingFreeCollator  # noqa: E402
+from padless.planners.packing import PieceDataset  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -153,3 +156,68 @@ def test_fixed_shapes_train_on_shapes_of_the_set_only(tmp_path):
             assert r["input_ids"][row] == tokens + [0] * (width - len(tokens))
             assert r["attention_mask"][row] == [1] * len(tokens) + [0] * (width - len(tokens))
         assert np.isfinite(r["loss"])
+
+
+# --------------------------------------------------------------------------- Decomposition
+
+DECOMPOSITION = Decomposition(min_length=2, max_length=16, tokens_per_batch=64)
+
+
+def _decomposed() -> PlanSampler:
+    return PlanSampler(hft.corpus()[0], DECOMPOSITION, seed=1)
+
+
+def test_decomposition_trains_on_exactly_the_planned_pieces(tmp_path):
+    """On the old code the mixin served the pieces as plain PieceDataset ones (cut at every 16
+    tokens instead of the binary decomposition), then failed with an IndexError."""
+    lengths, data = hft.corpus()
+    pieces = _decomposed().pieces(data)
+    record = _fit(
+        _build(tmp_path / "run", _decomposed(), pieces, hft.with_index(PaddingFreeCollator()))
+    )
+    bare = [list(b) for b in _decomposed()]
+    assert len(record) == len(bare)
+    by_doc: dict[int, list[tuple[int, list[int]]]] = {}
+    for r, codes in zip(record, bare, strict=True):
+        planned = [pieces[c]["input_ids"] for c in codes]
+        assert r["shape"] == (1, sum(map(len, planned))) and r["shape"][1] <= 64
+        assert r["input_ids"][0] == [t for p in planned for t in p]  # the pieces, in order
+        assert len({len(p) for p in planned}) == 1  # a dense block: one piece length
+        for c, p in zip(codes, planned, strict=True):
+            by_doc.setdefault(c % len(data), []).append((c // len(data), p))
+    assert Counter(c for b in bare for c in b).most_common(1)[0][1] == 1  # each piece once
+    for doc, parts in by_doc.items():  # the pieces cut each document in order, powers of two
+        joined = [t for _, p in sorted(parts) for t in p]
+        assert joined == data[doc]["input_ids"][: len(joined)]
+        assert all(len(p) & (len(p) - 1) == 0 for _, p in parts)
+    trained = sum(r["shape"][1] for r in record)
+    dropped = _decomposed().epoch_plan(0)[0].info["dropped_tokens"]
+    assert trained == int(lengths.sum()) - dropped  # every token once, bar the dropped ones
+
+
+def test_decomposition_refuses_a_dataset_that_does_not_serve_its_pieces(tmp_path):
+    lengths, data = hft.corpus()
+    flat = PaddingFreeCollator()
+    with pytest.raises(ValueError, match=r"must serve the pieces batch_sampler PlanSampler \(deco"):
+        _build(tmp_path, _decomposed(), data, flat)
+    with pytest.raises(ValueError, match=r"sampler.pieces\(dataset, keys=\('input_ids',\)\)"):
+        _build(tmp_path, _decomposed(), data, flat)
+    with pytest.raises(ValueError, match=r"serves PieceDataset\(capacity=16, scheduled=False\), "):
+        _build(tmp_path, _decomposed(), PieceDataset(data, capacity=16), flat)
+    labelled = [dict(r, labels=list(r["input_ids"])) for r in data]
+    with pytest.raises(ValueError, match=r"also hold \['labels'\].*'input_ids', 'labels'"):
+        _build(tmp_path, _decomposed(), _decomposed().pieces(labelled), flat)
+    _build(
+        tmp_path, _decomposed(), _decomposed().pieces(labelled, keys=("input_ids", "labels")), flat
+    )
+    with pytest.raises(ValueError, match=r"lays out packed rows of capacity=16, which only a pack"):
+        _build(tmp_path, _decomposed(), _decomposed().pieces(data), PaddingFreeCollator(16))
+    with pytest.raises(
+        ValueError, match=r"is a DecomposedDataset \(pieces of sequences\), but batch"
+    ):
+        _build(
+            tmp_path,
+            hft.make_sampler(lengths, hft.training_args(str(tmp_path))),
+            _decomposed().pieces(data),
+            flat,
+        )

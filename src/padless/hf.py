@@ -20,6 +20,7 @@ The only padless module that imports ``transformers`` and ``accelerate``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import json
@@ -221,6 +222,11 @@ class PadlessTrainerMixin:
       know is taken as padding to the longest under a padded plan and refused under a packing
       or static-shape plan unless ``trust_collator=True`` (you vouch that it lays out every
       batch as planned). docs/trainers.md has the table.
+    - **Pieces.** A sampler that cuts sequences (Decomposition, a packing that splits, truncates
+      or warms up its capacity) needs ``train_dataset=sampler.pieces(dataset, keys=...)``; a
+      plain dataset, another kind of pieces or a sequence field left out of ``keys`` is a
+      ``ValueError`` when the trainer is built. The rows under the pieces are checked against
+      the lengths, and the pieces served are exactly those the plan names.
     - **Epochs.** The Trainer's epoch reaches the sampler's ``set_epoch``; every epoch must have
       the same number of batches (see :class:`TrainerBatches`).
     - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
@@ -353,6 +359,7 @@ class PadlessTrainerMixin:
         return out
 
     def _padless_bind(self, dataset: Any, lengths: Any) -> Any:
+        _check_pieces(dataset, self.padless_sampler, lengths)
         inner = dataset.dataset if isinstance(dataset, PieceDataset) else dataset
         try:
             checked = CheckedDataset(inner, lengths, field=self.padless_length_field)
@@ -366,13 +373,10 @@ class PadlessTrainerMixin:
             except ValueError as err:
                 raise ValueError(f"train_dataset does not fit the batch_sampler: {err}") from None
         if isinstance(dataset, PieceDataset):
-            return PieceDataset(
-                checked,
-                capacity=dataset.capacity,
-                num_sequences=dataset.num_sequences,
-                keys=dataset.keys,
-                scheduled=dataset.scheduled,
-            )
+            # the same kind of pieces over the checked rows: a Decomposition's cut by its rule
+            out = copy.copy(dataset)
+            out.dataset = checked
+            return out
         return checked
 
     # ------------------------------------------------------------------ data
@@ -1001,6 +1005,81 @@ def _check_collator(collator: Any, sampler: Any, *, trust: bool, default: bool) 
                 f"data_collator {lay.name} does not deliver the batches of batch_sampler "
                 f"{where}: {why}. {fix}"
             )
+
+
+def _serves_pieces(spec: Any, lengths: Any) -> bool:
+    """Whether a sampler of ``spec`` over ``lengths`` yields pieces of sequences (codes
+    ``index + piece · N``, or a capacity warm-up's tagged codes) that only its ``pieces()``
+    dataset serves: a Decomposition always, a packing with a capacity schedule, or one that
+    splits or truncates a sequence longer than its capacity."""
+    if not callable(getattr(spec, "pieces", None)):
+        return False
+    if spec.collate_form().equal_lengths or getattr(spec, "capacity_schedule", None) is not None:
+        return True
+    cut = getattr(spec, "oversize", None) in ("split", "truncate")
+    capacity = getattr(spec, "row_capacity", None)
+    return bool(cut and capacity is not None and lengths.size and int(lengths.max()) > capacity)
+
+
+def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
+    """Refuse a train_dataset that does not serve the items ``sampler`` yields: the pieces of a
+    sampler that cuts sequences need its own ``sampler.pieces(dataset)`` (the same kind of
+    pieces, capacity and tags, every sequence field sliced), and whole items need no pieces."""
+    spec = getattr(sampler, "spec", None)
+    make = getattr(spec, "pieces", None)
+    what = f"batch_sampler {type(sampler).__name__} ({spec.describe()})" if spec else ""
+    if not isinstance(dataset, PieceDataset):
+        if spec is not None and _serves_pieces(spec, lengths):
+            keys = _sequence_keys(dataset)
+            raise ValueError(
+                f"train_dataset must serve the pieces {what} yields (codes index + piece x N "
+                "naming pieces of the sequences), but it is a plain "
+                f"{type(dataset).__name__}: pass train_dataset=sampler.pieces(dataset, "
+                f"keys={keys!r})"
+            )
+        return
+    if not callable(make):
+        raise ValueError(
+            f"train_dataset is a {type(dataset).__name__} (pieces of sequences), but "
+            f"{what or 'the batch_sampler'} yields whole items: pass the dataset itself"
+        )
+    want = make(dataset.dataset, num_sequences=dataset.num_sequences, keys=dataset.keys)
+
+    def form(x: PieceDataset) -> str:
+        return f"{type(x).__name__}(capacity={x.capacity}, scheduled={x.scheduled})"
+
+    if (type(dataset), dataset.capacity, dataset.scheduled) != (
+        type(want),
+        want.capacity,
+        want.scheduled,
+    ):
+        raise ValueError(
+            f"train_dataset serves {form(dataset)}, but {what} yields codes of "
+            f"{form(want)}: pass train_dataset=sampler.pieces(dataset, keys=...)"
+        )
+    missing = [k for k in _sequence_keys(dataset.dataset) if k not in dataset.keys]
+    if missing:
+        raise ValueError(
+            f"train_dataset's pieces slice keys={dataset.keys!r}, but its rows also hold "
+            f"{missing} as long as their input_ids, which would stay whole beside the cut "
+            f"input_ids: pass sampler.pieces(dataset, keys={(*dataset.keys, *missing)!r})"
+        )
+
+
+def _sequence_keys(dataset: Any) -> tuple[str, ...]:
+    """The keys of ``dataset``'s first row that hold a sequence as long as its ``input_ids``
+    (those a piece must slice together); ``("input_ids",)`` when that cannot be told."""
+    try:
+        row = dataset[0]
+        size = len(row["input_ids"])
+    except Exception:  # noqa: BLE001 - rows of another form: slice the default key
+        return ("input_ids",)
+    keys = [
+        k
+        for k, v in row.items()
+        if not isinstance(v, (str, bytes)) and hasattr(v, "__len__") and len(v) == size
+    ]
+    return tuple(sorted(keys, key=lambda k: k != "input_ids"))
 
 
 def _prepared_hint(trainer: Any) -> str:
