@@ -1,10 +1,11 @@
 """padless.hf where two capabilities meet (issue 40), through the real transformers Trainer: the
-collator a plan needs, static shapes and Decomposition's pieces. Each test records what the model
-receives (shapes, tokens, items) and checks it against the bare sampler. TRL's SFTTrainer and its
-default collator: tests/test_trl.py."""
+collator a plan needs, static shapes, Decomposition's pieces, and a resume across a change of
+settings. Each test records what the model receives (shapes, tokens, items) and checks it against
+the bare sampler. TRL's SFTTrainer and its default collator: tests/test_trl.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -22,11 +23,12 @@ from transformers import DataCollatorWithPadding  # noqa: E402
 from padless import (  # noqa: E402
     Decomposition,
     FixedShapes,
+    MixtureSampler,
     PackingSampler,
     PlanSampler,
     TokenBudgetSampler,
 )
-from padless.hf import PaddedCollator, PaddingFreeCollator  # noqa: E402
+from padless.hf import STATE_FILE, PaddedCollator, PaddingFreeCollator  # noqa: E402
 from padless.planners.packing import PieceDataset  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -221,3 +223,76 @@ def test_decomposition_refuses_a_dataset_that_does_not_serve_its_pieces(tmp_path
             _decomposed().pieces(data),
             flat,
         )
+
+
+# --------------------------------------------------------------------------- resume across a change
+
+
+def test_a_resume_across_a_change_of_max_tokens_is_refused_before_any_step(tmp_path):
+    """On the old code it resumed with no error: the new plan's first batches were skipped by
+    count, so items went untrained and others trained twice."""
+    lengths = hft.corpus()[0]
+    hft.train(str(tmp_path / "a"), save_at=(3, 7), max_steps=7)  # max_tokens=104: 14 batches
+    for mark, where in (
+        (3, "before the saved position"),
+        (7, "global step 7 means epoch 1 after 4 batches"),
+    ):
+        args = hft.training_args(str(tmp_path / f"b{mark}"))
+        sampler = hft.make_sampler(lengths, args, max_tokens=160)
+        trainer = _build(tmp_path / f"b{mark}", sampler, hft.corpus()[1],
+                         hft.with_index(PaddingFreeCollator()), gradient_accumulation_steps=2,
+                         num_train_epochs=2)  # fmt: skip
+        with pytest.raises(ValueError) as err:
+            _fit(trainer, resume=str(tmp_path / "a" / f"checkpoint-{mark}"))
+        message = str(err.value)
+        assert "max_tokens=104 in the checkpoint, 160 now" in message
+        assert where in message and "drive the sampler from your own loop" in message
+        assert trainer.record == []  # nothing trained
+    # the documented way for such a change: the bare sampler resumes the same state exactly
+    state = json.loads((tmp_path / "a" / "checkpoint-3" / STATE_FILE).read_text())
+    first = [i for b in TokenBudgetSampler(lengths, max_tokens=104, seed=1) for i in b]
+    bare = TokenBudgetSampler(lengths, max_tokens=160, seed=1)
+    bare.load_state_dict(state)
+    rest = [i for b in bare for i in b]
+    done = state["position"]
+    taken = [i for b in list(TokenBudgetSampler(lengths, max_tokens=104, seed=1))[:done] for i in b]
+    assert sorted(taken + rest) == list(range(len(lengths))) and first[: len(taken)] == taken
+
+
+def _mixture(weight: float) -> MixtureSampler:
+    la, lb = hft.corpus(48, seed=0)[0], hft.corpus(48, seed=1)[0]
+    corpora = {
+        "a": TokenBudgetSampler(la, max_tokens=104, seed=1),
+        "b": TokenBudgetSampler(lb, max_tokens=104, seed=2),
+    }
+    return MixtureSampler(corpora, weights={"a": weight, "b": 1 - weight}, num_batches=12, seed=3)
+
+
+def test_a_resume_across_a_change_of_mixture_weights_continues_exactly(tmp_path):
+    """A change that keeps the epoch's batches per process resumes through the Trainer as the
+    bare sampler does: the saved batches, then the rest drawn under the new weights. On the old
+    code the Trainer skipped the new weights' first batches by count instead."""
+    rows = hft.corpus(48, seed=0)[1] + hft.corpus(48, seed=1)[1]
+    data = [dict(r, index=i) for i, r in enumerate(rows)]  # the corpora's ConcatDataset
+
+    def run(name, weight, resume=None, **kw):
+        trainer = _build(tmp_path / name, _mixture(weight), data,
+                         hft.with_index(PaddingFreeCollator()), gradient_accumulation_steps=2,
+                         num_train_epochs=2, **kw)  # fmt: skip
+        return _fit(trainer, resume)
+
+    before = run("a", 0.5, save_at=(3,), max_steps=3)
+    assert _indices(before) == [list(b) for b in _mixture(0.5)][:6]
+    after = run("b", 0.8, resume=str(tmp_path / "a" / "checkpoint-3"), save_at=(5,))
+    state = json.loads((tmp_path / "a" / "checkpoint-3" / STATE_FILE).read_text())
+    bare = _mixture(0.8)
+    bare.load_state_dict(state)  # the bare sampler's resume across the change
+    expected = [list(b) for b in bare]
+    bare.set_epoch(1)
+    expected += [list(b) for b in bare]
+    assert _indices(after) == expected
+    for r in before + after:  # the model received exactly those items' tokens
+        assert r["input_ids"] == [[t for i in r["index"] for t in data[i]["input_ids"]]]
+    # a checkpoint of the resumed run, inside the changed epoch, resumes exactly too
+    again = run("c", 0.8, resume=str(tmp_path / "b" / "checkpoint-5"))
+    assert _indices(again) == [r["index"] for r in after if r["step"] >= 5]

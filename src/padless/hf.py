@@ -23,6 +23,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -102,6 +103,14 @@ class TrainerBatches:
         self.padless_sampler = _check_sampler(sampler)
         self.by_step = _steps_of(sampler)
         self.length = self._count()
+        self._lead: tuple[int, int] | None = None  # (epoch, placeholders): see skipped_by_trainer
+
+    def skipped_by_trainer(self, epoch: int, count: int) -> None:
+        """The sampler was put where a checkpoint left it, inside ``epoch``, and the Trainer
+        will skip the epoch's first ``count`` batches (optimizer steps with ``batches_per_step``)
+        by index: the next iteration of that epoch yields ``count`` empty placeholders first,
+        which the Trainer skips unloaded, then the sampler's batches from where it stands."""
+        self._lead = (epoch, count) if count else None
 
     def _count(self) -> int:
         sampler = self.padless_sampler
@@ -109,12 +118,16 @@ class TrainerBatches:
 
     def __iter__(self) -> Iterator[list[Any]]:
         sampler = self.padless_sampler
+        lead = self._lead[1] if self._lead and self._lead[0] == sampler.epoch else 0
+        self._lead = None  # once: a later iteration of the epoch starts it afresh
         if not self.by_step:
-            return iter(sampler)
-        return (
-            [(k, j, key) for j, batch in enumerate(group) for key in batch]
-            for k, group in enumerate(sampler.steps(sampler))
-        )
+            batches: Iterator[list[Any]] = iter(sampler)
+        else:
+            batches = (
+                [(k, j, key) for j, batch in enumerate(group) for key in batch]
+                for k, group in enumerate(sampler.steps(sampler))
+            )
+        return itertools.chain(([] for _ in range(lead)), batches) if lead else batches
 
     def __len__(self) -> int:
         return self.length
@@ -130,7 +143,11 @@ class TrainerBatches:
         """Select the epoch; a ``ValueError`` if it has another number of batches than the first."""
         sampler = self.padless_sampler
         sampler.set_epoch(epoch)
+        if self._lead is not None and self._lead[0] != epoch:
+            self._lead = None
         got = self._count()
+        if self._lead is not None and not self.by_step:  # len() counts from where it stands
+            got += self._lead[1]
         if got != self.length:
             what = "optimizer steps" if self.by_step else "batches per process"
             raise ValueError(
@@ -231,13 +248,18 @@ class PadlessTrainerMixin:
       the same number of batches (see :class:`TrainerBatches`).
     - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
       the batches trained so far (written by the process that writes the checkpoint).
-    - **Resume.** ``train(resume_from_checkpoint=...)`` loads that state (refusing, with a
-      ``ValueError``, one saved for other data, settings or seed) and checks it against the
-      Trainer's own count (global step, accumulation), which must agree; the Trainer then skips
-      the epoch's first batches as usual, and since it skips batch *indices* (accelerate's
-      ``SkipBatchSampler``) no skipped sample is loaded. The run continues with exactly the
-      uninterrupted run's batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted
-      epoch restarts from its first batch. ``resume_from_checkpoint=True`` takes the newest
+    - **Resume.** ``train(resume_from_checkpoint=...)`` loads that state into the sampler
+      (refusing, with a ``ValueError``, one saved for other data or seed) and checks it against
+      the Trainer's own count (global step, accumulation), which must agree; the Trainer then
+      skips the epoch's first batches by *index* (accelerate's ``SkipBatchSampler``), and is
+      handed empty placeholders for them, so nothing skipped is planned again or loaded. The
+      run continues with exactly the uninterrupted run's batches. A state saved under other
+      sampler settings continues as the bare sampler's resume across a change does (the rest
+      of the epoch planned under the new settings) when every epoch keeps its batches per
+      process (a mixture's weights); a change that alters them (``max_tokens``) is a
+      ``ValueError`` naming it, before any step: the Trainer counts epochs by a fixed number
+      of batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted epoch restarts
+      from its first batch. ``resume_from_checkpoint=True`` takes the newest
       *complete* checkpoint (:func:`newest_checkpoint`: a partial one, from a run killed while
       writing it, is skipped with a warning) and, with none, trains from the start.
 
@@ -260,8 +282,8 @@ class PadlessTrainerMixin:
       docs/packed_attention.md); ``check_packed=False`` skips it.
 
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
-    ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
-    a resume replays the skipped batches' index lists (no data).
+    ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch
+    (a resume inside an epoch: the plan of each part of it, no replay).
 
     >>> import torch
     >>> from transformers import Trainer, TrainingArguments
@@ -342,6 +364,7 @@ class PadlessTrainerMixin:
         self._padless_lengths = lengths
         self._padless_batches = TrainerBatches(sampler)
         self._padless_resume: str | None = None
+        self._padless_offset: tuple[int, int] | None = None  # (epoch, batches) see _padless_restore
         self._padless_check_packed = check_bool("check_packed", check_packed)
         if trainer.train_dataset is not None:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
@@ -443,8 +466,8 @@ class PadlessTrainerMixin:
         """(batches per epoch, optimizer steps per epoch) as the Trainer counts them."""
         trainer: Any = self
         batches = self._padless_batches
-        if batches.by_step:
-            return len(self.padless_sampler), max(batches.length, 1)
+        if batches.by_step:  # the whole epoch's micro-batches, wherever the sampler stands
+            return int(self.padless_sampler.step_sizes().sum()), max(batches.length, 1)
         per_epoch = batches.length
         accumulate = trainer.args.gradient_accumulation_steps
         return per_epoch, max(math.ceil(per_epoch / accumulate), 1)
@@ -467,14 +490,17 @@ class PadlessTrainerMixin:
         per_epoch, steps = self._padless_steps()
         step = trainer.state.global_step
         epoch, done = divmod(step, steps)
+        # batches of the sampler's epoch before its iteration began (a resume's position)
+        offset = self._padless_offset
+        before = offset[1] if offset is not None and offset[0] == sampler.epoch else 0
         if done == 0 and step > 0 and sampler.epoch == epoch - 1:
-            return dict(sampler.state_dict(consumed=per_epoch))
+            return dict(sampler.state_dict(consumed=per_epoch - before))
         if sampler.epoch != epoch:
             raise RuntimeError(
                 f"the batch_sampler is at epoch {sampler.epoch} but the Trainer at epoch {epoch} "
                 f"(global step {step}); was set_epoch called from outside the Trainer?"
             )
-        consumed = min(self._padless_batches_before(done), per_epoch)
+        consumed = min(self._padless_batches_before(done), per_epoch) - before
         return dict(sampler.state_dict(consumed=consumed))
 
     # ------------------------------------------------------------------ optimizer steps
@@ -554,6 +580,7 @@ class PadlessTrainerMixin:
                     self.args.output_dir,  # type: ignore[attr-defined]
                 )
         self._padless_resume = None if path is None or path is False else os.fspath(path)
+        self._padless_offset = None
         if self._padless_check_packed:
             self._padless_packed_check()
             self._padless_check_packed = False  # once: the model and collator stay the same
@@ -589,8 +616,13 @@ class PadlessTrainerMixin:
             )
 
     def _padless_restore(self, checkpoint: str) -> None:
-        """Put the sampler at the start of the epoch the Trainer resumes (it then skips ahead)."""
+        """Put the sampler where ``checkpoint`` left it: a state saved under other settings
+        continues with them (resume across a change), as long as the Trainer's count of the
+        epoch's batches still holds; the Trainer then skips the epoch's first batches."""
+        trainer: Any = self
         sampler = self.padless_sampler
+        batches = self._padless_batches
+        self._padless_offset = None
         try:
             with open(os.path.join(checkpoint, "trainer_state.json")) as fh:
                 step = int(json.load(fh)["global_step"])
@@ -612,6 +644,7 @@ class PadlessTrainerMixin:
             )
             sampler.set_epoch(epoch)
             return
+        fresh = sampler.state_dict()  # this sampler's settings: to name a change
         try:
             sampler.load_state_dict(saved)  # checks data, settings and seed
         except (TypeError, ValueError) as err:
@@ -622,18 +655,75 @@ class PadlessTrainerMixin:
                 f"{saved['world_size']} processes, this run has {sampler.world_size}; the Trainer "
                 "counts batches per process"
             )
+        changed = _changed_settings(saved, fresh)
+        left = len(sampler)  # this process's batches after the saved position
         saved_epoch, saved_done = saved["epoch"], saved["position"] // saved["world_size"]
-        if saved_done >= per_epoch:
+        wrong = ""
+        if left == 0:  # saved at the epoch's end: the next one starts from its first batch
             saved_epoch, saved_done = saved_epoch + 1, 0
-        if (saved_epoch, saved_done) != (epoch, skip):
-            raise ValueError(
-                f"cannot resume from {checkpoint} exactly: its sampler state is epoch "
-                f"{saved_epoch} after {saved_done} batches, the Trainer's global step {step} means "
-                f"epoch {epoch} after {skip} batches; were gradient_accumulation_steps or the "
-                "sampler's batches per epoch changed?"
+        elif saved_done + left != per_epoch:
+            wrong = (
+                f"epoch {saved_epoch} has {saved_done} batches per process before the saved "
+                f"position and {left} after it, {saved_done + left} in all, where the Trainer "
+                f"counts {per_epoch} an epoch"
             )
-        # the Trainer skips the first `skip` batches of this epoch itself: start it from 0
-        sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
+        if not wrong and (saved_epoch, saved_done) != (epoch, skip):
+            wrong = (
+                f"its sampler state is epoch {saved_epoch} after {saved_done} batches, the "
+                f"Trainer's global step {step} means epoch {epoch} after {skip} batches"
+            )
+        if wrong and changed:
+            raise ValueError(
+                f"cannot resume from {checkpoint} through the Trainer: its sampler state was "
+                f"saved under other settings ({changed}); with the change, {wrong}. "
+                "transformers.Trainer sizes every epoch from the first and maps its global "
+                "step to an epoch and a batch by that count, so it cannot continue this run "
+                "exactly. Resume with the settings the checkpoint was saved under (a change "
+                "that keeps every epoch's batches per process, such as a MixtureSampler's "
+                "weights, resumes exactly), or drive the sampler from your own loop, where "
+                "load_state_dict resumes across a change of settings"
+            )
+        if wrong:
+            raise ValueError(
+                f"cannot resume from {checkpoint} exactly: {wrong}; were "
+                "gradient_accumulation_steps or the sampler's batches per epoch changed?"
+            )
+        if trainer.args.ignore_data_skip:  # the interrupted epoch restarts from its first batch
+            sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
+            if changed and len(sampler) != per_epoch:
+                raise ValueError(
+                    f"cannot restart epoch {epoch} from {checkpoint} (ignore_data_skip=True) "
+                    f"under the changed settings ({changed}): they plan it as {len(sampler)} "
+                    f"batches per process where the Trainer counts {per_epoch}. Resume with the "
+                    "settings the checkpoint was saved under"
+                )
+        elif left and skip:
+            # the sampler stands where the checkpoint left it (after any change of settings
+            # within the epoch); the Trainer skips the epoch's first batches by index: let it
+            # skip as many placeholders, unloaded
+            batches.skipped_by_trainer(epoch, done if batches.by_step else skip)
+            self._padless_offset = (epoch, skip)
+
+
+def _changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """The settings a state was saved under that differ from a sampler's (its fresh state):
+    ``"max_tokens=104 in the checkpoint, 160 now"``; empty when they are the same."""
+
+    def flat(state: Mapping[str, Any]) -> dict[str, Any]:
+        record = state.get("settings")
+        if not isinstance(record, Mapping):
+            return {}
+        config = record.get("config")
+        out = dict(config) if isinstance(config, Mapping) else {}
+        out.update({k: v for k, v in record.items() if k not in ("config", "spec")})
+        return out
+
+    old, new = flat(saved), flat(now)
+    return "; ".join(
+        f"{k}={old.get(k)!r:.60} in the checkpoint, {new.get(k)!r:.60} now"
+        for k in sorted(set(old) | set(new), key=str)
+        if old.get(k) != new.get(k)
+    )
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
