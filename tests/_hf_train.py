@@ -6,6 +6,9 @@ resumed, are tests/test_integrity.py's).
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -48,16 +51,29 @@ def corpus(n: int = 96, seed: int = 0) -> tuple[np.ndarray, list[dict[str, Any]]
     return lengths, data
 
 
-class WithIndex:
-    """Collate with the user's collator and carry the items' indices along (to record them)."""
+def with_index(collator: Any) -> Any:
+    """``collator`` that also carries the items' indices along (to record them).
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    The result is an instance of a subclass of the collator's class, with the same settings, so
+    the trainer judges it as the collator it is (a wrapper of another class would be a collator
+    padless does not know).
+    """
+    base = type(collator)
 
-    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
-        out = dict(self.inner(features))
-        out["index"] = torch.tensor([f["index"] for f in features])
+    def call(self: Any, features: list[Any]) -> dict[str, Any]:
+        out = dict(base.__call__(self, features))
+        out["index"] = torch.tensor([_unwrapped(f)["index"] for f in features])
         return out
+
+    indexed = type(base.__name__, (base,), {"__call__": call, "__module__": base.__module__})
+    out = copy.copy(collator)
+    out.__class__ = indexed
+    return out
+
+
+def _unwrapped(feature: Any) -> Any:
+    """A feature, out of a capacity warm-up's ScheduledPiece wrapper."""
+    return getattr(feature, "item", feature)
 
 
 class RecordBatches:
@@ -69,6 +85,8 @@ class RecordBatches:
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
         index = inputs.pop("index").tolist()
+        ids = inputs["input_ids"]
+        mask = inputs.get("attention_mask")
         loss = super().training_step(model, inputs, num_items_in_batch)
         self.record.append(
             {
@@ -76,6 +94,9 @@ class RecordBatches:
                 "epoch": self.padless_sampler.epoch,
                 "index": index,
                 "loss": float(loss),
+                "shape": tuple(ids.shape),  # what the model received
+                "input_ids": ids.tolist(),
+                "attention_mask": None if mask is None else mask.tolist(),
             }
         )
         return loss
@@ -141,13 +162,20 @@ def train(
     **overrides: Any,
 ) -> tuple[RecordingTrainer, list[dict[str, Any]]]:
     """One run (fresh model, fresh sampler); returns the trainer and its record."""
+    with quietly():
+        return _train(out, resume, collator, sampler_cls, sampler_kw, save_at, overrides)
+
+
+@contextlib.contextmanager
+def quietly() -> Iterator[None]:
+    """One torch thread (a tiny model: more threads only contend), no HF logs or bars."""
     threads, verbosity = torch.get_num_threads(), hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
-    torch.set_num_threads(1)  # a tiny model: more threads only contend
+    torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        return _train(out, resume, collator, sampler_cls, sampler_kw, save_at, overrides)
+        yield
     finally:
         torch.set_num_threads(threads)
         hf_logging.set_verbosity(verbosity)
@@ -171,7 +199,7 @@ def _train(
         model=tiny_model(),
         args=args,
         train_dataset=data,
-        data_collator=WithIndex(collator or PaddingFreeCollator()),
+        data_collator=with_index(collator or PaddingFreeCollator()),
         batch_sampler=sampler,
         callbacks=[SaveAt(save_at)],
     )

@@ -259,7 +259,7 @@ def _construct(tmp_path, data, lengths, **kw):
         model=hft.tiny_model(),
         args=args,
         train_dataset=data,
-        data_collator=hft.WithIndex(PaddingFreeCollator()),
+        data_collator=hft.with_index(PaddingFreeCollator()),
         batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
         **kw,
     )

@@ -49,7 +49,7 @@ def _run(out, resume=None, save_at=(), **overrides):
         model=hft.tiny_model(),
         args=args,
         train_dataset=data,
-        data_collator=hft.WithIndex(padless.hf.PaddingFreeCollator()),
+        data_collator=hft.with_index(padless.hf.PaddingFreeCollator()),
         batch_sampler=_sampler(lengths),
         callbacks=[hft.SaveAt(save_at)],
     )

@@ -1068,6 +1068,13 @@ ENTRIES: list[Entry] = [
         + ["separator_id", "pad_id"],
         _collate_on([{"input_ids": [1, 2, 3]}, {"input_ids": [4]}]),
     ),
+    (
+        padless.hf.PaddedCollator,
+        "PaddedCollator",
+        {"plan": SAMPLER},
+        ["plan", "pad_id", "separator_id"],
+        _collate_on([{"input_ids": [1, 2, 3]}, {"input_ids": [4]}]),
+    ),
     (padless.hf.TrainerBatches, "TrainerBatches", {"sampler": SAMPLER}, ["sampler"], None),
     (
         padless.hf.newest_checkpoint,

@@ -1,9 +1,11 @@
 """padless.hf with TRL's SFTTrainer (the real library, a tiny Llama on CPU): the settings and
-preparations that would reorder or drop rows are refused before training. Training on exactly the
-sampler's batches and resuming them after a SIGKILL are checked by tests/test_integrity.py."""
+preparations that would reorder or drop rows, and a collator (TRL's default included) that would
+not deliver the plan's batches, are refused before training; with the collator that does, the
+model trains on exactly the plan. Resuming after a SIGKILL is checked by tests/test_integrity.py."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from transformers import PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-from padless import TokenBudgetSampler  # noqa: E402
+from padless import PackingSampler, TokenBudgetSampler  # noqa: E402
 from padless.hf import PaddingFreeCollator, PadlessTrainerMixin  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,7 +51,7 @@ def _trainer(out: Path, rows: list | None = None, save_at=(), **config) -> Padle
             args=SFTConfig(str(out), **settings),
             train_dataset=Dataset.from_list(data if rows is None else rows),
             processing_class=_tokenizer(),
-            data_collator=hft.WithIndex(PaddingFreeCollator()),
+            data_collator=hft.with_index(PaddingFreeCollator()),
             batch_sampler=TokenBudgetSampler(lengths, max_tokens=112, seed=1),
             callbacks=[hft.SaveAt(save_at)],
         )
@@ -91,3 +93,84 @@ def test_rows_truncated_by_the_preparation_are_refused_before_training(tmp_path:
     want = f"dataset item {first} has length 16, but the sampler planned {lengths[first]}"
     with pytest.raises(ValueError, match=want + r".*with max_length=16 it truncates"):
         _trainer(tmp_path / "x", max_length=16)
+
+
+# --------------------------------------------------------------------------- the collator
+
+
+def _packing_sft(out: Path, collator, model=None, **config) -> PadlessSFT:
+    """An SFTTrainer over the corpus with a PackingSampler (2 rows of 48 tokens a batch)."""
+    lengths, data = hft.corpus()
+    settings = {**hft.SETTINGS, "max_length": None, "gradient_accumulation_steps": 1, **config}
+    kw = {} if collator is None else {"data_collator": collator}
+    with hft.quietly():
+        return PadlessSFT(
+            model=model if model is not None else hft.tiny_model(),
+            args=SFTConfig(str(out), **settings),
+            train_dataset=Dataset.from_list(data),
+            processing_class=_tokenizer(),
+            batch_sampler=PackingSampler(lengths, capacity=48, rows_per_batch=2, seed=1),
+            **kw,
+        )
+
+
+@pytest.mark.parametrize(
+    ("collator", "named", "why"),
+    [
+        (None, "DataCollatorForLanguageModeling (trl), the trainer's default", "a row of its own"),
+        ("padding", "DataCollatorWithPadding (transformers)", "a row of its own"),
+        (PaddingFreeCollator(48, rows=3), "PaddingFreeCollator", r"rows=3 \(the plan's: 2\)"),
+        (PaddingFreeCollator(32, rows=2), "PaddingFreeCollator", r"capacity=32 \(the plan's: 48\)"),
+    ],
+    ids=["sft-default", "padding", "rows", "capacity"],
+)
+def test_a_collator_that_would_not_deliver_the_packing_plan_is_refused_when_built(
+    tmp_path: Path, collator, named, why
+) -> None:
+    """On the old code TRL's default collator trained on padded batches (a row per sequence,
+    padded to the longest) where the plan packed 2 rows of 48 tokens, and check_packed never
+    ran (the collator does not pack)."""
+    if collator == "padding":
+        from transformers import DataCollatorWithPadding
+
+        collator = DataCollatorWithPadding(_tokenizer())
+    with pytest.raises(ValueError) as err:
+        _packing_sft(tmp_path / "x", collator)
+    message = str(err.value)
+    assert re.search(f"data_collator {re.escape(named)}.* does not deliver the batches of batch_sampler "
+                     r"PackingSampler \(packing\(capacity=48, rows_per_batch=2\)\)", message)  # fmt: skip
+    assert re.search(why, message), message
+    assert "Pass data_collator=padless.hf.PaddingFreeCollator(48, rows=2)" in message
+
+
+def test_sft_trains_exactly_the_packing_plan(tmp_path: Path) -> None:
+    """With the collator that lays out the plan: every batch is the planned (2, 48) rows of the
+    sampler's items, each item once, and check_packed runs (an OPT is refused before step 1)."""
+    lengths, data = hft.corpus()
+    trainer = _packing_sft(tmp_path / "run", hft.with_index(PaddingFreeCollator(48, rows=2)))
+    with hft.quietly():
+        trainer.train()
+    record = trainer.record
+    bare = PackingSampler(lengths, capacity=48, rows_per_batch=2, seed=1)
+    expected = hft.bare_batches(lengths, trainer.args, 2, cls=PackingSampler, capacity=48,
+                                rows_per_batch=2)  # fmt: skip
+    assert [r["index"] for r in record] == expected[0] + expected[1]
+    for epoch in range(2):
+        seen = sorted(i for r in record if r["epoch"] == epoch for i in r["index"])
+        assert seen == list(range(len(lengths)))
+    for r in record:
+        assert r["shape"] == (2, 48)
+        real = [t for row in r["input_ids"] for t in row if t != 0]  # tokens are 1..VOCAB-1
+        assert real == [t for i in r["index"] for t in data[i]["input_ids"]]
+    assert len(bare) == len(expected[0])
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(
+        vocab_size=hft.VOCAB, hidden_size=16, ffn_dim=32, num_hidden_layers=1,
+        num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=16,
+    )  # fmt: skip
+    opt = _packing_sft(tmp_path / "opt", PaddingFreeCollator(48, rows=2), OPTForCausalLM(config))
+    with pytest.raises(ValueError, match="packed documents attend to each other"):
+        with hft.quietly():
+            opt.train()
+    assert opt.state.global_step == 0

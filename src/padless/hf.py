@@ -13,12 +13,17 @@ The only padless module that imports ``transformers`` and ``accelerate``.
 - :class:`PaddingFreeCollator`: ``input_ids``, ``labels`` and ``position_ids`` restarting at every
   sequence, as ``transformers.DataCollatorWithFlattening`` emits them, flat ``(1, total)`` or in the
   ``(rows, capacity)`` layout of a :class:`padless.PackingSampler` batch.
+- :class:`PaddedCollator`: padded batches as the plan budgets them (its width multiple, or the
+  batch's shape of a :class:`padless.FixedShapes` plan).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -31,9 +36,11 @@ from typing import Any, cast
 
 from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
 from .checked import CheckedDataset, Field, _check_field, sampler_lengths
+from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
-from .planners.spec import check_collate_multiple
-from .torch import PackedCollate
+from .planners.spec import Spec, check_collate_multiple
+from .torch import PackedCollate, PaddedCollate, collate_padded
+from .torch._pairs import PackedPairsCollate
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +103,14 @@ class TrainerBatches:
         self.padless_sampler = _check_sampler(sampler)
         self.by_step = _steps_of(sampler)
         self.length = self._count()
+        self._lead: tuple[int, int] | None = None  # (epoch, placeholders): see skipped_by_trainer
+
+    def skipped_by_trainer(self, epoch: int, count: int) -> None:
+        """The sampler was put where a checkpoint left it, inside ``epoch``, and the Trainer
+        will skip the epoch's first ``count`` batches (optimizer steps with ``batches_per_step``)
+        by index: the next iteration of that epoch yields ``count`` empty placeholders first,
+        which the Trainer skips unloaded, then the sampler's batches from where it stands."""
+        self._lead = (epoch, count) if count else None
 
     def _count(self) -> int:
         sampler = self.padless_sampler
@@ -103,12 +118,16 @@ class TrainerBatches:
 
     def __iter__(self) -> Iterator[list[Any]]:
         sampler = self.padless_sampler
+        lead = self._lead[1] if self._lead and self._lead[0] == sampler.epoch else 0
+        self._lead = None  # once: a later iteration of the epoch starts it afresh
         if not self.by_step:
-            return iter(sampler)
-        return (
-            [(k, j, key) for j, batch in enumerate(group) for key in batch]
-            for k, group in enumerate(sampler.steps(sampler))
-        )
+            batches: Iterator[list[Any]] = iter(sampler)
+        else:
+            batches = (
+                [(k, j, key) for j, batch in enumerate(group) for key in batch]
+                for k, group in enumerate(sampler.steps(sampler))
+            )
+        return itertools.chain(([] for _ in range(lead)), batches) if lead else batches
 
     def __len__(self) -> int:
         return self.length
@@ -124,7 +143,11 @@ class TrainerBatches:
         """Select the epoch; a ``ValueError`` if it has another number of batches than the first."""
         sampler = self.padless_sampler
         sampler.set_epoch(epoch)
+        if self._lead is not None and self._lead[0] != epoch:
+            self._lead = None
         got = self._count()
+        if self._lead is not None and not self.by_step:  # len() counts from where it stands
+            got += self._lead[1]
         if got != self.length:
             what = "optimizer steps" if self.by_step else "batches per process"
             raise ValueError(
@@ -207,17 +230,36 @@ class PadlessTrainerMixin:
       that says what to do instead: TRL's ``shuffle_dataset=True`` and ``packing=True``, and
       ``train_sampling_strategy`` other than ``"random"`` (``group_by_length``). A TRL
       preparation that dropped or truncated rows fails the dataset check, naming the cause.
+    - **The collator delivers the plan.** The ``data_collator`` (yours, or the trainer's
+      default: TRL's pads every sequence to a row of its own) is checked against the plan when
+      the trainer is built: one that would give the model other batches than planned (a padding
+      collator under a packing plan, anything but :class:`PaddedCollator` under static shapes,
+      rows of another capacity, another width multiple...) is a ``ValueError`` naming the
+      collator, the sampler's strategy and the collator to pass. A collator padless does not
+      know is taken as padding to the longest under a padded plan and refused under a packing
+      or static-shape plan unless ``trust_collator=True`` (you vouch that it lays out every
+      batch as planned). docs/trainers.md has the table.
+    - **Pieces.** A sampler that cuts sequences (Decomposition, a packing that splits, truncates
+      or warms up its capacity) needs ``train_dataset=sampler.pieces(dataset, keys=...)``; a
+      plain dataset, another kind of pieces or a sequence field left out of ``keys`` is a
+      ``ValueError`` when the trainer is built. The rows under the pieces are checked against
+      the lengths, and the pieces served are exactly those the plan names.
     - **Epochs.** The Trainer's epoch reaches the sampler's ``set_epoch``; every epoch must have
       the same number of batches (see :class:`TrainerBatches`).
     - **Checkpoints.** Each checkpoint folder gets ``padless_sampler.json``, the sampler state at
       the batches trained so far (written by the process that writes the checkpoint).
-    - **Resume.** ``train(resume_from_checkpoint=...)`` loads that state (refusing, with a
-      ``ValueError``, one saved for other data, settings or seed) and checks it against the
-      Trainer's own count (global step, accumulation), which must agree; the Trainer then skips
-      the epoch's first batches as usual, and since it skips batch *indices* (accelerate's
-      ``SkipBatchSampler``) no skipped sample is loaded. The run continues with exactly the
-      uninterrupted run's batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted
-      epoch restarts from its first batch. ``resume_from_checkpoint=True`` takes the newest
+    - **Resume.** ``train(resume_from_checkpoint=...)`` loads that state into the sampler
+      (refusing, with a ``ValueError``, one saved for other data or seed) and checks it against
+      the Trainer's own count (global step, accumulation), which must agree; the Trainer then
+      skips the epoch's first batches by *index* (accelerate's ``SkipBatchSampler``), and is
+      handed empty placeholders for them, so nothing skipped is planned again or loaded. The
+      run continues with exactly the uninterrupted run's batches. A state saved under other
+      sampler settings continues as the bare sampler's resume across a change does (the rest
+      of the epoch planned under the new settings) when every epoch keeps its batches per
+      process (a mixture's weights); a change that alters them (``max_tokens``) is a
+      ``ValueError`` naming it, before any step: the Trainer counts epochs by a fixed number
+      of batches. ``ignore_data_skip=True`` keeps its meaning: the interrupted epoch restarts
+      from its first batch. ``resume_from_checkpoint=True`` takes the newest
       *complete* checkpoint (:func:`newest_checkpoint`: a partial one, from a run killed while
       writing it, is skipped with a warning) and, with none, trains from the start.
 
@@ -240,8 +282,8 @@ class PadlessTrainerMixin:
       docs/packed_attention.md); ``check_packed=False`` skips it.
 
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
-    ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch;
-    a resume replays the skipped batches' index lists (no data).
+    ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch
+    (a resume inside an epoch: the plan of each part of it, no replay).
 
     >>> import torch
     >>> from transformers import Trainer, TrainingArguments
@@ -258,7 +300,7 @@ class PadlessTrainerMixin:
     >>> list(trainer.get_train_dataloader()) == [list(b) for b in sampler]
     True
     >>> PadlessTrainer(model=torch.nn.Linear(1, 1), args=args, train_dataset=rows[::-1],
-    ...                batch_sampler=sampler)
+    ...                data_collator=lambda b: b, batch_sampler=sampler)
     Traceback (most recent call last):
     ...
     ValueError: train_dataset does not fit the batch_sampler: dataset item 0 has length 4, but the sampler planned 3: ...
@@ -271,9 +313,12 @@ class PadlessTrainerMixin:
         length_field: Field = "input_ids",
         check_packed: bool = True,
         loss_targets: Any = "shifted",
+        trust_collator: bool = False,
         **kwargs: Any,
     ) -> None:
         sampler = _check_sampler(batch_sampler)
+        trust_collator = check_bool("trust_collator", trust_collator)
+        default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
         if (
             _steps_of(sampler)
             and loss_targets not in ("shifted", "all")
@@ -295,7 +340,6 @@ class PadlessTrainerMixin:
         super().__init__(*args, **kwargs)
         trainer: Any = self
         _refuse_reordering(trainer.args)
-        _check_collator_width(trainer.data_collator, sampler)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -309,6 +353,10 @@ class PadlessTrainerMixin:
                 "batches_per_step (its schedule sets the micro-batches of each optimizer step), "
                 f"got {trainer.args.gradient_accumulation_steps}"
             )
+        if trainer.data_collator is not None:
+            _check_collator(
+                trainer.data_collator, sampler, trust=trust_collator, default=default_collator
+            )
         self.padless_sampler = sampler
         self.padless_loss_targets = loss_targets
         self._padless_weight: float | None = None
@@ -316,6 +364,7 @@ class PadlessTrainerMixin:
         self._padless_lengths = lengths
         self._padless_batches = TrainerBatches(sampler)
         self._padless_resume: str | None = None
+        self._padless_offset: tuple[int, int] | None = None  # (epoch, batches) see _padless_restore
         self._padless_check_packed = check_bool("check_packed", check_packed)
         if trainer.train_dataset is not None:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
@@ -333,6 +382,7 @@ class PadlessTrainerMixin:
         return out
 
     def _padless_bind(self, dataset: Any, lengths: Any) -> Any:
+        _check_pieces(dataset, self.padless_sampler, lengths)
         inner = dataset.dataset if isinstance(dataset, PieceDataset) else dataset
         try:
             checked = CheckedDataset(inner, lengths, field=self.padless_length_field)
@@ -346,13 +396,10 @@ class PadlessTrainerMixin:
             except ValueError as err:
                 raise ValueError(f"train_dataset does not fit the batch_sampler: {err}") from None
         if isinstance(dataset, PieceDataset):
-            return PieceDataset(
-                checked,
-                capacity=dataset.capacity,
-                num_sequences=dataset.num_sequences,
-                keys=dataset.keys,
-                scheduled=dataset.scheduled,
-            )
+            # the same kind of pieces over the checked rows: a Decomposition's cut by its rule
+            out = copy.copy(dataset)
+            out.dataset = checked
+            return out
         return checked
 
     # ------------------------------------------------------------------ data
@@ -419,8 +466,8 @@ class PadlessTrainerMixin:
         """(batches per epoch, optimizer steps per epoch) as the Trainer counts them."""
         trainer: Any = self
         batches = self._padless_batches
-        if batches.by_step:
-            return len(self.padless_sampler), max(batches.length, 1)
+        if batches.by_step:  # the whole epoch's micro-batches, wherever the sampler stands
+            return int(self.padless_sampler.step_sizes().sum()), max(batches.length, 1)
         per_epoch = batches.length
         accumulate = trainer.args.gradient_accumulation_steps
         return per_epoch, max(math.ceil(per_epoch / accumulate), 1)
@@ -443,14 +490,17 @@ class PadlessTrainerMixin:
         per_epoch, steps = self._padless_steps()
         step = trainer.state.global_step
         epoch, done = divmod(step, steps)
+        # batches of the sampler's epoch before its iteration began (a resume's position)
+        offset = self._padless_offset
+        before = offset[1] if offset is not None and offset[0] == sampler.epoch else 0
         if done == 0 and step > 0 and sampler.epoch == epoch - 1:
-            return dict(sampler.state_dict(consumed=per_epoch))
+            return dict(sampler.state_dict(consumed=per_epoch - before))
         if sampler.epoch != epoch:
             raise RuntimeError(
                 f"the batch_sampler is at epoch {sampler.epoch} but the Trainer at epoch {epoch} "
                 f"(global step {step}); was set_epoch called from outside the Trainer?"
             )
-        consumed = min(self._padless_batches_before(done), per_epoch)
+        consumed = min(self._padless_batches_before(done), per_epoch) - before
         return dict(sampler.state_dict(consumed=consumed))
 
     # ------------------------------------------------------------------ optimizer steps
@@ -530,6 +580,7 @@ class PadlessTrainerMixin:
                     self.args.output_dir,  # type: ignore[attr-defined]
                 )
         self._padless_resume = None if path is None or path is False else os.fspath(path)
+        self._padless_offset = None
         if self._padless_check_packed:
             self._padless_packed_check()
             self._padless_check_packed = False  # once: the model and collator stay the same
@@ -565,8 +616,13 @@ class PadlessTrainerMixin:
             )
 
     def _padless_restore(self, checkpoint: str) -> None:
-        """Put the sampler at the start of the epoch the Trainer resumes (it then skips ahead)."""
+        """Put the sampler where ``checkpoint`` left it: a state saved under other settings
+        continues with them (resume across a change), as long as the Trainer's count of the
+        epoch's batches still holds; the Trainer then skips the epoch's first batches."""
+        trainer: Any = self
         sampler = self.padless_sampler
+        batches = self._padless_batches
+        self._padless_offset = None
         try:
             with open(os.path.join(checkpoint, "trainer_state.json")) as fh:
                 step = int(json.load(fh)["global_step"])
@@ -588,6 +644,7 @@ class PadlessTrainerMixin:
             )
             sampler.set_epoch(epoch)
             return
+        fresh = sampler.state_dict()  # this sampler's settings: to name a change
         try:
             sampler.load_state_dict(saved)  # checks data, settings and seed
         except (TypeError, ValueError) as err:
@@ -598,18 +655,75 @@ class PadlessTrainerMixin:
                 f"{saved['world_size']} processes, this run has {sampler.world_size}; the Trainer "
                 "counts batches per process"
             )
+        changed = _changed_settings(saved, fresh)
+        left = len(sampler)  # this process's batches after the saved position
         saved_epoch, saved_done = saved["epoch"], saved["position"] // saved["world_size"]
-        if saved_done >= per_epoch:
+        wrong = ""
+        if left == 0:  # saved at the epoch's end: the next one starts from its first batch
             saved_epoch, saved_done = saved_epoch + 1, 0
-        if (saved_epoch, saved_done) != (epoch, skip):
-            raise ValueError(
-                f"cannot resume from {checkpoint} exactly: its sampler state is epoch "
-                f"{saved_epoch} after {saved_done} batches, the Trainer's global step {step} means "
-                f"epoch {epoch} after {skip} batches; were gradient_accumulation_steps or the "
-                "sampler's batches per epoch changed?"
+        elif saved_done + left != per_epoch:
+            wrong = (
+                f"epoch {saved_epoch} has {saved_done} batches per process before the saved "
+                f"position and {left} after it, {saved_done + left} in all, where the Trainer "
+                f"counts {per_epoch} an epoch"
             )
-        # the Trainer skips the first `skip` batches of this epoch itself: start it from 0
-        sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
+        if not wrong and (saved_epoch, saved_done) != (epoch, skip):
+            wrong = (
+                f"its sampler state is epoch {saved_epoch} after {saved_done} batches, the "
+                f"Trainer's global step {step} means epoch {epoch} after {skip} batches"
+            )
+        if wrong and changed:
+            raise ValueError(
+                f"cannot resume from {checkpoint} through the Trainer: its sampler state was "
+                f"saved under other settings ({changed}); with the change, {wrong}. "
+                "transformers.Trainer sizes every epoch from the first and maps its global "
+                "step to an epoch and a batch by that count, so it cannot continue this run "
+                "exactly. Resume with the settings the checkpoint was saved under (a change "
+                "that keeps every epoch's batches per process, such as a MixtureSampler's "
+                "weights, resumes exactly), or drive the sampler from your own loop, where "
+                "load_state_dict resumes across a change of settings"
+            )
+        if wrong:
+            raise ValueError(
+                f"cannot resume from {checkpoint} exactly: {wrong}; were "
+                "gradient_accumulation_steps or the sampler's batches per epoch changed?"
+            )
+        if trainer.args.ignore_data_skip:  # the interrupted epoch restarts from its first batch
+            sampler.load_state_dict({**saved, "epoch": epoch, "position": 0})
+            if changed and len(sampler) != per_epoch:
+                raise ValueError(
+                    f"cannot restart epoch {epoch} from {checkpoint} (ignore_data_skip=True) "
+                    f"under the changed settings ({changed}): they plan it as {len(sampler)} "
+                    f"batches per process where the Trainer counts {per_epoch}. Resume with the "
+                    "settings the checkpoint was saved under"
+                )
+        elif left and skip:
+            # the sampler stands where the checkpoint left it (after any change of settings
+            # within the epoch); the Trainer skips the epoch's first batches by index: let it
+            # skip as many placeholders, unloaded
+            batches.skipped_by_trainer(epoch, done if batches.by_step else skip)
+            self._padless_offset = (epoch, skip)
+
+
+def _changed_settings(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str:
+    """The settings a state was saved under that differ from a sampler's (its fresh state):
+    ``"max_tokens=104 in the checkpoint, 160 now"``; empty when they are the same."""
+
+    def flat(state: Mapping[str, Any]) -> dict[str, Any]:
+        record = state.get("settings")
+        if not isinstance(record, Mapping):
+            return {}
+        config = record.get("config")
+        out = dict(config) if isinstance(config, Mapping) else {}
+        out.update({k: v for k, v in record.items() if k not in ("config", "spec")})
+        return out
+
+    old, new = flat(saved), flat(now)
+    return "; ".join(
+        f"{k}={old.get(k)!r:.60} in the checkpoint, {new.get(k)!r:.60} now"
+        for k in sorted(set(old) | set(new), key=str)
+        if old.get(k) != new.get(k)
+    )
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -696,27 +810,366 @@ def _refuse_reordering(args: Any) -> None:
         )
 
 
-def _check_collator_width(collator: Any, sampler: Any) -> None:
-    """Refuse a collator that pads past what the plan budgeted: to ``max_length``, or to another
-    width multiple than the plan's ``pad_to_multiple_of`` (the budget is a promise about the
-    batch the model receives)."""
-    spec = getattr(sampler, "spec", None)
-    if spec is None or collator is None:
-        return
-    name = type(collator).__name__
-    padding = getattr(collator, "padding", None)
-    if str(getattr(padding, "value", padding)) == "max_length":
-        raise ValueError(
-            f"data_collator {name} pads every batch to max_length, past the widths the "
-            "batch_sampler planned its budget on; pad to the longest (padding=True) and put any "
-            "width multiple in the plan (e.g. TokenBudget(..., pad_to_multiple_of=8))"
+# --------------------------------------------------------------------------- collator and plan
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How a collator lays out a batch, as far as the plan is concerned.
+
+    ``kind``: ``"flat"`` (one ``(1, total)`` row of packed sequences), ``"rows"`` (packed rows of
+    ``capacity``), ``"pairs"`` (packed rows per field), ``"padded"`` (a row per sequence, padded
+    to the longest times ``multiple``), ``"shapes"`` (padded to static ``shapes``),
+    ``"stacked"`` (no padding: equal lengths only) or ``"unknown"``. ``padless``: one of
+    padless's own, which lay out a capacity warm-up's pieces (:class:`ScheduledPiece`).
+    """
+
+    kind: str
+    name: str
+    capacity: Any = None
+    rows: int | None = None
+    max_per_row: int | None = None
+    context_parallel: int = 1
+    multiple: int = 1
+    padding: Any = None
+    shapes: Any = None
+    pad_batches: bool = True
+    padless: bool = False
+
+
+# transformers' and TRL's collators by (package, class name), subclasses included
+_HF_KINDS = {
+    ("transformers", "DataCollatorWithFlattening"): "flat",
+    ("transformers", "DataCollatorWithPadding"): "padded",
+    ("transformers", "DataCollatorForSeq2Seq"): "padded",
+    ("transformers", "DataCollatorForLanguageModeling"): "padded",
+    ("transformers", "DataCollatorForTokenClassification"): "padded",
+    ("transformers", "DefaultDataCollator"): "stacked",
+    ("trl", "DataCollatorForLanguageModeling"): "padded",  # "flat" with padding_free=True
+}
+
+
+def _origin(obj: Any) -> tuple[str, str]:
+    """(top-level package, name) of a function, or of an object's class."""
+    named = obj if inspect.isroutine(obj) or inspect.isclass(obj) else type(obj)
+    module = str(getattr(named, "__module__", "") or "").partition(".")[0]
+    return module, str(getattr(named, "__qualname__", type(obj).__name__))
+
+
+def _collator_name(collator: Any, default: bool) -> str:
+    """The collator as the messages name it: its class (or function), where it comes from."""
+    package, name = _origin(collator)
+    out = name if package in ("padless", "") else f"{name} ({package})"
+    return out + (", the trainer's default data_collator" if default else "")
+
+
+def _layout(collator: Any, default: bool) -> _Layout:
+    """The layout of ``collator`` (``default``: the trainer chose it, the user passed none)."""
+    name = _collator_name(collator, default)
+    inner = collator
+    if isinstance(collator, PaddingFreeCollator):
+        if collator.capacity is None:
+            return _Layout("flat", name, padless=True)
+        inner = collator._ids
+    elif isinstance(collator, PaddedCollator):
+        inner = collator._ids
+    if isinstance(inner, PackedCollate):
+        return _Layout(
+            "flat" if inner.flatten else "rows",
+            name,
+            capacity=inner.capacity,
+            rows=inner.rows,
+            max_per_row=inner.max_per_row,
+            context_parallel=inner.context_parallel,
+            padless=True,
         )
-    for attr in ("pad_to_multiple_of", "multiple_of"):  # HF's collators; padless's collate
-        multiple = getattr(collator, attr, None)
-        if isinstance(multiple, int) and not isinstance(multiple, bool):
-            planned = int(getattr(spec, "pad_to_multiple_of", 1))
-            check_collate_multiple(planned, multiple, f"data_collator.{attr}")
-            return
+    if isinstance(inner, PackedPairsCollate):
+        return _Layout(
+            "pairs", name, capacity=inner.capacity, max_per_row=inner.max_per_row, padless=True
+        )
+    if isinstance(inner, PaddedCollate):
+        if inner.shapes is not None:
+            return _Layout(
+                "shapes", name, shapes=inner.shapes, pad_batches=inner.pad_batches, padless=True
+            )
+        return _Layout("padded", name, multiple=inner.multiple_of, padless=True)
+    kind = next(
+        (
+            _HF_KINDS[key]
+            for key in (
+                (k.__module__.partition(".")[0], k.__name__) for k in type(collator).__mro__
+            )
+            if key in _HF_KINDS
+        ),
+        None,
+    )
+    if kind is None:
+        if _origin(collator) == ("transformers", "default_data_collator"):
+            return _Layout("stacked", name)
+        return _Layout("unknown", name)
+    if kind == "padded" and getattr(collator, "padding_free", False) is True:
+        kind = "flat"
+    multiple = getattr(collator, "pad_to_multiple_of", None)
+    return _Layout(
+        kind,
+        name,
+        multiple=multiple if isinstance(multiple, int) and not isinstance(multiple, bool) else 1,
+        padding=getattr(collator, "padding", None),
+    )
+
+
+def _plan_specs(sampler: Any) -> list[tuple[str, Any]]:
+    """``(what, spec)`` for each plan whose batches the collator gets: the sampler's, or each
+    corpus's of a mixture; none for a sampler of the user's own without a spec."""
+    spec = getattr(sampler, "spec", None)
+    if isinstance(spec, Spec):
+        return [(f"{type(sampler).__name__} ({spec.describe()})", spec)]
+    subs = getattr(sampler, "samplers", None)
+    if not isinstance(subs, Mapping):
+        return []
+    return [
+        (f"{type(sampler).__name__} corpus {name!r} ({sub.spec.describe()})", sub.spec)
+        for name, sub in subs.items()
+        if isinstance(getattr(sub, "spec", None), Spec)
+    ]
+
+
+def _fix(spec: Any) -> str:
+    """The collator that delivers ``spec``'s batches, as the messages suggest it."""
+    form = spec.collate_form()
+    if form.packed and (form.capacities is not None or form.context_parallel > 1):
+        what = "rows per field" if form.capacities is not None else "context-parallel rows"
+        return (
+            f"data_collator=sampler.collate() (padless.torch.collate_for: the plan's {what}; "
+            "with context parallelism, sampler.collate(cp_rank=...))"
+        )
+    if form.packed:
+        rows = int(getattr(spec, "rows_per_batch", 1))
+        extra = f", max_per_row={form.max_per_row}" if form.max_per_row is not None else ""
+        return (
+            f"data_collator=padless.hf.PaddingFreeCollator({form.capacity}, rows={rows}{extra}) "
+            "(the planned (rows, capacity) tensors) or padless.hf.PaddingFreeCollator() (one "
+            "flat row)"
+        )
+    if form.shapes is not None:
+        return "data_collator=padless.hf.PaddedCollator(sampler) (each batch padded to its shape)"
+    multiple = f", pad_to_multiple_of={form.multiple_of}" if form.multiple_of != 1 else ""
+    return (
+        "data_collator=padless.hf.PaddedCollator(sampler), padless.hf.PaddingFreeCollator() or "
+        f"transformers.DataCollatorWithPadding(tokenizer{multiple})"
+    )
+
+
+_SHAPES_OF = {
+    "flat": "one flat (1, total) row",
+    "rows": "(rows, capacity) packed rows",
+    "pairs": "packed rows per field",
+    "padded": "(sequences, longest) padded tensors",
+    "stacked": "(sequences, length) stacked tensors",
+    "shapes": "tensors of other shapes",
+}
+
+
+def _refusal(lay: _Layout, spec: Any, longest: int) -> str | None:
+    """Why a collator of layout ``lay`` does not deliver ``spec``'s batches (sequences up to
+    ``longest`` tokens), or None when it does (an unknown layout: None, decided elsewhere)."""
+    form, kind = spec.collate_form(), lay.kind
+    if kind == "unknown":
+        return None
+    if form.packed:
+        if form.capacities is not None or kind == "pairs":
+            same = (lay.capacity, lay.max_per_row) == (form.capacities, form.max_per_row)
+            if kind == "pairs" and same:
+                return None
+            return (
+                f"it lays out {_SHAPES_OF[kind]}, not the plan's rows per field "
+                f"(capacity={form.capacities if form.capacities is not None else form.capacity})"
+            )
+        if kind in ("padded", "stacked", "shapes"):
+            rows = int(getattr(spec, "rows_per_batch", 1))
+            return (
+                f"it gives every sequence a row of its own ({_SHAPES_OF[kind]}), not the "
+                f"plan's rows of packed sequences ({rows} x {form.capacity} tokens a batch): "
+                "the model would train on padded batches far past the planned tokens"
+            )
+        if form.context_parallel > 1 and lay.context_parallel != form.context_parallel:
+            return (
+                f"it lays out rows for context_parallel={lay.context_parallel}, but the "
+                f"plan's rows are shared by {form.context_parallel} context-parallel ranks "
+                "(documents padded to a multiple of 2 x context_parallel, each rank its share)"
+            )
+        if getattr(spec, "capacity_schedule", None) is not None and not lay.padless:
+            return (
+                "it cannot lay out a capacity warm-up's pieces (padless.planners.packing."
+                "ScheduledPiece items, each a planned row's share at its step's capacity)"
+            )
+        if kind == "flat":
+            if lay.capacity is not None and lay.capacity < form.capacity:
+                return (
+                    f"it holds sequences of up to capacity={lay.capacity} tokens, the "
+                    f"plan's rows up to {form.capacity}"
+                )
+            return None
+        rows = int(getattr(spec, "rows_per_batch", 1))
+        wrong = [
+            f"{name}={given} (the plan's: {planned})"
+            for name, given, planned in (
+                ("capacity", lay.capacity, form.capacity),
+                ("max_per_row", lay.max_per_row, form.max_per_row),
+                ("rows", lay.rows, lay.rows if lay.rows is None else rows),  # None: as needed
+            )
+            if given != planned
+        ]
+        if wrong:
+            return f"it cuts other rows than planned: {', '.join(wrong)}"
+        return None
+    if form.shapes is not None:
+        if kind == "shapes" and (lay.shapes, lay.pad_batches) == (form.shapes, form.pad_batches):
+            return None
+        shapes = [list(s) for s in form.shapes]
+        return (
+            f"it delivers {_SHAPES_OF[kind]}, not one of the plan's shapes {shapes}: the "
+            "model would see shapes outside the set (compile-once-per-shape no longer holds)"
+        )
+    if kind in ("rows", "pairs"):
+        return (
+            f"it lays out packed rows of capacity={lay.capacity}, which only a packing plan "
+            "has (a longer sequence fails, and rows of padding pass the plan's budget)"
+        )
+    if kind == "shapes":
+        return "it pads to static shapes the plan did not budget (it plans padded widths)"
+    if kind == "stacked":  # equal lengths: a Decomposition's blocks, unrounded exact lengths
+        if form.equal_lengths or (isinstance(spec, ExactLength) and form.multiple_of == 1):
+            return None
+        return (
+            "it stacks the features without padding, but the plan's batches hold "
+            "sequences of different lengths"
+        )
+    if kind == "flat":
+        if lay.capacity is not None and lay.capacity < longest:
+            return f"it holds sequences of up to {lay.capacity} tokens, the data up to {longest}"
+        return None
+    if str(getattr(lay.padding, "value", lay.padding)) == "max_length":
+        return (
+            "it pads every batch to max_length, past the widths the plan budgeted; pad "
+            "to the longest (padding=True) and put any width multiple in the plan (e.g. "
+            "TokenBudget(..., pad_to_multiple_of=8))"
+        )
+    try:
+        what = "multiple_of" if lay.padless else "pad_to_multiple_of"
+        check_collate_multiple(form.multiple_of, lay.multiple, f"data_collator.{what}")
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _check_collator(collator: Any, sampler: Any, *, trust: bool, default: bool) -> None:
+    """Refuse, when the trainer is built, a collator that would not deliver the plan's batches.
+
+    Each batch the model receives must be the one the plan made: packed rows for a packing
+    plan, one of the shapes of a static-shape plan, the planned padded widths otherwise. A
+    collator padless knows (its own, transformers' and TRL's) is checked against the plan; one
+    it does not know is taken as padding to the longest where the plan pads (what it budgets),
+    and refused where the plan packs or has static shapes unless ``trust`` (the user vouches).
+    """
+    lengths = sampler_lengths(sampler)
+    longest = int(lengths.max()) if lengths is not None and lengths.size else 0
+    lay = _layout(collator, default)
+    for where, spec in _plan_specs(sampler):
+        why = _refusal(lay, spec, longest)
+        form = spec.collate_form()
+        if why is None and lay.kind == "unknown" and not trust and (form.packed or form.shapes):
+            what = "packed rows" if form.packed else "static shapes"
+            why = (
+                f"padless cannot tell whether {lay.name} lays out the plan's {what} (it knows "
+                "its own collators, transformers' and TRL's)"
+            )
+            fix = (
+                f"Pass {_fix(spec)}; or, if {lay.name} does lay out every batch as planned, "
+                "pass trust_collator=True to the trainer"
+            )
+        else:
+            fix = f"Pass {_fix(spec)}"
+        if why is not None:
+            raise ValueError(
+                f"data_collator {lay.name} does not deliver the batches of batch_sampler "
+                f"{where}: {why}. {fix}"
+            )
+
+
+def _serves_pieces(spec: Any, lengths: Any) -> bool:
+    """Whether a sampler of ``spec`` over ``lengths`` yields pieces of sequences (codes
+    ``index + piece · N``, or a capacity warm-up's tagged codes) that only its ``pieces()``
+    dataset serves: a Decomposition always, a packing with a capacity schedule, or one that
+    splits or truncates a sequence longer than its capacity."""
+    if not callable(getattr(spec, "pieces", None)):
+        return False
+    if spec.collate_form().equal_lengths or getattr(spec, "capacity_schedule", None) is not None:
+        return True
+    cut = getattr(spec, "oversize", None) in ("split", "truncate")
+    capacity = getattr(spec, "row_capacity", None)
+    return bool(cut and capacity is not None and lengths.size and int(lengths.max()) > capacity)
+
+
+def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
+    """Refuse a train_dataset that does not serve the items ``sampler`` yields: the pieces of a
+    sampler that cuts sequences need its own ``sampler.pieces(dataset)`` (the same kind of
+    pieces, capacity and tags, every sequence field sliced), and whole items need no pieces."""
+    spec = getattr(sampler, "spec", None)
+    make = getattr(spec, "pieces", None)
+    what = f"batch_sampler {type(sampler).__name__} ({spec.describe()})" if spec else ""
+    if not isinstance(dataset, PieceDataset):
+        if spec is not None and _serves_pieces(spec, lengths):
+            keys = _sequence_keys(dataset)
+            raise ValueError(
+                f"train_dataset must serve the pieces {what} yields (codes index + piece x N "
+                "naming pieces of the sequences), but it is a plain "
+                f"{type(dataset).__name__}: pass train_dataset=sampler.pieces(dataset, "
+                f"keys={keys!r})"
+            )
+        return
+    if not callable(make):
+        raise ValueError(
+            f"train_dataset is a {type(dataset).__name__} (pieces of sequences), but "
+            f"{what or 'the batch_sampler'} yields whole items: pass the dataset itself"
+        )
+    want = make(dataset.dataset, num_sequences=dataset.num_sequences, keys=dataset.keys)
+
+    def form(x: PieceDataset) -> str:
+        return f"{type(x).__name__}(capacity={x.capacity}, scheduled={x.scheduled})"
+
+    if (type(dataset), dataset.capacity, dataset.scheduled) != (
+        type(want),
+        want.capacity,
+        want.scheduled,
+    ):
+        raise ValueError(
+            f"train_dataset serves {form(dataset)}, but {what} yields codes of "
+            f"{form(want)}: pass train_dataset=sampler.pieces(dataset, keys=...)"
+        )
+    missing = [k for k in _sequence_keys(dataset.dataset) if k not in dataset.keys]
+    if missing:
+        raise ValueError(
+            f"train_dataset's pieces slice keys={dataset.keys!r}, but its rows also hold "
+            f"{missing} as long as their input_ids, which would stay whole beside the cut "
+            f"input_ids: pass sampler.pieces(dataset, keys={(*dataset.keys, *missing)!r})"
+        )
+
+
+def _sequence_keys(dataset: Any) -> tuple[str, ...]:
+    """The keys of ``dataset``'s first row that hold a sequence as long as its ``input_ids``
+    (those a piece must slice together); ``("input_ids",)`` when that cannot be told."""
+    try:
+        row = dataset[0]
+        size = len(row["input_ids"])
+    except Exception:  # noqa: BLE001 - rows of another form: slice the default key
+        return ("input_ids",)
+    keys = [
+        k
+        for k, v in row.items()
+        if not isinstance(v, (str, bytes)) and hasattr(v, "__len__") and len(v) == size
+    ]
+    return tuple(sorted(keys, key=lambda k: k != "input_ids"))
 
 
 def _prepared_hint(trainer: Any) -> str:
@@ -906,8 +1359,80 @@ class PaddingFreeCollator:
         )
 
 
+class PaddedCollator:
+    """Collate HF features padded as a padless plan budgets them: to the plan's width multiple,
+    or to the batch's shape of a :class:`padless.FixedShapes` plan.
+
+    The output is what a padded HF model takes: ``input_ids`` (right-padded with ``pad_id``),
+    ``attention_mask`` (1 on tokens) and ``labels`` (each feature's ``labels``, or its
+    ``input_ids``; ``separator_id`` on padding). With static shapes every batch is one of the
+    plan's shapes: padded to the shape's length and, with ``pad_batches`` (the default),
+    filled to its batch size with dummy rows (padding only, ``attention_mask`` 0, labels
+    ``separator_id``), so a compiled model sees only the shapes of the set.
+
+    Args:
+        plan: the padless sampler or spec whose batches this collates (not a packing plan:
+            :class:`PaddingFreeCollator` lays those out).
+        pad_id: token id of padding.
+        separator_id: label on padding (ignored by the loss).
+
+    Features are mappings with ``input_ids`` (and optionally ``labels`` of the same length);
+    other keys are ignored.
+
+    >>> from padless import FixedShapes
+    >>> collate = PaddedCollator(FixedShapes(shapes=[(3, 4), (1, 8)]))
+    >>> out = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [8]}])
+    >>> out["input_ids"].tolist(), out["attention_mask"].tolist()
+    ([[5, 6, 7, 0], [8, 0, 0, 0], [0, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    >>> out["labels"].tolist()
+    [[5, 6, 7, -100], [8, -100, -100, -100], [-100, -100, -100, -100]]
+    """
+
+    def __init__(self, plan: Any, *, pad_id: int = 0, separator_id: int = -100) -> None:
+        self.pad_id = check_int64("pad_id", pad_id)
+        self.separator_id = check_int64("separator_id", separator_id)
+        self._ids = collate_padded(cast(int, self.pad_id), fields=["input_ids"], plan=plan)
+        self._labels = collate_padded(cast(int, self.separator_id), fields=["labels"], plan=plan)
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        labels: list[Any] = []
+        for i, feature in enumerate(features):
+            if not isinstance(feature, Mapping) or "input_ids" not in feature:
+                raise TypeError(
+                    f"features [{i}] must be a mapping with 'input_ids', got {type(feature).__name__}"
+                )
+            if "labels" in feature:
+                if len(feature["labels"]) != len(feature["input_ids"]):
+                    raise ValueError(
+                        f"features [{i}] has {len(feature['input_ids'])} input_ids but "
+                        f"{len(feature['labels'])} labels; they must match"
+                    )
+                labels.append(feature["labels"])
+        if labels and len(labels) != len(features):
+            raise ValueError("either every feature has 'labels' or none does")
+        padded = self._ids(list(features))
+        out = {"input_ids": padded["input_ids"], "attention_mask": padded["input_ids_mask"]}
+        if labels:
+            out["labels"] = self._labels([{"labels": x} for x in labels])["labels"]
+        else:
+            out["labels"] = padded["input_ids"].masked_fill(
+                padded["input_ids_mask"] == 0, cast(int, self.separator_id)
+            )
+        return out
+
+    def __repr__(self) -> str:
+        ids = self._ids
+        how = (
+            f"shapes={[list(x) for x in ids.shapes]}"
+            if ids.shapes
+            else f"multiple_of={ids.multiple_of}"
+        )
+        return f"PaddedCollator({how}, pad_id={self.pad_id}, separator_id={self.separator_id})"
+
+
 __all__ = [
     "STATE_FILE",
+    "PaddedCollator",
     "PaddingFreeCollator",
     "PadlessTrainerMixin",
     "TrainerBatches",
