@@ -2,6 +2,7 @@
 #include <string>
 
 #include "budget.hpp"
+#include "checks.hpp"
 #include "common.hpp"
 #include "order.hpp"
 #include "rng.hpp"
@@ -10,7 +11,36 @@
 namespace padless {
 namespace {
 
+// The saturating helpers take non-negative operands (sizes, counts, budgets).
+void check_operands(const char* kernel, int64_t a, const char* a_name, int64_t b,
+                    const char* b_name) {
+    check_scalar(kernel, a_name, a, 0, INT64_MAX_, "must be >= 0");
+    check_scalar(kernel, b_name, b, 0, INT64_MAX_, "must be >= 0");
+}
+
+bool mul_exceeds_py(int64_t count, int64_t size, int64_t limit) {
+    check_operands("mul_exceeds", count, "count", size, "size");
+    check_scalar("mul_exceeds", "limit", limit, 0, INT64_MAX_, "must be >= 0");
+    return mul_exceeds(count, size, limit);
+}
+
+int64_t sat_add_py(int64_t a, int64_t b) {
+    check_operands("sat_add", a, "a", b, "b");
+    return sat_add(a, b);
+}
+
+int64_t sat_mul_py(int64_t a, int64_t b) {
+    check_operands("sat_mul", a, "a", b, "b");
+    return sat_mul(a, b);
+}
+
 Out<int64_t> random_below_py(uint64_t key, In<int64_t> bounds) {
+    // Lemire's draw is exact for bounds in [1, 2**32); past that its rejection loop never ends
+    for (int64_t i = 0; i < static_cast<int64_t>(bounds.shape(0)); ++i) {
+        if (bounds(i) < 1 || bounds(i) > int64_t(MASK32)) {
+            refuse("random_below", entry("bounds", i, bounds(i)) + " must be in [1, 2**32)");
+        }
+    }
     Buffer<int64_t> out(static_cast<int64_t>(bounds.shape(0)));
     {
         nb::gil_scoped_release nogil;
@@ -28,14 +58,27 @@ uint64_t hash_ints_py(In<T> values, uint64_t seed) {
     return hash_ints(values.data(), static_cast<int64_t>(values.shape(0)), seed);
 }
 
+// The sort of `keys` (with `names` when not null), a key outside [0, num_keys) refused by its
+// position (the kernel finds it in its histogram pass: no pass of its own).
 template <class K>
-nb::tuple counting_order_py(In<K> keys, int64_t num_keys) {
+nb::tuple counting_order_checked(const char* kernel, const In<K>& keys, int64_t num_keys,
+                                 const int64_t* names) {
+    check_scalar(kernel, "num_keys", num_keys, 0, MAX_COUNT, "must be in [0, 2**62]");
     CountingOrder out;
     {
         nb::gil_scoped_release nogil;
-        out = counting_order(keys.data(), static_cast<int64_t>(keys.shape(0)), num_keys);
+        out = counting_order(keys.data(), static_cast<int64_t>(keys.shape(0)), num_keys, names);
+    }
+    if (out.bad >= 0) {
+        refuse(kernel, entry("keys", out.bad, keys(out.bad)) + " is outside [0, num_keys = " +
+                           text(num_keys) + ")");
     }
     return nb::make_tuple(to_numpy(std::move(out.order)), to_numpy(std::move(out.starts)));
+}
+
+template <class K>
+nb::tuple counting_order_py(In<K> keys, int64_t num_keys) {
+    return counting_order_checked("counting_order", keys, num_keys, nullptr);
 }
 
 template <class K>
@@ -43,23 +86,29 @@ nb::tuple counting_order_named_py(In<K> keys, int64_t num_keys, In<int64_t> name
     if (names.shape(0) != keys.shape(0)) {
         throw nb::value_error("counting_order_named: names must have one entry per key");
     }
-    CountingOrder out;
-    {
-        nb::gil_scoped_release nogil;
-        out = counting_order(keys.data(), static_cast<int64_t>(keys.shape(0)), num_keys,
-                             names.data());
-    }
-    return nb::make_tuple(to_numpy(std::move(out.order)), to_numpy(std::move(out.starts)));
+    return counting_order_checked("counting_order_named", keys, num_keys, names.data());
 }
 
 template <class V>
 void shuffle_runs_py(InOut<V> values, In<int64_t> starts, uint64_t key) {
+    const int64_t num_starts = static_cast<int64_t>(starts.shape(0));
+    check_bounds("shuffle_runs", "starts", starts.data(), num_starts, "values",
+                 static_cast<int64_t>(values.shape(0)));
+    // a run's draws are bounded by its length, which must stay below 2**32
+    for (int64_t r = 0; r + 1 < num_starts; ++r) {
+        if (starts(r + 1) - starts(r) > int64_t(MASK32)) {
+            refuse("shuffle_runs", "run " + text(r) + " holds " + text(starts(r + 1) - starts(r)) +
+                                       " values, more than 2**32 - 1");
+        }
+    }
     nb::gil_scoped_release nogil;
-    shuffle_runs(values.data(), starts.data(), static_cast<int64_t>(starts.shape(0)), key);
+    shuffle_runs(values.data(), starts.data(), num_starts, key);
 }
 
 template <class T>
 Out<T> segment_max_py(In<T> values, In<int64_t> offsets) {
+    check_bounds("segment_max", "offsets", offsets.data(), static_cast<int64_t>(offsets.shape(0)),
+                 "values", static_cast<int64_t>(values.shape(0)));
     Buffer<T> out;
     {
         nb::gil_scoped_release nogil;
@@ -120,7 +169,7 @@ Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_
 
 Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked,
                                  int64_t n) {
-    if (n < 1) throw nb::value_error("unnamed_segments: n must be positive");
+    check_scalar("unnamed_segments", "n", n, 1, MAX_COUNT, "must be in [1, 2**62]");
     check_picked("unnamed_segments", values, offsets, picked);
     int64_t count = static_cast<int64_t>(picked.shape(0));
     Buffer<int64_t> out;
@@ -133,15 +182,42 @@ Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int
     return to_numpy(std::move(out));
 }
 
+// Every item of a budget walk within max_tokens (0: no limit).
+std::string over_budget(const std::string& item, int64_t max_tokens) {
+    return item + " exceeds max_tokens = " + text(max_tokens) + " (every item must fit the budget)";
+}
+
 template <class T>
 Out<int64_t> budget_ends_runs_py(In<T> values, In<int64_t> starts, int64_t max_tokens,
                                  int64_t max_sentences, int64_t multiple) {
+    const char* kernel = "budget_ends_runs";
+    check_limit(kernel, "max_tokens", max_tokens);
+    check_limit(kernel, "max_sentences", max_sentences);
+    check_scalar(kernel, "multiple", multiple, 1, INT64_MAX_, "must be >= 1");
+    const int64_t num_values = static_cast<int64_t>(values.shape(0));
+    const int64_t num_starts = static_cast<int64_t>(starts.shape(0));
+    if (num_starts > 0) {  // runs: positions starts[r]:starts[r+1] have size values[r]
+        check_bounds(kernel, "starts", starts.data(), num_starts, "the positions (2**62 at most)",
+                     MAX_COUNT, true);
+        if (num_values != num_starts - 1) {
+            refuse(kernel, "values holds " + text(num_values) + " sizes for " +
+                               text(num_starts - 1) + " runs (starts holds runs + 1 bounds)");
+        }
+        for (int64_t r = 0; max_tokens > 0 && r < num_values; ++r) {
+            if (starts(r + 1) > starts(r) && static_cast<int64_t>(values(r)) > max_tokens) {
+                refuse(kernel, over_budget(entry("values", r, values(r)), max_tokens));
+            }
+        }
+    }
     Buffer<int64_t> out;
+    int64_t over_at = -1;
     {
         nb::gil_scoped_release nogil;
-        out = budget_ends_runs(values.data(), static_cast<int64_t>(values.shape(0)), starts.data(),
-                               static_cast<int64_t>(starts.shape(0)), max_tokens, max_sentences,
-                               multiple);
+        out = budget_ends_runs(values.data(), num_values, starts.data(), num_starts, max_tokens,
+                               max_sentences, multiple, &over_at);
+    }
+    if (over_at >= 0) {
+        refuse(kernel, over_budget(entry("values", over_at, values(over_at)), max_tokens));
     }
     return to_numpy(std::move(out));
 }
@@ -150,9 +226,9 @@ Out<int64_t> budget_ends_runs_py(In<T> values, In<int64_t> starts, int64_t max_t
 
 void bind_base(nb::module_& m) {
     // the saturating helpers themselves, for the tests at the int64 limits
-    m.def("mul_exceeds", &mul_exceeds, nb::arg("count"), nb::arg("size"), nb::arg("limit"));
-    m.def("sat_add", &sat_add, nb::arg("a"), nb::arg("b"));
-    m.def("sat_mul", &sat_mul, nb::arg("a"), nb::arg("b"));
+    m.def("mul_exceeds", &mul_exceeds_py, nb::arg("count"), nb::arg("size"), nb::arg("limit"));
+    m.def("sat_add", &sat_add_py, nb::arg("a"), nb::arg("b"));
+    m.def("sat_mul", &sat_mul_py, nb::arg("a"), nb::arg("b"));
     m.def("random_below", &random_below_py, nb::arg("key"), nb::arg("bounds"));
     m.def("stream_key", &stream_key, nb::arg("seed"), nb::arg("epoch"), nb::arg("stream"));
 #define DEF(T)                                                                                 \

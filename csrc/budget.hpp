@@ -19,6 +19,7 @@ inline bool multiple_of(int64_t count, int64_t multiple) {
 struct BudgetWalk {
     int64_t closed = 0, start = 0, cut = 0, batch_max = 0, tail_max = 0;
     int64_t max_tokens, max_sentences, multiple;  // 0 = no limit (tokens, sentences)
+    int64_t over_at = -1;  // the first position whose item alone breaks max_tokens (else -1)
 
     BudgetWalk(int64_t tokens, int64_t sentences, int64_t mult)
         : max_tokens(tokens), max_sentences(sentences), multiple(mult) {}
@@ -34,6 +35,9 @@ struct BudgetWalk {
         bool over = (max_sentences > 0 && count > max_sentences) ||
                     (max_tokens > 0 && mul_exceeds(count, longest, max_tokens));
         if (over) {
+            // an item over max_tokens breaks it at its own step: noted here, once per batch
+            // rather than once per item (every caller must leave such items out)
+            if (max_tokens > 0 && s > max_tokens && over_at < 0) over_at = pos;
             ends[closed++] = cut;
             if (max_tokens > 0 && mul_exceeds(pos + 1 - cut, tail_max, max_tokens)) {
                 ends[closed++] = pos;
@@ -61,13 +65,19 @@ struct BudgetWalk {
 
 // Batch ends of the greedy rule. Positions starts[r]:starts[r+1] all have size values[r]; with
 // no starts (num_starts == 0) there is one position per value, values being the sizes in order.
+//
+// With multiple >= 1 and every item within max_tokens, every batch holds an item, so there are
+// at most n ends. The runs' sizes are checked against the budget before (bind_base); sizes one
+// per position are not (that would be a pass of its own), so their buffer has room for two ends
+// per step, as many as a step can close whatever the sizes, and `over_at` gets the first item
+// over max_tokens (-1 if none).
 template <class T>
 Buffer<int64_t> budget_ends_runs(const T* values, int64_t num_values, const int64_t* starts,
                                  int64_t num_starts, int64_t max_tokens, int64_t max_sentences,
-                                 int64_t multiple) {
+                                 int64_t multiple, int64_t* over_at = nullptr) {
     bool per_item = num_starts == 0;
     int64_t n = per_item ? num_values : starts[num_starts - 1];
-    Buffer<int64_t> ends(n + 1);
+    Buffer<int64_t> ends(per_item ? 2 * n + 2 : n + 1);
     BudgetWalk walk(max_tokens, max_sentences, multiple);
     if (per_item) {
         for (int64_t pos = 0; pos < n; ++pos) {
@@ -81,6 +91,7 @@ Buffer<int64_t> budget_ends_runs(const T* values, int64_t num_values, const int6
     }
     walk.finish(n, ends.get());
     ends.used = walk.closed;
+    if (over_at != nullptr) *over_at = walk.over_at;
     return ends;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bittree.hpp"
@@ -23,13 +24,18 @@ namespace padless {
 // [cut, pos] that joins it when the union is small (< multiple) or a multiple of `multiple`.
 // When batch + tail breaks a limit (0 = none), the batch closes and the tail opens the next
 // one; if the tail alone (with the new item) breaks max_tokens or max_cost, the tail without
-// the new item closes too. Items must each fit both budgets alone. With max_cost = 0 the ends
-// are exactly those of budget_ends.
+// the new item closes too. Items must each fit both budgets alone: the first that does not
+// (its size over max_tokens, or its own cost, negative units counted as 0, over max_cost) stops
+// the walk, its position in `over_at` (else -1) and its reason in `over_cost` (the cost, not
+// the size). With max_cost = 0 the ends are exactly those of budget_ends.
 template <class T>
 Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int64_t n,
                                        int64_t fields, int64_t max_tokens, int64_t max_sentences,
-                                       int64_t multiple, double max_cost) {
-    Buffer<int64_t> ends(n + 1);
+                                       int64_t multiple, double max_cost, int64_t& over_at,
+                                       bool& over_cost) {
+    over_at = -1;
+    over_cost = false;
+    Buffer<int64_t> ends(n + 1);  // every item fits: every batch holds one, n ends at most
     int64_t closed = 0, start = 0, cut = 0;
     int64_t batch_max = 0, tail_max = 0;
     std::vector<double> batch_u(static_cast<size_t>(fields), 0.0);
@@ -56,6 +62,20 @@ Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int6
                     (max_tokens > 0 && mul_exceeds(count, longest, max_tokens));
         if (!over && max_cost > 0.0) over = static_cast<double>(count) * total(true) > max_cost;
         if (over) {
+            // an item over a budget breaks it at its own step: checked here, once per batch
+            if (max_tokens > 0 && s > max_tokens) {
+                over_at = pos;
+                break;
+            }
+            if (max_cost > 0.0) {
+                double own = 0.0;
+                for (int64_t f = 0; f < fields; ++f) own += u[f] > 0.0 ? u[f] : 0.0;
+                if (own > max_cost) {
+                    over_at = pos;
+                    over_cost = true;
+                    break;
+                }
+            }
             ends[closed++] = cut;
             const int64_t left = pos + 1 - cut;
             bool alone = max_tokens > 0 && mul_exceeds(left, tail_max, max_tokens);
@@ -83,6 +103,10 @@ Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int6
             std::fill(tail_u.begin(), tail_u.end(), 0.0);
         }
     }
+    if (over_at >= 0) {
+        ends.used = 0;
+        return ends;
+    }
     if (cut > start) ends[closed++] = cut;
     if (n > cut) ends[closed++] = n;
     ends.used = closed;
@@ -93,9 +117,9 @@ Buffer<int64_t> budget_field_cost_ends(const T* sizes, const double* units, int6
 template <class T>
 Buffer<int64_t> budget_cost_ends(const T* sizes, const double* units, int64_t n,
                                  int64_t max_tokens, int64_t max_sentences, int64_t multiple,
-                                 double max_cost) {
+                                 double max_cost, int64_t& over_at, bool& over_cost) {
     return budget_field_cost_ends(sizes, units, n, 1, max_tokens, max_sentences, multiple,
-                                  max_cost);
+                                  max_cost, over_at, over_cost);
 }
 
 // Σ over a batch's rows of `base + Σ extras` (each row summed left to right from 0.0). Row r is
@@ -202,7 +226,9 @@ RowFit best_fit_rows_cost(const T* sizes, const double* extras, int64_t n, int64
     for (int64_t i = 0; i < n; ++i) {
         const int64_t s = static_cast<int64_t>(sizes[i]);
         if (s < 0 || s > capacity) {
-            throw std::out_of_range("best_fit_rows_cost: size out of range");
+            throw std::out_of_range("best_fit_rows_cost: sizes[" + std::to_string(i) + "] = " +
+                                    std::to_string(s) + " is outside [0, capacity = " +
+                                    std::to_string(capacity) + "]");
         }
         const double e = extras[i];
         while (!parked.empty() && !(base + (parked.top_used() + e) > max_row_cost)) {

@@ -3,6 +3,7 @@
 
 #include <nanobind/stl/tuple.h>
 
+#include "checks.hpp"
 #include "common.hpp"
 
 namespace padless {
@@ -317,20 +318,64 @@ namespace {
 
 int64_t length(const In<int64_t>& a) { return static_cast<int64_t>(a.shape(0)); }
 
+// The shapes the greedy walk cuts to: tier lengths strictly ascending, their caps (rows) at
+// least one and not increasing, one per tier.
+void check_tiers(const char* kernel, const In<int64_t>& tiers, const In<int64_t>& caps,
+                 int64_t num_sizes) {
+    check_same_size(kernel, "tiers", length(tiers), "caps", length(caps));
+    if (num_sizes > 0 && length(tiers) == 0) refuse(kernel, "tiers is empty: no shape fits");
+    for (int64_t t = 0; t < length(tiers); ++t) {
+        if (t > 0 && !(tiers(t - 1) < tiers(t))) {
+            refuse(kernel, entry("tiers", t, tiers(t)) + " is not above " +
+                               entry("tiers", t - 1, tiers(t - 1)) +
+                               " (tiers must be sorted and distinct)");
+        }
+        if (caps(t) < 1) refuse(kernel, entry("caps", t, caps(t)) + " must be >= 1");
+        if (t > 0 && caps(t) > caps(t - 1)) {
+            refuse(kernel, entry("caps", t, caps(t)) + " is above " +
+                               entry("caps", t - 1, caps(t - 1)) + " (caps must not increase)");
+        }
+    }
+}
+
 template <class T>
 nb::tuple shape_ends_py(In<T> sizes, In<int64_t> tiers, In<int64_t> caps) {
+    const char* kernel = "shape_ends";
+    check_tiers(kernel, tiers, caps, static_cast<int64_t>(sizes.shape(0)));
     Buffer<int64_t> ends;
     Buffer<int64_t> longest;
+    int64_t over;
     {
         nb::gil_scoped_release nogil;
-        shape_ends(sizes.data(), static_cast<int64_t>(sizes.shape(0)), tiers.data(),
-                   length(tiers), caps.data(), ends, longest);
+        over = shape_ends(sizes.data(), static_cast<int64_t>(sizes.shape(0)), tiers.data(),
+                          length(tiers), caps.data(), ends, longest);
+    }
+    if (over >= 0) {
+        refuse(kernel, entry("sizes", over, sizes(over)) + " exceeds the longest tier, " +
+                           entry("tiers", length(tiers) - 1, tiers(length(tiers) - 1)));
     }
     return nb::make_tuple(to_numpy(std::move(ends)), to_numpy(std::move(longest)));
 }
 
 Out<int64_t> pick_shapes_py(In<int64_t> counts, In<int64_t> longest, In<int64_t> rows,
                             In<int64_t> lengths, bool pad_batches) {
+    const char* kernel = "pick_shapes";
+    check_same_size(kernel, "counts", length(counts), "longest", length(longest));
+    check_same_size(kernel, "rows", length(rows), "lengths", length(lengths));
+    // the shapes by length (a binary search finds the first long enough), their slots exact
+    for (int64_t s = 0; s < length(rows); ++s) {
+        if (rows(s) < 1) refuse(kernel, entry("rows", s, rows(s)) + " must be >= 1");
+        if (lengths(s) < 1) refuse(kernel, entry("lengths", s, lengths(s)) + " must be >= 1");
+        if (s > 0 && lengths(s) < lengths(s - 1)) {
+            refuse(kernel, entry("lengths", s, lengths(s)) + " is below " +
+                               entry("lengths", s - 1, lengths(s - 1)) +
+                               " (shapes must be sorted by length)");
+        }
+        if (mul_exceeds(rows(s), lengths(s), INT64_MAX_)) {
+            refuse(kernel, "shape " + text(s) + " (rows " + text(rows(s)) + ", length " +
+                               text(lengths(s)) + ") has more than 2**63 - 1 slots");
+        }
+    }
     Buffer<int64_t> out(length(counts));
     {
         nb::gil_scoped_release nogil;
@@ -340,22 +385,70 @@ Out<int64_t> pick_shapes_py(In<int64_t> counts, In<int64_t> longest, In<int64_t>
     return to_numpy(std::move(out));
 }
 
-// The shape-set kernels divide by the batch sizes: numba raised ZeroDivisionError on a zero
-// (the Python layer never passes one; C++ would trap).
-void zero_division() {
-    PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
-    throw nb::python_error();
+// The most a cost of the shape-set kernels may reach: their sums of a few costs stay below
+// 2**62 (the DPs' "unreachable") and below 2**63.
+constexpr int64_t MAX_SLOTS = int64_t(1) << 60;
+
+// The histogram the shape-set kernels take: sorted distinct sizes (`values`), the items of each
+// (`counts`, at least one) and the rows of the shape of each length (`rows`, at least one: the
+// kernels divide by them). Every cost they add up is at most all the items at the longest size
+// plus `groups` batches of the largest shape, which must stay within MAX_SLOTS.
+void check_table(const char* kernel, const In<int64_t>& values, const In<int64_t>& counts,
+                 const In<int64_t>& rows, int64_t groups) {
+    const int64_t n = length(values);
+    check_same_size(kernel, "values", n, "counts", length(counts));
+    check_same_size(kernel, "values", n, "rows", length(rows));
+    int64_t items = 0, widest = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        if (values(j) < 0) refuse(kernel, entry("values", j, values(j)) + " is negative");
+        if (j > 0 && !(values(j - 1) < values(j))) {
+            refuse(kernel, entry("values", j, values(j)) + " is not above " +
+                               entry("values", j - 1, values(j - 1)) +
+                               " (values must be sorted and distinct)");
+        }
+        if (counts(j) < 1) refuse(kernel, entry("counts", j, counts(j)) + " must be >= 1");
+        if (rows(j) < 1) refuse(kernel, entry("rows", j, rows(j)) + " must be >= 1");
+        items = sat_add(items, counts(j));
+        widest = std::max(widest, sat_mul(rows(j), values(j)));
+    }
+    const int64_t longest = n > 0 ? values(n - 1) : 0;
+    if (sat_add(sat_mul(items, longest), sat_mul(std::max(groups, int64_t(0)), widest)) >
+        MAX_SLOTS) {
+        refuse(kernel, text(items) + " items at the longest size " + text(longest) + " plus " +
+                           text(groups) + " batches of the largest shape (" + text(widest) +
+                           " slots) pass 2**60 slots (costs would overflow)");
+    }
 }
 
-void check_rows(const In<int64_t>& rows) {
-    for (int64_t j = 0; j < length(rows); ++j) {
-        if (rows(j) == 0) zero_division();
+// Group ends of the table: ascending positions in [0, n), the last n - 1 (every size in a group).
+void check_ends(const char* kernel, const In<int64_t>& ends, int64_t n) {
+    const int64_t num = length(ends);
+    if (num == 0 && n > 0) refuse(kernel, "ends is empty (the last must be n - 1)");
+    for (int64_t s = 0; s < num; ++s) {
+        if (ends(s) < 0 || ends(s) >= n) {
+            refuse(kernel, entry("ends", s, ends(s)) + " is outside [0, " + text(n) + ")");
+        }
+        if (s > 0 && !(ends(s - 1) < ends(s))) {
+            refuse(kernel, entry("ends", s, ends(s)) + " is not above " +
+                               entry("ends", s - 1, ends(s - 1)) + " (ends must ascend)");
+        }
     }
+    if (num > 0 && ends(num - 1) != n - 1) {
+        refuse(kernel, entry("ends", num - 1, ends(num - 1)) + " must be n - 1 = " + text(n - 1) +
+                           " (the last group ends at the longest size)");
+    }
+}
+
+// A DP's number of groups, and its table of value positions (int32).
+void check_groups(const char* kernel, const In<int64_t>& values, int64_t k) {
+    check_scalar(kernel, "k", k, 1, INT64_MAX_, "must be >= 1");
+    if (length(values) >= (int64_t(1) << 31)) refuse(kernel, "values holds 2**31 or more sizes");
 }
 
 Out<int64_t> static_cuts_py(In<int64_t> values, In<int64_t> counts, In<int64_t> rows,
                             int64_t k) {
-    check_rows(rows);
+    check_groups("static_cuts", values, k);
+    check_table("static_cuts", values, counts, rows, std::min(k, length(values)));
     Buffer<int64_t> out;
     {
         nb::gil_scoped_release nogil;
@@ -366,10 +459,8 @@ Out<int64_t> static_cuts_py(In<int64_t> values, In<int64_t> counts, In<int64_t> 
 
 int64_t shaped_cost_py(In<int64_t> values, In<int64_t> counts, In<int64_t> rows,
                        In<int64_t> ends) {
-    // only the shapes' batch sizes divide (a call per candidate set: no O(L) pass)
-    for (int64_t s = 0; s < length(ends); ++s) {
-        if (rows(ends(s)) == 0) zero_division();
-    }
+    check_table("shaped_cost", values, counts, rows, length(ends));
+    check_ends("shaped_cost", ends, length(values));
     nb::gil_scoped_release nogil;
     return shaped_cost(values.data(), counts.data(), length(values), rows.data(), ends.data(),
                        length(ends));
@@ -377,7 +468,8 @@ int64_t shaped_cost_py(In<int64_t> values, In<int64_t> counts, In<int64_t> rows,
 
 nb::tuple polish_ends_py(In<int64_t> values, In<int64_t> counts, In<int64_t> rows,
                          In<int64_t> ends) {
-    check_rows(rows);
+    check_table("polish_ends", values, counts, rows, length(ends));
+    check_ends("polish_ends", ends, length(values));
     Buffer<int64_t> out;
     int64_t best;
     {
@@ -390,7 +482,20 @@ nb::tuple polish_ends_py(In<int64_t> values, In<int64_t> counts, In<int64_t> row
 
 Out<int64_t> carry_cuts_py(In<int64_t> values, In<int64_t> counts, In<int64_t> rows, int64_t k,
                            int64_t bound) {
-    check_rows(rows);
+    const char* kernel = "carry_cuts";
+    check_groups(kernel, values, k);
+    check_table(kernel, values, counts, rows, std::min(k, length(values)));
+    if (length(values) == 0) refuse(kernel, "values is empty (no size to make a shape of)");
+    check_scalar(kernel, "bound", bound, 0, MAX_COUNT, "must be in [0, 2**62]");
+    // the DP's table holds open-batch counts as int32: at most min(rows, items so far) each
+    int64_t items = 0;
+    for (int64_t j = 0; j < length(values); ++j) {
+        items = sat_add(items, counts(j));
+        if (std::min(rows(j), items) >= (int64_t(1) << 31)) {
+            refuse(kernel, entry("rows", j, rows(j)) + " with " + text(items) +
+                               " items up to it: 2**31 or more open rows to track");
+        }
+    }
     Buffer<int64_t> out;
     {
         nb::gil_scoped_release nogil;

@@ -87,19 +87,24 @@ inline int64_t cost_of_ends(const int64_t* csum, const int64_t* values, const in
 // least `tiers[t]` long (non-increasing). A batch of `c` items whose longest is `m` takes the
 // next item `x` when `c + 1 <= caps[t]` for the first tier `t` with `tiers[t] >= max(m, x)`;
 // otherwise it closes and `x` opens the next batch (its length counted). Every size must be
-// <= `tiers[-1]`. Fills the end of every batch and its longest size.
-// O(N + batches · log tiers) time.
+// <= `tiers[-1]` (tiers not empty): the first that is not stops the walk and is returned (else
+// -1). Fills the end of every batch and its longest size. O(N + batches · log tiers) time.
 template <class T>
-void shape_ends(const T* sizes, int64_t n, const int64_t* tiers, int64_t num_tiers,
-                const int64_t* caps, Buffer<int64_t>& ends, Buffer<int64_t>& longest) {
+int64_t shape_ends(const T* sizes, int64_t n, const int64_t* tiers, int64_t num_tiers,
+                   const int64_t* caps, Buffer<int64_t>& ends, Buffer<int64_t>& longest) {
     ends = Buffer<int64_t>(n);
     longest = Buffer<int64_t>(n);
     int64_t nb = 0;
     int64_t count = 0;
     int64_t m = 0;
     int64_t t = 0;
+    const int64_t top = num_tiers > 0 ? tiers[num_tiers - 1] : 0;
     for (int64_t p = 0; p < n; ++p) {
         int64_t x = static_cast<int64_t>(sizes[p]);
+        if (x > top) {  // no tier holds it: the tier scans below would run past the last
+            ends.used = longest.used = nb;
+            return p;
+        }
         if (count > 0) {
             int64_t mm = m >= x ? m : x;
             int64_t u = t;
@@ -125,6 +130,7 @@ void shape_ends(const T* sizes, int64_t n, const int64_t* tiers, int64_t num_tie
     }
     ends.used = nb;
     longest.used = nb;
+    return -1;
 }
 
 // Tag batches with their shape: the index of the shape each (count, longest) takes.

@@ -1,6 +1,7 @@
 // The streams family's bindings: one token-budget round over a stream buffer (streams.hpp).
 #include "streams.hpp"
 
+#include "checks.hpp"
 #include "common.hpp"
 
 namespace padless {
@@ -10,10 +11,15 @@ template <class K, class T>
 nb::tuple budget_round_py(In<K> keys, int64_t span, In<T> sizes, In<bool> late,
                           int64_t max_tokens, int64_t max_sentences, int64_t multiple, bool final,
                           double target) {
+    const char* kernel = "budget_round";
     int64_t n = static_cast<int64_t>(keys.shape(0));
-    if (static_cast<int64_t>(sizes.shape(0)) < n || static_cast<int64_t>(late.shape(0)) < n)
+    if (static_cast<int64_t>(sizes.shape(0)) != n || static_cast<int64_t>(late.shape(0)) != n)
         throw nb::index_error("budget_round: sizes and late need one entry per key");
-    if (span < 0) throw nb::value_error("budget_round: span must be >= 0");
+    check_scalar(kernel, "span", span, 0, MAX_COUNT, "must be in [0, 2**62]");
+    check_limit(kernel, "max_tokens", max_tokens);
+    check_limit(kernel, "max_sentences", max_sentences);
+    check_scalar(kernel, "multiple", multiple, 1, INT64_MAX_, "must be >= 1");
+    if (!(target >= 0.0)) refuse(kernel, named("target", target) + " must be >= 0");
     BudgetRound r;
     {
         nb::gil_scoped_release nogil;

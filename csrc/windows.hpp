@@ -157,14 +157,26 @@ LengthScan scan_lengths(const Matrix<T>& src) {
 }
 
 // Run bounds of the window's sizes (all below span): starts[k]:starts[k+1] is the run of size
-// k, starts[span] the window's size.
+// k, starts[span] the window's size. A size outside [0, span) stops the count, its item in
+// `bad` (else -1), the bounds then unfinished.
 template <class T>
-Buffer<int64_t> window_histogram(Column<T> sizes, const WindowBlocks& win, int64_t span) {
+Buffer<int64_t> window_histogram(Column<T> sizes, const WindowBlocks& win, int64_t span,
+                                 int64_t& bad) {
     Buffer<int64_t> starts = zeros<int64_t>(span + 1);
     int64_t* s = starts.get();
+    bad = -1;
     win.for_each_run([&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) s[sizes[i] + 1] += 1;
+        for (int64_t i = lo; i < hi && bad < 0; ++i) {
+            // a negative size is a large unsigned one: one comparison checks both ends
+            const uint64_t k = static_cast<uint64_t>(sizes[i]);
+            if (k >= static_cast<uint64_t>(span)) {
+                bad = i;
+            } else {
+                s[k + 1] += 1;
+            }
+        }
     });
+    if (bad >= 0) return starts;
     for (int64_t k = 0; k < span; ++k) s[k + 1] += s[k];
     return starts;
 }
@@ -190,7 +202,9 @@ void window_scatter(Column<T> sizes, const WindowBlocks& win, const int64_t* sta
 template <class T>
 CountingOrder window_order(Column<T> sizes, const WindowBlocks& win, int64_t span,
                            uint64_t key) {
-    CountingOrder out{Buffer<int64_t>(0), window_histogram(sizes, win, span)};
+    int64_t bad;
+    CountingOrder out{Buffer<int64_t>(0), window_histogram(sizes, win, span, bad), bad};
+    if (bad >= 0) return out;
     const int64_t* starts = out.starts.get();
     out.order = Buffer<int64_t>(starts[span]);
     window_scatter(sizes, win, starts, span, out.order.get());
@@ -590,7 +604,7 @@ void place_visits(const RowFit& fit, const int64_t* starts, int64_t num_starts, 
 // (width widths[i]; those of width outside [low, runs) left out) goes to index[cursor[width]++],
 // so the index holds the sequences by width, stable, when the chunks come in order. Disjoint
 // width ranges touch disjoint cursors and places: threads may place one range each. Returns
-// false (writing nothing more) when a cursor would pass the index's end.
+// false (writing nothing more) when a cursor would fall outside the index.
 template <class T, class I>
 bool width_scatter(Column<T> widths, int64_t n, int64_t first_id, int64_t low, int64_t runs,
                    int64_t* cursor, I* index, int64_t size) {
@@ -598,7 +612,8 @@ bool width_scatter(Column<T> widths, int64_t n, int64_t first_id, int64_t low, i
         const int64_t w = static_cast<int64_t>(widths[i]);
         if (w < low || w >= runs) continue;
         const int64_t at = cursor[w]++;
-        if (at >= size) return false;
+        // a negative cursor is a large unsigned one: one comparison checks both ends
+        if (static_cast<uint64_t>(at) >= static_cast<uint64_t>(size)) return false;
         index[at] = static_cast<I>(first_id + i);
     }
     return true;

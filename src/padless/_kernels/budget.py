@@ -26,7 +26,9 @@ def budget_ends_runs(
     Positions ``starts[r]:starts[r+1]`` all have size ``values[r]`` (a length-sorted order from a
     counting sort needs no per-position size array); an empty ``starts`` means one position per
     value, i.e. ``values`` are the sizes in order. ``max_tokens``/``max_sentences`` of 0 mean
-    "no limit".
+    "no limit". Every item must fit ``max_tokens`` and ``multiple`` be at least 1: the kernel
+    refuses anything else with a ValueError (an item over the budget by its position), as it
+    refuses ``starts`` that do not run from 0 up, one bound per run plus one.
     """
     return _core.budget_ends_runs(values, starts, max_tokens, max_sentences, multiple)
 
