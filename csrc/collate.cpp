@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "checks_b.hpp"
 #include "common.hpp"
 #include "dtypes.hpp"
 #include "ingest.hpp"
@@ -15,8 +16,6 @@ namespace padless {
 namespace {
 
 constexpr int64_t INT64_TOP = std::numeric_limits<int64_t>::max();
-
-[[noreturn]] void fail(const std::string& message) { throw nb::value_error(message.c_str()); }
 
 // The first rule an item breaks: a length outside [0, limit], a start before 0, or a span past
 // the tokens; "" when none does.
@@ -37,31 +36,32 @@ std::string item_error(const int64_t* starts, const int64_t* lengths, int64_t n,
     return "";
 }
 
-void check_sizes(int64_t n, int64_t lengths) {
+void check_sizes(const char* k, int64_t n, int64_t lengths) {
     if (lengths != n)
-        fail("starts and lengths must have the same size, got " + std::to_string(n) + " and " +
-             std::to_string(lengths));
+        checks::refuse(k, "starts and lengths must have the same size, got " +
+                              std::to_string(n) + " and " + std::to_string(lengths));
 }
 
 // Whether the outputs are int64 (else int32, checked), and that pad values fit.
-bool wide_output(AnyOut out, const char* name, std::initializer_list<int64_t> values) {
+bool wide_output(const char* k, AnyOut out, const char* name,
+                 std::initializer_list<int64_t> values) {
     const bool wide = out.dtype() == nb::dtype<int64_t>();
     if (!wide && out.dtype() != nb::dtype<int32_t>())
-        throw nb::type_error((std::string(name) + " must be an int64 or int32 array, got " +
-                              dtype_name(out.dtype()))
+        throw nb::type_error((std::string(k) + ": " + name +
+                              " must be an int64 or int32 array, got " + dtype_name(out.dtype()))
                                  .c_str());
     if (!wide)
         for (int64_t v : values)
             if (!fits<int32_t>(v))
-                fail("pad and ignore_index must fit the int32 output, in " +
+                checks::refuse(k, "pad and ignore_index must fit the int32 output, in " +
                      range_of<int32_t>() + ", got " + std::to_string(v));
     return wide;
 }
 
 // For int32 outputs of uint32/int64 tokens: every token copied must fit int32.
 template <class S>
-void check_narrow(const S* src, const int64_t* starts, const int64_t* lengths, int64_t n,
-                  nb::dlpack::dtype d) {
+void check_narrow(const char* k, const S* src, const int64_t* starts, const int64_t* lengths,
+                  int64_t n, nb::dlpack::dtype d) {
     if constexpr (std::is_same<S, int64_t>::value || std::is_same<S, uint32_t>::value) {
         int64_t bad;
         {
@@ -70,23 +70,26 @@ void check_narrow(const S* src, const int64_t* starts, const int64_t* lengths, i
                                      std::numeric_limits<int32_t>::max());
         }
         if (bad >= 0)
-            fail("item " + std::to_string(bad) + " holds a token outside int32's range " +
-                 range_of<int32_t>() + ": serve " + dtype_name(d) + " tokens as int64");
+            checks::refuse(k, "item " + std::to_string(bad) +
+                                  " holds a token outside int32's range " + range_of<int32_t>() +
+                                  ": serve " + dtype_name(d) + " tokens as int64");
     } else {
-        (void)src, (void)starts, (void)lengths, (void)n, (void)d;
+        (void)k, (void)src, (void)starts, (void)lengths, (void)n, (void)d;
     }
 }
 
 int64_t next_fit_count_py(In<int64_t> lengths, int64_t capacity, int64_t max_per_row) {
-    if (capacity < 1) fail("capacity must be >= 1, got " + std::to_string(capacity));
-    if (max_per_row < 0) fail("max_per_row must be >= 0 (0: no cap), got " +
+    const char* k = "next_fit_count";
+    if (capacity < 1) checks::refuse(k, "capacity must be >= 1, got " + std::to_string(capacity));
+    if (max_per_row < 0) checks::refuse(k, "max_per_row must be >= 0 (0: no cap), got " +
                               std::to_string(max_per_row));
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t* lens = lengths.data();
-    for (int64_t k = 0; k < n; ++k)
-        if (lens[k] < 0 || lens[k] > capacity)
-            fail("item " + std::to_string(k) + " has " + std::to_string(lens[k]) +
-                 " tokens; items must hold between 0 and capacity=" + std::to_string(capacity));
+    const int64_t bad = checks::first_outside(lens, n, 0, capacity);
+    if (bad >= 0)
+        checks::refuse(k, "item " + std::to_string(bad) + " has " + std::to_string(lens[bad]) +
+                              " tokens; items must hold between 0 and capacity=" +
+                              std::to_string(capacity));
     nb::gil_scoped_release nogil;
     return next_fit_count(lens, n, capacity, max_per_row);
 }
@@ -96,52 +99,56 @@ nb::tuple packed_batch_py(AnyIn tokens, In<int64_t> starts,
                           int64_t rows, bool flatten, int64_t pad, int64_t ignore,
                           int64_t position_start, AnyOut ids, AnyOut labels,
                           InOut<int64_t> positions, InOut<int32_t> seq_idx, InOut<int32_t> cu) {
+    const char* k = "packed_batch";
     const int64_t n = static_cast<int64_t>(starts.shape(0));
-    check_sizes(n, static_cast<int64_t>(lengths.shape(0)));
-    if (capacity < 1) fail("capacity must be >= 1, got " + std::to_string(capacity));
-    if (max_per_row < 0) fail("max_per_row must be >= 0 (0: no cap), got " +
+    check_sizes(k, n, static_cast<int64_t>(lengths.shape(0)));
+    if (capacity < 1) checks::refuse(k, "capacity must be >= 1, got " + std::to_string(capacity));
+    if (max_per_row < 0) checks::refuse(k, "max_per_row must be >= 0 (0: no cap), got " +
                               std::to_string(max_per_row));
-    if (rows < 0) fail("rows must be >= 0, got " + std::to_string(rows));
+    if (rows < 0) checks::refuse(k, "rows must be >= 0, got " + std::to_string(rows));
     if (position_start < 0 || position_start > INT64_TOP - capacity + 1)
-        fail("position_start must be in [0, 2**63 - capacity], got " +
+        checks::refuse(k, "position_start must be in [0, 2**63 - capacity], got " +
              std::to_string(position_start));
     const int64_t* st = starts.data();
     const int64_t* lens = lengths.data();
     const std::string bad = item_error(st, lens, n, static_cast<int64_t>(tokens.shape(0)),
                                        capacity, "capacity");
-    if (!bad.empty()) fail(bad);
+    if (!bad.empty()) checks::refuse(k, bad);
     const int64_t needed = next_fit_count(lens, n, capacity, max_per_row);
     int64_t total = 0;
     if (flatten) {
-        for (int64_t k = 0; k < n; ++k) total += lens[k];  // each <= capacity: no overflow
+        for (int64_t i = 0; i < n; ++i) total += lens[i];  // each <= capacity: no overflow
     } else {
         if (needed > rows)
-            fail("the batch needs " + std::to_string(needed) + " rows of capacity=" +
+            checks::refuse(k, "the batch needs " + std::to_string(needed) + " rows of capacity=" +
                  std::to_string(capacity) + ", more than rows=" + std::to_string(rows));
         if (rows > INT64_TOP / capacity)
-            fail("rows * capacity exceeds int64: rows=" + std::to_string(rows));
+            checks::refuse(k, "rows * capacity exceeds int64: rows=" + std::to_string(rows));
         total = rows * capacity;
     }
     if (total > std::numeric_limits<int32_t>::max())
-        fail("the batch holds " + std::to_string(total) +
+        checks::refuse(k, "the batch holds " + std::to_string(total) +
              " tokens, more than cu_seqlens' int32 can index (2**31 - 1)");
     const int64_t segments = flatten ? n : n + rows;
+    if (segments > checks::I32_MAX)
+        checks::refuse(k, "the batch holds " + std::to_string(segments) +
+                              " segments, more than seq_idx's int32 can number");
     for (const auto& [size, name] :
          {std::pair<int64_t, const char*>{static_cast<int64_t>(ids.shape(0)), "ids"},
           {static_cast<int64_t>(labels.shape(0)), "labels"},
           {static_cast<int64_t>(positions.shape(0)), "positions"},
           {static_cast<int64_t>(seq_idx.shape(0)), "seq_idx"}})
         if (size != total)
-            fail(std::string(name) + " must have " + std::to_string(total) + " entries, got " +
-                 std::to_string(size));
+            checks::refuse(k, std::string(name) + " must have " + std::to_string(total) +
+                                  " entries, got " + std::to_string(size));
     if (static_cast<int64_t>(cu.shape(0)) < segments + 1)
-        fail("cu must have at least " + std::to_string(segments + 1) + " entries, got " +
-             std::to_string(cu.shape(0)));
-    const bool wide = wide_output(ids, "ids", {pad, ignore});
+        checks::refuse(k, "cu must have at least " + std::to_string(segments + 1) +
+                              " entries, got " + std::to_string(cu.shape(0)));
+    const bool wide = wide_output(k, ids, "ids", {pad, ignore});
     if (labels.dtype() != ids.dtype())
-        throw nb::type_error("labels must have the dtype of ids");
+        throw nb::type_error("packed_batch: labels must have the dtype of ids");
     PackedCounts counts{0, 0};
-    on_token_type(tokens.dtype(), "tokens", [&](auto s) {
+    on_token_type(tokens.dtype(), "packed_batch: tokens", [&](auto s) {
         using S = decltype(s);
         const S* src = static_cast<const S*>(tokens.data());
         if (wide) {
@@ -152,7 +159,7 @@ nb::tuple packed_batch_py(AnyIn tokens, In<int64_t> starts,
                 static_cast<int64_t*>(labels.data()), positions.data(), seq_idx.data(), cu.data());
             return;
         }
-        check_narrow(src, st, lens, n, tokens.dtype());
+        check_narrow(k, src, st, lens, n, tokens.dtype());
         nb::gil_scoped_release nogil;
         counts = packed_fill<S, int32_t>(
             src, st, lens, n, rows, capacity, max_per_row, flatten, static_cast<int32_t>(pad),
@@ -164,26 +171,28 @@ nb::tuple packed_batch_py(AnyIn tokens, In<int64_t> starts,
 
 void padded_batch_py(AnyIn tokens, In<int64_t> starts, In<int64_t> lengths, int64_t rows,
                      int64_t width, int64_t pad, AnyOut ids, InOut<int64_t> mask) {
+    const char* k = "padded_batch";
     const int64_t n = static_cast<int64_t>(starts.shape(0));
-    check_sizes(n, static_cast<int64_t>(lengths.shape(0)));
-    if (width < 0) fail("width must be >= 0, got " + std::to_string(width));
+    check_sizes(k, n, static_cast<int64_t>(lengths.shape(0)));
+    if (width < 0) checks::refuse(k, "width must be >= 0, got " + std::to_string(width));
+    if (rows < 0) checks::refuse(k, "rows must be >= 0, got " + std::to_string(rows));
     if (rows < n)
-        fail("rows must hold the " + std::to_string(n) + " items, got rows=" +
+        checks::refuse(k, "rows must hold the " + std::to_string(n) + " items, got rows=" +
              std::to_string(rows));
     const int64_t* st = starts.data();
     const int64_t* lens = lengths.data();
     const std::string bad =
         item_error(st, lens, n, static_cast<int64_t>(tokens.shape(0)), width, "width");
-    if (!bad.empty()) fail(bad);
+    if (!bad.empty()) checks::refuse(k, bad);
     if (width > 0 && rows > INT64_TOP / width)
-        fail("rows * width exceeds int64: rows=" + std::to_string(rows));
+        checks::refuse(k, "rows * width exceeds int64: rows=" + std::to_string(rows));
     const int64_t total = rows * width;
     if (static_cast<int64_t>(ids.shape(0)) != total || static_cast<int64_t>(mask.shape(0)) != total)
-        fail("ids and mask must have rows * width = " + std::to_string(total) +
+        checks::refuse(k, "ids and mask must have rows * width = " + std::to_string(total) +
              " entries, got " + std::to_string(ids.shape(0)) + " and " +
              std::to_string(mask.shape(0)));
-    const bool wide = wide_output(ids, "ids", {pad});
-    on_token_type(tokens.dtype(), "tokens", [&](auto s) {
+    const bool wide = wide_output(k, ids, "ids", {pad});
+    on_token_type(tokens.dtype(), "padded_batch: tokens", [&](auto s) {
         using S = decltype(s);
         const S* src = static_cast<const S*>(tokens.data());
         if (wide) {
@@ -192,7 +201,7 @@ void padded_batch_py(AnyIn tokens, In<int64_t> starts, In<int64_t> lengths, int6
                                     static_cast<int64_t*>(ids.data()), mask.data());
             return;
         }
-        check_narrow(src, st, lens, n, tokens.dtype());
+        check_narrow(k, src, st, lens, n, tokens.dtype());
         nb::gil_scoped_release nogil;
         padded_fill<S, int32_t>(src, st, lens, n, rows, width, static_cast<int32_t>(pad),
                                 static_cast<int32_t*>(ids.data()), mask.data());

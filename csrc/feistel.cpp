@@ -4,10 +4,12 @@
 // as buffers of any integer dtype, dispatched on here (one binding instead of one overload per
 // (corpus, output) pair), and a corpus of another dtype is a TypeError, never a converted copy
 // of a memory map; x and y are written in place, never converted either.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "checks_b.hpp"
 #include "common.hpp"
 #include "feistel.hpp"
 
@@ -138,24 +140,26 @@ void on_out_type(const IntArray& a, F&& f) {
 
 // Row b of x and y reads src[starts[b] : starts[b] + w + 1]: refused (as numpy's indexing of
 // the reference would) unless every such row lies in src; x and y must match.
-void check_rows(const IntArray& src, const int64_t* starts, int64_t rows, const IntArray& x,
-                const IntArray& y) {
+void check_rows(const char* kernel, const IntArray& src, const int64_t* starts, int64_t rows,
+                const IntArray& x, const IntArray& y) {
     if (x.shape(0) != y.shape(0) || x.shape(1) != y.shape(1) || x.itemsize() != y.itemsize() ||
         x.is_signed() != y.is_signed())
-        throw nb::value_error("x and y must have the same shape and dtype");
+        checks::refuse(kernel, "x and y must have the same shape and dtype");
     if (!x.c_contiguous() || !y.c_contiguous())
-        throw nb::value_error("x and y must be C-contiguous");
-    if (rows > x.shape(0)) throw nb::value_error("more starts than rows of x");
+        checks::refuse(kernel, "x and y must be C-contiguous");
+    if (rows > x.shape(0))
+        checks::refuse(kernel, "more starts than rows of x: " + checks::str(rows) + " > " +
+                                   checks::str(x.shape(0)));
     const int64_t w = x.shape(1);
     const int64_t size = src.shape(0);
     if (w == 0) return;  // rows of nothing read nothing
     for (int64_t b = 0; b < rows; ++b) {
         if (starts[b] < 0 || starts[b] > size - w - 1)
-            throw nb::index_error(("row " + std::to_string(b) + " starts at " +
-                                   std::to_string(starts[b]) + ": its " + std::to_string(w + 1) +
-                                   " tokens are not all within the " + std::to_string(size) +
-                                   " tokens")
-                                      .c_str());
+            checks::refuse_index(kernel, "row " + std::to_string(b) + " starts at " +
+                                             std::to_string(starts[b]) + ": its " +
+                                             std::to_string(w + 1) +
+                                             " tokens are not all within the " +
+                                             std::to_string(size) + " tokens");
     }
 }
 
@@ -177,10 +181,16 @@ void gather(const IntArray& src, const int64_t* starts, int64_t rows, const IntA
 }
 
 Out<int64_t> feistel_permute_py(In<int64_t> ids, int64_t n, In<uint64_t> round_keys) {
-    Buffer<int64_t> out(static_cast<int64_t>(ids.shape(0)));
+    const char* k = "feistel_permute";
+    const int64_t count = static_cast<int64_t>(ids.shape(0));
+    // an id outside [0, n) would walk cycles that never come back below n
+    checks::at_least(k, "n", n, count > 0 ? 1 : 0);
+    checks::all_in_range(k, "ids", ids.data(), count, 0, n - 1,
+                         "a position of the permuted [0, n=" + checks::str(n) + ")");
+    Buffer<int64_t> out(count);
     {
         nb::gil_scoped_release nogil;
-        feistel_permute(ids.data(), out.used, n, round_keys.data(),
+        feistel_permute(ids.data(), count, n, round_keys.data(),
                         static_cast<int64_t>(round_keys.shape(0)), out.get());
     }
     return to_numpy(std::move(out));
@@ -189,23 +199,35 @@ Out<int64_t> feistel_permute_py(In<int64_t> ids, int64_t n, In<uint64_t> round_k
 void lm_gather_py(nb::handle src, nb::handle starts, nb::handle x, nb::handle y) {
     IntArray tokens(src, "src", 1, false), xs(x, "x", 2, true), ys(y, "y", 2, true);
     Exact<int64_t> first(starts, "starts");
-    check_rows(tokens, first.data(), first.size(), xs, ys);
+    check_rows("lm_gather", tokens, first.data(), first.size(), xs, ys);
     gather(tokens, first.data(), first.size(), xs, ys);
 }
 
 void lm_random_batch_py(nb::handle src, int64_t first, int64_t n, int64_t offset,
                         nb::handle round_keys, nb::handle x, nb::handle y) {
+    const char* k = "lm_random_batch";
     IntArray tokens(src, "src", 1, false), xs(x, "x", 2, true), ys(y, "y", 2, true);
     Exact<uint64_t> keys(round_keys, "round_keys");
-    const int64_t rows = xs.shape(0);
-    if (rows > 0 && n == 0) throw nb::value_error("n must be positive, got 0");
+    const int64_t rows = xs.shape(0), w = xs.shape(1), size = tokens.shape(0);
+    checks::at_least(k, "n", n, 1);
+    if (rows > 0 && first > checks::I64_MAX - (rows - 1))
+        checks::refuse(k, "first + rows - 1 = " + checks::str(first) + " + " +
+                              checks::str(rows - 1) + " exceeds int64");
+    // every one of the n subsequences (w + 1 tokens from offset + p * w) lies in src, so no
+    // start can wrap past int64 either
+    if (w > 0) {
+        checks::in_range(k, "offset", offset, 0, std::max<int64_t>(size - w - 1, 0));
+        if (size - w - 1 < 0 || n - 1 > (size - w - 1 - offset) / w)
+            checks::refuse(k, "the n=" + checks::str(n) + " subsequences of " + checks::str(w) +
+                                  " + 1 tokens from offset=" + checks::str(offset) +
+                                  " do not all lie in the " + checks::str(size) + " tokens");
+    }
     Buffer<int64_t> starts(rows);
     {
         nb::gil_scoped_release nogil;
-        random_starts(first, n, offset, keys.data(), keys.size(), xs.shape(1), rows,
-                      starts.get());
+        random_starts(first, n, offset, keys.data(), keys.size(), w, rows, starts.get());
     }
-    check_rows(tokens, starts.get(), rows, xs, ys);
+    check_rows(k, tokens, starts.get(), rows, xs, ys);
     gather(tokens, starts.get(), rows, xs, ys);
 }
 

@@ -141,14 +141,15 @@ Buffer<int64_t> eos_offsets(const T* p, int64_t n, T eos, int64_t threads) {
 
 Out<int64_t> eos_offsets_py(AnyIn tokens, int64_t eos, int64_t threads) {
     if (threads < 1)
-        throw nb::value_error(("threads must be >= 1, got " + std::to_string(threads)).c_str());
+        throw nb::value_error(
+            ("eos_offsets: threads must be >= 1, got " + std::to_string(threads)).c_str());
     threads = std::min(threads, MAX_THREADS);
     const int64_t n = static_cast<int64_t>(tokens.shape(0));
     Buffer<int64_t> out;
-    on_token_type(tokens.dtype(), "tokens", [&](auto t) {
+    on_token_type(tokens.dtype(), "eos_offsets: tokens", [&](auto t) {
         using T = decltype(t);
         if (!fits<T>(eos))
-            throw nb::value_error(("eos must be a token of the tokens' dtype " +
+            throw nb::value_error(("eos_offsets: eos must be a token of the tokens' dtype " +
                                    dtype_name(tokens.dtype()) + ", in " + range_of<T>() +
                                    ", got " + std::to_string(eos))
                                       .c_str());
@@ -163,7 +164,7 @@ std::string item_rule(const GatherCheck& c, const int64_t* starts, const int64_t
                       const int64_t* dest, int64_t tokens, int64_t out) {
     const int64_t k = c.item;
     const std::string at = "[" + std::to_string(k) + "]";
-    const std::string item = "item " + std::to_string(k) + ": ";
+    const std::string item = "gather_tokens: item " + std::to_string(k) + ": ";
     switch (c.rule) {
         case GATHER_NEGATIVE_LENGTH:
             return item + "lengths" + at + " must be >= 0, got " + std::to_string(lengths[k]);
@@ -204,17 +205,19 @@ void gather_tokens_py(AnyIn tokens, In<int64_t> starts, In<int64_t> lengths, In<
                       AnyOut out, int64_t pad) {
     const int64_t n = static_cast<int64_t>(starts.shape(0));
     if (static_cast<int64_t>(lengths.shape(0)) != n || static_cast<int64_t>(dest.shape(0)) != n)
-        throw nb::value_error(("starts, lengths and dest must have the same size, got " +
+        throw nb::value_error(("gather_tokens: starts, lengths and dest must have the same "
+                               "size, got " +
                                std::to_string(n) + ", " + std::to_string(lengths.shape(0)) +
                                " and " + std::to_string(dest.shape(0)))
                                   .c_str());
     const bool wide = out.dtype() == nb::dtype<int64_t>();
     if (!wide && out.dtype() != nb::dtype<int32_t>())
         throw nb::type_error(
-            ("out must be an int64 or int32 array, got " + dtype_name(out.dtype())).c_str());
+            ("gather_tokens: out must be an int64 or int32 array, got " + dtype_name(out.dtype()))
+                .c_str());
     if (!wide && !fits<int32_t>(pad))
         throw nb::value_error(
-            ("pad must fit out's dtype int32, in " + range_of<int32_t>() + ", got " +
+            ("gather_tokens: pad must fit out's dtype int32, in " + range_of<int32_t>() + ", got " +
              std::to_string(pad))
                 .c_str());
     const int64_t size = static_cast<int64_t>(out.shape(0));
@@ -227,7 +230,7 @@ void gather_tokens_py(AnyIn tokens, In<int64_t> starts, In<int64_t> lengths, In<
     if (c.rule != GATHER_OK)
         throw nb::value_error(
             item_rule(c, starts.data(), lengths.data(), dest.data(), count, size).c_str());
-    on_token_type(tokens.dtype(), "tokens", [&](auto s) {
+    on_token_type(tokens.dtype(), "gather_tokens: tokens", [&](auto s) {
         using S = decltype(s);
         const S* src = static_cast<const S*>(tokens.data());
         if (wide) {
@@ -246,7 +249,7 @@ void gather_tokens_py(AnyIn tokens, In<int64_t> starts, In<int64_t> lengths, In<
                                          std::numeric_limits<int32_t>::max());
             }
             if (bad >= 0)
-                throw nb::value_error(("item " + std::to_string(bad) +
+                throw nb::value_error(("gather_tokens: item " + std::to_string(bad) +
                                        " holds a token outside int32's range " +
                                        range_of<int32_t>() + ": gather " +
                                        dtype_name(tokens.dtype()) + " tokens into int64")
@@ -279,17 +282,20 @@ void segment_positions_py(In<L> lengths, InOut<int64_t> out, int64_t start) {
     }
     if (bad >= 0) {
         const int64_t len = static_cast<int64_t>(lens[bad]);
-        throw nb::value_error((len < 0 ? "lengths[" + std::to_string(bad) +
+        throw nb::value_error((len < 0 ? "segment_positions: lengths[" + std::to_string(bad) +
                                              "] must be >= 0, got " + std::to_string(len)
-                                       : std::string("the lengths' sum exceeds int64"))
+                                       : std::string("segment_positions: the lengths' sum "
+                                                     "exceeds int64"))
                                   .c_str());
     }
     if (total != static_cast<int64_t>(out.shape(0)))
-        throw nb::value_error(("out must have sum(lengths) = " + std::to_string(total) +
-                               " entries, got " + std::to_string(out.shape(0)))
+        throw nb::value_error(("segment_positions: out must have sum(lengths) = " +
+                               std::to_string(total) + " entries, got " +
+                               std::to_string(out.shape(0)))
                                   .c_str());
     if (longest > 0 && start > limit - (longest - 1))
-        throw nb::value_error(("start + the longest length - 1 = " + std::to_string(start) +
+        throw nb::value_error(("segment_positions: start + the longest length - 1 = " +
+                               std::to_string(start) +
                                " + " + std::to_string(longest - 1) + " exceeds int64")
                                   .c_str());
     nb::gil_scoped_release nogil;

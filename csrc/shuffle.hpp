@@ -11,6 +11,7 @@
 // region it reads ending with a newline.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -35,11 +36,11 @@ inline constexpr uint64_t HIGH_BITS = 0x8080808080808080ULL;
 // A hint to load the cache line of `p` (no effect on results; never faults, even past the end).
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
-// Position of the first newline at or after `pos` in `b8`; one must exist before the bytes end.
-// The first `words` eight-byte words are searched eight bytes at a time, bytes past them one by
-// one (a mapped window whose length is not a multiple of 8).
-inline int64_t find_newline(const uint8_t* b8, int64_t words, int64_t pos) {
-    while (pos & 7) {
+// Position of the first newline at or after `pos` in b8[0:size], or -1 when there is none. The
+// first `words` eight-byte words (words * 8 <= size) are searched eight bytes at a time, bytes
+// past them one by one (a mapped window whose length is not a multiple of 8).
+inline int64_t find_newline(const uint8_t* b8, int64_t size, int64_t words, int64_t pos) {
+    while ((pos & 7) && pos < size) {
         if (b8[pos] == 10) return pos;
         ++pos;
     }
@@ -52,9 +53,9 @@ inline int64_t find_newline(const uint8_t* b8, int64_t words, int64_t pos) {
         // The lowest flagged byte is exact (a borrow only flags bytes above a zero byte).
         if (hits != 0) return (w << 3) + (__builtin_ctzll(hits) >> 3);
     }
-    pos = w << 3;
-    while (b8[pos] != 10) ++pos;
-    return pos;
+    for (pos = std::max(pos, w << 3); pos < size; ++pos)
+        if (b8[pos] == 10) return pos;
+    return -1;
 }
 
 // Fill perm[:m] with a uniform permutation (inside-out Fisher-Yates, draws below(i + 1)).
@@ -129,23 +130,30 @@ void scatter_records(const W* src, int64_t lo, int64_t hi, int64_t width, int64_
 // `state`; the lines are scanned once (their lengths kept in lengths[:room], at most room lines
 // per call). Bucket k of this call lands in dst[bounds[k]:bounds[k+1]] (absolute, from dst_lo),
 // and counts[k] grows by its line count. Returns where the lines done end (hi unless `lengths`
-// filled up first).
-int64_t scatter_window_lines(const uint8_t* b8, int64_t words, int64_t lo, int64_t hi,
-                             int64_t num_buckets, uint64_t& state, uint32_t* lengths, int64_t room,
-                             uint8_t* dst, int64_t dst_lo, int64_t* bounds, int64_t* counts);
+// filled up first), or -1 for a line of 2**32 bytes or more (then state and counts are left as
+// they were). b8[lo:hi] must end with a newline (b8 holds `size` bytes, the first `words` words
+// searched a word at a time), dst must have room for hi - lo bytes from dst_lo.
+int64_t scatter_window_lines(const uint8_t* b8, int64_t size, int64_t words, int64_t lo,
+                             int64_t hi, int64_t num_buckets, uint64_t& state, uint32_t* lengths,
+                             int64_t room, uint8_t* dst, int64_t dst_lo, int64_t* bounds,
+                             int64_t* counts);
 
 // Gather the lines of bucket s (the pieces b8[bounds[r, s]:bounds[r, s+1]] of each of the `rows`
 // rows of `bounds`, `stride` entries a row, in row order) into items as start | min(length, LONG)
 // << 40, then order them by a Fisher-Yates shuffle (draws below(i + 1) for i = 0, 1, ...).
-// Returns the line count.
-int64_t order_lines(const uint8_t* b8, int64_t words, const int64_t* bounds, int64_t rows,
-                    int64_t stride, int64_t s, uint64_t& state, uint64_t* items);
+// Returns the line count, or -1 when there are more lines than the `capacity` entries of items
+// (state then left as it was). Each non-empty piece must end with a newline, inside b8[0:size].
+int64_t order_lines(const uint8_t* b8, int64_t size, int64_t words, const int64_t* bounds,
+                    int64_t rows, int64_t stride, int64_t s, uint64_t& state, uint64_t* items,
+                    int64_t capacity);
 
 // Copy the lines items[i], items[i+1], ... (from order_lines) to dst[at:], stopping before the
 // first line that would end past `limit` (or at m); i and at advance to where it stopped. Asks the
-// CPU for the lines a few items ahead (a sub-bucket's lines come from all over it).
-void gather_lines(const uint8_t* b8, int64_t words, const uint64_t* items, int64_t& i, int64_t m,
-                  uint8_t* dst, int64_t& at, int64_t limit);
+// CPU for the lines a few items ahead (a sub-bucket's lines come from all over it). Each item's
+// line must lie in b8[0:size]; a LONG one is measured here, and false is returned (i at it) when
+// it has no newline before b8 ends.
+bool gather_lines(const uint8_t* b8, int64_t size, int64_t words, const uint64_t* items,
+                  int64_t& i, int64_t m, uint8_t* dst, int64_t& at, int64_t limit);
 
 // Copy records lo + perm[i] * width, ... of src to dst[at:] (word positions), stopping before the
 // first record that would end past `limit` (or at m); i and at advance to where it stopped.

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "checks_b.hpp"
 #include "common.hpp"
 
 namespace padless {
@@ -102,16 +103,26 @@ namespace {
 
 nb::tuple count_lines_py(In<uint8_t> buf, int64_t mode, InOut<int64_t> out, int64_t n_out,
                          InOut<int64_t> state, InOut<uint8_t> flags) {
+    const char* k = "count_lines";
     const int64_t step = static_cast<int64_t>(flags.shape(0));
     if (step == 0 || step % 8 != 0)
-        throw nb::value_error("flags must be a scratch array of a positive multiple of 8 bytes");
-    if (state.shape(0) < 2) throw nb::value_error("state must hold 2 entries (see new_state)");
+        checks::refuse(k, "flags must be a scratch array of a positive multiple of 8 bytes, got " +
+                              checks::str(step));
+    if (state.shape(0) < 2)
+        checks::refuse(k, "state must hold 2 entries (see new_state), got " +
+                              checks::str(static_cast<int64_t>(state.shape(0))));
+    checks::in_range(k, "mode", mode, TEXT_WHITESPACE, TEXT_BYTES);
+    // the open line's count grows by at most one per byte of buf
+    const int64_t bytes = static_cast<int64_t>(buf.shape(0));
+    checks::in_range(k, "state[0] (the open line's count)", state.data()[0], 0,
+                     checks::I64_MAX - bytes);
+    checks::in_range(k, "state[1] (the last byte was whitespace / a \\r)", state.data()[1], 0, 1);
     const int64_t size = static_cast<int64_t>(out.shape(0));
-    if (n_out < 0) throw nb::value_error("n_out must be >= 0");
+    checks::in_range(k, "n_out", n_out, 0, size);
     LineCount r;
     {
         nb::gil_scoped_release nogil;
-        r = count_lines(buf.data(), static_cast<int64_t>(buf.shape(0)), mode, out.data(), size,
+        r = count_lines(buf.data(), bytes, mode, out.data(), size,
                         n_out, state.data(), flags.data(), step);
     }
     return nb::make_tuple(r.done, r.n_out, r.nul);
