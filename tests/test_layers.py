@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
     ("costs", ("padless.cost", "padless.memory")),
     ("planners", ("padless.planners", "padless.planners.*")),
+    ("epochs", ("padless.epochs", "padless.epochs.*")),  # the batches of one epoch, as a value
     (
         "features",
         (
