@@ -28,16 +28,15 @@ from ._check import check_bool, check_seed, non_negative, positive
 from ._schedule import check_ranks, padded_costs, step_imbalance
 from ._state import Resumable, fingerprint
 from .checked import CheckedDataset
-from .epochs import Epoch, WholeEpochs
-from .lengths import lengths_of
+from .epochs import Epoch, epochs_for
 from .plan import BatchPlan
 from .planners.spec import Spec, StepForm
 from .schedules import Schedule
 
 if TYPE_CHECKING:
-    from .histogram import HistogramPlanner, HistogramSchedule
-    from .planners.spec import Planner, Spec
-    from .windows import WindowedPlanner, WindowedSchedule
+    from .histogram import HistogramPlanner
+    from .planners.spec import Planner
+    from .windows import WindowedPlanner
 
 __all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
@@ -152,42 +151,13 @@ class PlanSampler(Resumable):
                 "(a curriculum), which balanced steps would reorder"
             )
         self.spec = spec
-        self.window = window
-        self._windowed: WindowedSchedule | HistogramSchedule | None = None
-        self.planner: Planner | WindowedPlanner | HistogramPlanner
-        self._whole: WholeEpochs | None = None
-        if window is None:
-            self._whole = WholeEpochs(
-                spec,
-                spec.bind(lengths_of(lengths)),
-                shuffle=self.shuffle,
-                seed=self.seed,
-                balance=self.balance,
-            )
-            self.planner = self._whole.planner
-        elif isinstance(window, str):
-            from .histogram import HistogramPlanner, HistogramSchedule
-
-            if window != "histogram":
-                raise ValueError(
-                    f"window must be None, a window size (a positive int) or 'histogram', "
-                    f"got {window!r}"
-                )
-            histogram = HistogramPlanner(spec, lengths)
-            self.planner = histogram
-            self._windowed = HistogramSchedule(
-                histogram, shuffle=self.shuffle, seed=self.seed, balance=self.balance
-            )
-        else:
-            from .windows import WindowedPlanner, WindowedSchedule
-
-            windowed = WindowedPlanner(spec, lengths, window)
-            self.window = windowed.window
-            self.planner = windowed
-            self._windowed = WindowedSchedule(
-                windowed, shuffle=self.shuffle, seed=self.seed, balance=self.balance
-            )
-        self._step_form: StepForm | None = None if self._whole is None else self._whole.step_form
+        # the batches of each epoch, in the form ``window`` says (padless.epochs)
+        self._epochs = epochs_for(
+            spec, lengths, window, shuffle=self.shuffle, seed=self.seed, balance=self.balance
+        )
+        self.window = self._epochs.window
+        self.planner: Planner | WindowedPlanner | HistogramPlanner = self._epochs.planner
+        self._step_form: StepForm | None = self._epochs.step_form
         self.epoch = 0
         self._reset_position()
         self._fingerprint: str | None = None
@@ -221,28 +191,20 @@ class PlanSampler(Resumable):
     # ------------------------------------------------------------------ epochs
     def _epoch_of(self, epoch: int, changes: tuple[Any, ...] | None = None) -> Epoch:
         """The batches of ``epoch`` (the current one's after its elastic parts and changes)."""
-        assert self._whole is not None  # a whole-corpus plan's epochs
         now = epoch == self.epoch
         if changes is None:
             changes = self._changes if now else ()
-        return self._whole.at(epoch, self._history if now else (), self.world_size, changes)
+        return self._epochs.at(epoch, self._history if now else (), self.world_size, changes)
 
     def _epoch_now(self) -> Epoch:
         """The batches of the current epoch."""
-        assert self._whole is not None
-        return self._whole.at(self.epoch, self._history, self.world_size, self._changes)
+        return self._epochs.at(self.epoch, self._history, self.world_size, self._changes)
 
     def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
         """Return an epoch's global plan and its batch order (all ranks, before sharding).
 
         Cost: one plan computation (cached for the latest epoch).
         """
-        if self._windowed is not None:
-            raise ValueError(
-                "epoch_plan needs the whole epoch's plan in memory; a windowed sampler "
-                f"(window={self.window}) plans one window at a time: use "
-                "sampler.planner.plans(seed, epoch) for the window plans"
-            )
         return self._epoch_of(check_seed("epoch", epoch)).global_plan()
 
     def checked(self, dataset: Any, *, field: Any = None) -> Any:
@@ -262,25 +224,18 @@ class PlanSampler(Resumable):
 
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
-        if self._windowed is not None:
-            return self._windowed.total(self.epoch)
         return self._epoch_now().total
 
     def _batch_at(self, slot: int) -> list[int]:
-        if self._windowed is not None:
-            return self._windowed.batch_at(self.epoch, self._history, self.world_size, slot)
-        source, lo, hi = self._epoch_now().batch_at(slot)
+        # the per-batch path: the epoch asked as _epoch_now asks it, one call fewer
+        epoch = self._epochs.at(self.epoch, self._history, self.world_size, self._changes)
+        source, lo, hi = epoch.batch_at(slot)
         out: list[int] = source[lo:hi].tolist()
         return out
 
     def _slot_ids(
         self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
     ) -> np.ndarray | None:
-        # only balanced steps order the batches by the world size
-        if not self.balance:
-            return None
-        if self._windowed is not None:
-            return self._windowed.slot_ids(self.epoch, history, world, positions)
         return self._epoch_now().slot_ids(positions, history, world)
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -288,7 +243,7 @@ class PlanSampler(Resumable):
         if form is None:
             return self._run(self._batch_at)
         table: list[Any] = [None, None]  # (the skips it was made under, the steps' keys)
-        epoch_now, list_at = self._epoch_now, form.list_at
+        epochs, list_at = self._epochs, form.list_at
 
         def batch_at(slot: int, micro: int) -> list[int]:
             # the batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
@@ -296,7 +251,8 @@ class PlanSampler(Resumable):
             # per iteration and skip
             if table[0] is not self._skips:
                 table[:] = [self._skips, self._micro_keys(form)]
-            source, lo, hi = epoch_now().batch_at(slot)
+            epoch = epochs.at(self.epoch, self._history, self.world_size, self._changes)
+            source, lo, hi = epoch.batch_at(slot)
             key = table[1][micro]
             if key is None:
                 out: list[int] = source[lo:hi].tolist()
@@ -388,19 +344,15 @@ class PlanSampler(Resumable):
         epoch's, under the current settings, and ``changes`` and ``delivered_before_change``
         (batches) say so.
         """
-        out = self._windowed.stats(self) if self._windowed is not None else self._plan_stats()
-        if self.batches_per_step is not None:
-            out["optimizer_steps"] = int(self.step_sizes().size)
-            out["first_step"] = self.first_step()
-            out["batches_per_step"] = self.batches_per_step.as_dict()
-        return out
-
-    def _plan_stats(self) -> dict[str, Any]:
         fig = self._epoch_now().stats(self.drop_last)
         out = {**self._schedule_figures(fig.batches, fig.steps, fig.imbalance), **fig.own}
         for k, v in fig.plan.items():
             out[f"plan_{k}" if k in out else k] = v
         out.update(fig.more)
+        if self.batches_per_step is not None:
+            out["optimizer_steps"] = int(self.step_sizes().size)
+            out["first_step"] = self.first_step()
+            out["batches_per_step"] = self.batches_per_step.as_dict()
         return out
 
     def _schedule_figures(self, total: int, steps: int, imbalance: float) -> dict[str, Any]:
@@ -473,10 +425,7 @@ class PlanSampler(Resumable):
             return self._total()
         key = epoch if self.shuffle else 0
         if key not in self._totals:
-            if self._windowed is not None:
-                self._totals[key] = self._windowed.total(epoch)
-            else:
-                self._totals[key] = cast(WholeEpochs, self._whole).count(key)
+            self._totals[key] = self._epochs.count(key)
         return self._totals[key]
 
     def _require_steps(self, what: str) -> None:
@@ -681,7 +630,7 @@ class PlanSampler(Resumable):
         for r in range(self.world_size):
             for k, slot in enumerate(micro[:, r].tolist()):
                 if form is None or keys[k] is None:
-                    table[r, k] = self._slot_targets(slot, targets, count)
+                    table[r, k] = count(self._epoch_now().entry_lengths(slot))
                 else:
                     source, a, b = self._epoch_now().batch_at(slot)
                     entries = self.planner.yielded_lengths(source[a:b], self.lengths)
@@ -707,16 +656,6 @@ class PlanSampler(Resumable):
                 )
         lo = int(sizes[:step].sum())
         return lo, lo + int(sizes[step])
-
-    def _slot_targets(self, slot: int, targets: Any, count: Callable[[np.ndarray], int]) -> int:
-        """Targets of the batch at a global slot of the current epoch."""
-        if self._windowed is not None:
-            return count(self._window_entries(self._batch_at(slot)))
-        return count(self._epoch_now().entry_lengths(slot))
-
-    def _window_entries(self, values: list[int]) -> np.ndarray:
-        """Target-side lengths of a windowed batch's yielded values (pieces' for packing)."""
-        return self.planner.yielded_lengths(np.asarray(values, dtype=np.int64), self.lengths)
 
     def collate(self, **options: Any) -> Any:
         """A collate function for this sampler's batches (``padless.torch``), settings filled in.
@@ -760,16 +699,16 @@ class PlanSampler(Resumable):
     def _settings_record(self) -> dict[str, Any] | None:
         """What a state records of the settings it was saved under: the spec's settings (to
         rebuild its planner) and the fingerprint's config (to check them)."""
-        if self._windowed is not None:
+        if self._epochs.refuses_changes is not None:
             return None
         return {"spec": self.spec.as_dict(), "config": self._config()}
 
     def _changeable(self) -> None:
-        if self._windowed is not None:
+        why = self._epochs.refuses_changes
+        if why is not None:
             raise ValueError(
-                f"state does not fit: the settings differ, and a windowed sampler (window="
-                f"{self.window}) cannot resume across a change of settings (it plans one "
-                "window at a time): load it with the settings it was saved under"
+                f"state does not fit: the settings differ, and {why}: load it with the settings "
+                "it was saved under"
             )
 
     def _checked_settings(self, record: Any) -> str:
@@ -785,7 +724,7 @@ class PlanSampler(Resumable):
             {"spec": record["spec"], "config": record["config"]}, sort_keys=True, default=str
         )
         try:
-            planner, _ = cast(WholeEpochs, self._whole).planner_of(settings)
+            planner, _ = self._epochs.planner_of(settings)
         except (TypeError, ValueError) as err:
             raise ValueError(
                 f"state's settings {record['spec']!r:.120} do not make a {self.spec.name} "
@@ -842,7 +781,7 @@ class PlanSampler(Resumable):
         else:
             changes, resumed = self._changes_of(state), state
         epoch = resumed.get("epoch") if isinstance(resumed, dict) else None
-        plain = self._fingerprint is None and self._windowed is None
+        plain = self._fingerprint is None
         previous = self._changes
         self._changes = changes
         try:
