@@ -1,12 +1,14 @@
 """The one batch sampler: epochs, shuffled batch order, equal rank shards, O(1) exact resume.
 
 :class:`PlanSampler` takes lengths and a planner spec (``TokenBudget``, ``ExactLength``,
-``Buckets``, ``Packing``…). For an epoch it computes the global plan (identical on every rank,
-no communication), orders its batches (shuffled from its own random stream, or grouped into
-cost-balanced steps), and hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
+``Buckets``, ``Packing``…). An epoch's batches are a value it asks (:mod:`padless.epochs`: the
+global plan, identical on every rank with no communication, or its windowed or histogram form,
+each with its batches ordered: shuffled from their own random stream, or grouped into
+cost-balanced steps), and it hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
 ``s = 0, 1, …`` from the start position ``p``. The slot arithmetic and the balancing are pure
 functions in :mod:`padless._schedule`; the loop and the state live in
-:class:`padless._state.Resumable`.
+:class:`padless._state.Resumable`; what is left here (optimizer steps, loss normalisation,
+figures, fingerprints, resume across a change of settings) asks the epoch, never its form.
 
 Positions are **global**: the number of global batch slots consumed (steps × world_size). A state
 saved at one world size can therefore be loaded at another (elastic resume); with
@@ -236,7 +238,8 @@ class PlanSampler(Resumable):
     def _slot_ids(
         self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
     ) -> np.ndarray | None:
-        return self._epoch_now().slot_ids(positions, history, world)
+        # only balanced steps order the batches by the world size
+        return self._epoch_now().slot_ids(positions, history, world) if self.balance else None
 
     def __iter__(self) -> Iterator[list[int]]:
         form = self._step_form

@@ -63,10 +63,10 @@ class Epoch(Protocol):
         ``values[lo:hi]`` (dataset indices; a packing's split pieces as codes)."""
         ...
 
-    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray | None:
-        """Ids naming the batch at each of ``positions`` (ascending, below :attr:`total`) had
-        the epoch run the elastic parts ``history`` and gone on at ``world``; None when the
-        batch at a position does not depend on the world sizes."""
+    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray:
+        """Ids naming the batch at each of ``positions`` (ascending, below :attr:`total`,
+        int64) whatever its position, had the epoch run the elastic parts ``history`` and gone
+        on at ``world`` (balanced steps order the batches by the world size)."""
         ...
 
     def entry_lengths(self, slot: int) -> np.ndarray:
@@ -101,10 +101,25 @@ class Epochs:
 
     def __init__(self, *, shuffle: bool, seed: int, balance: bool) -> None:
         self.shuffle, self.seed, self.balance = shuffle, seed, balance
+        self._last: Any = None  # the last epoch asked, and its key
 
     def at(self, epoch: int, history: History, world: int, changes: tuple[Any, ...]) -> Epoch:
         """The epoch ``epoch`` after its elastic parts ``history``, going on at ``world``,
-        after its ``changes`` of settings (cached: the last one asked)."""
+        after its ``changes`` of settings (cached: the last one asked).
+
+        Cost: on the per-batch path, a tuple and a comparison when it is the last one asked.
+        """
+        if not self.balance:
+            history = ()  # only balanced steps order the batches by the world size
+        key = (epoch, history, world, changes)
+        last = self._last
+        if last is None or last[0] != key:
+            self._last = last = (key, self._make(epoch, history, world, changes))
+        out: Epoch = last[1]
+        return out
+
+    def _make(self, epoch: int, history: History, world: int, changes: tuple[Any, ...]) -> Epoch:
+        """The epoch of a context not asked last (:meth:`at` keeps it)."""
         raise NotImplementedError
 
     def count(self, epoch: int) -> int:

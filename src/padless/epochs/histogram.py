@@ -28,11 +28,10 @@ class HistogramEpoch:
     """One epoch of a histogram plan (its ``history`` of elastic parts, going on at
     ``world``): the batch order (drawn when first asked) and the batch at a slot."""
 
-    __slots__ = ("epochs", "key", "epoch", "history", "world", "_order")
+    __slots__ = ("epochs", "epoch", "history", "world", "_order")
 
     def __init__(self, epochs: HistogramEpochs, epoch: int, history: History, world: int) -> None:
         self.epochs, self.epoch, self.history, self.world = epochs, epoch, history, world
-        self.key = (epoch, history, world)
         self._order: np.ndarray | None = None
 
     @property
@@ -51,10 +50,8 @@ class HistogramEpoch:
         batch = epochs.planner.batch(b, epochs.seed, self.epoch if epochs.shuffle else 0)
         return batch, 0, int(batch.size)
 
-    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray | None:
-        """The batch (its index in the plan) at each of ``positions``; None unless balanced."""
-        if not self.epochs.balance:
-            return None
+    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray:
+        """The batch (its index in the plan) at each of ``positions``."""
         return self.epochs.order(self.epoch, history, world)[positions]
 
     def entry_lengths(self, slot: int) -> np.ndarray:
@@ -93,17 +90,11 @@ class HistogramEpochs(Epochs):
         super().__init__(shuffle=shuffle, seed=seed, balance=balance)
         self.planner = planner
         self.refuses_changes = one_window_at_a_time(self.window)[1]
-        self._last: HistogramEpoch | None = None
 
-    def at(
+    def _make(
         self, epoch: int, history: History, world: int, changes: tuple[Any, ...]
     ) -> HistogramEpoch:
-        last = self._last
-        if not self.balance:
-            history = ()  # only balanced steps order the batches by the world size
-        if last is None or last.key != (epoch, history, world):
-            self._last = last = HistogramEpoch(self, epoch, history, world)
-        return last
+        return HistogramEpoch(self, epoch, history, world)  # no changes: they are refused
 
     def count(self, epoch: int) -> int:
         return int(self.planner.num_batches)

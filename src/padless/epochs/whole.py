@@ -73,7 +73,6 @@ class WholeEpoch:
 
     __slots__ = (
         "epochs",
-        "key",
         "epoch",
         "world",
         "changes",
@@ -90,7 +89,9 @@ class WholeEpoch:
     def __init__(
         self,
         epochs: WholeEpochs,
-        key: tuple[Any, ...],
+        epoch: int,
+        world: int,
+        changes: tuple[Any, ...],
         plan: BatchPlan,
         order: np.ndarray,
         costs: np.ndarray | None,
@@ -98,8 +99,7 @@ class WholeEpoch:
         head: _Head | None,
         sub: int,
     ) -> None:
-        self.epochs, self.key = epochs, key
-        self.epoch, _, self.world, self.changes = key
+        self.epochs, self.epoch, self.world, self.changes = epochs, epoch, world, changes
         self.plan, self.order, self.costs, self.values = plan, order, costs, values
         self.head, self.sub = head, sub
         self.total = len(plan) + (0 if head is None else head.batches)
@@ -117,10 +117,7 @@ class WholeEpoch:
         offsets = self.plan.offsets
         return self.values, int(offsets[b]), int(offsets[b + 1])
 
-    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray | None:
-        # only balanced steps order the batches by the world size
-        if not self.epochs.balance:
-            return None
+    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray:
         start = 0 if self.head is None else self.head.batches
         local = tuple((w, p - start) for w, p in history)
         order = self.epochs.order(self.plan, self.costs, True, world, local, self.sub, self.epoch)
@@ -202,19 +199,16 @@ class WholeEpochs(Epochs):
         self.spec, self.planner = spec, planner
         # how batches follow the optimizer step (a capacity schedule), asked of the strategy
         self.step_form = spec.step_form(planner)
-        self._last: WholeEpoch | None = None
         self._planners: dict[str, tuple[Planner, bool]] = {}
 
-    def at(self, epoch: int, history: History, world: int, changes: tuple[Any, ...]) -> WholeEpoch:
-        if not self.balance:
-            history = ()  # only balanced steps order the batches by the world size
-        key = (epoch, history, world, changes)
-        last = self._last
-        if last is not None and last.key == key:
-            return last
+    def _make(
+        self, epoch: int, history: History, world: int, changes: tuple[Any, ...]
+    ) -> WholeEpoch:
         planner = self.planner
         shuffled = epoch if self.shuffle else 0
+        last: WholeEpoch | None = None if self._last is None else self._last[1]
         if last is not None and last.epoch == epoch and last.changes == changes:
+            # another elastic history of the epoch asked last: its plan ordered again
             plan, costs, values, head, sub = last.plan, last.costs, last.values, last.head, last.sub
         elif changes:
             head, done = self._head(epoch, changes)
@@ -230,8 +224,7 @@ class WholeEpochs(Epochs):
         start = 0 if head is None else head.batches
         local = tuple((w, p - start) for w, p in history)
         order = self.order(plan, costs, self.balance, world, local, sub, epoch)
-        self._last = WholeEpoch(self, key, plan, order, costs, values, head, sub)
-        return self._last
+        return WholeEpoch(self, epoch, world, changes, plan, order, costs, values, head, sub)
 
     def count(self, epoch: int) -> int:
         return len(self.planner.plan(self.seed, epoch if self.shuffle else 0))

@@ -40,11 +40,10 @@ class WindowedEpoch:
     """One epoch of a windowed plan (its ``history`` of elastic parts, going on at ``world``):
     its slots ask the windows' counts and plans that :class:`WindowedEpochs` keeps."""
 
-    __slots__ = ("epochs", "key", "epoch", "history", "world", "_cum")
+    __slots__ = ("epochs", "epoch", "history", "world", "_cum")
 
     def __init__(self, epochs: WindowedEpochs, epoch: int, history: History, world: int) -> None:
         self.epochs, self.epoch, self.history, self.world = epochs, epoch, history, world
-        self.key = (epoch, history, world)
         self._cum: np.ndarray | None = None
 
     @property
@@ -65,16 +64,13 @@ class WindowedEpoch:
         b = order[slot - int(cum[w])]
         return values, int(offsets[b]), int(offsets[b + 1])
 
-    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray | None:
+    def slot_ids(self, positions: np.ndarray, history: History, world: int) -> np.ndarray:
         """The batch at each of ``positions`` (ascending) as its window's first slot plus its
-        index in the window's plan; None unless balanced (only balanced steps order the
-        batches by the world size).
+        index in the window's plan.
 
         Cost: plans each window the positions fall in.
         """
         epochs = self.epochs
-        if not epochs.balance:
-            return None
         cum = self.cum
         out = np.empty(len(positions), dtype=np.int64)
         windows = np.searchsorted(cum, positions, side="right") - 1
@@ -168,17 +164,11 @@ class WindowedEpochs(Epochs):
         self.refuses_changes = one_window_at_a_time(planner.window)[1]
         self._cum: tuple[int, np.ndarray] | None = None
         self._windows: OrderedDict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
-        self._last: WindowedEpoch | None = None
 
-    def at(
+    def _make(
         self, epoch: int, history: History, world: int, changes: tuple[Any, ...]
     ) -> WindowedEpoch:
-        last = self._last
-        if not self.balance:
-            history = ()  # only balanced steps order the batches by the world size
-        if last is None or last.key != (epoch, history, world):
-            self._last = last = WindowedEpoch(self, epoch, history, world)
-        return last
+        return WindowedEpoch(self, epoch, history, world)  # no changes: they are refused
 
     def count(self, epoch: int) -> int:
         return int(self.cumulative(epoch)[-1])
