@@ -28,7 +28,8 @@ import numpy as np
 from _common import lognormal_lengths
 
 import padless
-from padless.histogram import HistogramPlanner, HistogramSchedule
+from padless.epochs.histogram import HistogramEpochs
+from padless.histogram import HistogramPlanner
 
 
 def _anon_kb() -> int:
@@ -72,9 +73,9 @@ def quality(size: int, rounds: int) -> None:
         t0 = time.perf_counter()
         planner = HistogramPlanner(spec, lengths)
         t_build = min(t_build, time.perf_counter() - t0)
-        schedule = HistogramSchedule(planner, shuffle=True, seed=1, balance=False)
+        epochs = HistogramEpochs(planner, shuffle=True, seed=1, balance=False)
         t0 = time.perf_counter()
-        schedule.batch_at(r, (), 1, 0)
+        epochs.at(r, (), 1, ()).batch_at(0)
         t_epoch = min(t_epoch, time.perf_counter() - t0)
     hist = padless.PlanSampler(lengths, spec, seed=1, window="histogram")
     rows = [

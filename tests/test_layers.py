@@ -42,13 +42,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("schedules", ("padless._schedule", "padless._state")),
     ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
     ("costs", ("padless.cost", "padless.memory")),
-    ("planners", ("padless.planners", "padless.planners.*")),
+    # the strategies, and the planners of any strategy's windows and histogram form
+    (
+        "planners",
+        ("padless.planners", "padless.planners.*", "padless.windows", "padless.histogram"),
+    ),
+    ("epochs", ("padless.epochs", "padless.epochs.*")),  # the batches of one epoch, as a value
     (
         "features",
         (
             "padless.sampler",
-            "padless.windows",
-            "padless.histogram",
             "padless.streams",
             "padless.streams.*",
             "padless.lm",

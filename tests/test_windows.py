@@ -510,10 +510,10 @@ def test_elastic_windowed_resume_with_balance_loses_and_repeats_nothing():
 def test_len_counts_once_per_epoch_and_shuffle_false_repeats_epoch_zero():
     s = padless.TokenBudgetSampler(LENS, max_tokens=700, window=500, seed=3)
     n0 = len(s)
-    cum = s._windowed._cum
-    assert len(s) == n0 and s._windowed._cum is cum  # cached
+    cum = s._epochs._cum
+    assert len(s) == n0 and s._epochs._cum is cum  # cached
     s.set_epoch(1)
-    assert len(s) > 0 and s._windowed._cum is not cum
+    assert len(s) > 0 and s._epochs._cum is not cum
     still = padless.TokenBudgetSampler(LENS, max_tokens=700, window=500, seed=3, shuffle=False)
     first = list(still)
     still.set_epoch(5)

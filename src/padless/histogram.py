@@ -13,10 +13,10 @@ Each epoch assigns the sequences to the slots of their width by a keyed bijectio
 ranks (a Feistel network from ``(seed, epoch, TIE_BREAK)`` and the width): batch membership
 varies by epoch as in the global plan, whose ties are shuffled by a Fisher-Yates pass instead
 (so the two assign different sequences to the same shapes). The batch order is drawn as a
-:class:`padless.PlanSampler` draws it (shuffled from ``(seed, epoch, BATCH_ORDER)``, or
-balanced steps, re-balanced after an elastic resume). A batch's sequences are computed when
-the batch is asked for, so memory is O(distinct widths + batches) plus the index, and a
-restore is O(1): nothing is replayed.
+whole-corpus plan's is (:mod:`padless.epochs.histogram`: shuffled from ``(seed, epoch,
+BATCH_ORDER)``, or balanced steps, re-balanced after an elastic resume). A batch's sequences
+are computed when the batch is asked for, so memory is O(distinct widths + batches) plus the
+index, and a restore is O(1): nothing is replayed.
 
 Use it through ``PlanSampler(lengths, TokenBudget(...), window="histogram")``.
 """
@@ -24,14 +24,13 @@ Use it through ``PlanSampler(lengths, TokenBudget(...), window="histogram")``.
 from __future__ import annotations
 
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import _kernels as K
 from . import _rng
 from ._kernels import windows as KW
-from ._schedule import balanced_order, elastic_order, step_imbalance
 from ._splitmix import mix64_reference
 from .lengths import MAX_LENGTH
 from .plan import PlanStats
@@ -39,10 +38,7 @@ from .planners.packing import row_layout
 from .planners.spec import Spec, round_up
 from .windows import _chunks, _in_order, _threads, source_lengths
 
-if TYPE_CHECKING:
-    from .sampler import PlanSampler
-
-__all__ = ["HistogramPlanner", "HistogramSchedule", "IN_MEMORY", "MAX_WIDTHS"]
+__all__ = ["HistogramPlanner", "IN_MEMORY", "MAX_WIDTHS"]
 
 # sequences whose by-width index is kept in memory (4 bytes each); more go to a temporary file
 IN_MEMORY = 1 << 26
@@ -358,80 +354,3 @@ class HistogramPlanner:
             | {"skipped": self.skipped}
             | extra
         )
-
-
-class HistogramSchedule:
-    """A histogram-planned :class:`padless.PlanSampler`'s epochs: the batch order of each epoch
-    (the last one's kept) and the batch at a global slot."""
-
-    def __init__(
-        self, planner: HistogramPlanner, *, shuffle: bool, seed: int, balance: bool
-    ) -> None:
-        self.planner = planner
-        self.shuffle = shuffle
-        self.seed = seed
-        self.balance = balance
-        self._order: tuple[Any, np.ndarray] | None = None
-
-    def total(self, epoch: int) -> int:
-        return self.planner.num_batches
-
-    def order(
-        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int
-    ) -> np.ndarray:
-        """The epoch's batch order, as a global plan's (shuffled, or balanced and re-balanced
-        after elastic parts)."""
-        key = (epoch, history if self.balance else (), world_size if self.balance else 0)
-        if self._order is not None and self._order[0] == key:
-            return self._order[1]
-        b = self.planner.num_batches
-        gen = _rng.rng(self.seed, epoch, _rng.BATCH_ORDER) if self.shuffle else None
-        if self.balance:
-            costs = self.planner.costs(self.seed, epoch if self.shuffle else 0)
-            first = history[0][0] if history else world_size
-            order = balanced_order(costs, first, gen)
-            if history:
-                again = _rng.rng(self.seed, epoch, _rng.REBALANCE) if self.shuffle else None
-                order = elastic_order(order, costs, history, world_size, again)
-        elif gen is not None:
-            order = gen.permutation(b).astype(np.int64)
-        else:
-            order = np.arange(b, dtype=np.int64)
-        self._order = (key, order)
-        return order
-
-    def slot_ids(
-        self,
-        epoch: int,
-        history: tuple[tuple[int, int], ...],
-        world_size: int,
-        positions: np.ndarray,
-    ) -> np.ndarray:
-        """The batch (its index in the plan) at each of ``positions`` of the epoch's order."""
-        return self.order(epoch, history, world_size)[positions]
-
-    def batch_at(
-        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
-    ) -> list[int]:
-        b = int(self.order(epoch, history, world_size)[slot])
-        out: list[int] = self.planner.batch(b, self.seed, epoch if self.shuffle else 0).tolist()
-        return out
-
-    def stats(self, sampler: PlanSampler) -> dict[str, Any]:
-        """:meth:`PlanSampler.stats` of a histogram-planned sampler (no pass over the lengths)."""
-        planner = self.planner
-        total = planner.num_batches
-        world = sampler.world_size
-        steps = sampler._steps(total, 0)
-        history = sampler._history if self.balance else ()
-        order = self.order(sampler.epoch, history, world)
-        epoch = sampler.epoch if self.shuffle else 0
-        imbalance = step_imbalance(planner.costs(self.seed, epoch)[order], world, steps)
-        out: dict[str, Any] = {
-            **sampler._schedule_figures(total, steps, imbalance),
-            "window": "histogram",
-            "widths": int(np.count_nonzero(planner.counts[: planner.planned_widths])),
-        }
-        for k, v in planner.figures(self.seed, epoch).items():
-            out[f"plan_{k}" if k in out else k] = v
-        return out

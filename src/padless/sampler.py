@@ -1,12 +1,14 @@
 """The one batch sampler: epochs, shuffled batch order, equal rank shards, O(1) exact resume.
 
 :class:`PlanSampler` takes lengths and a planner spec (``TokenBudget``, ``ExactLength``,
-``Buckets``, ``Packing``…). For an epoch it computes the global plan (identical on every rank,
-no communication), orders its batches (shuffled from its own random stream, or grouped into
-cost-balanced steps), and hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
+``Buckets``, ``Packing``…). An epoch's batches are a value it asks (:mod:`padless.epochs`: the
+global plan, identical on every rank with no communication, or its windowed or histogram form,
+each with its batches ordered: shuffled from their own random stream, or grouped into
+cost-balanced steps), and it hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
 ``s = 0, 1, …`` from the start position ``p``. The slot arithmetic and the balancing are pure
 functions in :mod:`padless._schedule`; the loop and the state live in
-:class:`padless._state.Resumable`.
+:class:`padless._state.Resumable`; what is left here (optimizer steps, loss normalisation,
+figures, fingerprints, resume across a change of settings) asks the epoch, never its form.
 
 Positions are **global**: the number of global batch slots consumed (steps × world_size). A state
 saved at one world size can therefore be loaded at another (elastic resume); with
@@ -24,29 +26,19 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
-from . import _rng
 from ._check import check_bool, check_seed, non_negative, positive
-from ._schedule import (
-    balanced_order,
-    check_ranks,
-    elastic_order,
-    length_mixing,
-    padded_costs,
-    step_imbalance,
-    step_mean_lengths,
-)
+from ._schedule import check_ranks, padded_costs, step_imbalance
 from ._state import Resumable, fingerprint
 from .checked import CheckedDataset
-from .cost import real_work, real_work_fields
-from .lengths import lengths_of
+from .epochs import Epoch, epochs_for
 from .plan import BatchPlan
-from .planners.spec import Delivered, Spec, StepForm
+from .planners.spec import Spec, StepForm
 from .schedules import Schedule
 
 if TYPE_CHECKING:
-    from .histogram import HistogramPlanner, HistogramSchedule
-    from .planners.spec import Planner, Spec
-    from .windows import WindowedPlanner, WindowedSchedule
+    from .histogram import HistogramPlanner
+    from .planners.spec import Planner
+    from .windows import WindowedPlanner
 
 __all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
@@ -63,76 +55,6 @@ class SamplerOptions(TypedDict, total=False):
     window: int | str | None
     batches_per_step: Any
     tokens_per_step: Any
-
-
-class _Epoch:
-    """One epoch's global schedule: the plan and the order of its batches.
-
-    After a change of settings within the epoch (resume across a change), the epoch's first
-    ``head`` batch slots are the batches delivered under the earlier settings (``head_values``
-    in CSR over ``head_offsets``, ``head_targets`` their entries' target-side tokens) and
-    ``plan`` is the rest of the epoch under the current settings; ``sub`` is the seed its
-    order was drawn from.
-    """
-
-    __slots__ = ("key", "plan", "order", "costs", "values", "head", "sub")
-
-    def __init__(
-        self,
-        key: tuple[Any, ...],
-        plan: BatchPlan,
-        order: np.ndarray,
-        costs: np.ndarray | None,
-        values: np.ndarray,
-        head: _Head | None = None,
-        sub: int = 0,
-    ) -> None:
-        self.key = key
-        self.plan = plan
-        self.order = order
-        self.costs = costs
-        self.values = values
-        self.head = head
-        self.sub = sub
-
-
-class _Part:
-    """A part of an epoch run under earlier settings: its plan's ``offsets`` and ``values``,
-    the ``order`` of the batches it delivered (its first global slot ``start``), and its
-    ``planner`` (which tells the target-side tokens of its values)."""
-
-    __slots__ = ("start", "offsets", "values", "order", "planner", "_targets")
-
-    def __init__(
-        self, start: int, offsets: np.ndarray, values: np.ndarray, order: np.ndarray, planner: Any
-    ) -> None:
-        self.start, self.offsets, self.values, self.order = start, offsets, values, order
-        self.planner = planner
-        self._targets: np.ndarray | None = None
-
-    def entries(self, slot: int) -> tuple[int, int]:
-        b = int(self.order[slot - self.start])
-        return int(self.offsets[b]), int(self.offsets[b + 1])
-
-    def targets(self, lengths: np.ndarray) -> np.ndarray:
-        if self._targets is None:
-            self._targets = self.planner.yielded_lengths(self.values, lengths)
-        return self._targets
-
-
-class _Head:
-    """The batches an epoch delivered before its last change of settings (see :class:`_Epoch`):
-    its ``parts``, ``batches`` slots in all, the planner of the last (``before``) and the seed
-    of what follows (``sub``)."""
-
-    __slots__ = ("parts", "starts", "batches", "before", "sub")
-
-    def __init__(self, parts: list[_Part], batches: int, before: Any, sub: int) -> None:
-        self.parts, self.batches, self.before, self.sub = parts, batches, before, sub
-        self.starts = np.array([p.start for p in parts], dtype=np.int64)
-
-    def part(self, slot: int) -> _Part:
-        return self.parts[int(np.searchsorted(self.starts, slot, side="right")) - 1]
 
 
 # the sampler's own settings in a state's config (the rest are the planner's)
@@ -231,40 +153,15 @@ class PlanSampler(Resumable):
                 "(a curriculum), which balanced steps would reorder"
             )
         self.spec = spec
-        self.window = window
-        self._windowed: WindowedSchedule | HistogramSchedule | None = None
-        self.planner: Planner | WindowedPlanner | HistogramPlanner
-        if window is None:
-            self.planner = spec.bind(lengths_of(lengths))
-        elif isinstance(window, str):
-            from .histogram import HistogramPlanner, HistogramSchedule
-
-            if window != "histogram":
-                raise ValueError(
-                    f"window must be None, a window size (a positive int) or 'histogram', "
-                    f"got {window!r}"
-                )
-            histogram = HistogramPlanner(spec, lengths)
-            self.planner = histogram
-            self._windowed = HistogramSchedule(
-                histogram, shuffle=self.shuffle, seed=self.seed, balance=self.balance
-            )
-        else:
-            from .windows import WindowedPlanner, WindowedSchedule
-
-            windowed = WindowedPlanner(spec, lengths, window)
-            self.window = windowed.window
-            self.planner = windowed
-            self._windowed = WindowedSchedule(
-                windowed, shuffle=self.shuffle, seed=self.seed, balance=self.balance
-            )
-        # how batches follow the optimizer step (a capacity schedule), asked of the strategy
-        self._step_form: StepForm | None = (
-            spec.step_form(cast("Planner", self.planner)) if window is None else None
+        # the batches of each epoch, in the form ``window`` says (padless.epochs)
+        self._epochs = epochs_for(
+            spec, lengths, window, shuffle=self.shuffle, seed=self.seed, balance=self.balance
         )
+        self.window = self._epochs.window
+        self.planner: Planner | WindowedPlanner | HistogramPlanner = self._epochs.planner
+        self._step_form: StepForm | None = self._epochs.step_form
         self.epoch = 0
         self._reset_position()
-        self._cache: _Epoch | None = None
         self._fingerprint: str | None = None
         self.batches_per_step = _steps_schedule(self, batches_per_step, tokens_per_step)
         self._totals: dict[int, int] = {}  # batches of each plan epoch, for first_step
@@ -293,126 +190,24 @@ class PlanSampler(Resumable):
                 return getattr(owner, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    # ------------------------------------------------------------------ schedule
-    def _schedule(self, epoch: int, changes: tuple[Any, ...] | None = None) -> _Epoch:
-        planner = cast("Planner", self.planner)  # a whole-corpus plan's planner
+    # ------------------------------------------------------------------ epochs
+    def _epoch_of(self, epoch: int, changes: tuple[Any, ...] | None = None) -> Epoch:
+        """The batches of ``epoch`` (the current one's after its elastic parts and changes)."""
+        now = epoch == self.epoch
         if changes is None:
-            changes = self._changes if epoch == self.epoch else ()
-        history = self._history if epoch == self.epoch and self.balance else ()
-        key = (epoch, history, changes)
-        if self._cache is not None and self._cache.key == key:
-            return self._cache
-        shuffled = epoch if self.shuffle else 0
-        if self._cache is not None and self._cache.key[::2] == (epoch, changes):
-            c = self._cache
-            plan, costs, values, head, sub = c.plan, c.costs, c.values, c.head, c.sub
-        elif changes:
-            head, done = self._head(epoch, changes)
-            sub = head.sub
-            plan, values = planner.plan_rest(done, head.before, sub, shuffled)
-            costs = None
-        else:
-            head, sub = None, self.seed
-            plan = planner.plan(self.seed, shuffled)
-            costs, values = None, planner.values(plan)
-        if self.balance and costs is None:
-            costs = planner.costs(plan)
-        start = 0 if head is None else head.batches
-        local = tuple((w, p - start) for w, p in history)
-        order = self._order(plan, costs, self.balance, self.world_size, local, sub, epoch)
-        self._cache = _Epoch(key, plan, order, costs, values, head, sub)
-        return self._cache
+            changes = self._changes if now else ()
+        return self._epochs.at(epoch, self._history if now else (), self.world_size, changes)
 
-    def _order(
-        self,
-        plan: BatchPlan,
-        costs: np.ndarray | None,
-        balance: bool,
-        world: int,
-        history: tuple[tuple[int, int], ...],
-        sub: int,
-        epoch: int,
-    ) -> np.ndarray:
-        """The order of a plan's batches (of an epoch, or of its part after a change: drawn
-        from ``sub``, the seed, or the part's child seed); ``history`` the part's elastic parts."""
-        gen = _rng.rng(sub, epoch, _rng.BATCH_ORDER) if self.shuffle else None
-        if costs is not None and balance:
-            first = history[0][0] if history else world
-            order = balanced_order(costs, first, gen)
-            if history:
-                again = _rng.rng(sub, epoch, _rng.REBALANCE) if self.shuffle else None
-                order = elastic_order(order, costs, history, world, again)
-            return order
-        if gen is not None and not self.spec.orders_batches:
-            return gen.permutation(len(plan)).astype(np.int64)
-        return np.arange(len(plan), dtype=np.int64)
-
-    def _head(self, epoch: int, changes: tuple[Any, ...]) -> tuple[_Head, Delivered]:
-        """What ``epoch`` delivered before each of its ``changes`` of settings (each a
-        ``(position, settings, world_size, elastic)`` record of the part before it), and the
-        values delivered (:class:`~padless.planners.spec.Delivered`).
-
-        Part 0 is the epoch's plan under its first settings; part ``k`` the rest left by the
-        parts before it, under part ``k``'s settings, seeded from ``(seed, epoch, CHANGES,
-        k)``. A part delivered its ordered batches up to the change's global position.
-
-        Cost: one plan per part (the first of the whole corpus, the others of what is left).
-        """
-        shuffled = epoch if self.shuffle else 0
-        parts: list[_Part] = []
-        done: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        count, sub = 0, self.seed
-        before: Planner | None = None
-        for k, (position, settings, world, elastic, skips) in enumerate(changes):
-            planner, balance = self._planner_of(settings)
-            if before is None:
-                plan = planner.plan(self.seed, shuffled)
-                given = planner.values(plan)
-            else:
-                plan, given = planner.plan_rest(Delivered(done), before, sub, shuffled)
-            costs = planner.costs(plan) if balance else None
-            local = tuple((w, p - count) for w, p in elastic)
-            order = self._order(plan, costs, balance, world, local, sub, epoch)
-            take = order[: max(0, min(position - count, len(plan)))]
-            done.append((given, plan.offsets, take))  # what it delivered: batches take
-            # batches of this part that a skip ahead of the change left out: never trained,
-            # so the rest leaves their sequences out too
-            skipped = [np.arange(lo, min(hi, count + len(plan))) - count for lo, hi in skips]
-            left_out = np.unique(np.concatenate([np.zeros(0, np.int64), *skipped]))
-            if left_out.size:
-                done.append((given, plan.offsets, order[left_out]))
-            parts.append(_Part(count, plan.offsets, given, take, planner))
-            count += int(take.size)
-            before = planner
-            sub = _rng.child_seed(self.seed, shuffled, _rng.CHANGES, k + 1)
-        assert before is not None
-        return _Head(parts, count, before, sub), Delivered(done)
-
-    def _planner_of(self, settings: str) -> tuple[Planner, bool]:
-        """The planner and ``balance`` of a recorded part's settings (a state's ``settings``
-        entry as canonical JSON), rebuilt as this sampler's strategy over its lengths."""
-        import json
-
-        cache = self.__dict__.setdefault("_planners", {})
-        if settings not in cache:
-            record = json.loads(settings)
-            spec = type(self.spec)(**record["spec"])
-            cache[settings] = (spec.bind(self.planner.lengths), bool(record["config"]["balance"]))
-        return cast("tuple[Planner, bool]", cache[settings])
+    def _epoch_now(self) -> Epoch:
+        """The batches of the current epoch."""
+        return self._epochs.at(self.epoch, self._history, self.world_size, self._changes)
 
     def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
         """Return an epoch's global plan and its batch order (all ranks, before sharding).
 
         Cost: one plan computation (cached for the latest epoch).
         """
-        if self._windowed is not None:
-            raise ValueError(
-                "epoch_plan needs the whole epoch's plan in memory; a windowed sampler "
-                f"(window={self.window}) plans one window at a time: use "
-                "sampler.planner.plans(seed, epoch) for the window plans"
-            )
-        sched = self._schedule(check_seed("epoch", epoch))
-        return sched.plan, sched.order
+        return self._epoch_of(check_seed("epoch", epoch)).global_plan()
 
     def checked(self, dataset: Any, *, field: Any = None) -> Any:
         """``dataset`` bound to this sampler's lengths: :class:`padless.checked.CheckedDataset`.
@@ -431,15 +226,12 @@ class PlanSampler(Resumable):
 
     # ------------------------------------------------------------------ Resumable hooks
     def _total(self) -> int:
-        if self._windowed is not None:
-            return self._windowed.total(self.epoch)
-        sched = self._schedule(self.epoch)
-        return len(sched.plan) + (0 if sched.head is None else sched.head.batches)
+        return self._epoch_now().total
 
     def _batch_at(self, slot: int) -> list[int]:
-        if self._windowed is not None:
-            return self._windowed.batch_at(self.epoch, self._history, self.world_size, slot)
-        source, lo, hi = self._batch_source(slot)
+        # the per-batch path: the epoch asked as _epoch_now asks it, one call fewer
+        epoch = self._epochs.at(self.epoch, self._history, self.world_size, self._changes)
+        source, lo, hi = epoch.batch_at(slot)
         out: list[int] = source[lo:hi].tolist()
         return out
 
@@ -447,38 +239,14 @@ class PlanSampler(Resumable):
         self, positions: np.ndarray, history: tuple[tuple[int, int], ...], world: int
     ) -> np.ndarray | None:
         # only balanced steps order the batches by the world size
-        if not self.balance:
-            return None
-        if self._windowed is not None:
-            return self._windowed.slot_ids(self.epoch, history, world, positions)
-        sched = self._schedule(self.epoch)
-        start = 0 if sched.head is None else sched.head.batches
-        local = tuple((w, p - start) for w, p in history)
-        order = self._order(sched.plan, sched.costs, True, world, local, sched.sub, self.epoch)
-        # positions past a loaded state's are past the epoch's last change (its head)
-        return order[np.asarray(positions, dtype=np.int64) - start]
-
-    def _batch_source(self, slot: int) -> tuple[np.ndarray, int, int]:
-        """``(values, lo, hi)``: the batch at a global slot of a whole-corpus plan is
-        ``values[lo:hi]`` (the epoch's values, or an earlier part's after a change)."""
-        sched = self._schedule(self.epoch)
-        head = sched.head
-        if head is not None:
-            if slot < head.batches:
-                part = head.part(slot)
-                lo, hi = part.entries(slot)
-                return part.values, lo, hi
-            slot -= head.batches
-        b = sched.order[slot]
-        offsets = sched.plan.offsets
-        return sched.values, int(offsets[b]), int(offsets[b + 1])
+        return self._epoch_now().slot_ids(positions, history, world) if self.balance else None
 
     def __iter__(self) -> Iterator[list[int]]:
         form = self._step_form
         if form is None:
             return self._run(self._batch_at)
         table: list[Any] = [None, None]  # (the skips it was made under, the steps' keys)
-        source_of, list_at = self._batch_source, form.list_at
+        epochs, list_at = self._epochs, form.list_at
 
         def batch_at(slot: int, micro: int) -> list[int]:
             # the batch at ``slot`` in the form of its optimizer step (``micro``: the epoch's
@@ -486,7 +254,8 @@ class PlanSampler(Resumable):
             # per iteration and skip
             if table[0] is not self._skips:
                 table[:] = [self._skips, self._micro_keys(form)]
-            source, lo, hi = source_of(slot)
+            epoch = epochs.at(self.epoch, self._history, self.world_size, self._changes)
+            source, lo, hi = epoch.batch_at(slot)
             key = table[1][micro]
             if key is None:
                 out: list[int] = source[lo:hi].tolist()
@@ -578,36 +347,15 @@ class PlanSampler(Resumable):
         epoch's, under the current settings, and ``changes`` and ``delivered_before_change``
         (batches) say so.
         """
-        out = self._windowed.stats(self) if self._windowed is not None else self._plan_stats()
+        fig = self._epoch_now().stats(self.drop_last)
+        out = {**self._schedule_figures(fig.batches, fig.steps, fig.imbalance), **fig.own}
+        for k, v in fig.plan.items():
+            out[f"plan_{k}" if k in out else k] = v
+        out.update(fig.more)
         if self.batches_per_step is not None:
             out["optimizer_steps"] = int(self.step_sizes().size)
             out["first_step"] = self.first_step()
             out["batches_per_step"] = self.batches_per_step.as_dict()
-        return out
-
-    def _plan_stats(self) -> dict[str, Any]:
-        sched = self._schedule(self.epoch)
-        if sched.costs is None:
-            sched.costs = cast("Planner", self.planner).costs(sched.plan)
-        total = len(sched.plan)
-        steps = self._steps(total, 0)
-        out: dict[str, Any] = {
-            **self._schedule_figures(
-                total, steps, step_imbalance(sched.costs[sched.order], self.world_size, steps)
-            )
-        }
-        figures = {**sched.plan.stats(self.lengths).as_dict(), **sched.plan.info}
-        out.update(self._cost_figures(sched, steps, float(figures["padding_fraction"])))
-        figures["skipped"] = int(sched.plan.skipped.size)
-        for k, v in figures.items():
-            out[f"plan_{k}" if k in out else k] = v
-        fields = 1 if self.lengths.ndim == 1 else int(self.lengths.shape[1])
-        units = self.spec.units(fields)
-        if fields > 1 or units[0] is not None:
-            out["fields"] = field_figures(sched.plan, self.lengths, units)
-        if sched.head is not None:  # the plan above is the rest of the epoch after a change
-            out["changes"] = len(self._changes)
-            out["delivered_before_change"] = sched.head.batches
         return out
 
     def _schedule_figures(self, total: int, steps: int, imbalance: float) -> dict[str, Any]:
@@ -623,30 +371,6 @@ class PlanSampler(Resumable):
             "repeated": self.repeated,
             "dropped": self.dropped,
             "imbalance": imbalance,
-        }
-
-    def _cost_figures(self, sched: _Epoch, steps: int, padding: float) -> dict[str, Any]:
-        plan = sched.plan
-        cost = getattr(self.spec, "cost", None)
-        entry = plan.entry_lengths(self.sizes)
-        csum = np.zeros(entry.size + 1, dtype=np.int64)
-        np.cumsum(entry, out=csum[1:])
-        tokens = csum[plan.offsets[1:]] - csum[plan.offsets[:-1]]
-        means = step_mean_lengths(
-            tokens[sched.order], plan.sizes[sched.order], self.world_size, steps
-        )
-        trend, lag1 = length_mixing(means)
-        if isinstance(cost, tuple):  # a model per field
-            record: Any = [None if c is None else c.as_dict() for c in cost]
-            work = real_work_fields(cost, plan, self.lengths)
-        else:
-            record = None if cost is None else cost.as_dict()
-            work = 1.0 - padding if cost is None else real_work(cost, plan, self.sizes)
-        return {
-            "cost": record,
-            "real_work": work,
-            "length_trend": trend,
-            "length_lag1": lag1,
         }
 
     # ------------------------------------------------------------------ optimizer steps
@@ -704,10 +428,7 @@ class PlanSampler(Resumable):
             return self._total()
         key = epoch if self.shuffle else 0
         if key not in self._totals:
-            if self._windowed is not None:
-                self._totals[key] = self._windowed.total(epoch)
-            else:
-                self._totals[key] = len(cast("Planner", self.planner).plan(self.seed, key))
+            self._totals[key] = self._epochs.count(key)
         return self._totals[key]
 
     def _require_steps(self, what: str) -> None:
@@ -912,9 +633,9 @@ class PlanSampler(Resumable):
         for r in range(self.world_size):
             for k, slot in enumerate(micro[:, r].tolist()):
                 if form is None or keys[k] is None:
-                    table[r, k] = self._slot_targets(slot, targets, count)
+                    table[r, k] = count(self._epoch_now().entry_lengths(slot))
                 else:
-                    source, a, b = self._batch_source(slot)
+                    source, a, b = self._epoch_now().batch_at(slot)
                     entries = self.planner.yielded_lengths(source[a:b], self.lengths)
                     table[r, k] = count(form.entry_lengths_at(entries, keys[k]))
         return int(table.sum()), table[self.rank].tolist()
@@ -938,41 +659,6 @@ class PlanSampler(Resumable):
                 )
         lo = int(sizes[:step].sum())
         return lo, lo + int(sizes[step])
-
-    def _slot_targets(self, slot: int, targets: Any, count: Callable[[np.ndarray], int]) -> int:
-        """Targets of the batch at a global slot of the current epoch."""
-        if self._windowed is not None:
-            return count(self._window_entries(self._batch_at(slot)))
-        sched = self._schedule(self.epoch)
-        head = sched.head
-        if head is not None:
-            if slot < head.batches:
-                part = head.part(slot)
-                lo, hi = part.entries(slot)
-                return count(part.targets(self.lengths)[lo:hi])
-            slot -= head.batches
-        b = int(sched.order[slot])
-        lo, hi = int(sched.plan.offsets[b]), int(sched.plan.offsets[b + 1])
-        if isinstance(targets, str):
-            key = (id(sched.plan), targets)
-            cached = self.__dict__.get("_target_csum")
-            if cached is None or cached[0] != key or cached[1] is not sched.plan:
-                per = _TARGETS[targets](self._plan_entries(sched.plan))
-                csum = np.zeros(per.size + 1, dtype=np.int64)
-                np.cumsum(per, out=csum[1:])
-                self.__dict__["_target_csum"] = cached = (key, sched.plan, csum)
-            csum = cached[2]
-            return int(csum[hi] - csum[lo])
-        return count(self._plan_entries(sched.plan)[lo:hi])
-
-    def _plan_entries(self, plan: BatchPlan) -> np.ndarray:
-        """Target-side length of every entry of a plan (pieces for packing)."""
-        lens = self.lengths
-        return plan.entry_lengths(lens if lens.ndim == 1 else lens[:, -1])
-
-    def _window_entries(self, values: list[int]) -> np.ndarray:
-        """Target-side lengths of a windowed batch's yielded values (pieces' for packing)."""
-        return self.planner.yielded_lengths(np.asarray(values, dtype=np.int64), self.lengths)
 
     def collate(self, **options: Any) -> Any:
         """A collate function for this sampler's batches (``padless.torch``), settings filled in.
@@ -1016,16 +702,16 @@ class PlanSampler(Resumable):
     def _settings_record(self) -> dict[str, Any] | None:
         """What a state records of the settings it was saved under: the spec's settings (to
         rebuild its planner) and the fingerprint's config (to check them)."""
-        if self._windowed is not None:
+        if self._epochs.refuses_changes is not None:
             return None
         return {"spec": self.spec.as_dict(), "config": self._config()}
 
     def _changeable(self) -> None:
-        if self._windowed is not None:
+        why = self._epochs.refuses_changes
+        if why is not None:
             raise ValueError(
-                f"state does not fit: the settings differ, and a windowed sampler (window="
-                f"{self.window}) cannot resume across a change of settings (it plans one "
-                "window at a time): load it with the settings it was saved under"
+                f"state does not fit: the settings differ, and {why}: load it with the settings "
+                "it was saved under"
             )
 
     def _checked_settings(self, record: Any) -> str:
@@ -1041,7 +727,7 @@ class PlanSampler(Resumable):
             {"spec": record["spec"], "config": record["config"]}, sort_keys=True, default=str
         )
         try:
-            planner, _ = self._planner_of(settings)
+            planner, _ = self._epochs.planner_of(settings)
         except (TypeError, ValueError) as err:
             raise ValueError(
                 f"state's settings {record['spec']!r:.120} do not make a {self.spec.name} "
@@ -1098,7 +784,7 @@ class PlanSampler(Resumable):
         else:
             changes, resumed = self._changes_of(state), state
         epoch = resumed.get("epoch") if isinstance(resumed, dict) else None
-        plain = self._fingerprint is None and self._windowed is None
+        plain = self._fingerprint is None
         previous = self._changes
         self._changes = changes
         try:
@@ -1107,11 +793,10 @@ class PlanSampler(Resumable):
 
                 with ThreadPoolExecutor(1) as pool:
                     lengths_hash = pool.submit(self._lengths_hash)
-                    self._schedule(epoch, changes)  # the plan the restore needs anyway, cached
+                    self._epoch_of(epoch, changes)  # the plan the restore needs anyway, cached
                     self._fingerprint = self._fingerprint_of(lengths_hash.result())
             if change is not None and isinstance(epoch, int):
-                sched = self._schedule(epoch, changes)
-                total = len(sched.plan) + (0 if sched.head is None else sched.head.batches)
+                total = self._epoch_of(epoch, changes).total
                 resumed = {**resumed, "position": min(int(resumed["position"]), total)}
             super().load_state_dict(resumed)
         except Exception:
@@ -1161,30 +846,6 @@ class _TokensPerStep:
 
     def as_dict(self) -> dict[str, Any]:
         return {"tokens_per_step": self.tokens.as_dict(), "per_batch": self.budget}
-
-
-def field_figures(
-    plan: BatchPlan, lengths: np.ndarray, units: tuple[float | None, ...]
-) -> list[dict[str, Any]]:
-    """Padding figures per length field (``real``, ``padded``, ``padding_fraction``), in seconds
-    too (``real_seconds``, ``padded_seconds``) for a field of ticks (its unit not None).
-
-    >>> row = field_figures(BatchPlan([0, 1], [0, 2]), np.array([[300, 2], [100, 5]]), (0.01, None))
-    >>> row[0]["padded"], row[0]["padded_seconds"], row[1]["padded"]
-    (600, 6.0, 10)
-    """
-    out = []
-    for stats, unit in zip(plan.field_stats(lengths), units, strict=True):
-        row: dict[str, Any] = {
-            "real": stats.real_tokens,
-            "padded": stats.padded_slots,
-            "padding_fraction": stats.padding_fraction,
-        }
-        if unit is not None:
-            row["real_seconds"] = round(stats.real_tokens * unit, 6)
-            row["padded_seconds"] = round(stats.padded_slots * unit, 6)
-        out.append(row)
-    return out
 
 
 def _schedule_of(name: str, value: Any) -> Schedule:

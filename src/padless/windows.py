@@ -29,10 +29,11 @@ histogram, which a window of 10^6 random items samples closely (figures in BENCH
 partial batch per group per window instead of per epoch.
 
 **Samplers.** ``PlanSampler(lengths, spec, window=W)`` (and every named sampler, through
-``window=``) runs the windows one after the other, each window's batches in a shuffled order,
-with every sampler's guarantees: equal steps on every rank, the tail policy, ``balance`` (within
-each window), ``len()`` (one counting pass over the lengths per epoch, cached), O(1) state dicts,
-exact and elastic resume (a restore counts the windows' batches and plans one window).
+``window=``) runs the windows one after the other, each window's batches in a shuffled order
+(:mod:`padless.epochs.windows`), with every sampler's guarantees: equal steps on every rank, the
+tail policy, ``balance`` (within each window), ``len()`` (one counting pass over the lengths per
+epoch, cached), O(1) state dicts, exact and elastic resume (a restore counts the windows'
+batches and plans one window).
 
 Windows plan in parallel threads (``threads``; the compiled token-budget and packing planners
 release the GIL); every window's plan depends only on ``(seed, epoch, window number)``, never on
@@ -54,7 +55,6 @@ import numpy as np
 from . import _kernels as K
 from . import _rng
 from ._check import MAX_BUDGET, check_seed, non_negative, positive
-from ._schedule import balanced_order, elastic_order
 from .lengths import MAX_LENGTH, MappedFile, lengths_of, sizes_of
 from .plan import BatchPlan, PlanStats
 from .planners.spec import Spec, round_up
@@ -63,7 +63,6 @@ KW = K.windows
 
 if TYPE_CHECKING:
     from .planners.spec import Planner, Spec, WindowKernel
-    from .sampler import PlanSampler
 
 __all__ = ["WindowLayout", "WindowedPlanner", "plan_windows"]
 
@@ -437,6 +436,11 @@ class WindowedPlanner:
         planner = self.window_spec.bind(self._int64(rows))
         return planner.costs(_indexing_entries(plan))
 
+    def window_stats(self, plan: BatchPlan) -> PlanStats:
+        """``plan.stats`` of a window plan, over the gathered lengths of its entries."""
+        rows = KW.gather_rows(self._rows, plan.indices)
+        return _indexing_entries(plan).stats(rows.reshape(-1) if self.lengths.ndim == 1 else rows)
+
     def __getattr__(self, name: str) -> Any:
         # what the bound spec resolved (boundaries...) and its collate
         if name.startswith("_") or "template" not in self.__dict__:
@@ -550,214 +554,3 @@ def plan_windows(
     check_seed("epoch", epoch)
     planner = WindowedPlanner(spec, lengths, window, threads=threads)
     return planner.plans(seed, epoch)
-
-
-# ---------------------------------------------------------------------------------- sampler
-
-
-class WindowedSchedule:
-    """A windowed :class:`padless.PlanSampler`'s epochs: window counts and one window's batches.
-
-    Global slot ``s`` of an epoch is batch ``s − cum[w]`` of window ``w`` (``cum`` the running
-    total of the windows' batch counts), in that window's order: shuffled from the window's
-    own stream, or balanced within the window (elastic re-balancing of each window's batches
-    not yet delivered). Holds the counts (one int per window) and the last two windows' plans.
-    """
-
-    def __init__(self, planner: WindowedPlanner, *, shuffle: bool, seed: int, balance: bool):
-        self.planner = planner
-        self.shuffle = shuffle
-        self.seed = seed
-        self.balance = balance
-        self._cum: tuple[int, np.ndarray] | None = None
-        self._windows: OrderedDict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
-
-    def _plan_epoch(self, epoch: int) -> int:
-        return epoch if self.shuffle else 0
-
-    def cumulative(self, epoch: int) -> np.ndarray:
-        """``cum[w]``: the first global slot of window ``w`` (``cum[-1]`` the epoch's batches)."""
-        pe = self._plan_epoch(epoch)
-        if self._cum is None or self._cum[0] != pe:
-            counts = self.planner.counts(self.seed, pe)
-            cum = np.zeros(counts.size + 1, dtype=np.int64)
-            np.cumsum(counts, out=cum[1:])
-            self._cum = (pe, cum)
-        return self._cum[1]
-
-    def total(self, epoch: int) -> int:
-        return int(self.cumulative(epoch)[-1])
-
-    def window_order(
-        self,
-        plan: BatchPlan,
-        w: int,
-        epoch: int,
-        history: tuple[tuple[int, int], ...],
-        world_size: int,
-        first_slot: int,
-        costs: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """The order of window ``w``'s batches in the epoch's slots (as ``PlanSampler`` orders a
-        global plan, with the history's positions made local to the window)."""
-        b = len(plan)
-        gen = None
-        if self.shuffle:
-            gen = np.random.default_rng(child_sequence(self.seed, epoch, _rng.BATCH_ORDER, w))
-        if self.balance:
-            if costs is None:
-                costs = self.planner.costs(plan)
-            first = history[0][0] if history else world_size
-            order = balanced_order(costs, first, gen)
-            if history:
-                again = None
-                if self.shuffle:
-                    seq = child_sequence(self.seed, epoch, _rng.REBALANCE, w)
-                    again = np.random.default_rng(seq)
-                local = tuple((ws, min(max(p - first_slot, 0), b)) for ws, p in history)
-                order = elastic_order(order, costs, local, world_size, again)
-            return order
-        if gen is not None:
-            return gen.permutation(b).astype(np.int64)
-        return np.arange(b, dtype=np.int64)
-
-    def _window(
-        self, epoch: int, w: int, history: tuple[tuple[int, int], ...], world_size: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        key = (epoch, w, history if self.balance else (), world_size if self.balance else 0)
-        hit = self._windows.get(key)
-        if hit is not None:
-            self._windows.move_to_end(key)
-            return hit
-        pe = self._plan_epoch(epoch)
-        cum = self.cumulative(epoch)
-        member = self.planner.layout.membership(self.seed, pe)
-        plan = self.planner.plan_window(member, w, self.seed, pe)
-        order = self.window_order(plan, w, epoch, history, world_size, int(cum[w]))
-        entry = (self.planner.values(plan), plan.offsets, order)
-        self._windows[key] = entry
-        while len(self._windows) > 2:
-            self._windows.popitem(last=False)
-        return entry
-
-    def slot_ids(
-        self,
-        epoch: int,
-        history: tuple[tuple[int, int], ...],
-        world_size: int,
-        positions: np.ndarray,
-    ) -> np.ndarray:
-        """The batch at each of ``positions`` (ascending) of the epoch's order, as its window's
-        first slot plus its index in the window's plan (a window's batches keep to its slots).
-
-        Cost: plans each window the positions fall in.
-        """
-        cum = self.cumulative(epoch)
-        out = np.empty(len(positions), dtype=np.int64)
-        windows = np.searchsorted(cum, positions, side="right") - 1
-        for w in np.unique(windows).tolist():
-            at = windows == w
-            order = self._window(epoch, w, history, world_size)[2]
-            out[at] = int(cum[w]) + order[positions[at] - int(cum[w])]
-        return out
-
-    def batch_at(
-        self, epoch: int, history: tuple[tuple[int, int], ...], world_size: int, slot: int
-    ) -> list[int]:
-        cum = self.cumulative(epoch)
-        w = int(np.searchsorted(cum, slot, side="right")) - 1
-        values, offsets, order = self._window(epoch, w, history, world_size)
-        b = order[slot - int(cum[w])]
-        out: list[int] = values[offsets[b] : offsets[b + 1]].tolist()
-        return out
-
-    def stats(self, sampler: PlanSampler) -> dict[str, Any]:
-        """:meth:`PlanSampler.stats` of a windowed sampler: one planning pass over the windows."""
-        epoch = sampler.epoch
-        world = sampler.world_size
-        pe = self._plan_epoch(epoch)
-        cum = self.cumulative(epoch)
-        total = int(cum[-1])
-        steps = sampler._steps(total, 0)
-        planner = self.planner
-        sizes_hist = np.zeros(1, dtype=np.int64)
-        entries = real = padded = skipped = 0
-        head = np.zeros(0, dtype=np.int64)
-        ratio_sum, ok_steps = 0.0, 0
-        carry = np.zeros(0, dtype=np.int64)
-        for w, plan in enumerate(planner.plans(self.seed, pe)):
-            fig = _local_stats(plan, KW.gather_rows(planner._rows, plan.indices), planner)
-            entries += fig.sentences
-            real += fig.real_tokens
-            padded += fig.padded_slots
-            skipped += int(plan.skipped.size)
-            counts = np.bincount(plan.sizes)
-            if counts.size > sizes_hist.size:
-                counts[: sizes_hist.size] += sizes_hist
-                sizes_hist = counts
-            else:
-                sizes_hist[: counts.size] += counts
-            costs = planner.costs(plan)
-            history = sampler._history if self.balance else ()
-            order = self.window_order(plan, w, epoch, history, world, int(cum[w]), costs)
-            slot_costs = np.concatenate([carry, costs[order]])
-            if head.size < world:
-                head = np.concatenate([head, slot_costs[: world - head.size]])
-            full = slot_costs.size // world * world
-            if full:
-                part = _step_ratio_sum(slot_costs[:full], world)
-                ratio_sum += part[0]
-                ok_steps += part[1]
-            carry = slot_costs[full:]
-        done = total // world
-        if steps > done and carry.size:  # the last step, completed with the epoch's first batches
-            last = np.concatenate([carry, head[np.arange(world - carry.size) % total]])
-            part = _step_ratio_sum(last, world)
-            ratio_sum += part[0]
-            ok_steps += part[1]
-        imbalance = ratio_sum / ok_steps if ok_steps else 1.0
-        batches = int(sizes_hist.sum())
-        figures = PlanStats(
-            batches=batches,
-            sentences=int(entries),
-            real_tokens=int(real),
-            padded_slots=int(padded),
-            padding_fraction=(1.0 - real / padded) if padded else 0.0,
-            min_sentences=int(np.flatnonzero(sizes_hist)[0]) if batches else 0,
-            median_sentences=_hist_median(sizes_hist),
-            max_sentences=int(np.flatnonzero(sizes_hist)[-1]) if batches else 0,
-            mean_sentences=float(entries / batches) if batches else 0.0,
-        ).as_dict()
-        figures["skipped"] = skipped
-        out: dict[str, Any] = {
-            **sampler._schedule_figures(total, steps, imbalance),
-            "window": planner.window,
-            "windows": planner.num_windows,
-        }
-        for k, v in figures.items():
-            out[f"plan_{k}" if k in out else k] = v
-        return out
-
-
-def _step_ratio_sum(costs: np.ndarray, world: int) -> tuple[float, int]:
-    """Σ over full steps of max ÷ mean rank cost (steps of zero cost left out), and their count."""
-    table = costs.reshape(-1, world).astype(np.float64)
-    means = table.mean(axis=1)
-    ok = means > 0
-    return float((table.max(axis=1)[ok] / means[ok]).sum()), int(ok.sum())
-
-
-def _hist_median(hist: np.ndarray) -> float:
-    total = int(hist.sum())
-    if total == 0:
-        return 0.0
-    csum = np.cumsum(hist)
-    lo = int(np.searchsorted(csum, (total - 1) // 2, side="right"))
-    hi = int(np.searchsorted(csum, total // 2, side="right"))
-    return (lo + hi) / 2
-
-
-def _local_stats(plan: BatchPlan, rows: np.ndarray, planner: WindowedPlanner) -> PlanStats:
-    """``plan.stats`` over the gathered lengths of its entries (a copy of the plan indexing them)."""
-    lens = rows.reshape(-1) if planner.lengths.ndim == 1 else rows
-    return _indexing_entries(plan).stats(lens)
