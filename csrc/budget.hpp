@@ -19,7 +19,6 @@ inline bool multiple_of(int64_t count, int64_t multiple) {
 struct BudgetWalk {
     int64_t closed = 0, start = 0, cut = 0, batch_max = 0, tail_max = 0;
     int64_t max_tokens, max_sentences, multiple;  // 0 = no limit (tokens, sentences)
-    int64_t over_at = -1;  // the first position whose item alone breaks max_tokens (else -1)
 
     BudgetWalk(int64_t tokens, int64_t sentences, int64_t mult)
         : max_tokens(tokens), max_sentences(sentences), multiple(mult) {}
@@ -35,9 +34,6 @@ struct BudgetWalk {
         bool over = (max_sentences > 0 && count > max_sentences) ||
                     (max_tokens > 0 && mul_exceeds(count, longest, max_tokens));
         if (over) {
-            // an item over max_tokens breaks it at its own step: noted here, once per batch
-            // rather than once per item (every caller must leave such items out)
-            if (max_tokens > 0 && s > max_tokens && over_at < 0) over_at = pos;
             ends[closed++] = cut;
             if (max_tokens > 0 && mul_exceeds(pos + 1 - cut, tail_max, max_tokens)) {
                 ends[closed++] = pos;
@@ -70,7 +66,8 @@ struct BudgetWalk {
 // at most n ends. The runs' sizes are checked against the budget before (bind_base); sizes one
 // per position are not (that would be a pass of its own), so their buffer has room for two ends
 // per step, as many as a step can close whatever the sizes, and `over_at` gets the first item
-// over max_tokens (-1 if none).
+// over max_tokens (-1 if none), found among the batches of one item: an item over the budget
+// breaks it with any other, so the rule always closes it in a batch of its own.
 template <class T>
 Buffer<int64_t> budget_ends_runs(const T* values, int64_t num_values, const int64_t* starts,
                                  int64_t num_starts, int64_t max_tokens, int64_t max_sentences,
@@ -91,7 +88,20 @@ Buffer<int64_t> budget_ends_runs(const T* values, int64_t num_values, const int6
     }
     walk.finish(n, ends.get());
     ends.used = walk.closed;
-    if (over_at != nullptr) *over_at = walk.over_at;
+    if (over_at != nullptr) {
+        *over_at = -1;
+        for (int64_t b = 0, first = 0; per_item && max_tokens > 0 && b < ends.used; ++b) {
+            const int64_t end = ends[b];
+            if (end - first == 1 && static_cast<int64_t>(values[first]) > max_tokens) {
+                *over_at = first;
+                break;
+            }
+            first = end;
+        }
+    }
+    // the second half of a per-item buffer is never touched when no item is over (no pages):
+    // the result is kept or trimmed as one of n + 1 entries would be (owned_array)
+    if (per_item) ends.capacity = n + 1;
     return ends;
 }
 

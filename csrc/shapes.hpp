@@ -81,6 +81,13 @@ inline int64_t cost_of_ends(const int64_t* csum, const int64_t* values, const in
 
 }  // namespace shapes_detail
 
+// Where shape_ends stops at item p, a size no tier holds: the batches so far kept, p returned.
+inline int64_t over_tiers(int64_t p, int64_t nb, Buffer<int64_t>& ends,
+                          Buffer<int64_t>& longest) {
+    ends.used = longest.used = nb;
+    return p;
+}
+
 // Cut a walk of sizes greedily into batches that each fit one of the shapes.
 //
 // `tiers` are the distinct shape lengths, ascending; `caps[t]` is the most rows of any shape at
@@ -98,17 +105,19 @@ int64_t shape_ends(const T* sizes, int64_t n, const int64_t* tiers, int64_t num_
     int64_t count = 0;
     int64_t m = 0;
     int64_t t = 0;
+    // a size over the last tier is caught where a tier scan starts (it would run past the end):
+    // when a batch opens, and when it moves up a tier; never at an item that stays in its tier
     const int64_t top = num_tiers > 0 ? tiers[num_tiers - 1] : 0;
     for (int64_t p = 0; p < n; ++p) {
         int64_t x = static_cast<int64_t>(sizes[p]);
-        if (x > top) {  // no tier holds it: the tier scans below would run past the last
-            ends.used = longest.used = nb;
-            return p;
-        }
         if (count > 0) {
             int64_t mm = m >= x ? m : x;
             int64_t u = t;
-            while (tiers[u] < mm) ++u;
+            if (tiers[u] < mm) {
+                if (mm > top) return over_tiers(p, nb, ends, longest);
+                do ++u;
+                while (tiers[u] < mm);
+            }
             if (count + 1 <= caps[u]) {
                 ++count;
                 m = mm;
@@ -119,6 +128,7 @@ int64_t shape_ends(const T* sizes, int64_t n, const int64_t* tiers, int64_t num_
             longest[nb] = m;
             ++nb;
         }
+        if (x > top) return over_tiers(p, nb, ends, longest);
         count = 1;
         m = x;
         t = shapes_detail::first_at_least(tiers, num_tiers, x);

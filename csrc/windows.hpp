@@ -164,18 +164,21 @@ Buffer<int64_t> window_histogram(Column<T> sizes, const WindowBlocks& win, int64
                                  int64_t& bad) {
     Buffer<int64_t> starts = zeros<int64_t>(span + 1);
     int64_t* s = starts.get();
-    bad = -1;
+    const uint64_t top = static_cast<uint64_t>(span);
+    int64_t first_bad = -1;  // a local: the loop below keeps it (and `top`) in registers
     win.for_each_run([&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi && bad < 0; ++i) {
+        if (first_bad >= 0) return;
+        for (int64_t i = lo; i < hi; ++i) {
             // a negative size is a large unsigned one: one comparison checks both ends
             const uint64_t k = static_cast<uint64_t>(sizes[i]);
-            if (k >= static_cast<uint64_t>(span)) {
-                bad = i;
-            } else {
-                s[k + 1] += 1;
+            if (k >= top) {
+                first_bad = i;
+                return;
             }
+            s[k + 1] += 1;
         }
     });
+    bad = first_bad;
     if (bad >= 0) return starts;
     for (int64_t k = 0; k < span; ++k) s[k + 1] += s[k];
     return starts;
