@@ -61,7 +61,7 @@ class _Head:
         self.starts = np.array([p.start for p in parts], dtype=np.int64)
 
     def part(self, slot: int) -> _Part:
-        return self.parts[int(np.searchsorted(self.starts, slot, side="right")) - 1]
+        return self.parts[int(self.starts.searchsorted(slot, side="right")) - 1]
 
 
 class WholeEpoch:

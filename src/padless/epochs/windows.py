@@ -59,7 +59,7 @@ class WindowedEpoch:
 
     def batch_at(self, slot: int) -> tuple[np.ndarray, int, int]:
         cum = self.cum
-        w = int(np.searchsorted(cum, slot, side="right")) - 1
+        w = int(cum.searchsorted(slot, side="right")) - 1
         values, offsets, order = self.epochs.window_plan(self.epoch, w, self.history, self.world)
         b = order[slot - int(cum[w])]
         return values, int(offsets[b]), int(offsets[b + 1])
