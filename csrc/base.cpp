@@ -64,6 +64,7 @@ template <class K>
 nb::tuple counting_order_checked(const char* kernel, const In<K>& keys, int64_t num_keys,
                                  const int64_t* names) {
     check_scalar(kernel, "num_keys", num_keys, 0, MAX_COUNT, "must be in [0, 2**62]");
+    check_memory(kernel, "num_keys", num_keys, 16);  // a start and a fill position per key
     CountingOrder out;
     {
         nb::gil_scoped_release nogil;
@@ -170,6 +171,7 @@ Out<int64_t> take_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_
 Out<int64_t> unnamed_segments_py(In<int64_t> values, In<int64_t> offsets, In<int64_t> picked,
                                  int64_t n) {
     check_scalar("unnamed_segments", "n", n, 1, MAX_COUNT, "must be in [1, 2**62]");
+    check_memory("unnamed_segments", "n", n, 9);  // a bit per index, up to n indices back
     check_picked("unnamed_segments", values, offsets, picked);
     int64_t count = static_cast<int64_t>(picked.shape(0));
     Buffer<int64_t> out;

@@ -12,12 +12,17 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <utility>
+
+#include <string>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#include <sys/resource.h>
+#include <unistd.h>
 
 namespace nb = nanobind;
 
@@ -50,6 +55,36 @@ inline void advise_huge_pages(void* data, size_t bytes) {
     (void)data;
     (void)bytes;
 #endif
+}
+
+// Working memory a kernel sizes from a scalar argument (a key span, a row capacity, an index
+// count), refused up front when it is more than this process may have: the machine's physical
+// memory, or less where an address-space or data limit (ulimit -v / -d) says so. Past that, new[]
+// would throw std::bad_alloc (a MemoryError from a tiny input), or an overcommitted allocation
+// would get the process killed when its pages are touched. "<kernel>: <name> = v needs B bytes of
+// working memory (b per unit), more than the P bytes this process may allocate". Call with the
+// GIL held.
+inline void check_memory(const char* kernel, const char* name, int64_t value, int64_t bytes_each) {
+    if (value <= 0) return;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double physical = pages > 0 && page > 0
+                          ? static_cast<double>(pages) * static_cast<double>(page)
+                          : 1e300;  // unknown: new[] is the only judge
+    for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+        struct rlimit limit;
+        if (getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+            physical = std::min(physical, static_cast<double>(limit.rlim_cur));
+        }
+    }
+    const double needed = static_cast<double>(value) * static_cast<double>(bytes_each);
+    if (needed <= physical) return;
+    char what[160];
+    std::snprintf(what, sizeof what,
+                  " needs %.0f bytes of working memory (%lld per unit), more than the %.0f "
+                  "bytes this process may allocate",
+                  needed, static_cast<long long>(bytes_each), physical);
+    throw nb::value_error(
+        (std::string(kernel) + ": " + name + " = " + std::to_string(value) + what).c_str());
 }
 
 // What a kernel fills: `size` entries, uninitialised unless made by `zeros` (as numpy's empty

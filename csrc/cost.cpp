@@ -107,6 +107,7 @@ nb::tuple best_fit_rows_cost_py(In<T> sizes, In<double> extras, int64_t capacity
     check_same_size(kernel, "sizes", static_cast<int64_t>(sizes.shape(0)), "extras",
                     static_cast<int64_t>(extras.shape(0)));
     check_scalar(kernel, "capacity", capacity, 1, MAX_COUNT, "must be in [1, 2**62]");
+    check_memory(kernel, "capacity", capacity, 9);  // a stack head and a bit per space
     check_limit(kernel, "max_per_row", max_per_row);
     RowFit fit;
     {

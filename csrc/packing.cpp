@@ -21,6 +21,7 @@ template <class T>
 nb::tuple best_fit_rows_py(In<T> sizes, int64_t capacity, int64_t max_per_row) {
     const char* k = "best_fit_rows";
     checks::in_range(k, "capacity", capacity, 1, MAX_CAPACITY);
+    check_memory(k, "capacity", capacity, 9);  // a stack head and a bit per space
     checks::at_least(k, "max_per_row", max_per_row, 0);
     const int64_t n = static_cast<int64_t>(sizes.shape(0));
     // out of range was an IndexError from the kernel's own check: it stays one
@@ -44,6 +45,7 @@ nb::tuple best_fit_pairs_py(In<T> first, In<T> second, int64_t capacity0, int64_
                               " and " + str(static_cast<int64_t>(second.shape(0))));
     checks::in_range(k, "capacity0", capacity0, 1, MAX_CAPACITY);
     checks::in_range(k, "capacity1", capacity1, 1, MAX_CAPACITY);
+    check_memory(k, "capacity0", capacity0, 13);  // a bucket and a tree entry per space
     checks::at_least(k, "max_per_row", max_per_row, 0);
     checks::all_in_range(k, "first", first.data(), n, 0, capacity0, "an item fits one row",
                          true);

@@ -105,6 +105,7 @@ void check_budget(const char* kernel, int64_t max_tokens, int64_t max_sentences,
 // A packing's row capacity and its cap on items per row (0: none).
 void check_rows(const char* kernel, int64_t capacity, int64_t max_per_row) {
     check_scalar(kernel, "capacity", capacity, 1, MAX_COUNT, "must be in [1, 2**62]");
+    check_memory(kernel, "capacity", capacity, 9);  // a stack head and a bit per space
     check_limit(kernel, "max_per_row", max_per_row);
 }
 

@@ -880,3 +880,26 @@ def test_pack_rows():
     assert sorted(items.tolist()) == [0, 1] and lens.tolist() == [8, 8] and real == 16
     # an order drawn in another integer dtype is taken as its int64 copy
     assert _pack(sizes, lambda k: np.arange(k, dtype=np.int32))[4] == 16
+
+
+def test_working_memory_sized_by_a_scalar_is_refused_up_front():
+    """A key span, index count or row capacity whose working memory no process could have is a
+    ValueError naming it, before anything is allocated (it was a MemoryError, or under
+    overcommit a process killed when the pages were touched). Through the fuzzer: a tiny input
+    with num_keys = 2**62 (counting_order), n = 2**31 (unnamed_segments under the worker's
+    address-space limit), capacity = 2**62 (best_fit_rows_cost)."""
+    huge = 2**62
+    need = r" = 4611686018427387904 needs \d+ bytes of working memory \(\d+ per unit\), more"
+    with refused("counting_order: num_keys" + need):
+        C.counting_order(a(0, 1), huge)
+    with refused("counting_order_named: num_keys" + need):
+        C.counting_order_named(a(0, 1), huge, a(0, 1))
+    with refused("unnamed_segments: n" + need):
+        C.unnamed_segments(NO, a(0), NO, huge)
+    with refused("best_fit_rows_cost: capacity" + need):
+        C.best_fit_rows_cost(a(3, 2), np.array([2.0, 1.0]), huge, 0, 0.0, 10.0)
+    with refused("best_fit_visits: capacity" + need):
+        C.best_fit_visits(a(0, 1), huge, 0)
+    # what fits is still served: a span of 2**20 keys over two items
+    order, starts = C.counting_order(a(2**20 - 1, 0), 2**20)
+    assert order.tolist() == [1, 0] and starts[-1] == 2
