@@ -58,31 +58,32 @@ inline void advise_huge_pages(void* data, size_t bytes) {
 }
 
 // Working memory a kernel sizes from a scalar argument (a key span, a row capacity, an index
-// count), refused up front when it is more than this process may have: the machine's physical
-// memory, or less where an address-space or data limit (ulimit -v / -d) says so. Past that, new[]
-// would throw std::bad_alloc (a MemoryError from a tiny input), or an overcommitted allocation
-// would get the process killed when its pages are touched. "<kernel>: <name> = v needs B bytes of
-// working memory (b per unit), more than the P bytes this process may allocate". Call with the
-// GIL held.
+// count), refused up front when it is more than a kernel may take: half the machine's physical
+// memory (the plan's own inputs and outputs need the rest), or less where an address-space or
+// data limit (ulimit -v / -d) says so. Past that, new[] would throw std::bad_alloc (a MemoryError
+// from a tiny input; under AddressSanitizer a crash report), or an overcommitted allocation would
+// get the process killed when its pages are touched. "<kernel>: <name> = v needs B bytes of
+// working memory (b per unit), more than the L bytes a kernel may take here (...)". Call with
+// the GIL held.
 inline void check_memory(const char* kernel, const char* name, int64_t value, int64_t bytes_each) {
     if (value <= 0) return;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    double physical = pages > 0 && page > 0
-                          ? static_cast<double>(pages) * static_cast<double>(page)
-                          : 1e300;  // unknown: new[] is the only judge
+    double limit = pages > 0 && page > 0
+                       ? static_cast<double>(pages) * static_cast<double>(page) / 2
+                       : 1e300;  // unknown: new[] is the only judge
     for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
-        struct rlimit limit;
-        if (getrlimit(resource, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-            physical = std::min(physical, static_cast<double>(limit.rlim_cur));
+        struct rlimit bound;
+        if (getrlimit(resource, &bound) == 0 && bound.rlim_cur != RLIM_INFINITY) {
+            limit = std::min(limit, static_cast<double>(bound.rlim_cur));
         }
     }
     const double needed = static_cast<double>(value) * static_cast<double>(bytes_each);
-    if (needed <= physical) return;
-    char what[160];
+    if (needed <= limit) return;
+    char what[200];
     std::snprintf(what, sizeof what,
-                  " needs %.0f bytes of working memory (%lld per unit), more than the %.0f "
-                  "bytes this process may allocate",
-                  needed, static_cast<long long>(bytes_each), physical);
+                  " needs %.0f bytes of working memory (%lld per unit), more than the %.0f bytes "
+                  "a kernel may take here (half the machine's memory, or the process's ulimit)",
+                  needed, static_cast<long long>(bytes_each), limit);
     throw nb::value_error(
         (std::string(kernel) + ": " + name + " = " + std::to_string(value) + what).c_str());
 }
