@@ -92,6 +92,7 @@ bool gather_walk_py(In<O> order, In<T> sizes, int64_t lo, int64_t hi, InOut<int6
 template <class O>
 int64_t walk_first_error_py(In<O> order, int64_t n_items) {
     check_scalar("walk_first_error", "n_items", n_items, 0, MAX_COUNT, "must be in [0, 2**62]");
+    check_memory("walk_first_error", "n_items", n_items, 0.125);  // a bit per item
     nb::gil_scoped_release nogil;
     return walk_first_error(order.data(), static_cast<int64_t>(order.shape(0)), n_items);
 }

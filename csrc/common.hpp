@@ -65,7 +65,7 @@ inline void advise_huge_pages(void* data, size_t bytes) {
 // get the process killed when its pages are touched. "<kernel>: <name> = v needs B bytes of
 // working memory (b per unit), more than the L bytes a kernel may take here (...)". Call with
 // the GIL held.
-inline void check_memory(const char* kernel, const char* name, int64_t value, int64_t bytes_each) {
+inline void check_memory(const char* kernel, const char* name, int64_t value, double bytes_each) {
     if (value <= 0) return;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double limit = pages > 0 && page > 0
@@ -77,13 +77,13 @@ inline void check_memory(const char* kernel, const char* name, int64_t value, in
             limit = std::min(limit, static_cast<double>(bound.rlim_cur));
         }
     }
-    const double needed = static_cast<double>(value) * static_cast<double>(bytes_each);
+    const double needed = static_cast<double>(value) * bytes_each;
     if (needed <= limit) return;
     char what[200];
     std::snprintf(what, sizeof what,
-                  " needs %.0f bytes of working memory (%lld per unit), more than the %.0f bytes "
+                  " needs %.0f bytes of working memory (%g per unit), more than the %.0f bytes "
                   "a kernel may take here (half the machine's memory, or the process's ulimit)",
-                  needed, static_cast<long long>(bytes_each), limit);
+                  needed, bytes_each, limit);
     throw nb::value_error(
         (std::string(kernel) + ": " + name + " = " + std::to_string(value) + what).c_str());
 }

@@ -16,6 +16,7 @@ nb::tuple budget_round_py(In<K> keys, int64_t span, In<T> sizes, In<bool> late,
     if (static_cast<int64_t>(sizes.shape(0)) != n || static_cast<int64_t>(late.shape(0)) != n)
         throw nb::index_error("budget_round: sizes and late need one entry per key");
     check_scalar(kernel, "span", span, 0, MAX_COUNT, "must be in [0, 2**62]");
+    check_memory(kernel, "span", span, 16);  // a counting sort's start and fill per key
     check_limit(kernel, "max_tokens", max_tokens);
     check_limit(kernel, "max_sentences", max_sentences);
     check_scalar(kernel, "multiple", multiple, 1, INT64_MAX_, "must be >= 1");

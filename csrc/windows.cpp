@@ -71,6 +71,7 @@ void check_window(const char* kernel, int64_t n, int64_t block, int64_t rotation
 // The span of the sizes (each in [0, span)).
 void check_span(const char* kernel, int64_t span) {
     check_scalar(kernel, "span", span, 0, MAX_COUNT, "must be in [0, 2**62]");
+    check_memory(kernel, "span", span, 16);  // a counting sort's start and fill per size
 }
 
 // The item window_histogram stopped at (its size outside [0, span)).
@@ -185,6 +186,7 @@ Out<int64_t> budget_ends_runs1_py(In<int64_t> starts, int64_t runs, int64_t max_
     check_bounds(kernel, "starts", starts.data(), runs + 1, "the positions (2**62 at most)",
                  MAX_COUNT, true);
     check_runs_fit(kernel, starts.data(), runs, max_tokens, "max_tokens");
+    check_memory(kernel, "starts[runs]", starts(runs), 8);  // room for a batch per item
     Buffer<int64_t> ends;
     {
         nb::gil_scoped_release nogil;

@@ -887,9 +887,11 @@ def test_working_memory_sized_by_a_scalar_is_refused_up_front():
     ValueError naming it, before anything is allocated (it was a MemoryError, or under
     overcommit a process killed when the pages were touched). Through the fuzzer: a tiny input
     with num_keys = 2**62 (counting_order), n = 2**31 (unnamed_segments under the worker's
-    address-space limit), capacity = 2**62 (best_fit_rows_cost)."""
+    address-space limit), capacity = 2**62 (best_fit_rows_cost); under `make fuzz`, n_items,
+    span and a run of 2**31 items (walk_first_error, budget_round, window_order,
+    budget_ends_runs1)."""
     huge = 2**62
-    need = r" = 4611686018427387904 needs \d+ bytes of working memory \(\d+ per unit\), more"
+    need = r" = 4611686018427387904 needs \d+ bytes of working memory \([\d.]+ per unit\), more"
     with refused("counting_order: num_keys" + need):
         C.counting_order(a(0, 1), huge)
     with refused("counting_order_named: num_keys" + need):
@@ -900,6 +902,14 @@ def test_working_memory_sized_by_a_scalar_is_refused_up_front():
         C.best_fit_rows_cost(a(3, 2), np.array([2.0, 1.0]), huge, 0, 0.0, 10.0)
     with refused("best_fit_visits: capacity" + need):
         C.best_fit_visits(a(0, 1), huge, 0)
+    with refused("budget_round: span" + need):
+        C.budget_round(a(0, 1), huge, a(3, 4), np.zeros(2, bool), 10, 0, 1, False, 0.0)
+    with refused("window_order: span" + need):
+        C.window_order(a(3, 1, 2, 0), 4, 2, 0, a(0, 1), huge, 1)
+    with refused("walk_first_error: n_items" + need):
+        C.walk_first_error(a(0), huge)
+    with refused(r"budget_ends_runs1: starts\[runs\] = 2305843009213693952 needs \d+ bytes"):
+        C.budget_ends_runs1(a(0, 2**61, 4), 1, 1, 8)  # 2**61 items of size 0 in run 0
     # what fits is still served: a span of 2**20 keys over two items
     order, starts = C.counting_order(a(2**20 - 1, 0), 2**20)
     assert order.tolist() == [1, 0] and starts[-1] == 2

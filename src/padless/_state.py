@@ -65,7 +65,10 @@ def _mismatch(saved: Any, expected: str) -> str:
     if got[0] != want[0]:
         reasons.append("the data differ (other lengths or tokens)")
     if got[1] != want[1]:
-        reasons.append("the settings differ (class, batch size or budget, shuffle, balance...)")
+        reasons.append(
+            "the settings differ (class, batch size or budget, shuffle, balance...): load it "
+            "with the settings it was saved under"
+        )
     return " and ".join(reasons)
 
 
@@ -159,7 +162,14 @@ class Resumable:
         raise NotImplementedError
 
     def _changeable(self) -> None:
-        """Raise a ``ValueError`` if this object cannot resume across a change now."""
+        """Raise a ``ValueError`` if this object cannot resume across a change now (by default
+        it never can: only samplers that record their settings resume across a change)."""
+        raise ValueError(
+            f"state does not fit: the settings differ, and a {type(self).__name__} does not "
+            "resume across a change of settings (a "
+            "whole-corpus PlanSampler or a MixtureSampler does): load it with the settings it "
+            "was saved under"
+        )
 
     def _total(self) -> int:
         """Batch slots of the current epoch (all ranks, before the tail policy)."""
@@ -501,8 +511,9 @@ class Resumable:
         saved = state["fingerprint"].split("-")
         own = self._settings_record()
         if len(saved) != 2 or "settings" not in state or own is None:
-            if len(saved) == 2 and "settings" in state:
-                self._changeable()
+            now = self._fingerprint_now().split("-")
+            if len(saved) == 2 and saved[0] == now[0] and saved[1] != now[1]:
+                self._changeable()  # the same data under settings this one cannot change to
             return None
         config = own["config"]
         if saved[1] == settings_digest(config):

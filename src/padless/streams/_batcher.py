@@ -407,8 +407,9 @@ class StreamBatcher:
         want = self._fingerprint()
         if state["fingerprint"] != want:
             raise ValueError(
-                f"state does not fit: {_mismatch(state['fingerprint'], want)} "
-                f"(fingerprint {state['fingerprint']!r} != {want!r})"
+                f"state does not fit this StreamBatcher: {_mismatch(state['fingerprint'], want)}"
+                f" (a stream does not resume across a change of settings; fingerprint "
+                f"{state['fingerprint']!r} != {want!r})"
             )
         for k, low in (("seed", 0), ("epoch", 0), ("round", -1), ("emitted", 0), ("first", 0),
                        ("position", 0), ("waiting_bits", 0)):  # fmt: skip
