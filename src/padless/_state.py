@@ -644,7 +644,11 @@ class Resumable:
 
     def _checked_state(self, state: Any) -> dict[str, Any]:
         """Check ``state`` against this object (fingerprint, seed, tail policy), changing nothing."""
-        checked = check_state(state, expected_fingerprint=self._fingerprint_now())
+        checked = check_state(
+            state,
+            expected_fingerprint=self._fingerprint_now(),
+            what=f"state for this {type(self).__name__}",
+        )
         if checked["seed"] != self.seed:
             raise ValueError(
                 f"state was saved with seed={checked['seed']}, this {type(self).__name__} has "

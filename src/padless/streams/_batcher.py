@@ -345,6 +345,7 @@ class StreamBatcher:
             "pieces": [],
             "digest": "",
             "done": False,
+            "shard": list(self._shard),
             **self._engine.state(),
         }
         if live is None or live.epoch != self.epoch:
@@ -390,6 +391,19 @@ class StreamBatcher:
         self.epoch = checked["epoch"]
         self._loaded = checked
 
+    def _check_settings(self, state: Any) -> None:
+        """Refuse a state saved under other settings (the fingerprint's settings half: the
+        shard is the other half, which a StreamDataset checks where its workers run)."""
+        saved = str(state.get("fingerprint", "")).split("-")
+        want = self._fingerprint().split("-")
+        if len(saved) == 2 and saved[1] != want[1]:
+            raise ValueError(
+                "state does not fit this StreamBatcher: the settings differ (spec, buffer or "
+                "max_wait), and a stream does not resume across a change of settings: load it "
+                "with the settings it was saved under (a whole-corpus PlanSampler resumes "
+                "across a change of budget, balance or batches_per_step)"
+            )
+
     def _check(self, state: Any) -> dict[str, Any]:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
@@ -404,6 +418,17 @@ class StreamBatcher:
                 f"state must come from a {STATE_KIND} of this padless (kind {STATE_KIND!r}, "
                 f"version {STATE_VERSION}), got kind {state['kind']!r}, version {state['version']!r}"
             )
+        shard = state.get("shard")
+        if isinstance(shard, list) and shard != list(self._shard):
+            raise ValueError(
+                f"state was saved by the StreamBatcher reading shard {shard[0]} of {shard[1]} "
+                f"(one per rank and DataLoader worker), and this one reads shard "
+                f"{self._shard[0]} of {self._shard[1]}: a stream resumes only on the shard it "
+                "read, at the same world size and number of workers (each shard is a stream of "
+                "its own, with its own buffer); resume at the world size it was saved at, or "
+                "plan the corpus with a PlanSampler, which resumes at any world size"
+            )
+        self._check_settings(state)
         want = self._fingerprint()
         if state["fingerprint"] != want:
             raise ValueError(

@@ -265,6 +265,21 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         epoch = check_seed("state['epoch']", state.get("epoch"))
+        shard = state.get("shard")
+        if isinstance(shard, list) and len(shard) == 2 and all(isinstance(x, int) for x in shard):
+            # shard = rank * workers + worker of world_size * workers: the rank and world size
+            # it was saved at must be this dataset's (the workers are checked in each worker)
+            per_rank, rest = divmod(shard[1], self.world_size)
+            if rest or per_rank == 0 or shard[0] // per_rank != self.rank:
+                raise ValueError(
+                    f"state was saved by the stream reading shard {shard[0]} of {shard[1]} (one "
+                    "per rank and DataLoader worker), which is not a shard of this StreamDataset "
+                    f"(rank {self.rank} of world_size {self.world_size}): a stream resumes only "
+                    "on the shard it read, at the same world size and number of workers; resume "
+                    "at the world size it was saved at, or plan the corpus with a PlanSampler, "
+                    "which resumes at any world size"
+                )
+        self._make()._check_settings(state)  # the settings here; the shard in each worker
         if self._epoch_set:
             _check_epoch(state, self.epoch, "StreamDataset", loading=True)
         self.epoch = epoch
