@@ -45,7 +45,6 @@ from .spec import (
     check_field_costs,
     check_field_count,
     check_pad_multiple,
-    moved_names,
     setting,
     settle_field_budgets,
 )
@@ -1089,9 +1088,3 @@ class BucketStream(R.GroupEngine):
         cuts = state.get("boundaries")
         if cuts is not None:
             self.cuts = np.array(cuts, np.int64)
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_buckets": "padless.shortcuts", "BucketSampler": "padless.shortcuts"}
-)

@@ -27,7 +27,6 @@ from .spec import (
     check_field_costs,
     check_field_count,
     check_pad_multiple,
-    moved_names,
     plain,
     round_up,
     setting,
@@ -640,9 +639,3 @@ class BudgetStream(R.StreamEngine):
         score = (padded - real) / np.maximum(padded, 1) + ~self.full(counts, padded)
         leave = R.release(counts, leave, score, room)
         return R.select(buf.lens, order, offsets, leave, len(buf), real, padded)
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_token_budget": "padless.shortcuts", "TokenBudgetSampler": "padless.shortcuts"}
-)

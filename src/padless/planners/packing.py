@@ -60,7 +60,6 @@ from .spec import (
     StepForm,
     WindowKernel,
     check_cost,
-    moved_names,
     plain,
     plan_items,
     round_up,
@@ -1522,9 +1521,3 @@ def _whole_batches(
         num += 1
         take = min(rows.size, num * per)
     return np.sort(rows[rank[:take]])
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_packing": "padless.shortcuts", "PackingSampler": "padless.shortcuts"}
-)

@@ -18,9 +18,7 @@ of them tests a spec's type.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from importlib import import_module
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -78,24 +76,6 @@ def setting(check: Callable[[str, Any], T], *, default: Any = dataclasses.MISSIN
     ValueError: max_tokens must be a positive int, got 0
     """
     return cast(T, dataclasses.field(default=default, metadata={"check": check}))
-
-
-def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for names that moved to another module: each still works, with
-    a ``DeprecationWarning`` naming the new home (for one release)."""
-
-    def __getattr__(name: str) -> Any:
-        home = moved.get(name)
-        if home is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(
-            f"{module}.{name} moved to {home}.{name} (also padless.{name}); import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(import_module(home), name)
-
-    return __getattr__
 
 
 def check_cost(name: str, value: Any) -> Cost | None:
@@ -301,16 +281,6 @@ class Spec:
     orders_batches: ClassVar[bool] = False
     # settings left out of as_dict() at these values (added after records of the spec existed)
     quiet: ClassVar[dict[str, Any]] = QUIET_DEFAULTS
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "sampler_name" in cls.__dict__:  # the former name of state_tag
-            warnings.warn(
-                f"{cls.__name__}.sampler_name is deprecated: set state_tag (the same tag)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            cls.state_tag = cls.__dict__["sampler_name"]
 
     def __post_init__(self) -> None:
         """Check each setting (in field order) and store it normalised; then :meth:`_settle`."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -29,46 +28,20 @@ __all__ = [
     "CHUNKS",
     "MAX_WAIT",
     "STATE_KIND",
-    "WINDOW",
     "StreamBatcher",
     "check_epoch",
-    "resolve_max_wait",
 ]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
 CHUNKS = 4
 #: Default ``max_wait``: an item waits at most until this many buffers of items were read after it.
 MAX_WAIT = 4
-#: The former name of :data:`MAX_WAIT`.
-WINDOW = MAX_WAIT
 STATE_KIND = "StreamBatcher"
 
 
 def _mix(z: int) -> int:
     """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
     return mix64_reference(z)
-
-
-def resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
-    """``max_wait`` checked, or the deprecated ``window`` it replaces (warned); never both.
-
-    >>> resolve_max_wait(None, None, "StreamBatcher"), resolve_max_wait(2, None, "StreamBatcher")
-    (4, 2)
-    """
-    if window is None:
-        return positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
-    if max_wait is not None:
-        raise TypeError(
-            f"{owner} takes max_wait or its former name window, not both; got "
-            f"max_wait={max_wait!r} and window={window!r}: give max_wait only"
-        )
-    warnings.warn(
-        f"{owner}(window=...) is deprecated: the number of buffers an item may wait is now "
-        "max_wait=... (window counts items for samplers and plan_windows)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return positive("window", window)
 
 
 def _streamable() -> list[str]:
@@ -174,8 +147,6 @@ class StreamBatcher:
             :data:`MAX_WAIT`, 4): the items of a batch lie within ``max_wait × buffer``
             positions, and a restore reads that many items again. Larger pads less (see the
             module docstring).
-        window: the former name of ``max_wait`` (a ``DeprecationWarning``; giving both is a
-            ``TypeError``).
 
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
     waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
@@ -204,9 +175,8 @@ class StreamBatcher:
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         max_wait: int | None = None,
-        window: int | None = None,
     ) -> None:
-        max_wait = resolve_max_wait(max_wait, window, "StreamBatcher")
+        max_wait = positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
 
         if not isinstance(spec, Spec):
             raise TypeError(

@@ -17,7 +17,6 @@ from .._schedule import check_ranks
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch
 from ..streams import check_source as _check_source
-from ..streams import resolve_max_wait as _resolve_max_wait
 from ._collate import collate_packed, collate_padded, form_of
 from ._dist import dist_kwargs
 
@@ -139,7 +138,6 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
     Args:
         source, spec, buffer, length, seed, max_wait: see :class:`padless.StreamBatcher`.
-        window: the former name of ``max_wait`` (a ``DeprecationWarning``; not both).
         rank, world_size: this process's rank; by default from ``torch.distributed`` (0 and 1
             when it is not initialized).
 
@@ -158,13 +156,11 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         max_wait: int | None = None,
-        window: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        max_wait = _resolve_max_wait(max_wait, window, "StreamDataset")
         # the batcher's checks, once, in this process
-        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
+        checked = StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
         _check_source(source, length)
         auto = dist_kwargs()
         self.rank, self.world_size = check_ranks(
@@ -176,7 +172,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.buffer = buffer
         self.length = length
         self.seed = seed
-        self.max_wait = max_wait
+        self.max_wait = checked.max_wait
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         self._pending: dict[str, Any] | None = None
