@@ -1437,4 +1437,3 @@ __all__ = [
     "TrainerBatches",
     "newest_checkpoint",
 ]
-

@@ -647,6 +647,12 @@ class Buckets(Spec):
     name = "buckets"
     state_tag = "BucketSampler"
     quiet = {**Spec.quiet, "oversize": "error", "batch_sizes": None, "resolution": None}
+    about = {
+        **Spec.about,
+        "boundaries": "the cut points between length buckets",
+        "num_buckets": "how many length buckets to fit to the lengths",
+        "batch_sizes": "one batch size per bucket",
+    }
 
     @property
     def two_d(self) -> bool:

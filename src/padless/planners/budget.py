@@ -209,6 +209,7 @@ class TokenBudget(Spec):
     name = "token_budget"
     state_tag = "TokenBudgetSampler"
     quiet = {**QUIET_DEFAULTS, "resolution": None}
+    about = {**Spec.about, "max_sentences": "most sequences per batch (fairseq's name)"}
 
     def _settle(self) -> None:
         limit, ticks = settle_field_budgets(

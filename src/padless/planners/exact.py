@@ -332,6 +332,14 @@ class ExactLength(Spec):
     name = "exact_length"
     state_tag = "ExactLengthSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
+    about = {
+        **Spec.about,
+        "max_tokens": "a token budget: length L gets max_tokens // L sequences",
+        "batch_sizes": "a batch size per length, {length: size}",
+        "max_length": "a length cut-off: longer sequences are left out",
+        "include_partial": "keep each length's last, incomplete batch",
+        "leftovers": "each length's last, incomplete batch: 'partial', 'drop' or 'merge'",
+    }
 
     def _settle(self) -> None:
         if not self.include_partial and self.leftovers == "partial":

@@ -9,13 +9,14 @@ import copy
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import _rng
 from .._check import check_seed, positive
 from .._kernels.rng import mix64_reference
+from .._keywords import checks_keywords
 from .._state import STATE_VERSION, _mismatch, fingerprint
 from ..lengths import sizes_of
 from ..planners import strategies
@@ -166,6 +167,38 @@ class StreamBatcher:
     True
     """
 
+    # a few words on each setting, for a wrong keyword given to another component
+    about: ClassVar[dict[str, str]] = {
+        "buffer": "the most items a stream's buffer holds",
+        "length": "maps an item to its length",
+        "seed": "the seed of each round's batch order",
+        "max_wait": "buffers of stream an item may wait before it must leave",
+    }
+    # what it says of a keyword it does not take: the samplers' settings a stream does otherwise
+    keyword_notes: ClassVar[dict[str, str]] = {
+        **{
+            k: "a StreamBatcher batches the one stream it is given, in this process: "
+            "padless.torch.StreamDataset(source, spec, rank=..., world_size=...) splits a "
+            "stream over ranks and DataLoader workers (a datasets.IterableDataset by its "
+            "shards, any other source item by item); or give each rank a source of its own"
+            for k in ("rank", "world_size")
+        },
+        **{
+            k: f"a stream has no optimizer steps ({k} does not compose with streams yet): its "
+            "batches come as its buffer forms them; accumulate them into steps in the "
+            "training loop"
+            for k in ("batches_per_step", "tokens_per_step")
+        },
+        "balance": "balanced steps do not compose with streams yet: a stream's batches leave "
+        "round by round (each round's in an order shuffled from (seed, epoch)), and no plan "
+        "of the epoch is there to balance",
+        "shuffle": "a stream's batches always leave each round in an order shuffled from "
+        "(seed, epoch); there is no unshuffled order",
+        "drop_last": "a stream ends with its source; to stop every rank at the same step "
+        "under torch.distributed, wrap the loader in padless.torch.stop_together",
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         source: Iterable[Any] | Callable[[], Iterable[Any]],

@@ -21,4 +21,3 @@ def dist_kwargs() -> dict[str, int]:
             "world_size": torch.distributed.get_world_size(),
         }
     return {"rank": 0, "world_size": 1}
-

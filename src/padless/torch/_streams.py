@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from .._check import check_int, check_seed, positive
+from .._keywords import check_keywords, checks_keywords, keyword_names
 from .._schedule import check_ranks
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch
@@ -73,7 +74,10 @@ def stream_collate(spec: Any, **options: Any) -> Callable[[Any], Any]:
     ([[1, 2, 3, 4]], [0, 3, 4])
     """
     form = form_of(spec)
-    if form is not None and form.packed:
+    packed = form is not None and form.packed
+    takes = keyword_names(collate_packed)[1:] if packed else keyword_names(collate_padded)
+    check_keywords("stream_collate", options, takes)  # [1:]: capacity, from the spec
+    if packed:
         key = options.get("key", "input_ids")
         return StreamPackedCollate(collate_packed(spec, **options), key)
     return collate_padded(**options)
@@ -147,6 +151,19 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     [1, 2, 3, 4, 5, 6, 7, 8]
     """
 
+    about: ClassVar[dict[str, str]] = {
+        **StreamBatcher.about,
+        "rank": "this process's rank: its share of the stream",
+        "world_size": "how many ranks the stream is split over",
+    }
+    # a StreamBatcher's word on the samplers' settings, less rank and world_size (taken here)
+    keyword_notes: ClassVar[dict[str, str]] = {
+        k: note
+        for k, note in StreamBatcher.keyword_notes.items()
+        if k not in ("rank", "world_size")
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         source: Iterable[Any] | Callable[[], Iterable[Any]],
@@ -160,7 +177,9 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         world_size: int | None = None,
     ) -> None:
         # the batcher's checks, once, in this process
-        checked = StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
+        checked = StreamBatcher(
+            [], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait
+        )
         _check_source(source, length)
         auto = dist_kwargs()
         self.rank, self.world_size = check_ranks(
