@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "checks",
         (
             "padless._check",
+            "padless._keywords",
             "padless._splitmix",
             "padless._output",
             "padless._files",

@@ -638,7 +638,7 @@ def test_parse_memory(text: str, expected: int) -> None:
 
 
 def test_engine_choice() -> None:
-    """The compiled engine serves every budget and input; "numba" is its deprecated alias."""
+    """The compiled engine serves every budget and input ("numba", its former name, is gone)."""
     for budget, size in [
         (512 << 20, 2 << 30),
         (64 << 20, 2 << 30),
@@ -646,25 +646,13 @@ def test_engine_choice() -> None:
         (1 << 20, 0),
     ]:
         assert _engines.choose_engine(budget, size) == "compiled"
-    with pytest.warns(DeprecationWarning, match="now called 'compiled'"):
-        engine = _engines.make_engine("numba", 16, 64 << 20)
+    engine = _engines.make_engine("compiled", 16, 64 << 20)
     assert isinstance(engine, _engines.CompiledEngine) and engine.name == "compiled"
+    with pytest.raises(ValueError, match="former name: it is now 'compiled'"):
+        _engines.make_engine("numba", 16, 64 << 20)
     assert isinstance(_engines.make_engine("numpy", None, 64 << 20), _engines.NumpyEngine)
     with pytest.raises(ValueError, match="engine must be one of 'compiled', 'numpy'"):
         _engines.make_engine("numbra", 16, 64 << 20)
-
-
-def test_forced_numba_engine_warns_and_runs_compiled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "numba")
-    src = write(tmp_path / "in", rand_bytes(16 * 1000))
-    with pytest.warns(DeprecationWarning, match="'numba' will stop working"):
-        res = shuffle_file(src, tmp_path / "out", record_size=16, seed=1)
-    assert res.engine == "compiled"
-    monkeypatch.setattr(_engines, "choose_engine", lambda budget, size: "compiled")
-    shuffle_file(src, tmp_path / "again", record_size=16, seed=1)
-    assert (tmp_path / "out").read_bytes() == (tmp_path / "again").read_bytes()
 
 
 def test_kernels_are_compiled_and_have_references() -> None:

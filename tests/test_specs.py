@@ -174,5 +174,5 @@ def test_shortcut_keywords_are_the_specs_settings():
     # a setting and a sampler option reach their places; an unknown keyword is refused
     s = padless.PackingSampler([5, 3, 7], capacity=8, rows_per_batch=2, seed=4, world_size=1)
     assert s.spec == padless.Packing(capacity=8, rows_per_batch=2) and s.seed == 4
-    with pytest.raises(TypeError, match="unexpected keyword argument 'capacty'"):
+    with pytest.raises(TypeError, match="PackingSampler got an unexpected keyword 'capacty'"):
         padless.PackingSampler([5], capacity=8, capacty=8)

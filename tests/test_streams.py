@@ -17,7 +17,7 @@ import padless
 from padless import Buckets, ExactLength, Packing, StreamBatcher, TokenBudget, bucket_boundaries
 from padless._kernels.streams import budget_round, budget_round_reference
 from padless.planners._order import group_keys
-from padless.streams import CHUNKS, MAX_WAIT, WINDOW, Piece
+from padless.streams import CHUNKS, MAX_WAIT, Piece
 
 LENGTHS = np.minimum(np.random.default_rng(3).lognormal(2.5, 0.8, 600).astype(int) + 1, 90)
 ITEMS = [(i, int(n)) for i, n in enumerate(LENGTHS)]  # (stream position, length)
@@ -166,32 +166,6 @@ def test_max_wait_bounds_batches_and_replay(max_wait):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="max_wait must be a positive int"):
         StreamBatcher(ITEMS, spec, max_wait=0)
-
-
-def test_deprecated_window_is_max_wait_and_states_load_across_the_names():
-    """``window=`` (the former name) warns naming ``max_wait``, builds the same batcher, and a
-    state saved under either name loads under the other; both names at once is a TypeError."""
-    spec = SPECS["budget"]
-    with pytest.warns(DeprecationWarning, match="max_wait=") as caught:
-        old = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, window=4)
-    assert caught[0].filename == __file__  # points at the caller
-    new = StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size, max_wait=4)
-    assert old.max_wait == new.max_wait == 4
-    full = [key(x) for x in StreamBatcher(Stateful(ITEMS), spec, buffer=40, length=size)]
-    for saver, loader in ((old, new), (new, old)):
-        it = iter(saver)
-        got = [key(next(it)) for _ in range(len(full) // 2)]
-        state = json.loads(json.dumps(saver.state_dict()))
-        loader.load_state_dict(state)
-        assert got + [key(x) for x in loader] == full
-    with pytest.raises(TypeError, match="max_wait or its former name window, not both"):
-        StreamBatcher(ITEMS, spec, max_wait=4, window=4)
-    with (
-        pytest.raises(ValueError, match="window must be a positive int"),
-        pytest.warns(DeprecationWarning),
-    ):
-        StreamBatcher(ITEMS, spec, window=0)
-    assert WINDOW == MAX_WAIT == 4  # the module constant's former name
 
 
 # A state saved by padless before ``window`` became ``max_wait`` (TokenBudget(max_tokens=10),

@@ -103,7 +103,7 @@ def test_plain_source_split_over_workers_and_ranks():
     assert sorted(seen) == lengths
 
 
-def test_max_wait_reaches_the_batchers_and_window_is_its_deprecated_name():
+def test_max_wait_reaches_the_batchers():
     lengths = np.random.default_rng(0).integers(1, 50, 120).tolist()
     spec = TokenBudget(max_tokens=100)
 
@@ -113,12 +113,6 @@ def test_max_wait_reaches_the_batchers_and_window_is_its_deprecated_name():
     want = list(StreamBatcher(lengths, spec, buffer=8, length=int, max_wait=1))
     assert want != list(StreamBatcher(lengths, spec, buffer=8, length=int))  # it matters here
     assert batches(StreamDataset(lengths, spec, buffer=8, length=int, max_wait=1)) == want
-    with pytest.warns(DeprecationWarning, match="max_wait=") as caught:
-        old = StreamDataset(lengths, spec, buffer=8, length=int, window=1)
-    assert len(caught) == 1 and caught[0].filename == __file__
-    assert batches(old) == want
-    with pytest.raises(TypeError, match="not both"):
-        StreamDataset(lengths, spec, max_wait=2, window=2)
 
 
 def test_stateful_dataloader_resumes_exactly(parquet_dir):

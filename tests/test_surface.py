@@ -1,8 +1,10 @@
-"""The public surface: one spelling per idea. A deprecated name still works for one release and
-warns ``DeprecationWarning`` naming its replacement; it is left out of its module's ``__all__``."""
+"""The public surface: one spelling per idea. padless keeps no deprecated names (it is 0.1.0):
+a former name is gone, and a former keyword gets the unexpected-keyword ``TypeError`` that
+points to its new name (``tests/test_keyword_errors.py``)."""
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import pytest
@@ -12,39 +14,6 @@ pytest.importorskip("torch")
 import padless  # noqa: E402
 import padless.hf  # noqa: E402
 import padless.torch  # noqa: E402
-
-
-def _deprecated(module, name, instead):
-    with pytest.warns(
-        DeprecationWarning, match=rf"{module.__name__}\.{name} is deprecated.*{instead}"
-    ):
-        value = getattr(module, name)
-    assert name not in module.__all__
-    return value
-
-
-def test_dist_rank_world_warns_and_gives_what_dist_kwargs_gives():
-    old = _deprecated(padless.torch, "dist_rank_world", "padless.torch.dist_kwargs")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the call itself does not warn again
-        assert old() == tuple(padless.torch.dist_kwargs().values()) == (0, 1)
-
-
-def test_stop_together_class_warns_and_is_what_stop_together_returns():
-    old = _deprecated(padless.torch, "StopTogether", "padless.torch.stop_together")
-    kept = padless.torch.stop_together([[1], [2]], every=2)
-    assert type(kept) is old and list(old([[1], [2]], every=2)) == list(kept) == [[1], [2]]
-
-
-def test_hf_check_packed_warns_and_is_the_torch_check():
-    old = _deprecated(padless.hf, "check_packed", "padless.torch.check_packed")
-    assert old is padless.torch.check_packed
-
-
-def test_the_warning_points_at_the_callers_line():
-    with pytest.warns(DeprecationWarning) as got:
-        from padless.torch import dist_rank_world  # noqa: F401
-    assert got[0].filename == __file__
 
 
 @pytest.mark.parametrize("module", [padless, padless.torch, padless.hf])
@@ -60,42 +29,20 @@ def test_every_listed_name_loads_without_a_warning_and_unknown_names_raise(modul
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        ("budget", "plan_token_budget"),
-        ("budget", "TokenBudgetSampler"),
-        ("exact", "plan_exact_length"),
-        ("exact", "ExactLengthSampler"),
-        ("buckets", "plan_buckets"),
-        ("buckets", "BucketSampler"),
-        ("packing", "plan_packing"),
-        ("packing", "PackingSampler"),
+        ("padless.torch", "dist_rank_world"),
+        ("padless.torch", "StopTogether"),
+        ("padless.hf", "check_packed"),
+        ("padless.planners.budget", "plan_token_budget"),
+        ("padless.planners.budget", "TokenBudgetSampler"),
+        ("padless.planners.exact", "plan_exact_length"),
+        ("padless.planners.exact", "ExactLengthSampler"),
+        ("padless.planners.buckets", "plan_buckets"),
+        ("padless.planners.buckets", "BucketSampler"),
+        ("padless.planners.packing", "plan_packing"),
+        ("padless.planners.packing", "PackingSampler"),
+        ("padless.streams", "WINDOW"),
     ],
 )
-def test_shortcuts_at_their_former_homes_warn_and_are_the_same(module, name):
-    import importlib
-
-    old = importlib.import_module(f"padless.planners.{module}")
-    with pytest.warns(DeprecationWarning, match=rf"planners\.{module}\.{name} moved to padless"):
-        value = getattr(old, name)
-    assert value is getattr(padless, name)
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
-        old.nothing  # noqa: B018
-
-
-def test_a_spec_subclass_naming_sampler_name_gets_state_tag():
-    import dataclasses
-
-    with pytest.warns(DeprecationWarning, match="sampler_name is deprecated: set state_tag"):
-
-        @dataclasses.dataclass(frozen=True, kw_only=True)
-        class Old(padless.TokenBudget):
-            sampler_name = "OldSampler"
-
-    assert Old.state_tag == "OldSampler"
-    lengths = [3, 5, 2, 7]
-    state = padless.PlanSampler(lengths, Old(max_tokens=8)).state_dict()
-    assert (
-        state["fingerprint"]
-        != padless.PlanSampler(lengths, padless.TokenBudget(max_tokens=8)).state_dict()[
-            "fingerprint"
-        ]
-    )
+def test_former_names_are_gone(module, name):
+    with pytest.raises(AttributeError, match=name):
+        getattr(importlib.import_module(module), name)

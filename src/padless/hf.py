@@ -29,7 +29,6 @@ import logging
 import math
 import os
 import re
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
@@ -1438,18 +1437,3 @@ __all__ = [
     "TrainerBatches",
     "newest_checkpoint",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # padless.hf.check_packed was padless.torch.check_packed re-exported: deprecated for a release
-    if name != "check_packed":
-        raise AttributeError(f"module 'padless.hf' has no attribute {name!r}")
-    from .torch import check_packed
-
-    warnings.warn(
-        "padless.hf.check_packed is deprecated and will be removed in the next release; "
-        "use padless.torch.check_packed",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return check_packed

@@ -25,13 +25,14 @@ import bisect
 import mmap
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import _kernels as K
 from . import _rng
 from ._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
+from ._keywords import checks_keywords
 from ._state import Resumable, fingerprint
 from .schedules import Schedule, change_points, divisor_schedule
 
@@ -333,6 +334,35 @@ class LMStream(Resumable):
     [{'num_steps': 2, 'steps': 2}, {'num_steps': 8, 'steps': 10}]
     """
 
+    # a few words on each setting, for a wrong keyword given to another component
+    about: ClassVar[dict[str, str]] = {
+        "batch_size": "rows per batch",
+        "num_steps": "columns per batch, the sequence length",
+        "tokens_per_batch": "tokens of each batch, on each rank",
+        "mode": "'random' or 'sequential' subsequences",
+        "dtype": "the dtype of a raw token file",
+        "out_dtype": "the dtype of the batches",
+        "populate": "read a token file into the page cache at once",
+    }
+    # what it says of a keyword it does not take: the samplers' settings it does otherwise
+    keyword_notes: ClassVar[dict[str, str]] = {
+        "context_parallel": "LMStream yields dense (batch_size, num_steps) blocks of one token "
+        "stream, with no documents to keep apart: split each block's columns across the "
+        "context-parallel ranks in the model (context-parallel packed documents are "
+        "Packing(context_parallel=...) with padless.torch.collate_packed)",
+        "balance": "every LMStream batch holds batch_size x num_steps tokens, the same cost: "
+        "there is nothing to balance",
+        **{
+            k: "each LMStream batch (on each rank) is one optimizer step: size it with "
+            "batch_size or tokens_per_batch, or accumulate batches in the training loop "
+            f"({k} does not compose with LMStream yet)"
+            for k in ("batches_per_step", "tokens_per_step")
+        },
+        "shuffle": "mode='random' shuffles the subsequences each epoch, mode='sequential' "
+        "keeps the corpus in order",
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         tokens: Any,

@@ -21,12 +21,13 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
 from . import _rng
 from ._check import check_bool, check_choice, check_int, check_seed, positive_or_none
+from ._keywords import checks_keywords
 from ._schedule import steps_left
 from ._state import Resumable, fingerprint
 from .lengths import lengths_of
@@ -688,6 +689,22 @@ class MixtureSampler(Resumable):
     (8, True)
     """
 
+    # a few words on each setting, for a wrong keyword given to another component
+    about: ClassVar[dict[str, str]] = {
+        "temperature": "p ∝ (n / Σn)^(1/T) over the corpora",
+        "weights": "a weight per corpus, a number or a Schedule of the step",
+        "unit": "what a corpus's size counts, 'sentences' or 'tokens'",
+        "num_batches": "global batches per mixture epoch",
+        "draw": "'stratified' or 'independent' corpus draws",
+    }
+    # what it says of a keyword it does not take
+    keyword_notes: ClassVar[dict[str, str]] = {
+        "shuffle": "shuffle is each corpus's sampler's setting (a shuffling one starts a fresh "
+        "epoch at every mixture epoch, another continues its fixed order): give it to the "
+        "PlanSampler of each corpus; the mixture draws which corpus each batch comes from",
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         samplers: Mapping[str, PlanSampler],

@@ -22,11 +22,12 @@ the epoch's first batches (counted in ``repeated``), ``drop_last=True`` drops th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 import numpy as np
 
 from ._check import check_bool, check_seed, non_negative, positive
+from ._keywords import checks_keywords
 from ._schedule import check_ranks, padded_costs, step_imbalance
 from ._state import Resumable, fingerprint
 from .checked import CheckedDataset
@@ -122,6 +123,34 @@ class PlanSampler(Resumable):
         "its budget, capacity, schedules, balance and world size, not its strategy or shuffle"
     )
 
+    # a few words on each setting, for a wrong keyword given to another component
+    about: ClassVar[dict[str, str]] = {
+        "shuffle": "shuffle the batch order and membership each epoch",
+        "seed": "the seed all randomness derives from",
+        "rank": "this process's shard of the batches",
+        "world_size": "how many ranks the batches are split over",
+        "drop_last": "drop the incomplete last step instead of completing it with repeats",
+        "balance": "steps of batches of similar cost",
+        "window": "items per window of a windowed plan",
+        "batches_per_step": "global micro-batches per optimizer step",
+        "tokens_per_step": "tokens per optimizer step",
+    }
+    # what it says of a keyword it does not take: a strategy's settings go in its spec
+    keyword_notes: ClassVar[dict[str, str]] = {
+        k: f"give a strategy's settings in its spec, PlanSampler(lengths, {spec}({k}=...)), "
+        f"or to its keyword sampler, {sampler}(lengths, {k}=...)"
+        for k, spec, sampler in (
+            ("max_tokens", "TokenBudget", "TokenBudgetSampler"),
+            ("max_sentences", "TokenBudget", "TokenBudgetSampler"),
+            ("batch_size", "ExactLength", "ExactLengthSampler"),
+            ("boundaries", "Buckets", "BucketSampler"),
+            ("num_buckets", "Buckets", "BucketSampler"),
+            ("capacity", "Packing", "PackingSampler"),
+            ("rows_per_batch", "Packing", "PackingSampler"),
+        )
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         lengths: Any,

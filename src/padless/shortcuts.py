@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, cast
 
+from ._keywords import checks_keywords
 from .cost import Cost
 from .plan import BatchPlan, PackedPlan
 from .planners.buckets import Buckets
@@ -122,6 +123,7 @@ def split(cls: type[S], keywords: Mapping[str, Any]) -> tuple[S, dict[str, Any]]
     return spec, {k: v for k, v in keywords.items() if k not in names}
 
 
+@checks_keywords(TokenBudget)
 def plan_token_budget(
     lengths: Any,
     *,
@@ -181,11 +183,15 @@ class TokenBudgetSampler(PlanSampler):
     [0, 1, 2, 3, 4, 5]
     """
 
+    keyword_notes: ClassVar[dict[str, str]] = {}  # its spec's settings are its own
+
+    @checks_keywords(TokenBudget, PlanSampler, but=("spec",))
     def __init__(self, lengths: Any, **keywords: Unpack[TokenBudgetSamplerKeywords]) -> None:
         spec, options = split(TokenBudget, keywords)
         super().__init__(lengths, spec, **options)
 
 
+@checks_keywords(ExactLength)
 def plan_exact_length(
     lengths: Any,
     *,
@@ -280,11 +286,15 @@ class ExactLengthSampler(PlanSampler):
     [0, 1, 2, 3, 4, 5]
     """
 
+    keyword_notes: ClassVar[dict[str, str]] = {}  # its spec's settings are its own
+
+    @checks_keywords(ExactLength, PlanSampler, but=("spec",))
     def __init__(self, lengths: Any, **keywords: Unpack[ExactLengthSamplerKeywords]) -> None:
         spec, options = split(ExactLength, keywords)
         super().__init__(lengths, spec, **options)
 
 
+@checks_keywords(Buckets)
 def plan_buckets(
     lengths: Any,
     *,
@@ -367,11 +377,15 @@ class BucketSampler(PlanSampler):
     ([2], [0, 1, 2, 3, 4, 5, 6, 7])
     """
 
+    keyword_notes: ClassVar[dict[str, str]] = {}  # its spec's settings are its own
+
+    @checks_keywords(Buckets, PlanSampler, but=("spec",))
     def __init__(self, lengths: Any, **keywords: Unpack[BucketSamplerKeywords]) -> None:
         spec, options = split(Buckets, keywords)
         super().__init__(lengths, spec, **options)
 
 
+@checks_keywords(Packing)
 def plan_packing(
     lengths: Any,
     *,
@@ -470,6 +484,9 @@ class PackingSampler(PlanSampler):
     ([0, 1, 2, 3, 4, 5], 3)
     """
 
+    keyword_notes: ClassVar[dict[str, str]] = {}  # its spec's settings are its own
+
+    @checks_keywords(Packing, PlanSampler, but=("spec",))
     def __init__(self, lengths: Any, **keywords: Unpack[PackingSamplerKeywords]) -> None:
         spec, options = split(Packing, keywords)
         super().__init__(lengths, spec, **options)

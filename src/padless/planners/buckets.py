@@ -45,7 +45,6 @@ from .spec import (
     check_field_costs,
     check_field_count,
     check_pad_multiple,
-    moved_names,
     setting,
     settle_field_budgets,
 )
@@ -648,6 +647,12 @@ class Buckets(Spec):
     name = "buckets"
     state_tag = "BucketSampler"
     quiet = {**Spec.quiet, "oversize": "error", "batch_sizes": None, "resolution": None}
+    about = {
+        **Spec.about,
+        "boundaries": "the cut points between length buckets",
+        "num_buckets": "how many length buckets to fit to the lengths",
+        "batch_sizes": "one batch size per bucket",
+    }
 
     @property
     def two_d(self) -> bool:
@@ -1089,9 +1094,3 @@ class BucketStream(R.GroupEngine):
         cuts = state.get("boundaries")
         if cuts is not None:
             self.cuts = np.array(cuts, np.int64)
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_buckets": "padless.shortcuts", "BucketSampler": "padless.shortcuts"}
-)

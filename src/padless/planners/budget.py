@@ -27,7 +27,6 @@ from .spec import (
     check_field_costs,
     check_field_count,
     check_pad_multiple,
-    moved_names,
     plain,
     round_up,
     setting,
@@ -210,6 +209,7 @@ class TokenBudget(Spec):
     name = "token_budget"
     state_tag = "TokenBudgetSampler"
     quiet = {**QUIET_DEFAULTS, "resolution": None}
+    about = {**Spec.about, "max_sentences": "most sequences per batch (fairseq's name)"}
 
     def _settle(self) -> None:
         limit, ticks = settle_field_budgets(
@@ -640,9 +640,3 @@ class BudgetStream(R.StreamEngine):
         score = (padded - real) / np.maximum(padded, 1) + ~self.full(counts, padded)
         leave = R.release(counts, leave, score, room)
         return R.select(buf.lens, order, offsets, leave, len(buf), real, padded)
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_token_budget": "padless.shortcuts", "TokenBudgetSampler": "padless.shortcuts"}
-)

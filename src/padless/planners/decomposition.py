@@ -275,6 +275,15 @@ class Decomposition(Spec):
 
     name = "decomposition"
     state_tag = "Decomposition"
+    about = {
+        **Spec.about,
+        "tokens_per_batch": "tokens of every full batch of power-of-two pieces",
+        "max_length": "the longest piece sequences are cut into, a power of two",
+        "min_length": "the shortest piece kept, a power of two",
+        "curriculum": "the order of piece lengths over the epoch",
+        "cycles": "cycles of a grow curriculum",
+        "keep_short": "keep the pieces shorter than min_length",
+    }
     orders_batches = True
 
     def _settle(self) -> None:

@@ -17,7 +17,7 @@ from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize, over_budget
-from .spec import Planner, Spec, check_cost, check_pad_multiple, moved_names, setting
+from .spec import Planner, Spec, check_cost, check_pad_multiple, setting
 
 if TYPE_CHECKING:
     pass
@@ -332,6 +332,14 @@ class ExactLength(Spec):
     name = "exact_length"
     state_tag = "ExactLengthSampler"
     quiet = {**Spec.quiet, "oversize": "error"}
+    about = {
+        **Spec.about,
+        "max_tokens": "a token budget: length L gets max_tokens // L sequences",
+        "batch_sizes": "a batch size per length, {length: size}",
+        "max_length": "a length cut-off: longer sequences are left out",
+        "include_partial": "keep each length's last, incomplete batch",
+        "leftovers": "each length's last, incomplete batch: 'partial', 'drop' or 'merge'",
+    }
 
     def _settle(self) -> None:
         if not self.include_partial and self.leftovers == "partial":
@@ -465,9 +473,3 @@ class ExactStream(R.GroupEngine):
         plan = self.spec.bind(lens[rest]).plan(0, 0)  # the spec's own leftovers rule
         z = np.zeros(0, np.int64)
         return R.Round(rest[plan.indices], plan.offsets, z, z, z, dropped=int(plan.skipped.size))
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_exact_length": "padless.shortcuts", "ExactLengthSampler": "padless.shortcuts"}
-)

@@ -60,7 +60,6 @@ from .spec import (
     StepForm,
     WindowKernel,
     check_cost,
-    moved_names,
     plain,
     plan_items,
     round_up,
@@ -853,6 +852,16 @@ class Packing(Spec):
     packs_rows = True
     # context_parallel came later: at 1 it stays out of as_dict (records made before it hold)
     quiet = {**QUIET_DEFAULTS, "context_parallel": 1}
+    about = {
+        **Spec.about,
+        "capacity": "tokens per packed row",
+        "max_per_row": "most sequences per packed row",
+        "rows_per_batch": "packed rows per batch",
+        "oversize": "a sequence longer than capacity: 'error', 'split', 'truncate' or 'drop'",
+        "cost": "a padless.Cost model a row's cost counts in",
+        "max_row_cost": "cost per packed row, in a Cost model's units",
+        "context_parallel": "packed rows split across that many context-parallel ranks",
+    }
 
     @property
     def row_capacity(self) -> int:
@@ -1522,9 +1531,3 @@ def _whole_batches(
         num += 1
         take = min(rows.size, num * per)
     return np.sort(rows[rank[:take]])
-
-
-# the shortcuts that lived here until they moved to padless.shortcuts (deprecated paths)
-__getattr__ = moved_names(
-    __name__, {"plan_packing": "padless.shortcuts", "PackingSampler": "padless.shortcuts"}
-)

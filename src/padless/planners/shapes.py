@@ -150,6 +150,11 @@ class FixedShapes(Spec):
 
     name = "fixed_shapes"
     state_tag = "FixedShapes"
+    about = {
+        **Spec.about,
+        "shapes": "the static (batch size, length) shapes batches are padded to",
+        "pad_batches": "pad a short batch with dummy rows up to its shape's batch size",
+    }
 
     def bind(self, lengths: np.ndarray) -> ShapesPlanner:
         return ShapesPlanner(self, lengths)

@@ -18,14 +18,13 @@ of them tests a spec's type.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from importlib import import_module
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
 from .._check import check_int, check_seed
+from .._keywords import check_keywords, keyword_names
 from .._schedule import padded_costs
 from ..cost import Cost, as_cost
 from ..fields import to_ticks
@@ -78,24 +77,6 @@ def setting(check: Callable[[str, Any], T], *, default: Any = dataclasses.MISSIN
     ValueError: max_tokens must be a positive int, got 0
     """
     return cast(T, dataclasses.field(default=default, metadata={"check": check}))
-
-
-def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for names that moved to another module: each still works, with
-    a ``DeprecationWarning`` naming the new home (for one release)."""
-
-    def __getattr__(name: str) -> Any:
-        home = moved.get(name)
-        if home is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(
-            f"{module}.{name} moved to {home}.{name} (also padless.{name}); import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(import_module(home), name)
-
-    return __getattr__
 
 
 def check_cost(name: str, value: Any) -> Cost | None:
@@ -163,6 +144,17 @@ def check_field_count(spec: Any, fields: int, shape: tuple[int, ...]) -> None:
                 f"{name} names {len(value)} fields, but the lengths have {fields} (shape "
                 f"{shape}): give (N, {len(value)}) lengths, one column per field"
             )
+
+
+_SETTING_NAMES: dict[type, frozenset[str]] = {}
+
+
+def _setting_names(cls: type) -> frozenset[str]:
+    """The names of a spec class's settings (its init fields), once per class."""
+    names = _SETTING_NAMES.get(cls)
+    if names is None:
+        names = _SETTING_NAMES[cls] = frozenset(keyword_names(cls))
+    return names
 
 
 def _settings(spec: Any) -> list[dataclasses.Field[Any]]:
@@ -301,16 +293,36 @@ class Spec:
     orders_batches: ClassVar[bool] = False
     # settings left out of as_dict() at these values (added after records of the spec existed)
     quiet: ClassVar[dict[str, Any]] = QUIET_DEFAULTS
+    # a few words on each setting, for the message of a wrong keyword given to another
+    # component ("context_parallel is a setting of Packing (...)"); a strategy adds its own
+    about: ClassVar[dict[str, str]] = {
+        "max_tokens": "tokens per batch, padding included",
+        "batch_size": "sequences per batch",
+        "multiple_of": "batch sizes rounded down to a multiple",
+        "pad_to_multiple_of": "widths padded up to a multiple, and planned at that width",
+        "oversize": "what becomes of a sequence the budget cannot hold",
+        "cost": "a padless.Cost model the budget counts in",
+        "max_cost": "cost per batch, in a Cost model's units",
+        "resolution": "seconds per tick of lengths made by padless.durations",
+        "leftovers": "what becomes of incomplete batches",
+    }
+    # what a spec says of a keyword it does not take (before the generic hints)
+    keyword_notes: ClassVar[dict[str, str]] = {
+        k: f"a spec holds no randomness: give {k} to spec.plan(lengths, seed=..., epoch=...) "
+        "or to the sampler"
+        for k in ("seed", "epoch")
+    }
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "sampler_name" in cls.__dict__:  # the former name of state_tag
-            warnings.warn(
-                f"{cls.__name__}.sampler_name is deprecated: set state_tag (the same tag)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            cls.state_tag = cls.__dict__["sampler_name"]
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # a keyword that is no setting: the TypeError that says what to do (padless._keywords),
+        # raised before the dataclass's __init__ gives Python's bare one
+        if kwargs:
+            takes = _setting_names(cls)
+            if not takes.issuperset(kwargs):
+                check_keywords(
+                    cls.__name__, kwargs, keyword_names(cls), cls.keyword_notes, cls.about
+                )
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         """Check each setting (in field order) and store it normalised; then :meth:`_settle`."""

@@ -44,8 +44,8 @@ class ShuffleResult:
         buckets: temporary bucket files used, over all levels (0: shuffled in memory).
         seconds: wall time.
         outputs: the files written (``("-",)`` for stdout), in concatenation order.
-        engine: ``"compiled"``, the C++ kernels (``"numba"`` before they replaced numba's;
-            ``"numpy"`` only where that engine is forced, as the tests do).
+        engine: ``"compiled"``, the C++ kernels (``"numpy"`` only where that engine is
+            forced, as the tests do).
         depth: levels of bucket recursion below the first (0 when no bucket outgrew memory).
         stale_removed: temporary files or folders of earlier shuffles that were interrupted
             (their process gone) and that this run removed.

@@ -27,7 +27,6 @@ valid) orders, so a run stays reproducible as long as the same engine runs.
 from __future__ import annotations
 
 import mmap
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -84,21 +83,12 @@ def choose_engine(budget: int, size: int) -> str:
 
 
 def engine_name(name: str) -> str:
-    """Return the engine called ``name``: ``"compiled"`` or ``"numpy"``.
-
-    ``"numba"``, the compiled engine's former name, still works for one release, with a
-    ``DeprecationWarning``.
-    """
-    if name == "numba":
-        warnings.warn(
-            "the shuffle engine 'numba' is now called 'compiled' (C++ kernels, no numba); "
-            "'numba' will stop working in a later release",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return "compiled"
+    """Return the engine called ``name``: ``"compiled"`` or ``"numpy"``."""
     if name not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {name!r}")
+        hint = " (the compiled engine's former name: it is now 'compiled')" * (name == "numba")
+        raise ValueError(
+            f"engine must be one of {', '.join(map(repr, ENGINES))}, got {name!r}{hint}"
+        )
     return name
 
 

@@ -21,8 +21,7 @@ At the end of the stream everything left leaves. ``max_wait`` trades padding for
 with 1e6 lognormal lengths and ``TokenBudget(max_tokens=4096)`` at ``buffer=10_000``, padding is
 2.0% with ``max_wait=1``, 0.9% with 2 and 0.42% with 4 (a global sort: 0.13%), and a restore
 reads about 1, 2 or 4 buffers again (``benchmarks/bench_streams.py``). (``max_wait`` counts
-buffers; the ``window`` of samplers and :func:`padless.plan_windows` counts items. Streams took
-``window=`` for it before, which still works with a ``DeprecationWarning``.)
+buffers; the ``window`` of samplers and :func:`padless.plan_windows` counts items.)
 
 - ``TokenBudget``: each round sorts the buffer by length, takes out the full batches of a
   single length (no padding), and cuts the rest with the greedy budget rule (fairseq's), so no
@@ -68,10 +67,8 @@ refused rather than yielding another epoch.
 from ._batcher import CHUNKS as CHUNKS
 from ._batcher import MAX_WAIT as MAX_WAIT
 from ._batcher import STATE_KIND as STATE_KIND
-from ._batcher import WINDOW as WINDOW
 from ._batcher import StreamBatcher as StreamBatcher
 from ._batcher import check_epoch as check_epoch
-from ._batcher import resolve_max_wait as resolve_max_wait
 from ._buffer import MAX_LENGTH as MAX_LENGTH
 from ._buffer import Piece as Piece
 from ._source import check_source as check_source

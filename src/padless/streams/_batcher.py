@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import base64
 import copy
-import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .. import _rng
 from .._check import check_seed, positive
 from .._kernels.rng import mix64_reference
+from .._keywords import checks_keywords
 from .._state import STATE_VERSION, _mismatch, fingerprint
 from ..lengths import sizes_of
 from ..planners import strategies
@@ -29,46 +29,20 @@ __all__ = [
     "CHUNKS",
     "MAX_WAIT",
     "STATE_KIND",
-    "WINDOW",
     "StreamBatcher",
     "check_epoch",
-    "resolve_max_wait",
 ]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
 CHUNKS = 4
 #: Default ``max_wait``: an item waits at most until this many buffers of items were read after it.
 MAX_WAIT = 4
-#: The former name of :data:`MAX_WAIT`.
-WINDOW = MAX_WAIT
 STATE_KIND = "StreamBatcher"
 
 
 def _mix(z: int) -> int:
     """splitmix64's output function on Python ints (a bijection of 64-bit ints)."""
     return mix64_reference(z)
-
-
-def resolve_max_wait(max_wait: Any, window: Any, owner: str) -> int:
-    """``max_wait`` checked, or the deprecated ``window`` it replaces (warned); never both.
-
-    >>> resolve_max_wait(None, None, "StreamBatcher"), resolve_max_wait(2, None, "StreamBatcher")
-    (4, 2)
-    """
-    if window is None:
-        return positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
-    if max_wait is not None:
-        raise TypeError(
-            f"{owner} takes max_wait or its former name window, not both; got "
-            f"max_wait={max_wait!r} and window={window!r}: give max_wait only"
-        )
-    warnings.warn(
-        f"{owner}(window=...) is deprecated: the number of buffers an item may wait is now "
-        "max_wait=... (window counts items for samplers and plan_windows)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return positive("window", window)
 
 
 def _streamable() -> list[str]:
@@ -174,8 +148,6 @@ class StreamBatcher:
             :data:`MAX_WAIT`, 4): the items of a batch lie within ``max_wait × buffer``
             positions, and a restore reads that many items again. Larger pads less (see the
             module docstring).
-        window: the former name of ``max_wait`` (a ``DeprecationWarning``; giving both is a
-            ``TypeError``).
 
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
     waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
@@ -195,6 +167,38 @@ class StreamBatcher:
     True
     """
 
+    # a few words on each setting, for a wrong keyword given to another component
+    about: ClassVar[dict[str, str]] = {
+        "buffer": "the most items a stream's buffer holds",
+        "length": "maps an item to its length",
+        "seed": "the seed of each round's batch order",
+        "max_wait": "buffers of stream an item may wait before it must leave",
+    }
+    # what it says of a keyword it does not take: the samplers' settings a stream does otherwise
+    keyword_notes: ClassVar[dict[str, str]] = {
+        **{
+            k: "a StreamBatcher batches the one stream it is given, in this process: "
+            "padless.torch.StreamDataset(source, spec, rank=..., world_size=...) splits a "
+            "stream over ranks and DataLoader workers (a datasets.IterableDataset by its "
+            "shards, any other source item by item); or give each rank a source of its own"
+            for k in ("rank", "world_size")
+        },
+        **{
+            k: f"a stream has no optimizer steps ({k} does not compose with streams yet): its "
+            "batches come as its buffer forms them; accumulate them into steps in the "
+            "training loop"
+            for k in ("batches_per_step", "tokens_per_step")
+        },
+        "balance": "balanced steps do not compose with streams yet: a stream's batches leave "
+        "round by round (each round's in an order shuffled from (seed, epoch)), and no plan "
+        "of the epoch is there to balance",
+        "shuffle": "a stream's batches always leave each round in an order shuffled from "
+        "(seed, epoch); there is no unshuffled order",
+        "drop_last": "a stream ends with its source; to stop every rank at the same step "
+        "under torch.distributed, wrap the loader in padless.torch.stop_together",
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         source: Iterable[Any] | Callable[[], Iterable[Any]],
@@ -204,9 +208,8 @@ class StreamBatcher:
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         max_wait: int | None = None,
-        window: int | None = None,
     ) -> None:
-        max_wait = resolve_max_wait(max_wait, window, "StreamBatcher")
+        max_wait = positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
 
         if not isinstance(spec, Spec):
             raise TypeError(

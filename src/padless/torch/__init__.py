@@ -17,15 +17,9 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
 - ``_probe``: ``probe_memory``, ``measure_peak``, ``MemoryProbe`` (a step's peak memory per
   batch shape, fitted to a ``padless.MemoryModel``).
-
-Deprecated names (they still work this release, with a ``DeprecationWarning`` naming the
-replacement): ``dist_rank_world`` (use ``dist_kwargs``), ``StopTogether`` (use ``stop_together``).
 """
 
 from __future__ import annotations
-
-import warnings
-from typing import Any
 
 from ._collate import PackedCollate as PackedCollate
 from ._collate import PaddedCollate as PaddedCollate
@@ -35,7 +29,6 @@ from ._collate import join_cp_shares as join_cp_shares
 from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
-from ._dist import dist_rank_world as _dist_rank_world
 from ._loaders import StatefulLoader as StatefulLoader
 from ._loaders import lm_tensors as lm_tensors
 from ._loaders import mixture_dataset as mixture_dataset
@@ -49,7 +42,6 @@ from ._probe import probe_memory as probe_memory
 from ._rng import StepRng as StepRng
 from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
-from ._streams import StopTogether as _StopTogether
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
 from ._tokens import TokenDataset as TokenDataset
@@ -80,22 +72,3 @@ __all__ = [
     "stop_together",
     "zigzag_indices",
 ]
-
-# deprecated name -> (what it still gives, the name to use instead); each warns for one release
-_DEPRECATED: dict[str, tuple[Any, str]] = {
-    "dist_rank_world": (_dist_rank_world, "dist_kwargs"),
-    "StopTogether": (_StopTogether, "stop_together"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _DEPRECATED:
-        raise AttributeError(f"module 'padless.torch' has no attribute {name!r}")
-    value, instead = _DEPRECATED[name]
-    warnings.warn(
-        f"padless.torch.{name} is deprecated and will be removed in the next release; "
-        f"use padless.torch.{instead}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return value

@@ -21,6 +21,7 @@ from .._check import (
     positive,
     positive_or_none,
 )
+from .._keywords import checks_keywords
 from ..plan import BatchPlan, check_shapes
 from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
@@ -198,6 +199,7 @@ def _plan_multiple(plan: Any) -> tuple[int, Any]:
     return form.multiple_of, spec
 
 
+@checks_keywords()
 def collate_padded(
     pad_id: int,
     *,
@@ -691,6 +693,7 @@ def join_cp_shares(shares: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@checks_keywords()
 def collate_packed(
     capacity: Any,
     *,

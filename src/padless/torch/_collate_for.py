@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._keywords import check_keywords, keyword_names
 from ..planners.spec import Spec
 from ..streams import StreamBatcher
 from ._collate import collate_packed, collate_padded
@@ -12,6 +13,14 @@ from ._pairs import collate_packed_pairs
 from ._streams import StreamDataset, stream_collate
 
 __all__ = ["collate_for"]
+
+
+def _check_options(options: dict[str, Any], collate: Any, filled: tuple[str, ...]) -> None:
+    """A keyword that ``collate`` does not take, or that collate_for fills in (``filled``): the
+    TypeError naming collate_for, with the keywords it passes on."""
+    takes = [k for k in keyword_names(collate) if k not in filled]
+    check_keywords("collate_for", options, takes)
+
 
 # what collate_for fills in from a packing source: passing one again is a TypeError
 _PACKED_SETTINGS = ("capacity", "max_per_row", "context_parallel")
@@ -49,6 +58,10 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
     8
     """
     if isinstance(source, (StreamBatcher, StreamDataset)):
+        packed = source.spec.collate_form().packed
+        _check_options(
+            options, collate_packed if packed else collate_padded, ("capacity",) * packed
+        )
         return stream_collate(source.spec, **options)
     spec = source if isinstance(source, Spec) else getattr(source, "spec", None)
     if not isinstance(spec, Spec):
@@ -67,7 +80,9 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
                     f"context_parallel={form.context_parallel}), got {name}={options[name]!r:.60}"
                 )
         if form.capacities is not None:  # a capacity per field: rows of each field
+            _check_options(options, collate_packed_pairs, _PACKED_SETTINGS)
             return collate_packed_pairs(form.capacities, max_per_row=form.max_per_row, **options)
+        _check_options(options, collate_packed, _PACKED_SETTINGS)
         return collate_packed(
             form.capacity,
             max_per_row=form.max_per_row,
@@ -80,10 +95,12 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
                 "shapes must not be passed to sampler.collate(): the sampler's FixedShapes "
                 f"spec gives them, got shapes={options['shapes']!r:.60}"
             )
+        _check_options(options, collate_padded, ("shapes",))
         return collate_padded(shapes=spec, **options)
     if "plan" in options:
         raise TypeError(
             "plan must not be passed to collate_for(): the source is the plan, got "
             f"plan={options['plan']!r:.60}"
         )
+    _check_options(options, collate_padded, ("plan",))
     return collate_padded(plan=source, **options)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["dist_kwargs", "dist_rank_world"]
+__all__ = ["dist_kwargs"]
 
 
 def dist_kwargs() -> dict[str, int]:
@@ -21,13 +21,3 @@ def dist_kwargs() -> dict[str, int]:
             "world_size": torch.distributed.get_world_size(),
         }
     return {"rank": 0, "world_size": 1}
-
-
-def dist_rank_world() -> tuple[int, int]:
-    """Deprecated (``padless.torch.dist_rank_world`` warns): use :func:`dist_kwargs`.
-
-    >>> dist_rank_world()
-    (0, 1)
-    """
-    where = dist_kwargs()
-    return where["rank"], where["world_size"]

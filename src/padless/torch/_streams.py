@@ -8,16 +8,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from .._check import check_int, check_seed, positive
+from .._keywords import check_keywords, checks_keywords, keyword_names
 from .._schedule import check_ranks
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch
 from ..streams import check_source as _check_source
-from ..streams import resolve_max_wait as _resolve_max_wait
 from ._collate import collate_packed, collate_padded, form_of
 from ._dist import dist_kwargs
 
@@ -74,7 +74,10 @@ def stream_collate(spec: Any, **options: Any) -> Callable[[Any], Any]:
     ([[1, 2, 3, 4]], [0, 3, 4])
     """
     form = form_of(spec)
-    if form is not None and form.packed:
+    packed = form is not None and form.packed
+    takes = keyword_names(collate_packed)[1:] if packed else keyword_names(collate_padded)
+    check_keywords("stream_collate", options, takes)  # [1:]: capacity, from the spec
+    if packed:
         key = options.get("key", "input_ids")
         return StreamPackedCollate(collate_packed(spec, **options), key)
     return collate_padded(**options)
@@ -139,7 +142,6 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
     Args:
         source, spec, buffer, length, seed, max_wait: see :class:`padless.StreamBatcher`.
-        window: the former name of ``max_wait`` (a ``DeprecationWarning``; not both).
         rank, world_size: this process's rank; by default from ``torch.distributed`` (0 and 1
             when it is not initialized).
 
@@ -149,6 +151,19 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     [1, 2, 3, 4, 5, 6, 7, 8]
     """
 
+    about: ClassVar[dict[str, str]] = {
+        **StreamBatcher.about,
+        "rank": "this process's rank: its share of the stream",
+        "world_size": "how many ranks the stream is split over",
+    }
+    # a StreamBatcher's word on the samplers' settings, less rank and world_size (taken here)
+    keyword_notes: ClassVar[dict[str, str]] = {
+        k: note
+        for k, note in StreamBatcher.keyword_notes.items()
+        if k not in ("rank", "world_size")
+    }
+
+    @checks_keywords()
     def __init__(
         self,
         source: Iterable[Any] | Callable[[], Iterable[Any]],
@@ -158,13 +173,13 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         max_wait: int | None = None,
-        window: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        max_wait = _resolve_max_wait(max_wait, window, "StreamDataset")
         # the batcher's checks, once, in this process
-        StreamBatcher([], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait)
+        checked = StreamBatcher(
+            [], spec, buffer=buffer, length=length, seed=seed, max_wait=max_wait
+        )
         _check_source(source, length)
         auto = dist_kwargs()
         self.rank, self.world_size = check_ranks(
@@ -176,7 +191,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self.buffer = buffer
         self.length = length
         self.seed = seed
-        self.max_wait = max_wait
+        self.max_wait = checked.max_wait
         self.epoch = 0
         self._epoch_set = False  # set_epoch was called: a state of another epoch is refused
         self._pending: dict[str, Any] | None = None

@@ -21,6 +21,7 @@ import torch
 
 from .. import _kernels as K
 from .._check import check_bool, check_choice, check_int64
+from .._keywords import checks_keywords
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
 from ..tokens import open_tokens
@@ -114,6 +115,7 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     tokens.
     """
 
+    @checks_keywords()
     def __init__(
         self,
         source: Any,
