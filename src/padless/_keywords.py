@@ -25,6 +25,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from importlib import import_module
 from typing import Any, TypeVar, cast
@@ -69,7 +70,7 @@ def keyword_names(*sources: Any) -> tuple[str, ...]:
 
 # the components besides the strategies (whose registry is padless.planners.strategies) that a
 # wrong keyword may be a setting of: (module, name), imported by name when a message is made
-# (only then, so this module stays below them all); padless.torch's only where torch imports
+# (only then, so this module stays below them all); padless.torch's only once it is imported
 COMPONENTS: tuple[tuple[str, str], ...] = (
     ("padless.sampler", "PlanSampler"),
     ("padless.streams", "StreamBatcher"),
@@ -87,10 +88,12 @@ def _owners() -> list[Any]:
     """The padless components whose settings a wrong keyword may be."""
     found: list[Any] = list(import_module("padless.planners").strategies().values())
     for module, name in COMPONENTS:
-        try:
-            found.append(getattr(import_module(module), name))
-        except ImportError:  # no torch: its components are not named
+        if module == "padless.torch":  # named once in use: an error never imports torch
+            loaded = sys.modules.get(module)
+            if loaded is not None:
+                found.append(getattr(loaded, name))
             continue
+        found.append(getattr(import_module(module), name))
     return found
 
 
