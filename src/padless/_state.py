@@ -141,6 +141,9 @@ class Resumable:
     # ------------------------------------------------------------------ for subclasses
     # settings a run keeps whatever else changes (names in ``_config()``), and what it may change
     _fixed_settings: tuple[str, ...] = ("class",)
+    # what iteration yields: "indices" (batches of dataset indices, for a DataLoader's or a
+    # Trainer's batch_sampler) or "tokens" (the batches themselves, read from a token corpus)
+    yields: str = "indices"
     _changeable_text = "its settings"
 
     def _fingerprint_now(self) -> str:

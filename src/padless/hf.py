@@ -57,6 +57,14 @@ def _check_sampler(sampler: Any) -> Any:
             "batch_sampler must be a padless sampler (TokenBudgetSampler, PackingSampler, "
             f"MixtureSampler...); {type(sampler).__name__} lacks {missing}"
         )
+    if getattr(sampler, "yields", "indices") != "indices":
+        raise TypeError(
+            f"batch_sampler must yield indices of train_dataset, and a {type(sampler).__name__} "
+            "yields the token batches themselves (x, y read from its corpus), which a Trainer "
+            "cannot take as a batch_sampler: for pre-training under the Trainer, plan the "
+            "documents with a PackingSampler (rows of whole documents, PaddingFreeCollator); "
+            "or train on the stream in your own loop (padless.torch.lm_tensors)"
+        )
     return sampler
 
 

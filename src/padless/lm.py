@@ -345,6 +345,7 @@ class LMStream(Resumable):
         "populate": "read a token file into the page cache at once",
     }
     # what it says of a keyword it does not take: the samplers' settings it does otherwise
+    yields = "tokens"  # (x, y) arrays read from the corpus, not indices of a dataset
     keyword_notes: ClassVar[dict[str, str]] = {
         "context_parallel": "LMStream yields dense (batch_size, num_steps) blocks of one token "
         "stream, with no documents to keep apart: split each block's columns across the "

@@ -199,12 +199,17 @@ class Cell:
 
 def not_a_cell(strategy: str, form: str, layer: str, consumer: str) -> str | None:
     """Why a combination has no spelling at all (None: it is a cell). Kept to the few where
-    nothing could be written: the LM stream has one form, and a static shape set has no size
-    to warm up."""
+    nothing could be written: the LM stream has one form, a static shape set has no size to
+    warm up, and a stream has no dataset apart from itself to check."""
     if strategy == "lm" and form != "whole":
         return "LMStream is a token stream in constant memory: no windows, histogram or batcher"
     if layer in ("warmup", "mixture_warmup") and STRATEGIES[strategy].warmup is None:
         return f"{strategy} has no size to warm up"
+    if consumer == "checked" and (strategy == "lm" or form == "stream"):
+        return (
+            "a stream reads and measures its items itself (an LMStream its token file, a "
+            "StreamDataset its source): there is no dataset to check against planned lengths"
+        )
     return None
 
 

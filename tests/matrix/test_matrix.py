@@ -242,3 +242,10 @@ def test_the_corpus_reads_back():
     kept = C.decomposition_tokens(16, 4)
     assert kept <= C.all_tokens() and len(kept) < len(C.all_tokens())
     assert Path(__file__).parent.joinpath("known.py").exists()
+
+
+def test_the_docs_table_is_the_known_table():
+    """docs/combinations.md is the rendering of known.py (rewrite it after a census)."""
+    from .table import PAGE, render
+
+    assert PAGE.read_text() == render(), "rewrite it: python -m tests.matrix.table"
