@@ -71,9 +71,10 @@ def as_lists(batch):
 
 t0 = time.perf_counter()
 import padless
+import padless.torch
 
 sampler = padless.PackingSampler(lengths, capacity=4096, rows_per_batch=8, seed=0)
-collate = as_lists if plain else sampler.collate(flatten=True)
+collate = as_lists if plain else padless.torch.collate_for(sampler, flatten=True)
 loader = DataLoader(rows, batch_sampler=sampler, collate_fn=collate, num_workers=2)
 batch = next(iter(loader))
 print(time.perf_counter() - t0, 0)

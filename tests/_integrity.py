@@ -123,7 +123,7 @@ def make_sampler(recipe: Recipe, rank: int = 0, world: int = 1) -> Any:
     if recipe.extra.get("balance"):
         kw["balance"] = True
     if recipe.multiple != 1:
-        kw["pad_to_multiple_of"] = recipe.multiple  # the plan rounds, sampler.collate() inherits
+        kw["pad_to_multiple_of"] = recipe.multiple  # the plan rounds, collate_for(sampler) inherits
     return TokenBudgetSampler(LENGTHS, max_tokens=MAX_TOKENS, **kw)
 
 
@@ -646,6 +646,8 @@ def lightning_fit(
 
     class Data(pl.LightningDataModule):
         def train_dataloader(self) -> Any:
+            from padless.torch import collate_for
+
             trainer = self.trainer
             sampler = make_sampler(recipe, trainer.global_rank, trainer.world_size)
             if not shuffle:  # another shuffle than the checkpoint's
@@ -657,7 +659,7 @@ def lightning_fit(
                 bind(sampler, item_dataset(), None),
                 batch_sampler=LightningBatches(sampler),
                 num_workers=recipe.workers,
-                collate_fn=sampler.collate(pad_id=0),
+                collate_fn=collate_for(sampler, pad_id=0),
             )
 
     class SaveKill(ModelCheckpoint):
@@ -719,6 +721,7 @@ def run_loop(name: str, leg: str, out: Path, rec: Recorder, fuzz: bool) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     import padless.torch as pt
+    from padless.torch import collate_for
 
     recipe = RECIPES[name]
     since, kill_at, _ = plan_leg(name, leg, fuzz)
@@ -726,7 +729,7 @@ def run_loop(name: str, leg: str, out: Path, rec: Recorder, fuzz: bool) -> None:
     if recipe.family == "stream":
         dataset: Any = make_stream(name)
         sampler: Any = dataset
-        collate = dataset.collate()
+        collate = collate_for(dataset)
         loader = StatefulDataLoader(
             dataset, batch_size=None, num_workers=recipe.workers, collate_fn=collate
         )
@@ -744,7 +747,7 @@ def run_loop(name: str, leg: str, out: Path, rec: Recorder, fuzz: bool) -> None:
             bind(sampler, item_dataset(), None),
             batch_sampler=sampler,
             num_workers=recipe.workers,
-            collate_fn=sampler.collate(pad_id=0),
+            collate_fn=collate_for(sampler, pad_id=0),
         )
     model = tiny_llama()
     if recipe.collate != "padded":
@@ -846,7 +849,9 @@ def refuse_stream_state_of_another_epoch(out: Path) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     def loader_of(ds: Any) -> Any:
-        return StatefulDataLoader(ds, batch_size=None, num_workers=0, collate_fn=ds.collate())
+        from padless.torch import collate_for
+
+        return StatefulDataLoader(ds, batch_size=None, num_workers=0, collate_fn=collate_for(ds))
 
     ds = make_stream()
     loader = loader_of(ds)

@@ -80,8 +80,10 @@ def run(kind: str, rank: int, world: int) -> dict:
         )
 
     def batches_of(r: int) -> list[dict]:
+        from padless.torch import collate_for
+
         s = sampler_of(r)
-        collate = padded_collate if kind == "padded" else s.collate()
+        collate = padded_collate if kind == "padded" else collate_for(s)
         return [collate([data[i] for i in b]) for b in s]
 
     sampler = sampler_of(rank)

@@ -50,13 +50,15 @@ class Collate:
 def worker(rank, world, data_dir, every_arg, prefix, init_file):
     import datasets
 
+    from padless.torch import collate_for
+
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     files = sorted(glob.glob(os.path.join(data_dir, "*.parquet")))
     ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
     stream = StreamDataset(ds, TokenBudget(max_tokens=256), buffer=40, length=tokens)
-    collate = Collate(stream.collate(pad_id=0, fields=["input_ids"]))
+    collate = Collate(collate_for(stream, pad_id=0, fields=["input_ids"]))
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=0, collate_fn=collate)
     raw = sum(1 for _ in loader)  # this rank's batches on its own: differ between the ranks
     model = DDP(Tiny())

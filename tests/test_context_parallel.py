@@ -209,14 +209,16 @@ def test_shares_reassemble_every_row_exactly(lengths, cp, chunks, flatten, seed)
 
 
 def test_collate_options_follow_the_spec():
+    from padless.torch import collate_for
+
     spec = Packing(capacity=32, context_parallel=4)
     sampler = PackingSampler([5, 9, 3], capacity=32, context_parallel=4)
-    assert sampler.collate(cp_rank=2).cp_rank == 2
+    assert collate_for(sampler, cp_rank=2).cp_rank == 2
     assert collate_packed(spec).context_parallel == 4
     with pytest.raises(ValueError, match="context_parallel must match the packing spec's"):
         collate_packed(spec, context_parallel=2)
     with pytest.raises(TypeError, match="context_parallel must not be passed"):
-        sampler.collate(context_parallel=4)
+        collate_for(sampler, context_parallel=4)
     with pytest.raises(ValueError, match=r"cp_rank must be in \[0, context_parallel\)"):
         collate_packed(spec, cp_rank=4)
     with pytest.raises(ValueError, match="attention_mask must be None with context_parallel"):

@@ -16,7 +16,7 @@ import pytest
 
 import padless
 from padless.cli import main
-from padless.readers import lengths_from_file
+from padless.io import lengths_from_file
 
 README = Path(__file__).parent.parent / "README.md"
 

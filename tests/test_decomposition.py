@@ -136,11 +136,13 @@ def test_codes_and_pieces_dataset_serve_the_planned_tokens():
 
 
 def test_collate_stacks_dense_blocks_and_refuses_unequal_lengths():
+    from padless.torch import collate_for
+
     pytest.importorskip("torch")
     s = spec()
     sampler = PlanSampler(LENGTHS, s, seed=0)
     docs = [list(range(int(n))) for n in LENGTHS]
-    ds, collate = sampler.pieces(docs), sampler.collate(pad_id=0)
+    ds, collate = sampler.pieces(docs), collate_for(sampler, pad_id=0)
     assert padless.torch.collate_for(s, pad_id=0).equal_lengths
     batch = next(iter(sampler))
     out = collate([ds[c] for c in batch])

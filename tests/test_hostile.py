@@ -47,6 +47,7 @@ import padless.checked
 import padless.cost
 import padless.filters
 import padless.hf
+import padless.io
 import padless.lhotse
 import padless.lightning
 import padless.lm
@@ -822,14 +823,14 @@ ENTRIES: list[Entry] = [
         _lengths,
     ),
     (
-        padless.readers.lengths_from_file,
+        padless.io.lengths_from_file,
         "lengths_from_file",
         lambda f: {"path": f["text"]},
         ["path", "tokenizer", "fields", "column", "offsets", "split", "progress"],
         _lengths,
     ),
     (
-        padless.readers.lengths_from_files,
+        padless.io.lengths_from_files,
         "lengths_from_files",
         lambda f: {"paths": [f["text"], f["text"]]},
         ["paths"],
@@ -843,7 +844,7 @@ ENTRIES: list[Entry] = [
         _lengths,
     ),
     (
-        padless.readers.lengths_from_file,
+        padless.io.lengths_from_file,
         "lengths_from_file/raw",
         lambda f: {"path": f["raw"], "dtype": "uint16", "eos": 0},
         ["dtype", "eos", "documents"],
@@ -1465,7 +1466,7 @@ READERS: dict[str, Callable[[Path], Any]] = {
     "IndexedDataset": lambda p: _serve_all(padless.IndexedDataset(p)),
     "open_tokens": lambda p: _serve_all(padless.tokens.open_tokens(p)),
     "lengths_of": lambda p: padless.lengths_of(Path(f"{p}.idx")),
-    "lengths_from_file": lambda p: padless.readers.lengths_from_file(Path(f"{p}.bin")),
+    "lengths_from_file": lambda p: padless.io.lengths_from_file(Path(f"{p}.bin")),
     "TokenDataset": lambda p: (lambda d: d.__getitems__(list(range(len(d)))))(
         padless.torch.TokenDataset(p)
     ),
@@ -1493,7 +1494,7 @@ def _raw(tmp: Path, docs: int = 300) -> tuple[Path, np.ndarray]:
 RAW_READERS: dict[str, Callable[[Path], np.ndarray]] = {
     "RawTokens": lambda p: padless.RawTokens(p, dtype="uint16", eos=0).lengths,
     "open_tokens": lambda p: padless.tokens.open_tokens(p, dtype="uint16", eos=0).lengths,
-    "lengths_from_file": lambda p: padless.readers.lengths_from_file(p, dtype="uint16", eos=0),
+    "lengths_from_file": lambda p: padless.io.lengths_from_file(p, dtype="uint16", eos=0),
     "TokenDataset": lambda p: padless.torch.TokenDataset(p, dtype="uint16", eos=0).store.lengths,
 }
 

@@ -430,7 +430,7 @@ def test_lengths_of_an_index_checks_what_it_returns(tmp_path: Path, monkeypatch)
     checked in chunks, without a copy (the result is still the .idx's memory map)."""
     import padless.indexed as indexed
     from padless import lengths_of
-    from padless.readers import lengths_from_file
+    from padless.io import lengths_from_file
 
     monkeypatch.setattr(indexed, "CHUNK", 2)
     good = pair(tmp_path, megatron_bytes([3, 2, 1], [0, 6, 10], [0, 3]), bytes(12), "ok")

@@ -315,9 +315,11 @@ def test_check_packed_refuses_a_model_whose_packed_documents_attend_across(tmp_p
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     def fit(module):
+        from padless.torch import collate_for
+
         sampler = PackingSampler(lengths, capacity=32, rows_per_batch=2, seed=0)
         loader = DataLoader(
-            dataset, batch_sampler=LightningBatches(sampler), collate_fn=sampler.collate()
+            dataset, batch_sampler=LightningBatches(sampler), collate_fn=collate_for(sampler)
         )
         trainer = pl.Trainer(
             max_steps=2, accelerator="cpu", devices=1, use_distributed_sampler=False,

@@ -78,7 +78,7 @@ def test_a_sampler_collates_its_batches_through_a_dataloader():
     dataset = _dataset(lengths, 1)
     sampler = padless.PlanSampler(lengths, padless.Packing(capacity=(256, 256), rows_per_batch=2))
     loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, collate_fn=sampler.collate(decoder_start_id=START)
+        dataset, batch_sampler=sampler, collate_fn=collate_for(sampler, decoder_start_id=START)
     )
     src = tgt = 0
     for out in loader:

@@ -42,8 +42,10 @@ def _sampler(**options) -> padless.PlanSampler:
 
 
 def _loader(sampler: padless.PlanSampler) -> DataLoader:
+    from padless.torch import collate_for
+
     dataset = PieceDataset(_corpus(LENGTHS), capacity=sampler.spec.row_capacity, scheduled=True)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collate(pad_id=PAD))
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_for(sampler, pad_id=PAD))
 
 
 def _real_tokens(batch: dict) -> list[int]:
@@ -177,11 +179,13 @@ def test_documents_shorter_than_the_capacity_stay_whole_where_they_fit():
     holding one whole document each, the other two cut into the rooms left (24 + 16 tokens);
     cutting the row every 64 tokens would leave 3 whole. The plan's last row holds 2, both
     whole: 33 · 4 + 2 whole documents of 200."""
+    from padless.torch import collate_for
+
     lengths = np.full(200, 40)
     spec = Packing(capacity=Schedule.piecewise([0, 1000], [64, 256]), rows_per_batch=1)
     sampler = padless.PlanSampler(lengths, spec, seed=0)
     dataset = PieceDataset(_corpus(lengths), capacity=256, scheduled=True)
-    collate = sampler.collate(pad_id=PAD)
+    collate = collate_for(sampler, pad_id=PAD)
     whole = pieces = 0
     for batch in sampler:
         out = collate([dataset[c] for c in batch])
@@ -254,12 +258,12 @@ def test_flat_layouts_cut_the_same_pieces():
     the 2-D layout's sequences without its padding; a 2-D collate of another capacity is
     refused."""
     from padless.hf import PaddingFreeCollator
-    from padless.torch import collate_packed
+    from padless.torch import collate_for, collate_packed
 
     sampler = _sampler()
     dataset = sampler.pieces(_corpus(LENGTHS))
     batch = [dataset[c] for c in next(iter(sampler))]  # step 0: rows of 64
-    rows = sampler.collate(pad_id=PAD)(batch)
+    rows = collate_for(sampler, pad_id=PAD)(batch)
     flat = collate_packed(256, flatten=True)(batch)
     keep = rows["input_ids"].reshape(-1) != PAD
     assert flat["input_ids"].reshape(-1).tolist() == rows["input_ids"].reshape(-1)[keep].tolist()

@@ -11,12 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import lengths_of
-from padless.readers import (
-    lengths_from_arrow,
-    lengths_from_file,
-    lengths_from_files,
-    lengths_from_text,
-)
+from padless.io import lengths_from_file, lengths_from_files
+from padless.readers import lengths_from_arrow, lengths_from_text
 
 LINES = ["the quick  brown fox", "", "  jumps\tover ", "the lazy dog\r", "héllo wörld ✓", "x"]
 

@@ -625,10 +625,12 @@ def test_sampler_resume_balance_and_stats():
 
 
 def test_sampler_collate_pads_every_batch_to_its_tagged_shape():
+    from padless.torch import collate_for
+
     pytest.importorskip("torch")
     spec = FixedShapes(shapes=SHAPES)
     s = padless.PlanSampler(LENS, spec, seed=1)
-    collate = s.collate(pad_id=-1)
+    collate = collate_for(s, pad_id=-1)
     data = [np.arange(n) + 1 for n in LENS]
     plan, order = s.epoch_plan(0)
     for b in order[:12].tolist():
@@ -655,6 +657,8 @@ def test_collate_without_dummy_rows_and_with_fields():
 
 
 def test_collate_refusals():
+    from padless.torch import collate_for
+
     pytest.importorskip("torch")
     from padless.torch import collate_padded
 
@@ -666,8 +670,8 @@ def test_collate_refusals():
     with pytest.raises(TypeError, match="shapes must be a list"):
         collate_padded(0, shapes=padless.TokenBudget(max_tokens=8))
     s = padless.PlanSampler(LENS, FixedShapes(shapes=SHAPES))
-    with pytest.raises(ValueError, match="shapes must not be passed to sampler.collate"):
-        s.collate(pad_id=0, shapes=[(2, 4)])
+    with pytest.raises(ValueError, match=r"shapes must not be passed to collate_for\(sampler\)"):
+        collate_for(s, pad_id=0, shapes=[(2, 4)])
 
 
 # --------------------------------------------------------------------------- hostile values

@@ -142,9 +142,11 @@ def test_packing_refuses_positional_max_per_row():
 
 
 def test_packing_sampler_collate_carries_its_capacity():
+    from padless.torch import collate_for
+
     pytest.importorskip("torch")
     sampler = padless.PackingSampler([6, 2, 5, 3], capacity=8, max_per_row=2, seed=0)
-    collate = sampler.collate(flatten=False)
+    collate = collate_for(sampler, flatten=False)
     batch = next(iter(sampler))
     out = collate([[1] * [6, 2, 5, 3][i] for i in batch])
     assert tuple(out["input_ids"].shape)[1] == 8

@@ -155,11 +155,13 @@ def test_resume_in_process_through_the_dataset(parquet_dir):
 
 
 def test_packed_collate_rows_and_pieces():
+    from padless.torch import collate_for
+
     rs = np.random.default_rng(1)
     items = [{"input_ids": rs.integers(1, 50, int(n)).tolist()} for n in rs.integers(1, 60, 80)]
     spec = Packing(capacity=32, rows_per_batch=2, oversize="split")
     ds = StreamDataset(items, spec, buffer=16, length=tokens)
-    collate, flat = ds.collate(), ds.collate(flatten=True)
+    collate, flat = collate_for(ds), collate_for(ds, flatten=True)
     pieces = 0
     for batch in ds:
         out = collate(batch)
@@ -185,9 +187,11 @@ def test_packed_collate_rows_and_pieces():
 
 
 def test_padded_collate_for_budget_batches():
+    from padless.torch import collate_for
+
     items = [{"input_ids": list(range(n))} for n in range(1, 40)]
     ds = StreamDataset(items, TokenBudget(max_tokens=64), buffer=8, length=tokens)
-    collate = ds.collate(pad_id=0, fields=["input_ids"])
+    collate = collate_for(ds, pad_id=0, fields=["input_ids"])
     for batch in ds:
         out = collate(batch)
         assert out["input_ids"].shape[0] == len(batch)

@@ -136,18 +136,19 @@ def test_stateful_loader_state_at_the_start_of_the_next_epoch():
 
 def test_collate_takes_the_width_multiple_from_the_plan():
     from padless import BatchPlan, FixedShapes, PackingSampler, PlanSampler, TokenBudget
+    from padless.torch import collate_for
 
     lens = [3, 9, 17, 5]
     data = [torch.arange(1, n + 1) for n in lens]
     sampler = TokenBudgetSampler(lens, max_tokens=64, pad_to_multiple_of=8)
     for collate in (
-        sampler.collate(pad_id=0),
-        sampler.collate(pad_id=0, multiple_of=8),  # the plan's own multiple, said again
+        collate_for(sampler, pad_id=0),
+        collate_for(sampler, pad_id=0, multiple_of=8),  # the plan's own multiple, said again
         collate_padded(0, plan=sampler),
         collate_padded(0, plan=sampler.spec),
         collate_padded(0, plan=sampler.epoch_plan(0)[0]),
-        PlanSampler(lens, TokenBudget(max_tokens=64, pad_to_multiple_of=8), window=2).collate(
-            pad_id=0
+        collate_for(
+            PlanSampler(lens, TokenBudget(max_tokens=64, pad_to_multiple_of=8), window=2), pad_id=0
         ),
     ):
         assert collate.multiple_of == 8
@@ -159,9 +160,9 @@ def test_collate_takes_the_width_multiple_from_the_plan():
     with pytest.raises(ValueError, match=r"multiple_of=8 is not the plan's pad_to_multiple_of=1"):
         collate_padded(0, multiple_of=8, plan=unrounded)
     with pytest.raises(ValueError, match=r"multiple_of=8 is not the plan's pad_to_multiple_of=1"):
-        unrounded.collate(pad_id=0, multiple_of=8)
+        collate_for(unrounded, pad_id=0, multiple_of=8)
     with pytest.raises(ValueError, match=r"multiple_of=4 is not the plan's pad_to_multiple_of=8"):
-        sampler.collate(pad_id=0, multiple_of=4)
+        collate_for(sampler, pad_id=0, multiple_of=4)
     with pytest.raises(ValueError, match="multiple_of must be a positive int"):
         collate_padded(0, multiple_of=0, plan=sampler)
     with pytest.raises(TypeError, match="plan must be a padless sampler"):
@@ -187,7 +188,7 @@ def _same_batch(a, b):
     ],
 )
 def test_collate_for_is_the_samplers_collate(strategy, settings, given):
-    """collate_for(sampler or spec) builds what sampler.collate() builds, from spec.collate_form();
+    """collate_for(sampler) and collate_for(spec) build the same collate, from spec.collate_form();
     a setting the source gives may not be passed again."""
     import padless
     from padless.torch import collate_for
@@ -197,7 +198,7 @@ def test_collate_for_is_the_samplers_collate(strategy, settings, given):
     data = [torch.arange(1, n + 1) for n in lens]
     sampler = padless.PlanSampler(lens, spec, seed=1)
     for batch in sampler:
-        want = sampler.collate(pad_id=0)([data[i] for i in batch])
+        want = collate_for(sampler, pad_id=0)([data[i] for i in batch])
         for source in (sampler, spec):
             _same_batch(collate_for(source, pad_id=0)([data[i] for i in batch]), want)
     with pytest.raises((TypeError, ValueError), match=f"{given} must not be passed"):
@@ -209,12 +210,13 @@ def test_collate_for_is_the_samplers_collate(strategy, settings, given):
 def test_collate_for_a_stream_is_the_stream_collate():
     from padless import Packing, StreamBatcher
     from padless.torch import StreamDataset, collate_for
+    from padless.torch._streams import stream_collate
 
     docs = [list(range(1, n + 1)) for n in (3, 9, 5, 12, 7, 2)]
     batcher = StreamBatcher(docs, Packing(capacity=16), buffer=4)
     dataset = StreamDataset(docs, Packing(capacity=16), buffer=4)
     for batch in batcher:
-        want = batcher.collate()(batch)
+        want = stream_collate(batcher.spec)(batch)
         _same_batch(collate_for(batcher)(batch), want)
         _same_batch(collate_for(dataset)(batch), want)
 
@@ -222,6 +224,7 @@ def test_collate_for_a_stream_is_the_stream_collate():
 @pytest.mark.parametrize("fields", [None, ("source", "target")])
 def test_every_collated_batch_is_within_its_budget(fields):
     from padless import Buckets, ExactLength, PlanSampler, TokenBudget
+    from padless.torch import collate_for
 
     rng = np.random.default_rng(4)
     n = 400
@@ -242,7 +245,7 @@ def test_every_collated_batch_is_within_its_budget(fields):
             ExactLength(max_tokens=1000, leftovers="merge", pad_to_multiple_of=m),
         ):
             sampler = PlanSampler(lens, spec, seed=m)
-            collate = sampler.collate(pad_id=0, fields=fields)
+            collate = collate_for(sampler, pad_id=0, fields=fields)
             seen = 0
             for batch in sampler:
                 out = collate([data[i] for i in batch])

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "BatchPlan": "padless.plan",
     "PlanStats": "padless.plan",
-    "lengths_of": "padless.lengths",
+    "lengths_of": "padless.io",
     "builtin_corpus": "padless.lengths",
     "durations": "padless.fields",
     "plan_token_budget": "padless.shortcuts",
@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from .filters import ratio_filter as ratio_filter
     from .indexed import IndexedDataset as IndexedDataset
     from .indexed import write_indexed as write_indexed
+    from .io import lengths_of as lengths_of
     from .lengths import builtin_corpus as builtin_corpus
-    from .lengths import lengths_of as lengths_of
     from .lm import LMStream as LMStream
     from .memory import MemoryModel as MemoryModel
     from .mixing import MixtureSampler as MixtureSampler
@@ -120,6 +120,7 @@ if TYPE_CHECKING:
 # library: torch, transformers, lightning, ray, lhotse) only when first used
 _SUBMODULES = frozenset(
     {
+        "io",
         "readers",
         "indexed",
         "tokens",

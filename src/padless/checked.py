@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .lengths import MappedFile, lengths_of
+from .io import lengths_of
+from .lengths import MappedFile
 from .readers import list_lengths
 
 __all__ = ["CheckedDataset", "Field", "sampler_lengths"]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .fields import check_resolution
-from .lengths import lengths_of
+from .lengths import as_lengths
 
 __all__ = ["Filtered", "length_filter", "ratio_filter"]
 
@@ -244,7 +244,7 @@ def ratio_filter(
     >>> f.kept.tolist(), f.high
     ([0], 2)
     """
-    lens = lengths_of(lengths)
+    lens = as_lengths(lengths)
     if lens.ndim != 2 or lens.shape[1] < 2:
         raise ValueError(
             f"lengths must be (N, F) with F >= 2 fields for a ratio between fields, got shape "
@@ -327,7 +327,7 @@ def length_filter(
     ...               max_length=(20.0, None), resolution=(0.01, None)).kept.tolist()
     [0]
     """
-    lens = lengths_of(lengths)
+    lens = as_lengths(lengths)
     cols = lens if lens.ndim == 2 else lens[:, None]
     fields = cols.shape[1]
     lo = _per_field("min_length", min_length, fields)

@@ -947,8 +947,8 @@ def _fix(spec: Any) -> str:
     if form.packed and (form.capacities is not None or form.context_parallel > 1):
         what = "rows per field" if form.capacities is not None else "context-parallel rows"
         return (
-            f"data_collator=sampler.collate() (padless.torch.collate_for: the plan's {what}; "
-            "with context parallelism, sampler.collate(cp_rank=...))"
+            f"data_collator=collate_for(sampler) (padless.torch.collate_for: the plan's {what}; "
+            "with context parallelism, collate_for(sampler, cp_rank=...))"
         )
     if form.packed:
         rows = int(getattr(spec, "rows_per_batch", 1))

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 _SEQUENCE_TYPES = (list, tuple, np.ndarray, range)
-_ARROW_MODULES = ("pyarrow", "datasets")  # objects read from their Arrow data (padless.readers)
+_ARROW_MODULES = ("pyarrow", "datasets")  # objects read from their Arrow data (padless.io)
 
 MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): 2**32 of them sum within int64
 _RULE = "whole numbers in [0, 2**31)"
@@ -212,69 +212,25 @@ def arrow_like(x: Any) -> bool:
     )
 
 
-def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarray:
-    """Return lengths as an int64 array of shape (N,) or (N, F).
+def as_lengths(x: Any) -> np.ndarray:
+    """:func:`padless.lengths_of` of values in memory: an int64 array of shape (N,) or (N, F).
 
-    Accepts a numpy array of lengths ((N,) or (N, F) per-field lengths), a list of ints, a list of
-    token sequences (lists or arrays), a list of tuples of token sequences (one per field, e.g.
-    source and target), or a ``pathlib.Path`` to a file that
-    :func:`padless.readers.lengths_from_file` reads (.npy, .npz, text, Arrow/Parquet, a saved
-    ``datasets`` folder, a Megatron/fairseq ``.idx``: its int32 lengths as memory-mapped, after
-    one chunked pass that checks each is non-negative and its sequence inside the ``.bin``; a
-    ``str`` is refused, as it could be text as well as a path).
+    The same checks and messages for arrays, lists of ints and lists of token sequences; a path
+    or Arrow data (which :func:`padless.lengths_of` reads) is a TypeError here: this module reads
+    no files.
 
-    Arrow data in memory, lengths from the list offsets (no pass over rows, no token read):
-    a ``datasets.Dataset`` with ``column`` (optional when it has one column; its
-    select/shuffle/filter mapping is followed: length i is the dataset's row i), ``ds[name]``,
-    a ``pyarrow.Table`` or ``RecordBatch`` with ``column`` (one with only number columns and no
-    ``column`` is an (N, F) array of lengths), a ``ChunkedArray`` or ``Array``. ``column`` is a
-    name, or a list of names for (N, F) lengths. A list column (list, large_list,
-    fixed_size_list) gives each row's length, an integer column its values; a text column is
-    refused (lengths are token counts: tokenize first, or count words or characters with
-    :func:`padless.readers.lengths_from_arrow` and its ``tokenizer``); a null row is a
-    ValueError naming it. The lengths are the stored column's (a ``set_transform`` is not
-    applied: :class:`padless.CheckedDataset` catches one that changes them). A ``DatasetDict``
-    (pass one split) or an ``IterableDataset`` (no lengths up front:
-    :class:`padless.StreamBatcher`) is a TypeError naming the call to make.
+    Cost: O(N) vectorised for arrays; one Python pass over the items for lists.
 
-    Supported range: lengths are whole numbers in [0, 2**31) (0 is allowed). Integer and float
-    input outside it (negative, >= 2**31, NaN, inf, fractions, Python ints of any size) is refused
-    up front, never wrapped or clipped, so sums of up to 2**32 lengths fit in int64.
-
-    Raises:
-        TypeError: booleans, text (a ``str``, ``bytes``, a list of strings, a text column), a
-            dict, a ``DatasetDict``/``IterableDataset``, ``column`` for input without columns,
-            or non-numeric values.
-        ValueError: a value outside the range, ragged nesting or >2-D input; the message names
-            the first bad position and value.
-
-    Cost: O(N) vectorised for arrays and Arrow data (Arrow: reads 4 or 8 bytes per row, the
-    offsets; a datasets mapping adds one gather); one Python pass over the items for lists.
-
-    >>> lengths_of([[1, 2, 3], [4]]).tolist()
+    >>> as_lengths([[1, 2, 3], [4]]).tolist()
     [3, 1]
-    >>> lengths_of(np.array([[3, 4], [5, 6]])).shape
-    (2, 2)
-    >>> lengths_of(np.array([2.0**31]))
-    Traceback (most recent call last):
-    ...
-    ValueError: lengths must be whole numbers in [0, 2**31), got 2147483648.0 at position [0]
     """
-    if column is not None or arrow_like(x):
-        if not arrow_like(x):
-            raise TypeError(
-                f"column= picks a column of a datasets.Dataset or a pyarrow Table/RecordBatch, "
-                f"got a {type(x).__name__}; call lengths_of(x) without column="
-            )
-        from .readers import lengths_of_arrow  # readers imports this module, never the reverse
-
-        return lengths_of_arrow(x, column)
     if isinstance(x, np.ndarray):
         return _from_array(x)
-    if isinstance(x, os.PathLike):
-        from .readers import lengths_from_file  # readers imports this module, never the reverse
-
-        return lengths_from_file(x)
+    if isinstance(x, os.PathLike) or arrow_like(x):
+        raise TypeError(
+            f"lengths in memory are an array or a list here, got a {type(x).__name__}: read a "
+            "file or Arrow data with padless.lengths_of(x)"
+        )
     if isinstance(x, (list, tuple)):
         return _from_list(x)
     if isinstance(x, str):
@@ -313,7 +269,7 @@ def _str_message(x: str) -> str:
     kind = "naming a file " if is_file else ""
     return (
         f"lengths_of got a str {kind}{shown}; to read a file pass a pathlib.Path "
-        f"(lengths_of(pathlib.Path({shown}))) or call padless.readers.lengths_from_file(path) "
+        f"(lengths_of(pathlib.Path({shown}))) or call padless.io.lengths_from_file(path) "
         "(text: padless.readers.lengths_from_text(path, tokenizer=...))"
     )
 

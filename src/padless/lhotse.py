@@ -43,7 +43,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from .fields import check_resolution, durations
-from .lengths import lengths_of
+from .io import lengths_of
 from .planners.spec import Spec
 from .sampler import PlanSampler
 

@@ -382,7 +382,7 @@ def _check_packed_class() -> type:
 
         When training starts, every train loader whose batch sampler is a
         :class:`LightningBatches` and whose ``collate_fn`` packs several sequences into a row
-        (``collate_packed``, ``PackingSampler.collate()``, ``PaddingFreeCollator``) has its collate
+        (``collate_packed``, ``collate_for(sampler)`` of a ``PackingSampler``, ``PaddingFreeCollator``) has its collate
         run through :func:`padless.torch.check_packed` on the model: a leak is a ``ValueError``
         before the first step, naming the fix. Lightning modules keep the config's
         ``use_cache=True``, under which transformers lets packed documents attend across.

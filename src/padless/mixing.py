@@ -30,7 +30,7 @@ from ._check import check_bool, check_choice, check_int, check_seed, positive_or
 from ._keywords import checks_keywords
 from ._schedule import steps_left
 from ._state import Resumable, fingerprint
-from .lengths import lengths_of
+from .io import lengths_of
 from .plan import BatchPlan
 from .sampler import PlanSampler, check_ranks
 from .schedules import Schedule

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._check import MAX_BUDGET, _is_int, check_bool, non_negative, positive
 from ._output import write_exactly
-from .lengths import lengths_of, sizes_of
+from .lengths import as_lengths, sizes_of
 
 PLAN_FORMAT = "padless-plan-1"
 PLAN_MARKER = "padless_plan"  # the archive member holding the JSON record of a saved plan
@@ -421,7 +421,7 @@ class BatchPlan:
         """
         from ._kernels import segment_max
 
-        lens = lengths_of(lengths)
+        lens = as_lengths(lengths)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
             raise ValueError(f"plan indices fall outside lengths of size {lens.shape[0]}")
         sizes = self.sizes
@@ -448,7 +448,7 @@ class BatchPlan:
         >>> [s.padded_slots for s in BatchPlan([0, 1], [0, 2]).field_stats(np.array([[3, 1], [1, 2]]))]
         [6, 4]
         """
-        lens = lengths_of(lengths)
+        lens = as_lengths(lengths)
         if lens.ndim == 1:
             return [self.stats(lens)]
         return [self.stats(np.ascontiguousarray(lens[:, f])) for f in range(lens.shape[1])]
@@ -633,7 +633,7 @@ class PackedPlan(BatchPlan):
         >>> plan_packing([5, 3, 3, 8, 1], capacity=8).stats([5, 3, 3, 8, 1]).padded_slots
         24
         """
-        n = lengths_of(lengths).shape[0]
+        n = as_lengths(lengths).shape[0]
         if n != self.num_sequences:
             raise ValueError(
                 f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
@@ -661,7 +661,7 @@ class PackedPlan(BatchPlan):
     def _field_lengths(self, lengths: Any) -> np.ndarray:
         """The (entries, F) lengths of every entry's sequence, ``lengths`` checked against the
         sequences the plan was made for."""
-        lens = lengths_of(lengths)
+        lens = as_lengths(lengths)
         if lens.shape[0] != self.num_sequences:
             raise ValueError(
                 f"lengths must hold the {self.num_sequences} sequences the plan was made for, "
@@ -974,7 +974,7 @@ class PiecePlan(BatchPlan):
         """
         from ._kernels import segment_max
 
-        n = lengths_of(lengths).shape[0]
+        n = as_lengths(lengths).shape[0]
         if n != self.num_sequences:
             raise ValueError(
                 f"lengths must hold the {self.num_sequences} sequences the plan was made for, got {n}"
@@ -1142,7 +1142,7 @@ class ShapedPlan(BatchPlan):
         """
         from ._kernels import segment_max
 
-        lens = lengths_of(lengths)
+        lens = as_lengths(lengths)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
             raise ValueError(f"plan indices fall outside lengths of size {lens.shape[0]}")
         picked = lens[self.indices]

@@ -4,8 +4,8 @@ Nothing here makes a Python pass over rows where the format gives lengths direct
 counted by one compiled pass over the memory-mapped (or streamed, decompressed) bytes, Arrow list
 columns give lengths from their offsets, and tokenizers are called through their batch APIs.
 
-This module depends on :mod:`padless.lengths` (for the checks of what it reads); ``lengths_of``
-imports it only inside the call, when given a path, so the two never import each other at load.
+This module depends on :mod:`padless.lengths` (for the checks of what it reads); the dispatcher
+for paths, :func:`padless.io.lengths_from_file` (and :func:`padless.lengths_of`), imports it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 
-from .lengths import arrow_like, lengths_of  # one way: lengths imports this module lazily
+from .lengths import arrow_like, as_lengths
 from .plan import is_saved_plan
 
 __all__ = [
@@ -29,8 +29,6 @@ __all__ = [
     "MissingDependency",
     "check_tokenizer",
     "lengths_from_arrow",
-    "lengths_from_file",
-    "lengths_from_files",
     "lengths_from_text",
     "list_column",
 ]  # the user's readers; tokenizer_counter, arrow_lengths, load_npy serve padless.ray too
@@ -345,9 +343,9 @@ def lengths_from_text(
     progress = _check_progress(progress)
     src = _text_path(path, "lengths_from_text")
     if tokenizer in _TEXT_MODES:
-        return lengths_of(_count_text(src, _TEXT_MODES[tokenizer], progress))
+        return as_lengths(_count_text(src, _TEXT_MODES[tokenizer], progress))
     parts = _count_tokens(src, tokenizer_counter(tokenizer), progress)
-    return lengths_of(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return as_lengths(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _count_tokens(
@@ -711,7 +709,7 @@ def lengths_of_arrow(x: Any, column: str | Sequence[str] | None) -> np.ndarray:
     """``lengths_of`` of an in-memory Arrow object: see :func:`padless.lengths_of`."""
     _need("pyarrow", "arrow", "lengths_of of an Arrow object")
     if column is None and _numeric_table(x):
-        return lengths_of(np.asarray(x))  # as before Arrow objects were read here: (N, F)
+        return as_lengths(np.asarray(x))  # as before Arrow objects were read here: (N, F)
     if isinstance(column, (list, tuple)):
         if not column or not all(isinstance(c, str) for c in column):
             raise TypeError(f"column must be a name or a list of names, got {column!r:.60}")
@@ -856,7 +854,7 @@ def _lengths_from_offsets(offsets: Any, where: str, tokens: int | None = None) -
 def _checked(values: Any, where: str) -> np.ndarray:
     """``lengths_of`` of values read from a file, its errors prefixed with the file."""
     try:
-        return lengths_of(np.asarray(values))
+        return as_lengths(np.asarray(values))
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from exc
 
@@ -882,7 +880,7 @@ def load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
             f"{path} has no .npy header (it does not start with b'\\x93NUMPY'): it looks like a "
             "raw token file (OLMo-style, tokens back to back), whose dtype padless.lengths_of "
             "cannot tell; read it with padless.tokens.RawTokens(path, dtype=..., eos=...) or "
-            "padless.readers.lengths_from_file(path, dtype=..., eos=...) (the command line: "
+            "padless.io.lengths_from_file(path, dtype=..., eos=...) (the command line: "
             "--dtype ... --eos ...)"
         )
     try:
@@ -932,76 +930,6 @@ def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
         raise ValueError(f"{path} holds arrays {names}; choose with fields= (--fields en,es)")
 
 
-def lengths_from_file(
-    path: PathLike,
-    *,
-    tokenizer: str = "whitespace",
-    fields: Sequence[str] | None = None,
-    column: str | None = None,
-    offsets: PathLike | None = None,
-    split: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    dtype: Any = None,
-    eos: int | None = None,
-    documents: bool = False,
-) -> np.ndarray:
-    """Read lengths from one file or folder, choosing the reader by its kind.
-
-    - an indexed dataset (Megatron-LM or fairseq): its ``.idx``, or its ``.bin`` or prefix when
-      both files are there: the sequence lengths as they are stored, a read-only int32 memory
-      map (never copied: the windowed samplers plan on it as it is), checked first in one
-      chunked pass (each length non-negative, each sequence inside the ``.bin``:
-      :meth:`padless.indexed.IndexedDataset.check`); ``documents=True``: Megatron's documents'
-      lengths (int64). See :class:`padless.indexed.IndexedDataset`.
-    - with ``eos``: a raw token file (``.bin``, an OLMo-style ``.npy`` without header, anything)
-      of ``dtype`` tokens, whose documents end at each ``eos`` token (the eos counts): their
-      lengths, from one compiled pass whose offsets are kept in a file beside it for the next
-      read (:class:`padless.tokens.RawTokens`).
-    - ``.npy``: an array of lengths; with ``offsets`` (a ``.npy`` of document offsets) the file is
-      a token-id corpus and lengths are the document sizes.
-    - ``.npz``: pick arrays with ``fields`` (several give (N, F) lengths); an archive with
-      ``offsets`` (and ``tokens``) is a token corpus.
-    - ``.arrow``/``.feather``/``.parquet`` files and saved ``datasets`` folders:
-      :func:`lengths_from_arrow` with ``column`` (and ``split`` for a DatasetDict).
-    - anything else: a text file, one sequence per line, :func:`lengths_from_text`.
-
-    Values read are checked as :func:`padless.lengths_of` checks them; a file that is not what its
-    name says (a corrupt .npy, a non-Arrow .arrow, binary "text") raises ``ValueError`` naming it.
-
-    Cost: that of the reader chosen; .npy files are memory-mapped.
-
-    >>> import os, tempfile, numpy as np
-    >>> d = tempfile.mkdtemp()
-    >>> np.save(os.path.join(d, "l.npy"), np.array([3, 1, 4]))
-    >>> lengths_from_file(os.path.join(d, "l.npy")).tolist()
-    [3, 1, 4]
-    """
-    src = _as_path(path)
-    progress = _check_progress(progress)
-    suffix = src.suffix.lower()
-    tokens = _token_file_lengths(src, dtype, eos, documents)
-    if tokens is not None:
-        return tokens
-    if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
-        return lengths_from_arrow(
-            src,
-            column=column,
-            tokenizer=None if tokenizer == "whitespace" else tokenizer,
-            split=split,
-        )
-    if not src.exists():
-        raise FileNotFoundError(f"no such file: {src}")
-    if suffix == ".npy":
-        arr = load_npy(src, mmap_mode="r")
-        if offsets is None:
-            return _checked(arr, str(src))
-        off = load_npy(Path(offsets))
-        return _lengths_from_offsets(off, str(offsets), int(arr.shape[0]))
-    if suffix == ".npz":
-        return _lengths_from_npz(src, fields)
-    return lengths_from_text(src, tokenizer=tokenizer, progress=progress)
-
-
 def is_indexed_path(path: PathLike) -> bool:
     """Whether ``path`` names an indexed dataset: a ``.idx``, or a ``.bin`` or prefix with both
     files of the pair present (``padless.tokens.open_tokens`` and ``lengths_from_file`` ask)."""
@@ -1009,75 +937,3 @@ def is_indexed_path(path: PathLike) -> bool:
     prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
     pair = os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")
     return text.endswith(".idx") or (pair and not os.path.isdir(text))
-
-
-def _token_file_lengths(src: Path, dtype: Any, eos: Any, documents: Any) -> np.ndarray | None:
-    """Lengths of an indexed dataset or of a raw token file (``eos``); None for other files."""
-    if not isinstance(documents, bool):
-        raise TypeError(f"documents must be True or False, got {documents!r:.60}")
-    if eos is not None:
-        if documents:
-            raise ValueError(
-                "documents=True reads an indexed dataset's document index; with eos= the file is "
-                "raw tokens, whose documents are already its items: drop documents=True"
-            )
-        from .tokens import RawTokens  # loads the compiled kernels
-
-        return _checked(RawTokens(src, dtype=dtype, eos=eos).lengths, str(src))
-    if is_indexed_path(src):
-        if dtype is not None:
-            raise ValueError(
-                f"dtype is given by the header of an indexed dataset's .idx ({src}); drop "
-                f"dtype={dtype!r} (or pass eos= to read the .bin as raw tokens)"
-            )
-        from .tokens import open_tokens  # an IndexedDataset (the tokens module loads kernels)
-
-        store = open_tokens(src, documents=documents)
-        store.check()  # each length non-negative, each sequence inside the .bin
-        return store.lengths
-    if dtype is not None:
-        raise ValueError(
-            f"dtype={dtype!r} reads {src} as raw tokens: pass eos= too (the token that ends "
-            "each document), e.g. lengths_from_file(path, dtype='uint16', eos=0)"
-        )
-    if documents:
-        raise ValueError(
-            f"documents=True is for an indexed dataset (.idx + .bin), got {src}: no .idx there"
-        )
-    return None
-
-
-def lengths_from_files(paths: Sequence[PathLike], **kwargs: Any) -> np.ndarray:
-    """Read several files side by side (e.g. ``train.en train.es``) as (N, F) lengths.
-
-    ``kwargs`` go to :func:`lengths_from_file` for every file; the files must hold as many
-    sequences each. Cost: one read per file.
-
-    >>> import os, tempfile
-    >>> d = tempfile.mkdtemp()
-    >>> for name, text in (("t.en", "a b\\nc\\n"), ("t.es", "x\\ny z w\\n")):
-    ...     _ = open(os.path.join(d, name), "w").write(text)
-    >>> lengths_from_files([os.path.join(d, "t.en"), os.path.join(d, "t.es")]).tolist()
-    [[2, 1], [1, 3]]
-    """
-    if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence):
-        raise TypeError(
-            "paths must be a list of paths (e.g. ['train.en', 'train.es']; one file: "
-            f"lengths_from_file), got {type(paths).__name__} {paths!r:.60}"
-        )
-    if not paths:
-        raise ValueError("paths must name at least one file")
-    for i, p in enumerate(paths):
-        if not isinstance(p, (str, os.PathLike)):
-            raise TypeError(
-                f"paths[{i}] must be a str or a pathlib.Path, got {type(p).__name__} {p!r:.60}"
-            )
-    cols = [lengths_from_file(p, **kwargs) for p in paths]
-    if len(cols) == 1:
-        return cols[0]
-    sizes = {c.shape[0] for c in cols}
-    if len(sizes) > 1:
-        counts = ", ".join(f"{p}: {c.shape[0]}" for p, c in zip(paths, cols, strict=True))
-        raise ValueError(f"parallel files must have the same number of lines, got {counts}")
-    flat = [c if c.ndim == 2 else c[:, None] for c in cols]
-    return np.concatenate(flat, axis=1)

@@ -13,7 +13,8 @@ import numpy as np
 from . import _rng
 from ._schedule import length_mixing, step_mean_lengths
 from .cost import as_cost, padded_batch_costs, real_work
-from .lengths import lengths_of, sizes_of
+from .io import lengths_of
+from .lengths import sizes_of
 from .plan import BatchPlan
 from .plan import BatchPlan as _Plan
 from .planners import strategies

@@ -689,18 +689,6 @@ class PlanSampler(Resumable):
         lo = int(sizes[:step].sum())
         return lo, lo + int(sizes[step])
 
-    def collate(self, **options: Any) -> Any:
-        """A collate function for this sampler's batches (``padless.torch``), settings filled in.
-
-        Packing specs give ``collate_packed(capacity, max_per_row=...)`` (so capacity is typed
-        once); the others give ``collate_padded(plan=self)``, which pads to the spec's
-        ``pad_to_multiple_of`` (the width the plan budgeted; another ``multiple_of=`` is a
-        ValueError). ``options`` go to that function (``pad_id=``, ``flatten=``, ``fields=``...).
-        """
-        from .torch import collate_for  # torch's face, deferred like torch itself
-
-        return collate_for(self, **options)
-
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
         if self._fingerprint is None:

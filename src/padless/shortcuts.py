@@ -450,7 +450,7 @@ class PackingSampler(PlanSampler):
 
     ``PlanSampler(lengths, Packing(...), ...)`` with today's keywords. Each batch is a list of
     Python ints: the batch's rows one after the other, rows in the order they were opened, each
-    row's sequences longest first. Feed the items to ``sampler.collate()`` (that is
+    row's sequences longest first. Feed the items to ``collate_for(sampler)`` (that is
     ``padless.torch.collate_packed`` with this sampler's ``capacity`` and ``max_per_row``): it cuts the
     list back into the planned rows next fit (see :func:`next_fit_rows`) and builds ``input_ids``,
     ``cu_seqlens``, ``position_ids``, labels... With ``oversize="split"`` (or ``"truncate"``)
@@ -459,14 +459,14 @@ class PackingSampler(PlanSampler):
 
         sampler = PackingSampler(lengths, capacity=4096, rows_per_batch=8)
         loader = DataLoader(dataset, batch_sampler=sampler,
-                            collate_fn=sampler.collate(flatten=True))
+                            collate_fn=collate_for(sampler, flatten=True))
         for batch in loader:  # batch["cu_seqlens"], batch["max_seqlen"] -> flash_attn_varlen_func
             ...
 
         # sequences longer than capacity, cut into pieces:
         sampler = PackingSampler(lengths, capacity=4096, oversize="split")
         loader = DataLoader(sampler.pieces(dataset), batch_sampler=sampler,
-                            collate_fn=sampler.collate())
+                            collate_fn=collate_for(sampler))
 
     Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
     the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,

@@ -55,7 +55,8 @@ import numpy as np
 from . import _kernels as K
 from . import _rng
 from ._check import MAX_BUDGET, check_seed, non_negative, positive
-from .lengths import MAX_LENGTH, MappedFile, lengths_of, sizes_of
+from .io import lengths_of
+from .lengths import MAX_LENGTH, MappedFile, sizes_of
 from .plan import BatchPlan, PlanStats
 from .planners.spec import Spec, round_up
 

@@ -184,7 +184,7 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
             return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"
         return builtin_corpus(), "built-in corpus (bible en, 29,814 verses, BPE 8k)"
     from .._progress import Progress
-    from ..readers import lengths_from_files
+    from ..io import lengths_from_files
 
     refuse_saved_plans(input_paths(args))
     total = 0

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..lengths import lengths_of, sizes_of
+from ..io import lengths_of
+from ..lengths import sizes_of
 from ..report import StrategyRow
 
 FORMATS = ("png", "svg", "pdf")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..lengths import lengths_of
+from ..io import lengths_of
 from ..planners.spec import Spec
 from .base import Epoch, Epochs, Figures, History, batch_order
 from .whole import WholeEpoch, WholeEpochs

@@ -34,7 +34,8 @@ from ..cost import (
     units_limit,
 )
 from ..fields import check_field_budgets, check_resolution
-from ..lengths import lengths_of, sizes_of
+from ..io import lengths_of
+from ..lengths import sizes_of
 from ..plan import BatchPlan
 from . import _rounds as R
 from .budget import check_oversize, field_batch_costs, field_unit_sums, over_budget

@@ -15,7 +15,8 @@ from .._kernels import cost as KC
 from .._kernels import windows as KW
 from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, padded_batch_costs
 from ..fields import check_field_budgets, check_resolution, field_scales, scaled_sizes
-from ..lengths import MAX_LENGTH, lengths_of
+from ..io import lengths_of
+from ..lengths import MAX_LENGTH
 from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, keys_order, length_order, run_sizes
@@ -161,7 +162,7 @@ class TokenBudget(Spec):
             ``cost`` it counts padded tokens.
         pad_to_multiple_of: the padded width is rounded up to a multiple of this (1: none).
             The plan is the plan of the lengths rounded up to it (each field of (N, F)
-            lengths), so every budget holds for the padded batch; ``sampler.collate()`` pads to
+            lengths), so every budget holds for the padded batch; ``collate_for(sampler)`` pads to
             exactly this multiple.
         resolution: the lengths are ticks of this many seconds (or any unit), e.g. from
             :func:`padless.durations`, and budgets are given in that unit

@@ -31,7 +31,7 @@ The order of the batches is the **curriculum**, part of the plan (a pure functio
 
 Pieces are yielded as codes ``index + piece · N`` (``piece``: the piece's number within its
 document, counting every piece of the decomposition); :meth:`Decomposition.pieces` wraps a
-dataset so the codes give back the pieces' tokens, and ``sampler.collate()`` stacks them into
+dataset so the codes give back the pieces' tokens, and ``collate_for(sampler)`` stacks them into
 ``(B, 2**k)`` tensors.
 """
 

@@ -798,7 +798,7 @@ class Packing(Spec):
 
     Settings as :func:`plan_packing`. A sampler over this spec yields each batch's items row
     after row in canonical order (see the module docstring), split pieces as codes
-    ``index + piece · N``; ``sampler.collate()`` builds the matching
+    ``index + piece · N``; ``collate_for(sampler)`` builds the matching
     ``padless.torch.collate_packed`` with this spec's ``capacity`` and ``max_per_row``.
 
     ``context_parallel=cp`` (default 1: none) plans rows that ``cp`` context-parallel ranks
@@ -815,7 +815,7 @@ class Packing(Spec):
     optimizer step; every value divides the largest, ``C_max``): the plan is ``capacity=C_max``'s,
     and a batch of a step at capacity ``C`` delivers each planned row as ``C_max / C`` rows of
     ``C`` (:class:`CapacitySteps`, :func:`layout_row`): documents whole where a row has room,
-    cut only where they must be; ``pieces()`` and ``sampler.collate()`` serve and lay them out
+    cut only where they must be; ``pieces()`` and ``collate_for(sampler)`` serve and lay them out
     (docs/schedules.md). Not with ``context_parallel > 1``, windows, histograms or streams.
 
     ``capacity=(C_src, C_tgt)``, one capacity per field of (N, 2) lengths (encoder–decoder
@@ -824,7 +824,7 @@ class Packing(Spec):
     target tokens, where an int capacity bounds every field by the pair's longer one. The plan
     is a :class:`padless.plan.VectorPackedPlan` (``field_stats`` per field, ``info``'s
     ``field_efficiency`` and ``rows_lower_bound``), its batches collated by
-    ``padless.torch.collate_packed_pairs`` (``sampler.collate()``). Pairs are placed whole:
+    ``padless.torch.collate_packed_pairs`` (``collate_for(sampler)``). Pairs are placed whole:
     ``oversize`` is ``"error"`` or ``"drop"`` (a pair over its capacity in either field), and
     ``cost``, ``max_row_cost`` and ``context_parallel`` are refused, as are the stream and
     histogram forms (windows plan each window's pairs with this planner).

@@ -15,7 +15,7 @@ The rules, in one place:
   ``length >= m`` and ``batch_size >= c``, the one with the fewest padded slots, ``batch_size ×
   length`` with ``pad_batches=True`` (else ``length``); ties go to the shorter, then to the
   smaller batch size. The planner tags each batch with it (:attr:`ShapedPlan.shape_of`), and the
-  collate (``padless.torch.collate_padded(pad_id, shapes=...)`` or ``sampler.collate(...)``)
+  collate (``padless.torch.collate_padded(pad_id, shapes=...)`` or ``collate_for(sampler, ...)``)
   finds the same shape from the samples it receives, with no channel from sampler to workers.
 - **Padding**: a batch pads every sequence to its shape's length and, with ``pad_batches=True``,
   adds dummy rows up to the shape's batch size; :meth:`ShapedPlan.stats` counts those slots
@@ -41,7 +41,8 @@ import numpy as np
 
 from .. import _kernels as K
 from .._check import budget, check_bool, check_seed, positive
-from ..lengths import lengths_of, sizes_of
+from ..io import lengths_of
+from ..lengths import sizes_of
 from ..plan import MAX_SHAPE_SIDE as MAX_SHAPE_SIDE  # moved to padless.plan; importable here too
 from ..plan import BatchPlan, ShapedPlan, check_shapes  # ShapedPlan, check_shapes: likewise
 from ._order import length_order
@@ -133,7 +134,7 @@ class FixedShapes(Spec):
     ``plan(lengths, seed=, epoch=, order=)`` walks ``order`` (indices, each at most once) when
     given, else the length order (2-D: last field, then the first) with ties broken at random
     per (seed, epoch). Samplers, ranks, balance and resume: ``PlanSampler(lengths,
-    FixedShapes(...))``; ``sampler.collate(pad_id=0)`` pads each batch to its shape.
+    FixedShapes(...))``; ``collate_for(sampler, pad_id=0)`` pads each batch to its shape.
 
     Cost: O(N + max length) time and O(N) memory (counting sort, one compiled greedy pass, one
     O(shapes) look-up per batch).

@@ -10,7 +10,7 @@ budget, boundaries fitted to them) once and returns a :class:`Planner` that plan
 Adding a strategy: one module with a spec subclass (each setting a :func:`setting` field with
 its check; rules across settings in ``_settle``; its answers to generic code where the defaults
 do not fit: ``packs_rows``, ``collate_form``, ``for_windows``, ``window_kernel``,
-``stream_engine``, ``step_form``) and its planner, one line in :func:`padless.planners.strategies`, and its
+``stream_engine``, ``step_form``) and its planner, one line in ``_REGISTRY`` (:func:`padless.planners.strategies`), and its
 factory in the contract tests. Windows, streams, samplers and collates ask these answers; none
 of them tests a spec's type.
 """
@@ -28,10 +28,10 @@ from .._keywords import check_keywords, keyword_names
 from .._schedule import padded_costs
 from ..cost import Cost, as_cost
 from ..fields import to_ticks
-from ..lengths import MAX_LENGTH, lengths_of, sizes_of
+from ..io import lengths_of
+from ..lengths import MAX_LENGTH, sizes_of
 from ..plan import BatchPlan, not_a_spec, spec_record
 from ..schedules import Schedule
-from . import strategies
 
 
 def plannable_lengths(lengths: Any) -> np.ndarray:
@@ -654,3 +654,36 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     if not isinstance(spec, Spec):
         raise TypeError(not_a_spec(spec))
     return spec_record(spec)
+
+
+# name -> (module, spec class); adding a strategy is one line here
+_REGISTRY = {
+    "token_budget": ("padless.planners.budget", "TokenBudget"),
+    "exact_length": ("padless.planners.exact", "ExactLength"),
+    "buckets": ("padless.planners.buckets", "Buckets"),
+    "packing": ("padless.planners.packing", "Packing"),
+    "fixed_shapes": ("padless.planners.shapes", "FixedShapes"),
+    "decomposition": ("padless.planners.decomposition", "Decomposition"),
+}
+
+
+def strategies() -> dict[str, type[Spec]]:
+    """The registry of batching strategies: name → spec class.
+
+    >>> sorted(strategies())[:2]
+    ['buckets', 'decomposition']
+    """
+    return {name: getattr(import_module(mod), cls) for name, (mod, cls) in _REGISTRY.items()}
+
+
+def get_strategy(name: str) -> type[Spec]:
+    """The spec class registered as ``name``.
+
+    >>> get_strategy("token_budget").__name__
+    'TokenBudget'
+    """
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ValueError(f"strategy must be one of {sorted(_REGISTRY)}, got {name!r}")
+    mod, cls = _REGISTRY[name]
+    spec: type[Spec] = getattr(import_module(mod), cls)
+    return spec

@@ -45,7 +45,7 @@ buffers; the ``window`` of samplers and :func:`padless.plan_windows` counts item
   wait (their items are placed again with the next chunk). A batch is a list of ``rows_per_batch`` rows, each row a list of
   items; an item longer than ``capacity`` is handled by ``oversize`` as in the planner, and
   ``"split"``/``"truncate"`` put :class:`Piece` entries in the rows, saying which tokens of which
-  item they hold. ``batcher.collate()`` turns a batch into ``padless.torch.collate_packed``'s
+  item they hold. ``collate_for(batcher)`` turns a batch into ``padless.torch.collate_packed``'s
   varlen format.
 
 Resume. ``state_dict()`` is small and JSON-safe (when the source's own state is): the round, the

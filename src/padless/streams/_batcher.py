@@ -286,17 +286,6 @@ class StreamBatcher:
         self._live = live
         return self._run(live, state)
 
-    def collate(self, **options: Any) -> Any:
-        """A collate function for this batcher's batches (needs torch).
-
-        ``Packing``: ``padless.torch.collate_packed``'s output (rows, ``cu_seqlens``,
-        ``position_ids``...) from a batch of rows, pieces sliced; the other specs:
-        ``padless.torch.collate_padded(**options)``.
-        """
-        from ..torch import collate_for  # torch's face, deferred like torch itself
-
-        return collate_for(self, **options)
-
     def stats(self) -> dict[str, Any]:
         """Figures of the current (or last) iteration: batches, items, padding, rounds...
 

@@ -194,7 +194,7 @@ def _plan_multiple(plan: Any) -> tuple[int, Any]:
     if form.packed:
         raise ValueError(
             "plan is a packing plan, whose batches are rows of packed sequences: collate them "
-            "with padless.torch.collate_packed(sampler) or sampler.collate(), not collate_padded"
+            "with padless.torch.collate_packed(sampler) or collate_for(sampler), not collate_padded"
         )
     return form.multiple_of, spec
 
@@ -212,7 +212,7 @@ def collate_padded(
 
     A token budget is a promise about the batch the model receives: pad to a multiple in the
     plan (``TokenBudget(max_tokens=4096, pad_to_multiple_of=8)``, which plans the rounded
-    widths) and take the collate from it (``sampler.collate(pad_id=0)`` or
+    widths) and take the collate from it (``collate_for(sampler, pad_id=0)`` or
     ``collate_padded(0, plan=sampler)``). ``multiple_of`` alone rounds after planning, so
     batches may pass the budget.
 
@@ -410,7 +410,7 @@ class PackedCollate:
                 f"the samples were planned in rows of {planned} tokens (served at {capacity}): "
                 f"the collate's capacity must be {planned} with context_parallel=1, got "
                 f"capacity={self.capacity}, context_parallel={self.context_parallel}; use "
-                "sampler.collate()"
+                "collate_for(sampler)"
             )
         f = planned // capacity
         seqs = self._samples(samples, planned)
@@ -795,7 +795,7 @@ def collate_packed(
     ([0, 5, 7, 7], [0, 8, 12, 16])
 
     ``capacity`` may also be the ``Packing`` spec or the packing sampler itself, so capacity,
-    ``max_per_row`` and ``context_parallel`` are never typed twice (``sampler.collate(...)``
+    ``max_per_row`` and ``context_parallel`` are never typed twice (``collate_for(sampler, ...)``
     does this); a ``max_per_row`` or ``context_parallel`` given beside it must then agree.
     """
     form = form_of(capacity)
@@ -803,7 +803,7 @@ def collate_packed(
         raise ValueError(
             f"capacity is a packing with one capacity per field (capacity={form.capacities}): "
             "collate its (source, target) rows with padless.torch.collate_packed_pairs(sampler) "
-            "or sampler.collate()"
+            "or collate_for(sampler)"
         )
     if form is not None and form.packed:
         if max_per_row is not None and max_per_row != form.max_per_row:

@@ -92,7 +92,7 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
     if form.shapes is not None:
         if "shapes" in options:
             raise ValueError(
-                "shapes must not be passed to sampler.collate(): the sampler's FixedShapes "
+                "shapes must not be passed to collate_for(sampler): the sampler's FixedShapes "
                 f"spec gives them, got shapes={options['shapes']!r:.60}"
             )
         _check_options(options, collate_padded, ("shapes",))

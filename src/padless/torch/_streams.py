@@ -120,7 +120,7 @@ class _Strided:
 class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """A torch ``IterableDataset`` of :class:`padless.StreamBatcher` batches, split over workers and ranks.
 
-    Use it with ``DataLoader(ds, batch_size=None, num_workers=k, collate_fn=ds.collate(...))``.
+    Use it with ``DataLoader(ds, batch_size=None, num_workers=k, collate_fn=collate_for(ds, ...))``.
     Each DataLoader worker of each rank batches its own share of the source:
 
     - a ``datasets.IterableDataset`` is split by its own sharding: ``split_dataset_by_node``
@@ -222,10 +222,6 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         set_source_epoch = getattr(self.source, "set_epoch", None)
         if callable(set_source_epoch) and getattr(self.source, "epoch", None) != epoch:
             set_source_epoch(epoch)
-
-    def collate(self, **options: Any) -> Callable[[Any], Any]:
-        """:func:`stream_collate` for this dataset's spec."""
-        return stream_collate(self.spec, **options)
 
     def _shard(self) -> tuple[int, int, int]:
         info = torch.utils.data.get_worker_info()
