@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "padless._output",
             "padless._files",
             "padless._progress",
+            "padless._moved",
         ),
     ),
     (

@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from ._check import MAX_BUDGET, _is_int, check_bool, non_negative, positive
+from ._moved import MOVED
 from ._output import write_exactly
 from .lengths import as_lengths, sizes_of
 
@@ -90,6 +91,7 @@ def saved_type(meta: dict[str, Any], where: str) -> type[BatchPlan]:
     module = meta.get("module")
     if module is None and name in _PLAN_TYPES:
         module, name = _PLAN_TYPES[name]
+    module = MOVED.get(module, module) if isinstance(module, str) else module
     if not isinstance(module, str) or not (module == "padless" or module.startswith("padless.")):
         raise ValueError(f"{where} holds a plan of unknown type {name!r} (module {module!r})")
     try:
