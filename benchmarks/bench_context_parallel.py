@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_in_rounds  # noqa: E402
 
 from padless import Cost, Packing, PlanSampler  # noqa: E402
-from padless.cost import context_parallel_costs, cp_multiple, zigzag_work  # noqa: E402
+from padless.core.cost import context_parallel_costs, cp_multiple, zigzag_work  # noqa: E402
 
 SEVEN_B = Cost.transformer(4096, 32, d_ff=int(1.5 * 11008), vocab=32000)
 DP, CP = 8, 4

@@ -36,8 +36,8 @@ from _common import best_of  # noqa: E402
 
 import padless  # noqa: E402
 from padless import Cost, Packing, PlanSampler, TokenBudget  # noqa: E402
-from padless._schedule import length_mixing, step_imbalance, step_mean_lengths  # noqa: E402
-from padless.cost import packed_batch_costs, padded_batch_costs  # noqa: E402
+from padless.core._schedule import length_mixing, step_imbalance, step_mean_lengths  # noqa: E402
+from padless.core.cost import packed_batch_costs, padded_batch_costs  # noqa: E402
 
 SEVEN_B = Cost.transformer(4096, 32, d_ff=int(1.5 * 11008), vocab=32000)
 WORLD = 8

@@ -55,7 +55,7 @@ def random_batches(n: int, batch_size: int, seed: int = 0):
 def speed(n: int, repeat: int) -> None:
     from padless.planners._order import length_order
     from padless.planners.buckets import bucket_boundaries
-    from padless.shortcuts import plan_buckets, plan_exact_length
+    from padless.sampling.shortcuts import plan_buckets, plan_exact_length
 
     lengths = lognormal_lengths(n)
     t0 = time.perf_counter()
@@ -104,9 +104,9 @@ def speed(n: int, repeat: int) -> None:
 def padding_rows(lengths: np.ndarray, batch_size: int | None, max_tokens: int | None):
     """(method, plan) pairs for one dataset at one batch setting."""
     from padless import plan_token_budget
-    from padless.lengths import sizes_of
+    from padless.core.lengths import sizes_of
     from padless.planners.buckets import bucket_boundaries
-    from padless.shortcuts import plan_buckets, plan_exact_length
+    from padless.sampling.shortcuts import plan_buckets, plan_exact_length
 
     sizes = sizes_of(lengths)
     size_kw = {"batch_size": batch_size} if batch_size else {"max_tokens": max_tokens}
@@ -174,7 +174,7 @@ def target_sizes(
 
 
 def padding(name: str, lengths: np.ndarray, batch_size: int | None, max_tokens: int | None) -> None:
-    from padless.lengths import sizes_of
+    from padless.core.lengths import sizes_of
 
     sizes = sizes_of(lengths)
     setting = f"batch_size={batch_size}" if batch_size else f"max_tokens={max_tokens}"

@@ -8,7 +8,7 @@ the lengths ``lengths_of`` returns.
    ``check`` replaced by a no-op), best of ``--rounds`` rounds of ``--calls`` calls; the
    overhead is the difference per call (on a busy machine, within its noise: the first line is
    the figure to trust).
-2. **Cache identity**: ``padless._files.identity_of`` of a ``--tokens``-token uint16 file (an
+2. **Cache identity**: ``padless.io._files.identity_of`` of a ``--tokens``-token uint16 file (an
    fstat and 16 blocks of 64 KiB hashed) against a whole ``RawTokens`` open that reuses the
    cache, and against the same open without cache (the compiled eos pass).
 3. **Index passes**: a Megatron index of ``--sequences`` sequences (sparse ``.bin``): the open
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_in_rounds, best_of  # noqa: E402
 
 import padless  # noqa: E402
-from padless import _files  # noqa: E402
-from padless.indexed import IndexedDataset, write_indexed  # noqa: E402
-from padless.tokens import RawTokens  # noqa: E402
+from padless.io import _files  # noqa: E402
+from padless.io.indexed import IndexedDataset, write_indexed  # noqa: E402
+from padless.io.tokens import RawTokens  # noqa: E402
 from padless.torch import TokenDataset  # noqa: E402
 
 

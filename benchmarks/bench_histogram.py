@@ -29,7 +29,7 @@ from _common import lognormal_lengths
 
 import padless
 from padless.epochs.histogram import HistogramEpochs
-from padless.histogram import HistogramPlanner
+from padless.planners.histogram import HistogramPlanner
 
 
 def _anon_kb() -> int:

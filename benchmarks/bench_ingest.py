@@ -4,7 +4,7 @@ offsets of raw token files, and planned batches served from a memory-mapped ``.b
 Four measures, each beside a reference timed in the same process:
 
 1. **Open an indexed dataset** of ``--sequences`` (1e8) sequences (a Megatron ``.idx`` written
-   here with numpy, about 2 GB): ``padless.indexed.IndexedDataset`` (memory maps, no pass) and
+   here with numpy, about 2 GB): ``padless.io.indexed.IndexedDataset`` (memory maps, no pass) and
    ``padless.lengths_of(Path(idx))`` (the same maps, and one chunked pass that checks each length
    and pointer), against reading the index's lengths and pointers into memory (``np.fromfile``,
    what a reader that loads its index does). Best of 5 opens (3 for ``lengths_of``); the memory
@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import best_in_rounds, best_of  # noqa: E402
 
 import padless  # noqa: E402
-from padless.tokens import RawTokens  # noqa: E402
+from padless.io.tokens import RawTokens  # noqa: E402
 
 EOS = 0
 
@@ -99,7 +99,7 @@ def bench_open(root: Path, sequences: int) -> None:
             np.fromfile(fh, dtype=np.int32, count=sequences)
             np.fromfile(fh, dtype=np.int64, count=sequences)
 
-    from padless.indexed import IndexedDataset
+    from padless.io.indexed import IndexedDataset
 
     before = _rss()
     t_open = best_of(lambda: IndexedDataset(idx), 5)

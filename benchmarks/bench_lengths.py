@@ -160,7 +160,7 @@ def main() -> None:
 def text_figures(work: Path, text: Path, runs: int) -> None:
     """Whitespace/chars/bytes counts next to awk and wc; compressed copies; start-up."""
     import padless
-    from padless.readers import lengths_from_text
+    from padless.io.readers import lengths_from_text
 
     q = str(text)
     subprocess.run(f"gzip -1 -k -c {q} > {q}.gz", shell=True, check=True)
@@ -250,7 +250,7 @@ def tokenizers(
     import sentencepiece as spm
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from padless.readers import lengths_from_text
+    from padless.io.readers import lengths_from_text
 
     with open(text, "rb") as fh:
         head = fh.read(size)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from padless.memory import as_bytes
+from padless.core.memory import as_bytes
 from padless.torch import measure_peak, probe_memory
 
 GRID = [(200, 20), (400, 60), (600, 100), (800, 40), (1000, 30), (1200, 120)]

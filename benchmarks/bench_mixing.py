@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from padless import builtin_corpus
-from padless.mixing import MixtureSampler
-from padless.shortcuts import TokenBudgetSampler
+from padless.sampling.mixing import MixtureSampler
+from padless.sampling.shortcuts import TokenBudgetSampler
 
 
 class TimedSampler(TokenBudgetSampler):

@@ -53,7 +53,7 @@ def concat_and_cut(lengths: np.ndarray, capacity: int) -> tuple[float, int]:
 
 def windowed_bfd_rows(lengths: np.ndarray, capacity: int, window: int) -> int:
     """Rows used by best-fit decreasing run separately on windows of ``window`` sequences."""
-    from padless.shortcuts import plan_packing
+    from padless.sampling.shortcuts import plan_packing
 
     return sum(
         plan_packing(lengths[i : i + window], capacity=capacity).num_rows
@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import padless
-    from padless.shortcuts import plan_packing
+    from padless.sampling.shortcuts import plan_packing
 
     print(f"machine: {machine()}; numpy {np.__version__}")
     print()

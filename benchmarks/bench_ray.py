@@ -407,7 +407,7 @@ def main() -> None:
         print(f"| {name} | {t_ray:.2f} ({args.rows / t_ray / 1e6:.1f} M items/s) | "
               f"{t_local:.2f} ({args.rows / t_local / 1e6:.1f} M items/s) | {same} |")  # fmt: skip
     t0 = time.perf_counter()
-    from padless.windows import WindowedPlanner
+    from padless.planners.windows import WindowedPlanner
 
     WindowedPlanner(padless.TokenBudget(max_tokens=4096), lengths_path, 1_000_000)
     check = time.perf_counter() - t0

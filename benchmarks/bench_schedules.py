@@ -45,7 +45,7 @@ from _common import best_in_rounds, lognormal_lengths
 
 import padless
 from padless import Schedule
-from padless.mixing import MixtureSampler
+from padless.sampling.mixing import MixtureSampler
 
 
 def _epoch(sampler) -> int:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from padless import _kernels as K
-from padless.lm import LMStream
+from padless.streams.lm import LMStream
 
 B, T = 32, 1024
 

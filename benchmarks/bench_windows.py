@@ -104,7 +104,7 @@ def make_data(path: str, n: int) -> None:
 
 def scale(args: argparse.Namespace) -> None:
     import padless
-    from padless.windows import WindowedPlanner
+    from padless.planners.windows import WindowedPlanner
 
     if not os.path.exists(args.data):
         make_data(args.data, args.n)
@@ -197,7 +197,7 @@ def restore(lengths: np.ndarray, args: argparse.Namespace) -> None:
 
 def quality(args: argparse.Namespace) -> None:
     import padless
-    from padless.windows import plan_windows
+    from padless.planners.windows import plan_windows
 
     def budget_padding(lengths: np.ndarray, plans: list) -> float:
         real = padded = 0

@@ -160,7 +160,7 @@ def corpus_prefix(out: Path) -> Path:
 
 def write_corpus(out: Path) -> None:
     """Write the corpus (item ``i``: :func:`tokens`) once, in the parent before any leg forks."""
-    from padless.indexed import write_indexed
+    from padless.io.indexed import write_indexed
 
     write_indexed((tokens(i) for i in range(N)), corpus_prefix(out), dtype=np.uint16)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from padless import lengths_of
-from padless.readers import lengths_from_arrow, list_column, load_npy
+from padless.io.readers import lengths_from_arrow, list_column, load_npy
 
 pa = pytest.importorskip("pyarrow")
 datasets = pytest.importorskip("datasets")
@@ -205,11 +205,11 @@ def test_raw_npy_without_header_names_the_raw_token_readers(tmp_path):
             call()
         msg = str(info.value)
         assert "allow_pickle" not in msg and "pickled" not in msg
-        assert "padless.tokens.RawTokens(path, dtype=..., eos=...)" in msg
+        assert "padless.io.tokens.RawTokens(path, dtype=..., eos=...)" in msg
         assert "lengths_from_file(path, dtype=..., eos=...)" in msg
 
 
 def test_lengths_module_stays_light():
-    code = "import sys, padless.lengths; print(sorted(m for m in ('pyarrow', 'datasets') if m in sys.modules))"
+    code = "import sys, padless.core.lengths; print(sorted(m for m in ('pyarrow', 'datasets') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

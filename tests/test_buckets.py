@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from padless import _kernels as K
 from padless import builtin_corpus
 from padless.planners.buckets import boundary_cost, bucket_boundaries
-from padless.shortcuts import BucketSampler, plan_buckets
+from padless.sampling.shortcuts import BucketSampler, plan_buckets
 
 
 def cost_of(sizes, cuts):

@@ -1,4 +1,4 @@
-"""padless.checked: a dataset bound to its planned lengths refuses another size up front and an
+"""padless.io.checked: a dataset bound to its planned lengths refuses another size up front and an
 item of another length when it is loaded (per item, or whole from an Arrow dataset's offsets)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from padless import MixtureSampler, Packing, PackingSampler, PieceDataset, TokenBudgetSampler
-from padless.checked import CheckedDataset, sampler_lengths
+from padless.io.checked import CheckedDataset, sampler_lengths
 
 torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")

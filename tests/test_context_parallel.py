@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import padless
 from padless import Cost, Packing, PackingSampler, PlanSampler
-from padless.cost import context_parallel_costs, packed_batch_costs, zigzag_work
+from padless.core.cost import context_parallel_costs, packed_batch_costs, zigzag_work
 from padless.planners.packing import PieceDataset
 from padless.torch import collate_packed, join_cp_shares, zigzag_indices
 

@@ -16,7 +16,7 @@ import padless
 from padless import Buckets, Cost, ExactLength, Packing, PlanSampler, TokenBudget
 from padless import _kernels as K
 from padless._kernels import cost as KC
-from padless._schedule import balanced_order, length_mixing, step_imbalance, step_mean_lengths
+from padless.core._schedule import balanced_order, length_mixing, step_imbalance, step_mean_lengths
 
 LENS = np.random.default_rng(11).lognormal(3.6, 0.9, 1500).astype(np.int64).clip(1, 400)
 QUAD = Cost(linear=1.0, quadratic=0.02, per_sequence=3.0)
@@ -210,7 +210,7 @@ def test_batch_cost_kernels_match_references(values, data):
     n = values.shape[0]
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=8)))
     offsets = np.array([0, *cuts, n], dtype=np.int64)
-    a = np.diff(offsets) * K.segment_max(values, offsets)  # what padless.cost computes
+    a = np.diff(offsets) * K.segment_max(values, offsets)  # what padless.core.cost computes
     b = KC.padded_batch_costs_reference(values, offsets)
     assert np.array_equal(a, b)
     groups = sorted(data.draw(st.lists(st.integers(0, len(offsets) - 1), max_size=4)))
@@ -499,7 +499,7 @@ def test_balance_groups_steps_by_the_cost_model(spec):
     assert st_["imbalance"] == pytest.approx(step_imbalance(costs[order], 4, st_["steps"]))
     balanced = PlanSampler(LENS, spec, world_size=4, seed=1, balance=True)
     _, border = balanced.epoch_plan(0)
-    assert np.array_equal(border, balanced_order(costs, 4, padless._rng.rng(1, 0, 1)))
+    assert np.array_equal(border, balanced_order(costs, 4, padless.core._rng.rng(1, 0, 1)))
     assert balanced.stats()["imbalance"] < st_["imbalance"]
     assert st_["cost"] == QUAD.as_dict()
 
@@ -538,7 +538,7 @@ def test_length_mixing_figures():
 
 
 def test_report_rows_carry_cost_figures():
-    from padless.report import compare_report
+    from padless.sampling.report import compare_report
 
     rows, _ = compare_report(LENS, max_tokens=4096, cost=QUAD, world_size=4)
     by = {r.strategy: r for r in rows}

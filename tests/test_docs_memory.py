@@ -24,7 +24,7 @@ def test_memory_example_probes_saves_and_plans_within_the_limit(tmp_path, monkey
         exec(compile(code.group(1), "docs/memory.md:memory", "exec"), scope)
     finally:
         torch.set_num_threads(threads)
-    memory, limit = scope["memory"], padless.memory.as_bytes(scope["limit"])
+    memory, limit = scope["memory"], padless.core.memory.as_bytes(scope["limit"])
     assert padless.MemoryModel.load(tmp_path / "memory.json") == memory
     assert memory.device.startswith("cpu") and len(memory.points) >= 10
     assert [lens for _, lens in scope["probe"].largest] == [32, 64, 128, 256]

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import padless
-from padless import sampler as sampler_module
 from padless.epochs import Epochs, batch_order, epochs_for
 from padless.epochs.histogram import HistogramEpochs
 from padless.epochs.whole import WholeEpochs
 from padless.epochs.windows import WindowedEpochs
+from padless.sampling import sampler as sampler_module
 
 LENS = np.random.default_rng(3).integers(1, 200, 900)
 SPEC = padless.TokenBudget(max_tokens=600)

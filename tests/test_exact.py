@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from padless import _kernels as K
 from padless import builtin_corpus
-from padless.shortcuts import ExactLengthSampler, plan_exact_length
+from padless.sampling.shortcuts import ExactLengthSampler, plan_exact_length
 
 
 def expected_size(length, *, batch_size=None, max_tokens=None, batch_sizes=None, multiple_of=1):

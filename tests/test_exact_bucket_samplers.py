@@ -8,7 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import builtin_corpus
-from padless.shortcuts import BucketSampler, ExactLengthSampler, plan_buckets, plan_exact_length
+from padless.sampling.shortcuts import (
+    BucketSampler,
+    ExactLengthSampler,
+    plan_buckets,
+    plan_exact_length,
+)
 
 CONFIGS = {
     "exact-partial": (ExactLengthSampler, {"batch_size": 4}),

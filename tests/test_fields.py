@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import padless
 from padless import Cost, TokenBudget
 from padless._kernels import cost as KC
-from padless.fields import durations, field_scales, scaled_sizes, to_ticks
+from padless.core.fields import durations, field_scales, scaled_sizes, to_ticks
 from padless.planners.budget import field_units
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from padless.filters import length_filter, ratio_filter
+from padless.core.filters import length_filter, ratio_filter
 
 pairs = st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 400)), min_size=1, max_size=60).map(
     lambda rows: np.array(rows, dtype=np.int64)

@@ -81,7 +81,7 @@ def _array(name: str, dtypes: tuple[str, ...], ndim: int = 1, writable: bool = F
 # What a signature does not say: what the `object`s a binding checks in C++ are meant to be, the
 # dtypes an untyped array may have (the others only reach a TypeError), and the ints that ask
 # for that much work (count_labels draws n labels: a huge n is a long wait, not a bug).
-_OUT = ("int64", "int32", "uint16")  # padless.lm.OUT_DTYPES
+_OUT = ("int64", "int32", "uint16")  # padless.streams.lm.OUT_DTYPES
 _IDS = ("int64", "int32")  # the collate's outputs (csrc/collate.cpp)
 HAND: dict[str, dict[str, Param]] = {
     "count_labels": {"n": Param("n", "int", most=64)},

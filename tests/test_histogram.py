@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import padless
-from padless import histogram as H
+from padless.planners import histogram as H
 
 
 def _shapes(sampler, lengths, multiple):

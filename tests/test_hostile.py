@@ -43,22 +43,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import padless
-import padless.checked
-import padless.cost
-import padless.filters
+import padless.core.cost
+import padless.core.filters
+import padless.core.memory
 import padless.hf
 import padless.io
+import padless.io.checked
+import padless.io.readers
+import padless.io.tokens
 import padless.lhotse
 import padless.lightning
-import padless.lm
-import padless.memory
-import padless.mixing
+import padless.planners.windows
 import padless.ray
-import padless.readers
-import padless.tokens
+import padless.sampling.mixing
+import padless.streams.lm
 import padless.torch
-import padless.windows
-from padless.mixing import MixtureSampler
+from padless.sampling.mixing import MixtureSampler
 
 L = np.random.default_rng(0).integers(1, 60, 200)
 PAIRS = np.stack([L * 10, L // 2], axis=1)  # [duration ticks, tokens]
@@ -101,17 +101,17 @@ HOSTILE = [
 MODULES = [
     "padless",
     "padless.torch",
-    "padless.windows",
-    "padless.cost",
-    "padless.memory",
-    "padless.lm",
-    "padless.mixing",
-    "padless.readers",
+    "padless.planners.windows",
+    "padless.core.cost",
+    "padless.core.memory",
+    "padless.streams.lm",
+    "padless.sampling.mixing",
+    "padless.io.readers",
     "padless.hf",
     "padless.lightning",
     "padless.ray",
-    "padless.checked",
-    "padless.filters",
+    "padless.io.checked",
+    "padless.core.filters",
     "padless.lhotse",
 ]
 
@@ -122,12 +122,12 @@ NOT_ATTACKED = {
     "padless.ShuffleResult": "a result record, returned by shuffle_file",
     "padless.ZippedLengths": "a result record, returned by zip_lengths (attacked)",
     "padless.torch.MemoryProbe": "a result record, returned by probe_memory (attacked)",
-    "padless.mixing.ZippedLengths": "the same record, at home",
-    "padless.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
+    "padless.sampling.mixing.ZippedLengths": "the same record, at home",
+    "padless.sampling.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
     "padless.Schedule": "built only by its constructors (Schedule.linear & co., attacked)",
-    "padless.readers.MissingDependency": "an exception class",
-    "padless.filters.Filtered": "a result record, returned by ratio_filter and length_filter",
+    "padless.io.readers.MissingDependency": "an exception class",
+    "padless.core.filters.Filtered": "a result record, returned by ratio_filter and length_filter",
     # no parameters to attack
     "padless.strategies": "takes no arguments",
     "padless.torch.dist_kwargs": "takes no arguments",
@@ -215,7 +215,7 @@ PLAN = padless.plan_packing(L, capacity=128)
 DPLAN = padless.Decomposition(tokens_per_batch=256, max_length=32, min_length=4).plan(L)
 DOCS = [list(range(1, 1 + int(k))) for k in L[:12]]
 ROWS = [{"input_ids": d} for d in DOCS]
-LAYOUT = padless.windows.WindowLayout(1000, 100)
+LAYOUT = padless.planners.windows.WindowLayout(1000, 100)
 COST = padless.Cost(quadratic=0.01)
 SCHEDULE = padless.Schedule.linear(8, 64, steps=10, multiple_of=8)
 MEMORY = padless.MemoryModel(fixed=1000.0, per_sequence=10.0, linear=(4.0,), quadratic=(0.5,))
@@ -685,9 +685,9 @@ ENTRIES: list[Entry] = [
         None,
     ),
     (padless.zip_lengths, "zip_lengths", {"corpora": [L, L[:50]]}, ["corpora"], None),
-    # ------------------------------------------------------------------ padless.windows
+    # ------------------------------------------------------------------ padless.planners.windows
     (
-        padless.windows.WindowLayout,
+        padless.planners.windows.WindowLayout,
         "WindowLayout",
         {"n": 1000, "window": 100},
         ["n", "window"],
@@ -709,22 +709,22 @@ ENTRIES: list[Entry] = [
         _probability,
     ),
     (
-        padless.windows.WindowedPlanner,
+        padless.planners.windows.WindowedPlanner,
         "WindowedPlanner",
         {"spec": padless.TokenBudget(max_tokens=200), "lengths": L, "window": 50},
         ["spec", "lengths", "window", "threads"],
         None,
     ),
-    # ------------------------------------------------------------------ padless.cost
+    # ------------------------------------------------------------------ padless.core.cost
     (
-        padless.cost.check_max_cost,
+        padless.core.cost.check_max_cost,
         "check_max_cost",
         {"name": "max_cost", "value": 10.0},
         [("value", "max_cost")],
         lambda out: out is None or _finite(out),
     ),
-    (padless.cost.as_cost, "as_cost", {"value": {"linear": 1.0}}, [("value", "cost")], None),
-    # ------------------------------------------------------------------ padless.memory
+    (padless.core.cost.as_cost, "as_cost", {"value": {"linear": 1.0}}, [("value", "cost")], None),
+    # ------------------------------------------------------------------ padless.core.memory
     (
         padless.MemoryModel,
         "MemoryModel",
@@ -791,32 +791,32 @@ ENTRIES: list[Entry] = [
     ),
     (MEMORY.cost, "MemoryModel.cost", {"field": 0}, ["field"], None),
     (MEMORY.max_cost, "MemoryModel.max_cost", {"limit": "1MiB"}, ["limit"], _finite),
-    (padless.memory.as_bytes, "as_bytes", {"value": "1MiB"}, [("value", "limit")], None),
-    # ------------------------------------------------------------------ padless.mixing
+    (padless.core.memory.as_bytes, "as_bytes", {"value": "1MiB"}, [("value", "limit")], None),
+    # ------------------------------------------------------------------ padless.sampling.mixing
     (
-        padless.mixing.temperature_probabilities,
+        padless.sampling.mixing.temperature_probabilities,
         "temperature_probabilities",
         {"amounts": [10, 30, 60], "temperature": 2.0},
         ["amounts", "temperature"],
         _probabilities,
     ),
     (
-        padless.mixing.stratified_counts,
+        padless.sampling.mixing.stratified_counts,
         "stratified_counts",
         {"p": np.array([0.5, 0.25, 0.25]), "total": 10, "gen": np.random.default_rng(0)},
         ["p", "total", "gen"],
         lambda c: _lengths(np.asarray(c)),
     ),
-    # ------------------------------------------------------------------ padless.readers
+    # ------------------------------------------------------------------ padless.io.readers
     (
-        padless.readers.check_tokenizer,
+        padless.io.readers.check_tokenizer,
         "check_tokenizer",
         {"tokenizer": "whitespace"},
         ["tokenizer"],
         None,
     ),
     (
-        padless.readers.lengths_from_text,
+        padless.io.readers.lengths_from_text,
         "lengths_from_text",
         lambda f: {"path": f["text"]},
         ["path", "tokenizer", "progress"],
@@ -837,7 +837,7 @@ ENTRIES: list[Entry] = [
         _lengths,
     ),
     (
-        padless.readers.lengths_from_arrow,
+        padless.io.readers.lengths_from_arrow,
         "lengths_from_arrow",
         lambda f: {"path": f["arrow"], "column": "ids"},
         ["path", "column", "tokenizer", "split"],
@@ -851,7 +851,7 @@ ENTRIES: list[Entry] = [
         _lengths,
     ),
     (
-        padless.readers.list_column,
+        padless.io.readers.list_column,
         "list_column",
         {"x": TABLE, "column": "ids", "where": "list_column(x)"},
         ["x", "column"],
@@ -1084,9 +1084,9 @@ ENTRIES: list[Entry] = [
         ["output_dir"],
         None,
     ),
-    # ------------------------------------------------------------------ padless.checked
+    # ------------------------------------------------------------------ padless.io.checked
     (
-        padless.checked.sampler_lengths,
+        padless.io.checked.sampler_lengths,
         "sampler_lengths",
         {"sampler": SAMPLER},
         ["sampler"],
@@ -1109,16 +1109,16 @@ ENTRIES: list[Entry] = [
         ["state"],
         None,
     ),
-    # ------------------------------------------------------------------ padless.filters
+    # ------------------------------------------------------------------ padless.core.filters
     (
-        padless.filters.ratio_filter,
+        padless.core.filters.ratio_filter,
         "ratio_filter",
         {"lengths": PAIRS, "max_ratio": 2.0},
         ["lengths", "numerator", "denominator", "min_ratio", "max_ratio", "resolution"],
         None,
     ),
     (
-        padless.filters.length_filter,
+        padless.core.filters.length_filter,
         "length_filter",
         {"lengths": PAIRS, "max_length": (1.0, None), "resolution": (0.01, None)},
         ["lengths", "min_length", "max_length", "resolution"],
@@ -1289,7 +1289,7 @@ def _public_callables(name: str) -> dict[str, Any]:
         if isinstance(value, types.ModuleType) or not callable(value):
             continue
         home = getattr(value, "__module__", "") or ""
-        if listed is None and (not home.startswith("padless") or home == "padless._check"):
+        if listed is None and (not home.startswith("padless") or home == "padless.core._check"):
             continue  # a name it imports from elsewhere (numpy, torch, the argument checks)
         out[f"{name}.{n}"] = value
     return out
@@ -1464,7 +1464,7 @@ def _serve_all(store: Any) -> None:
 
 READERS: dict[str, Callable[[Path], Any]] = {
     "IndexedDataset": lambda p: _serve_all(padless.IndexedDataset(p)),
-    "open_tokens": lambda p: _serve_all(padless.tokens.open_tokens(p)),
+    "open_tokens": lambda p: _serve_all(padless.io.tokens.open_tokens(p)),
     "lengths_of": lambda p: padless.lengths_of(Path(f"{p}.idx")),
     "lengths_from_file": lambda p: padless.io.lengths_from_file(Path(f"{p}.bin")),
     "TokenDataset": lambda p: (lambda d: d.__getitems__(list(range(len(d)))))(
@@ -1493,7 +1493,7 @@ def _raw(tmp: Path, docs: int = 300) -> tuple[Path, np.ndarray]:
 
 RAW_READERS: dict[str, Callable[[Path], np.ndarray]] = {
     "RawTokens": lambda p: padless.RawTokens(p, dtype="uint16", eos=0).lengths,
-    "open_tokens": lambda p: padless.tokens.open_tokens(p, dtype="uint16", eos=0).lengths,
+    "open_tokens": lambda p: padless.io.tokens.open_tokens(p, dtype="uint16", eos=0).lengths,
     "lengths_from_file": lambda p: padless.io.lengths_from_file(p, dtype="uint16", eos=0),
     "TokenDataset": lambda p: padless.torch.TokenDataset(p, dtype="uint16", eos=0).store.lengths,
 }
@@ -1519,7 +1519,7 @@ def test_a_stale_offsets_cache_is_never_served(tmp_path, monkeypatch, change, re
     """The file is replaced by one of the same size with its mtime put back (``cp -p``), or
     rewritten in place where the clock did not move the ctime (simulated): every reader gives
     the file's documents as they are now, not the cached ones."""
-    import padless._files as files
+    import padless.io._files as files
 
     path, tokens = _raw(tmp_path)
     want = RAW_READERS[reader](path).tolist()  # writes the cache

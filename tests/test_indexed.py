@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padless.indexed import IndexedDataset, write_indexed
+from padless.io.indexed import IndexedDataset, write_indexed
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The formats' tables as their readers hold them (written out here, not imported).
@@ -316,7 +316,7 @@ def test_round_trip_property(tmp_path_factory: pytest.TempPathFactory, docs, fmt
 
 
 def test_chunked_passes_match_whole_arrays(tmp_path: Path, monkeypatch) -> None:
-    import padless.indexed as indexed
+    import padless.io.indexed as indexed
 
     monkeypatch.setattr(indexed, "CHUNK", 3)  # every pass crosses many chunk boundaries
     monkeypatch.setattr(indexed, "WRITE_BYTES", 16)
@@ -362,7 +362,7 @@ def test_a_truncated_megatron_index_is_not_read_as_fairseq(tmp_path: Path) -> No
     content does not (its first pointer is two lengths, its pointers do not end at the .bin's
     size), so it is refused naming both layouts, by every reader."""
     from padless import lengths_of
-    from padless.tokens import open_tokens
+    from padless.io.tokens import open_tokens
 
     prefix, true = _megatron_corpus(tmp_path)
     idx = tmp_path / "c.idx"
@@ -405,7 +405,7 @@ def test_fairseq_is_told_by_its_invariants(tmp_path: Path, sizes, pointers, nbyt
 
 
 def test_fairseq_invariants_are_checked_across_chunks(tmp_path: Path, monkeypatch) -> None:
-    import padless.indexed as indexed
+    import padless.io.indexed as indexed
 
     monkeypatch.setattr(indexed, "CHUNK", 3)
     sizes = [2] * 10
@@ -428,7 +428,7 @@ def test_megatron_document_count_must_fit_the_sequences(tmp_path: Path) -> None:
 def test_lengths_of_an_index_checks_what_it_returns(tmp_path: Path, monkeypatch) -> None:
     """Issue 39.5: lengths_of(Path(".idx")) promises [0, 2**31) and sequences inside the .bin,
     checked in chunks, without a copy (the result is still the .idx's memory map)."""
-    import padless.indexed as indexed
+    import padless.io.indexed as indexed
     from padless import lengths_of
     from padless.io import lengths_from_file
 

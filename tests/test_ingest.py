@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padless import _kernels as K
-from padless.tokens import RawTokens, open_tokens
+from padless.io.tokens import RawTokens, open_tokens
 
 DTYPES = [np.dtype(t) for t in ("uint8", "int8", "int16", "uint16", "int32", "uint32", "int64")]
 
@@ -429,7 +429,7 @@ def test_raw_tokens_cache_sees_a_replace_with_same_size_and_restored_mtime(tmp_p
 def test_raw_tokens_cache_sees_an_in_place_rewrite_by_its_sampled_hash(tmp_path, monkeypatch):
     """A rewrite in place that leaves size, mtime, ctime and inode as they were (a coarse clock):
     the digest of sampled blocks tells it."""
-    import padless._files as files
+    import padless.io._files as files
 
     real = files.stamp_of
     monkeypatch.setattr(files, "stamp_of", lambda st: real(st)._replace(ctime_ns=0))

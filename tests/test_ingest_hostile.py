@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import padless
-from padless.indexed import IndexedDataset, write_indexed
-from padless.tokens import RawTokens
+from padless.io.indexed import IndexedDataset, write_indexed
+from padless.io.tokens import RawTokens
 from padless.torch import TokenDataset, collate_packed, collate_padded
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -43,7 +43,7 @@ FUZZ = """
 import os, random, struct, sys
 import numpy as np
 from padless import _kernels as K
-from padless.indexed import IndexedDataset, write_indexed
+from padless.io.indexed import IndexedDataset, write_indexed
 
 root, seed, cases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 bases = []
@@ -281,7 +281,7 @@ def test_a_pipe_at_the_cache_name_does_not_block(raw):
     os.mkfifo(_cache(raw))
     code = """
     import sys
-    from padless.tokens import RawTokens
+    from padless.io.tokens import RawTokens
     store = RawTokens(sys.argv[1], dtype="uint16", eos=0)
     print(store.lengths.tolist(), store.cache_path)
     """

@@ -197,7 +197,7 @@ def test_every_compiled_kernel_has_a_plain_reference_beside_it():
                 "collate"]  # fmt: skip
     modules = [importlib.import_module(f"padless._kernels.{m}") for m in families] + [
         importlib.import_module(m)
-        for m in ["padless.shuffle._kernels", "padless._text_kernels", "padless.ray._pack"]
+        for m in ["padless.shuffle._kernels", "padless.io._text_kernels", "padless.ray._pack"]
     ]
     compiled = [n for n in dir(_core) if not n.startswith("_")]
     assert len(compiled) >= 50
@@ -223,8 +223,8 @@ def test_every_compiled_kernel_has_a_plain_reference_beside_it():
 )
 def test_stream_key_is_numpys_seed_sequence(seed, epoch, stream):
     """The compiled stream key equals SeedSequence([seed, epoch, stream])'s first uint64 word
-    (one- and two-word values, zeros, the top of uint64), and padless._rng.key gives it."""
-    from padless import _rng
+    (one- and two-word values, zeros, the top of uint64), and padless.core._rng.key gives it."""
+    from padless.core import _rng
 
     want = K.rng.stream_key_reference(seed, epoch, stream)
     assert K.rng.stream_key(seed, epoch, stream) == want
@@ -232,7 +232,7 @@ def test_stream_key_is_numpys_seed_sequence(seed, epoch, stream):
 
 
 def test_stream_keys_past_uint64_still_come_from_numpy():
-    from padless import _rng
+    from padless.core import _rng
 
     big = 2**70 + 3
     want = np.random.SeedSequence([big, 1, 2]).generate_state(1, dtype=np.uint64)[0]

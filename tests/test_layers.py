@@ -28,48 +28,67 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "checks",
         (
-            "padless._check",
+            "padless.core._check",
             "padless._keywords",
             "padless._splitmix",
-            "padless._output",
-            "padless._files",
-            "padless._progress",
-            "padless._moved",
+            "padless.core._output",
+            "padless.io._files",
+            "padless.core._progress",
+            "padless.core._moved",
         ),
     ),
     (
         "kernels",
-        ("padless._kernels", "padless._kernels.*", "padless._rng", "padless._text_kernels"),
+        ("padless._kernels", "padless._kernels.*", "padless.core._rng", "padless.io._text_kernels"),
     ),
-    ("schedules", ("padless._schedule", "padless._state")),
-    ("values", ("padless.lengths", "padless.fields", "padless.plan", "padless.schedules")),
-    ("costs", ("padless.cost", "padless.memory")),
+    ("schedules", ("padless.core._schedule", "padless.core._state")),
+    (
+        "values",
+        (
+            "padless.core.lengths",
+            "padless.core.fields",
+            "padless.core.plan",
+            "padless.core.schedules",
+        ),
+    ),
+    ("costs", ("padless.core.cost", "padless.core.memory")),
     # lengths and tokens from files: the planners plan anything lengths_of reads, paths included
     (
         "io",
-        ("padless.io", "padless.readers", "padless.tokens", "padless.indexed", "padless.checked"),
+        (
+            "padless.io",
+            "padless.io.readers",
+            "padless.io.tokens",
+            "padless.io.indexed",
+            "padless.io.checked",
+        ),
     ),
     # the strategies, and the planners of any strategy's windows and histogram form
     (
         "planners",
-        ("padless.planners", "padless.planners.*", "padless.windows", "padless.histogram"),
+        (
+            "padless.planners",
+            "padless.planners.*",
+            "padless.planners.windows",
+            "padless.planners.histogram",
+        ),
     ),
     ("epochs", ("padless.epochs", "padless.epochs.*")),  # the batches of one epoch, as a value
     (
         "features",
         (
-            "padless.sampler",
+            "padless.sampling.sampler",
             "padless.streams",
             "padless.streams.*",
-            "padless.lm",
-            "padless.mixing",
-            "padless.report",
+            "padless.streams.lm",
+            "padless.sampling.mixing",
+            "padless.sampling.report",
             "padless.shuffle",
             "padless.shuffle.*",
-            "padless.filters",
+            "padless.core.filters",
         ),
     ),
-    ("shortcuts", ("padless.shortcuts",)),  # the plan_* functions and keyword samplers
+    ("shortcuts", ("padless.sampling.shortcuts",)),  # the plan_* functions and keyword samplers
     ("torch", ("padless.torch", "padless.torch.*")),
     (
         "integrations",
@@ -285,7 +304,7 @@ def test_deferred_imports_keep_heavy_modules_away_only():
     assert not loose, f"function-local imports to lift to the top of their module: {loose}"
     assert used == set(DEFERRED), f"stale DEFERRED entries: {sorted(set(DEFERRED) - used)}"
     # the rule holds something: light modules exist, and plan defers the kernels (the extension)
-    assert not heavy_at_import("padless.plan") and heavy_at_import("padless._kernels")
+    assert not heavy_at_import("padless.core.plan") and heavy_at_import("padless._kernels")
     assert not heavy_at_import("padless") and not heavy_at_import("padless.cli")
 
 
@@ -326,7 +345,7 @@ def test_the_walker_sees_relative_local_and_guarded_imports():
         "from . import spec\n"
         "from .. import _kernels as K\n"
         "from ..plan import BatchPlan\n"
-        "import padless.lengths\n"
+        "import padless.core.lengths\n"
         "if TYPE_CHECKING:\n"
         "    from ..sampler import SamplerOptions\n"
         "class C:\n"
@@ -334,14 +353,19 @@ def test_the_walker_sees_relative_local_and_guarded_imports():
         "        from ..torch import collate_padded\n"
         "        import torch\n"
     )
-    known = {"padless.planners.spec", "padless._kernels", "padless.plan", "padless.sampler"}
+    known = {
+        "padless.planners.spec",
+        "padless._kernels",
+        "padless.core.plan",
+        "padless.sampling.sampler",
+    }
     got = imports_of(source, "padless.planners.budget", False, known)
     assert [(t, d) for t, _, d in got if t != "typing"] == [
         ("padless.planners.spec", False),
         ("padless._kernels", False),
-        ("padless.plan", False),
-        ("padless.lengths", False),
-        ("padless.sampler", False),
+        ("padless.core.plan", False),
+        ("padless.core.lengths", False),
+        ("padless.sampling.sampler", False),
         ("padless.torch", True),
         ("torch", True),
     ]
@@ -356,7 +380,7 @@ def test_the_walker_sees_relative_local_and_guarded_imports():
 
 def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes(tmp_path):
     import padless
-    from padless import plan as plan_module
+    from padless.core import plan as plan_module
     from padless.planners import packing, shapes
 
     assert packing.PackedPlan is plan_module.PackedPlan is padless.PackedPlan
@@ -365,7 +389,7 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
     assert shapes.MAX_SHAPE_SIDE == plan_module.MAX_SHAPE_SIDE == 1 << 31
     packed = padless.plan_packing([5, 3, 3, 8, 1], capacity=8)
     shaped = padless.FixedShapes(shapes=[(2, 4), (1, 8)]).plan([3, 7, 4, 1])
-    assert type(packed).__module__ == type(shaped).__module__ == "padless.plan"
+    assert type(packed).__module__ == type(shaped).__module__ == "padless.core.plan"
     for plan, old in ((packed, "padless.planners.packing"), (shaped, "padless.planners.shapes")):
         kind = type(plan).__name__
         # a pickle made before the move names the old module (protocol 2 writes it as text)
@@ -380,7 +404,7 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
         with np.load(path) as data:
             arrays = {k: data[k] for k in data.files}
         meta = json.loads(str(arrays["padless_plan"]))
-        assert meta["module"] == "padless.plan"
+        assert meta["module"] == "padless.core.plan"
         arrays["padless_plan"] = np.array(json.dumps({**meta, "module": old}))
         np.savez(path, **arrays)
         loaded = padless.BatchPlan.load(path)

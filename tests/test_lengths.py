@@ -175,7 +175,7 @@ def test_str_path_is_refused_with_the_ways_to_read_it(tmp_path):
 def test_str_folder_is_refused_as_a_folder(tmp_path):
     with pytest.raises(TypeError, match="naming the folder") as info:
         lengths_of(str(tmp_path))
-    assert "padless.readers.lengths_from_arrow" in str(info.value)
+    assert "padless.io.readers.lengths_from_arrow" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -197,12 +197,12 @@ def test_dicts_and_text_are_refused_clearly(bad, fragment):
 def test_text_hint_names_functions_reachable_after_import_padless():
     with pytest.raises(TypeError) as info:
         lengths_of(["some text"])
-    named = re.findall(r"padless\.readers\.(\w+)", str(info.value))
+    named = re.findall(r"padless\.io\.readers\.(\w+)", str(info.value))
     assert named
     proc = _run(
         "import padless\n"
         f"for name in {named!r}:\n"
-        "    assert callable(getattr(padless.readers, name)), name\n"
+        "    assert callable(getattr(padless.io.readers, name)), name\n"
         "print('ok')\n"
     )
     assert proc.stdout.strip() == "ok", proc.stderr
@@ -211,10 +211,10 @@ def test_text_hint_names_functions_reachable_after_import_padless():
 def test_readers_and_lengths_import_one_way():
     proc = _run(
         "import sys\n"
-        "import padless.lengths\n"
-        "assert 'padless.readers' not in sys.modules\n"
+        "import padless.core.lengths\n"
+        "assert 'padless.io.readers' not in sys.modules\n"
         "import padless\n"
-        "assert 'padless.readers' not in sys.modules\n"  # import padless stays light
+        "assert 'padless.io.readers' not in sys.modules\n"  # import padless stays light
         "assert callable(padless.io.lengths_from_file)\n"
         "assert 'torch' not in sys.modules\n"
         "assert callable(padless.torch.scale_loss)\n"  # the README's FLOPs snippet
@@ -222,8 +222,10 @@ def test_readers_and_lengths_import_one_way():
     )
     assert proc.stdout.strip() == "ok", proc.stderr
     # the dispatcher for paths sits above the readers and the array checks below them
-    proc = _run("import padless.io as io; print(io.as_lengths.__module__, io.lengths_of.__module__)")
-    assert proc.stdout.strip() == "padless.lengths padless.io", proc.stderr
+    proc = _run(
+        "import padless.io as io; print(io.as_lengths.__module__, io.lengths_of.__module__)"
+    )
+    assert proc.stdout.strip() == "padless.core.lengths padless.io", proc.stderr
 
 
 @pytest.mark.parametrize("bad", [5, 2.0, None, [1], ("en", 2)])

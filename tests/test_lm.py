@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from padless import _kernels as K
-from padless import _rng
-from padless.lm import LMStream
+from padless.core import _rng
+from padless.streams.lm import LMStream
 
 # --------------------------------------------------------------------------- helpers
 
@@ -511,7 +511,7 @@ def test_raw_npy_without_header_reads_with_dtype(tmp_path):
 
 
 def test_stream_over_a_token_store(tmp_path):
-    from padless.tokens import RawTokens
+    from padless.io.tokens import RawTokens
 
     tokens = np.random.default_rng(3).integers(1, 1000, 4000, dtype=np.int32)
     tokens[::97] = 0

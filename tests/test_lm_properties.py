@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import _kernels as K
-from padless.lm import LMStream
+from padless.streams.lm import LMStream
 
 
 @st.composite

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from padless.lm import LMStream  # noqa: E402
+from padless.streams.lm import LMStream  # noqa: E402
 from padless.torch import lm_tensors  # noqa: E402
 from padless.torch._loaders import _pinned_memory_available  # noqa: E402
 

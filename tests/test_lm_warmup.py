@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padless import Schedule
-from padless.lm import LMStream
+from padless.streams.lm import LMStream
 
 WARM = Schedule.piecewise([0, 3, 7], [4, 8, 16])  # T_max = 16
 

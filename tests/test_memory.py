@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless import Buckets, Cost, FixedShapes, MemoryModel, TokenBudget
-from padless.memory import MAX_BUDGET, as_bytes, nnls
+from padless.core.memory import MAX_BUDGET, as_bytes, nnls
 
 HERE = Path(__file__).parent
 MIB = 2**20

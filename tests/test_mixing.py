@@ -1,4 +1,4 @@
-"""Tests for padless.mixing: zip_lengths and MixtureSampler."""
+"""Tests for padless.sampling.mixing: zip_lengths and MixtureSampler."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from padless.mixing import (
+from padless.core.plan import BatchPlan
+from padless.planners.spec import Planner, Spec
+from padless.sampling.mixing import (
     MixtureSampler,
     ZippedLengths,
     stratified_counts,
     temperature_probabilities,
     zip_lengths,
 )
-from padless.plan import BatchPlan
-from padless.planners.spec import Planner, Spec
-from padless.sampler import PlanSampler
-from padless.shortcuts import PackingSampler, TokenBudgetSampler, plan_token_budget
+from padless.sampling.sampler import PlanSampler
+from padless.sampling.shortcuts import PackingSampler, TokenBudgetSampler, plan_token_budget
 
 INF = float("inf")
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padless import Schedule
-from padless.mixing import MixtureSampler, temperature_probabilities
-from padless.shortcuts import TokenBudgetSampler
+from padless.sampling.mixing import MixtureSampler, temperature_probabilities
+from padless.sampling.shortcuts import TokenBudgetSampler
 from tests.contract.factories import FACTORIES
 from tests.contract.test_contract import _digest
 from tests.golden.test_golden_samplers import GOLDEN
@@ -260,7 +260,7 @@ def test_weight_errors_name_the_parameter(weights, exc, match):
 
 
 def test_stratified_rows_round_each_phase_without_bias():
-    from padless.mixing import _stratified_rows
+    from padless.sampling.mixing import _stratified_rows
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(4), size=5)

@@ -11,10 +11,10 @@ from hypothesis.extra.numpy import arrays
 
 from padless import _kernels as K
 from padless import builtin_corpus
-from padless.plan import PackedPlan
+from padless.core.plan import PackedPlan
 from padless.planners._order import length_order
 from padless.planners.packing import PieceDataset, next_fit_rows, piece_of
-from padless.shortcuts import PackingSampler, plan_packing
+from padless.sampling.shortcuts import PackingSampler, plan_packing
 
 # capacities that are powers of two, one off them, and 8192·n + 1 (trl #3887)
 EDGE_CAPACITIES = [1, 2, 3, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 8193, 16385, 24577]
@@ -396,7 +396,7 @@ def test_packed_plan_save_load_eq_repr_stats(tmp_path):
     with pytest.raises(ValueError, match="6 sequences"):
         plan.stats([1, 2])
     plan.save(tmp_path / "base.npz")
-    from padless.plan import BatchPlan
+    from padless.core.plan import BatchPlan
 
     BatchPlan([0], [0, 1]).save(tmp_path / "flat.npz")
     with pytest.raises(ValueError, match="not a padless packing plan"):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import padless
 from padless import _kernels as K
-from padless.plan import VectorPackedPlan
+from padless.core.plan import VectorPackedPlan
 from padless.planners.packing import next_fit_rows
 from padless.planners.spec import spec_from_dict, spec_to_dict
 

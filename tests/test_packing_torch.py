@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from padless.planners.packing import next_fit_rows
-from padless.shortcuts import PackingSampler
+from padless.sampling.shortcuts import PackingSampler
 from padless.torch import collate_packed
 
 

@@ -121,7 +121,7 @@ def test_lengths_in_row_order_from_arrow_offsets(ray_local, corpus, tmp_path):
 def test_lengths_of_text_by_named_and_callable_tokenizers(ray_local, tmp_path, monkeypatch):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from padless.readers import lengths_from_text
+    from padless.io.readers import lengths_from_text
 
     words = ["the", "quick", "fox", "jumps", "over", "lazy", "dog"]
     rng = np.random.default_rng(1)
@@ -219,7 +219,7 @@ def test_plan_is_plan_windows(ray_local, lengths_file, tmp_path, spec):
 
 
 def test_plan_ships_a_small_planner_and_refuses_bad_input(ray_local, lengths_file, tmp_path):
-    from padless.windows import WindowedPlanner
+    from padless.planners.windows import WindowedPlanner
 
     planner = WindowedPlanner(TokenBudget(max_tokens=256), lengths_file, WINDOW)
     assert len(pickle.dumps(planner)) < 20_000  # never the lengths themselves

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from padless import lengths_of
 from padless.io import lengths_from_file, lengths_from_files
-from padless.readers import lengths_from_arrow, lengths_from_text
+from padless.io.readers import lengths_from_arrow, lengths_from_text
 
 LINES = ["the quick  brown fox", "", "  jumps\tover ", "the lazy dog\r", "héllo wörld ✓", "x"]
 
@@ -56,7 +56,7 @@ def test_text_counts_match_python(tmp_path, mode, final_newline):
 
 @pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".txt.zst"])
 def test_text_across_piece_boundaries(tmp_path, monkeypatch, suffix):
-    import padless.readers as R
+    import padless.io.readers as R
 
     monkeypatch.setattr(R, "_CHUNK", 7)  # streamed pieces (.gz/.zst)
     monkeypatch.setattr(R, "_MAPPED_PIECE", 5)  # mapped pieces, when progress is asked for
@@ -226,7 +226,7 @@ def test_missing_file():
 
 
 def test_progress_reports_bytes_and_lines(tmp_path, monkeypatch):
-    import padless.readers as R
+    import padless.io.readers as R
 
     monkeypatch.setattr(R, "_MAPPED_PIECE", 64)
     lines = [f"line {i} " + "x " * (i % 7) for i in range(100)]
@@ -246,7 +246,7 @@ MODES = ("whitespace", "chars", "bytes")
 
 def kernel_counts(pieces: list[bytes], mode: str, capacity: int = 8) -> list[int]:
     """Feed ``pieces`` to the compiled counter as one text, growing the output as the reader does."""
-    from padless import _text_kernels as TK
+    from padless.io import _text_kernels as TK
 
     m = TK.MODES[mode]
     state, flags = TK.new_state(m), np.zeros(TK.BLOCK, np.uint8)
@@ -268,7 +268,7 @@ def kernel_counts(pieces: list[bytes], mode: str, capacity: int = 8) -> list[int
 
 
 def reference(data: bytes, mode: str) -> list[int]:
-    from padless import _text_kernels as TK
+    from padless.io import _text_kernels as TK
 
     return TK.count_lines_reference(data, TK.MODES[mode])
 
@@ -310,7 +310,7 @@ def test_reference_is_bytes_split_per_line():
 
 
 def test_kernel_blocks_and_growth_on_long_input():
-    from padless import _text_kernels as TK
+    from padless.io import _text_kernels as TK
 
     rs = np.random.default_rng(3)
     alphabet = np.frombuffer(b"ab \t\n\r\xc3\xa9", np.uint8)
@@ -322,7 +322,7 @@ def test_kernel_blocks_and_growth_on_long_input():
 
 
 def test_kernel_stops_at_the_first_nul():
-    from padless import _text_kernels as TK
+    from padless.io import _text_kernels as TK
 
     for mode in MODES:
         m = TK.MODES[mode]
@@ -370,7 +370,7 @@ def test_many_short_lines_grow_the_output(tmp_path):
 
 @pytest.mark.parametrize("suffix", [".gz", ".zst"])
 def test_compressed_text_is_streamed_in_pieces(tmp_path, monkeypatch, suffix):
-    import padless.readers as R
+    import padless.io.readers as R
 
     monkeypatch.setattr(R, "_CHUNK", 1000)
     raw = b"".join(b"w " * (i % 9) + b"\n" for i in range(3000))
@@ -462,7 +462,7 @@ def test_bad_tokenizer_models_are_refused_naming_the_file(tmp_path):
 
 
 def test_tokenizer_batches_come_back_in_order(tmp_path, monkeypatch):
-    import padless.readers as R
+    import padless.io.readers as R
 
     monkeypatch.setattr(R, "_TEXT_BATCH", 7)
     monkeypatch.setattr(R, "_CHUNK", 50)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import padless
 from padless import Schedule
-from padless.mixing import MixtureSampler
+from padless.sampling.mixing import MixtureSampler
 
 LENGTHS = np.random.default_rng(7).integers(1, 300, 500)
 N = LENGTHS.size
@@ -466,7 +466,7 @@ def test_a_named_plan_is_the_plan_gathered(spec, answers):
         assert np.array_equal(named.indices, names[plan.indices])
         assert np.array_equal(named.offsets, plan.offsets)
         assert np.array_equal(named.skipped, names[plan.skipped])
-        if isinstance(plan, padless.plan.PackedPlan):  # the same rows and pieces
+        if isinstance(plan, padless.core.plan.PackedPlan):  # the same rows and pieces
             assert np.array_equal(named.row_offsets, plan.row_offsets)
             assert np.array_equal(named.piece_lengths, plan.piece_lengths)
             assert named.info == plan.info

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import padless
-from padless.schedules import Schedule
+from padless.core.schedules import Schedule
 
 # ---- DeepSpeed's curriculum scheduler, re-implemented from its source ------------------------
 

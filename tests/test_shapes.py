@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import padless
 from padless import _kernels as K
-from padless.plan import ShapedPlan, check_shapes
+from padless.core.plan import ShapedPlan, check_shapes
 from padless.planners.buckets import bucket_boundaries
 from padless.planners.exact import round_size
 from padless.planners.shapes import (

@@ -832,7 +832,7 @@ def test_kernels_match_references() -> None:
 def test_progress_bar_draws_only_on_a_tty() -> None:
     import io
 
-    from padless._progress import Progress
+    from padless.core._progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from padless.indexed import IndexedDataset, write_indexed
+from padless.io.indexed import IndexedDataset, write_indexed
 from padless.shuffle._indexed import shuffle_indexed
 
 PADLESS = shutil.which("padless", path=os.path.dirname(sys.executable)) or "padless"

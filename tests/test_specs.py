@@ -157,12 +157,12 @@ def test_packing_sampler_collate_carries_its_capacity():
 
 
 def test_shortcut_keywords_are_the_specs_settings():
-    """padless.shortcuts types each strategy's keywords with one TypedDict: it must name the
+    """padless.sampling.shortcuts types each strategy's keywords with one TypedDict: it must name the
     spec's settings exactly (a new setting fails here), required where the spec requires it."""
     import dataclasses
 
-    from padless import shortcuts
-    from padless.sampler import SamplerOptions
+    from padless.sampling import shortcuts
+    from padless.sampling.sampler import SamplerOptions
 
     for cls in (padless.TokenBudget, padless.ExactLength, padless.Buckets, padless.Packing):
         settings = getattr(shortcuts, f"{cls.__name__}Settings")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import padless
-from padless.indexed import IndexedDataset, write_indexed
-from padless.tokens import RawTokens
+from padless.io.indexed import IndexedDataset, write_indexed
+from padless.io.tokens import RawTokens
 from padless.torch import TokenDataset, collate_packed, collate_padded
 
 EOS = 7

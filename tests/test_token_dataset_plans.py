@@ -9,7 +9,7 @@ import pytest
 
 import padless
 from padless import Decomposition, Packing, PlanSampler, Schedule, TokenBudget
-from padless.indexed import write_indexed
+from padless.io.indexed import write_indexed
 from padless.streams import StreamBatcher
 from padless.torch import TokenDataset
 

@@ -16,9 +16,9 @@ from hypothesis.extra.numpy import arrays
 
 import padless
 from padless import _kernels as K
-from padless import _rng
+from padless.core import _rng
 from padless.planners import strategies
-from padless.windows import (
+from padless.planners.windows import (
     WindowedPlanner,
     WindowLayout,
     _to_global,
@@ -521,7 +521,7 @@ def test_len_counts_once_per_epoch_and_shuffle_false_repeats_epoch_zero():
 
 
 def test_windowed_stats_match_the_batches_delivered():
-    from padless._schedule import step_imbalance
+    from padless.core._schedule import step_imbalance
 
     for balance in (False, True):
         s = padless.TokenBudgetSampler(

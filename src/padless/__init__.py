@@ -12,77 +12,75 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "BatchPlan": "padless.plan",
-    "PlanStats": "padless.plan",
+    "BatchPlan": "padless.core.plan",
+    "PlanStats": "padless.core.plan",
     "lengths_of": "padless.io",
-    "builtin_corpus": "padless.lengths",
-    "durations": "padless.fields",
-    "plan_token_budget": "padless.shortcuts",
+    "builtin_corpus": "padless.core.lengths",
+    "durations": "padless.core.fields",
+    "plan_token_budget": "padless.sampling.shortcuts",
     "TokenBudget": "padless.planners.budget",
     "ExactLength": "padless.planners.exact",
     "Buckets": "padless.planners.buckets",
     "Packing": "padless.planners.packing",
     "FixedShapes": "padless.planners.shapes",
     "Decomposition": "padless.planners.decomposition",
-    "PiecePlan": "padless.plan",
+    "PiecePlan": "padless.core.plan",
     "shape_set": "padless.planners.shapes",
     "Spec": "padless.planners.spec",
-    "Cost": "padless.cost",
-    "MemoryModel": "padless.memory",
-    "Schedule": "padless.schedules",
+    "Cost": "padless.core.cost",
+    "MemoryModel": "padless.core.memory",
+    "Schedule": "padless.core.schedules",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
     "strategies": "padless.planners",
     "get_strategy": "padless.planners",
-    "TokenBudgetSampler": "padless.shortcuts",
-    "PlanSampler": "padless.sampler",
-    "CheckedDataset": "padless.checked",
-    "plan_exact_length": "padless.shortcuts",
-    "ExactLengthSampler": "padless.shortcuts",
-    "plan_buckets": "padless.shortcuts",
+    "TokenBudgetSampler": "padless.sampling.shortcuts",
+    "PlanSampler": "padless.sampling.sampler",
+    "CheckedDataset": "padless.io.checked",
+    "plan_exact_length": "padless.sampling.shortcuts",
+    "ExactLengthSampler": "padless.sampling.shortcuts",
+    "plan_buckets": "padless.sampling.shortcuts",
     "bucket_boundaries": "padless.planners.buckets",
     "bucket_boundaries_2d": "padless.planners.buckets",
-    "BucketSampler": "padless.shortcuts",
-    "LMStream": "padless.lm",
+    "BucketSampler": "padless.sampling.shortcuts",
+    "LMStream": "padless.streams.lm",
     "StreamBatcher": "padless.streams",
-    "plan_packing": "padless.shortcuts",
-    "PackedPlan": "padless.plan",
-    "PackingSampler": "padless.shortcuts",
+    "plan_packing": "padless.sampling.shortcuts",
+    "PackedPlan": "padless.core.plan",
+    "PackingSampler": "padless.sampling.shortcuts",
     "PieceDataset": "padless.planners.packing",
     "shuffle_file": "padless.shuffle",
     "ShuffleResult": "padless.shuffle",
-    "MixtureSampler": "padless.mixing",
-    "zip_lengths": "padless.mixing",
-    "ZippedLengths": "padless.mixing",
-    "plan_windows": "padless.windows",
-    "IndexedDataset": "padless.indexed",
-    "write_indexed": "padless.indexed",
-    "RawTokens": "padless.tokens",
+    "MixtureSampler": "padless.sampling.mixing",
+    "zip_lengths": "padless.sampling.mixing",
+    "ZippedLengths": "padless.sampling.mixing",
+    "plan_windows": "padless.planners.windows",
+    "IndexedDataset": "padless.io.indexed",
+    "write_indexed": "padless.io.indexed",
+    "RawTokens": "padless.io.tokens",
     "shuffle_indexed": "padless.shuffle._indexed",
-    "ratio_filter": "padless.filters",
-    "length_filter": "padless.filters",
+    "ratio_filter": "padless.core.filters",
+    "length_filter": "padless.core.filters",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .cost import Cost as Cost
-    from .fields import durations as durations
-    from .filters import length_filter as length_filter
-    from .filters import ratio_filter as ratio_filter
-    from .indexed import IndexedDataset as IndexedDataset
-    from .indexed import write_indexed as write_indexed
+    from .core.cost import Cost as Cost
+    from .core.fields import durations as durations
+    from .core.filters import length_filter as length_filter
+    from .core.filters import ratio_filter as ratio_filter
+    from .core.lengths import builtin_corpus as builtin_corpus
+    from .core.memory import MemoryModel as MemoryModel
+    from .core.plan import BatchPlan as BatchPlan
+    from .core.plan import PackedPlan as PackedPlan
+    from .core.plan import PiecePlan as PiecePlan
+    from .core.plan import PlanStats as PlanStats
+    from .core.schedules import Schedule as Schedule
     from .io import lengths_of as lengths_of
-    from .lengths import builtin_corpus as builtin_corpus
-    from .lm import LMStream as LMStream
-    from .memory import MemoryModel as MemoryModel
-    from .mixing import MixtureSampler as MixtureSampler
-    from .mixing import ZippedLengths as ZippedLengths
-    from .mixing import zip_lengths as zip_lengths
-    from .plan import BatchPlan as BatchPlan
-    from .plan import PackedPlan as PackedPlan
-    from .plan import PiecePlan as PiecePlan
-    from .plan import PlanStats as PlanStats
+    from .io.indexed import IndexedDataset as IndexedDataset
+    from .io.indexed import write_indexed as write_indexed
+    from .io.tokens import RawTokens as RawTokens
     from .planners import get_strategy as get_strategy
     from .planners import strategies as strategies
     from .planners.buckets import Buckets as Buckets
@@ -98,22 +96,24 @@ if TYPE_CHECKING:
     from .planners.spec import Spec as Spec
     from .planners.spec import spec_from_dict as spec_from_dict
     from .planners.spec import spec_to_dict as spec_to_dict
-    from .sampler import PlanSampler as PlanSampler
-    from .schedules import Schedule as Schedule
-    from .shortcuts import BucketSampler as BucketSampler
-    from .shortcuts import ExactLengthSampler as ExactLengthSampler
-    from .shortcuts import PackingSampler as PackingSampler
-    from .shortcuts import TokenBudgetSampler as TokenBudgetSampler
-    from .shortcuts import plan_buckets as plan_buckets
-    from .shortcuts import plan_exact_length as plan_exact_length
-    from .shortcuts import plan_packing as plan_packing
-    from .shortcuts import plan_token_budget as plan_token_budget
+    from .planners.windows import plan_windows as plan_windows
+    from .sampling.mixing import MixtureSampler as MixtureSampler
+    from .sampling.mixing import ZippedLengths as ZippedLengths
+    from .sampling.mixing import zip_lengths as zip_lengths
+    from .sampling.sampler import PlanSampler as PlanSampler
+    from .sampling.shortcuts import BucketSampler as BucketSampler
+    from .sampling.shortcuts import ExactLengthSampler as ExactLengthSampler
+    from .sampling.shortcuts import PackingSampler as PackingSampler
+    from .sampling.shortcuts import TokenBudgetSampler as TokenBudgetSampler
+    from .sampling.shortcuts import plan_buckets as plan_buckets
+    from .sampling.shortcuts import plan_exact_length as plan_exact_length
+    from .sampling.shortcuts import plan_packing as plan_packing
+    from .sampling.shortcuts import plan_token_budget as plan_token_budget
     from .shuffle import ShuffleResult as ShuffleResult
     from .shuffle import shuffle_file as shuffle_file
     from .shuffle._indexed import shuffle_indexed as shuffle_indexed
     from .streams import StreamBatcher as StreamBatcher
-    from .tokens import RawTokens as RawTokens
-    from .windows import plan_windows as plan_windows
+    from .streams.lm import LMStream as LMStream
 
 
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
@@ -121,16 +121,12 @@ if TYPE_CHECKING:
 _SUBMODULES = frozenset(
     {
         "io",
-        "readers",
-        "indexed",
-        "tokens",
-        "memory",
+        "core",
         "torch",
         "hf",
         "lightning",
         "ray",
         "lhotse",
-        "filters",
     }
 )
 

@@ -72,10 +72,10 @@ def keyword_names(*sources: Any) -> tuple[str, ...]:
 # wrong keyword may be a setting of: (module, name), imported by name when a message is made
 # (only then, so this module stays below them all); padless.torch's only once it is imported
 COMPONENTS: tuple[tuple[str, str], ...] = (
-    ("padless.sampler", "PlanSampler"),
+    ("padless.sampling.sampler", "PlanSampler"),
     ("padless.streams", "StreamBatcher"),
-    ("padless.lm", "LMStream"),
-    ("padless.mixing", "MixtureSampler"),
+    ("padless.streams.lm", "LMStream"),
+    ("padless.sampling.mixing", "MixtureSampler"),
     ("padless.torch", "StreamDataset"),
     ("padless.torch", "TokenDataset"),
     ("padless.torch", "collate_padded"),

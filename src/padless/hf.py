@@ -33,8 +33,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from ._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
-from .checked import CheckedDataset, Field, _check_field, sampler_lengths
+from .core._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
+from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
@@ -228,7 +228,7 @@ class PadlessTrainerMixin:
       decides.
     - **The dataset is the lengths' dataset.** The dataset the DataLoader indexes (after the
       Trainer's or TRL's preparation) is bound to the sampler's lengths with
-      :class:`padless.checked.CheckedDataset`, measured on ``length_field`` (``"input_ids"``;
+      :class:`padless.io.checked.CheckedDataset`, measured on ``length_field`` (``"input_ids"``;
       a tuple of keys for (N, F) lengths, a function ``row -> length``, or None for rows that
       are token sequences): another number of rows is a ``ValueError`` when the trainer is
       built, and so is a row of another length for a ``datasets.Dataset`` or a list (checked
@@ -377,7 +377,7 @@ class PadlessTrainerMixin:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
 
     def _padless_checked(self, dataset: Any) -> Any:
-        """``dataset`` bound to the sampler's lengths (:class:`padless.checked.CheckedDataset`)."""
+        """``dataset`` bound to the sampler's lengths (:class:`padless.io.checked.CheckedDataset`)."""
         lengths = self._padless_lengths
         if lengths is None:  # a sampler of the user's own without lengths: nothing to check
             return dataset

@@ -42,10 +42,10 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from .fields import check_resolution, durations
+from .core.fields import check_resolution, durations
 from .io import lengths_of
 from .planners.spec import Spec
-from .sampler import PlanSampler
+from .sampling.sampler import PlanSampler
 
 __all__ = ["CutSampler", "is_manifest", "lengths_of_cuts"]
 

@@ -20,9 +20,9 @@ import numpy as np
 
 import padless
 from padless.lhotse import CutSampler
-from padless.mixing import MixtureSampler
 from padless.planners.decomposition import decompose, piece_numbers
 from padless.planners.packing import scheduled_stride
+from padless.sampling.mixing import MixtureSampler
 
 LENGTHS = np.random.default_rng(7).lognormal(3.5, 0.8, 600).astype(np.int64).clip(1, 300)
 PAIRS = np.stack([LENGTHS, (LENGTHS * 1.1).astype(np.int64).clip(1, 300)], axis=1)

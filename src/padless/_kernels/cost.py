@@ -98,7 +98,7 @@ def budget_field_cost_ends_reference(
 
 
 def padded_batch_costs_reference(units: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``count × max unit`` of each segment (0.0 if empty): what ``padless.cost`` computes as the
+    """``count × max unit`` of each segment (0.0 if empty): what ``padless.core.cost`` computes as the
     segment sizes times ``segment_max`` of the units."""
     out = [
         (int(b) - int(a)) * max([0.0, *(float(u) for u in units[a:b])])

@@ -1,6 +1,6 @@
 """Random numbers and hashing inside kernels: splitmix64, exact bounded draws, a 4-lane hash.
 
-A stream is a splitmix64 counter seeded with a 64-bit key that ``padless._rng.key`` derives from
+A stream is a splitmix64 counter seeded with a 64-bit key that ``padless.core._rng.key`` derives from
 ``np.random.SeedSequence([seed, epoch, stream])``; bounded draws use Lemire's multiply-and-reject
 method, so they are exactly uniform. The compiled generator is ``csrc/rng.hpp``;
 :class:`SplitMix` (``padless._splitmix``) is the plain-Python twin every reference uses.

@@ -28,7 +28,7 @@ import numpy as np
 from .. import _core
 from .packing import best_fit_rows_reference
 
-# the dtypes padless.windows.source_lengths reads in place (each has its own binding)
+# the dtypes padless.planners.windows.source_lengths reads in place (each has its own binding)
 _LENGTH_DTYPES = tuple(
     np.dtype(t) for t in (np.int64, np.int32, np.uint32, np.uint16, np.int16, np.int8, np.uint8)
 )

@@ -58,7 +58,7 @@ def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str
     An output is an input when it is the same file (same device and inode, so hard links and
     symbolic links count) or the same path.
     """
-    from .._output import check_output
+    from ..core._output import check_output
 
     for out in outputs:
         check_output(out, option)
@@ -85,7 +85,7 @@ def refuse_saved_plans(paths: list[str]) -> None:
 
     import numpy as np
 
-    from ..plan import is_saved_plan
+    from ..core.plan import is_saved_plan
 
     for name in paths:
         path = Path(name)
@@ -129,7 +129,7 @@ def _text_counter(tokenizer: str) -> Any:
     as ``bytes.split``, characters, UTF-8 bytes), or a spm:/hf: model's batch call."""
     import numpy as np
 
-    from ..readers import check_tokenizer, tokenizer_counter
+    from ..io.readers import check_tokenizer, tokenizer_counter
 
     simple = {
         "whitespace": lambda t: len(t.encode().split()),
@@ -165,7 +165,7 @@ def manifest_summary(lengths: Any) -> list[str]:
 
 def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
-    from ..lengths import builtin_corpus
+    from ..core.lengths import builtin_corpus
 
     if args.inputs and manifest_input(args):
         from ..lhotse import manifest_lengths
@@ -183,7 +183,7 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
         if args.fields:
             return builtin_corpus(args.fields.split(",")), f"built-in corpus ({args.fields})"
         return builtin_corpus(), "built-in corpus (bible en, 29,814 verses, BPE 8k)"
-    from .._progress import Progress
+    from ..core._progress import Progress
     from ..io import lengths_from_files
 
     refuse_saved_plans(input_paths(args))

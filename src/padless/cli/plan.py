@@ -139,7 +139,7 @@ def _targets(output: str, first: int, epochs: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the requested epochs and save each at exactly its path; print one JSON line each."""
-    from .._check import check_seed, positive
+    from ..core._check import check_seed, positive
     from ..io import lengths_of
     from ..planners.spec import spec_to_dict
 

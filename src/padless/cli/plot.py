@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.lengths import sizes_of
 from ..io import lengths_of
-from ..lengths import sizes_of
-from ..report import StrategyRow
+from ..sampling.report import StrategyRow
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -33,7 +33,7 @@ def plot_report(
 
     Cost: one matplotlib figure (about a second).
     """
-    from .._output import check_output, write_exactly
+    from ..core._output import check_output, write_exactly
 
     target = check_output(path, "plot")
     try:

@@ -4,7 +4,7 @@ One row per registered strategy (:func:`padless.strategies`) besides two baselin
 takes the shared options it has a field for (``--max-tokens``, ``--capacity``,
 ``--num-buckets``) and ``--set STRATEGY.KEY=VALUE`` on top. Lengths of two fields (e.g.
 ``--fields en,es``) get a 2-D bucket table too: padding per field of padless's 2-D boundaries
-beside NeMo's estimate and 1-D buckets (:func:`padless.report.grid_padding`).
+beside NeMo's estimate and 1-D buckets (:func:`padless.sampling.report.grid_padding`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def parse_cost(text: str | None) -> Any:
     >>> parse_cost("transformer:64,2").quadratic
     768.0
     """
-    from ..cost import Cost, as_cost
+    from ..core.cost import Cost, as_cost
 
     if text is None:
         return None
@@ -138,7 +138,7 @@ def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table (or JSON), and write the plot if asked."""
-    from ..report import budget_sweep, compare_report, grid_padding, length_summary
+    from ..sampling.report import budget_sweep, compare_report, grid_padding, length_summary
 
     _check_options(args)
     settings = strategy_settings(args.set)

@@ -56,11 +56,11 @@ def epochs_for(
                 f"window must be None, a window size (a positive int) or 'histogram', "
                 f"got {window!r}"
             )
-        from ..histogram import HistogramPlanner  # the kernels, loaded when a plan is made
+        from ..planners.histogram import HistogramPlanner  # the kernels, loaded when a plan is made
         from .histogram import HistogramEpochs
 
         return HistogramEpochs(HistogramPlanner(spec, lengths), **settings)
-    from ..windows import WindowedPlanner
+    from ..planners.windows import WindowedPlanner
     from .windows import WindowedEpochs
 
     return WindowedEpochs(WindowedPlanner(spec, lengths, window), **settings)

@@ -7,7 +7,7 @@ explicitly:
 
 - ``epoch``: the epoch number (its plan and order are pure functions of ``(seed, epoch)``);
 - ``history``: the ``(world_size, position)`` parts of the epoch run at other world sizes
-  (balanced steps re-balance what each part left, :func:`padless._schedule.elastic_order`);
+  (balanced steps re-balance what each part left, :func:`padless.core._schedule.elastic_order`);
 - ``world``: the world size the epoch goes on at;
 - ``changes``: the changes of settings within the epoch (a resume across a change; see
   :meth:`padless.PlanSampler.load_state_dict`), each ``(position, settings, world_size,
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .. import _rng
-from .._schedule import balanced_order, elastic_order
+from ..core import _rng
+from ..core._schedule import balanced_order, elastic_order
 
 if TYPE_CHECKING:
-    from ..plan import BatchPlan
+    from ..core.plan import BatchPlan
     from ..planners.spec import Planner, StepForm
 
 __all__ = ["Epoch", "Epochs", "Figures", "History", "batch_order"]

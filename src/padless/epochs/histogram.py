@@ -3,9 +3,9 @@ sequences computed when it is asked for.
 
 The batch order is drawn as a whole-corpus plan's is (shuffled from ``(seed, epoch,
 BATCH_ORDER)``, or balanced steps, re-balanced after an elastic resume); batch ``b``'s
-sequences are :meth:`padless.histogram.HistogramPlanner.batch` of the epoch. Memory is
+sequences are :meth:`padless.planners.histogram.HistogramPlanner.batch` of the epoch. Memory is
 O(distinct widths + batches) plus the planner's index, and a restore is O(1): nothing is
-replayed. See :mod:`padless.histogram` for the plan.
+replayed. See :mod:`padless.planners.histogram` for the plan.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _rng
-from .._schedule import step_imbalance, steps_left
-from ..histogram import HistogramPlanner
-from ..plan import BatchPlan
+from ..core import _rng
+from ..core._schedule import step_imbalance, steps_left
+from ..core.plan import BatchPlan
+from ..planners.histogram import HistogramPlanner
 from .base import Epochs, Figures, History, batch_order
 from .windows import one_window_at_a_time
 
@@ -79,7 +79,7 @@ class HistogramEpoch:
 
 
 class HistogramEpochs(Epochs):
-    """The epochs of a :class:`padless.histogram.HistogramPlanner` (the last epoch asked kept,
+    """The epochs of a :class:`padless.planners.histogram.HistogramPlanner` (the last epoch asked kept,
     with its order). They cannot resume across a change of settings."""
 
     window = "histogram"

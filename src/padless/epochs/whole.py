@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _rng
-from .._schedule import length_mixing, step_imbalance, step_mean_lengths, steps_left
-from ..cost import real_work, real_work_fields
-from ..plan import BatchPlan
+from ..core import _rng
+from ..core._schedule import length_mixing, step_imbalance, step_mean_lengths, steps_left
+from ..core.cost import real_work, real_work_fields
+from ..core.plan import BatchPlan
 from ..planners.spec import Delivered, Planner, Spec
 from .base import Epochs, Figures, History, batch_order
 

@@ -5,7 +5,7 @@ total of the windows' batch counts, one counting pass over the lengths per epoch
 window's order: shuffled from the window's own stream, or balanced within the window (elastic
 re-balancing of each window's batches not yet delivered). A window's batches keep to its slots,
 so an epoch holds the counts (one int per window) and the last two windows' plans; a restore
-counts the windows' batches and plans one window. See :mod:`padless.windows` for which items
+counts the windows' batches and plans one window. See :mod:`padless.planners.windows` for which items
 share a window.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .._schedule import steps_left
-from ..plan import BatchPlan, PlanStats
-from ..windows import WindowedPlanner, child_sequence
+from ..core._schedule import steps_left
+from ..core.plan import BatchPlan, PlanStats
+from ..planners.windows import WindowedPlanner, child_sequence
 from .base import Epochs, Figures, History, batch_order
 
 __all__ = ["WindowedEpoch", "WindowedEpochs", "one_window_at_a_time"]
@@ -151,7 +151,7 @@ class WindowedEpoch:
 
 
 class WindowedEpochs(Epochs):
-    """The epochs of a :class:`padless.windows.WindowedPlanner`: the windows' counts of the
+    """The epochs of a :class:`padless.planners.windows.WindowedPlanner`: the windows' counts of the
     last epoch asked, the last two windows' plans and orders. They cannot resume across a
     change of settings (nothing holds what earlier settings delivered)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _kernels as K
-from .. import _rng
+from ..core import _rng
 
 
 def _key_fields(num_fields: int) -> list[int]:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from .. import _kernels as K
-from .. import _rng
-from .._check import MAX_BUDGET, check_choice, positive, positive_or_none
-from ..cost import (
+from ..core import _rng
+from ..core._check import MAX_BUDGET, check_choice, positive, positive_or_none
+from ..core.cost import (
     Cost,
     check_max_cost,
     cost_settings,
@@ -33,10 +33,10 @@ from ..cost import (
     unit_limit,
     units_limit,
 )
-from ..fields import check_field_budgets, check_resolution
+from ..core.fields import check_field_budgets, check_resolution
+from ..core.lengths import sizes_of
+from ..core.plan import BatchPlan
 from ..io import lengths_of
-from ..lengths import sizes_of
-from ..plan import BatchPlan
 from . import _rounds as R
 from .budget import check_oversize, field_batch_costs, field_unit_sums, over_budget
 from .exact import round_size

@@ -9,15 +9,22 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .. import _kernels as K
-from .. import _rng
-from .._check import budget_or_none, check_choice, check_seed, positive
 from .._kernels import cost as KC
 from .._kernels import windows as KW
-from ..cost import Cost, check_max_cost, cost_settings, format_cost, model_of, padded_batch_costs
-from ..fields import check_field_budgets, check_resolution, field_scales, scaled_sizes
+from ..core import _rng
+from ..core._check import budget_or_none, check_choice, check_seed, positive
+from ..core.cost import (
+    Cost,
+    check_max_cost,
+    cost_settings,
+    format_cost,
+    model_of,
+    padded_batch_costs,
+)
+from ..core.fields import check_field_budgets, check_resolution, field_scales, scaled_sizes
+from ..core.lengths import MAX_LENGTH
+from ..core.plan import BatchPlan
 from ..io import lengths_of
-from ..lengths import MAX_LENGTH
-from ..plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, keys_order, length_order, run_sizes
 from .spec import (
@@ -175,7 +182,7 @@ class TokenBudget(Spec):
     two budgeted fields or more the walk keeps neighbours near in both: bins of equal counts
     along the first budgeted field (about 8 batches each), each walked along the second, up
     and down in turn; with one, along each sequence's share of its budget
-    (:func:`padless.fields.field_scales`, which also makes the cut exact). ``cost`` may give a
+    (:func:`padless.core.fields.field_scales`, which also makes the cut exact). ``cost`` may give a
     model per field too, summed: a batch costs ``count × Σ_f cost_f(longest_f)`` (an encoder
     over audio ticks plus a decoder over text tokens); with per-field budgets a cost model must
     be per field.
@@ -309,7 +316,7 @@ class BudgetPlanner(Planner):
         if spec.field_budgets is not None and spec.scales is not None:
             self.skipped = _field_oversize(self.field_widths, spec, spec.field_budgets)
             # one size per sequence: its largest share of its field's budget (exact, see
-            # padless.fields.field_scales); the walk and every kernel plan it
+            # padless.core.fields.field_scales); the walk and every kernel plan it
             sized = scaled_sizes(self.field_widths, np.array(spec.scales, np.int64))
             self.widths = self.padded_lengths = sized
         elif spec.token_limit is not None:

@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import _rng
-from .._check import check_bool, check_choice, positive
-from ..plan import BatchPlan, PiecePlan
+from ..core import _rng
+from ..core._check import check_bool, check_choice, positive
+from ..core.plan import BatchPlan, PiecePlan
 from .packing import PieceDataset, piece_of
 from .spec import CollateForm, Planner, Spec, setting
 

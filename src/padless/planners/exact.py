@@ -10,10 +10,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _kernels as K
-from .. import _rng
-from .._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
-from ..cost import Cost, check_max_cost, cost_settings, model_of, padded_batch_costs, unit_limit
-from ..plan import BatchPlan
+from ..core import _rng
+from ..core._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
+from ..core.cost import (
+    Cost,
+    check_max_cost,
+    cost_settings,
+    model_of,
+    padded_batch_costs,
+    unit_limit,
+)
+from ..core.plan import BatchPlan
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize, over_budget

@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .. import _kernels as K
-from .. import _rng
-from .._check import check_bool, positive, positive_or_none
 from .._kernels import cost as KC
 from .._kernels import windows as KW
-from ..cost import (
+from ..core import _rng
+from ..core._check import check_bool, positive, positive_or_none
+from ..core.cost import (
     Cost,
     check_max_cost,
     context_parallel_costs,
@@ -46,9 +46,13 @@ from ..cost import (
     model_of,
     packed_batch_costs,
 )
-from ..lengths import MAX_LENGTH
-from ..plan import BatchPlan, PackedPlan, VectorPackedPlan  # the plan types live in padless.plan
-from ..schedules import Schedule, change_points, divisor_schedule
+from ..core.lengths import MAX_LENGTH
+from ..core.plan import (  # the plan types live in padless.core.plan
+    BatchPlan,
+    PackedPlan,
+    VectorPackedPlan,
+)
+from ..core.schedules import Schedule, change_points, divisor_schedule
 from . import _rounds as R
 from ._order import group_keys, length_order
 from .budget import check_oversize
@@ -111,7 +115,7 @@ def check_capacities(name: str, value: Any) -> int | tuple[int, int] | Schedule:
 
 def check_capacity_schedule(name: str, schedule: Schedule) -> int | Schedule:
     """Check a capacity schedule (a sequence-length warm-up): an integer schedule whose every
-    value is a capacity that divides its largest one (:func:`padless.schedules.divisor_schedule`);
+    value is a capacity that divides its largest one (:func:`padless.core.schedules.divisor_schedule`);
     a constant one is its int.
 
     >>> check_capacity_schedule("capacity", Schedule.piecewise([0, 100], [1024, 4096]))
@@ -808,7 +812,7 @@ class Packing(Spec):
     ``capacity`` must be a multiple of ``2·cp`` (so split pieces, cut at ``capacity``, stay
     multiples too), and the plan's pieces, ``real_tokens`` and ``efficiency`` count real tokens
     only, the rounding as padding. With ``balance=True`` a batch costs what its slowest CP rank
-    does (:func:`padless.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
+    does (:func:`padless.core.cost.context_parallel_costs`). ``max_row_cost`` bounds a whole row (all
     its CP ranks together) at the padded lengths. The stream form refuses ``cp > 1``.
 
     ``capacity=Schedule`` (a sequence-length warm-up, :class:`padless.Schedule` of the global
@@ -822,7 +826,7 @@ class Packing(Spec):
     models: sources and targets packed together), packs by vector best fit
     (:class:`PackFieldsPlanner`): a row's pairs sum to at most ``C_src`` source and ``C_tgt``
     target tokens, where an int capacity bounds every field by the pair's longer one. The plan
-    is a :class:`padless.plan.VectorPackedPlan` (``field_stats`` per field, ``info``'s
+    is a :class:`padless.core.plan.VectorPackedPlan` (``field_stats`` per field, ``info``'s
     ``field_efficiency`` and ``rows_lower_bound``), its batches collated by
     ``padless.torch.collate_packed_pairs`` (``collate_for(sampler)``). Pairs are placed whole:
     ``oversize`` is ``"error"`` or ``"drop"`` (a pair over its capacity in either field), and
@@ -1178,7 +1182,7 @@ class PackPlanner(Planner):
         """Packed cost of each batch: the real tokens it holds; with a cost model, its rows'
         cost (``Σ cost(lᵢ)`` plus padding at the linear rate, per row). With
         ``context_parallel=cp > 1``, what its slowest CP rank's zigzag share costs
-        (:func:`padless.cost.context_parallel_costs`: real tokens, or the rank's linear slots,
+        (:func:`padless.core.cost.context_parallel_costs`: real tokens, or the rank's linear slots,
         per-sequence costs and part of the attention), so a balanced step is balanced over
         every (data-parallel, context-parallel) rank."""
         if not isinstance(plan, PackedPlan):

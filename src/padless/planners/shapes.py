@@ -40,11 +40,13 @@ from typing import Any
 import numpy as np
 
 from .. import _kernels as K
-from .._check import budget, check_bool, check_seed, positive
+from ..core._check import budget, check_bool, check_seed, positive
+from ..core.lengths import sizes_of
+from ..core.plan import (
+    MAX_SHAPE_SIDE as MAX_SHAPE_SIDE,  # moved to padless.core.plan; importable here too
+)
+from ..core.plan import BatchPlan, ShapedPlan, check_shapes  # ShapedPlan, check_shapes: likewise
 from ..io import lengths_of
-from ..lengths import sizes_of
-from ..plan import MAX_SHAPE_SIDE as MAX_SHAPE_SIDE  # moved to padless.plan; importable here too
-from ..plan import BatchPlan, ShapedPlan, check_shapes  # ShapedPlan, check_shapes: likewise
 from ._order import length_order
 from .buckets import _histogram
 from .budget import check_oversize, oversize_filter
@@ -110,7 +112,7 @@ def shape_for(
 
 
 def check_shape_table(name: str, value: Any) -> tuple[tuple[int, int], ...]:
-    """:func:`padless.plan.check_shapes` as a setting's check."""
+    """:func:`padless.core.plan.check_shapes` as a setting's check."""
     return check_shapes(value, name)
 
 

@@ -23,15 +23,15 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-from .._check import check_int, check_seed
 from .._keywords import check_keywords, keyword_names
-from .._schedule import padded_costs
-from ..cost import Cost, as_cost
-from ..fields import to_ticks
+from ..core._check import check_int, check_seed
+from ..core._schedule import padded_costs
+from ..core.cost import Cost, as_cost
+from ..core.fields import to_ticks
+from ..core.lengths import MAX_LENGTH, sizes_of
+from ..core.plan import BatchPlan, not_a_spec, spec_record
+from ..core.schedules import Schedule
 from ..io import lengths_of
-from ..lengths import MAX_LENGTH, sizes_of
-from ..plan import BatchPlan, not_a_spec, spec_record
-from ..schedules import Schedule
 
 
 def plannable_lengths(lengths: Any) -> np.ndarray:
@@ -80,7 +80,7 @@ def setting(check: Callable[[str, Any], T], *, default: Any = dataclasses.MISSIN
 
 
 def check_cost(name: str, value: Any) -> Cost | None:
-    """:func:`padless.cost.as_cost` as a setting's check (``None``, a Cost or its dict)."""
+    """:func:`padless.core.cost.as_cost` as a setting's check (``None``, a Cost or its dict)."""
     return as_cost(value, name)
 
 
@@ -362,7 +362,7 @@ class Spec:
 
     def for_windows(self, src: Any) -> Spec:
         """This spec as windowed plans use it over all of ``src``'s lengths (a
-        :class:`padless.windows.WindowedPlanner` being built: ``n``, ``size_min``, ``size_max``,
+        :class:`padless.planners.windows.WindowedPlanner` being built: ``n``, ``size_min``, ``size_max``,
         ``size_chunks()``): settings fitted to them once, so that every window agrees, and the
         rules only windows have checked. By default the spec itself."""
         return self
@@ -385,7 +385,7 @@ class Spec:
         return tuple(res) if isinstance(res, tuple) else (res,) * fields
 
     def histogram_form(self) -> tuple[str, tuple[int, int, int]] | None:
-        """How this strategy plans from the lengths' histogram (:mod:`padless.histogram`):
+        """How this strategy plans from the lengths' histogram (:mod:`padless.planners.histogram`):
         ``("budget", (max_tokens, max_sentences, multiple_of))`` (0 for none) for batches cut
         by a token budget, ``("rows", (capacity, max_per_row, rows_per_batch))`` for best-fit
         rows; None: the strategy has no histogram form."""
@@ -434,7 +434,7 @@ class WindowKernel:
     """A strategy's fused planner for windows: plans (and counts) the batches of one window
     straight from the lengths, as the spec's planner would plan the window's items.
 
-    ``src`` is the :class:`padless.windows.WindowedPlanner`; ``member`` its window membership
+    ``src`` is the :class:`padless.planners.windows.WindowedPlanner`; ``member`` its window membership
     of the epoch, ``blocks`` the window's blocks, ``sub`` the window's seed.
     """
 

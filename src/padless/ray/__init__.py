@@ -42,7 +42,7 @@ Example (a 2-CPU local Ray; on a cluster, ``ray.init(address="auto")``)::
 
 from __future__ import annotations
 
-from ..readers import MissingDependency
+from ..io.readers import MissingDependency
 
 try:  # the one check for Ray: every module of this package imports ray and pyarrow freely
     import pyarrow  # noqa: F401

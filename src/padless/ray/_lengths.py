@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 import ray
 import ray.data
 
-from .._output import check_output, write_exactly
-from ..lengths import MAX_LENGTH
-from ..readers import arrow_lengths, check_tokenizer, tokenizer_counter
+from ..core._output import check_output, write_exactly
+from ..core.lengths import MAX_LENGTH
+from ..io.readers import arrow_lengths, check_tokenizer, tokenizer_counter
 from ._columns import as_lists, check_dataset, column_kind, ordered, pick_column, schema_of
 from ._npy import NpyStream
 
@@ -198,7 +198,7 @@ def lengths(
         column: the column to measure; may be left out when the dataset has one column.
         tokenizer: for a string column: ``"spm:MODEL"`` (sentencepiece), ``"hf:tokenizer.json"``
             (Hugging Face ``tokenizers``), ``"whitespace"``, ``"chars"``, ``"bytes"`` as in
-            :func:`padless.readers.lengths_from_text` (a model path must be readable on every
+            :func:`padless.io.readers.lengths_from_text` (a model path must be readable on every
             node: shared storage), or a picklable callable taking a list of texts and returning
             one token count, or one token list, per text (a mapping with ``"input_ids"``, as a
             Hugging Face tokenizer returns, is read too). Must be None for list and integer

@@ -18,10 +18,11 @@ import pyarrow.compute as pc
 import ray
 import ray.data
 
-from .. import _core, _rng
-from .._check import check_bool, check_seed, positive
+from .. import _core
+from ..core import _rng
+from ..core._check import check_bool, check_seed, positive
 from ..planners.spec import Spec
-from ..windows import shift_index
+from ..planners.windows import shift_index
 from ._columns import (
     as_lists,
     check_dataset,
@@ -33,7 +34,7 @@ from ._columns import (
 )
 
 if TYPE_CHECKING:
-    from ..plan import PackedPlan
+    from ..core.plan import PackedPlan
 
 
 def _list_parts(col: Any, where: str, first_row: int = 0) -> tuple[np.ndarray, Any]:

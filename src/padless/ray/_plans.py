@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import ray
 
-from .._check import check_seed, positive_or_none
-from ..plan import BatchPlan, json_default, saved_type
+from ..core._check import check_seed, positive_or_none
+from ..core.plan import BatchPlan, json_default, saved_type
+from ..io.readers import load_npy
 from ..planners.spec import Spec, spec_from_dict, spec_to_dict
-from ..readers import load_npy
-from ..windows import WindowedPlanner
+from ..planners.windows import WindowedPlanner
 from ._npy import NpyStream
 
 PLAN_FORMAT = "padless-ray-plan-1"

@@ -22,9 +22,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .. import _rng
-from .._check import check_bool, check_seed, positive, positive_or_none
-from .._progress import Progress
+from ..core import _rng
+from ..core._check import check_bool, check_seed, positive, positive_or_none
+from ..core._progress import Progress
 from . import _engines, _passes, _safety
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

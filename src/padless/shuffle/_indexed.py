@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _rng
-from .._check import check_bool, check_seed
-from ..indexed import CHUNK, IndexedDataset, _paths, _Sink, check_target, write_pair
+from ..core import _rng
+from ..core._check import check_bool, check_seed
+from ..io.indexed import CHUNK, IndexedDataset, _paths, _Sink, check_target, write_pair
 from ._api import _fresh_seed
 
 # Tokens gathered per step (a few MB of tokens, and 8 bytes of index each while gathering).
@@ -108,7 +108,7 @@ def shuffle_indexed(
     MB at a time) and one sequential write.
 
     >>> import os, tempfile
-    >>> from padless.indexed import write_indexed
+    >>> from padless.io.indexed import write_indexed
     >>> d = tempfile.mkdtemp()
     >>> _ = write_indexed([[1], [[2], [3, 4]], [5]], os.path.join(d, "a"), dtype="uint8")
     >>> r = shuffle_indexed(os.path.join(d, "a"), os.path.join(d, "b"), seed=0)

@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import _rng
-from .._check import check_seed, positive
 from .._kernels.rng import mix64_reference
 from .._keywords import checks_keywords
-from .._state import STATE_VERSION, _mismatch, fingerprint
-from ..lengths import sizes_of
+from ..core import _rng
+from ..core._check import check_seed, positive
+from ..core._state import STATE_VERSION, _mismatch, fingerprint
+from ..core.lengths import sizes_of
 from ..planners import strategies
 from ..planners._rounds import Round, StreamEngine, shuffled
 from ..planners.spec import Spec, spec_to_dict

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from .._check import _is_int
-from ..lengths import sizes_of
+from ..core._check import _is_int
+from ..core.lengths import sizes_of
 
 __all__ = ["MAX_LENGTH", "Entries", "ItemLengths", "Piece"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._check import _is_int
+from ..core._check import _is_int
 
 __all__ = ["Source", "check_source"]
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._check import (
+from .._keywords import checks_keywords
+from ..core._check import (
     INT64_MAX,
     check_bool,
     check_choice,
@@ -21,8 +22,7 @@ from .._check import (
     positive,
     positive_or_none,
 )
-from .._keywords import checks_keywords
-from ..plan import BatchPlan, check_shapes
+from ..core.plan import BatchPlan, check_shapes
 from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple

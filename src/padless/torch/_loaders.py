@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._check import check_bool
-from ..lm import LMStream
-from ..mixing import MixtureSampler
+from ..core._check import check_bool
+from ..sampling.mixing import MixtureSampler
+from ..streams.lm import LMStream
 
 __all__ = ["StatefulLoader", "lm_tensors", "mixture_dataset"]
 
@@ -85,7 +85,7 @@ _LM_TORCH_DTYPES = {"int64": torch.int64, "int32": torch.int32, "uint16": torch.
 def lm_tensors(
     stream: Any, *, pin_memory: bool = False
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Yield the ``(x, y)`` batches of a :class:`padless.lm.LMStream` as CPU tensors.
+    """Yield the ``(x, y)`` batches of a :class:`padless.streams.lm.LMStream` as CPU tensors.
 
     Without pinning the tensors share the stream's fresh numpy arrays (``torch.from_numpy``, no
     copy). With ``pin_memory=True`` each batch is written by the compiled gather straight into
@@ -101,7 +101,7 @@ def lm_tensors(
     Cost: as iterating the stream; pinning adds the host allocator's bookkeeping per batch.
 
     >>> import numpy as np
-    >>> from padless.lm import LMStream
+    >>> from padless.streams.lm import LMStream
     >>> s = LMStream(np.arange(64), batch_size=2, num_steps=4)
     >>> x, y = next(lm_tensors(s))
     >>> x.dtype, tuple(x.shape), bool((y == x + 1).all())
@@ -157,13 +157,13 @@ def mixture_dataset(
 
     Args:
         datasets: dict corpus name → map-style dataset (``__getitem__`` and ``__len__``).
-        sampler: an optional :class:`padless.mixing.MixtureSampler` to check names and sizes.
+        sampler: an optional :class:`padless.sampling.mixing.MixtureSampler` to check names and sizes.
 
     Cost: O(number of corpora); nothing is copied.
 
     >>> import torch
-    >>> from padless.mixing import MixtureSampler
-    >>> from padless.shortcuts import TokenBudgetSampler
+    >>> from padless.sampling.mixing import MixtureSampler
+    >>> from padless.sampling.shortcuts import TokenBudgetSampler
     >>> mix = MixtureSampler({"a": TokenBudgetSampler([2, 3], max_tokens=8),
     ...                       "b": TokenBudgetSampler([4], max_tokens=8)})
     >>> ds = mixture_dataset({"b": ["b0"], "a": ["a0", "a1"]}, mix)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._check import check_int, positive
+from ..core._check import check_int, positive
 from ._dist import dist_kwargs
 
 

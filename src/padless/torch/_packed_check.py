@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .._check import check_int, check_real
+from ..core._check import check_int, check_real
 
 # batch keys an HF causal LM understands; the rest of a collate's output (labels, seq_idx,
 # cu_seqlens, max_seqlen) is not what a training loop passes to such a model

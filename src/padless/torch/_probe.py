@@ -47,8 +47,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .._check import check_int
-from ..memory import MAX_FIELDS, MemoryModel, Point, as_bytes
+from ..core._check import check_int
+from ..core.memory import MAX_FIELDS, MemoryModel, Point, as_bytes
 
 __all__ = ["MemoryProbe", "measure_peak", "probe_memory"]
 
@@ -272,7 +272,7 @@ def probe_memory(
             the terms apart.
         device: where the step runs (None: CUDA if available, else the CPU); picks how memory is
             measured (see the module docstring). ``step`` and ``make_batch`` place the tensors.
-        limit: bytes a step must stay within (see :func:`padless.memory.as_bytes`): a step whose
+        limit: bytes a step must stay within (see :func:`padless.core.memory.as_bytes`): a step whose
             peak passes it is too large (its point is still measured). Required on the CPU; on
             CUDA None grows until a step runs out of memory.
         tolerance: the bisection stops when the largest fitting batch size is known to within

@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from .._check import check_int, check_seed, positive
 from .._keywords import check_keywords, checks_keywords, keyword_names
-from .._schedule import check_ranks
+from ..core._check import check_int, check_seed, positive
+from ..core._schedule import check_ranks
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch
 from ..streams import check_source as _check_source

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from .. import _kernels as K
-from .._check import check_bool, check_choice, check_int64
 from .._keywords import checks_keywords
+from ..core._check import check_bool, check_choice, check_int64
+from ..io.tokens import open_tokens
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
-from ..tokens import open_tokens
 from ._collate import form_of
 from ._loaders import _pinned_memory_available
 from ._packed_check import block_causal_mask
@@ -54,8 +54,8 @@ def _as_store(source: Any, dtype: Any, eos: Any, documents: bool) -> Any:
         return open_tokens(source, dtype=dtype, eos=eos, documents=documents)
     raise TypeError(
         "source must be a token file or prefix (an indexed dataset's .idx/.bin, or a raw token "
-        "file with dtype= and eos=) or a token store (padless.indexed.IndexedDataset, "
-        f"padless.tokens.RawTokens), got {type(source).__name__} {source!r:.60}"
+        "file with dtype= and eos=) or a token store (padless.io.indexed.IndexedDataset, "
+        f"padless.io.tokens.RawTokens), got {type(source).__name__} {source!r:.60}"
     )
 
 
@@ -89,13 +89,13 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     Args:
         source: an indexed dataset (``prefix``, ``prefix.idx`` or ``prefix.bin``: Megatron or
             fairseq), a raw token file (with ``dtype`` and ``eos``: documents end at each
-            ``eos``), or a token store (:class:`padless.indexed.IndexedDataset`,
-            :class:`padless.tokens.RawTokens`).
+            ``eos``), or a token store (:class:`padless.io.indexed.IndexedDataset`,
+            :class:`padless.io.tokens.RawTokens`).
         plan: the sampler (or spec) whose batches this serves; its collate form picks padded or
             packed batches. A sampler's lengths must be the store's (checked once, here: the
             batches then hold exactly the planned tokens). None: padded batches, width as is.
         dtype, eos, documents: how to read ``source`` when it is a path (see
-            :func:`padless.tokens.open_tokens`).
+            :func:`padless.io.tokens.open_tokens`).
         pad_id: token id of padding; ``ignore_index``: label of positions not to learn.
         flatten, rows, position_start, attention_mask: as in :func:`collate_packed` (packing
             plans only).

@@ -27,10 +27,10 @@ PLAN_FORMAT = "padless-plan-1"
 PLAN_MARKER = "padless_plan"  # the archive member holding the JSON record of a saved plan
 # saved type name -> (module, class); plans saved before the record are told apart by their arrays
 _PLAN_TYPES = {
-    "BatchPlan": ("padless.plan", "BatchPlan"),
-    "PackedPlan": ("padless.plan", "PackedPlan"),
-    "PiecePlan": ("padless.plan", "PiecePlan"),
-    "VectorPackedPlan": ("padless.plan", "VectorPackedPlan"),
+    "BatchPlan": ("padless.core.plan", "BatchPlan"),
+    "PackedPlan": ("padless.core.plan", "PackedPlan"),
+    "PiecePlan": ("padless.core.plan", "PiecePlan"),
+    "VectorPackedPlan": ("padless.core.plan", "VectorPackedPlan"),
 }
 _PLAN_ARRAYS = {"indices", "offsets", "skipped"}
 _PACKED_ARRAYS = {"row_bounds", "row_offsets", "piece_start", "piece_stop", "packing"}
@@ -297,7 +297,7 @@ class BatchPlan:
 
         Cost: one pass over the plan's entries.
         """
-        from ._kernels import segment_max
+        from .._kernels import segment_max
 
         if len(self) == 0:
             return np.zeros(0, dtype=np.float64)
@@ -421,7 +421,7 @@ class BatchPlan:
         >>> BatchPlan([0, 1, 2], [0, 2, 3]).stats([3, 1, 2]).padded_slots
         8
         """
-        from ._kernels import segment_max
+        from .._kernels import segment_max
 
         lens = as_lengths(lengths)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):
@@ -589,7 +589,7 @@ class PackedPlan(BatchPlan):
 
         Cost: one pass over the plan's entries.
         """
-        from ._kernels import cost as KC
+        from .._kernels import cost as KC
 
         if len(self) == 0:
             return np.zeros(0, dtype=np.float64)
@@ -954,7 +954,7 @@ class PiecePlan(BatchPlan):
 
         Cost: one pass over the plan's entries.
         """
-        from ._kernels import segment_max
+        from .._kernels import segment_max
 
         if len(self) == 0:
             return np.zeros(0, dtype=np.float64)
@@ -974,7 +974,7 @@ class PiecePlan(BatchPlan):
 
         Cost: O(len(indices)).
         """
-        from ._kernels import segment_max
+        from .._kernels import segment_max
 
         n = as_lengths(lengths).shape[0]
         if n != self.num_sequences:
@@ -1142,7 +1142,7 @@ class ShapedPlan(BatchPlan):
         >>> plan.stats([3, 7, 4, 1]).padded_slots  # 2·4 + 2·4 + 1·8
         24
         """
-        from ._kernels import segment_max
+        from .._kernels import segment_max
 
         lens = as_lengths(lengths)
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= lens.shape[0]):

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .io import lengths_of
-from .lengths import MappedFile
+from ..core.lengths import MappedFile
+from . import lengths_of
 from .readers import list_lengths
 
 __all__ = ["CheckedDataset", "Field", "sampler_lengths"]

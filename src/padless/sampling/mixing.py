@@ -25,15 +25,15 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from . import _rng
-from ._check import check_bool, check_choice, check_int, check_seed, positive_or_none
-from ._keywords import checks_keywords
-from ._schedule import steps_left
-from ._state import Resumable, fingerprint
-from .io import lengths_of
-from .plan import BatchPlan
+from .._keywords import checks_keywords
+from ..core import _rng
+from ..core._check import check_bool, check_choice, check_int, check_seed, positive_or_none
+from ..core._schedule import steps_left
+from ..core._state import Resumable, fingerprint
+from ..core.plan import BatchPlan
+from ..core.schedules import Schedule
+from ..io import lengths_of
 from .sampler import PlanSampler, check_ranks
-from .schedules import Schedule
 
 __all__ = [
     "MixtureSampler",
@@ -644,7 +644,7 @@ class MixtureSampler(Resumable):
     that plan batch (``plan[b]``), shifted by its offset.
 
     Ranks: global slot ``p + s · world_size + r`` goes to rank ``r``, as in
-    :class:`padless.sampler.PlanSampler`: equal batch counts, the same tail policy
+    :class:`padless.sampling.sampler.PlanSampler`: equal batch counts, the same tail policy
     (``drop_last=False`` completes the last step with the epoch's first batches), and the same
     global-position ``state_dict`` (elastic resume across world sizes).
 
@@ -680,7 +680,7 @@ class MixtureSampler(Resumable):
     at most two of its epochs (the first of this mixture epoch and the current one) and the batch
     order of every epoch it started.
 
-    >>> from padless.shortcuts import TokenBudgetSampler
+    >>> from padless.sampling.shortcuts import TokenBudgetSampler
     >>> a = TokenBudgetSampler([3, 5, 2, 7, 4, 6], max_tokens=8)
     >>> b = TokenBudgetSampler([2, 2], max_tokens=8)
     >>> mix = MixtureSampler({"a": a, "b": b}, temperature=float("inf"), num_batches=8, seed=3)
@@ -822,7 +822,7 @@ class MixtureSampler(Resumable):
     def corpus_of(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Split global indices into (corpus number, index within that corpus).
 
-        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> from padless.sampling.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=4),
         ...                       "b": TokenBudgetSampler([4, 5], max_tokens=8)})
         >>> [x.tolist() for x in mix.corpus_of([0, 2, 3, 4])]
@@ -856,7 +856,7 @@ class MixtureSampler(Resumable):
         Cost: O(number of corpora); plans nothing (beyond the default ``num_batches``). With
         weight schedules, O(steps of the epoch · corpora).
 
-        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> from padless.sampling.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
         ...                       "b": TokenBudgetSampler([3], max_tokens=4)},
         ...                      weights={"a": 1, "b": 1}, num_batches=1000)
@@ -907,7 +907,7 @@ class MixtureSampler(Resumable):
         current epoch): ``epoch · steps_per_epoch``, counted at the world size the epoch starts at
         (the first of a loaded state's elastic parts, else this sampler's).
 
-        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> from padless.sampling.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4)},
         ...                      num_batches=10, world_size=4)
         >>> mix.steps_per_epoch, mix.first_step(3)
@@ -974,7 +974,7 @@ class MixtureSampler(Resumable):
         array, columns in the samplers' order (constant weights: ``p`` on every row).
 
         >>> from padless import Schedule
-        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> from padless.sampling.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2], max_tokens=4),
         ...                       "b": TokenBudgetSampler([3], max_tokens=4)},
         ...                      weights={"a": Schedule.piecewise([0, 10], [3, 1]), "b": 1})
@@ -1132,7 +1132,7 @@ class MixtureSampler(Resumable):
 
         Cost: plans every sampler epoch the mixture epoch touches, plus O(num_batches).
 
-        >>> from padless.shortcuts import TokenBudgetSampler
+        >>> from padless.sampling.shortcuts import TokenBudgetSampler
         >>> mix = MixtureSampler({"a": TokenBudgetSampler([1, 2, 3], max_tokens=3),
         ...                       "b": TokenBudgetSampler([4], max_tokens=8)},
         ...                      weights=[1, 0], num_batches=3)

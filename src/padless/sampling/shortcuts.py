@@ -16,14 +16,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, cast
 
-from ._keywords import checks_keywords
-from .cost import Cost
-from .plan import BatchPlan, PackedPlan
-from .planners.buckets import Buckets
-from .planners.budget import TokenBudget
-from .planners.exact import ExactLength
-from .planners.packing import Packing, PieceDataset
-from .planners.spec import Spec
+from .._keywords import checks_keywords
+from ..core.cost import Cost
+from ..core.plan import BatchPlan, PackedPlan
+from ..planners.buckets import Buckets
+from ..planners.budget import TokenBudget
+from ..planners.exact import ExactLength
+from ..planners.packing import Packing, PieceDataset
+from ..planners.spec import Spec
 from .sampler import PlanSampler, SamplerOptions
 
 if TYPE_CHECKING:  # names for annotations only (Python 3.10 has neither in typing)
@@ -469,7 +469,7 @@ class PackingSampler(PlanSampler):
                             collate_fn=collate_for(sampler))
 
     Rows change with the epoch (random tie-break among equal lengths, shuffled row order) and
-    the batch order is shuffled per epoch; see :class:`padless.sampler.PlanSampler` for ranks,
+    the batch order is shuffled per epoch; see :class:`padless.sampling.sampler.PlanSampler` for ranks,
     tail policy, balance and resume. With ``balance=True`` the cost of a batch is its real tokens
     (with ``cost=``, its rows' cost in that model).
 

@@ -1,9 +1,9 @@
 """Lengths from anything a user holds: the one dispatcher for paths (files, folders, Arrow data).
 
-:func:`lengths_of` reads values in memory with :func:`padless.lengths.as_lengths`, Arrow data in
+:func:`lengths_of` reads values in memory with :func:`padless.core.lengths.as_lengths`, Arrow data in
 memory from its list offsets and a path with :func:`lengths_from_file`, which picks the reader
-by the file's kind: :mod:`padless.readers` (arrays, text, Arrow/Parquet, saved ``datasets``) or
-:mod:`padless.tokens` (indexed datasets, raw token files; imported on use, as it loads the
+by the file's kind: :mod:`padless.io.readers` (arrays, text, Arrow/Parquet, saved ``datasets``) or
+:mod:`padless.io.tokens` (indexed datasets, raw token files; imported on use, as it loads the
 compiled kernels).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .lengths import arrow_like, as_lengths
+from ..core.lengths import arrow_like, as_lengths
 from .readers import (
     PathLike,
     _as_path,
@@ -53,7 +53,7 @@ def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarr
     name, or a list of names for (N, F) lengths. A list column (list, large_list,
     fixed_size_list) gives each row's length, an integer column its values; a text column is
     refused (lengths are token counts: tokenize first, or count words or characters with
-    :func:`padless.readers.lengths_from_arrow` and its ``tokenizer``); a null row is a
+    :func:`padless.io.readers.lengths_from_arrow` and its ``tokenizer``); a null row is a
     ValueError naming it. The lengths are the stored column's (a ``set_transform`` is not
     applied: :class:`padless.CheckedDataset` catches one that changes them). A ``DatasetDict``
     (pass one split) or an ``IterableDataset`` (no lengths up front:
@@ -113,12 +113,12 @@ def lengths_from_file(
       both files are there: the sequence lengths as they are stored, a read-only int32 memory
       map (never copied: the windowed samplers plan on it as it is), checked first in one
       chunked pass (each length non-negative, each sequence inside the ``.bin``:
-      :meth:`padless.indexed.IndexedDataset.check`); ``documents=True``: Megatron's documents'
-      lengths (int64). See :class:`padless.indexed.IndexedDataset`.
+      :meth:`padless.io.indexed.IndexedDataset.check`); ``documents=True``: Megatron's documents'
+      lengths (int64). See :class:`padless.io.indexed.IndexedDataset`.
     - with ``eos``: a raw token file (``.bin``, an OLMo-style ``.npy`` without header, anything)
       of ``dtype`` tokens, whose documents end at each ``eos`` token (the eos counts): their
       lengths, from one compiled pass whose offsets are kept in a file beside it for the next
-      read (:class:`padless.tokens.RawTokens`).
+      read (:class:`padless.io.tokens.RawTokens`).
     - ``.npy``: an array of lengths; with ``offsets`` (a ``.npy`` of document offsets) the file is
       a token-id corpus and lengths are the document sizes.
     - ``.npz``: pick arrays with ``fields`` (several give (N, F) lengths); an archive with

@@ -4,7 +4,7 @@ Nothing here makes a Python pass over rows where the format gives lengths direct
 counted by one compiled pass over the memory-mapped (or streamed, decompressed) bytes, Arrow list
 columns give lengths from their offsets, and tokenizers are called through their batch APIs.
 
-This module depends on :mod:`padless.lengths` (for the checks of what it reads); the dispatcher
+This module depends on :mod:`padless.core.lengths` (for the checks of what it reads); the dispatcher
 for paths, :func:`padless.io.lengths_from_file` (and :func:`padless.lengths_of`), imports it.
 """
 
@@ -21,8 +21,8 @@ from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 
-from .lengths import arrow_like, as_lengths
-from .plan import is_saved_plan
+from ..core.lengths import arrow_like, as_lengths
+from ..core.plan import is_saved_plan
 
 __all__ = [
     "TOKENIZERS",
@@ -720,7 +720,7 @@ def lengths_of_arrow(x: Any, column: str | Sequence[str] | None) -> np.ndarray:
         raise TypeError(
             f"lengths_of({col.arg}): {col.where} holds text ({col.data.type}), and lengths_of "
             "counts tokens: tokenize it first (ds.map(...) to input_ids), or count it with "
-            f"padless.readers.lengths_from_arrow({col.arg}, tokenizer='whitespace') (or "
+            f"padless.io.readers.lengths_from_arrow({col.arg}, tokenizer='whitespace') (or "
             "'chars', 'bytes', 'spm:MODEL', 'hf:tokenizer.json')"
         )
     return arrow_lengths(col.data, None, col.where, rows=col.rows)
@@ -879,7 +879,7 @@ def load_npy(path: Path, mmap_mode: Any = None) -> np.ndarray:
         raise ValueError(
             f"{path} has no .npy header (it does not start with b'\\x93NUMPY'): it looks like a "
             "raw token file (OLMo-style, tokens back to back), whose dtype padless.lengths_of "
-            "cannot tell; read it with padless.tokens.RawTokens(path, dtype=..., eos=...) or "
+            "cannot tell; read it with padless.io.tokens.RawTokens(path, dtype=..., eos=...) or "
             "padless.io.lengths_from_file(path, dtype=..., eos=...) (the command line: "
             "--dtype ... --eos ...)"
         )
@@ -932,7 +932,7 @@ def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
 
 def is_indexed_path(path: PathLike) -> bool:
     """Whether ``path`` names an indexed dataset: a ``.idx``, or a ``.bin`` or prefix with both
-    files of the pair present (``padless.tokens.open_tokens`` and ``lengths_from_file`` ask)."""
+    files of the pair present (``padless.io.tokens.open_tokens`` and ``lengths_from_file`` ask)."""
     text = os.fspath(path)
     prefix = text[:-4] if text.endswith((".idx", ".bin")) else text
     pair = os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")

@@ -52,18 +52,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from . import _kernels as K
-from . import _rng
-from ._check import MAX_BUDGET, check_seed, non_negative, positive
-from .io import lengths_of
-from .lengths import MAX_LENGTH, MappedFile, sizes_of
-from .plan import BatchPlan, PlanStats
-from .planners.spec import Spec, round_up
+from .. import _kernels as K
+from ..core import _rng
+from ..core._check import MAX_BUDGET, check_seed, non_negative, positive
+from ..core.lengths import MAX_LENGTH, MappedFile, sizes_of
+from ..core.plan import BatchPlan, PlanStats
+from ..io import lengths_of
+from .spec import Spec, round_up
 
 KW = K.windows
 
 if TYPE_CHECKING:
-    from .planners.spec import Planner, Spec, WindowKernel
+    from .spec import Planner, Spec, WindowKernel
 
 __all__ = ["WindowLayout", "WindowedPlanner", "plan_windows"]
 

@@ -15,7 +15,7 @@ _ARROW_MODULES = ("pyarrow", "datasets")  # objects read from their Arrow data (
 MAX_LENGTH = 1 << 31  # lengths are whole numbers in [0, 2**31): 2**32 of them sum within int64
 _RULE = "whole numbers in [0, 2**31)"
 _TEXT_HINT = (
-    "for a text file pass a pathlib.Path or call padless.readers.lengths_from_text(path); "
+    "for a text file pass a pathlib.Path or call padless.io.readers.lengths_from_text(path); "
     "for text in memory, tokenize it first"
 )
 
@@ -263,14 +263,14 @@ def _str_message(x: str) -> str:
     if is_dir:
         return (
             f"lengths_of got a str naming the folder {shown}; a saved datasets folder is read "
-            f"with lengths_of(pathlib.Path({shown})) or padless.readers.lengths_from_arrow(path, "
+            f"with lengths_of(pathlib.Path({shown})) or padless.io.readers.lengths_from_arrow(path, "
             "column=...); a folder of text files is read file by file"
         )
     kind = "naming a file " if is_file else ""
     return (
         f"lengths_of got a str {kind}{shown}; to read a file pass a pathlib.Path "
         f"(lengths_of(pathlib.Path({shown}))) or call padless.io.lengths_from_file(path) "
-        "(text: padless.readers.lengths_from_text(path, tokenizer=...))"
+        "(text: padless.io.readers.lengths_from_text(path, tokenizer=...))"
     )
 
 

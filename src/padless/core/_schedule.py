@@ -99,13 +99,13 @@ def position_limit(total: int, world_size: int, drop_last: bool) -> int:
 
 
 def padded_costs(plan: Any, sizes: np.ndarray) -> np.ndarray:
-    """Padded cost of each batch of a :class:`~padless.plan.BatchPlan`: count × longest size.
+    """Padded cost of each batch of a :class:`~padless.core.plan.BatchPlan`: count × longest size.
 
-    >>> from padless.plan import BatchPlan
+    >>> from padless.core.plan import BatchPlan
     >>> padded_costs(BatchPlan([0, 1, 2], [0, 2, 3]), np.array([3, 5, 2])).tolist()
     [10, 2]
     """
-    from ._kernels import segment_max
+    from .._kernels import segment_max
 
     if len(plan) == 0:
         return np.zeros(0, dtype=np.int64)

@@ -10,18 +10,18 @@ from typing import Any
 
 import numpy as np
 
-from . import _rng
-from ._schedule import length_mixing, step_mean_lengths
-from .cost import as_cost, padded_batch_costs, real_work
-from .io import lengths_of
-from .lengths import sizes_of
-from .plan import BatchPlan
-from .plan import BatchPlan as _Plan
-from .planners import strategies
-from .planners.buckets import boundary_costs, bucket_boundaries, bucket_boundaries_2d
-from .planners.budget import TokenBudget
-from .planners.shapes import FixedShapes, shape_set
-from .planners.spec import spec_to_dict
+from ..core import _rng
+from ..core._schedule import length_mixing, step_mean_lengths
+from ..core.cost import as_cost, padded_batch_costs, real_work
+from ..core.lengths import sizes_of
+from ..core.plan import BatchPlan
+from ..core.plan import BatchPlan as _Plan
+from ..io import lengths_of
+from ..planners import strategies
+from ..planners.buckets import boundary_costs, bucket_boundaries, bucket_boundaries_2d
+from ..planners.budget import TokenBudget
+from ..planners.shapes import FixedShapes, shape_set
+from ..planners.spec import spec_to_dict
 from .sampler import PlanSampler, padded_costs, step_imbalance
 
 

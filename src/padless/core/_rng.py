@@ -65,7 +65,7 @@ def key(seed: int, epoch: int, stream: int) -> np.uint64:
     epoch = check_seed("epoch", epoch)
     if max(seed, epoch, stream) < 1 << 64:
         # the compiled twin of SeedSequence's first word (the same key, without numpy.random)
-        from ._kernels.rng import stream_key
+        from .._kernels.rng import stream_key
 
         return np.uint64(stream_key(seed, epoch, stream))
     state = seed_sequence(seed, epoch, stream).generate_state(1, dtype=np.uint64)

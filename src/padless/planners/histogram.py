@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from . import _kernels as K
-from . import _rng
-from ._kernels import windows as KW
-from ._splitmix import mix64_reference
-from .lengths import MAX_LENGTH
-from .plan import PlanStats
-from .planners.packing import row_layout
-from .planners.spec import Spec, round_up
+from .. import _kernels as K
+from .._kernels import windows as KW
+from .._splitmix import mix64_reference
+from ..core import _rng
+from ..core.lengths import MAX_LENGTH
+from ..core.plan import PlanStats
+from .packing import row_layout
+from .spec import Spec, round_up
 from .windows import _chunks, _in_order, _threads, source_lengths
 
 __all__ = ["HistogramPlanner", "IN_MEMORY", "MAX_WIDTHS"]

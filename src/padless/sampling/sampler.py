@@ -6,8 +6,8 @@ global plan, identical on every rank with no communication, or its windowed or h
 each with its batches ordered: shuffled from their own random stream, or grouped into
 cost-balanced steps), and it hands rank ``r`` the global slots ``p + s·world_size + r`` for steps
 ``s = 0, 1, …`` from the start position ``p``. The slot arithmetic and the balancing are pure
-functions in :mod:`padless._schedule`; the loop and the state live in
-:class:`padless._state.Resumable`; what is left here (optimizer steps, loss normalisation,
+functions in :mod:`padless.core._schedule`; the loop and the state live in
+:class:`padless.core._state.Resumable`; what is left here (optimizer steps, loss normalisation,
 figures, fingerprints, resume across a change of settings) asks the epoch, never its form.
 
 Positions are **global**: the number of global batch slots consumed (steps × world_size). A state
@@ -26,20 +26,20 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 import numpy as np
 
-from ._check import check_bool, check_seed, non_negative, positive
-from ._keywords import checks_keywords
-from ._schedule import check_ranks, padded_costs, step_imbalance
-from ._state import Resumable, fingerprint
-from .checked import CheckedDataset
-from .epochs import Epoch, epochs_for
-from .plan import BatchPlan
-from .planners.spec import Spec, StepForm
-from .schedules import Schedule
+from .._keywords import checks_keywords
+from ..core._check import check_bool, check_seed, non_negative, positive
+from ..core._schedule import check_ranks, padded_costs, step_imbalance
+from ..core._state import Resumable, fingerprint
+from ..core.plan import BatchPlan
+from ..core.schedules import Schedule
+from ..epochs import Epoch, epochs_for
+from ..io.checked import CheckedDataset
+from ..planners.spec import Spec, StepForm
 
 if TYPE_CHECKING:
-    from .histogram import HistogramPlanner
-    from .planners.spec import Planner
-    from .windows import WindowedPlanner
+    from ..planners.histogram import HistogramPlanner
+    from ..planners.spec import Planner
+    from ..planners.windows import WindowedPlanner
 
 __all__ = ["PlanSampler", "SamplerOptions", "check_ranks", "padded_costs", "step_imbalance"]
 
@@ -79,11 +79,11 @@ class PlanSampler(Resumable):
         drop_last: drop the incomplete last step instead of completing it with repeats.
         balance: group batches into steps of similar cost to cut straggler wait.
         window: plan the epoch in windows of about this many items (see
-            :mod:`padless.windows`): bounded memory for corpora of any size, e.g. a memory-mapped
+            :mod:`padless.planners.windows`): bounded memory for corpora of any size, e.g. a memory-mapped
             ``.npy`` of lengths; ``len()`` then costs one counting pass per epoch (cached).
             ``"histogram"``: the global plan's batches (the same shapes and padding) cut on the
             lengths' histogram, each batch's sequences computed when it is asked for (see
-            :mod:`padless.histogram`): global quality in memory O(distinct lengths + batches)
+            :mod:`padless.planners.histogram`): global quality in memory O(distinct lengths + batches)
             plus an index of the sequences by length (a temporary file past 2**26 of them);
             token budgets without a cost model.
         batches_per_step: global micro-batches (the plan's batches, over all ranks) per
@@ -239,7 +239,7 @@ class PlanSampler(Resumable):
         return self._epoch_of(check_seed("epoch", epoch)).global_plan()
 
     def checked(self, dataset: Any, *, field: Any = None) -> Any:
-        """``dataset`` bound to this sampler's lengths: :class:`padless.checked.CheckedDataset`.
+        """``dataset`` bound to this sampler's lengths: :class:`padless.io.checked.CheckedDataset`.
 
         A dataset of another size is a ``ValueError`` now; an item whose length is not the
         planned one is a ``ValueError`` when it is loaded. ``field`` says what to measure
@@ -696,7 +696,7 @@ class PlanSampler(Resumable):
         return self._fingerprint
 
     def _lengths_hash(self) -> int:
-        from ._kernels import hash_ints
+        from .._kernels import hash_ints
 
         return int(hash_ints(self.lengths.reshape(-1), 0))
 

@@ -10,7 +10,7 @@ documents, each ending after an ``eos`` token, by the token-store interface that
 The document offsets come from one compiled pass (``eos_offsets``, several GB/s) and are written
 once beside the token file (``<name>.<dtype>.eos<id>.offsets.npy``, int64, atomically) with a
 record of the token file's identity, then memory-mapped by later opens while that identity holds
-(:mod:`padless._files` says what it tells and what it cannot). :func:`open_tokens` picks the
+(:mod:`padless.io._files` says what it tells and what it cannot). :func:`open_tokens` picks the
 store for a path: a Megatron/fairseq ``.idx``/``.bin`` pair or a raw file.
 """
 
@@ -23,10 +23,10 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .. import _kernels as K
+from ..core._output import write_exactly
 from . import _files
-from . import _kernels as K
 from ._files import Watch
-from ._output import write_exactly
 from .indexed import IndexedDataset
 from .readers import is_indexed_path
 
@@ -342,7 +342,7 @@ def open_tokens(
     """The token store for a path: an indexed dataset or a :class:`RawTokens`.
 
     A Megatron/fairseq pair (``prefix``, ``prefix.idx`` or ``prefix.bin`` with both files there,
-    or any ``.idx``) opens as ``padless.indexed.IndexedDataset(source, documents=documents)``
+    or any ``.idx``) opens as ``padless.io.indexed.IndexedDataset(source, documents=documents)``
     (its items are sequences, or documents with ``documents=True``); anything else is a raw token
     file, ``RawTokens(source, dtype=dtype, eos=eos)``, which needs ``eos`` (and ``dtype`` unless
     it is a real ``.npy``).

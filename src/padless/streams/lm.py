@@ -29,12 +29,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import _kernels as K
-from . import _rng
-from ._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
-from ._keywords import checks_keywords
-from ._state import Resumable, fingerprint
-from .schedules import Schedule, change_points, divisor_schedule
+from .. import _kernels as K
+from .._keywords import checks_keywords
+from ..core import _rng
+from ..core._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
+from ..core._state import Resumable, fingerprint
+from ..core.schedules import Schedule, change_points, divisor_schedule
 
 __all__ = ["LMStream"]
 
@@ -90,7 +90,7 @@ def _has_npy_magic(path: str) -> bool:
 
 
 def _is_store(tokens: Any) -> bool:
-    """Whether ``tokens`` is a token store (``padless.tokens.RawTokens``, an indexed dataset)."""
+    """Whether ``tokens`` is a token store (``padless.io.tokens.RawTokens``, an indexed dataset)."""
     return not isinstance(tokens, np.ndarray) and isinstance(
         getattr(tokens, "tokens", None), np.ndarray
     )
@@ -280,7 +280,7 @@ class LMStream(Resumable):
       at another world size, the epoch's steps are counted as if it had run at the new one.
 
     Args:
-        tokens: a 1-D integer array or ``np.memmap``; a token store (``padless.tokens.RawTokens``
+        tokens: a 1-D integer array or ``np.memmap``; a token store (``padless.io.tokens.RawTokens``
             or an indexed dataset: its ``tokens``, the whole file); or a path: ``*.npy`` (dtype
             from the header; an OLMo-style ``.npy`` without the numpy header is raw and needs
             ``dtype``), any other name is a raw binary file and needs ``dtype``. Float dtypes

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 WHITESPACE, CHARS, BYTES = 0, 1, 2
 MODES = {"whitespace": WHITESPACE, "chars": CHARS, "bytes": BYTES}

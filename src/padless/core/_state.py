@@ -109,7 +109,7 @@ class Resumable:
     Positions are global (batch slots consumed in the epoch over all ranks), so a state loads at
     another world size. ``_history`` keeps the ``(world_size, position)`` parts of the epoch run
     at other world sizes: a subclass whose order depends on the world size (balanced steps)
-    re-balances what is left from it (see :func:`padless._schedule.elastic_order`), and it
+    re-balances what is left from it (see :func:`padless.core._schedule.elastic_order`), and it
     bounds the positions a state may hold.
     """
 

@@ -25,7 +25,7 @@ A file that fits neither is refused naming both layouts and what each found; non
 two sizes differ by at least 8 for any count). The ``.bin`` holds the token arrays back to back.
 
 Both files are kept open while the dataset lives (one descriptor each): every item or batch
-served first checks that neither shrank since it was opened (see :mod:`padless._files`).
+served first checks that neither shrank since it was opened (see :mod:`padless.io._files`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from . import _kernels as K
-from ._check import check_bool
+from .. import _kernels as K
+from ..core._check import check_bool
 from ._files import Watch
 from .readers import list_column
 
