@@ -1,11 +1,12 @@
-"""padless's layers: every import points down (or sideways), heavy libraries stay at the edge.
+"""padless's layers are its folders: every import points down, none forms a cycle, heavy
+libraries stay at the edge.
 
 The test reads the source (pure AST, nothing is imported) and finds every import of a padless
 module: module level, inside functions, under ``TYPE_CHECKING``, relative (``from . import x``,
-``from .x import y``) or absolute. A module may import its own layer or a lower one; an import of a
-higher layer is a violation. Today's violations are listed in :data:`ALLOWED` with a reason each;
-a new one fails, and so does a listed one that no longer exists, so the list only shrinks (the
-later slices of issue 25 empty it). Imports made by ``import_module`` on a computed name (the lazy
+``from .x import y``) or absolute. Each module lives in one room (a folder, or a top-level edge
+module); rooms stand on levels, lowest first. A module may import its own room or any room of a
+lower level, never a higher level nor a sibling room of its own level; there is no allow-list and
+no exemption. Imports made by ``import_module`` on a computed name (the lazy
 ``padless.__getattr__``, the strategy registry, loading a saved plan) are not seen.
 """
 
@@ -22,90 +23,40 @@ import numpy as np
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "padless"
 
-# lowest first; a module belongs to the first layer with a pattern matching its dotted name
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("compiled", ("padless._core",)),  # the C++ kernels (csrc/): they import nothing of padless
+# levels, lowest first; each holds rooms (name -> patterns of dotted module names) that may import
+# their own room and every room of a lower level, and not each other
+LAYERS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
+    # the C++ kernels (csrc/) and splitmix64's plain-Python twin: they import nothing of padless
+    ("compiled", {"compiled": ("padless._core", "padless._splitmix")}),
+    ("kernels", {"kernels": ("padless._kernels", "padless._kernels.*")}),  # typed wrappers
+    ("core", {"core": ("padless.core", "padless.core.*")}),  # pure values, no file I/O
+    # lengths and tokens from files; below the planners, which plan anything lengths_of reads
+    ("io", {"io": ("padless.io", "padless.io.*")}),
+    ("planners", {"planners": ("padless.planners", "padless.planners.*")}),
+    ("epochs", {"epochs": ("padless.epochs", "padless.epochs.*")}),  # the batches of one epoch
     (
-        "checks",
-        (
-            "padless.core._check",
-            "padless._keywords",
-            "padless._splitmix",
-            "padless.core._output",
-            "padless.io._files",
-            "padless.core._progress",
-            "padless.core._moved",
-        ),
+        "consumers",
+        {
+            "streams": ("padless.streams", "padless.streams.*"),
+            "sampling": ("padless.sampling", "padless.sampling.*"),
+            "shuffle": ("padless.shuffle", "padless.shuffle.*"),
+        },
     ),
-    (
-        "kernels",
-        ("padless._kernels", "padless._kernels.*", "padless.core._rng", "padless.io._text_kernels"),
-    ),
-    ("schedules", ("padless.core._schedule", "padless.core._state")),
-    (
-        "values",
-        (
-            "padless.core.lengths",
-            "padless.core.fields",
-            "padless.core.plan",
-            "padless.core.schedules",
-        ),
-    ),
-    ("costs", ("padless.core.cost", "padless.core.memory")),
-    # lengths and tokens from files: the planners plan anything lengths_of reads, paths included
-    (
-        "io",
-        (
-            "padless.io",
-            "padless.io.readers",
-            "padless.io.tokens",
-            "padless.io.indexed",
-            "padless.io.checked",
-        ),
-    ),
-    # the strategies, and the planners of any strategy's windows and histogram form
-    (
-        "planners",
-        (
-            "padless.planners",
-            "padless.planners.*",
-            "padless.planners.windows",
-            "padless.planners.histogram",
-        ),
-    ),
-    ("epochs", ("padless.epochs", "padless.epochs.*")),  # the batches of one epoch, as a value
-    (
-        "features",
-        (
-            "padless.sampling.sampler",
-            "padless.streams",
-            "padless.streams.*",
-            "padless.streams.lm",
-            "padless.sampling.mixing",
-            "padless.sampling.report",
-            "padless.shuffle",
-            "padless.shuffle.*",
-            "padless.core.filters",
-        ),
-    ),
-    ("shortcuts", ("padless.sampling.shortcuts",)),  # the plan_* functions and keyword samplers
-    ("torch", ("padless.torch", "padless.torch.*")),
+    ("face", {"face": ("padless",)}),  # the package's lazy __init__
+    ("torch", {"torch": ("padless.torch", "padless.torch.*")}),
     (
         "integrations",
-        ("padless.hf", "padless.lightning", "padless.ray", "padless.ray.*", "padless.lhotse"),
+        {
+            "hf": ("padless.hf",),
+            "lightning": ("padless.lightning",),
+            "ray": ("padless.ray", "padless.ray.*"),
+            "lhotse": ("padless.lhotse",),
+        },
     ),
-    ("face", ("padless",)),  # the package's lazy __init__
-    ("cli", ("padless.cli", "padless.cli.*")),
+    ("cli", {"cli": ("padless.cli", "padless.cli.*")}),
 )
-# the layers whose modules may import a heavy library at module level
+# the levels whose modules may import a heavy library at module level
 EDGE = {"torch", "integrations"}
-# the layers that are a heavy library's face: any module may import them inside a function (a
-# method that hands out a torch object, e.g. ``collate_for(sampler)``), as it would torch itself
-FACES = {"torch"}
-
-# Today's upward imports (importer -> imported), each with why it is there. Remove a line when the
-# import goes; never add one (fix the import instead).
-ALLOWED: dict[tuple[str, str], str] = {}
 
 # optional libraries too heavy (or too optional) for the core: at module level only in EDGE modules
 HEAVY = frozenset(
@@ -191,26 +142,41 @@ def graph() -> tuple[tuple[str, str, int, bool], ...]:
     return tuple(out)
 
 
-def layer_of(name: str) -> int:
-    for i, (_, patterns) in enumerate(LAYERS):
-        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
-            return i
+def place_of(name: str) -> tuple[int, str]:
+    """``(level, room)`` of a module: the first room with a pattern matching its dotted name."""
+    for level, (_, rooms) in enumerate(LAYERS):
+        for room, patterns in rooms.items():
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                return level, room
     raise LookupError(name)
 
 
-def test_every_module_has_one_layer_and_every_pattern_a_module():
+def layer_of(name: str) -> str:
+    return LAYERS[place_of(name)[0]][0]
+
+
+def test_every_module_has_one_room_and_every_pattern_a_module():
     unplaced = []
     for name in modules():
         try:
-            layer_of(name)
+            place_of(name)
         except LookupError:
             unplaced.append(name)
     assert not unplaced, f"place these modules in LAYERS: {unplaced}"
     names = set(modules()) | COMPILED
     unused = [
-        p for _, ps in LAYERS for p in ps if not any(fnmatch.fnmatchcase(m, p) for m in names)
+        p
+        for _, rooms in LAYERS
+        for ps in rooms.values()
+        for p in ps
+        if not any(fnmatch.fnmatchcase(m, p) for m in names)
     ]
     assert not unused, f"LAYERS names modules that do not exist: {unused}"
+
+
+def test_the_top_level_holds_only_the_face_the_compiled_kernels_and_the_edge():
+    top = {n for n in modules() if n.count(".") == 1 and not (SRC / n.split(".")[1]).is_dir()}
+    assert top <= {"padless._splitmix", "padless.hf", "padless.lightning", "padless.lhotse"}, top
 
 
 def test_imports_point_down():
@@ -219,26 +185,74 @@ def test_imports_point_down():
         {(a, b) for a, b, _, _ in graph() if b.startswith("padless") and b not in known}
     )
     assert not unknown, f"imports of modules that do not exist: {unknown}"
-    upward: dict[tuple[str, str], list[int]] = {}
-    for importer, imported, line, deferred in graph():
-        if imported in known and layer_of(imported) > layer_of(importer):
-            if deferred and LAYERS[layer_of(imported)][0] in FACES:
-                continue  # a deferred import of torch's face, like one of torch
-            upward.setdefault((importer, imported), []).append(line)
-    new = {
-        f"{a} ({LAYERS[layer_of(a)][0]}, line {lines[0]}) -> {b} ({LAYERS[layer_of(b)][0]})"
-        for (a, b), lines in upward.items()
-        if (a, b) not in ALLOWED
-    }
-    gone = {f"{a} -> {b}" for a, b in ALLOWED if (a, b) not in upward}
-    assert not new, f"imports that point up a layer (import down, or move the code): {sorted(new)}"
-    assert not gone, (
-        f"these allowed upward imports are gone: delete them from ALLOWED: {sorted(gone)}"
+    wrong = set()
+    for importer, imported, line, _ in graph():
+        if imported not in known:
+            continue
+        (la, ra), (lb, rb) = place_of(importer), place_of(imported)
+        if lb > la or (lb == la and ra != rb):
+            wrong.add(f"{importer}:{line} ({ra}) -> {imported} ({rb})")
+    assert not wrong, (
+        f"imports that point up or sideways (import down, or move the code): {sorted(wrong)}"
     )
 
 
-# function-local imports of padless modules kept for a reason the rule does not cover
-DEFERRED: dict[tuple[str, str], str] = {}
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of a directed graph (iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    nodes = sorted(set(edges) | {b for bs in edges.values() for b in bs})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == v:
+                            break
+                    out.append(sorted(component))
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    """Every import counted (function-local and TYPE_CHECKING ones too): each strongly connected
+    component of the graph between padless modules is one module."""
+    edges: dict[str, set[str]] = {}
+    for a, b, _, _ in graph():
+        if b.startswith("padless") and b != a:
+            edges.setdefault(a, set()).add(b)
+    cycles = [c for c in strongly_connected(edges) if len(c) > 1]
+    assert not cycles, f"import cycles: {cycles}"
+    # the search finds one when there is one
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c"],
+        ["d"],
+    ]
 
 
 @functools.cache
@@ -286,23 +300,19 @@ def heavy_at_import(name: str) -> bool:
 def test_deferred_imports_keep_heavy_modules_away_only():
     """The one rule for a function-local import of a padless module: it keeps a module that
     loads the compiled kernels or a heavy library (torch, Ray...) out of a module that does not
-    load it (``import padless`` loads the extension only when a plan is made), or it is of
-    torch's face; anything else belongs at the top of the module (or in DEFERRED)."""
+    load it (``import padless`` loads the extension only when a plan is made); anything else
+    belongs at the top of the module. No exception, no list of exemptions."""
     known = set(modules())
-    loose, used = [], set()
+    loose = []
     for a, b, line, deferred in graph():
         if not deferred or b not in known or b == a:
             continue
-        if LAYERS[layer_of(b)][0] in FACES or (heavy_at_import(b) and not heavy_at_import(a)):
+        if heavy_at_import(b) and not heavy_at_import(a):
             continue
-        if LAYERS[layer_of(a)][0] == "cli":
+        if layer_of(a) == "cli":
             continue  # the command's start-up rule: see the test below
-        if (a, b) in DEFERRED:
-            used.add((a, b))
-            continue
         loose.append(f"{a}:{line} -> {b}")
     assert not loose, f"function-local imports to lift to the top of their module: {loose}"
-    assert used == set(DEFERRED), f"stale DEFERRED entries: {sorted(set(DEFERRED) - used)}"
     # the rule holds something: light modules exist, and plan defers the kernels (the extension)
     assert not heavy_at_import("padless.core.plan") and heavy_at_import("padless._kernels")
     assert not heavy_at_import("padless") and not heavy_at_import("padless.cli")
@@ -327,9 +337,7 @@ def test_heavy_libraries_are_imported_at_top_only_at_the_edge():
     eager = sorted(
         f"{importer}:{line} imports {imported}"
         for importer, imported, line, deferred in graph()
-        if imported.partition(".")[0] in HEAVY
-        and not deferred
-        and LAYERS[layer_of(importer)][0] not in EDGE
+        if imported.partition(".")[0] in HEAVY and not deferred and layer_of(importer) not in EDGE
     )
     assert not eager, f"heavy libraries imported at module level outside the edge: {eager}"
     # the rule has something to hold: the edge does import them eagerly, the core only deferred
@@ -344,10 +352,10 @@ def test_the_walker_sees_relative_local_and_guarded_imports():
         "from typing import TYPE_CHECKING\n"
         "from . import spec\n"
         "from .. import _kernels as K\n"
-        "from ..plan import BatchPlan\n"
+        "from ..core.plan import BatchPlan\n"
         "import padless.core.lengths\n"
         "if TYPE_CHECKING:\n"
-        "    from ..sampler import SamplerOptions\n"
+        "    from ..sampling.sampler import SamplerOptions\n"
         "class C:\n"
         "    def collate(self):\n"
         "        from ..torch import collate_padded\n"
@@ -394,7 +402,7 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
         kind = type(plan).__name__
         # a pickle made before the move names the old module (protocol 2 writes it as text)
         blob = pickle.dumps(plan, protocol=2)
-        new_ref = f"cpadless.plan\n{kind}\n".encode()
+        new_ref = f"cpadless.core.plan\n{kind}\n".encode()
         assert new_ref in blob
         back = pickle.loads(blob.replace(new_ref, f"c{old}\n{kind}\n".encode()))
         assert type(back) is type(plan) and back == plan
@@ -409,6 +417,13 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
         np.savez(path, **arrays)
         loaded = padless.BatchPlan.load(path)
         assert type(loaded) is type(plan) and loaded == plan
+        # a plan saved by 0.1.0's flat layout names padless.plan: it loads from padless.core.plan
+        # (tools/relayout.py writes that table); the old module itself is gone (no shims)
+        arrays["padless_plan"] = np.array(json.dumps({**meta, "module": "padless.plan"}))
+        np.savez(path, **arrays)
+        loaded = padless.BatchPlan.load(path)
+        assert type(loaded) is type(plan) and loaded == plan
+    assert not (SRC / "plan.py").exists() and not (SRC / "sampler.py").exists()
 
 
 def test_nothing_imports_a_jit():

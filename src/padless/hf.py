@@ -39,6 +39,8 @@ from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .torch import PackedCollate, PaddedCollate, collate_padded
+from .torch._packed_check import check_packed as _check_packed
+from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
 
 logger = logging.getLogger(__name__)
@@ -603,14 +605,12 @@ class PadlessTrainerMixin:
 
     def _padless_packed_check(self) -> None:
         """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
-        from .torch._packed_check import check_packed, packs
-
         trainer: Any = self
         collator = trainer.data_collator
         if collator is None or not packs(collator):
             return
         try:
-            check_packed(trainer.model, collate=collator)
+            _check_packed(trainer.model, collate=collator)
         except ValueError as err:
             raise ValueError(f"{err} (PadlessTrainerMixin checks this before training)") from None
         except Exception as err:  # noqa: BLE001 - a model this check cannot call

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-from .._keywords import check_keywords, keyword_names
+from ..core._keywords import check_keywords, keyword_names
 from ..core._check import check_int, check_seed
 from ..core._schedule import padded_costs
 from ..core.cost import Cost, as_cost

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core import _rng
 from ..core._check import check_bool, check_choice, check_int, check_seed, positive_or_none
 from ..core._schedule import steps_left

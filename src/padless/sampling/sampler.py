@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 import numpy as np
 
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core._check import check_bool, check_seed, non_negative, positive
 from ..core._schedule import check_ranks, padded_costs, step_imbalance
 from ..core._state import Resumable, fingerprint

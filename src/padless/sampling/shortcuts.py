@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar, cast
 
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core.cost import Cost
 from ..core.plan import BatchPlan, PackedPlan
 from ..planners.buckets import Buckets

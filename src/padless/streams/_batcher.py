@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._kernels.rng import mix64_reference
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core import _rng
 from ..core._check import check_seed, positive
 from ..core._state import STATE_VERSION, _mismatch, fingerprint

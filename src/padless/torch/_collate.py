@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core._check import (
     INT64_MAX,
     check_bool,

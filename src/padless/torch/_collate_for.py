@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .._keywords import check_keywords, keyword_names
+from ..core._keywords import check_keywords, keyword_names
 from ..planners.spec import Spec
 from ..streams import StreamBatcher
 from ._collate import collate_packed, collate_padded

@@ -20,12 +20,12 @@ import numpy as np
 import torch
 
 from .. import _kernels as K
-from .._keywords import checks_keywords
+from ..core._keywords import checks_keywords
 from ..core._check import check_bool, check_choice, check_int64
 from ..io.tokens import open_tokens
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
-from ._collate import form_of
+from ._collate import PackedCollate, form_of
 from ._loaders import _pinned_memory_available
 from ._packed_check import block_causal_mask
 
@@ -201,8 +201,6 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "on a machine without one"
             )
         if self.form.packed:
-            from ._collate import PackedCollate
-
             # the packed settings, checked once by the collate that builds the same batches
             self._packed = PackedCollate(
                 self.form.capacity,
