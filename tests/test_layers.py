@@ -417,9 +417,10 @@ def test_plan_types_moved_to_the_plan_module_and_still_load_from_their_old_homes
         np.savez(path, **arrays)
         loaded = padless.BatchPlan.load(path)
         assert type(loaded) is type(plan) and loaded == plan
-        # a plan saved by 0.1.0's flat layout names padless.plan: it loads from padless.core.plan
-        # (tools/relayout.py writes that table); the old module itself is gone (no shims)
-        arrays["padless_plan"] = np.array(json.dumps({**meta, "module": "padless.plan"}))
+        # a plan saved by 0.1.0's flat layout names the module "padless" + ".plan": it loads from
+        # padless.core.plan (tools/relayout.py writes that table); the old module is gone (no shims)
+        flat = "padless" + ".plan"  # spelled apart so that tools/relayout.py leaves it as it is
+        arrays["padless_plan"] = np.array(json.dumps({**meta, "module": flat}))
         np.savez(path, **arrays)
         loaded = padless.BatchPlan.load(path)
         assert type(loaded) is type(plan) and loaded == plan
