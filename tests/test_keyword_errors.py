@@ -21,7 +21,7 @@ from padless import (
     TokenBudget,
     strategies,
 )
-from padless._keywords import SYNONYMS, keyword_names
+from padless.core._keywords import SYNONYMS, keyword_names
 
 STRATEGIES = strategies()
 LENGTHS = [5, 3, 7, 2, 8, 4]

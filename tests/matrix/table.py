@@ -18,7 +18,13 @@ from .known import KNOWN_BROKEN, REFUSED
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "combinations.md"
 
-CONSUMER_LETTER = {"collate": "c", "token_dataset": "t", "checked": "k", "hf": "h", "torchdata": "d"}
+CONSUMER_LETTER = {
+    "collate": "c",
+    "token_dataset": "t",
+    "checked": "k",
+    "hf": "h",
+    "torchdata": "d",
+}
 
 HEADER = """# Which capabilities compose
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from importlib import import_module
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 
-from ..core._keywords import check_keywords, keyword_names
 from ..core._check import check_int, check_seed
+from ..core._keywords import check_keywords, keyword_names
 from ..core._schedule import padded_costs
 from ..core.cost import Cost, as_cost
 from ..core.fields import to_ticks

@@ -25,9 +25,9 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from ..core._keywords import checks_keywords
 from ..core import _rng
 from ..core._check import check_bool, check_choice, check_int, check_seed, positive_or_none
+from ..core._keywords import checks_keywords
 from ..core._schedule import steps_left
 from ..core._state import Resumable, fingerprint
 from ..core.plan import BatchPlan

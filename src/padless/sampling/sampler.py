@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 import numpy as np
 
-from ..core._keywords import checks_keywords
 from ..core._check import check_bool, check_seed, non_negative, positive
+from ..core._keywords import checks_keywords
 from ..core._schedule import check_ranks, padded_costs, step_imbalance
 from ..core._state import Resumable, fingerprint
 from ..core.plan import BatchPlan

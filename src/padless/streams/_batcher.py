@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._kernels.rng import mix64_reference
-from ..core._keywords import checks_keywords
 from ..core import _rng
 from ..core._check import check_seed, positive
+from ..core._keywords import checks_keywords
 from ..core._state import STATE_VERSION, _mismatch, fingerprint
 from ..core.lengths import sizes_of
 from ..planners import strategies

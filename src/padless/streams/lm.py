@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import _kernels as K
-from ..core._keywords import checks_keywords
 from ..core import _rng
 from ..core._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
+from ..core._keywords import checks_keywords
 from ..core._state import Resumable, fingerprint
 from ..core.schedules import Schedule, change_points, divisor_schedule
 

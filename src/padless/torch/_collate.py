@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._keywords import checks_keywords
 from ..core._check import (
     INT64_MAX,
     check_bool,
@@ -22,6 +21,7 @@ from ..core._check import (
     positive,
     positive_or_none,
 )
+from ..core._keywords import checks_keywords
 from ..core.plan import BatchPlan, check_shapes
 from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._keywords import checks_keywords
 from ..core._check import INT64_MAX, check_int, check_int64, positive, positive_or_none
+from ..core._keywords import checks_keywords
 from ..planners.packing import next_fit_rows
 from ..planners.spec import Spec
 from ._collate import _MAX_SEQUENCE, _as_ids

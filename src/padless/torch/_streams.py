@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..core._keywords import check_keywords, checks_keywords, keyword_names
 from ..core._check import check_int, check_seed, positive
+from ..core._keywords import check_keywords, checks_keywords, keyword_names
 from ..core._schedule import check_ranks
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch

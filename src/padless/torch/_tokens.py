@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from .. import _kernels as K
-from ..core._keywords import checks_keywords
 from ..core._check import check_bool, check_choice, check_int64
+from ..core._keywords import checks_keywords
 from ..io.tokens import open_tokens
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
