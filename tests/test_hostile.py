@@ -122,6 +122,7 @@ NOT_ATTACKED = {
     "padless.ShuffleResult": "a result record, returned by shuffle_file",
     "padless.ZippedLengths": "a result record, returned by zip_lengths (attacked)",
     "padless.torch.MemoryProbe": "a result record, returned by probe_memory (attacked)",
+    "padless.torch.MixtureDataset": "built by mixture_dataset (attacked) from checked parts",
     "padless.sampling.mixing.ZippedLengths": "the same record, at home",
     "padless.sampling.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -677,27 +678,33 @@ def test_every_strategy_mixes():
 
 
 def test_corpora_a_mixture_cannot_deliver_are_refused_when_it_is_built():
-    """Pieces, warm-ups and windowed plans: refused by the constructor, naming the corpus and
-    the setting (before, a split corpus failed at the first batch and a warm-up was dropped)."""
+    """Windowed plans: refused by the constructor, naming the corpus and the setting. Pieces
+    and warm-ups mix (tests/test_mixture_pieces.py): the mixture yields their codes."""
     from padless import Decomposition, Packing, PlanSampler, Schedule
 
     cases = {
-        'oversize="split" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="split"),
-        'oversize="truncate" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="truncate"),
-        "Decomposition yields the codes": PlanSampler(
-            [9, 2, 3], Decomposition(min_length=1, max_length=4, tokens_per_batch=8)
-        ),
-        "optimizer step .* a warm-up": PackingSampler(
-            [3, 2, 3], capacity=Schedule.piecewise([0, 5], [2, 4]), rows_per_batch=2
-        ),
         "plans its epochs in windows": budget([1, 2, 3] * 40, window=50),
         "plans its epochs in windows \\(window='histogram'": budget([1, 2], window="histogram"),
     }
     for message, sub in cases.items():
         with pytest.raises(ValueError, match=f"samplers\\['a'\\].*{message}"):
             MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
+    coded = {
+        'oversize="split" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="split"),
+        'oversize="truncate" cuts': PackingSampler([9, 2, 3], capacity=4, oversize="truncate"),
+        "Decomposition yields the codes": PlanSampler(
+            [9, 2, 3], Decomposition(min_length=1, max_length=4, tokens_per_batch=8)
+        ),
+        "a warm-up": PackingSampler(
+            [3, 2, 3], capacity=Schedule.piecewise([0, 5], [2, 4]), rows_per_batch=2
+        ),
+    }
+    for message, sub in coded.items():
+        mix = MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)
+        assert re.search(f"corpus 'a': .*{message}", mix.needs_pieces() or "")
     # split packing whose sequences all fit: plain indices, mixed as usual
     fits = PackingSampler([4, 2, 3], capacity=4, oversize="split")
     mix = MixtureSampler({"a": fits, "b": budget([1])}, weights=[1, 0], num_batches=3)
+    assert mix.needs_pieces() is None
     assert sorted(i for b in mix for i in b) == [0, 1, 2]
     assert Packing(capacity=4, oversize="split").needs_pieces(np.array([4, 2])) is None

@@ -1123,6 +1123,16 @@ def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
     sampler that cuts sequences need its own ``sampler.pieces(dataset)`` (the same kind of
     pieces, capacity and tags, every sequence field sliced), and whole items need no pieces."""
     spec = getattr(sampler, "spec", None)
+    coded = getattr(sampler, "needs_pieces", None)
+    why = coded() if spec is None and callable(coded) else None
+    if why is not None:  # a mixture whose corpora warm up, split or decompose sequences
+        raise ValueError(
+            f"batch_sampler {type(sampler).__name__} yields codes of pieces ({why}), which the "
+            "Trainer's checked train_dataset does not serve yet: give the mixture's corpora "
+            "plain batches under the Trainer (no warm-up, oversize='drop'), or train the mixture "
+            "in your own loop (padless.torch.mixture_dataset(datasets, sampler) serves the "
+            "codes, padless.torch.collate_for(sampler) lays them out)"
+        )
     make = getattr(spec, "pieces", None)
     what = f"batch_sampler {type(sampler).__name__} ({spec.describe()})" if spec else ""
     if not isinstance(dataset, PieceDataset):

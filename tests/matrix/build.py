@@ -203,12 +203,10 @@ def dataset_for(src: Any, consumer: str, rows: list[Any]) -> Any:
 
 
 def collate_of(src: Any, **options: Any) -> Any:
-    """``padless.torch.collate_for(source)`` (a mixture: its first corpus's: the corpora share
-    the strategy and settings)."""
+    """``padless.torch.collate_for(source)`` (a mixture's: its corpora's one collate)."""
     from padless.torch import collate_for
 
-    target = src.samplers["a"] if is_mixture(src) else src
-    return collate_for(target, pad_id=0, **options)
+    return collate_for(src, pad_id=0, **options)
 
 
 class JoinShares:
@@ -250,11 +248,19 @@ class Feed:
         if is_stream(src):
             self._stream(consumer, collate)
             return
-        if consumer == "token_dataset":
+        if consumer == "token_dataset" and is_mixture(src):
+            # a TokenDataset per corpus (its own token file), served as the mixture's dataset
+            from padless.torch import TokenDataset, mixture_dataset
+
+            parts = {n: TokenDataset(env.files[n], plan=sub) for n, sub in src.samplers.items()}
+            self.loader: Any = DataLoader(
+                mixture_dataset(parts, src), batch_sampler=src, collate_fn=TokenDataset.collate
+            )
+        elif consumer == "token_dataset":
             from padless.torch import TokenDataset
 
             tokens = TokenDataset(env.files["prefix"], plan=src)
-            self.loader: Any = tokens.loader(src)
+            self.loader = tokens.loader(src)
         else:
             data = dataset_for(src, consumer, C.ITEMS)
             if consumer == "torchdata":

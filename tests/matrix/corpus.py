@@ -145,9 +145,13 @@ def runs(row: np.ndarray, positions: np.ndarray | None = None) -> list[np.ndarra
 
 
 def write_token_files(folder: Path) -> dict[str, str]:
-    """The corpus as a Megatron pair (``prefix.idx``/``.bin``, uint16) in ``folder``."""
+    """The corpus as a Megatron pair (``prefix.idx``/``.bin``, uint16) in ``folder``, and a
+    mixture's two corpora (items [0, HALF) and [HALF, N)) as a pair each."""
     from padless import write_indexed
 
-    prefix = folder / "corpus_text_document"
-    write_indexed([np.asarray(t, dtype=np.int64) for t in ITEMS], str(prefix), dtype=np.uint16)
-    return {"prefix": str(prefix), "bin": str(prefix) + ".bin"}
+    out = {}
+    for name, items in (("prefix", ITEMS), ("a", ITEMS[:HALF]), ("b", ITEMS[HALF:])):
+        prefix = folder / f"{'corpus' if name == 'prefix' else name}_text_document"
+        write_indexed([np.asarray(t, dtype=np.int64) for t in items], str(prefix), dtype=np.uint16)
+        out[name] = str(prefix)
+    return out | {"bin": out["prefix"] + ".bin"}

@@ -300,13 +300,17 @@ class Resumable:
                 break
         return np.array(out or [0], dtype=np.int64)
 
-    def _run(self, batch_at: Callable[..., Any], *, stepped: bool = False) -> Iterator[Any]:
+    def _run(
+        self, batch_at: Callable[..., Any], *, stepped: bool = False, positioned: bool = False
+    ) -> Iterator[Any]:
         """This rank's batches of the current epoch from the loaded position (skipped batches
         left out; a skip recorded while iterating applies to the steps not yet produced).
 
         With ``stepped``, ``batch_at(slot, step)`` also gets the step of the epoch the batch is
         in: the global batches counted before the step's first one (skipped ones left out),
-        over ``world_size`` — the same on every rank.
+        over ``world_size`` — the same on every rank. With ``positioned``,
+        ``batch_at(slot, position)`` gets the batch's global position (past the epoch's
+        batches for the tail's repeats).
         """
         total = self._total()
         start = self._begin_iteration()
@@ -332,7 +336,12 @@ class Resumable:
                     else:  # the tail's repeats
                         repeats = repeats or self._repeats(total).tolist()
                         slot = repeats[(p - total) % len(repeats)]
-                    batch = batch_at(slot, first + i) if stepped else batch_at(slot)
+                    if stepped:
+                        batch = batch_at(slot, first + i)
+                    elif positioned:
+                        batch = batch_at(slot, p)
+                    else:
+                        batch = batch_at(slot)
                     self._next_pos = end
                     self._yielded += 1
                     self._step_end.append(end)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -33,6 +33,7 @@ from ..core._state import Resumable, fingerprint
 from ..core.plan import BatchPlan
 from ..core.schedules import Schedule
 from ..io import lengths_of
+from ..planners.spec import Planner
 from .sampler import PlanSampler, check_ranks
 
 __all__ = [
@@ -197,29 +198,61 @@ class MixtureSchedule:
 
 def _check_corpus(name: str, sub: PlanSampler) -> None:
     """Refuse, when the mixture is built, a corpus sampler whose batches a mixture cannot
-    deliver as that sampler would: a mixture yields each corpus's plan batches as indices of
-    the ConcatDataset of the corpora, read from the corpus's whole-epoch plan."""
+    deliver as that sampler would: a mixture reads each corpus's batches from its whole-epoch
+    plan."""
     if sub.window is not None:
         raise ValueError(
             f"samplers[{name!r}] plans its epochs in windows (window={sub.window!r}), and a "
             "MixtureSampler draws from each corpus's whole-epoch plan: build that corpus's "
             "sampler without window= (or mix the corpora's lengths into one windowed sampler)"
         )
-    if sub._step_form is not None:
+
+
+def split_codes(
+    codes: Any, offsets: Sequence[int], sizes: Sequence[int], coded: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """A mixture's codes (or plain indices: ``coded`` False) as (corpus number, the corpus's
+    own code): the inverse of :func:`mixture_codes`."""
+    idx = np.asarray(codes, dtype=np.int64)
+    total = int(offsets[-1]) + int(sizes[-1])
+    if coded:  # codes of pieces and warm-ups: any non-negative int64
+        if idx.size and idx.min() < 0:
+            raise ValueError(f"indices must be non-negative codes, got {idx.min()}")
+        m = idx // total
+        idx = idx - m * total
+    elif idx.size and (idx.min() < 0 or idx.max() >= total):
+        raise ValueError(f"indices must lie in [0, {total}), got {idx.min()}..{idx.max()}")
+    k = np.searchsorted(np.asarray(offsets), idx, side="right") - 1
+    local = idx - np.asarray(offsets, dtype=np.int64)[k]
+    if coded:
+        local = local + m * np.asarray(sizes, dtype=np.int64)[k]
+    return k, local
+
+
+def mixture_codes(codes: np.ndarray, offset: int, size: int, total: int) -> np.ndarray:
+    """A corpus's codes as the mixture's: code ``i + m · size`` of the corpus at ``offset``
+    (item ``i`` of its ``size``; ``m`` a piece or a warm-up's tag, 0 for a plain index) is
+    ``offset + i + m · total`` (``total``: the items of all corpora). A plain index ``i`` is
+    ``offset + i``, its index in the ConcatDataset of the corpora; :meth:`MixtureSampler.corpus_of`
+    inverts it.
+
+    >>> mixture_codes(np.array([0, 2, 3 + 2 * 4]), offset=5, size=4, total=9).tolist()
+    [5, 7, 26]
+    """
+    m, i = np.divmod(codes, size)
+    if m.size and int(m.max()) > (np.iinfo(np.int64).max - total) // total:
         raise ValueError(
-            f"samplers[{name!r}] delivers its batches in the form of their optimizer step "
-            f"({sub.spec.describe()}: a warm-up), which a MixtureSampler does not follow yet: "
-            "give a mixture corpus settings that do not change over the steps, or train the "
-            "warm-up before the mixture"
+            f"a corpus's code {int(codes[int(np.argmax(m))])} (a piece or warm-up tag of a corpus "
+            f"of {size} items) passes int64 as a code of a mixture of {total} items: mix fewer "
+            "items, or cut fewer pieces (a larger capacity)"
         )
-    why = sub.spec.needs_pieces(sub.sizes)
-    if why is not None:
-        raise ValueError(
-            f"samplers[{name!r}] cannot be a MixtureSampler corpus: {why}, which only "
-            "spec.pieces(dataset) serves, and a mixture yields plain indices of the corpora's "
-            "ConcatDataset; give that corpus plain batches (Packing without a capacity "
-            'schedule, oversize="drop" or "error"), or train it in a sampler of its own'
-        )
+    return offset + i + m * total
+
+
+def _values(sub: PlanSampler, plan: BatchPlan) -> np.ndarray:
+    """What corpus sampler ``sub`` yields of ``plan``'s batches, parallel to its indices:
+    codes where it yields pieces (a mixture corpus plans whole epochs: windows are refused)."""
+    return cast(Planner, sub.planner).values(plan)
 
 
 class _FreshStream:
@@ -238,10 +271,13 @@ class _FreshStream:
         self.starts = [0]  # starts[c] = position of cycle c's first batch; one extra at the end
         self.orders: list[np.ndarray] = []
         self.plans: dict[int, BatchPlan] = {}  # cycle 0 (for the tail repeats) and the latest
+        self.values: dict[int, np.ndarray] = {}  # what the sampler yields of those plans
 
     def _keep(self, cycle: int, plan: BatchPlan) -> None:
         self.plans = {c: p for c, p in self.plans.items() if c == 0}
         self.plans[cycle] = plan
+        self.values = {c: v for c, v in self.values.items() if c == 0}
+        self.values[cycle] = _values(self.sub, plan)
 
     def _grow(self, position: int) -> None:
         while self.starts[-1] <= position:
@@ -265,7 +301,7 @@ class _FreshStream:
             plan, _ = self.sub.epoch_plan(self.first_epoch + cycle)
             self._keep(cycle, plan)
         b = int(self.orders[cycle][position - self.starts[cycle]])
-        return plan.indices[plan.offsets[b] : plan.offsets[b + 1]]
+        return self.values[cycle][plan.offsets[b] : plan.offsets[b + 1]]
 
     def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         if count == 0:
@@ -305,6 +341,7 @@ class _FixedStream:
         self.sub = sub
         self.start = start
         self.plan, self.order = sub.epoch_plan(0)
+        self.values = _values(sub, self.plan)
         self.length = len(self.plan)
         if self.length == 0:
             raise ValueError(
@@ -314,7 +351,7 @@ class _FixedStream:
 
     def batch(self, position: int) -> np.ndarray:
         b = int(self.order[(self.start + position) % self.length])
-        return self.plan.indices[self.plan.offsets[b] : self.plan.offsets[b + 1]]
+        return self.values[self.plan.offsets[b] : self.plan.offsets[b + 1]]
 
     def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         pos = self.start + np.arange(count, dtype=np.int64)
@@ -758,6 +795,15 @@ class MixtureSampler(Resumable):
         self.corpus_offsets: tuple[int, ...] = tuple(
             int(x) for x in np.concatenate([[0], np.cumsum(self.corpus_sizes)[:-1]])
         )
+        self._items = int(sum(self.corpus_sizes))
+        # each corpus's step form (a warm-up: its batches in the form of their step), and
+        # why its batches hold codes of pieces (None: plain indices)
+        self._forms = [sub._step_form for sub in self._subs]
+        self._pieces_of: dict[str, str | None] = {
+            n: sub.spec.needs_pieces(sub.sizes)
+            for n, sub in zip(self.names, self._subs, strict=True)
+        }
+        self._codes = any(why is not None for why in self._pieces_of.values())
         self.weights: np.ndarray | None = None
         self.weight_schedules: dict[str, Schedule] | None = None
         self._schedules: tuple[Schedule, ...] | None = None
@@ -819,6 +865,16 @@ class MixtureSampler(Resumable):
             self._num_batches = total
         return self._num_batches
 
+    def needs_pieces(self) -> str | None:
+        """Why this mixture yields codes that only its corpora's ``spec.pieces(dataset)`` serve
+        (a corpus that warms up, splits or decomposes its sequences; the corpus named), or
+        None: plain indices of the ConcatDataset of the corpora.
+        ``padless.torch.mixture_dataset(datasets, mixture)`` serves both."""
+        for name, why in self._pieces_of.items():
+            if why is not None:
+                return f"corpus {name!r}: {why}"
+        return None
+
     def corpus_of(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Split global indices into (corpus number, index within that corpus).
 
@@ -828,12 +884,7 @@ class MixtureSampler(Resumable):
         >>> [x.tolist() for x in mix.corpus_of([0, 2, 3, 4])]
         [[0, 0, 1, 1], [0, 2, 0, 1]]
         """
-        idx = np.asarray(indices, dtype=np.int64)
-        total = self.corpus_offsets[-1] + self.corpus_sizes[-1]
-        if idx.size and (idx.min() < 0 or idx.max() >= total):
-            raise ValueError(f"indices must lie in [0, {total}), got {idx.min()}..{idx.max()}")
-        k = np.searchsorted(np.asarray(self.corpus_offsets), idx, side="right") - 1
-        return k, idx - np.asarray(self.corpus_offsets, dtype=np.int64)[k]
+        return split_codes(indices, self.corpus_offsets, self.corpus_sizes, self._codes)
 
     # ------------------------------------------------------------------ schedule
     def _draw_counts(self, gen: np.random.Generator) -> np.ndarray:
@@ -1179,8 +1230,50 @@ class MixtureSampler(Resumable):
         mix = self._mix(self.epoch)
         k = int(mix.choice[slot])
         local = mix.streams[k].batch(int(mix.occ[slot]))
-        out: list[int] = (local + self.corpus_offsets[k]).tolist()
+        if not self._codes:  # plain indices of every corpus: the ConcatDataset's
+            out: list[int] = (local + self.corpus_offsets[k]).tolist()
+            return out
+        return self._coded(k, local, None)
+
+    def _coded(self, k: int, local: np.ndarray, step: int | None) -> list[int]:
+        """Corpus ``k``'s batch ``local`` (its plan's values) as the mixture yields it at global
+        ``step``: in the form of that step where the corpus warms up, as mixture codes."""
+        form = self._forms[k]
+        if form is not None and step is not None:
+            key = form.keys_at(np.array([step], dtype=np.int64))[0]
+            if key is not None:
+                local = np.asarray(form.list_at(local, 0, local.shape[0], key), dtype=np.int64)
+        size, total = self.corpus_sizes[k], self._items
+        coded = mixture_codes(local, self.corpus_offsets[k], size, total)
+        out: list[int] = coded.tolist()
         return out
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not any(f is not None for f in self._forms):
+            return self._run(self._batch_at)
+
+        def batch_at(slot: int, position: int) -> list[int]:
+            # a corpus that warms up follows the mixture's step of the batch's position: the
+            # step its weights are read at (slot_steps; the tail's repeats at their own)
+            mix = self._mix(self.epoch)
+            k = int(mix.choice[slot])
+            local = mix.streams[k].batch(int(mix.occ[slot]))
+            return self._coded(k, local, self._position_step(position))
+
+        return self._run(batch_at, positioned=True)
+
+    def _position_step(self, position: int) -> int:
+        """The global step of the current epoch's global ``position`` (the tail's included):
+        within the part run at world size ``W`` from ``a``, ``step(a) + (position - a) // W``,
+        as :meth:`slot_steps` counts."""
+        parts = self._parts(self.epoch)
+        step = self.first_step(self.epoch, world=parts[0][1])
+        for i, (start, world) in enumerate(parts):
+            end = parts[i + 1][0] if i + 1 < len(parts) else None
+            if end is None or position < end:
+                return step + (position - start) // world
+            step += -(-(end - start) // world)
+        raise AssertionError("unreachable: the last part has no end")
 
     # ------------------------------------------------------------------ figures
     def stats(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ its parts, each importing the ones below it and never this ``__init__``:
   ``zigzag_indices`` and ``join_cp_shares`` (context-parallel shares of packed rows);
 - ``_pairs``: ``collate_packed_pairs`` (packed rows of (source, target) pairs, a row per
   field, for ``Packing(capacity=(C_src, C_tgt))``);
-- ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset``;
+- ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset`` / ``MixtureDataset``;
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
 - ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
@@ -29,6 +29,7 @@ from ._collate import join_cp_shares as join_cp_shares
 from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
+from ._loaders import MixtureDataset as MixtureDataset
 from ._loaders import StatefulLoader as StatefulLoader
 from ._loaders import lm_tensors as lm_tensors
 from ._loaders import mixture_dataset as mixture_dataset
@@ -65,6 +66,7 @@ __all__ = [
     "join_cp_shares",
     "lm_tensors",
     "measure_peak",
+    "MixtureDataset",
     "mixture_dataset",
     "probe_memory",
     "scale_loss",

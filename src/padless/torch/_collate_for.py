@@ -63,6 +63,9 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
             options, collate_packed if packed else collate_padded, ("capacity",) * packed
         )
         return stream_collate(source.spec, **options)
+    corpora = getattr(source, "samplers", None)
+    if isinstance(corpora, dict) and corpora:  # a MixtureSampler: its corpora's one collate
+        return _mixture_collate(type(source).__name__, corpora, options)
     spec = source if isinstance(source, Spec) else getattr(source, "spec", None)
     if not isinstance(spec, Spec):
         raise TypeError(
@@ -104,3 +107,24 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
         )
     _check_options(options, collate_padded, ("plan",))
     return collate_padded(plan=source, **options)
+
+
+def _mixture_collate(
+    kind: str, corpora: dict[str, Any], options: dict[str, Any]
+) -> Callable[[Any], Any]:
+    """The collate of a mixture's batches: its corpora's, when they all collate alike (the same
+    collate form: rows of one capacity, one padding multiple, one shape set...); a mixture of
+    corpora that do not is refused, naming two that differ."""
+    forms = {name: sub.spec.collate_form() for name, sub in corpora.items()}
+    first, *rest = forms
+    for name in rest:
+        if forms[name] != forms[first]:
+            raise ValueError(
+                f"a {kind}'s batches must collate alike for collate_for(), but corpus "
+                f"{first!r} ({corpora[first].spec.describe()}) and corpus {name!r} "
+                f"({corpora[name].spec.describe()}) collate differently: give the corpora "
+                "specs of one collate form (e.g. Packing of one capacity), or collate each "
+                "batch with its corpus's collate_for(mixture.samplers[name]) (mixture.corpus_of "
+                "tells the corpus)"
+            )
+    return collate_for(corpora[first], **options)

@@ -9,10 +9,11 @@ import numpy as np
 import torch
 
 from ..core._check import check_bool
-from ..sampling.mixing import MixtureSampler
+from ..planners.packing import PieceDataset
+from ..sampling.mixing import MixtureSampler, split_codes
 from ..streams.lm import LMStream
 
-__all__ = ["StatefulLoader", "lm_tensors", "mixture_dataset"]
+__all__ = ["MixtureDataset", "StatefulLoader", "lm_tensors", "mixture_dataset"]
 
 
 # --------------------------------------------------------------------------- resumable loading
@@ -146,6 +147,44 @@ def _pinned_memory_available() -> bool:
 # --------------------------------------------------------------------------- multi-corpus mixtures
 
 
+class MixtureDataset(torch.utils.data.ConcatDataset):  # type: ignore[type-arg]
+    """The corpora's datasets served at a :class:`~padless.sampling.mixing.MixtureSampler`'s
+    codes: a ``ConcatDataset`` (plain index ``offset_k + i`` is item ``i`` of corpus ``k``)
+    that also serves the codes of corpora that warm up, split or decompose their sequences
+    (each through its spec's ``pieces``, or a dataset that serves codes itself: a
+    ``TokenDataset`` planned by that corpus's sampler). A batch of the mixture is of one
+    corpus: ``__getitems__`` hands it whole to that corpus's dataset (a ``TokenDataset`` then
+    builds the batch in one pass).
+    """
+
+    def __init__(self, served: list[Any], offsets: tuple[int, ...], sizes: tuple[int, ...],
+                 coded: bool) -> None:  # fmt: skip
+        super().__init__(served)
+        self.served = served
+        self.offsets, self.sizes, self.coded = offsets, sizes, coded
+
+    def _split(self, codes: Any) -> tuple[np.ndarray, np.ndarray]:
+        return split_codes(codes, self.offsets, self.sizes, self.coded)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {type(index).__name__} {index!r:.40}")
+        k, local = self._split([int(index)])
+        return self.served[int(k[0])][int(local[0])]
+
+    def __getitems__(self, indices: Any) -> Any:
+        k, local = self._split(indices)
+        if k.size == 0:
+            return []
+        if not (k == k[0]).all():  # not one of the mixture's batches: item by item
+            return [self.served[int(c)][int(i)] for c, i in zip(k, local, strict=True)]
+        dataset = self.served[int(k[0])]
+        many = getattr(dataset, "__getitems__", None)
+        if many is not None:
+            return many(local.tolist())
+        return [dataset[i] for i in local.tolist()]
+
+
 def mixture_dataset(
     datasets: Mapping[str, Any], sampler: Any = None
 ) -> torch.utils.data.ConcatDataset[Any]:
@@ -153,11 +192,16 @@ def mixture_dataset(
 
     Corpora are concatenated in the sampler's order (its ``samplers`` dict's order), or in the
     dict's order without a sampler. With a sampler, each dataset's length must equal its corpus's
-    size, so a mismatch fails here rather than as wrong examples later.
+    size, so a mismatch fails here rather than as wrong examples later, and the result is a
+    :class:`MixtureDataset`: it serves the mixture's codes too (corpora that warm up, split or
+    decompose their sequences: each plain dataset of such a corpus is served through its
+    spec's ``pieces``), and hands each batch whole to its corpus's dataset (a ``TokenDataset``
+    per corpus, planned by that corpus's sampler, builds it in one pass).
 
     Args:
         datasets: dict corpus name → map-style dataset (``__getitem__`` and ``__len__``).
-        sampler: an optional :class:`padless.sampling.mixing.MixtureSampler` to check names and sizes.
+        sampler: an optional :class:`padless.sampling.mixing.MixtureSampler` to check names and
+            sizes and to serve its codes.
 
     Cost: O(number of corpora); nothing is copied.
 
@@ -198,4 +242,23 @@ def mixture_dataset(
                     f"datasets[{name!r}] must have the {size} examples its sampler plans over, "
                     f"got {len(datasets[name])}"
                 )
+        served = [_served(n, datasets[n], sampler.samplers[n]) for n in names]
+        coded = sampler.needs_pieces() is not None
+        return MixtureDataset(served, sampler.corpus_offsets, sampler.corpus_sizes, coded)
     return torch.utils.data.ConcatDataset([datasets[n] for n in names])
+
+
+def _served(name: str, dataset: Any, sub: Any) -> Any:
+    """Corpus ``name``'s dataset as it serves its sampler's values: through the spec's pieces
+    where the sampler yields codes (unless the dataset serves them itself)."""
+    if sub.spec.needs_pieces(sub.sizes) is None or isinstance(dataset, PieceDataset):
+        return dataset
+    if getattr(dataset, "serves_codes", False):  # a TokenDataset: it reads its plan's codes
+        if dataset.plan is not sub:
+            raise ValueError(
+                f"datasets[{name!r}] is a {type(dataset).__name__} planned by another sampler "
+                f"than the mixture's corpus {name!r}: build it with "
+                f"plan=mixture.samplers[{name!r}]"
+            )
+        return dataset
+    return sub.spec.pieces(dataset, num_sequences=int(sub.sizes.shape[0]))

@@ -115,6 +115,8 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     tokens.
     """
 
+    serves_codes = True  # the codes of its plan's pieces, read from the file (MixtureDataset asks)
+
     @checks_keywords()
     def __init__(
         self,
@@ -134,6 +136,7 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         pin_memory: bool = False,
     ) -> None:
         documents = check_bool("documents", documents)
+        self.plan = plan  # dropped when pickled (into DataLoader workers): the batches need it not
         self.store = _as_store(source, dtype, eos, documents)
         self.num_items = len(self.store)
         store_dtype = np.dtype(self.store.dtype)
@@ -142,6 +145,14 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             raise TypeError(
                 f"source {getattr(self.store, 'path', source)!r} holds {store_dtype.name} values; "
                 f"TokenDataset serves token ids of {listed}"
+            )
+        if isinstance(getattr(plan, "samplers", None), dict):  # a MixtureSampler
+            raise TypeError(
+                f"plan must be the sampler of this token file's corpus, got a "
+                f"{type(plan).__name__} of the corpora {list(plan.samplers)}: a TokenDataset "
+                "serves one token file; build one per corpus (plan=mixture.samplers[name]) and "
+                "serve the mixture with padless.torch.mixture_dataset({name: TokenDataset(...)}, "
+                "mixture) (each batch is then built by its corpus's TokenDataset)"
             )
         form = form_of(plan) if plan is not None else CollateForm()
         if form is None:
@@ -249,6 +260,9 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                     f"{int(planned[at])} tokens, the file holds {int(stored[at])}; the batches "
                     "would not be the ones planned (plan on store.lengths)"
                 )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "plan"} | {"plan": None}
 
     # ------------------------------------------------------------------ map-style protocol
     def __len__(self) -> int:
