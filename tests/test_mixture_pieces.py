@@ -215,3 +215,17 @@ def test_mixture_codes_invert(sizes, codes, k):
     coded = mixture_codes(np.array(codes, dtype=np.int64), offsets[k], sizes[k], total)
     got_k, local = split_codes(coded, offsets, tuple(sizes), True)
     assert (got_k == k).all() and local.tolist() == codes
+
+
+def test_the_docs_example_runs(tmp_path, monkeypatch):
+    """docs/schedules.md's mixture-warmup example, as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "schedules.md").read_text()
+    code = re.search(r"<!-- example: mixture-warmup -->\n```python\n(.*?)```", text, re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "docs_mixture_warmup"}
+    exec(compile(code.group(1), "docs/schedules.md", "exec"), scope)
+    assert len(list(scope["mixture"])) > 20
