@@ -38,7 +38,7 @@ from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
-from .torch import PackedCollate, PaddedCollate, collate_padded
+from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
 from .torch._packed_check import check_packed as _check_packed
 from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
@@ -391,7 +391,25 @@ class PadlessTrainerMixin:
         return out
 
     def _padless_bind(self, dataset: Any, lengths: Any) -> Any:
-        _check_pieces(dataset, self.padless_sampler, lengths)
+        sampler = self.padless_sampler
+        _check_pieces(dataset, sampler, lengths)
+        if isinstance(dataset, MixtureDataset):  # each corpus's part, bound to its sampler
+            subs = list(sampler.samplers.values())
+            return dataset.with_served(
+                [
+                    part
+                    if getattr(part, "serves_codes", False)  # a TokenDataset: checked when built
+                    else self._padless_bind_one(part, sub, sampler_lengths(sub))
+                    for part, sub in zip(dataset.served, subs, strict=True)
+                ]
+            )
+        return self._padless_bind_one(dataset, sampler, lengths)
+
+    def _padless_bind_one(self, dataset: Any, sampler: Any, lengths: Any) -> Any:
+        """``dataset`` (one corpus's) bound to ``sampler``'s ``lengths``: checked rows, inside
+        the same kind of pieces where it serves pieces."""
+        if sampler is not self.padless_sampler:
+            _check_pieces(dataset, sampler, lengths)
         inner = dataset.dataset if isinstance(dataset, PieceDataset) else dataset
         try:
             checked = CheckedDataset(inner, lengths, field=self.padless_length_field)
@@ -1125,14 +1143,15 @@ def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
     spec = getattr(sampler, "spec", None)
     coded = getattr(sampler, "needs_pieces", None)
     why = coded() if spec is None and callable(coded) else None
-    if why is not None:  # a mixture whose corpora warm up, split or decompose sequences
+    if why is not None and not isinstance(dataset, MixtureDataset):
+        # a mixture whose corpora warm up, split or decompose sequences
         raise ValueError(
-            f"batch_sampler {type(sampler).__name__} yields codes of pieces ({why}), which the "
-            "Trainer's checked train_dataset does not serve yet: give the mixture's corpora "
-            "plain batches under the Trainer (no warm-up, oversize='drop'), or train the mixture "
-            "in your own loop (padless.torch.mixture_dataset(datasets, sampler) serves the "
-            "codes, padless.torch.collate_for(sampler) lays them out)"
+            f"train_dataset must serve the codes batch_sampler {type(sampler).__name__} yields "
+            f"({why}), but it is a plain {type(dataset).__name__}: pass "
+            "train_dataset=padless.torch.mixture_dataset(datasets, sampler)"
         )
+    if isinstance(dataset, MixtureDataset):
+        return  # each corpus's part is checked against its own sampler when bound
     make = getattr(spec, "pieces", None)
     what = f"batch_sampler {type(sampler).__name__} ({spec.describe()})" if spec else ""
     if not isinstance(dataset, PieceDataset):

@@ -163,6 +163,10 @@ class MixtureDataset(torch.utils.data.ConcatDataset):  # type: ignore[type-arg]
         self.served = served
         self.offsets, self.sizes, self.coded = offsets, sizes, coded
 
+    def with_served(self, served: list[Any]) -> MixtureDataset:
+        """The same mixture over other datasets of the corpora (the Trainer's checked ones)."""
+        return MixtureDataset(served, self.offsets, self.sizes, self.coded)
+
     def _split(self, codes: Any) -> tuple[np.ndarray, np.ndarray]:
         return split_codes(codes, self.offsets, self.sizes, self.coded)
 
