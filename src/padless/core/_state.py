@@ -300,13 +300,25 @@ class Resumable:
                 break
         return np.array(out or [0], dtype=np.int64)
 
-    def _run(self, batch_at: Callable[..., Any], *, stepped: bool = False) -> Iterator[Any]:
+    def _run(
+        self,
+        batch_at: Callable[..., Any],
+        *,
+        stepped: bool = False,
+        first: int = 0,
+        every: int = 1,
+    ) -> Iterator[Any]:
         """This rank's batches of the current epoch from the loaded position (skipped batches
         left out; a skip recorded while iterating applies to the steps not yet produced).
 
         With ``stepped``, ``batch_at(slot, step)`` also gets the step of the epoch the batch is
         in: the global batches counted before the step's first one (skipped ones left out),
         over ``world_size`` — the same on every rank.
+
+        ``first`` and ``every``: only the steps ``first, first + every, ...`` of this iteration
+        (counted from its start), the others passed over without calling ``batch_at`` (a
+        DataLoader worker's share); the state then counts the steps up to the last one yielded.
+        A skip recorded while such a share runs is refused (it would deal the steps anew).
         """
         total = self._total()
         start = self._begin_iteration()
@@ -319,9 +331,14 @@ class Resumable:
                 repeats: list[int] = []  # the tail's, under these skips
                 base = self._next_pos
                 pos, steps = self._positions(total, base)
-                first = self._counted(total, base) // world if stepped else 0
-                for i in range(steps):
+                step0 = self._counted(total, base) // world if stepped else 0
+                for i in range(first, steps, every):
                     if self._skips is not seen:
+                        if (first, every) != (0, 1):
+                            raise ValueError(
+                                "skip() was called while a share of the steps (a DataLoader "
+                                "worker's) was being yielded: skip before the iteration starts"
+                            )
                         break  # a skip was recorded: deal the rest again
                     if pos is None:
                         p, end = base + i * world + rank, base + (i + 1) * world
@@ -332,7 +349,7 @@ class Resumable:
                     else:  # the tail's repeats
                         repeats = repeats or self._repeats(total).tolist()
                         slot = repeats[(p - total) % len(repeats)]
-                    batch = batch_at(slot, first + i) if stepped else batch_at(slot)
+                    batch = batch_at(slot, step0 + i) if stepped else batch_at(slot)
                     self._next_pos = end
                     self._yielded += 1
                     self._step_end.append(end)
@@ -422,6 +439,15 @@ class Resumable:
         )
         repeated, dropped = tail_counts(kept, self.world_size, self.drop_last)
         return repeated + max(start - total, 0), dropped
+
+    def _end_position(self) -> int:
+        """The global position after the last step the next iteration yields (its start when
+        it yields none): a position at which the current epoch is finished."""
+        start = self._next_start()
+        pos, steps = self._positions(self._total(), start)
+        if not steps:
+            return start
+        return start + steps * self.world_size if pos is None else int(pos[-1]) + 1
 
     def _finished_at(self, position: int) -> bool:
         """Whether an iteration of the current epoch from ``position`` yields nothing."""
