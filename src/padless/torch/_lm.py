@@ -188,6 +188,16 @@ class LMDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
                 "number of workers, load LMDataset.rank_state(loader.state_dict()) (the rank's "
                 "position) into the dataset before building the loader"
             )
+        saved_world = stream_state.get("world_size")
+        if workers > 1 and saved_world != self.stream.world_size:
+            raise ValueError(
+                f"state was saved by DataLoader worker {worker} of num_workers={workers} at "
+                f"world_size={saved_world!r:.20}, and is loaded at world_size="
+                f"{self.stream.world_size}: a worker's state is its own share's position, not the "
+                "rank's, which is all another world size can resume from. Load "
+                "LMDataset.rank_state(loader.state_dict()) (the rank's position) into the "
+                "dataset before building the loader"
+            )
         stream = self.stream
         before = dict(stream.__dict__)
         try:
