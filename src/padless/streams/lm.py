@@ -237,7 +237,11 @@ class LMStream(Resumable):
     per batch: the two C-contiguous halves of one new ``(2, rows, columns)`` array (one
     allocation per batch keeps glibc from returning the pages to the OS and faulting them in again
     each batch). Nothing is reused, so batches may be kept. ``padless.torch.lm_tensors`` yields the
-    same as tensors, optionally written straight into pinned memory.
+    same as tensors, optionally written straight into pinned memory. Through a DataLoader (with
+    workers or not, torchdata's ``StatefulDataLoader`` included) wrap it in
+    ``padless.torch.LMDataset``: the stream itself is no torch dataset (a DataLoader takes it
+    for a map-style one and fails in a worker with ``'LMStream' object is not subscriptable``;
+    it only calls ``len()`` before the workers start, so the stream cannot refuse it sooner).
 
     Modes (``o`` is a per-epoch offset in ``[0, num_steps)`` drawn from ``(seed, epoch)``):
 
