@@ -996,6 +996,13 @@ ENTRIES: list[Entry] = [
         None,
     ),
     (
+        padless.torch.LMDataset,
+        "LMDataset",
+        {"stream": padless.LMStream(np.arange(1000), batch_size=2, num_steps=4)},
+        ["stream", "pin_memory"],
+        None,
+    ),
+    (
         padless.torch.lm_tensors,
         "lm_tensors",
         {"stream": padless.LMStream(np.arange(1000), batch_size=2, num_steps=4)},

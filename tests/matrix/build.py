@@ -281,7 +281,10 @@ class Feed:
         elif consumer == "torchdata":
             from torchdata.stateful_dataloader import StatefulDataLoader
 
-            self.loader = StatefulDataLoader(self.src, batch_size=None, num_workers=2)
+            from padless.torch import LMDataset
+
+            # the documented path: the stream itself is no map-style dataset
+            self.loader = StatefulDataLoader(LMDataset(self.src), batch_size=None, num_workers=2)
             self.iterable = self.loader
         elif consumer == "token_dataset":
             self.iterable = self.src  # the stream reads the token file itself

@@ -301,7 +301,13 @@ class Resumable:
         return np.array(out or [0], dtype=np.int64)
 
     def _run(
-        self, batch_at: Callable[..., Any], *, stepped: bool = False, positioned: bool = False
+        self,
+        batch_at: Callable[..., Any],
+        *,
+        stepped: bool = False,
+        positioned: bool = False,
+        first: int = 0,
+        every: int = 1,
     ) -> Iterator[Any]:
         """This rank's batches of the current epoch from the loaded position (skipped batches
         left out; a skip recorded while iterating applies to the steps not yet produced).
@@ -311,6 +317,11 @@ class Resumable:
         over ``world_size`` — the same on every rank. With ``positioned``,
         ``batch_at(slot, position)`` gets the batch's global position (past the epoch's
         batches for the tail's repeats).
+
+        ``first`` and ``every``: only the steps ``first, first + every, ...`` of this iteration
+        (counted from its start), the others passed over without calling ``batch_at`` (a
+        DataLoader worker's share); the state then counts the steps up to the last one yielded.
+        A skip recorded while such a share runs is refused (it would deal the steps anew).
         """
         total = self._total()
         start = self._begin_iteration()
@@ -323,9 +334,14 @@ class Resumable:
                 repeats: list[int] = []  # the tail's, under these skips
                 base = self._next_pos
                 pos, steps = self._positions(total, base)
-                first = self._counted(total, base) // world if stepped else 0
-                for i in range(steps):
+                step0 = self._counted(total, base) // world if stepped else 0
+                for i in range(first, steps, every):
                     if self._skips is not seen:
+                        if (first, every) != (0, 1):
+                            raise ValueError(
+                                "skip() was called while a share of the steps (a DataLoader "
+                                "worker's) was being yielded: skip before the iteration starts"
+                            )
                         break  # a skip was recorded: deal the rest again
                     if pos is None:
                         p, end = base + i * world + rank, base + (i + 1) * world
@@ -337,7 +353,7 @@ class Resumable:
                         repeats = repeats or self._repeats(total).tolist()
                         slot = repeats[(p - total) % len(repeats)]
                     if stepped:
-                        batch = batch_at(slot, first + i)
+                        batch = batch_at(slot, step0 + i)
                     elif positioned:
                         batch = batch_at(slot, p)
                     else:
@@ -431,6 +447,15 @@ class Resumable:
         )
         repeated, dropped = tail_counts(kept, self.world_size, self.drop_last)
         return repeated + max(start - total, 0), dropped
+
+    def _end_position(self) -> int:
+        """The global position after the last step the next iteration yields (its start when
+        it yields none): a position at which the current epoch is finished."""
+        start = self._next_start()
+        pos, steps = self._positions(self._total(), start)
+        if not steps:
+            return start
+        return start + steps * self.world_size if pos is None else int(pos[-1]) + 1
 
     def _finished_at(self, position: int) -> bool:
         """Whether an iteration of the current epoch from ``position`` yields nothing."""

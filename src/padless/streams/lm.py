@@ -237,7 +237,11 @@ class LMStream(Resumable):
     per batch: the two C-contiguous halves of one new ``(2, rows, columns)`` array (one
     allocation per batch keeps glibc from returning the pages to the OS and faulting them in again
     each batch). Nothing is reused, so batches may be kept. ``padless.torch.lm_tensors`` yields the
-    same as tensors, optionally written straight into pinned memory.
+    same as tensors, optionally written straight into pinned memory. Through a DataLoader (with
+    workers or not, torchdata's ``StatefulDataLoader`` included) wrap it in
+    ``padless.torch.LMDataset``: the stream itself is no torch dataset (a DataLoader takes it
+    for a map-style one and fails in a worker with ``'LMStream' object is not subscriptable``;
+    it only calls ``len()`` before the workers start, so the stream cannot refuse it sooner).
 
     Modes (``o`` is a per-epoch offset in ``[0, num_steps)`` drawn from ``(seed, epoch)``):
 
@@ -589,22 +593,41 @@ class LMStream(Resumable):
         >>> bool((y == x + 1).all())
         True
         """
+        return self._share(0, 1, empty)
+
+    def _share(
+        self, first: int, every: int, empty: Empty | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The next iteration's batches at its steps ``first, first + every, ...`` only, as
+        :meth:`batches` yields them (a DataLoader worker's share: ``padless.torch.LMDataset``).
+
+        The other steps are passed over without gathering them: O(1) each. ``state_dict()``
+        then holds the position after the last batch yielded.
+
+        >>> s = LMStream(np.arange(100), batch_size=2, num_steps=5, seed=1)
+        >>> every = [x for x, _ in s]
+        >>> odd = [x for x, _ in s._share(1, 2)]
+        >>> len(odd), all((a == b).all() for a, b in zip(odd, every[1::2]))
+        (4, True)
+        """
         allocate = _numpy_empty if empty is None else empty
         schedule = self.num_steps_schedule
         if schedule is None:
-            return self._run(lambda slot: self._make_batch(slot, allocate))
+            return self._run(
+                lambda slot: self._make_batch(slot, allocate), first=first, every=every
+            )
         # the length of a step by bisection over the schedule's changes, from the epoch's
         # first step (counted once per iteration)
         changes, lengths = change_points(schedule)
-        first: list[int] = []
+        epoch_step: list[int] = []
 
         def batch_at(slot: int, step: int) -> tuple[np.ndarray, np.ndarray]:
-            if not first:
-                first.append(self.first_step())
-            cut = int(lengths[bisect.bisect_right(changes, first[0] + step) - 1])
+            if not epoch_step:
+                epoch_step.append(self.first_step())
+            cut = int(lengths[bisect.bisect_right(changes, epoch_step[0] + step) - 1])
             return self._make_batch(slot, allocate, cut=cut)
 
-        return self._run(batch_at, stepped=True)
+        return self._run(batch_at, stepped=True, first=first, every=every)
 
     def _make_batch(
         self, slot: int, empty: Empty, cut: int | None = None

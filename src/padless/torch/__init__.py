@@ -12,6 +12,7 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_pairs``: ``collate_packed_pairs`` (packed rows of (source, target) pairs, a row per
   field, for ``Packing(capacity=(C_src, C_tgt))``);
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset`` / ``MixtureDataset``;
+- ``_lm``: ``LMDataset`` (an ``LMStream`` through a DataLoader with workers, resumable);
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
 - ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
@@ -29,6 +30,7 @@ from ._collate import join_cp_shares as join_cp_shares
 from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
+from ._lm import LMDataset as LMDataset
 from ._loaders import MixtureDataset as MixtureDataset
 from ._loaders import StatefulLoader as StatefulLoader
 from ._loaders import lm_tensors as lm_tensors
@@ -48,6 +50,7 @@ from ._streams import stop_together as stop_together
 from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
+    "LMDataset",
     "MemoryProbe",
     "PackedCollate",
     "PackedPairsCollate",
