@@ -13,7 +13,7 @@ import torch
 
 from ..core._check import check_bool
 from ..streams.lm import LMStream
-from ._loaders import _LM_TORCH_DTYPES, _pinned_memory_available
+from ._loaders import _pinned_memory_available, tensor_pairs
 
 __all__ = ["LMDataset"]
 
@@ -124,22 +124,12 @@ class LMDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return self._batches(first, workers)
 
     def _batches(self, first: int, every: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if not self.pin_memory:
-            for x, y in self.stream._share(first, every):
-                self._yielded += 1
-                yield torch.from_numpy(x), torch.from_numpy(y)
-            return
-        made: list[torch.Tensor] = []
+        def share(empty: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            return self.stream._share(first, every, empty)
 
-        def pinned_empty(shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
-            pair = torch.empty(shape, dtype=_LM_TORCH_DTYPES[dtype.name], pin_memory=True)
-            made.append(pair)
-            return pair.numpy()
-
-        for _x, _y in self.stream._share(first, every, pinned_empty):
-            pair = made.pop()
+        for pair in tensor_pairs(share, self.pin_memory):
             self._yielded += 1
-            yield pair[0], pair[1]
+            yield pair
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -121,8 +121,18 @@ def lm_tensors(
 
 def _lm_batches(stream: Any, pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The generator behind :func:`lm_tensors`, given checked arguments."""
+    return tensor_pairs(stream.batches, pin)
+
+
+def tensor_pairs(
+    produce: Callable[[Any], Iterator[tuple[np.ndarray, np.ndarray]]], pin: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """An LM stream's ``(x, y)`` batches as tensors: ``produce(empty)`` iterates the stream's
+    numpy pairs (``empty`` None: numpy allocates; else each pair is the two halves of
+    ``empty(shape, dtype)``); with ``pin``, written by the compiled gather straight into one
+    pinned ``(2, rows, columns)`` tensor per batch."""
     if not pin:
-        for x, y in stream:
+        for x, y in produce(None):
             yield torch.from_numpy(x), torch.from_numpy(y)
         return
     made: list[torch.Tensor] = []
@@ -132,7 +142,7 @@ def _lm_batches(stream: Any, pin: bool) -> Iterator[tuple[torch.Tensor, torch.Te
         made.append(pair)
         return pair.numpy()
 
-    for _x, _y in stream.batches(pinned_empty):
+    for _x, _y in produce(pinned_empty):
         pair = made.pop()
         yield pair[0], pair[1]
 
