@@ -9,6 +9,7 @@ Decomposition with an index out of range)."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -228,3 +229,10 @@ def test_split_pieces_are_still_served(store):
     ds = TokenDataset(prefix, plan=plan)
     served = sum(int((b["input_ids"] != 0).sum()) for b in ds.loader(plan))  # tokens: 1..499
     assert served == int(lengths.sum())  # every token once
+
+
+def test_the_docs_example_of_a_warm_up_from_a_token_file_runs():
+    text = (Path(__file__).parent.parent / "docs" / "schedules.md").read_text()
+    code = re.search(r"<!-- example: packing-warmup-tokens -->\n```python\n(.*?)```", text, re.S)
+    assert code is not None
+    exec(compile(code.group(1), "docs/schedules.md: warm-up from a token file", "exec"), {})
