@@ -505,6 +505,11 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         piece_starts = starts[pieces[:, 0]] + pieces[:, 1]
         piece_lengths = pieces[:, 2] - pieces[:, 1]
         real = int(piece_lengths.sum())
+        total = real if packed.flatten else len(layout) * cap
+        if total > np.iinfo(np.int32).max:  # the kernel's rule, for the grid it does not write
+            raise ValueError(
+                f"the batch holds {total} tokens, more than cu_seqlens' int32 can index (2**31 - 1)"
+            )
         if packed.flatten:
             ids, flat_ids = self._empty(real)
             labels, flat_labels = self._empty(real)
@@ -537,7 +542,6 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                     seg_lens.append(cap - used)
                     seg_real.append(False)
             shape = (len(layout), cap)
-            total = shape[0] * cap
             lens = np.array(seg_lens, dtype=np.int64)
             bounds = np.zeros(lens.size + 1, dtype=np.int64)
             np.cumsum(lens, out=bounds[1:])
