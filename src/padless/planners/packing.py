@@ -278,6 +278,19 @@ def scheduled_stride(num_sequences: int, capacity: int) -> int:
     return n * -(-MAX_LENGTH // cap)
 
 
+def untag(codes: Any, stride: int) -> tuple[Any, Any]:
+    """``(planned, f)`` of codes a capacity schedule's sampler yields (an int, or an int64 array
+    element by element): code ``c + (f - 1) · stride`` is the planned code ``c`` (< ``stride``)
+    served at ``C_max / f``; a plain code is its own planned code, ``f = 1``. The one reading of a
+    tag, shared by :class:`PieceDataset` and ``padless.torch.TokenDataset``.
+
+    >>> untag(7 + 2 * scheduled_stride(5, 1 << 30), scheduled_stride(5, 1 << 30))
+    (7, 3)
+    """
+    tag, planned = divmod(codes, stride)
+    return planned, tag + 1
+
+
 class CapacitySteps(StepForm):
     """``Packing(capacity=Schedule)`` as the sampler delivers it. The plan is packed at the
     schedule's largest capacity ``C_max`` (every value divides it); a batch of optimizer step
@@ -757,17 +770,16 @@ class PieceDataset:
         index, piece = piece_of(code, self.num_sequences)
         if not self.stride:
             return self._planned(code, index, piece)
-        # the stride is a multiple of N: the tag counts whole strides of pieces
-        f, piece = divmod(piece, self.stride // self.num_sequences)
-        item = self._planned(code, index, piece)
-        if not f:
+        planned, f = untag(int(code), self.stride)
+        item = self._planned(code, *piece_of(planned, self.num_sequences))
+        if f == 1:
             return item
-        if self.capacity % (f + 1):
+        if self.capacity % f:
             raise IndexError(
-                f"code {code} asks for rows of capacity / {f + 1}, but {f + 1} does not divide "
+                f"code {code} asks for rows of capacity / {f}, but {f} does not divide "
                 f"capacity={self.capacity}; were capacity and num_sequences the sampler's?"
             )
-        return ScheduledPiece(item, self.capacity // (f + 1), self.capacity)
+        return ScheduledPiece(item, self.capacity // f, self.capacity)
 
     def _planned(self, code: int, index: int, piece: int) -> Any:
         """Piece ``piece`` (of capacity tokens) of sequence ``index`` (``code`` for errors)."""

@@ -23,6 +23,7 @@ from .. import _kernels as K
 from ..core._check import check_bool, check_choice, check_int64
 from ..core._keywords import checks_keywords
 from ..io.tokens import open_tokens
+from ..planners.packing import Packing, layout_rows, next_fit_rows, scheduled_stride, untag
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
 from ._collate import PackedCollate, form_of
@@ -79,7 +80,11 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     - packing plans: the batch's indices are the sampler's codes (split pieces included), cut
       back into the planned rows; ``input_ids``, ``labels``, ``position_ids``, ``seq_idx``,
       ``cu_seqlens``, ``max_seqlen`` as :func:`padless.torch.collate_packed` (2-D rows, or
-      ``flatten=True``: one (1, total) row without padding).
+      ``flatten=True``: one (1, total) row without padding);
+    - a capacity warm-up (``Packing(capacity=Schedule)``): a step at ``C = C_max / f`` yields
+      the planned codes tagged with ``f``; each planned row of ``C_max`` is laid out as ``f``
+      rows of ``C`` (:func:`padless.planners.packing.layout_rows`), as ``collate_for(sampler)``
+      lays out ``sampler.pieces(dataset)``'s samples; untagged codes are served as above.
 
     Use it with the sampler as the DataLoader's ``batch_sampler`` and the identity collate
     (the batch is already built): ``dataset.loader(sampler, num_workers=2)``, or
@@ -106,13 +111,15 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
     Indices are integers (floats, bools and text are a TypeError, never truncated), each in
     ``[0, N)``, or for a plan with ``oversize="split"`` any piece's code whose piece starts
     inside its item; a plan that never splits (``"error"``, ``"drop"``) yields no item longer
-    than ``capacity``, so such an item is refused, never cut. The codes carry no capacity: a
-    batch from another sampler than ``plan`` is read with ``plan``'s capacity.
+    than ``capacity``, so such an item is refused, never cut. The codes carry no capacity (a
+    warm-up's only its ``f``): a batch from another sampler than ``plan`` is read with
+    ``plan``'s capacity. A batch whose codes carry different ``f`` is a ValueError naming two.
 
     Cost per batch: one compiled pass writing the batch's tensors (about half the speed of a
     bare copy of as many bytes, ``benchmarks/bench_ingest.py``) plus O(items) numpy steps (the
     indices checked, the offsets looked up); nothing is read from the file but the batch's
-    tokens.
+    tokens. A warm-up step below ``C_max`` adds O(items · f) Python steps (the layout) and, in
+    2-D, a numpy pass putting the pieces in their rows.
     """
 
     serves_codes = True  # the codes of its plan's pieces, read from the file (MixtureDataset asks)
@@ -168,12 +175,14 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "collate (padless.torch.collate_for(batcher))"
             )
         spec = getattr(plan, "spec", plan)
-        # what the plan yields beyond plain indices and split pieces, whatever the lengths
+        warm_up = isinstance(spec, Packing) and spec.capacity_schedule is not None
+        # what the plan yields beyond plain indices, split pieces and a warm-up's tagged codes
         why = spec.needs_pieces(np.zeros(0, dtype=np.int64)) if isinstance(spec, Spec) else None
-        if why is not None:
+        if why is not None and not warm_up:
             raise ValueError(
                 f"plan {spec.describe()} cannot be served by TokenDataset: {why}, which only "
-                "spec.pieces(dataset) serves; TokenDataset serves plain items and split pieces "
+                "spec.pieces(dataset) serves; TokenDataset serves plain items, split pieces and a "
+                "capacity warm-up's tagged codes "
                 "(serve a dataset of the items through sampler.pieces(dataset) and "
                 "padless.torch.collate_for(sampler))"
             )
@@ -193,6 +202,10 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         self.form = form
         # pieces of longer items are codes >= N only where the plan splits them
         self._oversize = str(getattr(spec, "oversize", "split")) if form.packed else "split"
+        # a warm-up's codes >= stride carry the step's f: rows of capacity / f
+        self._stride = (
+            scheduled_stride(self.num_items, form.capacity) if warm_up and len(self) else 0
+        )
         self.out_dtype = check_choice("out_dtype", out_dtype, tuple(_OUT_DTYPES))
         self._torch_dtype, self._np_dtype = _OUT_DTYPES[self.out_dtype]
         info = np.iinfo(self._np_dtype)
@@ -291,6 +304,8 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             )
         items = self._indices(arr, indices)
         if self.form.packed:
+            if self._stride and items.size and int(items.max()) >= self._stride:
+                return self._scheduled_batch(items)
             return self._packed_batch(items)
         return self._padded_batch(items)
 
@@ -298,7 +313,6 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         """A batch's indices as int64, integers only (never truncated floats, bools, text), each
         non-negative and, unless they are codes of split pieces, below the item count."""
         n = self.num_items
-        codes = self.form.packed and self._oversize == "split"
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
         if arr.dtype.kind not in "iu":
@@ -319,17 +333,51 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         items = arr.astype(np.int64, copy=False)
         if int(items.min()) < 0:
             raise ValueError(f"indices must be non-negative, got {int(items[items < 0][0])}")
+        if self._stride and int(items.max()) >= self._stride:
+            return items  # a warm-up's tagged codes: their planned codes are checked untagged
+        self._check_range(items, items)
+        return items
+
+    def _check_range(self, items: np.ndarray, given: np.ndarray) -> None:
+        """Refuse planned codes past the items, unless they are codes of split pieces
+        (``given``: the codes as the batch gave them, for the message)."""
+        n = self.num_items
+        codes = self.form.packed and self._oversize == "split"
         if (not codes or n == 0) and int(items.max()) >= n:
             what = (
                 ""
                 if not self.form.packed
                 else (f" (the plan, oversize={self._oversize!r}, yields no codes of pieces)")
             )
+            at = int(np.argmax(items >= n))
+            planned = "" if given is items else f" (planned code {int(items[at])})"
             raise ValueError(
-                f"index {int(items[items >= n][0])} is out of range for a token file of {n} "
+                f"index {int(given[at])}{planned} is out of range for a token file of {n} "
                 f"items{what}"
             )
-        return items
+
+    def _untagged(self, codes: np.ndarray) -> tuple[np.ndarray, int]:
+        """A warm-up batch's planned codes and its ``f`` (rows of ``capacity / f``), read as
+        :class:`padless.planners.packing.PieceDataset` reads them (:func:`untag`); a batch of
+        several capacities, or an ``f`` that does not divide the capacity, is a ValueError."""
+        capacity = self._packed.capacity
+        planned, factors = untag(codes, self._stride)
+        f = int(factors[0])
+        if bool((factors != f).any()):
+            at = int(np.argmax(factors != f))
+            g = int(factors[at])
+            raise ValueError(
+                f"codes {int(codes[0])} and {int(codes[at])} of one batch ask for rows of "
+                f"capacity / {f} and capacity / {g} (capacity={capacity}): a batch is one "
+                "step's, at one capacity; were the codes one batch of the sampler?"
+            )
+        if capacity % f:
+            raise ValueError(
+                f"code {int(codes[0])} asks for rows of capacity / {f}, but {f} does not divide "
+                f"capacity={capacity}; were capacity and the lengths the sampler's?"
+            )
+        self._check_range(planned, codes)
+        return planned, f
 
     @staticmethod
     def collate(batch: Any) -> Any:
@@ -443,15 +491,108 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             packed.pad_id, packed.ignore_index, packed.position_start,
             flat_ids, flat_labels, positions, seq_idx, cu,
         )  # fmt: skip
+        return self._packed_out(shape, ids, labels, positions, seq_idx, cu[: segments + 1], longest)
+
+    def _scheduled_batch(self, codes: np.ndarray) -> dict[str, Any]:
+        """A warm-up step's batch: the planned rows (next fit at the planned capacity, as
+        ``collate_packed`` finds them) each laid out as ``f`` rows of ``capacity / f``
+        (:func:`layout_rows`), every piece a sequence of its own. The kernel writes the pieces'
+        tokens back to back (``flatten``: that is the flat batch); in 2-D they are put in their
+        rows, each row's padding tail a segment of its own. (The kernel's own rows, next fit over
+        the pieces, are not the layout's: a planned row's layout may leave rows empty.)"""
+        packed = self._packed
+        planned_cap = packed.capacity
+        planned, f = self._untagged(codes)
+        cap = planned_cap // f
+        starts, lengths = self._spans(planned, planned_cap)
+        row_of = next_fit_rows(lengths, capacity=planned_cap, max_per_row=packed.max_per_row)
+        needed = int(row_of[-1]) + 1 if row_of.size else 0
+        if packed.rows is not None and needed > packed.rows:
+            raise ValueError(
+                f"the batch needs {needed} rows of capacity={planned_cap}, more than "
+                f"rows={packed.rows}; were capacity and max_per_row the sampler's, and its "
+                "lengths the file's?"
+            )
+        planned_rows = packed.rows if packed.rows is not None and not packed.flatten else needed
+        layout = layout_rows(lengths.tolist(), row_of.tolist(), cap, f, planned_rows)
+        pieces = np.array([p for row in layout for p in row], dtype=np.int64).reshape(-1, 3)
+        piece_starts = starts[pieces[:, 0]] + pieces[:, 1]
+        piece_lengths = pieces[:, 2] - pieces[:, 1]
+        real = int(piece_lengths.sum())
+        total = real if packed.flatten else len(layout) * cap
+        if total > np.iinfo(np.int32).max:  # the kernel's rule, for the grid it does not write
+            raise ValueError(
+                f"the batch holds {total} tokens, more than cu_seqlens' int32 can index (2**31 - 1)"
+            )
+        if packed.flatten:
+            ids, flat_ids = self._empty(real)
+            labels, flat_labels = self._empty(real)
+        else:
+            flat_ids = np.empty(real, dtype=self._np_dtype)
+            flat_labels = np.empty(real, dtype=self._np_dtype)
+        positions = np.empty(real, dtype=np.int64)
+        seq_idx = np.empty(real, dtype=np.int32)
+        cu = np.empty(pieces.shape[0] + 1, dtype=np.int32)
+        segments, longest = K.packed_batch(
+            self.store.tokens, piece_starts, piece_lengths, cap, 0, 0, True,
+            packed.pad_id, packed.ignore_index, packed.position_start,
+            flat_ids, flat_labels, positions, seq_idx, cu,
+        )  # fmt: skip
+        if packed.flatten:
+            shape = (1, real)
+        else:
+            # the grid's segments in order: each row's pieces, then its padding tail
+            seg_lens: list[int] = []
+            seg_real: list[bool] = []
+            at = 0
+            for row in layout:
+                used = 0
+                for n in piece_lengths[at : at + len(row)].tolist():
+                    seg_lens.append(n)
+                    seg_real.append(True)
+                    used += n
+                at += len(row)
+                if used < cap:
+                    seg_lens.append(cap - used)
+                    seg_real.append(False)
+            shape = (len(layout), cap)
+            lens = np.array(seg_lens, dtype=np.int64)
+            bounds = np.zeros(lens.size + 1, dtype=np.int64)
+            np.cumsum(lens, out=bounds[1:])
+            is_real = np.repeat(np.array(seg_real, dtype=bool), lens)
+            ids, grid_ids = self._empty(total)
+            labels, grid_labels = self._empty(total)
+            grid_ids[is_real] = flat_ids
+            grid_ids[~is_real] = packed.pad_id
+            grid_labels[is_real] = flat_labels
+            grid_labels[~is_real] = packed.ignore_index
+            positions = np.arange(total, dtype=np.int64) - np.repeat(bounds[:-1], lens)
+            positions += packed.position_start
+            seq_idx = np.repeat(np.arange(lens.size, dtype=np.int32), lens)
+            cu, segments = bounds.astype(np.int32), int(lens.size)
+            longest = int(lens.max()) if lens.size else 0
+        return self._packed_out(shape, ids, labels, positions, seq_idx, cu[: segments + 1], longest)
+
+    def _packed_out(
+        self,
+        shape: tuple[int, int],
+        ids: torch.Tensor,
+        labels: torch.Tensor,
+        positions: np.ndarray,
+        seq_idx: np.ndarray,
+        cu: np.ndarray,
+        longest: int,
+    ) -> dict[str, Any]:
+        """A packed batch's dict (``collate_packed``'s keys) from its written arrays."""
         out: dict[str, Any] = {
             "input_ids": ids.view(shape),
             "labels": labels.view(shape),
             "position_ids": torch.from_numpy(positions).view(shape),
             "seq_idx": torch.from_numpy(seq_idx).view(shape),
-            "cu_seqlens": torch.from_numpy(cu[: segments + 1]),
+            "cu_seqlens": torch.from_numpy(cu),
             "max_seqlen": longest,
         }
-        if packed.attention_mask == "block":
+        if self._packed.attention_mask == "block":
             out["attention_mask"] = block_causal_mask(out["seq_idx"].to(torch.long))
         return out
 
