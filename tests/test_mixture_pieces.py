@@ -154,11 +154,12 @@ def test_resume_and_elastic_resume_keep_the_warm_up():
 
 
 def test_a_token_dataset_per_corpus_serves_a_mixture(tmp_path):
-    """Split pieces and plain items of two token files, each batch built by its corpus's
-    TokenDataset: the batches collate_for(mixture) builds from the items."""
+    """A warm-up's rows, split pieces and plain items of two token files, each batch built by
+    its corpus's TokenDataset: the batches collate_for(mixture) builds from the items."""
     padless.write_indexed(DOCS_A, tmp_path / "a", dtype=np.int32)
     padless.write_indexed(DOCS_B, tmp_path / "b", dtype=np.int32)
-    a = PlanSampler(LA, Packing(capacity=32, rows_per_batch=2, oversize="split"), seed=2)
+    warm = Schedule.piecewise([0, 6], [16, 32])  # a warms up and splits
+    a = PlanSampler(LA, Packing(capacity=warm, rows_per_batch=2, oversize="split"), seed=2)
     b = PlanSampler(LB, Packing(capacity=32, rows_per_batch=2, oversize="split"), seed=2)
     mix = MixtureSampler({"a": a, "b": b}, num_batches=25, seed=2)
     files = mixture_dataset(
@@ -218,7 +219,9 @@ def test_mixture_codes_invert(sizes, codes, k):
 
 
 def test_the_docs_example_runs(tmp_path, monkeypatch):
-    """docs/schedules.md's mixture-warmup example, as written."""
+    """docs/schedules.md's mixture-warmup example, as written: the issue's first run (a mixture
+    of warming-up packed corpora served from Megatron pairs through a TokenDataset per corpus,
+    resumed across a weight change)."""
     import re
     from pathlib import Path
 
@@ -228,4 +231,4 @@ def test_the_docs_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "docs_mixture_warmup"}
     exec(compile(code.group(1), "docs/schedules.md", "exec"), scope)
-    assert len(list(scope["mixture"])) > 20
+    assert scope["step"] == scope["resumed"].num_batches - 1 > 20  # the epoch ran to its end
