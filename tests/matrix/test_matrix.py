@@ -95,6 +95,22 @@ def test_matrix_cell(cell: Cell, env: Env):
     _expect(cell, run_cell(cell, env))
 
 
+# The issue's runs, as cells: a mixture of warming-up packed corpora served from Megatron pairs
+# through a TokenDataset per corpus, the same through the HF Trainer (the resume across a weight
+# change: docs/schedules.md's example, run by tests/test_mixture_pieces.py).
+ISSUE_RUNS = (
+    "packing-whole-mixture_warmup-token_dataset",
+    "packing-whole-mixture_warmup-hf",
+    "packing-whole-mixture_warmup-collate",
+)
+
+
+@pytest.mark.parametrize("cell", ISSUE_RUNS)
+def test_the_issue_runs_work(cell: str, env: Env):
+    outcome = run_cell(Cell.parse(cell), env)
+    assert outcome.kind == "works", str(outcome)
+
+
 # ------------------------------------------------------------------------------ fuzz
 @pytest.mark.skipif(not FUZZ, reason="make fuzz (PADLESS_HYPOTHESIS=fuzz) draws cells")
 @settings(max_examples=min(settings().max_examples, 300))  # a cell costs up to seconds
