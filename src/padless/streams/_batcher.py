@@ -31,6 +31,7 @@ __all__ = [
     "STATE_KIND",
     "StreamBatcher",
     "check_epoch",
+    "state_position",
 ]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
@@ -69,6 +70,18 @@ def check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> N
         f"{who}.set_epoch({epoch}) after load_state_dict() of a state of epoch {saved}: the "
         f"state would be dropped (or epoch {saved} yielded twice); {fix}"
     )
+
+
+def state_position(state: dict[str, Any] | None) -> int | None:
+    """The number of the batch of its epoch a (checked) state resumes at, counted from the
+    epoch's start: 0 for none, -1 at the epoch's end, None when the state does not say (saved
+    by a padless that did not count the epoch's batches)."""
+    if state is None or state["round"] < 0 and not state["done"]:
+        return 0
+    if state["done"]:
+        return -1
+    before = state.get("before")
+    return None if before is None else int(before) + int(state["emitted"])
 
 
 class _Live:
@@ -344,14 +357,7 @@ class StreamBatcher:
             if live.start is None:
                 return None if live.before is None else live.before + live.emitted
             state = live.start
-        if state is None:
-            return 0
-        if state["done"]:
-            return -1
-        if state["round"] < 0:
-            return 0
-        before = state.get("before")
-        return None if before is None else int(before) + int(state["emitted"])
+        return state_position(state)
 
     def _skipped(self, epoch: int) -> list[tuple[int, int]]:
         """The skips of ``epoch`` as ``(first, end)`` ranges, sorted."""
@@ -432,6 +438,8 @@ class StreamBatcher:
             return copy.deepcopy(live.start)
         if live.done:
             base["done"] = True
+            if live.total is not None:
+                base["before"] = live.total  # the epoch's batches: all of them are before
             return base
         if live.round < 0:
             return base
@@ -725,6 +733,7 @@ class StreamBatcher:
         self._stats = stats = self._zero_stats()
         if state is not None and state["done"]:
             live.done = True
+            live.total = state.get("before")
             return
         c, wait, src = self.chunk, self.wait, self._source
         base_key = int(_rng.key(self.seed, epoch, _rng.STREAM_ORDER))
