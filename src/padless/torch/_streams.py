@@ -277,7 +277,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
             self._skips = (*self._skips, entry)
         batcher = self._batcher
         if batcher is not None and self._worker == (0, 1):  # this process iterates the stream
-            batcher._skips = (*batcher._skips, *(e for e in [entry] if e not in batcher._skips))
+            self._apply_skips(batcher, strict=False)
 
     def _workers_known(self) -> int | None:
         """The DataLoader workers of this rank, where this process knows them (a worker
