@@ -405,21 +405,13 @@ class Resumable:
         >>> len(every), len(s), list(s) == [every[0], *every[3:]], s.state_dict()["skips"]
         (4, 2, True, [[0, 1, 3]])
         """
-        if (batches is None) == (steps is None):
-            raise TypeError("skip takes batches (the next n global batches) or steps=(a, b)")
+        n, pair = check_skip(batches, steps)
         world = self.world_size
-        if batches is not None:
-            n = check_int("batches", batches, minimum=1) or 0
+        if pair is None:
             lo = self._next_pos if self._iterating else self._next_start()
             hi = lo + n
         else:
-            if not isinstance(steps, (tuple, list)) or len(steps) != 2:
-                raise TypeError(f"steps must be a pair (first, end) of steps, got {steps!r:.60}")
-            first = check_int("steps[0]", steps[0], minimum=0) or 0
-            end = check_int("steps[1]", steps[1], minimum=0) or 0
-            if end <= first:
-                raise ValueError(f"steps must be (first, end) with first < end, got {steps!r}")
-            lo, hi = first * world, end * world
+            lo, hi = pair[0] * world, pair[1] * world
         entry = (self.epoch, int(lo), int(hi))
         if entry not in self._skips:
             self._skips = (*self._skips, entry)
@@ -824,6 +816,23 @@ class Resumable:
             f"{'skip the rest of' if given > saved else 'repeat epochs before'} epoch {saved}. "
             f"Save the epoch with the state and resume the loop from it (set_epoch({saved}))"
         )
+
+
+def check_skip(batches: Any, steps: Any) -> tuple[int, tuple[int, int] | None]:
+    """The arguments of a ``skip(batches=None, *, steps=None)`` checked: ``(n, None)`` for
+    ``batches=n``, ``(0, (first, end))`` for ``steps=(first, end)`` (ints, ``0 <= first <
+    end``); a ``TypeError`` or ``ValueError`` naming the parameter otherwise."""
+    if (batches is None) == (steps is None):
+        raise TypeError("skip takes batches (the next n batches) or steps=(a, b), one of them")
+    if batches is not None:
+        return check_int("batches", batches, minimum=1) or 0, None
+    if not isinstance(steps, (tuple, list)) or len(steps) != 2:
+        raise TypeError(f"steps must be a pair (first, end) of steps, got {steps!r:.60}")
+    first = check_int("steps[0]", steps[0], minimum=0) or 0
+    end = check_int("steps[1]", steps[1], minimum=0) or 0
+    if end <= first:
+        raise ValueError(f"steps must be (first, end) with first < end, got {steps!r}")
+    return 0, (first, end)
 
 
 def change_record(change: tuple[Any, ...]) -> dict[str, Any]:

@@ -69,6 +69,7 @@ from ._batcher import MAX_WAIT as MAX_WAIT
 from ._batcher import STATE_KIND as STATE_KIND
 from ._batcher import StreamBatcher as StreamBatcher
 from ._batcher import check_epoch as check_epoch
+from ._batcher import state_position as state_position
 from ._buffer import MAX_LENGTH as MAX_LENGTH
 from ._buffer import Piece as Piece
 from ._source import check_source as check_source

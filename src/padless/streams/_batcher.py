@@ -17,7 +17,7 @@ from .._kernels.rng import mix64_reference
 from ..core import _rng
 from ..core._check import check_seed, positive
 from ..core._keywords import checks_keywords
-from ..core._state import STATE_VERSION, _mismatch, fingerprint
+from ..core._state import STATE_VERSION, _check_skips, _mismatch, check_skip, fingerprint
 from ..core.lengths import sizes_of
 from ..planners import strategies
 from ..planners._rounds import Round, StreamEngine, shuffled
@@ -31,6 +31,7 @@ __all__ = [
     "STATE_KIND",
     "StreamBatcher",
     "check_epoch",
+    "state_position",
 ]
 
 #: A buffer is read in this many chunks (a round per chunk once the buffer is full).
@@ -71,16 +72,33 @@ def check_epoch(state: Any, epoch: int, who: str, *, loading: bool = False) -> N
     )
 
 
+def state_position(state: dict[str, Any] | None) -> int | None:
+    """The number of the batch of its epoch a (checked) state resumes at, counted from the
+    epoch's start: 0 for none, -1 at the epoch's end, None when the state does not say (saved
+    by a padless that did not count the epoch's batches)."""
+    if state is None or state["round"] < 0 and not state["done"]:
+        return 0
+    if state["done"]:
+        return -1
+    before = state.get("before")
+    return None if before is None else int(before) + int(state["emitted"])
+
+
 class _Live:
     """Where the running (or last) iteration stands, for ``state_dict``."""
 
     __slots__ = ("epoch", "round", "emitted", "first", "snapshot", "carry_in", "done", "start",
-                 "cached", "buf", "read")  # fmt: skip
+                 "cached", "buf", "read", "before", "running", "total")  # fmt: skip
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.round = -1
-        self.emitted = 0
+        self.emitted = 0  # batches of the round consumed (yielded or skipped)
+        # the epoch's batches planned before the round (None: a state saved by a padless that
+        # did not count them was resumed in this epoch)
+        self.before: int | None = 0
+        self.running = False  # the iteration's generator is between its start and its end
+        self.total: int | None = None  # the epoch's batches, once its last round is planned
         self.first = 0
         self.snapshot: Any = None
         self.carry_in: Entries | None = None
@@ -248,6 +266,7 @@ class StreamBatcher:
         self._spec_dict = spec_to_dict(spec)
         self._loaded: dict[str, Any] | None = None
         self._live: _Live | None = None
+        self._skips: tuple[tuple[int, int, int], ...] = ()  # (epoch, first, end) batches
         self._stats = self._zero_stats()
 
     # ------------------------------------------------------------------ public
@@ -279,6 +298,71 @@ class StreamBatcher:
         self.epoch = epoch
         self._epoch_set = True
 
+    def skip(self, batches: int | None = None, *, steps: tuple[int, int] | None = None) -> None:
+        """Leave batches out of training: the next ``batches`` batches, or ``steps``.
+
+        ``steps=(a, b)``: the batches ``a`` to ``b - 1`` of the current epoch, counted from its
+        start as this batcher forms them (its batches are the steps; the count includes batches
+        skipped before). ``batches=n``: the ``n`` batches from the current position: where the
+        next iteration starts (a loaded state's position, else the epoch's start), or while
+        iterating the first batch not yet yielded (the same count: ``a`` is that batch's number).
+
+        Skipped batches are planned and consumed as in a run without the skip, only not
+        yielded: the stream's order, the buffer and every other batch stay exactly as they
+        were. The skip is recorded in :meth:`state_dict` (``"skips"``: ``[epoch, first, end]``)
+        and kept by :meth:`load_state_dict`, so a run resumed from a checkpoint before it skips
+        the same batches when it gets there (the usual loss spike recovery: load the checkpoint
+        before the spike, skip the batches around it). A range past the epoch's end leaves out
+        nothing there. Refused (``ValueError``) where the batches cannot be counted: in an
+        epoch resumed from a state saved by a padless before skips (it did not count the
+        epoch's batches; the next epoch can skip), and ``batches=n`` when the loaded state is
+        at the epoch's end.
+
+        Cost: O(1); iterating checks each batch against the epoch's skips.
+
+        >>> from padless import TokenBudget
+        >>> lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5]
+        >>> every = list(StreamBatcher(lengths, TokenBudget(max_tokens=10), buffer=4, length=int))
+        >>> b = StreamBatcher(lengths, TokenBudget(max_tokens=10), buffer=4, length=int)
+        >>> b.skip(steps=(1, 3))
+        >>> list(b) == [every[0], *every[3:]], b.state_dict()["skips"]
+        (True, [[0, 1, 3]])
+        """
+        n, pair = check_skip(batches, steps)
+        position = self._position()
+        if position is None:
+            raise ValueError(
+                f"skip: epoch {self.epoch} was resumed from a state saved by a padless that did "
+                "not count the epoch's batches, so the batches cannot be numbered until the "
+                f"epoch ends: skip in the next epoch, or resume from a checkpoint saved by this "
+                "padless"
+            )
+        if pair is None:
+            if position < 0:
+                raise ValueError(
+                    f"skip(batches={n}): the state loaded is at the end of epoch {self.epoch}, "
+                    "which has no batches left: iterate it (it yields nothing), set_epoch to "
+                    "the next epoch, then skip"
+                )
+            pair = (position, position + n)
+        entry = (self.epoch, *pair)
+        if entry not in self._skips:
+            self._skips = (*self._skips, entry)
+
+    def _position(self) -> int | None:
+        """The number of the batch the skip of ``batches=n`` starts at (see :meth:`skip`): -1
+        when a loaded state is at its epoch's end, None when the epoch's batches are not counted."""
+        live, state = self._live, self._loaded
+        if state is None and live is not None and live.running and live.epoch == self.epoch:
+            if live.start is None:
+                return None if live.before is None else live.before + live.emitted
+            state = live.start
+        return state_position(state)
+
+    def _skipped(self, epoch: int) -> list[tuple[int, int]]:
+        """The skips of ``epoch`` as ``(first, end)`` ranges, sorted."""
+        return sorted((lo, hi) for e, lo, hi in self._skips if e == epoch)
+
     def __iter__(self) -> Iterator[Any]:
         state, self._loaded = self._loaded, None
         live = _Live(self.epoch)
@@ -290,7 +374,8 @@ class StreamBatcher:
         """Figures of the current (or last) iteration: batches, items, padding, rounds...
 
         ``padding_fraction`` is 1 − real tokens ÷ padded slots (packing: rows × capacity);
-        ``skipped`` counts items left out (oversize "drop", ``max_length``, dropped leftovers).
+        ``skipped`` counts items left out (oversize "drop", ``max_length``, dropped leftovers),
+        ``skipped_batches`` the batches :meth:`skip` left out (not in ``batches``).
         Counted from where the iteration started (a resumed run counts from the restore).
         """
         out = dict(self._stats)
@@ -318,6 +403,13 @@ class StreamBatcher:
         what the next iteration will do when none runs. JSON-safe when the source's own state
         is.
         """
+        state = self._state()
+        state.pop("skips", None)
+        if self._skips:
+            state["skips"] = [list(entry) for entry in self._skips]
+        return state
+
+    def _state(self) -> dict[str, Any]:
         if self._loaded is not None:
             return copy.deepcopy(self._loaded)
         live = self._live
@@ -346,6 +438,8 @@ class StreamBatcher:
             return copy.deepcopy(live.start)
         if live.done:
             base["done"] = True
+            if live.total is not None:
+                base["before"] = live.total  # the epoch's batches: all of them are before
             return base
         if live.round < 0:
             return base
@@ -363,6 +457,8 @@ class StreamBatcher:
                 "digest": digest,
             }
         )
+        if live.before is not None:  # the epoch's batches before the round (absent: not known)
+            base["before"] = live.before
         return base
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -379,9 +475,21 @@ class StreamBatcher:
                 "source is a one-shot iterator (e.g. a generator), which cannot be read again to "
                 "resume; pass the iterable itself or a function that re-creates the iterator"
             )
+        skips = _check_skips(checked.pop("skips", []))
+        if "before" not in checked and checked["round"] >= 0 and not checked["done"]:
+            ahead = [e for e in (*skips, *self._skips) if e[0] == checked["epoch"]]
+            if ahead:
+                raise ValueError(
+                    f"state was saved by a padless that did not count the batches of epoch "
+                    f"{checked['epoch']}, so the skip {list(ahead[0])} of that epoch cannot be "
+                    "placed in it: resume from a checkpoint saved by this padless, or skip in "
+                    "the next epoch"
+                )
         self._engine.load(checked)
         self.epoch = checked["epoch"]
         self._loaded = checked
+        # the state's skips, and any made here before the load
+        self._skips = (*skips, *(e for e in self._skips if e not in skips))
 
     def _check_settings(self, state: Any) -> None:
         """Refuse a state saved under other settings (the fingerprint's settings half: the
@@ -429,7 +537,9 @@ class StreamBatcher:
                 f"{state['fingerprint']!r} != {want!r})"
             )
         for k, low in (("seed", 0), ("epoch", 0), ("round", -1), ("emitted", 0), ("first", 0),
-                       ("position", 0), ("waiting_bits", 0)):  # fmt: skip
+                       ("position", 0), ("waiting_bits", 0), ("before", 0)):  # fmt: skip
+            if k not in need and k not in state:
+                continue  # "before": added since, states without it still load
             v = state[k]
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
                 raise ValueError(f"state[{k!r}] must be an int >= {low}, got {v!r}")
@@ -464,6 +574,7 @@ class StreamBatcher:
             "real_tokens": 0,
             "padded_slots": 0,
             "skipped": 0,
+            "skipped_batches": 0,
             "rounds": 0,
             "peak_buffer": 0,
         }
@@ -611,15 +722,24 @@ class StreamBatcher:
         return self._engine.plan(buf, forced, final, key, self.buffer - self.chunk)
 
     def _run(self, live: _Live, state: dict[str, Any] | None) -> Iterator[Any]:
+        live.running = True
+        try:
+            yield from self._rounds(live, state)
+        finally:
+            live.running = False
+
+    def _rounds(self, live: _Live, state: dict[str, Any] | None) -> Iterator[Any]:
         epoch = live.epoch
         self._stats = stats = self._zero_stats()
         if state is not None and state["done"]:
             live.done = True
+            live.total = state.get("before")
             return
         c, wait, src = self.chunk, self.wait, self._source
         base_key = int(_rng.key(self.seed, epoch, _rng.STREAM_ORDER))
         snaps: dict[int, Any] = {}
         expect: str | None = None  # a resume: the digest the restored round must have
+        before: int | None = 0  # the epoch's batches planned before the round
         if state is None or state["round"] < 0:
             rnd, skip = 0, 0
             it = src.open(epoch, None, 0)
@@ -627,6 +747,7 @@ class StreamBatcher:
             pend = Entries.empty(self._lengths.fields or 0)
         else:
             rnd, skip, first = state["round"], state["emitted"], state["first"]
+            before = state.get("before")
             it = src.open(epoch, state["source"], 0 if src.cheap_resume else state["position"])
             snaps[first] = state["source"]
             pend = self._replay(it, state, snaps)
@@ -653,6 +774,9 @@ class StreamBatcher:
             stats["skipped"] += plan.dropped
             perm = shuffled(plan.num_batches, _mix(key ^ 0x5EED))
             live.round, live.emitted, live.first = rnd, skip, max(0, rnd - wait)
+            live.before = before
+            if final and before is not None:
+                live.total = before + plan.num_batches
             live.snapshot = snaps.get(live.first)
             live.carry_in, live.cached = pend, None
             live.buf, live.read = buf, len(items)
@@ -662,7 +786,14 @@ class StreamBatcher:
             bounds = plan.offsets.tolist()
             row_offsets = None if plan.row_offsets is None else plan.row_offsets.tolist()
             real, padded = plan.real.tolist(), plan.padded.tolist()
+            seen: Any = None
             for j, b in enumerate(perm[skip:].tolist(), start=skip):
+                if self._skips is not seen:  # (again) when a skip was recorded meanwhile
+                    seen, ranges = self._skips, self._skipped(epoch)
+                if before is not None and any(lo <= before + j < hi for lo, hi in ranges):
+                    live.emitted = j + 1  # planned and consumed, not yielded
+                    stats["skipped_batches"] += 1
+                    continue
                 if row_offsets is None:
                     batch: Any = flat[bounds[b] : bounds[b + 1]].tolist()
                     stats["entries"] += len(batch)
@@ -676,6 +807,8 @@ class StreamBatcher:
                 live.emitted = j + 1
                 yield batch
             skip = 0
+            if before is not None:
+                before += plan.num_batches
             if final:
                 break
             rnd += 1

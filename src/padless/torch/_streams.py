@@ -8,16 +8,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 
 from ..core._check import check_int, check_seed, positive
 from ..core._keywords import check_keywords, checks_keywords, keyword_names
 from ..core._schedule import check_ranks
+from ..core._state import check_skip
 from ..streams import Piece, StreamBatcher
 from ..streams import check_epoch as _check_epoch
 from ..streams import check_source as _check_source
+from ..streams import state_position as _state_position
 from ._collate import collate_packed, collate_padded, form_of
 from ._dist import dist_kwargs
 
@@ -197,6 +199,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         self._pending: dict[str, Any] | None = None
         self._batcher: StreamBatcher | None = None
         self._worker: tuple[int, int] | None = None
+        self._skips: tuple[tuple[int, int, int], ...] = ()  # (epoch, first, end) rank steps
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -222,6 +225,167 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         set_source_epoch = getattr(self.source, "set_epoch", None)
         if callable(set_source_epoch) and getattr(self.source, "epoch", None) != epoch:
             set_source_epoch(epoch)
+
+    def skip(self, batches: int | None = None, *, steps: tuple[int, int] | None = None) -> None:
+        """Leave this rank's loader steps out of training: ``steps=(a, b)`` (the loader's batches
+        ``a`` to ``b - 1`` of the current epoch, counted from its start), or the next ``batches``.
+
+        As :meth:`padless.StreamBatcher.skip`: the skipped batches are planned and consumed,
+        only not yielded, and every other batch comes in its place; the skip is kept in the
+        dataset (and in each worker's state, so a loader's checkpoint carries it). Call it on
+        every rank alike (each rank's loader gives one batch per step), before the loader is
+        iterated: DataLoader workers take the dataset when they start (each epoch; workers must
+        not be persistent), so a skip made while they run reaches the next epoch's, not theirs.
+
+        With ``W`` DataLoader workers the loader takes their batches in turn (torch's
+        ``DataLoader`` and torchdata's ``StatefulDataLoader``, ``in_order=True``, the default):
+        step ``g`` is worker ``g % W``'s batch ``g // W`` while every worker has batches; a
+        worker that has run out is passed over from then on. Each worker leaves out its own
+        batches of the range, so:
+
+        - ``b - a`` must be a multiple of ``W`` (then every worker leaves out as many and the
+          turns stay aligned): otherwise a ``ValueError`` (here when this process knows ``W``,
+          else from the workers at the loader's first batch);
+        - the range must end before the epoch's last rounds, where the first worker runs out
+          (past that point a worker's end shifts the turns, and no worker knows the others'
+          ends ahead): a worker that finds the skip reaching past its end raises a
+          ``ValueError`` when it learns its end (when it plans its last round).
+
+        ``batches=n`` needs the loader's position, which this process holds only when it
+        iterates the stream itself (``num_workers=0``) or a state was loaded into the dataset
+        with ``load_state_dict``: otherwise a ``ValueError`` (skip ``steps=(a, b)`` counted from
+        the epoch's start, e.g. from the training loop's step counter). ``num_workers=0`` (or 1)
+        has no restriction beyond the batcher's.
+
+        >>> from padless import TokenBudget
+        >>> lengths = [5, 3, 9, 3, 5, 1, 8, 9, 2, 5]
+        >>> ds = StreamDataset(lengths, TokenBudget(max_tokens=10), buffer=4, length=int)
+        >>> every = list(torch.utils.data.DataLoader(ds, batch_size=None))
+        >>> ds.skip(steps=(1, 3))
+        >>> list(torch.utils.data.DataLoader(ds, batch_size=None)) == [every[0], *every[3:]]
+        True
+        """
+        n, pair = check_skip(batches, steps)
+        workers = self._workers_known()
+        if pair is None:
+            first = self._here(n, workers)
+            pair = (first, first + n)
+        elif workers is not None and workers > 1 and (pair[1] - pair[0]) % workers:
+            raise ValueError(self._unaligned(pair, workers))
+        entry = (self.epoch, *pair)
+        if entry not in self._skips:
+            self._skips = (*self._skips, entry)
+        batcher = self._batcher
+        if batcher is not None and self._worker == (0, 1):  # this process iterates the stream
+            self._apply_skips(batcher, strict=False)
+
+    def _workers_known(self) -> int | None:
+        """The DataLoader workers of this rank, where this process knows them (a worker
+        process, a loaded state's shard), else None."""
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            return int(info.num_workers)
+        shard = None if self._pending is None else self._pending.get("shard")
+        if isinstance(shard, list) and len(shard) == 2 and isinstance(shard[1], int):
+            return max(shard[1] // self.world_size, 1)
+        return None
+
+    def _here(self, n: int, workers: int | None) -> int:
+        """The loader's position (its next step) for ``skip(batches=n)``."""
+        why = None
+        position: int | None = None
+        batcher = self._batcher
+        if workers not in (None, 1):
+            why = f"this rank's stream is split over {workers} DataLoader workers, each with its own position"
+        elif self._pending is not None:
+            position = _state_position(self._pending)
+        elif batcher is not None and self._worker == (0, 1) and batcher.epoch == self.epoch:
+            live = batcher._live
+            if live is not None and live.running:
+                position = batcher._position()
+        if why is None and position is None:
+            why = (
+                "this process does not hold the loader's position (with DataLoader workers it "
+                "lives in the workers, and a StatefulDataLoader restores it there), or the "
+                "state was saved by a padless that did not count the epoch's batches"
+            )
+        if why is None and position is not None and position < 0:
+            why = f"the state loaded is at the end of epoch {self.epoch}"
+        if why is not None:
+            raise ValueError(
+                f"skip(batches={n}) cannot tell where the loader stands: {why}; skip "
+                "steps=(a, b) counted from the epoch's start instead (the training loop's step "
+                "counter gives them)"
+            )
+        return int(cast(int, position))
+
+    def _unaligned(self, pair: tuple[int, int], workers: int) -> str:
+        a, b = pair
+        return (
+            f"skip(steps=({a}, {b})) leaves out {b - a} steps of a loader with {workers} "
+            f"DataLoader workers: the loader takes the workers' batches in turn, so only a "
+            f"multiple of {workers} steps can be left out with every other batch in its place; "
+            f"skip steps=({a}, {a + -(-(b - a) // workers) * workers}), or use num_workers=0"
+        )
+
+    def _local_skips(self, workers: int, worker: int, epoch: int) -> list[tuple[int, int, int]]:
+        """The dataset's skips of ``epoch`` as ``worker``'s batches: step ``g`` is its batch
+        ``g // workers`` when ``g % workers == worker`` (refused where the steps are not a
+        multiple of ``workers``)."""
+        out = []
+        for e, a, b in self._skips:
+            if e != epoch:
+                continue
+            if workers > 1 and (b - a) % workers:
+                raise ValueError(self._unaligned((a, b), workers))
+            lo, hi = -(-(a - worker) // workers), -(-(b - worker) // workers)
+            if hi > lo:
+                out.append((e, lo, hi))
+        return out
+
+    def _apply_skips(self, batcher: StreamBatcher, strict: bool = True) -> None:
+        worker, workers = self._worker or (0, 1)
+        try:
+            local = self._local_skips(workers, worker, batcher.epoch)
+        except ValueError:
+            if strict:
+                raise
+            return
+        batcher._skips = (*batcher._skips, *(e for e in local if e not in batcher._skips))
+
+    def _guarded(self, batcher: StreamBatcher, it: Iterator[Any]) -> Iterator[Any]:
+        """``it``, refusing (when this worker learns where it ends) a skip that reaches past
+        its end: from there the loader's turns pass over it, and the steps no longer map to
+        ``g % W``, ``g // W``."""
+        worker, workers = self._worker or (0, 1)
+        epoch = batcher.epoch
+        reach = max(  # the end of the rank's steps they skip (a state's are this worker's)
+            [b for e, _, b in self._skips if e == epoch]
+            + [(hi - 1) * workers + worker + 1 for e, _, hi in batcher._skips if e == epoch]
+        )
+        checked = False
+        for batch in it:
+            if not checked:
+                checked = self._check_end(batcher, worker, workers, reach)
+            yield batch
+        if not checked:
+            self._check_end(batcher, worker, workers, reach)
+
+    def _check_end(self, batcher: StreamBatcher, worker: int, workers: int, reach: int) -> bool:
+        live = batcher._live
+        total = None if live is None else live.total
+        if total is None:
+            return False
+        if reach > total * workers + worker:
+            raise ValueError(
+                f"a skip of rank {self.rank}'s loader steps reaches step {reach - 1}, past where "
+                f"DataLoader worker {worker} (of {workers}) runs out: its {total} batches "
+                f"end before step {total * workers + worker}, and from there the loader takes "
+                "the other workers' batches in turn without it, so the steps the skip names "
+                "are not the batches it would leave out; skip steps that end before the "
+                "epoch's last rounds, or use num_workers=0"
+            )
+        return True
 
     def _shard(self) -> tuple[int, int, int]:
         info = torch.utils.data.get_worker_info()
@@ -260,7 +424,12 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         if self._pending is not None:
             batcher.load_state_dict(self._pending)
             self._pending = None
-        return iter(batcher)
+        self._apply_skips(batcher)  # refused here, before any batch, if unaligned
+        it = iter(batcher)
+        workers = (self._worker or (0, 1))[1]
+        if workers > 1 and any(e == batcher.epoch for e, _, _ in batcher._skips):
+            return self._guarded(batcher, it)
+        return it
 
     def state_dict(self) -> dict[str, Any]:
         """The state of this process's batcher (a worker's, inside a DataLoader worker)."""
@@ -269,6 +438,7 @@ class StreamDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         batcher = self._make()
         if batcher.epoch != self.epoch:
             batcher.set_epoch(self.epoch)
+        self._apply_skips(batcher, strict=False)
         return batcher.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
