@@ -226,3 +226,24 @@ def test_program_ends_normally_with_its_status(tmp_path):
         [sys.executable, "-c", code, "report", "--max-tokens", "-5"], capture_output=True, text=True
     )
     assert failed.returncode == 2 and "max-tokens" in failed.stderr
+
+
+def test_report_works_on_a_corpus_with_documents_longer_than_4096(tmp_path):
+    """The budget is chosen from the data (it failed on any document over 4,096 tokens), and
+    the sweep says how many sequences each budget leaves out."""
+    lengths = np.random.default_rng(0).integers(1, 3000, 500)
+    lengths[5] = 12_651
+    np.save(tmp_path / "l.npy", lengths)
+    out = run("report", tmp_path / "l.npy").stdout
+    assert "max_tokens 16,384: chosen to hold the longest sequence (12,651 tokens)" in out
+    assert "token_budget     max_tokens=16384" in out
+    sweep = out[out.index("left out (longer than the budget)") :].splitlines()
+    assert sweep[3].split()[0] == "4,096" and sweep[3].endswith("1 sequence")
+    data = json.loads(run("report", tmp_path / "l.npy", "--json").stdout)
+    assert data["max_tokens"] == 16_384 and data["max_tokens_chosen"] is True
+    proc = run("report", tmp_path / "l.npy", "--max-tokens", "4096", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        "--max-tokens must be at least the longest sequence (12,651 tokens) for the report to "
+        "plan every sequence, got 4,096: pass --max-tokens 16384"
+    ) in proc.stderr

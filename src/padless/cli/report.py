@@ -26,7 +26,13 @@ from .inputs import (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``padless report``."""
     add_input_arguments(parser)
-    parser.add_argument("--max-tokens", type=int, default=4096, help="token budget (default 4096)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="token budget per batch, e.g. 8192 (default: 4096, or the next power of two at "
+        "least the longest sequence; it must hold the longest)",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="fixed batch size (default 64)")
     parser.add_argument(
         "--world-size", type=int, default=8, help="ranks for the imbalance figure (default 8)"
@@ -136,6 +142,22 @@ def strategy_settings(assignments: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _budget(args: argparse.Namespace, longest: int) -> bool:
+    """Settle ``args.max_tokens`` on the data: given, it must hold the longest sequence (the
+    report plans every sequence); left out, 4096 or the next power of two that holds the
+    longest. True when chosen here."""
+    if args.max_tokens is None:
+        args.max_tokens = max(4096, 1 << max(longest - 1, 0).bit_length())
+        return True
+    if args.max_tokens < longest:
+        raise ValueError(
+            f"--max-tokens must be at least the longest sequence ({longest:,} tokens) for the "
+            f"report to plan every sequence, got {args.max_tokens:,}: pass --max-tokens "
+            f"{1 << (longest - 1).bit_length()} (or leave it out: the report picks it)"
+        )
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table (or JSON), and write the plot if asked."""
     from ..sampling.report import budget_sweep, compare_report, grid_padding, length_summary
@@ -147,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_paths(args, [args.plot], "--plot")
     lengths, name = load_lengths(args)
     summary = length_summary(lengths)
+    chosen = _budget(args, int(summary["max"]))
     rows, not_run = compare_report(
         lengths,
         max_tokens=args.max_tokens,
@@ -157,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         settings=settings,
         cost=cost,
     )
-    sweep = budget_sweep(lengths, [1024, 2048, 4096, 8192, 16384])
+    sweep = budget_sweep(lengths, sorted({1024, 2048, 4096, 8192, 16384, args.max_tokens}))
     grids = None
     if summary["fields"] == 2:  # 2-D buckets: at --num-buckets × 2, and NeMo's default 30 × 2
         grids = grid_padding(lengths, sorted({(args.num_buckets, 2), (30, 2)}))
@@ -181,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
                 "token_budget_sweep": sweep,
                 "buckets_2d": grids,
                 "world_size": args.world_size,
+                "max_tokens": args.max_tokens,
+                "max_tokens_chosen": chosen,
                 "cost": None if cost is None else cost.as_dict(),
                 "not_run": not_run,
             },
@@ -198,6 +223,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.inputs and manifest_input(args):
         print("\n".join(manifest_summary(lengths)))
+    if chosen:
+        print(
+            f"  max_tokens {args.max_tokens:,}: chosen to hold the longest sequence "
+            f"({s['max']:,} tokens); --max-tokens sets it"
+        )
     print()
     header = (
         f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
@@ -220,11 +250,16 @@ def run(args: argparse.Namespace) -> int:
     for skipped in not_run:
         print(f"  {skipped['strategy']:<16} not run: {skipped['reason']}")
     print("\n  token budget at several budgets (fairseq semantics, sorted by length):")
-    print(f"  {'max_tokens':>10} {'batches':>8} {'sent/batch':>10} {'padding':>8} {'plan':>9}")
+    print(
+        f"  {'max_tokens':>10} {'batches':>8} {'sent/batch':>10} {'padding':>8} {'plan':>9}"
+        f"  {'left out (longer than the budget)':<33}"
+    )
     for t in sweep:
+        count = t["skipped"]
+        out = f"{count:,} sequence{'s' if count > 1 else ''}" if count else "-"
         print(
             f"  {t['max_tokens']:>10,} {t['batches']:>8,} {t['mean_sentences']:>10.1f} "
-            f"{t['padding_pct']:>7.2f}% {t['plan_ms']:>7.1f}ms"
+            f"{t['padding_pct']:>7.2f}% {t['plan_ms']:>7.1f}ms  {out}"
         )
     if grids is not None:
         _print_grids(grids)
