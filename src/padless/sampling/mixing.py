@@ -678,7 +678,14 @@ class MixtureSampler(Resumable):
     ``offset_k`` is the total size of the corpora before it in the dict's order, i.e. the index
     into ``torch.utils.data.ConcatDataset`` of the corpora in that order (see
     ``padless.torch.mixture_dataset``). Each yielded batch is what the corpus's sampler yields for
-    that plan batch (``plan[b]``), shifted by its offset.
+    that plan batch (``plan[b]``), shifted by its offset. A corpus whose sampler yields codes
+    ``i + m · n_k`` (pieces of split or decomposed sequences, a warm-up's tags: ``m > 0``) has
+    them yielded as ``offset_k + i + m · N`` (:func:`mixture_codes`; ``N`` the items of all
+    corpora; :meth:`corpus_of` splits them back, :meth:`needs_pieces` says which corpus yields
+    them), served by ``padless.torch.mixture_dataset(datasets, mixture)`` and laid out by
+    ``padless.torch.collate_for(mixture)``. A corpus that warms up delivers each batch in the
+    form of the mixture's step of its position: the step its weights are read at
+    (:meth:`slot_steps`; the tail's repeats at their own step; skips do not move it).
 
     Ranks: global slot ``p + s · world_size + r`` goes to rank ``r``, as in
     :class:`padless.sampling.sampler.PlanSampler`: equal batch counts, the same tail policy
@@ -688,10 +695,9 @@ class MixtureSampler(Resumable):
     Args:
         samplers: dict name → padless sampler over one corpus (any strategy), each built with
             ``world_size=1``; the mixture shards over ranks itself. Their ``rank`` and
-            ``drop_last`` are not used. Refused when the mixture is built: a windowed or
-            histogram sampler, a warm-up (a setting that is a schedule of the step), and
-            batches that only ``spec.pieces(dataset)`` serves (split or truncated pieces,
-            Decomposition): a mixture yields plain indices of the corpora's ConcatDataset.
+            ``drop_last`` are not used. A windowed or histogram sampler is refused when the
+            mixture is built (a mixture reads whole-epoch plans). A corpus may warm up, split,
+            truncate or decompose its sequences: the mixture yields its codes (below).
         temperature: T > 0, or ``float('inf')`` for uniform; with ``weights``, applied to them
             (``p ∝ (w / Σw)^(1/T)``; uniform over the corpora of positive weight for ``inf``).
         weights: dict name → weight, or a sequence in the samplers' order; each a number or a
@@ -1268,12 +1274,12 @@ class MixtureSampler(Resumable):
         as :meth:`slot_steps` counts."""
         parts = self._parts(self.epoch)
         step = self.first_step(self.epoch, world=parts[0][1])
-        for i, (start, world) in enumerate(parts):
-            end = parts[i + 1][0] if i + 1 < len(parts) else None
-            if end is None or position < end:
+        for (start, world), (end, _) in zip(parts, parts[1:], strict=False):
+            if position < end:
                 return step + (position - start) // world
             step += -(-(end - start) // world)
-        raise AssertionError("unreachable: the last part has no end")
+        start, world = parts[-1]  # the part going on, to the epoch's end and its tail
+        return step + (position - start) // world
 
     # ------------------------------------------------------------------ figures
     def stats(self) -> dict[str, Any]:
