@@ -303,3 +303,17 @@ def test_valid_keywords_give_the_same_batches():
     plan = padless.plan_token_budget(LENGTHS, max_tokens=9, seed=1)
     same = TokenBudget(max_tokens=9).plan(LENGTHS, seed=1)
     assert [b.tolist() for b in plan] == [b.tolist() for b in same]
+
+
+@pytest.mark.parametrize("name", ["token_budget", "exact_length", "buckets"])
+def test_a_budget_schedule_says_what_follows_the_step(name):
+    """A token budget does not warm up: the refusal names the strategy and the settings that do
+    follow the optimizer step (a ramp, a packed or LM-stream warm-up)."""
+    from padless import Schedule
+
+    spec = padless.strategies()[name]
+    with pytest.raises(TypeError, match=r"max_tokens must be an int, got Schedule") as info:
+        spec(max_tokens=Schedule.piecewise([0, 2], [96, 192]))
+    message = str(info.value)
+    assert f"{spec.__name__} plans each epoch once" in message
+    assert "batches_per_step=Schedule" in message and "Packing(capacity=Schedule)" in message

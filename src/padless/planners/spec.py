@@ -330,8 +330,25 @@ class Spec:
         checks = [
             (f.name, f.metadata["check"]) for f in dataclasses.fields(self) if "check" in f.metadata
         ]
-        self._set(**{name: check(name, getattr(self, name)) for name, check in checks})
+        self._set(**{name: self._checked(name, check) for name, check in checks})
         self._settle()
+
+    def _checked(self, name: str, check: Callable[[str, Any], Any]) -> Any:
+        """Setting ``name`` checked; a :class:`Schedule` a setting does not take is refused
+        saying what does follow the optimizer step."""
+        value = getattr(self, name)
+        try:
+            return check(name, value)
+        except TypeError as err:
+            if not isinstance(value, Schedule):
+                raise
+            raise TypeError(
+                f"{err}: {type(self).__name__} plans each epoch once, so its {name} does not "
+                "follow the optimizer step; what does: a batch-size ramp "
+                "(PlanSampler(..., batches_per_step=Schedule) or tokens_per_step=), a "
+                "sequence-length warm-up of packed rows (Packing(capacity=Schedule)) or of an "
+                "LM stream (LMStream(num_steps=Schedule))"
+            ) from None
 
     def _settle(self) -> None:
         """Check the rules across settings (each setting is checked by then); store what they
