@@ -482,7 +482,7 @@ def _hf(cell: Cell, env: Env, params: Params) -> None:
         _mixture_checks(cell, kw, seen, src, src.repeated, 1)
         return
     if layer == "resume":
-        k = params.position()
+        k = max(1, params.position())  # a Trainer checkpoints after a step: none at step 0
         src = _hf_source(cell, env, kw, options)
         full, out = hf_train(env, src, save_at=(k,))
         body = without_repeats(full, src.repeated, "tail")
@@ -531,6 +531,7 @@ def _hf_resumed(
     """A Trainer run checkpointed at step k, continued elsewhere: by three bare ranks (elastic:
     the checkpoint's sampler state), or by a Trainer under other settings (change)."""
     k = _elastic_at(cell, env, kw, params) if cell.layer != "change" else params.position()
+    k = max(1, k)  # a Trainer checkpoints after a step: none at step 0
     first = _hf_source(cell, env, kw, options)
     full, out = hf_train(env, first, save_at=(k,))
     before = [g for g in full if g.opt < k]
