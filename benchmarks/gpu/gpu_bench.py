@@ -41,10 +41,11 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-import padless  # noqa: E402
-import padless.torch as pt  # noqa: E402
 from bench_train import first_steps, group_by_length, markov_tokens, random_batches, tuned  # noqa: E402
 from model import Config, Decoder, causal_lm_loss, parameters_m  # noqa: E402
+
+import padless  # noqa: E402
+import padless.torch as pt  # noqa: E402
 
 WIDTH = 80
 SKIP_CUDA = "skipped: needs CUDA"
@@ -73,6 +74,7 @@ class Setup:
     compile_shapes: int
     compile_tokens: int
     budget: dict[str, float]  # seconds per section
+    total: float  # seconds for all sections: a section that would start later is skipped
 
 
 GPU = Setup(
@@ -95,6 +97,7 @@ GPU = Setup(
     compile_shapes=4,
     compile_tokens=32768,
     budget={"train": 170, "packed": 40, "to_gpu": 50, "memory": 60, "shapes": 120},
+    total=400,
 )
 
 DRY = Setup(
@@ -117,6 +120,7 @@ DRY = Setup(
     compile_shapes=3,
     compile_tokens=512,
     budget={"train": 20, "packed": 5, "to_gpu": 5, "memory": 10, "shapes": 15},
+    total=50,
 )
 
 
@@ -535,9 +539,7 @@ def table_memory(r: dict) -> list[str]:
         shape = f"{c['batch_size']}x{c['length']}"
         meas = "-" if c["measured_bytes"] is None else f"{c['measured_bytes'] / 2**20:,.1f} MiB"
         err = "-" if c["error"] is None else f"{c['error']:+.1%}"
-        lines.append(
-            f"  {shape:<16}{c['predicted_bytes'] / 2**20:>10,.1f} MiB{meas:>14}{err:>9}"
-        )
+        lines.append(f"  {shape:<16}{c['predicted_bytes'] / 2**20:>10,.1f} MiB{meas:>14}{err:>9}")
     return lines
 
 
@@ -655,7 +657,10 @@ def table_shapes(r: dict) -> list[str]:
         f"FixedShapes {r['shapes']} (expected compiles {r['expected_compiles']})",
         f"  {'batches':<26}{'steps':>6}{'shapes':>7}{'compiles':>9}{'tok/s':>12}{'secs':>8}",
     ]
-    for name, key in (("FixedShapes, static", "fixed_shapes"), ("token budget, dynamic", "token_budget_dynamic")):
+    for name, key in (
+        ("FixedShapes, static", "fixed_shapes"),
+        ("token budget, dynamic", "token_budget_dynamic"),
+    ):
         x = r[key]
         rate = "-" if x["steady_tokens_per_s"] is None else f"{x['steady_tokens_per_s']:,.0f}"
         lines.append(
@@ -722,8 +727,13 @@ def main() -> int:
             continue
         t0 = time.perf_counter()
         print(f"[{t0 - started:6.1f}s] {title} ...", file=sys.stderr, flush=True)
+        left = setup.total - (t0 - started)
+        if left < 15:
+            report["sections"][key] = {"status": "skipped: out of time"}
+            lines.append(f"skipped: out of time ({setup.total:.0f} s for all sections)")
+            continue
         try:
-            result = run(setup, device, Deadline(setup.budget[key]), ctx)
+            result = run(setup, device, Deadline(min(setup.budget[key], left)), ctx)
             body = table(result)
         except Exception as exc:  # noqa: BLE001 - one section's failure must not stop the rest
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -743,8 +753,14 @@ def main() -> int:
     report["seconds"] = round(total, 2)
     lines += ["", f"total {total:.1f} s"]
     out_dir = os.environ.get("OUT")
-    path = Path(args.out) if args.out else (
-        Path(out_dir) / "gpu_bench.json" if out_dir else HERE.parent / "results" / "gpu_bench.json"
+    path = (
+        Path(args.out)
+        if args.out
+        else (
+            Path(out_dir) / "gpu_bench.json"
+            if out_dir
+            else HERE.parent / "results" / "gpu_bench.json"
+        )
     )
     report["table"] = [ln for line in lines for ln in fit(line)]
     path.parent.mkdir(parents=True, exist_ok=True)
