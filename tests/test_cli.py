@@ -235,10 +235,10 @@ def test_report_works_on_a_corpus_with_documents_longer_than_4096(tmp_path):
     lengths[5] = 12_651
     np.save(tmp_path / "l.npy", lengths)
     out = run("report", tmp_path / "l.npy").stdout
-    assert "max_tokens 16,384: chosen to hold the longest sequence (12,651 tokens)" in out
-    assert "token_budget     max_tokens=16384" in out
-    sweep = out[out.index("left out (longer than the budget)") :].splitlines()
-    assert sweep[3].split()[0] == "4,096" and sweep[3].endswith("1 sequence")
+    assert "max_tokens 16,384: chosen to hold the longest sequence (12,651" in out
+    assert "    max_tokens=16384; " in out  # the token budget's setting
+    sweep = out[out.index("left out\n") :].splitlines()
+    assert sweep[3].split()[0] == "4,096" and sweep[3].endswith(" 1 seq.")
     data = json.loads(run("report", tmp_path / "l.npy", "--json").stdout)
     assert data["max_tokens"] == 16_384 and data["max_tokens_chosen"] is True
     proc = run("report", tmp_path / "l.npy", "--max-tokens", "4096", check=False)
@@ -247,3 +247,16 @@ def test_report_works_on_a_corpus_with_documents_longer_than_4096(tmp_path):
         "--max-tokens must be at least the longest sequence (12,651 tokens) for the report to "
         "plan every sequence, got 4,096: pass --max-tokens 16384"
     ) in proc.stderr
+
+
+def test_report_reads_in_80_columns(tmp_path):
+    """Every line of the text report fits 80 columns: one corpus, and pairs (with the 2-D
+    buckets' table), whatever COLUMNS says."""
+    pairs = padless.builtin_corpus(["en", "es"])[:3000]
+    np.save(tmp_path / "pairs.npy", pairs)
+    for args in ([], [tmp_path / "pairs.npy", "--world-size", "64"]):
+        out = run("report", *args, env={**os.environ, "COLUMNS": "200"}).stdout
+        wide = [line for line in out.splitlines() if len(line) > 80]
+        assert not wide, wide
+        assert "padding and work" in out and "balance across" in out
+    assert "2-D buckets" in out

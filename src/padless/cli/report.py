@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from typing import Any
 
 from .inputs import (
@@ -214,70 +215,103 @@ def run(args: argparse.Namespace) -> int:
         )
         print()
         return 0
-    s = summary
-    print(f"padless report: {name}")
+    _print_report(args, name, lengths, summary, chosen, rows, not_run, sweep, grids, cost)
+    return 0
+
+
+WIDTH = 80  # every line of the report fits a terminal of 80 columns
+
+
+def _wrapped(text: str, indent: str = "  ") -> str:
+    """``text`` as lines of at most :data:`WIDTH` columns, each after ``indent``."""
+    return textwrap.fill(
+        text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+    )
+
+
+def _print_report(
+    args: argparse.Namespace,
+    name: str,
+    lengths: Any,
+    s: dict[str, Any],
+    chosen: bool,
+    rows: list[Any],
+    not_run: list[dict[str, str]],
+    sweep: list[dict[str, Any]],
+    grids: Any,
+    cost: Any,
+) -> None:
+    """The report as text, every line within :data:`WIDTH` columns: the strategies' padding
+    (each with its setting and takeaway on the line below), their balance across ranks and
+    length order, the budget sweep, the 2-D buckets, and what the columns mean."""
+    print(_wrapped(f"padless report: {name}", ""))
     print(
-        f"  {s['count']:,} sequences, {s['tokens']:,} tokens; length min {s['min']}, "
-        f"median {s['median']:g}, mean {s['mean']:.1f}, p95 {s['p95']:g}, p99 {s['p99']:g}, "
-        f"max {s['max']}"
+        _wrapped(
+            f"{s['count']:,} sequences, {s['tokens']:,} tokens; length min {s['min']}, "
+            f"median {s['median']:g}, mean {s['mean']:.1f}, p95 {s['p95']:g}, "
+            f"p99 {s['p99']:g}, max {s['max']}"
+        )
     )
     if args.inputs and manifest_input(args):
-        print("\n".join(manifest_summary(lengths)))
+        for line in manifest_summary(lengths):
+            print(_wrapped(line.strip()))
     if chosen:
         print(
-            f"  max_tokens {args.max_tokens:,}: chosen to hold the longest sequence "
-            f"({s['max']:,} tokens); --max-tokens sets it"
+            _wrapped(
+                f"max_tokens {args.max_tokens:,}: chosen to hold the longest sequence "
+                f"({s['max']:,} tokens); --max-tokens sets it"
+            )
         )
-    print()
-    header = (
-        f"  {'strategy':<16} {'setting':<32} {'batches':>8} {'sent/batch':>10} "
-        f"{'padding':>8} {'imbal.':>7} {'balanced':>8} {'work':>7} {'trend':>6} {'lag1':>6} "
-        f"{'plan':>9}  takeaway"
+    print("\n  padding and work")
+    print(
+        f"  {'strategy':<16} {'batches':>9} {'sent/batch':>10} {'padding':>8} {'work':>7} {'plan':>10}"
     )
-    print(header)
-    print("  " + "-" * (len(header) + 30))
+    for r in rows:
+        work = f"{100 * r.real_work:.1f}%" if r.real_work is not None else "-"
+        print(
+            f"  {r.strategy:<16} {r.batches:>9,} {r.mean_sentences:>10.1f} "
+            f"{r.padding_pct:>7.2f}% {work:>7} {r.plan_ms:>8.1f}ms"
+        )
+        print(_wrapped(f"{r.setting}" + (f"; {r.note}" if r.note else ""), "    "))
+    for skipped in not_run:
+        print(_wrapped(f"{skipped['strategy']}: not run: {skipped['reason']}"))
+    print(f"\n  balance across {args.world_size} ranks, and length order")
+    print(f"  {'strategy':<16} {'imbalance':>9} {'balanced':>9} {'trend':>7} {'lag1':>7}")
     for r in rows:
         bal = f"{r.imbalance_balanced:.3f}" if r.imbalance_balanced is not None else "-"
         imb = f"{r.imbalance:.3f}" if r.imbalance is not None else "-"
-        work = f"{100 * r.real_work:.1f}%" if r.real_work is not None else "-"
         trend = f"{r.length_trend:+.2f}" if r.length_trend is not None else "-"
         lag1 = f"{r.length_lag1:+.2f}" if r.length_lag1 is not None else "-"
-        print(
-            f"  {r.strategy:<16} {r.setting:<32} {r.batches:>8,} {r.mean_sentences:>10.1f} "
-            f"{r.padding_pct:>7.2f}% {imb:>7} {bal:>8} {work:>7} {trend:>6} {lag1:>6} "
-            f"{r.plan_ms:>7.1f}ms  {r.note}"
-        )
-    for skipped in not_run:
-        print(f"  {skipped['strategy']:<16} not run: {skipped['reason']}")
-    print("\n  token budget at several budgets (fairseq semantics, sorted by length):")
+        print(f"  {r.strategy:<16} {imb:>9} {bal:>9} {trend:>7} {lag1:>7}")
+    print("\n  token budget at several budgets (fairseq semantics, sorted by length)")
     print(
-        f"  {'max_tokens':>10} {'batches':>8} {'sent/batch':>10} {'padding':>8} {'plan':>9}"
-        f"  {'left out (longer than the budget)':<33}"
+        f"  {'max_tokens':>10} {'batches':>9} {'sent/batch':>10} {'padding':>8} {'plan':>10}"
+        f"  {'left out':>10}"
     )
     for t in sweep:
         count = t["skipped"]
-        out = f"{count:,} sequence{'s' if count > 1 else ''}" if count else "-"
+        out = f"{count:,} seq." if count else "-"
         print(
-            f"  {t['max_tokens']:>10,} {t['batches']:>8,} {t['mean_sentences']:>10.1f} "
-            f"{t['padding_pct']:>7.2f}% {t['plan_ms']:>7.1f}ms  {out}"
+            f"  {t['max_tokens']:>10,} {t['batches']:>9,} {t['mean_sentences']:>10.1f} "
+            f"{t['padding_pct']:>7.2f}% {t['plan_ms']:>8.1f}ms  {out:>10}"
         )
     if grids is not None:
         _print_grids(grids)
-    print(
-        "\n  padding: share of token slots that are padding (count x longest per batch; packing: "
-        "rows x capacity)\n  imbal.: mean over steps of slowest/mean rank cost at world size "
-        f"{args.world_size}; balanced: the same with balance=True"
-    )
     units = "padded tokens" if cost is None else f"cost model {cost.as_dict()}"
-    print(
-        f"  costs in {units}; work: share of that cost spent on real tokens\n"
-        "  trend, lag1: correlation of step index with the step's mean length, and its lag-1 "
-        "autocorrelation\n  (near 0: lengths well mixed; group_by_length is HF's megabatch order, "
-        "a sawtooth: lag1 above 0)"
-    )
+    print()
+    for line in (
+        "padding: share of token slots that are padding (count x longest per batch; "
+        "packing: rows x capacity); left out: sequences longer than the budget",
+        f"costs in {units}; work: share of that cost spent on real tokens",
+        "imbalance: mean over steps of the slowest rank's cost over the mean rank's, at "
+        f"world size {args.world_size}; balanced: the same with balance=True",
+        "trend, lag1: correlation of step index with the step's mean length, and its lag-1 "
+        "autocorrelation (near 0: lengths well mixed; group_by_length is HF's megabatch "
+        "order, a sawtooth: lag1 above 0)",
+    ):
+        print(_wrapped(line))
     if args.plot:
-        print(f"\n  plot written to {args.plot}")
-    return 0
+        print(_wrapped(f"plot written to {args.plot}"))
 
 
 def _print_grids(grids: list[dict[str, Any]]) -> None:
