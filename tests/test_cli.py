@@ -260,3 +260,14 @@ def test_report_reads_in_80_columns(tmp_path):
         assert not wide, wide
         assert "padding and work" in out and "balance across" in out
     assert "2-D buckets" in out
+
+
+def test_help_reads_in_80_columns_and_says_what_settings_mean():
+    env = {**os.environ, "COLUMNS": "80"}
+    for sub in ("report", "plan", "shuffle"):
+        out = run(sub, "--help", env=env).stdout
+        wide = [line for line in out.splitlines() if len(line) > 80]
+        assert not wide, (sub, wide)
+    out = " ".join(run("plan", "--help", env=env).stdout.split())
+    assert "--capacity VALUE tokens per packed row: " in out  # a meaning, not only "an int"
+    assert "--strategy NAME the planner: token_budget, exact_length" in out

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strategy",
         choices=list(registry),
         default="token_budget",
-        help="planner (default token_budget)",
+        metavar="NAME",
+        help=f"the planner: {', '.join(registry)} (default token_budget)",
     )
     parser.add_argument(
         "-o",
@@ -72,12 +73,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     owners: dict[str, list[str]] = {}
     rules: dict[str, str] = {}
+    meanings: dict[str, str] = {}
     for name, cls in registry.items():
         for f in setting_fields(cls):
             owners.setdefault(f.name, []).append(name)
             rules.setdefault(f.name, describe_kinds(field_kinds(f)))
+            meaning = getattr(cls, "about", {}).get(f.name)  # what the setting is, in words
+            if meaning:
+                meanings.setdefault(f.name, meaning)
     group = parser.add_argument_group(
-        "strategy settings", "each also as --set KEY=VALUE; see the spec classes for meanings"
+        "strategy settings",
+        "each also as --set KEY=VALUE; the strategies that take it in brackets",
     )
     for key, names in owners.items():
         option = "--" + key.replace("_", "-")
@@ -87,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 dest=_PREFIX + key,
                 default=argparse.SUPPRESS,
                 metavar="VALUE",
-                help=f"{rules[key]} ({', '.join(names)})",
+                help=f"{meanings.get(key, key.replace('_', ' '))}: {rules[key]} "
+                f"[{', '.join(names)}]",
             )
         except argparse.ArgumentError:  # a setting named like a command option: --set only
             continue
