@@ -317,3 +317,12 @@ def test_a_budget_schedule_says_what_follows_the_step(name):
     message = str(info.value)
     assert f"{spec.__name__} plans each epoch once" in message
     assert "batches_per_step=Schedule" in message and "Packing(capacity=Schedule)" in message
+
+
+def test_an_integral_float_budget_says_which_int_to_pass():
+    """max_tokens=4096.0 is a count typed as a float: the error says to pass 4096 first, then
+    how budgets in seconds are given (it only spoke of seconds)."""
+    with pytest.raises(TypeError, match=r"got float 4096.0: pass max_tokens=4096 \(a budget in"):
+        padless.TokenBudget(max_tokens=4096.0)
+    with pytest.raises(TypeError, match=r"got float 0.5; for durations in seconds"):
+        padless.TokenBudget(max_tokens=0.5)

@@ -94,6 +94,11 @@ def to_ticks(name: str, value: int | float, resolution: float | None) -> int:
     """
     if resolution is None:
         if not isinstance(value, numbers.Integral):
+            if isinstance(value, float) and value.is_integer():  # 4096.0: a count, typed float
+                raise TypeError(
+                    f"{name} must be an int, got float {value!r}: pass {name}={int(value)} "
+                    f"(a budget in seconds takes resolution=: {UNIT_HINT})"
+                )
             raise TypeError(f"{name} must be an int, got float {value!r}; {UNIT_HINT}")
         return int(value)
     ticks = float(value) / resolution
