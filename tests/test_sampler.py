@@ -243,3 +243,30 @@ def test_state_after_set_epoch_starts_the_new_epoch_at_zero():
     s.set_epoch(1)
     state = s.state_dict()
     assert (state["epoch"], state["position"]) == (1, 0)
+
+
+def test_a_forgotten_set_epoch_is_warned_of_once():
+    """Iterating an epoch to its end and then again without set_epoch repeats its batches: a
+    UserWarning says so, once; set_epoch (even with the same epoch) and a loaded state do not."""
+    import warnings
+
+    from padless import TokenBudgetSampler
+
+    s = TokenBudgetSampler([3, 4, 5, 6, 2, 7], max_tokens=8)
+    first = list(s)
+    with pytest.warns(UserWarning, match="starts epoch 0 again.*call set_epoch"):
+        assert list(s) == first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(s)  # once per sampler
+        t = TokenBudgetSampler([3, 4, 5, 6, 2, 7], max_tokens=8)
+        list(t)
+        t.set_epoch(0)
+        list(t)  # the same epoch on purpose
+        t.set_epoch(1)
+        half = iter(t)
+        next(half)
+        state = t.state_dict()
+        list(half)
+        t.load_state_dict(state)
+        list(t)  # a loaded state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -141,6 +142,10 @@ class Resumable:
     # ------------------------------------------------------------------ for subclasses
     # settings a run keeps whatever else changes (names in ``_config()``), and what it may change
     _fixed_settings: tuple[str, ...] = ("class",)
+    # the epoch the last iteration ran to its end (None: none since), and whether iterating it
+    # again without set_epoch was warned of (a forgotten set_epoch repeats an epoch silently)
+    _completed: int | None = None
+    _warned_repeat = False
     # what iteration yields: "indices" (batches of dataset indices, for a DataLoader's or a
     # Trainer's batch_sampler) or "tokens" (the batches themselves, read from a token corpus)
     yields: str = "indices"
@@ -211,6 +216,21 @@ class Resumable:
         once more at once, which must not repeat the epoch.
         """
         start = self._next_start()
+        if (
+            self._completed == self.epoch
+            and self._epoch_given is None
+            and self._pending is None
+            and not self._warned_repeat
+        ):
+            self._warned_repeat = True
+            warnings.warn(
+                f"{type(self).__name__} starts epoch {self.epoch} again, with the same batches "
+                "in the same order: call set_epoch(epoch) before each epoch (set_epoch with the "
+                "same epoch repeats it on purpose; this warning comes once)",
+                UserWarning,
+                stacklevel=3,
+            )
+        self._completed = None
         if self._pending is not None:
             self._done_at = start if self._finished_at(start) else None
         self._pending = None
@@ -363,6 +383,7 @@ class Resumable:
                     self._step_end.append(end)
                     yield batch
                 else:
+                    self._completed = self.epoch  # this epoch was iterated to its end
                     return
         finally:
             self._iterating = False
