@@ -383,7 +383,9 @@ class Resumable:
                     self._step_end.append(end)
                     yield batch
                 else:
-                    self._completed = self.epoch  # this epoch was iterated to its end
+                    if start == 0 and self._yielded and (first, every) == (0, 1):
+                        # the whole epoch, from its start (not a DataLoader worker's share)
+                        self._completed = self.epoch
                     return
         finally:
             self._iterating = False
