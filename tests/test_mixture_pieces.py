@@ -232,3 +232,25 @@ def test_the_docs_example_runs(tmp_path, monkeypatch):
     scope: dict = {"__name__": "docs_mixture_warmup"}
     exec(compile(code.group(1), "docs/schedules.md", "exec"), scope)
     assert scope["step"] == scope["resumed"].num_batches - 1 > 20  # the epoch ran to its end
+
+
+def test_a_skip_in_a_warming_up_mixture_leaves_out_exactly_its_batches():
+    """A skip leaves out the batches at its positions; every other batch keeps the form of its
+    position's step (a skip does not move the mixture's schedule)."""
+    whole = list(warming(seed=5))
+    mix = warming(seed=5)
+    mix.skip(steps=(3, 7))
+    assert list(mix) == whole[:3] + whole[7:]
+
+
+def test_a_coded_mixture_through_dataloader_workers():
+    """The MixtureDataset (corpora's pieces) pickles into workers and serves the same batches."""
+    mix = warming(seed=6)
+    data = mixture_dataset({"a": DOCS_A, "b": DOCS_B}, mix)
+    collate = collate_for(mix)
+    inline = [tokens_of(b) for b in torch.utils.data.DataLoader(data, batch_sampler=mix,
+                                                                 collate_fn=collate)]  # fmt: skip
+    workers = torch.utils.data.DataLoader(
+        data, batch_sampler=mix, collate_fn=collate, num_workers=2
+    )
+    assert [tokens_of(b) for b in workers] == inline

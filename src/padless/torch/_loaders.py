@@ -181,6 +181,8 @@ class MixtureDataset(torch.utils.data.ConcatDataset):  # type: ignore[type-arg]
         return split_codes(codes, self.offsets, self.sizes, self.coded)
 
     def __getitem__(self, index: Any) -> Any:
+        if not self.coded:  # plain indices: the ConcatDataset's own look-up, no array per item
+            return super().__getitem__(index)
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"index must be an int, got {type(index).__name__} {index!r:.40}")
         k, local = self._split([int(index)])
