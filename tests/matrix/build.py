@@ -177,7 +177,8 @@ def is_stream(obj: Any) -> bool:
 
 
 def is_lm(obj: Any) -> bool:
-    return isinstance(obj, padless.LMStream)
+    """An LM stream, or a mixture of them: (x, y) batches, no dataset to index."""
+    return isinstance(obj, padless.LMStream) or getattr(obj, "yields", None) == "tokens"
 
 
 def has_pieces(sampler: Any) -> bool:
@@ -445,7 +446,7 @@ def hf_collator(src: Any) -> Any:
 def hf_dataset(src: Any) -> Any:
     """The HF features the Trainer trains on (``{"input_ids": ...}``), pieces where the spec
     yields codes, a mixture's concatenated."""
-    if is_mixture(src) or (not is_lm(src) and not is_stream(src)):
+    if not is_lm(src) and (is_mixture(src) or not is_stream(src)):
         return dataset_for(src, "collate", C.FEATURES)
     return C.FEATURES
 

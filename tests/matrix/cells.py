@@ -39,6 +39,7 @@ from .build import (
     hf_dataset,
     hf_state,
     hf_train,
+    is_lm,
     mixture,
     source,
 )
@@ -423,6 +424,16 @@ def _mixture_checks(
 def _corpus_stream(cell: Cell, kw: dict[str, Any], name: str, count: int) -> list[Any]:
     """A mixture corpus's own batches, epoch after epoch (its sampler alone, one rank)."""
     sub = source(cell, kw, rank=0, world=1, part=name)
+    if is_lm(sub):  # its own epochs' (x, y) batches (a warm-up changes only their layout)
+        from padless.torch import lm_tensors
+
+        keys: list[Any] = []
+        for epoch in range(64):
+            if len(keys) >= count:
+                break
+            sub.set_epoch(epoch)
+            keys += [C.read(pair).key for pair in lm_tensors(sub)]
+        return keys
     lo = 0 if name == "a" else C.HALF
     data = dataset_for(sub, "collate", C.ITEMS[: lo + sub.sizes.shape[0]][lo:])
     collate = collate_of(sub)

@@ -102,6 +102,8 @@ ISSUE_RUNS = (
     "packing-whole-mixture_warmup-token_dataset",
     "packing-whole-mixture_warmup-hf",
     "packing-whole-mixture_warmup-collate",
+    "lm-whole-mixture_warmup-collate",  # (3) an LM-stream warm-up inside a mixture
+    "lm-whole-mixture_warmup-torchdata",
 )
 
 

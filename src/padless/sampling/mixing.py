@@ -196,10 +196,35 @@ class MixtureSchedule:
         return int(self.corpus.shape[0])
 
 
-def _check_corpus(name: str, sub: PlanSampler) -> None:
-    """Refuse, when the mixture is built, a corpus sampler whose batches a mixture cannot
-    deliver as that sampler would: a mixture reads each corpus's batches from its whole-epoch
-    plan."""
+def _yields_tokens(sub: Any) -> bool:
+    """Whether a corpus yields token arrays (an ``LMStream``: it says so, ``yields``, and serves
+    a mixture through ``epoch_plan`` and ``mixture_batch``) rather than indices of a dataset."""
+    return getattr(sub, "yields", "indices") == "tokens"
+
+
+def _fresh(sub: Any) -> bool:
+    """Whether a corpus starts a fresh epoch of its own at every mixture epoch: a shuffling
+    sampler, or an LM stream (each epoch its own offset); else its one order continues."""
+    return True if _yields_tokens(sub) else bool(sub.shuffle)
+
+
+def _check_corpus(name: str, sub: Any) -> None:
+    """Refuse, when the mixture is built, a corpus whose batches a mixture cannot deliver as
+    that corpus would: a mixture reads each corpus's batches from its whole-epoch plan."""
+    if _yields_tokens(sub):
+        if not callable(getattr(sub, "mixture_batch", None)):
+            raise TypeError(
+                f"samplers[{name!r}] yields tokens but cannot serve a mixture (no "
+                f"mixture_batch), got {type(sub).__name__}"
+            )
+        return
+    if not isinstance(sub, PlanSampler):
+        raise TypeError(
+            f"samplers[{name!r}] must be a padless sampler over one corpus (a PlanSampler: "
+            f"PlanSampler(lengths, spec) or a shortcut such as TokenBudgetSampler) or an "
+            f"LMStream, got {type(sub).__name__}; a MixtureSampler mixes corpora (a "
+            "StreamBatcher or another mixture is not a corpus of one)"
+        )
     if sub.window is not None:
         raise ValueError(
             f"samplers[{name!r}] plans its epochs in windows (window={sub.window!r}), and a "
@@ -251,7 +276,10 @@ def mixture_codes(codes: np.ndarray, offset: int, size: int, total: int) -> np.n
 
 def _values(sub: PlanSampler, plan: BatchPlan) -> np.ndarray:
     """What corpus sampler ``sub`` yields of ``plan``'s batches, parallel to its indices:
-    codes where it yields pieces (a mixture corpus plans whole epochs: windows are refused)."""
+    codes where it yields pieces (a mixture corpus plans whole epochs: windows are refused);
+    an LM stream's plan holds its slots, which it gathers itself."""
+    if _yields_tokens(sub):
+        return plan.indices
     return cast(Planner, sub.planner).values(plan)
 
 
@@ -302,6 +330,12 @@ class _FreshStream:
             self._keep(cycle, plan)
         b = int(self.orders[cycle][position - self.starts[cycle]])
         return self.values[cycle][plan.offsets[b] : plan.offsets[b + 1]]
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(the corpus's epoch, its batch) at ``position`` of this mixture epoch's stream."""
+        self._grow(position)
+        cycle = bisect.bisect_right(self.starts, position) - 1
+        return self.first_epoch + cycle, int(self.orders[cycle][position - self.starts[cycle]])
 
     def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         if count == 0:
@@ -773,40 +807,49 @@ class MixtureSampler(Resumable):
                 raise TypeError(
                     f"samplers keys must be corpus names (str), got {type(name).__name__} {name!r}"
                 )
-            if not isinstance(sub, PlanSampler):
-                raise TypeError(
-                    f"samplers[{name!r}] must be a padless sampler over one corpus (a "
-                    f"PlanSampler: PlanSampler(lengths, spec) or a shortcut such as "
-                    f"TokenBudgetSampler), got {type(sub).__name__}; a MixtureSampler mixes "
-                    "plans of sequences (an LMStream, a StreamBatcher or another mixture is "
-                    "not a corpus of one)"
-                )
+            _check_corpus(name, sub)
             if sub.world_size != 1:
                 raise ValueError(
                     f"samplers[{name!r}] must be built with world_size=1 (MixtureSampler shards "
                     f"the mixed batches over ranks itself), got world_size={sub.world_size}"
                 )
-            if sub.sizes.shape[0] == 0:
+            if not _yields_tokens(sub) and sub.sizes.shape[0] == 0:
                 raise ValueError(
                     f"samplers[{name!r}] has an empty corpus; every corpus needs at least one "
                     "sequence"
                 )
-            _check_corpus(name, sub)
+        kinds = {n: _yields_tokens(sub) for n, sub in samplers.items()}
+        if len(set(kinds.values())) > 1:
+            lm = next(n for n, tokens in kinds.items() if tokens)
+            seq = next(n for n, tokens in kinds.items() if not tokens)
+            raise ValueError(
+                f"samplers[{lm!r}] yields token arrays (an LMStream) and samplers[{seq!r}] "
+                "indices of a dataset: a mixture's batches must be of one kind; mix LM streams "
+                "with LM streams (a corpus of documents becomes one with "
+                "LMStream(tokens of its documents)), or samplers with samplers"
+            )
+        #: what the mixture yields: "tokens" ((x, y) arrays of LM streams) or "indices"
+        self.yields = "tokens" if any(kinds.values()) else "indices"
         self.unit = check_choice("unit", unit, UNITS)
         self.draw = check_choice("draw", draw, DRAWS)
         self.names: tuple[str, ...] = tuple(samplers)
         self.samplers: dict[str, PlanSampler] = dict(samplers)
         self._subs = [self.samplers[n] for n in self.names]
-        self.corpus_sizes: tuple[int, ...] = tuple(int(s.sizes.shape[0]) for s in self._subs)
+        # a corpus's items (an LM stream's: its tokens)
+        self.corpus_sizes: tuple[int, ...] = tuple(
+            int(s.num_tokens) if _yields_tokens(s) else int(s.sizes.shape[0]) for s in self._subs
+        )
         self.corpus_offsets: tuple[int, ...] = tuple(
             int(x) for x in np.concatenate([[0], np.cumsum(self.corpus_sizes)[:-1]])
         )
         self._items = int(sum(self.corpus_sizes))
         # each corpus's step form (a warm-up: its batches in the form of their step), and
         # why its batches hold codes of pieces (None: plain indices)
-        self._forms = [sub._step_form for sub in self._subs]
+        # (an LM stream cuts its warm-up itself: mixture_batch at the step)
+        tokens = self.yields == "tokens"
+        self._forms = [None if tokens else sub._step_form for sub in self._subs]
         self._pieces_of: dict[str, str | None] = {
-            n: sub.spec.needs_pieces(sub.sizes)
+            n: None if tokens else sub.spec.needs_pieces(sub.sizes)
             for n, sub in zip(self.names, self._subs, strict=True)
         }
         self._codes = any(why is not None for why in self._pieces_of.values())
@@ -832,7 +875,12 @@ class MixtureSampler(Resumable):
             if self.unit == "sentences":
                 amounts = np.asarray(self.corpus_sizes, dtype=np.float64)
             else:
-                amounts = np.asarray([float(s.sizes.sum()) for s in self._subs])
+                amounts = np.asarray(
+                    [
+                        float(s.num_tokens if _yields_tokens(s) else s.sizes.sum())
+                        for s in self._subs
+                    ]
+                )
                 if amounts.sum() <= 0:
                     raise ValueError(
                         "unit='tokens' needs at least one token over all corpora, got 0 tokens"
@@ -890,6 +938,11 @@ class MixtureSampler(Resumable):
         >>> [x.tolist() for x in mix.corpus_of([0, 2, 3, 4])]
         [[0, 0, 1, 1], [0, 2, 0, 1]]
         """
+        if self.yields == "tokens":
+            raise ValueError(
+                "a mixture of LM streams yields (x, y) token batches, not indices: there are no "
+                "indices to split into corpora"
+            )
         return split_codes(indices, self.corpus_offsets, self.corpus_sizes, self._codes)
 
     # ------------------------------------------------------------------ schedule
@@ -1175,7 +1228,7 @@ class MixtureSampler(Resumable):
         streams: list[_FreshStream | _FixedStream] = []
         before: np.ndarray | None = None
         for i, (name, sub) in enumerate(zip(self.names, self._subs, strict=True)):
-            if sub.shuffle:
+            if _fresh(sub):
                 streams.append(_FreshStream(name, sub, epoch * m))
             else:
                 if before is None:
@@ -1254,7 +1307,9 @@ class MixtureSampler(Resumable):
         out: list[int] = coded.tolist()
         return out
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[Any]:
+        if self.yields == "tokens":
+            return self._share(0, 1)
         if not any(f is not None for f in self._forms):
             return self._run(self._batch_at)
 
@@ -1267,6 +1322,30 @@ class MixtureSampler(Resumable):
             return self._coded(k, local, self._position_step(position))
 
         return self._run(batch_at, positioned=True)
+
+    def batches(self, empty: Any = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """A mixture of LM streams iterated as ``iter(mixture)``, each ``(x, y)`` the two halves
+        of ``empty(shape, dtype)`` (None: numpy allocates), as ``LMStream.batches`` does."""
+        return self._share(0, 1, empty)
+
+    def _share(self, first: int, every: int, empty: Any = None) -> Iterator[Any]:
+        """A mixture of LM streams: the next iteration's ``(x, y)`` batches at its steps
+        ``first, first + every, ...`` (a DataLoader worker's share: ``padless.torch.LMDataset``).
+        Each is its corpus's batch at the mixture's step of its position (a warm-up cut at it)."""
+        if self.yields != "tokens":
+            raise ValueError(
+                "a mixture of samplers yields indices for a DataLoader's batch_sampler; only a "
+                "mixture of LM streams yields (x, y) batches"
+            )
+
+        def batch_at(slot: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+            mix = self._mix(self.epoch)
+            k = int(mix.choice[slot])
+            epoch, b = mix.streams[k].locate(int(mix.occ[slot]))
+            step = self._position_step(position)
+            return cast(Any, self._subs[k]).mixture_batch(epoch, b, step, empty)
+
+        return self._run(batch_at, positioned=True, first=first, every=every)
 
     def _position_step(self, position: int) -> int:
         """The global step of the current epoch's global ``position`` (the tail's included):
@@ -1432,7 +1511,7 @@ class MixtureSampler(Resumable):
         }
 
     def _changeable(self) -> None:
-        fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not sub.shuffle]
+        fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not _fresh(sub)]
         if fixed:
             raise ValueError(
                 f"state does not fit: the weights differ, and corpus {fixed[0]!r} does not "

@@ -25,7 +25,7 @@ import bisect
 import mmap
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from ..core import _rng
 from ..core._check import _is_int, check_bool, check_choice, check_seed, non_negative, positive
 from ..core._keywords import checks_keywords
 from ..core._state import Resumable, fingerprint
+from ..core.plan import BatchPlan
 from ..core.schedules import Schedule, change_points, divisor_schedule
 
 __all__ = ["LMStream"]
@@ -424,8 +425,7 @@ class LMStream(Resumable):
             )
         self.epoch = 0
         self._reset_position()
-        self._geometry_epoch = -1
-        self._geometry_cache: tuple[int, int, int, np.ndarray] | None = None
+        self._geometries: dict[int, tuple[int, int, int, np.ndarray]] = {}
         self._fingerprint: str | None = None
         self._firsts: tuple[tuple[tuple[int, int, int], ...], dict[int, int]] = ((), {0: 0})
 
@@ -453,16 +453,22 @@ class LMStream(Resumable):
         Random mode: units = subsequences n, slots = global batches. Sequential mode: units =
         stream length L, slots = steps × world_size.
         """
-        if self._geometry_epoch == self.epoch and self._geometry_cache is not None:
-            return self._geometry_cache
-        o, units, total = self._layout(self.epoch)
+        return self._epoch_geometry(self.epoch)
+
+    def _epoch_geometry(self, epoch: int) -> tuple[int, int, int, np.ndarray]:
+        """:meth:`_geometry` of any ``epoch`` (the latest few kept: a mixture reads several)."""
+        cache = self.__dict__.setdefault("_geometries", {})
+        if epoch in cache:
+            return cast(tuple[int, int, int, np.ndarray], cache[epoch])
+        o, units, total = self._layout(epoch)
         if self.mode == "random":
-            keys = K.feistel_round_keys(int(_rng.key(self.seed, self.epoch, _rng.LM_ORDER)))
+            keys = K.feistel_round_keys(int(_rng.key(self.seed, epoch, _rng.LM_ORDER)))
         else:
             keys = np.zeros(0, dtype=np.uint64)
-        self._geometry_epoch = self.epoch
-        self._geometry_cache = (o, units, total, keys)
-        return self._geometry_cache
+        if len(cache) >= 4:
+            del cache[next(iter(cache))]
+        cache[epoch] = (o, units, total, keys)
+        return cache[epoch]
 
     def _layout(self, epoch: int) -> tuple[int, int, int]:
         """(offset, units, total slots) of ``epoch`` (see :meth:`_geometry`)."""
@@ -630,9 +636,10 @@ class LMStream(Resumable):
         return self._run(batch_at, stepped=True, first=first, every=every)
 
     def _make_batch(
-        self, slot: int, empty: Empty, cut: int | None = None
+        self, slot: int, empty: Empty, cut: int | None = None, epoch: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        o, units, _, keys = self._geometry()
+        epoch = self.epoch if epoch is None else epoch
+        o, units, _, keys = self._epoch_geometry(epoch)
         src, out = self._tokens, self.out_dtype
         t, b = self.num_steps, self.batch_size
         if self.mode == "random":
@@ -652,9 +659,40 @@ class LMStream(Resumable):
             bad = int(min(int(x.min()), int(y.min())))
             raise ValueError(
                 f"tokens must be non-negative token ids, got {bad} in the batch at slot {slot} "
-                f"of epoch {self.epoch}"
+                f"of epoch {epoch}"
             )
         return x, y
+
+    # ------------------------------------------------------------------ a mixture's corpus
+    def epoch_plan(self, epoch: int) -> tuple[BatchPlan, np.ndarray]:
+        """An epoch's global batches as a plan a mixture draws from (``padless.MixtureSampler``
+        of LM streams): batch ``b`` holds one value, ``b``, its slot (the tokens are gathered by
+        :meth:`mixture_batch`), in slot order (the subsequences are shuffled within the slots).
+
+        >>> s = LMStream(np.arange(100), batch_size=2, num_steps=5, seed=1)
+        >>> plan, order = s.epoch_plan(0)
+        >>> len(plan) == len(s), order[:3].tolist()
+        (True, [0, 1, 2])
+        """
+        total = self._epoch_geometry(check_seed("epoch", epoch))[2]
+        slots = np.arange(total, dtype=np.int64)
+        return BatchPlan(slots, np.arange(total + 1, dtype=np.int64)), slots
+
+    def mixture_batch(
+        self, epoch: int, slot: int, step: int, empty: Empty | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Batch ``slot`` of ``epoch`` as global optimizer ``step`` delivers it (a warm-up cut at
+        :meth:`num_steps_at` that step): a mixture's batch of this corpus. The stream's own
+        position does not move.
+
+        >>> from padless import Schedule
+        >>> s = LMStream(np.arange(200), num_steps=Schedule.piecewise([0, 2], [2, 8]),
+        ...              tokens_per_batch=16)
+        >>> [s.mixture_batch(0, 1, step)[0].shape for step in (0, 5)]
+        [(8, 2), (2, 8)]
+        """
+        cut = None if self.num_steps_schedule is None else self.num_steps_at(step)
+        return self._make_batch(slot, _numpy_empty if empty is None else empty, cut, epoch)
 
     # ------------------------------------------------------------------ state
     def _fingerprint_now(self) -> str:
@@ -700,6 +738,8 @@ class LMStream(Resumable):
         self.__dict__.update(state)
         self.__dict__.setdefault("num_steps_schedule", None)  # pickled before warm-ups
         self.__dict__.setdefault("_firsts", ((), {0: 0}))
+        self.__dict__.pop("_geometry_cache", None)  # pickled before the per-epoch cache
+        self.__dict__.pop("_geometry_epoch", None)
         self._store = state.get("_store")  # absent from a stream pickled before stores
         if self._store is not None:
             self._tokens, _ = _open_tokens(self._store.tokens, self._dtype_arg, self.populate)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..core._check import check_bool
+from ..sampling.mixing import MixtureSampler
 from ..streams.lm import LMStream
 from ._loaders import _pinned_memory_available, tensor_pairs
 
@@ -65,7 +66,8 @@ class LMDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     loader); as for the stream, a resumed loop starts from the epoch saved with the state.
 
     Args:
-        stream: an ``LMStream`` (its rank, world size, mode and tail policy as it has them).
+        stream: an ``LMStream`` (its rank, world size, mode and tail policy as it has them), or
+            a ``MixtureSampler`` of LM streams (its batches, each at the mixture's step).
         pin_memory: gather each batch straight into pinned memory, as ``lm_tensors`` does (needs
             CUDA or another accelerator; ``num_workers=0`` only: with workers pass
             ``pin_memory=True`` to the DataLoader, which pins in the main process).
@@ -82,9 +84,12 @@ class LMDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     (torch.int64, (2, 4), True)
     """
 
-    def __init__(self, stream: LMStream, *, pin_memory: bool = False) -> None:
-        if not isinstance(stream, LMStream):
-            raise TypeError(f"stream must be a padless LMStream, got {type(stream).__name__}")
+    def __init__(self, stream: LMStream | MixtureSampler, *, pin_memory: bool = False) -> None:
+        if not isinstance(stream, LMStream) and getattr(stream, "yields", None) != "tokens":
+            raise TypeError(
+                "stream must be a padless LMStream or a MixtureSampler of LM streams, got "
+                f"{type(stream).__name__}"
+            )
         self.pin_memory = check_bool("pin_memory", pin_memory)
         if self.pin_memory and not _pinned_memory_available():
             raise ValueError(

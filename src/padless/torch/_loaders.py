@@ -96,7 +96,7 @@ def lm_tensors(
     advances as with plain iteration, so ``stream.state_dict()`` works unchanged.
 
     Args:
-        stream: an ``LMStream``.
+        stream: an ``LMStream``, or a ``MixtureSampler`` of LM streams.
         pin_memory: allocate outputs in pinned memory; needs CUDA or another accelerator.
 
     Cost: as iterating the stream; pinning adds the host allocator's bookkeeping per batch.
@@ -108,8 +108,11 @@ def lm_tensors(
     >>> x.dtype, tuple(x.shape), bool((y == x + 1).all())
     (torch.int64, (2, 4), True)
     """
-    if not isinstance(stream, LMStream):
-        raise TypeError(f"stream must be a padless LMStream, got {type(stream).__name__}")
+    if not isinstance(stream, LMStream) and getattr(stream, "yields", None) != "tokens":
+        raise TypeError(
+            "stream must be a padless LMStream or a MixtureSampler of LM streams, got "
+            f"{type(stream).__name__}"
+        )
     pin = check_bool("pin_memory", pin_memory)
     if pin and not _pinned_memory_available():
         raise ValueError(
