@@ -387,6 +387,11 @@ class _FixedStream:
         b = int(self.order[(self.start + position) % self.length])
         return self.values[self.plan.offsets[b] : self.plan.offsets[b + 1]]
 
+    def locate(self, position: int) -> tuple[int, int]:
+        """(the pass over its order, its batch) at ``position`` of this mixture epoch's stream."""
+        cycle, at = divmod(self.start + position, self.length)
+        return cycle, int(self.order[at])
+
     def schedule(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         pos = self.start + np.arange(count, dtype=np.int64)
         return pos // self.length, self.order[pos % self.length].astype(np.int64)
