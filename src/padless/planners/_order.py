@@ -8,12 +8,21 @@ from .. import _kernels as K
 from ..core import _rng
 
 
-def _key_fields(num_fields: int) -> list[int]:
-    """Sort priority of fields: the last, then the first, then the rest (fairseq: tgt, then src)."""
+#: the field sort orders of 2-D lengths: the last field first (padless's default: the target
+#: of a (source, target) pair), or the first (fairseq's ``ordered_indices``: by source length,
+#: then by target length)
+SORTS = ("target_first", "source_first")
+
+
+def _key_fields(num_fields: int, sort: str = "target_first") -> list[int]:
+    """Sort priority of fields: the last, then the first, then the rest; ``"source_first"``:
+    the first, then the last, then the rest."""
+    if sort == "source_first":
+        return [0, num_fields - 1, *range(1, num_fields - 1)][:num_fields]
     return [num_fields - 1, *range(num_fields - 1)]
 
 
-def group_keys(lengths: np.ndarray) -> tuple[np.ndarray, int]:
+def group_keys(lengths: np.ndarray, sort: str = "target_first") -> tuple[np.ndarray, int]:
     """Dense-enough int keys whose order is the length order, and their range.
 
     1-D lengths are their own keys. (N, F) lengths become a mixed-radix composite. When the range
@@ -30,7 +39,7 @@ def group_keys(lengths: np.ndarray) -> tuple[np.ndarray, int]:
             return lengths, span
         uniq, ranks = np.unique(lengths, return_inverse=True)
         return ranks.astype(np.int64).ravel(), int(uniq.size)
-    fields = _key_fields(lengths.shape[1])
+    fields = _key_fields(lengths.shape[1], sort)
     radices = [int(lengths[:, f].max()) + 1 for f in fields]
     span = 1
     for r in radices:
@@ -51,8 +60,10 @@ def length_order(
     epoch: int,
     stream: int = _rng.TIE_BREAK,
     names: np.ndarray | None = None,
+    sort: str = "target_first",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Indices by increasing length (2-D: last field, then the first, then the rest).
+    """Indices by increasing length (2-D: last field, then the first, then the rest; with
+    ``sort="source_first"`` the first field, then the last, then the rest).
 
     Ties come in a uniformly random order drawn from (seed, epoch, stream). Returns
     ``(order, starts)``: ``starts`` bounds the runs of equal length (or length tuple), some empty.
@@ -60,7 +71,7 @@ def length_order(
     exactly ``names[order]`` (the counting sort writes them: no gather after).
     Cost: O(N + max length) time and memory (a counting sort, then a Fisher-Yates pass per run).
     """
-    return keys_order(*group_keys(lengths), seed, epoch, stream, names=names)
+    return keys_order(*group_keys(lengths, sort), seed, epoch, stream, names=names)
 
 
 def keys_order(

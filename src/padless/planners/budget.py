@@ -26,7 +26,7 @@ from ..core.lengths import MAX_LENGTH
 from ..core.plan import BatchPlan
 from ..io import lengths_of
 from . import _rounds as R
-from ._order import group_keys, keys_order, length_order, run_sizes
+from ._order import SORTS, group_keys, keys_order, length_order, run_sizes
 from .spec import (
     QUIET_DEFAULTS,
     Planner,
@@ -53,6 +53,11 @@ def check_oversize(name: str, value: Any, choices: tuple[str, ...] = OVERSIZE) -
     if isinstance(value, str) and value in OVERSIZE_ALIASES:
         value = OVERSIZE_ALIASES[value]
     return check_choice(name, value, choices)
+
+
+def check_sort(name: str, value: Any) -> str:
+    """Check ``sort``: which field of 2-D lengths the length order sorts by first."""
+    return check_choice(name, value, SORTS)
 
 
 def _order_array(order: Any) -> np.ndarray:
@@ -175,6 +180,12 @@ class TokenBudget(Spec):
             :func:`padless.durations`, and budgets are given in that unit
             (``max_tokens=200.0`` seconds): each becomes whole ticks, rounded down. For (N, F)
             lengths one per field (None for a field of whole tokens).
+        sort: for (N, F) lengths, ``"target_first"`` (default) walks them by the last field,
+            then the first; ``"source_first"`` by the first, then the last — the order of
+            fairseq's ``LanguagePairDataset.ordered_indices`` (a stable sort by target length,
+            then by source length), so a run planned with it makes fairseq's batches, the same
+            count and the same lengths in each (ties at random, from ``(seed, epoch)``). For
+            1-D lengths both are the same order.
 
     Per field: for (N, F) lengths, ``max_tokens`` may give one budget per field (a tuple; None
     for a field without one): then every batch has ``count × longest_f <= max_tokens[f]`` in
@@ -206,6 +217,7 @@ class TokenBudget(Spec):
     max_cost: float | None = setting(check_max_cost, default=None)
     pad_to_multiple_of: int = setting(check_pad_multiple, default=1)
     resolution: float | tuple[float | None, ...] | None = setting(check_resolution, default=None)
+    sort: str = setting(check_sort, default="target_first")
     # derived in _settle: the budget in whole ticks (per field: the shared limit of
     # field_scales), the per-field budgets in ticks and their scales (None: one budget)
     token_limit: int | None = dataclasses.field(init=False, default=None, repr=False)
@@ -216,13 +228,23 @@ class TokenBudget(Spec):
 
     name = "token_budget"
     state_tag = "TokenBudgetSampler"
-    quiet = {**QUIET_DEFAULTS, "resolution": None}
-    about = {**Spec.about, "max_sentences": "most sequences per batch (fairseq's name)"}
+    quiet = {**QUIET_DEFAULTS, "resolution": None, "sort": "target_first"}
+    about = {
+        **Spec.about,
+        "max_sentences": "most sequences per batch (fairseq's name)",
+        "sort": "2-D lengths by 'target_first' or 'source_first' (fairseq's order)",
+    }
 
     def _settle(self) -> None:
         limit, ticks = settle_field_budgets(
             self.max_tokens, self.resolution, self.cost, self.max_cost
         )
+        if ticks is not None and self.sort != "target_first":
+            raise ValueError(
+                f"sort={self.sort!r} orders one budget's walk, and max_tokens={self.max_tokens!r} "
+                "budgets each field (its walk keeps neighbours near in every budgeted field): "
+                "give one max_tokens, or leave sort at its default"
+            )
         if ticks is None:
             self._set(token_limit=limit)
             return
@@ -255,6 +277,8 @@ class TokenBudget(Spec):
         """The histogram form (the budget kernel's limits), when no cost model is set: a
         batch's cost is then its count × its widest width, which the histogram tells."""
         if self.cost is not None or self.max_cost is not None or self.per_field:
+            return None
+        if self.sort != "target_first":  # the histogram's cells are in its own order
             return None
         return ("budget", (self.token_limit or 0, self.max_sentences or 0, self.multiple_of))
 
@@ -337,7 +361,7 @@ class BudgetPlanner(Planner):
     def plan(self, seed: int, epoch: int) -> BatchPlan:
         if self.field_walk:
             return self.plan_order(self._field_walk(seed, epoch))
-        walk, starts = length_order(self.padded_lengths, seed, epoch)
+        walk, starts = length_order(self.padded_lengths, seed, epoch, sort=self.spec.sort)
         values = run_sizes(self.padded_lengths, walk, starts)
         if values is None:
             return self.plan_order(walk)
@@ -352,7 +376,7 @@ class BudgetPlanner(Planner):
         lengths = self.padded_lengths
         if self.field_walk or lengths.ndim != 1:
             return None
-        keys, span = group_keys(lengths)
+        keys, span = group_keys(lengths, self.spec.sort)
         if keys is not lengths:  # ranked: the runs are not the sizes
             return None
         walk, starts = keys_order(keys, span, seed, epoch, names=names)

@@ -54,6 +54,7 @@ class TokenBudgetSettings(TypedDict, total=False):
     max_cost: float | None
     pad_to_multiple_of: int
     resolution: float | tuple[float | None, ...] | None
+    sort: str
 
 
 class ExactLengthSettings(TypedDict, total=False):
