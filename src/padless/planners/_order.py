@@ -7,7 +7,6 @@ import numpy as np
 from .. import _kernels as K
 from ..core import _rng
 
-
 #: the field sort orders of 2-D lengths: the last field first (padless's default: the target
 #: of a (source, target) pair), or the first (fairseq's ``ordered_indices``: by source length,
 #: then by target length)
