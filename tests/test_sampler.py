@@ -270,3 +270,52 @@ def test_a_forgotten_set_epoch_is_warned_of_once():
         list(half)
         t.load_state_dict(state)
         list(t)  # a loaded state
+
+
+def test_a_state_taken_from_a_sampler_that_workers_draw_ahead_warns_naming_exact_loaders():
+    """A DataLoader with workers takes batches ahead of the loop: the sampler's own state then
+    counts batches the loop never received; it says so, and names the loaders that count."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from padless.torch import StatefulLoader
+
+    lengths = [3, 4, 5, 6, 7, 2, 3, 9] * 20
+
+    def received(loader, n):
+        it = iter(loader)
+        for _ in range(n):
+            next(it)
+        return it
+
+    s = TokenBudgetSampler(lengths, max_tokens=10, seed=0)
+    it = received(torch.utils.data.DataLoader(range(160), batch_sampler=s, num_workers=2), 3)
+    with pytest.warns(UserWarning, match=r"num_workers=2.*StatefulDataLoader.*StatefulLoader"):
+        assert s.state_dict()["position"] > 3
+    del it
+    # the exact loaders' states say nothing, and neither does a loader without workers
+    exact = StatefulLoader(
+        torch.utils.data.DataLoader(
+            range(160), batch_sampler=TokenBudgetSampler(lengths, max_tokens=10), num_workers=2
+        )
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        it2 = received(exact, 3)
+        assert exact.state_dict()["position"] == 3
+        del it2
+        plain = TokenBudgetSampler(lengths, max_tokens=10, seed=0)
+        it3 = received(torch.utils.data.DataLoader(range(160), batch_sampler=plain), 3)
+        assert plain.state_dict()["position"] == 3
+        del it3
+    stateful = StatefulDataLoader(
+        range(160), batch_sampler=TokenBudgetSampler(lengths, max_tokens=10), num_workers=2
+    )
+    it4 = received(stateful, 3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        stateful.state_dict()
+    assert not [w for w in seen if "state_dict()" in str(w.message)]
+    del it4

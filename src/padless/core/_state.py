@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -100,6 +101,28 @@ def check_state(state: Any, *, expected_fingerprint: str, what: str = "state") -
     } | {k: v for k, v in state.items() if k not in STATE_KEYS}
 
 
+def _workers_ahead() -> int:
+    """The workers of a torch DataLoader whose iterator is drawing the batches of the iteration
+    starting now (a frame above this one holds it), 0 for none: torch's multiprocessing
+    iterator takes ``prefetch_factor × num_workers`` batches ahead of the loop, so the
+    iteration's own count runs ahead of what the loop received (torchdata's stateful iterator
+    and padless's loaders count what was received). Names are compared as strings: the core
+    imports no torch. Cost: a look at a few frames, once per iteration."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return 0
+        owner = frame.f_locals.get("self")
+        cls = type(owner)
+        if (
+            cls.__name__ == "_MultiProcessingDataLoaderIter"
+            and cls.__module__ == "torch.utils.data.dataloader"
+        ):
+            return int(getattr(owner, "_num_workers", 0) or 0)
+        frame = frame.f_back
+    return 0
+
+
 class Resumable:
     """Epoch, position and iteration loop shared by every padless sampler and stream.
 
@@ -138,6 +161,7 @@ class Resumable:
         self._skips: tuple[tuple[int, int, int], ...] = ()  # (epoch, lo, hi) global positions
         self._step_end: list[int] = []  # the global position after each yielded batch's step
         self._next_pos = 0  # the global position the running iteration's next step starts at
+        self._ahead = 0  # workers of a DataLoader that draws this iteration's batches ahead
 
     # ------------------------------------------------------------------ for subclasses
     # settings a run keeps whatever else changes (names in ``_config()``), and what it may change
@@ -238,6 +262,7 @@ class Resumable:
         self._start = start
         self._yielded = 0
         self._iterating = True
+        self._ahead = _workers_ahead()
         return start
 
     def _steps(self, total: int, start: int) -> int:
@@ -519,6 +544,21 @@ class Resumable:
         if self._pending is not None and not self._iterating:
             position = self._pending
         else:
+            if consumed is None and self._iterating and self.__dict__.get("_ahead", 0):
+                if self._epoch_given is None:  # (after set_epoch the state is its start)
+                    warnings.warn(
+                        f"{type(self).__name__}.state_dict() while a torch DataLoader with "
+                        f"num_workers={self._ahead} iterates it: the loader draws batches ahead "
+                        "of the loop (prefetch_factor per worker), so the position counts "
+                        f"{self._yielded} batches handed to its workers, more than the loop "
+                        "received, and a resume from it would skip the difference. Save the "
+                        "loader's state instead: torchdata's StatefulDataLoader, "
+                        "padless.torch.StatefulLoader(loader), or the padless HF Trainer or "
+                        "Lightning integrations, which count what the loop received (or pass "
+                        "consumed=)",
+                        UserWarning,
+                        stacklevel=2,
+                    )
             count = self._yielded
             if consumed is not None:
                 count = check_int("consumed", consumed, minimum=0) or 0
