@@ -108,7 +108,7 @@ def _workers_ahead() -> int:
     iteration's own count runs ahead of what the loop received (torchdata's stateful iterator
     and padless's loaders count what was received). Names are compared as strings: the core
     imports no torch. Cost: a look at a few frames, once per iteration."""
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return 0
