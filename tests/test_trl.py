@@ -95,6 +95,29 @@ def test_rows_truncated_by_the_preparation_are_refused_before_training(tmp_path:
         _trainer(tmp_path / "x", max_length=16)
 
 
+def test_lengths_in_characters_are_named_not_blamed_on_truncation(tmp_path: Path) -> None:
+    """With max_length=None TRL truncates and drops nothing: a mismatch means lengths in other
+    units (characters here), which the message says, with where to take token counts."""
+    lengths, data = hft.corpus()
+    chars = [4 * int(n) for n in lengths]  # about what counting characters gives
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with pytest.raises(ValueError, match=r"not the token counts.*characters") as err:
+            PadlessSFT(
+                model=hft.tiny_model(),
+                args=SFTConfig(str(tmp_path / "x"), **{**hft.SETTINGS, "max_length": None}),
+                train_dataset=Dataset.from_list(data),
+                processing_class=_tokenizer(),
+                data_collator=hft.with_index(PaddingFreeCollator()),
+                batch_sampler=TokenBudgetSampler(chars, max_tokens=4 * 112, seed=1),
+            )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    assert "it truncates rows" not in str(err.value)
+    assert "lengths_of(dataset, field='input_ids')" in str(err.value)
+
+
 # --------------------------------------------------------------------------- the collator
 
 

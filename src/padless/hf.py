@@ -1217,6 +1217,15 @@ def _prepared_hint(trainer: Any) -> str:
             "order (after any map/filter/select)"
         )
     limit = getattr(args, "max_length", None)
+    if limit is None:  # no truncation, no row dropped: the planned lengths are not its tokens
+        return (
+            ". TRL's SFTTrainer neither truncates nor drops rows with max_length=None, so the "
+            "lengths the sampler planned are not the token counts of the rows it trains on: "
+            "lengths counted in characters or words, or with another tokenizer or chat "
+            "template, differ. Tokenize the dataset first (TRL leaves input_ids that are "
+            "there as they are) and take the lengths from it: [len(r['input_ids']) for r in "
+            "dataset], or padless.lengths_of(dataset, field='input_ids')"
+        )
     return (
         ". TRL's SFTTrainer prepared the dataset after the lengths were taken: with "
         f"max_length={limit!r} it truncates rows to max_length and drops the rows whose labels "
