@@ -105,7 +105,7 @@ def test_large_corpora_recipe_keeps_the_budget(doc, heading, tmp_path, monkeypat
     np.save(tmp_path / "lengths.npy", np.asarray(lengths, dtype=np.int32))
     monkeypatch.chdir(tmp_path)
     code = block_after(doc, heading)
-    scope = {"DataLoader": DataLoader, "dataset": dataset, "rank": 0, "world_size": 1}
+    scope = {"DataLoader": DataLoader, "dataset": dataset, "items": dataset, "rank": 0, "world_size": 1}
     run(code, f"{doc}:Large corpora", scope)
     sampler, loader = scope["sampler"], scope["loader"]
     budget = int(sampler.max_tokens)

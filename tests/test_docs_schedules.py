@@ -100,8 +100,8 @@ def test_the_trainer_recipe_follows_the_ramp_and_the_warm_up(tmp_path, monkeypat
         "padless": padless,
         "Schedule": padless.Schedule,
         "lengths": lengths,
-        "dataset": dataset,
-        "model": hft.tiny_model(),
+        "rows": dataset,
+        "llm": hft.tiny_model(),
     }
     torch.set_num_threads(1)
     exec(compile(code, "docs/training.md:Schedules over the run (trainer)", "exec"), scope)
