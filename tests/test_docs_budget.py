@@ -96,7 +96,8 @@ def test_torchdata_example_keeps_the_budget(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("doc", "heading"), [("docs/data.md", "## Large corpora"), ("docs/large_corpora.md", "### Large corpora")]
+    ("doc", "heading"),
+    [("docs/data.md", "## Large corpora"), ("docs/large_corpora.md", "### Large corpora")],
 )
 def test_large_corpora_recipe_keeps_the_budget(doc, heading, tmp_path, monkeypatch):
     from torch.utils.data import DataLoader
@@ -105,7 +106,13 @@ def test_large_corpora_recipe_keeps_the_budget(doc, heading, tmp_path, monkeypat
     np.save(tmp_path / "lengths.npy", np.asarray(lengths, dtype=np.int32))
     monkeypatch.chdir(tmp_path)
     code = block_after(doc, heading)
-    scope = {"DataLoader": DataLoader, "dataset": dataset, "items": dataset, "rank": 0, "world_size": 1}
+    scope = {
+        "DataLoader": DataLoader,
+        "dataset": dataset,
+        "items": dataset,
+        "rank": 0,
+        "world_size": 1,
+    }
     run(code, f"{doc}:Large corpora", scope)
     sampler, loader = scope["sampler"], scope["loader"]
     budget = int(sampler.max_tokens)

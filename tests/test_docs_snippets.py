@@ -91,7 +91,9 @@ def test_every_block_of_the_page_runs(page, tmp_path):
             text=True,
             timeout=120,
         )
-        assert done.returncode == 0, f"{_id(page)}:{line}: shell block failed\n{done.stderr[-4000:]}"
+        assert done.returncode == 0, (
+            f"{_id(page)}:{line}: shell block failed\n{done.stderr[-4000:]}"
+        )
 
 
 def test_every_named_example_is_run_by_a_test():
