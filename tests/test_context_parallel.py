@@ -419,8 +419,8 @@ def test_the_readme_recipe_runs_and_every_cp_rank_gets_its_share():
 
     from torch.utils.data import DataLoader
 
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    at = text.index("\n### Long context\n")
+    text = (Path(__file__).parent.parent / "docs" / "usage.md").read_text()
+    at = text.index("\n## Long context\n")
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     rng = np.random.default_rng(9)
     lengths = rng.integers(1, 40_000, 60)
@@ -436,7 +436,7 @@ def test_the_readme_recipe_runs_and_every_cp_rank_gets_its_share():
             "dp_size": 1,
             "cp_rank": cp_rank,
         }
-        exec(compile(code, "README.md:Long context", "exec"), scope)
+        exec(compile(code, "docs/usage.md:Long context", "exec"), scope)
         shares.append(next(iter(scope["loader"])))
     assert all(s["input_ids"].shape[-1] == 131072 // 4 for s in shares)
     assert all(torch.equal(s["cu_seqlens"], shares[0]["cu_seqlens"]) for s in shares)

@@ -58,11 +58,18 @@ def small_dataset(n: int = 600, high: int = 300, seed: int = 0) -> tuple[list, l
 
 def test_readme_dataloader_recipe_keeps_the_budget():
     dataset, lengths = small_dataset()
-    code = block_after("README.md", "### With a PyTorch DataLoader")
+    code = block_after("docs/usage.md", "## With a PyTorch DataLoader")
     scope = run(
         code,
-        "README.md:With a PyTorch DataLoader",
-        {"dataset": dataset, "lengths": lengths, "pad_id": 0, "start_epoch": 0, "epochs": 1},
+        "docs/usage.md:With a PyTorch DataLoader",
+        {
+            "dataset": dataset,
+            "lengths": lengths,
+            "pad_id": 0,
+            "start_epoch": 0,
+            "epochs": 1,
+            "train_step": lambda batch: None,
+        },
     )
     sampler, loader = scope["sampler"], scope["loader"]
     budget = int(sampler.max_tokens)
@@ -88,15 +95,24 @@ def test_torchdata_example_keeps_the_budget(tmp_path):
     assert sum(r for r, _ in shapes) == len(scope["lengths"])
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/large_corpora.md"])
-def test_large_corpora_recipe_keeps_the_budget(doc, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("doc", "heading"),
+    [("docs/data.md", "## Large corpora"), ("docs/large_corpora.md", "### Large corpora")],
+)
+def test_large_corpora_recipe_keeps_the_budget(doc, heading, tmp_path, monkeypatch):
     from torch.utils.data import DataLoader
 
     dataset, lengths = small_dataset(n=3000, high=600, seed=1)
     np.save(tmp_path / "lengths.npy", np.asarray(lengths, dtype=np.int32))
     monkeypatch.chdir(tmp_path)
-    code = block_after(doc, "### Large corpora")
-    scope = {"DataLoader": DataLoader, "dataset": dataset, "rank": 0, "world_size": 1}
+    code = block_after(doc, heading)
+    scope = {
+        "DataLoader": DataLoader,
+        "dataset": dataset,
+        "items": dataset,
+        "rank": 0,
+        "world_size": 1,
+    }
     run(code, f"{doc}:Large corpora", scope)
     sampler, loader = scope["sampler"], scope["loader"]
     budget = int(sampler.max_tokens)
@@ -111,10 +127,10 @@ def test_readme_static_shapes_recipe_keeps_the_budget():
 
     lengths = padless.builtin_corpus()[:4000]
     dataset = [torch.ones(int(n), dtype=torch.long) for n in lengths]
-    code = block_after("README.md", "### Static shapes (torch.compile, XLA)")
+    code = block_after("docs/usage.md", "## Static shapes (torch.compile, XLA)")
     scope = run(
         code,
-        "README.md:Static shapes",
+        "docs/usage.md:Static shapes",
         {"padless": padless, "lengths": lengths, "dataset": dataset, "DataLoader": DataLoader},
     )
     budget = 4096  # shape_set(..., max_tokens=4096): every shape holds at most 4096 slots

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 import padless
 
-README = Path(__file__).parent.parent / "README.md"
+README = Path(__file__).parent.parent / "docs" / "training.md"
 
 
 class Tiny(torch.nn.Module):
@@ -29,7 +29,7 @@ class Tiny(torch.nn.Module):
 
 def test_the_schedules_section_runs_and_trains_on_the_ramp():
     text = README.read_text()
-    at = text.index("\n### Schedules over the run\n")
+    at = text.index("\n## Schedules over the run\n")
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     lengths = np.random.default_rng(4).integers(1, 400, 3000)
     dataset = [[int(n) % 60 + 1] * int(n) for n in lengths]
@@ -57,7 +57,7 @@ def test_the_schedules_section_runs_and_trains_on_the_ramp():
         "web": padless.TokenBudgetSampler(lengths[:2000], max_tokens=4096, seed=1),
         "curated": padless.TokenBudgetSampler(lengths[2000:], max_tokens=4096, seed=2),
     }
-    exec(compile(code, "README.md:Schedules over the run", "exec"), scope)
+    exec(compile(code, "docs/training.md:Schedules over the run", "exec"), scope)
     sampler = scope["sampler"]
     assert len(steps) == len(sampler.step_sizes())  # one optimizer step per ramp step
     assert sampler.step_sizes()[0] == 8 and sampler.step_sizes().sum() == len(sampler)
@@ -100,11 +100,11 @@ def test_the_trainer_recipe_follows_the_ramp_and_the_warm_up(tmp_path, monkeypat
         "padless": padless,
         "Schedule": padless.Schedule,
         "lengths": lengths,
-        "dataset": dataset,
-        "model": hft.tiny_model(),
+        "rows": dataset,
+        "llm": hft.tiny_model(),
     }
     torch.set_num_threads(1)
-    exec(compile(code, "README.md:Schedules over the run (trainer)", "exec"), scope)
+    exec(compile(code, "docs/training.md:Schedules over the run (trainer)", "exec"), scope)
     sampler, trainer = scope["sampler"], scope["trainer"]
     sampler.set_epoch(0)
     assert trainer.state.global_step == sampler.step_sizes().size > 1

@@ -104,8 +104,8 @@ def test_the_filters_example_runs():
 
 def test_the_readme_speech_section_runs_within_both_budgets():
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    at = readme.index("\n### Speech and translation\n")
+    readme = (Path(__file__).parent.parent / "docs" / "usage.md").read_text()
+    at = readme.index("\n## Speech and translation\n")
     code = re.search(r"```python\n(.*?)```", readme[at:], re.S).group(1)
     rng = np.random.default_rng(3)
     seconds = rng.lognormal(1.8, 0.5, 3000).clip(0.3, 40.0)
@@ -113,7 +113,7 @@ def test_the_readme_speech_section_runs_within_both_budgets():
     tokens[:3] = [900, 0, 1]  # outliers: far too many tokens a second, none at all
     scope = {"seconds": seconds, "tokens": tokens, "rank": 0, "world_size": 1}
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        exec(compile(code, "README.md:Speech and translation", "exec"), scope)
+        exec(compile(code, "docs/usage.md:Speech and translation", "exec"), scope)
     keep, sampler = scope["keep"], scope["sampler"]
     assert {0, 1} <= set(keep.dropped.tolist()) and "dropped" in out.getvalue()
     lengths = scope["lengths"][keep.kept]
@@ -137,7 +137,7 @@ def test_the_readme_lhotse_recipe_yields_cutsets_within_both_budgets(tmp_path):
 
     import padless
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "usage.md").read_text()
     at = readme.index("With lhotse, the sampler hands its datasets one `CutSet` per batch")
     code = re.search(r"```python\n(.*?)```", readme[at:], re.S).group(1)
     rows = write_manifest(tmp_path)
@@ -146,7 +146,7 @@ def test_the_readme_lhotse_recipe_yields_cutsets_within_both_budgets(tmp_path):
     torch.set_num_threads(1)
     try:
         scope: dict = {"__name__": "readme_lhotse", "padless": padless, "DataLoader": DataLoader}
-        exec(compile(code, "README.md:lhotse", "exec"), scope)
+        exec(compile(code, "docs/usage.md:lhotse", "exec"), scope)
     finally:
         torch.set_num_threads(threads)
         os.chdir(here)

@@ -171,14 +171,14 @@ def test_the_readme_recipe_keeps_the_budget(tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+    text = (Path(__file__).parent.parent / "docs" / "data.md").read_text()
     at = text.index('**Global quality at any size, for a token budget**: `window="histogram"`')
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     lens = np.random.default_rng(6).integers(1, 3000, 5000).astype(np.int32)
     np.save(tmp_path / "lengths.npy", lens)
     monkeypatch.chdir(tmp_path)
     scope = {"np": np, "padless": padless, "rank": 0, "world_size": 1}
-    exec(compile(code, "README.md:Large corpora (histogram)", "exec"), scope)
+    exec(compile(code, "docs/data.md:Large corpora (histogram)", "exec"), scope)
     batches = list(scope["sampler"])
     assert all(len(b) * lens[b].max() <= 4096 for b in batches)
     assert sorted(i for b in batches for i in b) == list(range(lens.size))

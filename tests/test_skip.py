@@ -181,7 +181,7 @@ def test_the_readme_recipe_runs_as_written():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+    text = (Path(__file__).parent.parent / "docs" / "training.md").read_text()
     at = text.index("After a loss spike, skip the batches around it")
     code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
     lengths = np.random.default_rng(3).integers(1, 40, 200_000)
@@ -191,7 +191,7 @@ def test_the_readme_recipe_runs_as_written():
         next(it)
     sampler = padless.TokenBudgetSampler(lengths, max_tokens=64, seed=1)
     scope = {"sampler": sampler, "checkpoint_before_the_spike": {"sampler": before.state_dict()}}
-    exec(compile(code, "README.md:skip", "exec"), scope)
+    exec(compile(code, "docs/training.md:skip", "exec"), scope)
     full = padless.TokenBudgetSampler(lengths, max_tokens=64, seed=1)
     every = [tuple(b) for b in full]
     got = [tuple(b) for b in sampler]

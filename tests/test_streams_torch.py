@@ -250,7 +250,8 @@ def token_dir(tmp_path_factory):
 def streaming_doc_example() -> str:
     """docs/streaming.md's StreamDataset loop, at test sizes, over a shuffled stream."""
     doc = (Path(__file__).parent.parent / "docs" / "streaming.md").read_text()
-    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in doc.split("```python\n")[1:]]
+    code = next(b for b in blocks if "StreamDataset(" in b)  # the loop, after the page's setup
     for old, new in [
         ("Packing(capacity=4096, rows_per_batch=8)", "Packing(capacity=64, rows_per_batch=2)"),
         ("buffer=10_000", "buffer=24"),
