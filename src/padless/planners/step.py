@@ -35,6 +35,7 @@ from ..core.cost import Cost, as_cost
 __all__ = ["StepPlan", "plan_step"]
 
 FORMS = ("packed", "padded")
+MAX_MICRO_BATCHES = 1 << 22  # world_size × micro-batches per rank, in one step
 _COUNTING_LIMIT = 1 << 22  # longest length a counting sort orders (its table: 8 bytes a key)
 
 
@@ -184,6 +185,12 @@ def plan_step(
     multiple = positive("micro_batch_multiple", micro_batch_multiple)
     seed = check_seed("seed", seed)
     step = check_seed("step", step)
+    if world * _rounded(1, least, multiple) > MAX_MICRO_BATCHES:
+        raise ValueError(
+            f"world_size × micro-batches per rank must be at most 2**22 micro-batches in one "
+            f"step, got world_size={world} with min_micro_batches={least} and "
+            f"micro_batch_multiple={multiple}"
+        )
     loss = _loss_tokens(loss_tokens, lens)
     unit_of, order, num_units = _units(groups, n)
 
@@ -251,7 +258,7 @@ def _index(name: str, value: Any, size: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not 0 <= int(value) < size:
-        raise IndexError(f"{name} must be in [0, {size}), got {int(value)}")
+        raise ValueError(f"{name} must be in [0, {size}), got {int(value)}")
     return int(value)
 
 

@@ -49,6 +49,8 @@ def split_rollout(
         raise TypeError(f"plan must be a padless.StepPlan, got {type(plan).__name__}")
     if not isinstance(batch, Mapping) or not batch:
         raise TypeError(f"batch must be a non-empty dict of tensors, got {type(batch).__name__}")
+    if not isinstance(mask_key, str):
+        raise TypeError(f"mask_key must be a str, got {type(mask_key).__name__} {mask_key!r:.40}")
     micro = plan.micro_batches(rank)  # checks rank
     n = int(plan.indices.size)
     planned = np.empty(n, dtype=np.int64)
