@@ -95,7 +95,7 @@ class BinTree {
     }
 };
 
-// A binary min-heap of (cost, bin): the fast path of the least-cost rule while the least-cost
+// A 4-ary min-heap of (cost, bin): the fast path of the least-cost rule while the least-cost
 // open bin has room for each item (always, when the cost is the tokens).
 struct BinHeap {
     std::vector<std::pair<double, int64_t>> a;
@@ -103,13 +103,17 @@ struct BinHeap {
         a.reserve(static_cast<size_t>(bins));
         for (int64_t b = 0; b < bins; ++b) a.emplace_back(0.0, b);  // a heap already
     }
+    // four children a node: half the levels of a binary heap, the children side by side
     void down(size_t i) {
         const size_t n = a.size();
         const std::pair<double, int64_t> x = a[i];
         for (;;) {
-            size_t c = 2 * i + 1;
-            if (c >= n) break;
-            if (c + 1 < n && a[c + 1] < a[c]) ++c;
+            const size_t first = 4 * i + 1;
+            if (first >= n) break;
+            const size_t last = first + 4 < n ? first + 4 : n;
+            size_t c = first;
+            for (size_t j = first + 1; j < last; ++j)
+                if (a[j] < a[c]) c = j;
             if (!(a[c] < x)) break;
             a[i] = a[c];
             i = c;

@@ -35,6 +35,7 @@ from ..core.cost import Cost, as_cost
 __all__ = ["StepPlan", "plan_step"]
 
 FORMS = ("packed", "padded")
+POLISH = 5e-3  # a slot whose bins differ more than this in cost is placed again
 MAX_MICRO_BATCHES = 1 << 22  # world_size × micro-batches per rank, in one step
 _COUNTING_LIMIT = 1 << 22  # longest length a counting sort orders (its table: 8 bytes a key)
 
@@ -198,7 +199,9 @@ def plan_step(
     _check_fit(lens, cap, form, unit_of, order, units, groups)
 
     if form == "packed":
-        bin_of_item, bins = _packed_bins(lens, model, world, cap, least, multiple, units, unit_of)
+        bin_of_item, bins, bin_cost, by_cost = _packed_bins(
+            lens, model, world, cap, least, multiple, units, unit_of
+        )
     else:
         bin_of_item, bins = _padded_bins(lens, model, world, cap, least, multiple, units, unit_of)
     m = bins // world
@@ -207,7 +210,6 @@ def plan_step(
     bin_tokens: np.ndarray
     if form == "packed":
         bin_tokens = np.bincount(bin_of_item, weights=lens, minlength=bins)
-        bin_cost = np.bincount(bin_of_item, weights=_item_costs(lens, model), minlength=bins)
     else:
         rows = np.bincount(bin_of_item, minlength=bins).astype(np.float64)
         longest = np.zeros(bins, dtype=np.int64)
@@ -215,8 +217,9 @@ def plan_step(
         bin_tokens = rows * longest
         bin_cost = rows * _item_costs(longest, model)
         bin_cost[rows == 0] = 0.0
+        by_cost = np.argsort(-bin_cost, kind="stable")
     bin_loss = np.bincount(bin_of_item, weights=loss, minlength=bins)
-    by_cost = np.argsort(-bin_cost, kind="stable")  # bin of each (slot, place) in slot order
+    # by_cost: the bin of each (slot, place) in slot order
     ranks = rng(seed, step, STEP_PLAN).permuted(np.tile(np.arange(world), (m, 1)), axis=1)
     position = np.empty(bins, dtype=np.int64)  # bin -> rank·m + slot
     position[by_cost] = (ranks * m + np.arange(m)[:, None]).reshape(-1)
@@ -406,8 +409,9 @@ def _packed_bins(
     multiple: int,
     units: dict[str, np.ndarray] | None,
     unit_of: np.ndarray | None,
-) -> tuple[np.ndarray, int]:
-    """Each item's bin and the bins (a multiple of ``world``) of the least-cost placement."""
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Each item's bin, the bins (a multiple of ``world``) of the least-cost placement, each
+    bin's cost and the bins by cost (the most costly first)."""
     if units is None:
         order = _length_order(lens)  # cost grows with length: heaviest first
         sizes = lens[order]
@@ -419,12 +423,39 @@ def _packed_bins(
     total = int(sizes.sum())
     big = int((2 * sizes > cap).sum())  # two of these never share a bin
     m = _rounded(max(-(-total // (world * cap)), -(-big // world)), least, multiple)
-    bin_sorted, bins = K.step.step_fit(
-        np.ascontiguousarray(sizes), np.ascontiguousarray(costs), world * m, world * multiple, cap
-    )
+    sizes, costs = np.ascontiguousarray(sizes), np.ascontiguousarray(costs)
+    bin_sorted, bins = K.step.step_fit(sizes, costs, world * m, world * multiple, cap)
+    load, by_cost = _polish(bin_sorted, sizes, costs, bins, world, cap)
     bin_of = np.empty(order.size, dtype=np.int64)
     bin_of[order] = bin_sorted
-    return (bin_of if unit_of is None else bin_of[unit_of]), bins
+    return (bin_of if unit_of is None else bin_of[unit_of]), bins, load, by_cost
+
+
+def _polish(
+    bin_of: np.ndarray, sizes: np.ndarray, costs: np.ndarray, bins: int, world: int, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Place again, in place, the items of each slot whose bins differ by more than 0.5% in
+    cost: the slot's items (heaviest first) into its ``world`` bins by the least-cost rule, kept
+    where everything fits and the slot's most costly bin costs less than before. (After the
+    best fit, the last slot mixes full bins with empty ones; this spreads them.) Returns each
+    bin's cost and the bins by cost, the most costly first (ties: the lowest bin)."""
+    load = np.bincount(bin_of, weights=costs, minlength=bins)
+    by_cost = np.argsort(-load, kind="stable")
+    slots = by_cost.reshape(-1, world)
+    worst = load[slots].max(axis=1)
+    uneven = np.flatnonzero(worst > load[slots].mean(axis=1) * (1 + POLISH))
+    if uneven.size == 0:
+        return load, by_cost
+    for k in uneven.tolist():
+        group = slots[k]
+        member = np.zeros(bins, dtype=np.bool_)
+        member[group] = True
+        pick = np.flatnonzero(member[bin_of])  # in placement order: heaviest first
+        sub, got = K.step.step_fit(sizes[pick], costs[pick], world, 1, cap)
+        if got == world and np.bincount(sub, weights=costs[pick]).max() < worst[k]:
+            bin_of[pick] = group[sub]
+    load = np.bincount(bin_of, weights=costs, minlength=bins)
+    return load, np.argsort(-load, kind="stable")
 
 
 # ---------------------------------------------------------------------------------- padded
