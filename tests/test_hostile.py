@@ -125,6 +125,7 @@ NOT_ATTACKED = {
     "padless.torch.MixtureDataset": "built by mixture_dataset (attacked) from checked parts",
     "padless.sampling.mixing.ZippedLengths": "the same record, at home",
     "padless.sampling.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
+    "padless.StepPlan": "a result record, returned by plan_step (attacked)",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
     "padless.Schedule": "built only by its constructors (Schedule.linear & co., attacked)",
     "padless.io.readers.MissingDependency": "an exception class",
@@ -168,6 +169,17 @@ def _check_result(out: Any) -> Any:
             if isinstance(item, padless.BatchPlan):
                 _valid_plan(item, L.shape[0])
     return out
+
+
+STEP = padless.plan_step(L[:12], world_size=2, max_tokens=200)
+
+
+def _step_plan_ok(out: Any) -> None:
+    """A step plan: every sequence once (of ``L``, or of a hostile list of lengths), no
+    micro-batch over its cap."""
+    assert sorted(out.indices.tolist()) == list(range(out.indices.size))
+    assert out.indices.size in (L.shape[0], 2)
+    assert int(out.tokens.max()) <= out.max_tokens
 
 
 def _probability(out: float) -> None:
@@ -655,6 +667,21 @@ ENTRIES: list[Entry] = [
         "plan_windows",
         {"lengths": L, "spec": padless.TokenBudget(max_tokens=200), "window": 50},
         ["seed", "epoch", "window"],
+        None,
+    ),
+    (
+        padless.plan_step,
+        "plan_step",
+        {"lengths": L, "world_size": 4, "max_tokens": 4096},
+        ["lengths", "world_size", "max_tokens", "cost", "groups", "loss_tokens", "form"]
+        + ["min_micro_batches", "micro_batch_multiple", "seed", "step"],
+        lambda out: _step_plan_ok(out),
+    ),
+    (
+        padless.torch.split_rollout,
+        "split_rollout",
+        {"batch": {"input_ids": [torch.arange(int(n)) for n in L[:12]]}, "plan": STEP, "rank": 1},
+        ["batch", "plan", "rank", "mask_key"],
         None,
     ),
     (

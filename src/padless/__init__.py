@@ -61,6 +61,8 @@ _EXPORTS = {
     "shuffle_indexed": "padless.shuffle._indexed",
     "ratio_filter": "padless.core.filters",
     "length_filter": "padless.core.filters",
+    "plan_step": "padless.planners.step",
+    "StepPlan": "padless.planners.step",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -96,6 +98,8 @@ if TYPE_CHECKING:
     from .planners.spec import Spec as Spec
     from .planners.spec import spec_from_dict as spec_from_dict
     from .planners.spec import spec_to_dict as spec_to_dict
+    from .planners.step import StepPlan as StepPlan
+    from .planners.step import plan_step as plan_step
     from .planners.windows import plan_windows as plan_windows
     from .sampling.mixing import MixtureSampler as MixtureSampler
     from .sampling.mixing import ZippedLengths as ZippedLengths

@@ -20,6 +20,7 @@ loads the extension (a few milliseconds), which ``import padless`` does not do.
 ``feistel``     ``feistel_permute`` and the LM-stream row gathers
 ``ingest``      ``eos_offsets``, ``gather_tokens``, ``segment_positions``: token stores
 ``collate``     ``next_fit_count``, ``packed_batch``, ``padded_batch``: batches from a store
+``step``        ``step_fit``: least-cost placement under a token cap (the step planner)
 ==============  ================================================================================
 
 Callers import from this package (``from padless import _kernels as K``), never from a family
@@ -28,6 +29,7 @@ module, so families can move without edits elsewhere.
 
 from . import cost as cost  # cost models: K.cost.budget_cost_ends, best_fit_rows_cost...
 from . import ingest as ingest  # token stores: K.ingest.check_eos, TOKEN_DTYPES
+from . import step as step  # the step planner: K.step.step_fit
 from . import streams as streams  # stream rounds: K.streams.budget_round
 from . import windows as windows  # windowed plans: K.windows.budget_window, pack_window_rows...
 from .buckets import optimal_cuts, optimal_cuts_reference

@@ -17,7 +17,9 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
 - ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
 - ``_probe``: ``probe_memory``, ``measure_peak``, ``MemoryProbe`` (a step's peak memory per
-  batch shape, fitted to a ``padless.MemoryModel``).
+  batch shape, fitted to a ``padless.MemoryModel``);
+- ``_rollout``: ``split_rollout`` (a rollout batch into a rank's packed micro-batches of a
+  ``padless.plan_step`` plan).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ._probe import probe_memory as probe_memory
 from ._rng import StepRng as StepRng
 from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
+from ._rollout import split_rollout as split_rollout
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
 from ._tokens import TokenDataset as TokenDataset
@@ -74,6 +77,7 @@ __all__ = [
     "probe_memory",
     "scale_loss",
     "set_rng_state",
+    "split_rollout",
     "stop_together",
     "zigzag_indices",
 ]
