@@ -420,7 +420,7 @@ ENTRIES: list[Entry] = [
         "TokenBudget",
         {"max_tokens": 200},
         ["max_tokens", "max_sentences", "multiple_of", "oversize", "cost", "max_cost"]
-        + ["pad_to_multiple_of", "resolution"],
+        + ["pad_to_multiple_of", "resolution", "sort"],
         None,
     ),
     (
