@@ -1,0 +1,131 @@
+"""DPO on packed pairs equals TRL's DPO (the real DPOTrainer, a tiny Llama built here, fp32, CPU):
+the loss of padless's shared-prefix packed batch (each pair's prompt once, chosen and rejected
+after it) and its gradients equal those TRL's own padded batch gives on the same pairs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from tokenizers import Tokenizer, models  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+from trl import DPOConfig, DPOTrainer  # noqa: E402
+from trl.trainer.dpo_trainer import DataCollatorForPreference  # noqa: E402
+
+from padless import plan_groups  # noqa: E402
+from padless.torch import (  # noqa: E402
+    PreferencePairs,
+    collate_groups,
+    completion_logprobs,
+    dpo_loss,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _hf_train as hft  # noqa: E402
+
+BETA = 0.3
+
+
+def _model(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=hft.VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+    return LlamaForCausalLM(config)
+
+
+def _trainer(out: Path) -> DPOTrainer:
+    vocab = {f"t{i}": i for i in range(hft.VOCAB)}
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
+        pad_token="t0",
+        eos_token="t1",
+    )
+    rows = [{"prompt": "t3 t4", "chosen": " t5", "rejected": " t6"}] * 2
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return DPOTrainer(
+            model=_model(0),
+            ref_model=_model(1),  # another model: the log-ratios are not all 0
+            args=DPOConfig(str(out), **{**hft.SETTINGS, "beta": BETA, "bf16": False}),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _pairs(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+
+    def ids(lo: int, hi: int) -> list[int]:
+        return rng.integers(2, hft.VOCAB, int(rng.integers(lo, hi))).tolist()
+
+    return [
+        {"prompt_ids": ids(2, 8), "chosen_ids": ids(1, 7), "rejected_ids": ids(1, 7)}
+        for _ in range(n)
+    ]
+
+
+def _packed_loss(model, ref, rows, capacity):
+    pairs = PreferencePairs(rows)
+    plan = plan_groups(
+        pairs.lengths, pairs.groups, capacity=capacity, prefix=pairs.prefix, rows_per_batch=8
+    )
+    assert len(plan) == 1  # one batch holds every pair: the same loss as TRL's batch
+    collate = collate_groups(capacity)
+    batch = collate([pairs[i] for i in plan[0]])
+    assert batch["input_ids"].shape[0] > 1 or batch["group_ids"].numel() > 1
+    args = {k: batch[k] for k in ("input_ids", "position_ids", "attention_mask")}
+    logps = completion_logprobs(model(**args).logits, batch)
+    with torch.no_grad():
+        ref_logps = completion_logprobs(ref(**args).logits, batch)
+    # the plan may order the pairs differently from the rows: DPO's mean does not care
+    return dpo_loss(batch, logps, ref_logps, beta=BETA), batch
+
+
+def test_packed_dpo_loss_and_gradients_equal_trls(tmp_path):
+    trainer = _trainer(tmp_path / "dpo")
+    rows = _pairs(6, seed=0)
+    model, ref = trainer.model, trainer.ref_model
+    model.eval()  # no dropout in either; the same forward
+    ref.eval()
+
+    inputs = DataCollatorForPreference(pad_token_id=0)(rows)
+    theirs = trainer._compute_loss(model, inputs, False)
+    theirs.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    ours, batch = _packed_loss(model, ref, rows, capacity=32)
+    ours.backward()
+    assert abs(ours.item() - theirs.item()) < 1e-5
+    for g, p in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(g, p.grad, atol=1e-5)
+    # prompts once: fewer tokens run than TRL's two sequences per pair
+    assert batch["executed_tokens"] < batch["logical_tokens"]
+    assert batch["loss_tokens"] == sum(len(r["chosen_ids"]) + len(r["rejected_ids"]) for r in rows)
+
+
+def test_dpo_loss_refuses_groups_that_are_not_pairs():
+    batch = collate_groups(16)(
+        [{"group": 0, "prompt_ids": [2], "completion_ids": [3]} for _ in range(3)]
+    )
+    with pytest.raises(ValueError, match="groups of two completions"):
+        dpo_loss(batch, torch.zeros(3), torch.zeros(3))
