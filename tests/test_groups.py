@@ -25,7 +25,7 @@ def _arrays(data):
     return lengths, groups, prefix
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(items, st.booleans(), st.integers(1, 3), st.integers(0, 5))
 def test_every_item_once_groups_whole_rows_within_capacity(data, shared, per, seed):
     lengths, groups, prefix = _arrays(data)
@@ -59,7 +59,7 @@ def test_every_item_once_groups_whole_rows_within_capacity(data, shared, per, se
     assert int(loss.sum()) == int(lengths.sum()) - (0 if shared else lengths.size)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(items, st.integers(0, 3))
 def test_after_the_collate_every_group_is_in_one_row_of_capacity(data, seed):
     pytest.importorskip("torch")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core._check import check_choice, check_int, check_int64, check_real, positive
+from ..core._check import INT64_MAX, check_choice, check_int, check_int64, check_real, positive
 from ..core._keywords import checks_keywords
 from ._collate import _as_ids
 from ._packed_check import _logits, block_causal_mask
@@ -58,6 +58,12 @@ class GroupCollate:
         self.prompt_key, self.completion_key, self.group_key = prompt_key, completion_key, group_key
         self.pad_id = check_int64("pad_id", pad_id)
         self.position_start = check_int("position_start", position_start, minimum=0) or 0
+        if self.position_start > INT64_MAX - self.capacity + 1:
+            raise ValueError(
+                "position_start + capacity - 1 (the last position id) must fit in int64, the "
+                f"position ids' dtype: with capacity={self.capacity}, position_start must be at "
+                f"most {INT64_MAX - self.capacity + 1}, got {self.position_start}"
+            )
         if attention_mask is not None:
             check_choice("attention_mask", attention_mask, ("block",))
         self.attention_mask = attention_mask
