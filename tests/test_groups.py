@@ -170,3 +170,58 @@ def test_dpo_pairs_at_16k_fill_and_never_split():
     for r, items in enumerate(plan.rows):
         row[items] = r
     assert np.array_equal(row[0::2], row[1::2])  # 0 split pairs
+
+
+def test_the_row_search_fills_large_groups_and_the_collate_finds_its_rows_again():
+    """Groups of a quarter row: best fit leaves gaps; the search's rows are fewer, and next
+    fit over a batch's groups (the collate) gives back exactly the planned rows."""
+    torch = pytest.importorskip("torch")
+    from padless.planners.packing import fill_rows
+    from padless.torch import collate_groups
+
+    rng = np.random.default_rng(7)
+    n, g, cap = 300, 4, 1024
+    prompt = rng.integers(20, 90, n)
+    comp = np.clip(rng.lognormal(3.8, 0.5, (n, g)), 4, 120).astype(np.int64)
+    lengths, groups, prefix = comp.reshape(-1), np.repeat(np.arange(n), g), np.repeat(prompt, g)
+    plain = plan_groups(lengths, groups, capacity=cap, prefix=prefix, search=False)
+    plan = plan_groups(lengths, groups, capacity=cap, prefix=prefix, rows_per_batch=3, seed=2)
+    assert plan.num_rows < plain.num_rows
+    assert plan.info["efficiency"] > plain.info["efficiency"]
+    collate = collate_groups(cap, attention_mask=None)
+    for b in range(len(plan)):
+        rows = plan.batch_rows(b)
+        idx = plan[b].tolist()
+        batch = collate(
+            [
+                {
+                    "group": int(groups[i]),
+                    "prompt_ids": [1] * int(prefix[i]),
+                    "completion_ids": [2] * int(lengths[i]),
+                }
+                for i in idx
+            ]
+        )
+        got_rows = batch["target_index"][batch["completion_loss_tokens"].cumsum(0) - 1] // cap
+        planned = np.concatenate([np.full(len(r), k) for k, r in enumerate(rows)])
+        assert got_rows.tolist() == planned.tolist()
+        assert torch.equal(
+            batch["group_ids"], torch.tensor(list(dict.fromkeys(groups[idx].tolist())))
+        )
+    # the builder alone: every item once, no row over capacity
+    sizes = np.sort(prefix[::g] + comp.sum(1))[::-1].copy()
+    row_of, num = fill_rows(sizes, cap)
+    assert row_of.min() == 0 and row_of.max() == num - 1
+    assert np.bincount(row_of, weights=sizes).max() <= cap
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=60), st.integers(50, 120))
+def test_fill_rows_places_every_item_once_within_capacity(sizes, cap):
+    from padless.planners.packing import fill_rows
+
+    arr = np.sort(np.array(sizes, dtype=np.int64))[::-1].copy()
+    row_of, num = fill_rows(arr, cap)
+    assert row_of.shape == arr.shape and row_of.min() == 0 and row_of.max() == num - 1
+    assert np.bincount(row_of, weights=arr, minlength=num).max() <= cap
+    assert num >= -(-int(arr.sum()) // cap)

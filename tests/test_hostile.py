@@ -340,7 +340,7 @@ ENTRIES: list[Entry] = [
         padless.plan_groups,
         "plan_groups",
         {"lengths": L, "groups": np.arange(L.shape[0]) // 2, "capacity": 1 << 12},
-        ["seed", "epoch", "capacity", "rows_per_batch", "oversize"],
+        ["seed", "epoch", "capacity", "rows_per_batch", "oversize", "search"],
         None,
     ),
     (

@@ -1675,6 +1675,7 @@ def plan_groups(
     prefix: Any = None,
     rows_per_batch: int = 1,
     oversize: str = "error",
+    search: bool = True,
     seed: int = 0,
     epoch: int = 0,
 ) -> PackedPlan:
@@ -1684,8 +1685,16 @@ def plan_groups(
     group: the G completions of one prompt). Groups are placed whole by best-fit decreasing on
     their sizes (ties in a random order from (seed, epoch)), rows shuffled per epoch and batched
     ``rows_per_batch`` at a time, as :func:`padless.plan_packing` does with sequences. A row
-    lists its groups one after the other, each group's items in increasing index order (so
-    ``padless.torch.collate_groups`` finds the groups again as runs of equal ids).
+    lists its groups one after the other, largest first, each group's items in increasing index
+    order (so ``padless.torch.collate_groups`` finds the groups again as runs of equal ids, and
+    cuts a batch's rows back next fit).
+
+    Groups are large items (a GRPO group of 8 is often a quarter of a row), where best fit
+    leaves a gap in most rows that no whole group fills. With ``search=True`` (default), where
+    best fit's rows exceed the token bound by over 0.5%, rows are also built one at a time by a
+    short subset search (:func:`fill_rows`) and kept when fewer; a batch's rows are then
+    ordered by their free space, kept only where that order lets next fit find the rows again
+    (:func:`_slack_layout` checks; best fit's rows otherwise).
 
     With ``prefix`` (the prompt length of every item, equal within a group) the items'
     ``lengths`` are their completions' and a group takes ``prefix + Σ lengths`` tokens: its
@@ -1704,6 +1713,8 @@ def plan_groups(
         rows_per_batch: rows per batch.
         oversize: a group over ``capacity``: ``"error"`` (a ValueError naming the group, its
             tokens and the capacity) or ``"drop"`` (its items in ``plan.skipped``).
+        search: where best fit needs 0.5% more rows than the tokens do, build rows with
+            :func:`fill_rows` and keep them if fewer (above).
         seed, epoch: the tie-break and row-order streams (as ``plan_packing``).
 
     >>> plan = plan_groups([4, 3, 5, 2, 6, 6], [0, 0, 1, 1, 2, 2], capacity=14)
@@ -1715,6 +1726,7 @@ def plan_groups(
     cap = check_capacity("capacity", capacity)
     per = positive("rows_per_batch", rows_per_batch)
     mode = check_choice("oversize", oversize, ("error", "drop"))
+    search = check_bool("search", search)
     seed, epoch = check_seed("seed", seed), check_seed("epoch", epoch)
     ids, members, starts, sizes = group_sizes(lengths, groups, prefix)
     own = as_lengths(np.asarray(lengths))
@@ -1736,9 +1748,18 @@ def plan_groups(
     ksizes = np.ascontiguousarray(sizes[keep])
     order, run_starts = length_order(ksizes, seed, epoch)
     walk = order[::-1]
-    row_of, num_rows = K.best_fit_rows(np.ascontiguousarray(ksizes[walk]), cap, 0)
-    rank = _row_rank(int(num_rows), per, seed, epoch)
-    final = rank[row_of]
+    walk_sizes = np.ascontiguousarray(ksizes[walk])
+    row_of, num_rows = K.best_fit_rows(walk_sizes, cap, 0)
+    final = None
+    bound = -(-int(walk_sizes.sum()) // cap)
+    if search and num_rows > bound * 1.005 + 1:  # best fit is not near the bound: search
+        built, built_rows = fill_rows(walk_sizes, cap)
+        if built_rows < num_rows:
+            final = _slack_layout(built, walk_sizes, cap, built_rows, per, seed, epoch)
+            if final is not None:
+                row_of, num_rows = built, built_rows
+    if final is None:  # best fit's rows, a batch's rows in the order they opened
+        final = _row_rank(int(num_rows), per, seed, epoch)[row_of]
     by_row = np.argsort(final, kind="stable")  # a row's groups in the order they were placed
     placed = keep[walk[by_row]]  # group numbers, row after row
     placed_rows = final[by_row]
@@ -1770,6 +1791,134 @@ def plan_groups(
         loss_tokens=loss,
     )
     return plan
+
+
+def _largest_alive(left: list[int], i: int) -> int:
+    """The last alive position <= ``i`` (-1: none), ``left`` a union-find of dead positions
+    pointing left (path halving)."""
+    while i >= 0 and left[i] != i:
+        left[i] = left[left[i]] if left[i] >= 0 else -1
+        i = left[i]
+    return i
+
+
+def fill_rows(sizes: np.ndarray, capacity: int, candidates: int = 64) -> tuple[np.ndarray, int]:
+    """Rows built one at a time, each as full as a short search makes it; returns
+    ``(row_of, num_rows)`` for ``sizes`` (each <= capacity), rows numbered as built.
+
+    A row takes the largest item left, then (while even three of the largest items that fit
+    could not fill it) the largest item that fits, then the best completion by at most three
+    more items: every single, every pair, and triples whose two smaller members come from
+    ``candidates`` sizes spread over the sizes left (the third found by binary search). For
+    large items (a GRPO group of a quarter row), where best fit leaves a gap in most rows that
+    no whole item fills, this finds rows that add up. Deterministic: ties by position.
+    Cost: O(N) per row for the sizes left, O(candidates²) per row for the search.
+
+    >>> fill_rows(np.array([7, 6, 5, 4, 3, 3]), 14)
+    (array([0, 1, 1, 0, 1, 0]), 2)
+    """
+    n = int(sizes.size)
+    order = np.argsort(sizes, kind="stable")  # ascending
+    vals = sizes[order].astype(np.int64)
+    alive = np.ones(n, dtype=bool)
+    left = list(range(n))
+    row_of = np.full(n, -1, dtype=np.int64)
+    rows = 0
+    top = n - 1
+
+    def take(pos: int) -> None:
+        alive[pos] = False
+        left[pos] = pos - 1
+        row_of[order[pos]] = rows
+
+    def pick(value: int) -> None:  # the last alive position holding value
+        pos = _largest_alive(left, int(np.searchsorted(vals, value, side="right")) - 1)
+        take(pos)
+
+    while True:
+        top = _largest_alive(left, top)
+        if top < 0:
+            break
+        take(top)
+        room = capacity - int(vals[top])
+        while True:  # greedy while three items cannot fill the room
+            pos = _largest_alive(left, int(np.searchsorted(vals, room, side="right")) - 1)
+            if pos < 0 or 3 * int(vals[pos]) >= room:
+                break
+            take(pos)
+            room -= int(vals[pos])
+        rest = vals[alive]
+        rest = rest[: int(np.searchsorted(rest, room, side="right"))]
+        if rest.size:
+            best, chosen = int(rest[-1]), [int(rest[-1])]
+            starts = np.flatnonzero(np.diff(rest, prepend=-1))
+            uniq = rest[starts]
+            counts = np.diff(np.append(starts, rest.size))
+            if rest.size >= 2:  # pairs: each value with the largest partner that fits
+                j = np.searchsorted(uniq, room - uniq, side="right") - 1
+                own = np.arange(uniq.size)
+                j = np.where((j == own) & (counts < 2), j - 1, j)
+                ok = j >= 0
+                if ok.any():
+                    tot = np.where(ok, uniq + uniq[np.maximum(j, 0)], -1)
+                    k = int(np.argmax(tot))
+                    if int(tot[k]) > best:
+                        best, chosen = int(tot[k]), [int(uniq[k]), int(uniq[j[k]])]
+            if rest.size >= 3 and best < room:
+                pick_idx = np.linspace(0, uniq.size - 1, min(candidates, uniq.size))
+                idx = np.unique(pick_idx.astype(np.int64))
+                ia = np.repeat(idx, idx.size)  # every (a, b) pair of candidates
+                ib = np.tile(idx, idx.size)
+                a, b_ = uniq[ia], uniq[ib]
+                keep = (ia <= ib) & (a + b_ <= room) & ((ia != ib) | (counts[ia] >= 2))
+                ia, ib, a, b_ = ia[keep], ib[keep], a[keep], b_[keep]
+                ci = np.searchsorted(uniq, room - a - b_, side="right") - 1
+                for _ in range(3):  # step down while the counts cannot give a third item
+                    c0 = np.maximum(ci, 0)
+                    need = 1 + (c0 == ia) + (c0 == ib)
+                    bad = (ci >= 0) & (counts[c0] < need)
+                    if not bad.any():
+                        break
+                    ci = np.where(bad, ci - 1, ci)
+                c0 = np.maximum(ci, 0)
+                ok = (ci >= 0) & (counts[c0] >= 1 + (c0 == ia) + (c0 == ib))
+                if ok.any():
+                    tot = np.where(ok, a + b_ + uniq[c0], -1)
+                    k = int(np.argmax(tot))
+                    if int(tot[k]) > best:
+                        best, chosen = int(tot[k]), [int(a[k]), int(b_[k]), int(uniq[c0[k]])]
+            for value in chosen:
+                pick(value)
+        rows += 1
+    return row_of, rows
+
+
+def _slack_layout(
+    row_of: np.ndarray,
+    sizes: np.ndarray,
+    capacity: int,
+    num_rows: int,
+    per: int,
+    seed: int,
+    epoch: int,
+) -> np.ndarray | None:
+    """The final place of every item's row: rows shuffled per epoch, batches of ``per`` rows,
+    a batch's rows by increasing free space; None where next fit would not find those rows
+    again (a row's largest item, listed first, fitting in the free space of the row before it).
+    """  # fmt: skip
+    free = capacity - np.bincount(row_of, weights=sizes, minlength=num_rows).astype(np.int64)
+    largest = np.zeros(num_rows, dtype=np.int64)
+    np.maximum.at(largest, row_of, sizes)
+    order = _row_order(num_rows, seed=seed, epoch=epoch)
+    for lo in range(0, num_rows, per):
+        chunk = order[lo : lo + per]
+        chunk = chunk[np.lexsort((chunk, free[chunk]))]
+        if np.any(largest[chunk[1:]] <= free[chunk[:-1]]):
+            return None
+        order[lo : lo + per] = chunk
+    rank = np.empty(num_rows, dtype=np.int64)
+    rank[order] = np.arange(num_rows, dtype=np.int64)
+    return rank[row_of]
 
 
 def batch_loss_tokens(plan: PackedPlan, lengths: Any, *, prefix: bool = False) -> np.ndarray:
