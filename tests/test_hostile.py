@@ -146,6 +146,8 @@ NOT_ATTACKED = {
     "padless.torch.PreferencePairs": "takes preference rows (checked by field): "
     "tests/test_trl_dpo.py",
     "padless.hf.PadlessTrainerMixin": "needs a transformers Trainer: tests/test_hf.py attacks it",
+    "padless.hf.PackedDPOMixin": "needs TRL's DPOTrainer: tests/test_trl_dpo.py refuses its "
+    "settings",
 }
 
 
@@ -1001,6 +1003,13 @@ ENTRIES: list[Entry] = [
         {"capacity": 16},
         ["capacity", "rows", "position_start", "pad_id", "attention_mask"],  # keys: any str
         _collate_on([{"group": 0, "prompt_ids": [1], "completion_ids": [2]}]),
+    ),
+    (
+        padless.hf.PreferenceCollator,
+        "PreferenceCollator",
+        {"capacity": 16},
+        ["capacity", "pad_id"],
+        _collate_on([{"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}]),
     ),
     (
         padless.torch.collate_for,

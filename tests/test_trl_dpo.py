@@ -20,6 +20,7 @@ from trl import DPOConfig, DPOTrainer  # noqa: E402
 from trl.trainer.dpo_trainer import DataCollatorForPreference  # noqa: E402
 
 from padless import plan_groups  # noqa: E402
+from padless.hf import PackedDPOMixin  # noqa: E402
 from padless.torch import (  # noqa: E402
     PreferencePairs,
     collate_groups,
@@ -49,13 +50,21 @@ def _model(seed: int) -> LlamaForCausalLM:
     return LlamaForCausalLM(config)
 
 
-def _trainer(out: Path) -> DPOTrainer:
+class PackedDPOTrainer(PackedDPOMixin, DPOTrainer):
+    """TRL's DPOTrainer on packed pairs."""
+
+
+def _tokenizer() -> PreTrainedTokenizerFast:
     vocab = {f"t{i}": i for i in range(hft.VOCAB)}
-    tok = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
         pad_token="t0",
         eos_token="t1",
     )
+
+
+def _trainer(out: Path) -> DPOTrainer:
+    tok = _tokenizer()
     rows = [{"prompt": "t3 t4", "chosen": " t5", "rejected": " t6"}] * 2
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
@@ -129,3 +138,77 @@ def test_dpo_loss_refuses_groups_that_are_not_pairs():
     )
     with pytest.raises(ValueError, match="groups of two completions"):
         dpo_loss(batch, torch.zeros(3), torch.zeros(3))
+
+
+def _text_rows(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+
+    def words(lo: int, hi: int) -> str:
+        return " ".join(f"t{t}" for t in rng.integers(2, hft.VOCAB, int(rng.integers(lo, hi))))
+
+    return [
+        {"prompt": words(2, 8), "chosen": " " + words(1, 6), "rejected": " " + words(1, 6)}
+        for _ in range(n)
+    ]
+
+
+def _train(cls, out: Path, rows: list[dict], **extra) -> DPOTrainer:
+    settings = {**hft.SETTINGS, "num_train_epochs": 1, "gradient_accumulation_steps": 1}
+    config = DPOConfig(str(out), **settings, beta=BETA, bf16=False, per_device_train_batch_size=4)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        trainer = cls(
+            model=_model(0),
+            ref_model=_model(1),
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=_tokenizer(),
+            **extra,
+        )
+        trainer.train()
+        return trainer
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def test_dpotrainer_on_packed_pairs_trains_to_trls_weights(tmp_path):
+    """The same pairs, seed and steps: TRL's padded DPOTrainer and the packed one end with the
+    same weights (each step's loss and gradient equal)."""
+    rows = _text_rows(12, seed=1)
+    theirs = _train(DPOTrainer, tmp_path / "padded", rows)
+    ours = _train(PackedDPOTrainer, tmp_path / "packed", rows, capacity=48)
+    assert ours.state.global_step == theirs.state.global_step == 3
+    for a, b in zip(theirs.model.parameters(), ours.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(_model(0).parameters(), ours.model.parameters(), strict=True)
+    ]
+    assert any(moved)  # it trained
+
+
+@pytest.mark.parametrize(
+    ("extra", "config", "match"),
+    [
+        ({}, {"loss_type": ["hinge"]}, "loss_type=\\['hinge'\\] is not supported"),
+        ({}, {"ld_alpha": 0.5}, "ld_alpha=0.5"),
+        (
+            {"data_collator": DataCollatorForPreference(pad_token_id=0)},
+            {},
+            "data_collator must be None",
+        ),
+    ],
+)
+def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, extra, config, match):
+    settings = {**hft.SETTINGS, **config}
+    with pytest.raises(ValueError, match=match):
+        PackedDPOTrainer(
+            model=_model(0),
+            ref_model=_model(1),
+            args=DPOConfig(str(tmp_path), **settings, bf16=False),
+            train_dataset=Dataset.from_list(_text_rows(2, seed=0)),
+            processing_class=_tokenizer(),
+            capacity=48,
+            **extra,
+        )
