@@ -39,6 +39,12 @@ from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
+from .torch._groups import (
+    GroupCollate,
+    PreferencePairs,
+    completion_logprobs,
+    dpo_loss,
+)
 from .torch._packed_check import check_packed as _check_packed
 from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
@@ -1472,13 +1478,9 @@ class PreferenceCollator:
     its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`)."""
 
     def __init__(self, capacity: int, *, pad_id: int = 0) -> None:
-        from .torch._groups import GroupCollate
-
         self.collate = GroupCollate(capacity, pad_id=pad_id)
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        from .torch._groups import PreferencePairs
-
         pairs = PreferencePairs(rows)
         return self.collate([pairs[k] for k in range(len(pairs))])
 
@@ -1531,8 +1533,6 @@ class PackedDPOMixin:
 
     def _compute_loss(self, model: Any, inputs: Any, return_outputs: bool) -> Any:
         import torch
-
-        from .torch._groups import completion_logprobs, dpo_loss
 
         me = cast(Any, self)
         if "target_index" not in inputs:
