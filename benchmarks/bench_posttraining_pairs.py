@@ -11,8 +11,12 @@
    shared-prefix DPO (plan_groups, collate_groups, completion_logprobs, dpo_loss) on the same
    pairs, run side by side in this process; tokens counted as TRL's (prompt + completion per
    sequence) in both.
+4. TRL's DPOTrainer.train() against the same trainer with padless.hf.PackedDPOMixin (each
+   batch's pairs packed next fit into rows, prompts once), one epoch on the same pairs and seed:
+   tokens/s of the whole loop.
 
 Run: .venv/bin/python benchmarks/bench_posttraining_pairs.py [--pairs 20000] [--trl-pairs 96]
+(the trainer comparison trains on 4 × --trl-pairs pairs, rows of --trl-capacity 512)
 """
 
 from __future__ import annotations
@@ -192,17 +196,92 @@ def trl_ratio(num_pairs: int, pairs_per_step: int, repeat: int) -> None:
                 ref_logps = completion_logprobs(ref(**args).logits, batch)
             dpo_loss(batch, logps, ref_logps, beta=0.1).backward()
 
-    times = {}
-    for name, fn in (("padded (TRL)", padded), ("packed (padless)", packed)):
+    runs = (("padded (TRL)", padded), ("packed (padless)", packed))
+    for _, fn in runs:
         fn()  # warm-up
-        best = min(_timed(fn) for _ in range(repeat))
-        times[name] = best
+    times = dict.fromkeys((name for name, _ in runs), float("inf"))
+    for _ in range(repeat):  # interleaved: a change of the machine's load hits both
+        for name, fn in runs:
+            times[name] = min(times[name], _timed(fn))
     a, b = times["padded (TRL)"], times["packed (padless)"]
     print(
         f"TRL DPO, {num_pairs} pairs, tiny Llama (h=64, 2 layers) fp32 CPU 1 thread: padded "
         f"{tokens / a:,.0f} tokens/s ({pairs_per_step} pairs per step), packed {tokens / b:,.0f} "
         f"tokens/s ({len(batches)} rows of {capacity}, collate outside the timing; fill "
         f"{plan.info['efficiency']:.3f}); packed / padded = {a / b:.2f}x"
+    )
+
+
+def trl_train_ratio(num_pairs: int, pairs_per_step: int, capacity: int, repeat: int) -> None:
+    """TRL's DPOTrainer.train() against PackedDPOMixin's on the same text pairs, seed and
+    steps (TRL's own sampler and optimizer; the same weights come out, tests/test_trl_dpo.py)."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+    from trl import DPOConfig, DPOTrainer
+
+    from padless.hf import PackedDPOMixin
+
+    class PackedDPOTrainer(PackedDPOMixin, DPOTrainer):
+        pass
+
+    torch.set_num_threads(1)
+    vocab_size = 512
+
+    def model(seed: int) -> LlamaForCausalLM:
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            use_cache=False, attn_implementation="sdpa",
+        )  # fmt: skip
+        return LlamaForCausalLM(config)
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(
+            models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0")
+        ),
+        pad_token="t0",
+        eos_token="t1",
+    )
+    p, c, r = (np.maximum(x // 8, 2) for x in preference_lengths(num_pairs, seed=2))
+    rng = np.random.default_rng(0)
+
+    def words(n: int) -> str:
+        return " ".join(f"t{t}" for t in rng.integers(2, vocab_size, int(n)))
+
+    rows = [
+        {"prompt": words(a), "chosen": " " + words(b), "rejected": " " + words(d)}
+        for a, b, d in zip(p, c, r, strict=True)
+    ]
+    tokens = int((2 * p + c + r).sum()) + 2 * num_pairs  # TRL appends EOS to each completion
+    hf_logging.set_verbosity_error()
+    times = {"padded": float("inf"), "packed": float("inf")}
+    runs = (("padded", DPOTrainer, {}), ("packed", PackedDPOTrainer, {"capacity": capacity}))
+    for name, cls, extra in runs * repeat:  # interleaved, best of repeat
+        with tempfile.TemporaryDirectory() as out:
+            config = DPOConfig(
+                out, report_to=[], use_cpu=True, bf16=False, beta=0.1, num_train_epochs=1,
+                per_device_train_batch_size=pairs_per_step, save_strategy="no",
+                logging_strategy="no", disable_tqdm=True, max_length=None, seed=0,
+            )  # fmt: skip
+            trainer = cls(
+                model=model(0), ref_model=model(1), args=config,
+                train_dataset=Dataset.from_list(rows), processing_class=tok, **extra,
+            )  # fmt: skip
+            t = time.perf_counter()
+            trainer.train()
+            times[name] = min(times[name], time.perf_counter() - t)
+    a, b = times["padded"], times["packed"]
+    print(
+        f"TRL DPOTrainer.train(), {num_pairs} pairs, {pairs_per_step} a step, 1 epoch: padded "
+        f"{tokens / a:,.0f} tokens/s, PackedDPOMixin (rows of {capacity}) {tokens / b:,.0f} "
+        f"tokens/s; packed / padded = {a / b:.2f}x (everything in the step: loader, collate, "
+        "forward, backward, optimizer)"
     )
 
 
@@ -219,13 +298,15 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=16384)
     ap.add_argument("--trl-pairs", type=int, default=96)
     ap.add_argument("--trl-step", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--trl-capacity", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"load: {os.getloadavg()} (shared machine)")
     dpo(args.pairs, args.capacity)
     grpo(args.prompts, args.capacity)
     if args.trl_pairs:
         trl_ratio(args.trl_pairs, args.trl_step, args.repeat)
+        trl_train_ratio(4 * args.trl_pairs, args.trl_step, args.trl_capacity, args.repeat)
 
 
 if __name__ == "__main__":
