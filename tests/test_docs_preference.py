@@ -17,7 +17,7 @@ DOC = Path(__file__).parent.parent / "docs" / "preference.md"
 
 def test_the_page_runs(tmp_path):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     code = "import torch\ntorch.set_num_threads(1)\n" + "\n".join(blocks)
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, timeout=300, capture_output=True, text=True

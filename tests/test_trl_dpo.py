@@ -212,3 +212,32 @@ def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, extra
             capacity=48,
             **extra,
         )
+
+
+def test_a_packing_sampler_over_pair_rows_gives_the_collator_its_planned_rows():
+    """A TRL preference row is one group: PackingSampler over rows of P + C + R tokens plans
+    the pairs (resumable, per rank, per epoch), and PreferenceCollator packs each batch into
+    exactly the planned rows."""
+    from padless import PackingSampler, plan_packing
+    from padless.hf import PreferenceCollator
+
+    rows = _pairs(40, seed=3)
+    lengths = [len(r["prompt_ids"]) + len(r["chosen_ids"]) + len(r["rejected_ids"]) for r in rows]
+    sampler = PackingSampler(lengths, capacity=40, rows_per_batch=3, seed=1)
+    collate = PreferenceCollator(40)
+    plan = plan_packing(lengths, capacity=40, rows_per_batch=3, seed=1)
+    row_of = {int(i): r for r, items in enumerate(plan.rows) for i in items}
+    seen = []
+    for batch_idx in sampler:
+        batch = collate([rows[i] for i in batch_idx])
+        # the collate's rows: each pair's row from where its chosen completion's targets lie
+        got = (batch["target_index"][batch["completion_loss_tokens"].cumsum(0) - 1] // 40)[0::2]
+        planned = [row_of[i] for i in batch_idx]
+        assert batch["input_ids"].shape == (len(set(planned)), 40)
+        assert len(set(zip(got.tolist(), planned, strict=True))) == len(set(planned))
+        assert batch["executed_tokens"] == sum(lengths[i] for i in batch_idx)
+        assert batch["loss_tokens"] == sum(
+            lengths[i] - len(rows[i]["prompt_ids"]) for i in batch_idx
+        )
+        seen.extend(batch_idx)
+    assert sorted(seen) == list(range(len(rows)))
