@@ -1700,9 +1700,11 @@ def plan_groups(
     ``lengths`` are their completions' and a group takes ``prefix + Σ lengths`` tokens: its
     prompt once, then its completions (shared-prefix packing). ``plan.info`` reports
     ``groups``, ``logical_tokens`` (every completion with its own prompt copy),
-    ``executed_tokens`` (= ``real_tokens``: prompts once), ``loss_tokens`` (completion tokens
+    ``executed_tokens`` (the rows' tokens: prompts once), ``loss_tokens`` (completion tokens
     with a prefix, else each item's length - 1: the tokens a causal LM predicts) and
-    ``efficiency`` = executed ÷ (rows × capacity). :func:`batch_loss_tokens` gives the count per
+    ``efficiency`` = executed ÷ (rows × capacity), the rows' fill; ``real_tokens`` (and the
+    plan's ``real_tokens`` and ``efficiency`` properties) count the items' own tokens, without
+    the prompts. :func:`batch_loss_tokens` gives the count per
     batch.
 
     Args:
@@ -1771,7 +1773,7 @@ def plan_groups(
     executed = int(ksizes.sum())
     plan = _packed_plan(
         indices, row_bounds, None, own[indices], cap, None, per, mode,
-        _oversize_report(int(over.size)), n, skipped, real=executed,
+        _oversize_report(int(over.size)), n, skipped,
     )  # fmt: skip
     kept_items = own[indices]
     if prefix is None:
@@ -1780,7 +1782,9 @@ def plan_groups(
         prompts = sizes[placed] - np.add.reduceat(kept_items, np.cumsum(m) - m) if m.size else m
         logical = int(kept_items.sum()) + int((prompts * m).sum())
         loss = int(kept_items.sum())
+    slots = int(num_rows) * cap
     plan.info.update(
+        efficiency=executed / slots if slots else 1.0,
         groups=int(keep.size),
         dropped=int(over.size),
         tokens_lost=int(sizes[over].sum()),
