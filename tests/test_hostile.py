@@ -139,7 +139,16 @@ NOT_ATTACKED = {
     "padless.lightning.CheckPacked": "a Lightning callback (loading it imports Lightning, ~3 s): "
     "tests/test_lightning.py checks its model=",
     # covered where their collaborators exist
+    "padless.torch.completion_logprobs": "takes a model's logits and a collate_groups batch: "
+    "tests/test_prefix_packing.py",
+    "padless.torch.check_prefix_packed": "takes a model: tests/test_prefix_packing.py",
+    "padless.torch.dpo_loss": "takes log-prob tensors of a collate_groups batch: "
+    "tests/test_trl_dpo.py",
+    "padless.torch.PreferencePairs": "takes preference rows (checked by field): "
+    "tests/test_trl_dpo.py",
     "padless.hf.PadlessTrainerMixin": "needs a transformers Trainer: tests/test_hf.py attacks it",
+    "padless.hf.PackedDPOMixin": "needs TRL's DPOTrainer: tests/test_trl_dpo.py refuses its "
+    "settings",
 }
 
 
@@ -339,6 +348,20 @@ ENTRIES: list[Entry] = [
         "plan_packing",
         {"lengths": L, "capacity": 128},
         ["seed", "epoch", "capacity"],
+        None,
+    ),
+    (
+        padless.plan_groups,
+        "plan_groups",
+        {"lengths": L, "groups": np.arange(L.shape[0]) // 2, "capacity": 1 << 12},
+        ["seed", "epoch", "capacity", "rows_per_batch", "oversize", "search"],
+        None,
+    ),
+    (
+        padless.batch_loss_tokens,
+        "batch_loss_tokens",
+        {"plan": PLAN, "lengths": L},
+        ["prefix"],
         None,
     ),
     (
@@ -993,6 +1016,27 @@ ENTRIES: list[Entry] = [
         ["capacity", "max_per_row", "rows", "keys", "position_start", "pad_id", "ignore_index"]
         + ["decoder_start_id"],
         _collate_on([([1], [2]), ([3], [4])]),  # fits any capacity pair
+    ),
+    (
+        padless.torch.collate_groups,
+        "collate_groups",
+        {"capacity": 16},
+        ["capacity", "rows", "position_start", "pad_id", "attention_mask"],  # keys: any str
+        _collate_on([{"group": 0, "prompt_ids": [1], "completion_ids": [2]}]),
+    ),
+    (
+        padless.torch.GroupCollate,
+        "GroupCollate",
+        {"capacity": 16},
+        ["capacity", "rows", "position_start", "pad_id", "attention_mask"],  # keys: any str
+        _collate_on([{"group": 0, "prompt_ids": [1], "completion_ids": [2]}]),
+    ),
+    (
+        padless.hf.PreferenceCollator,
+        "PreferenceCollator",
+        {"capacity": 16},
+        ["capacity", "pad_id"],
+        _collate_on([{"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}]),
     ),
     (
         padless.torch.collate_for,

@@ -49,6 +49,8 @@ _EXPORTS = {
     "PackedPlan": "padless.core.plan",
     "PackingSampler": "padless.sampling.shortcuts",
     "PieceDataset": "padless.planners.packing",
+    "plan_groups": "padless.planners.packing",
+    "batch_loss_tokens": "padless.planners.packing",
     "shuffle_file": "padless.shuffle",
     "ShuffleResult": "padless.shuffle",
     "MixtureSampler": "padless.sampling.mixing",
@@ -93,6 +95,8 @@ if TYPE_CHECKING:
     from .planners.exact import ExactLength as ExactLength
     from .planners.packing import Packing as Packing
     from .planners.packing import PieceDataset as PieceDataset
+    from .planners.packing import batch_loss_tokens as batch_loss_tokens
+    from .planners.packing import plan_groups as plan_groups
     from .planners.shapes import FixedShapes as FixedShapes
     from .planners.shapes import shape_set as shape_set
     from .planners.spec import Spec as Spec

@@ -39,6 +39,12 @@ from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
+from .torch._groups import (
+    GroupCollate,
+    PreferencePairs,
+    completion_logprobs,
+    dpo_loss,
+)
 from .torch._packed_check import check_packed as _check_packed
 from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
@@ -1475,8 +1481,96 @@ class PaddedCollator:
         return f"PaddedCollator({how}, pad_id={self.pad_id}, separator_id={self.separator_id})"
 
 
+class PreferenceCollator:
+    """TRL's tokenized preference rows (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) as a
+    packed :func:`padless.torch.collate_groups` batch: each row one group, its prompt once, then
+    its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`)."""
+
+    def __init__(self, capacity: int, *, pad_id: int = 0) -> None:
+        self.collate = GroupCollate(capacity, pad_id=pad_id)
+
+    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        pairs = PreferencePairs(rows)
+        return self.collate([pairs[k] for k in range(len(pairs))])
+
+    def __repr__(self) -> str:
+        return f"PreferenceCollator(capacity={self.collate.capacity})"
+
+
+class PackedDPOMixin:
+    """Mix into TRL's ``DPOTrainer`` (``class PackedDPOTrainer(PackedDPOMixin, DPOTrainer)``) to
+    train DPO on padding-free packed pairs: each batch's pairs packed into rows of ``capacity``
+    tokens, a pair's prompt once, its chosen and rejected completions after it under the
+    shared-prefix mask (:func:`padless.torch.collate_groups`), the loss TRL's sigmoid DPO loss
+    on the completions' log-probs (:func:`padless.torch.dpo_loss`). tests/test_trl_dpo.py trains
+    it beside TRL's own padded DPOTrainer and finds the same weights.
+
+    TRL's own ``padding_free`` is disabled for DPO (TRL 1.x); this mixin replaces the collator and
+    the loss only. The settings it does not implement are refused when built, naming them:
+    ``loss_type`` other than ``"sigmoid"``, ``f_divergence_type``, ``ld_alpha``,
+    ``use_weighting``, ``precompute_ref_logps``, a router aux loss, a PEFT model without a
+    ``ref_model``, and a ``data_collator`` of your own (pass ``capacity``). A pair longer than
+    ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
+    Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
+    """
+
+    def __init__(self, *args: Any, capacity: int, **kwargs: Any) -> None:
+        if kwargs.get("data_collator", args[3] if len(args) > 3 else None) is not None:
+            raise ValueError(
+                "data_collator must be None with PackedDPOMixin: it packs the pairs itself "
+                "(PreferenceCollator(capacity)); pass capacity= instead"
+            )
+        collator = PreferenceCollator(capacity)
+        super().__init__(*args, **kwargs)
+        me = cast(Any, self)
+        refused = {
+            "loss_type": (list(me.loss_types) != ["sigmoid"], list(me.loss_types)),
+            "f_divergence_type": (me.f_divergence_type != "reverse_kl", me.f_divergence_type),
+            "ld_alpha": (me.ld_alpha is not None, me.ld_alpha),
+            "use_weighting": (bool(me.use_weighting), me.use_weighting),
+            "precompute_ref_logps": (bool(me.precompute_ref_logps), me.precompute_ref_logps),
+            "router aux loss": (bool(me.aux_loss_enabled), me.aux_loss_enabled),
+            "ref_model": (me.ref_model is None, None),
+        }
+        for name, (bad, value) in refused.items():
+            if bad:
+                raise ValueError(
+                    f"PackedDPOMixin supports TRL's sigmoid DPO loss with a reference model only: "
+                    f"{name}={value!r} is not supported; use TRL's DPOTrainer for it"
+                )
+        me.data_collator = collator
+
+    def _compute_loss(self, model: Any, inputs: Any, return_outputs: bool) -> Any:
+        import torch
+
+        me = cast(Any, self)
+        if "target_index" not in inputs:
+            raise ValueError(
+                "PackedDPOMixin got a batch without 'target_index': its data_collator must be "
+                f"PreferenceCollator, got keys {sorted(inputs)!r:.80}"
+            )
+        args = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask")}
+        logps = completion_logprobs(model(**args, use_cache=False).logits, inputs)
+        with torch.no_grad():
+            ref = completion_logprobs(me.ref_model(**args, use_cache=False).logits, inputs)
+        loss = dpo_loss(inputs, logps, ref, beta=me.beta)
+        mode = "train" if me.model.training else "eval"
+        ratio = (logps - ref).detach()
+        chosen, rejected = me.beta * ratio[0::2], me.beta * ratio[1::2]
+        gather, metrics = me.accelerator.gather, me._metrics[mode]
+        metrics["rewards/chosen"].append(gather(chosen).mean().item())
+        metrics["rewards/rejected"].append(gather(rejected).mean().item())
+        metrics["rewards/accuracies"].append(gather((chosen > rejected).float()).mean().item())
+        metrics["rewards/margins"].append(gather(chosen - rejected).mean().item())
+        metrics["logps/chosen"].append(gather(logps.detach()[0::2]).mean().item())
+        metrics["logps/rejected"].append(gather(logps.detach()[1::2]).mean().item())
+        return (loss, None) if return_outputs else loss
+
+
 __all__ = [
     "STATE_FILE",
+    "PackedDPOMixin",
+    "PreferenceCollator",
     "PaddedCollator",
     "PaddingFreeCollator",
     "PadlessTrainerMixin",

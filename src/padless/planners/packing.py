@@ -35,7 +35,7 @@ from .. import _kernels as K
 from .._kernels import cost as KC
 from .._kernels import windows as KW
 from ..core import _rng
-from ..core._check import check_bool, positive, positive_or_none
+from ..core._check import check_bool, check_choice, check_seed, positive, positive_or_none
 from ..core.cost import (
     Cost,
     check_max_cost,
@@ -46,7 +46,7 @@ from ..core.cost import (
     model_of,
     packed_batch_costs,
 )
-from ..core.lengths import MAX_LENGTH
+from ..core.lengths import MAX_LENGTH, as_lengths
 from ..core.plan import (  # the plan types live in padless.core.plan
     BatchPlan,
     PackedPlan,
@@ -1086,6 +1086,52 @@ class Packing(Spec):
         multiple = cp_multiple(self.context_parallel)  # documents are planned padded to it
         return lo // multiple * multiple
 
+    def plan_groups(
+        self, lengths: Any, groups: Any, *, prefix: Any = None, seed: int = 0, epoch: int = 0
+    ) -> PackedPlan:
+        """This spec's rows with ``groups`` kept whole (:func:`plan_groups`: ``capacity``,
+        ``rows_per_batch`` and ``oversize`` are this spec's). The settings that would cut or
+        price a group differently are refused, naming both parts.
+
+        >>> Packing(capacity=8).plan_groups([3, 4, 5, 2], [1, 1, 2, 2]).num_rows
+        2
+        >>> Packing(capacity=8, oversize="split").plan_groups([3, 4], [1, 1])
+        Traceback (most recent call last):
+        ValueError: groups= cannot be honoured with oversize='split': ...
+        """
+        why = {
+            "oversize": (
+                self.oversize in ("split", "truncate"),
+                'a group is placed whole or not at all; use oversize="error" or "drop"',
+            ),
+            "capacity": (
+                self.per_field or self.capacity_schedule is not None,
+                "groups are packed into rows of one fixed capacity; give an int capacity",
+            ),
+            "max_per_row": (
+                self.max_per_row is not None,
+                "a row is filled by whole groups, not counted in items; leave max_per_row=None",
+            ),
+            "cost": (self.cost is not None, "groups are placed by tokens; leave cost=None"),
+            "max_row_cost": (
+                self.max_row_cost is not None,
+                "groups are placed by tokens; leave max_row_cost=None",
+            ),
+            "context_parallel": (
+                self.context_parallel != 1,
+                "a shared prompt cannot be cut into context-parallel shares; use 1",
+            ),
+        }
+        for name, (bad, fix) in why.items():
+            if bad:
+                raise ValueError(
+                    f"groups= cannot be honoured with {name}={getattr(self, name)!r}: {fix}"
+                )
+        return plan_groups(
+            lengths, groups, capacity=self.row_capacity, prefix=prefix,
+            rows_per_batch=self.rows_per_batch, oversize=self.oversize, seed=seed, epoch=epoch,
+        )  # fmt: skip
+
 
 class PackPlanner(Planner):
     """:class:`Packing` bound to lengths (a sequence over capacity refused once, if asked)."""
@@ -1547,3 +1593,358 @@ def _whole_batches(
         num += 1
         take = min(rows.size, num * per)
     return np.sort(rows[rank[:take]])
+
+
+# --- groups that stay together (DPO pairs, GRPO groups), a shared prompt once per row ---------
+
+
+def _as_ids_vector(name: str, value: Any, n: int) -> np.ndarray:
+    """An (N,) int64 vector of per-item values (``groups``, ``prefix``), N = the lengths'."""
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(
+            f"{name} must hold one value per item ({n}, as lengths), got shape {arr.shape}"
+        )
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise TypeError(f"{name} must hold ints, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def group_members(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items by group: ``(ids, members, starts)``; group ``g`` (id ``ids[g]``, ids increasing)
+    holds items ``members[starts[g]:starts[g + 1]]``, in increasing index order.
+
+    >>> ids, members, starts = group_members(np.array([7, 3, 7, 3, 5]))
+    >>> ids.tolist(), members.tolist(), starts.tolist()
+    ([3, 5, 7], [1, 3, 4, 0, 2], [0, 2, 3, 5])
+    """
+    members = np.argsort(groups, kind="stable").astype(np.int64)
+    ordered = groups[members]
+    firsts = np.flatnonzero(np.diff(ordered, prepend=ordered[:1] - 1)) if ordered.size else members
+    starts = np.append(firsts, ordered.size).astype(np.int64)
+    return ordered[firsts], members, starts
+
+
+def group_sizes(
+    lengths: Any, groups: Any, prefix: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tokens each group takes in a row: ``(ids, members, starts, sizes)`` as
+    :func:`group_members`, ``sizes[g]`` = the group's lengths summed, plus its prompt once
+    when ``prefix`` (the prompt length of every item, equal within a group) is given.
+
+    >>> group_sizes([3, 4, 5], [0, 0, 1], prefix=[10, 10, 2])[3].tolist()
+    [17, 7]
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise ValueError(
+            f"lengths must be 1-D with groups (one length per item), got shape {lengths.shape}"
+        )
+    sizes = as_lengths(lengths)
+    n = int(sizes.shape[0])
+    gid = _as_ids_vector("groups", groups, n)
+    ids, members, starts = group_members(gid)
+    counts = np.diff(starts)
+    total = np.add.reduceat(sizes[members], starts[:-1]) if n else np.zeros(0, np.int64)
+    if prefix is not None:
+        pre = _as_ids_vector("prefix", prefix, n)
+        if pre.size and int(pre.min()) < 0:
+            i = int(np.argmin(pre))
+            raise ValueError(
+                f"prefix must be >= 0 (a prompt length), got {int(pre[i])} at item {i}"
+            )
+        first = pre[members[starts[:-1]]]
+        differs = np.flatnonzero(pre[members] != np.repeat(first, counts))
+        if differs.size:
+            i = int(members[differs[0]])
+            g = int(np.searchsorted(starts, differs[0], side="right") - 1)
+            raise ValueError(
+                f"prefix must be equal within a group (the group's shared prompt): group "
+                f"{int(ids[g])} has prefix {int(first[g])} at item {int(members[starts[g]])} "
+                f"and {int(pre[i])} at item {i}"
+            )
+        total = total + first
+    return ids, members, starts, total.astype(np.int64)
+
+
+def plan_groups(
+    lengths: Any,
+    groups: Any,
+    *,
+    capacity: int,
+    prefix: Any = None,
+    rows_per_batch: int = 1,
+    oversize: str = "error",
+    search: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+) -> PackedPlan:
+    """Pack items into rows of ``capacity`` tokens so that a group never splits across rows.
+
+    ``groups`` gives each item a group id (a DPO pair: chosen and rejected share one; a GRPO
+    group: the G completions of one prompt). Groups are placed whole by best-fit decreasing on
+    their sizes (ties in a random order from (seed, epoch)), rows shuffled per epoch and batched
+    ``rows_per_batch`` at a time, as :func:`padless.plan_packing` does with sequences. A row
+    lists its groups one after the other, largest first, each group's items in increasing index
+    order (so ``padless.torch.collate_groups`` finds the groups again as runs of equal ids, and
+    cuts a batch's rows back next fit).
+
+    Groups are large items (a GRPO group of 8 is often a quarter of a row), where best fit
+    leaves a gap in most rows that no whole group fills. With ``search=True`` (default), where
+    best fit's rows exceed the token bound by over 0.5%, rows are also built one at a time by a
+    short subset search (:func:`fill_rows`) and kept when fewer; a batch's rows are then
+    ordered by their free space, kept only where that order lets next fit find the rows again
+    (:func:`_slack_layout` checks; best fit's rows otherwise).
+
+    With ``prefix`` (the prompt length of every item, equal within a group) the items'
+    ``lengths`` are their completions' and a group takes ``prefix + Σ lengths`` tokens: its
+    prompt once, then its completions (shared-prefix packing). ``plan.info`` reports
+    ``groups``, ``logical_tokens`` (every completion with its own prompt copy),
+    ``executed_tokens`` (the rows' tokens: prompts once), ``loss_tokens`` (completion tokens
+    with a prefix, else each item's length - 1: the tokens a causal LM predicts) and
+    ``efficiency`` = executed ÷ (rows × capacity), the rows' fill; ``real_tokens`` (and the
+    plan's ``real_tokens`` and ``efficiency`` properties) count the items' own tokens, without
+    the prompts. :func:`batch_loss_tokens` gives the count per
+    batch.
+
+    Args:
+        lengths: (N,) item lengths (completion lengths with ``prefix``).
+        groups: (N,) int group id per item (any ints; equal ids form one group).
+        capacity: tokens per row.
+        prefix: (N,) prompt length per item, or None (items are whole sequences).
+        rows_per_batch: rows per batch.
+        oversize: a group over ``capacity``: ``"error"`` (a ValueError naming the group, its
+            tokens and the capacity) or ``"drop"`` (its items in ``plan.skipped``).
+        search: where best fit needs 0.5% more rows than the tokens do, build rows with
+            :func:`fill_rows` and keep them if fewer (above).
+        seed, epoch: the tie-break and row-order streams (as ``plan_packing``).
+
+    >>> plan = plan_groups([4, 3, 5, 2, 6, 6], [0, 0, 1, 1, 2, 2], capacity=14)
+    >>> sorted(sorted(r.tolist()) for r in plan.rows)
+    [[0, 1, 2, 3], [4, 5]]
+    >>> plan_groups([2, 3, 2, 3], [0, 0, 1, 1], capacity=16, prefix=[5, 5, 6, 6]).info["executed_tokens"]
+    21
+    """
+    cap = check_capacity("capacity", capacity)
+    per = positive("rows_per_batch", rows_per_batch)
+    mode = check_choice("oversize", oversize, ("error", "drop"))
+    search = check_bool("search", search)
+    seed, epoch = check_seed("seed", seed), check_seed("epoch", epoch)
+    ids, members, starts, sizes = group_sizes(lengths, groups, prefix)
+    own = as_lengths(np.asarray(lengths))
+    n = int(own.shape[0])
+    counts = np.diff(starts)
+    over = np.flatnonzero(sizes > cap)
+    skipped = np.zeros(0, dtype=np.int64)
+    if over.size and mode == "error":
+        g = int(over[0])
+        raise ValueError(
+            f"group {int(ids[g])} has {int(sizes[g])} tokens ({int(counts[g])} items"
+            + (", its prompt once" if prefix is not None else "")
+            + f"), more than capacity={cap}: a group is never split across rows; raise "
+            f'capacity or pass oversize="drop" ({over.size} groups are over)'
+        )
+    keep = np.flatnonzero(sizes <= cap)
+    if over.size:
+        skipped = np.sort(np.concatenate([members[starts[g] : starts[g + 1]] for g in over]))
+    ksizes = np.ascontiguousarray(sizes[keep])
+    order, run_starts = length_order(ksizes, seed, epoch)
+    walk = order[::-1]
+    walk_sizes = np.ascontiguousarray(ksizes[walk])
+    row_of, num_rows = K.best_fit_rows(walk_sizes, cap, 0)
+    final = None
+    bound = -(-int(walk_sizes.sum()) // cap)
+    if search and num_rows > bound * 1.005 + 1:  # best fit is not near the bound: search
+        built, built_rows = fill_rows(walk_sizes, cap)
+        if built_rows < num_rows:
+            final = _slack_layout(built, walk_sizes, cap, built_rows, per, seed, epoch)
+            if final is not None:
+                row_of, num_rows = built, built_rows
+    if final is None:  # best fit's rows, a batch's rows in the order they opened
+        final = _row_rank(int(num_rows), per, seed, epoch)[row_of]
+    by_row = np.argsort(final, kind="stable")  # a row's groups in the order they were placed
+    placed = keep[walk[by_row]]  # group numbers, row after row
+    placed_rows = final[by_row]
+    m = counts[placed]
+    firsts = np.repeat(starts[placed] - (np.cumsum(m) - m), m)
+    indices = members[firsts + np.arange(int(m.sum()), dtype=np.int64)]
+    row_bounds = np.zeros(int(num_rows) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(placed_rows, weights=m, minlength=int(num_rows)), out=row_bounds[1:])
+    executed = int(ksizes.sum())
+    plan = _packed_plan(
+        indices, row_bounds, None, own[indices], cap, None, per, mode,
+        _oversize_report(int(over.size)), n, skipped,
+    )  # fmt: skip
+    kept_items = own[indices]
+    if prefix is None:
+        logical, loss = executed, int(kept_items.sum()) - int(indices.size)
+    else:
+        prompts = sizes[placed] - np.add.reduceat(kept_items, np.cumsum(m) - m) if m.size else m
+        logical = int(kept_items.sum()) + int((prompts * m).sum())
+        loss = int(kept_items.sum())
+    slots = int(num_rows) * cap
+    plan.info.update(
+        efficiency=executed / slots if slots else 1.0,
+        groups=int(keep.size),
+        dropped=int(over.size),
+        tokens_lost=int(sizes[over].sum()),
+        group_policy="row",
+        shared_prefix=prefix is not None,
+        logical_tokens=logical,
+        executed_tokens=executed,
+        loss_tokens=loss,
+    )
+    return plan
+
+
+def _largest_alive(left: list[int], i: int) -> int:
+    """The last alive position <= ``i`` (-1: none), ``left`` a union-find of dead positions
+    pointing left (path halving)."""
+    while i >= 0 and left[i] != i:
+        left[i] = left[left[i]] if left[i] >= 0 else -1
+        i = left[i]
+    return i
+
+
+def fill_rows(sizes: np.ndarray, capacity: int, candidates: int = 64) -> tuple[np.ndarray, int]:
+    """Rows built one at a time, each as full as a short search makes it; returns
+    ``(row_of, num_rows)`` for ``sizes`` (each <= capacity), rows numbered as built.
+
+    A row takes the largest item left, then (while even three of the largest items that fit
+    could not fill it) the largest item that fits, then the best completion by at most three
+    more items: every single, every pair, and triples whose two smaller members come from
+    ``candidates`` sizes spread over the sizes left (the third found by binary search). For
+    large items (a GRPO group of a quarter row), where best fit leaves a gap in most rows that
+    no whole item fills, this finds rows that add up. Deterministic: ties by position.
+    Cost: O(N) per row for the sizes left, O(candidates²) per row for the search.
+
+    >>> fill_rows(np.array([7, 6, 5, 4, 3, 3]), 14)
+    (array([0, 1, 1, 0, 1, 0]), 2)
+    """
+    n = int(sizes.size)
+    order = np.argsort(sizes, kind="stable")  # ascending
+    vals = sizes[order].astype(np.int64)
+    alive = np.ones(n, dtype=bool)
+    left = list(range(n))
+    row_of = np.full(n, -1, dtype=np.int64)
+    rows = 0
+    top = n - 1
+
+    def take(pos: int) -> None:
+        alive[pos] = False
+        left[pos] = pos - 1
+        row_of[order[pos]] = rows
+
+    def pick(value: int) -> None:  # the last alive position holding value
+        pos = _largest_alive(left, int(np.searchsorted(vals, value, side="right")) - 1)
+        take(pos)
+
+    while True:
+        top = _largest_alive(left, top)
+        if top < 0:
+            break
+        take(top)
+        room = capacity - int(vals[top])
+        while True:  # greedy while three items cannot fill the room
+            pos = _largest_alive(left, int(np.searchsorted(vals, room, side="right")) - 1)
+            if pos < 0 or 3 * int(vals[pos]) >= room:
+                break
+            take(pos)
+            room -= int(vals[pos])
+        rest = vals[alive]
+        rest = rest[: int(np.searchsorted(rest, room, side="right"))]
+        if rest.size:
+            best, chosen = int(rest[-1]), [int(rest[-1])]
+            starts = np.flatnonzero(np.diff(rest, prepend=-1))
+            uniq = rest[starts]
+            counts = np.diff(np.append(starts, rest.size))
+            if rest.size >= 2:  # pairs: each value with the largest partner that fits
+                j = np.searchsorted(uniq, room - uniq, side="right") - 1
+                own = np.arange(uniq.size)
+                j = np.where((j == own) & (counts < 2), j - 1, j)
+                ok = j >= 0
+                if ok.any():
+                    tot = np.where(ok, uniq + uniq[np.maximum(j, 0)], -1)
+                    k = int(np.argmax(tot))
+                    if int(tot[k]) > best:
+                        best, chosen = int(tot[k]), [int(uniq[k]), int(uniq[j[k]])]
+            if rest.size >= 3 and best < room:
+                pick_idx = np.linspace(0, uniq.size - 1, min(candidates, uniq.size))
+                idx = np.unique(pick_idx.astype(np.int64))
+                ia = np.repeat(idx, idx.size)  # every (a, b) pair of candidates
+                ib = np.tile(idx, idx.size)
+                a, b_ = uniq[ia], uniq[ib]
+                keep = (ia <= ib) & (a + b_ <= room) & ((ia != ib) | (counts[ia] >= 2))
+                ia, ib, a, b_ = ia[keep], ib[keep], a[keep], b_[keep]
+                ci = np.searchsorted(uniq, room - a - b_, side="right") - 1
+                for _ in range(3):  # step down while the counts cannot give a third item
+                    c0 = np.maximum(ci, 0)
+                    need = 1 + (c0 == ia) + (c0 == ib)
+                    bad = (ci >= 0) & (counts[c0] < need)
+                    if not bad.any():
+                        break
+                    ci = np.where(bad, ci - 1, ci)
+                c0 = np.maximum(ci, 0)
+                ok = (ci >= 0) & (counts[c0] >= 1 + (c0 == ia) + (c0 == ib))
+                if ok.any():
+                    tot = np.where(ok, a + b_ + uniq[c0], -1)
+                    k = int(np.argmax(tot))
+                    if int(tot[k]) > best:
+                        best, chosen = int(tot[k]), [int(a[k]), int(b_[k]), int(uniq[c0[k]])]
+            for value in chosen:
+                pick(value)
+        rows += 1
+    return row_of, rows
+
+
+def _slack_layout(
+    row_of: np.ndarray,
+    sizes: np.ndarray,
+    capacity: int,
+    num_rows: int,
+    per: int,
+    seed: int,
+    epoch: int,
+) -> np.ndarray | None:
+    """The final place of every item's row: rows shuffled per epoch, batches of ``per`` rows,
+    a batch's rows by increasing free space; None where next fit would not find those rows
+    again (a row's largest item, listed first, fitting in the free space of the row before it).
+    """  # fmt: skip
+    free = capacity - np.bincount(row_of, weights=sizes, minlength=num_rows).astype(np.int64)
+    largest = np.zeros(num_rows, dtype=np.int64)
+    np.maximum.at(largest, row_of, sizes)
+    order = _row_order(num_rows, seed=seed, epoch=epoch)
+    for lo in range(0, num_rows, per):
+        chunk = order[lo : lo + per]
+        chunk = chunk[np.lexsort((chunk, free[chunk]))]
+        if np.any(largest[chunk[1:]] <= free[chunk[:-1]]):
+            return None
+        order[lo : lo + per] = chunk
+    rank = np.empty(num_rows, dtype=np.int64)
+    rank[order] = np.arange(num_rows, dtype=np.int64)
+    return rank[row_of]
+
+
+def batch_loss_tokens(plan: PackedPlan, lengths: Any, *, prefix: bool = False) -> np.ndarray:
+    """The loss-bearing tokens of every batch of a :func:`plan_groups` plan (int64, one per
+    batch): its items' lengths summed (completions, ``prefix=True``), or each item's length
+    - 1 (whole sequences: a causal LM predicts all tokens but the first). The sum over the
+    batches of an optimizer step (all ranks, all accumulation micro-batches) is the step's
+    normaliser, known to every rank from the plan alone: no all-reduce.
+
+    >>> plan = plan_groups([4, 3, 6, 2], [0, 0, 1, 1], capacity=8)
+    >>> sorted(batch_loss_tokens(plan, [4, 3, 6, 2]).tolist())
+    [5, 6]
+    """
+    own = as_lengths(np.asarray(lengths))
+    if own.ndim != 1 or own.shape[0] != plan.num_sequences:
+        raise ValueError(
+            f"lengths must be the plan's {plan.num_sequences} item lengths, got shape {own.shape}"
+        )
+    per_item = own[plan.indices] - (0 if check_bool("prefix", prefix) else 1)
+    out = np.zeros(len(plan), dtype=np.int64)
+    counts = np.diff(plan.offsets)
+    nonempty = np.flatnonzero(counts)
+    if per_item.size:
+        out[nonempty] = np.add.reduceat(per_item, plan.offsets[:-1][nonempty])
+    return out

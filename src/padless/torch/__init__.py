@@ -11,6 +11,9 @@ its parts, each importing the ones below it and never this ``__init__``:
   ``zigzag_indices`` and ``join_cp_shares`` (context-parallel shares of packed rows);
 - ``_pairs``: ``collate_packed_pairs`` (packed rows of (source, target) pairs, a row per
   field, for ``Packing(capacity=(C_src, C_tgt))``);
+- ``_groups``: ``collate_groups`` (groups kept whole, a shared prompt once per group, for
+  ``padless.plan_groups``), ``completion_logprobs``, ``check_prefix_packed``, ``dpo_loss``,
+  ``PreferencePairs``;
 - ``_loaders``: ``StatefulLoader``, ``lm_tensors``, ``mixture_dataset`` / ``MixtureDataset``;
 - ``_lm``: ``LMDataset`` (an ``LMStream`` through a DataLoader with workers, resumable);
 - ``_streams``: ``StreamDataset``, ``stop_together`` and the stream collate;
@@ -32,6 +35,12 @@ from ._collate import join_cp_shares as join_cp_shares
 from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
+from ._groups import GroupCollate as GroupCollate
+from ._groups import PreferencePairs as PreferencePairs
+from ._groups import check_prefix_packed as check_prefix_packed
+from ._groups import collate_groups as collate_groups
+from ._groups import completion_logprobs as completion_logprobs
+from ._groups import dpo_loss as dpo_loss
 from ._lm import LMDataset as LMDataset
 from ._loaders import MixtureDataset as MixtureDataset
 from ._loaders import StatefulLoader as StatefulLoader
@@ -53,16 +62,22 @@ from ._streams import stop_together as stop_together
 from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
+    "GroupCollate",
     "LMDataset",
     "MemoryProbe",
     "PackedCollate",
     "PackedPairsCollate",
     "PaddedCollate",
+    "PreferencePairs",
     "StatefulLoader",
     "StepRng",
     "StreamDataset",
     "TokenDataset",
     "check_packed",
+    "check_prefix_packed",
+    "collate_groups",
+    "completion_logprobs",
+    "dpo_loss",
     "collate_for",
     "collate_packed",
     "collate_packed_pairs",

@@ -31,7 +31,12 @@ _FIX_FLASH = (
 )
 
 
-def block_causal_mask(seq_idx: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def block_causal_mask(
+    seq_idx: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    *,
+    prompt_of: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Return the additive block-diagonal causal mask of segment ids ``seq_idx`` (rows, T).
 
     A segment is a run of equal ids. The result has shape (rows, 1, T, T): 0 where a token may
@@ -41,9 +46,21 @@ def block_causal_mask(seq_idx: torch.Tensor, dtype: torch.dtype = torch.float32)
     True as 1.0). Cost: one fill of rows * T * T elements (64 MiB per row of 4,096 tokens in
     float32) plus one small fill per segment.
 
+    ``prompt_of`` (rows, T), for shared-prefix rows: the segment id whose tokens a token's
+    segment also sees whole (its prompt), or -1; a completion then attends to its prompt and to
+    itself, never to the other completions of the prompt.
+
     >>> block_causal_mask(torch.tensor([[0, 0, 1]]))[0, 0].eq(0).int().tolist()
     [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
+    >>> seg, pro = torch.tensor([[0, 0, 1, 2]]), torch.tensor([[-1, -1, 0, 0]])
+    >>> block_causal_mask(seg, prompt_of=pro)[0, 0].eq(0).int().tolist()
+    [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]
     """
+    if prompt_of is not None and prompt_of.shape != seq_idx.shape:
+        raise ValueError(
+            f"prompt_of must have seq_idx's shape {tuple(seq_idx.shape)}, got "
+            f"{tuple(prompt_of.shape)}"
+        )
     if seq_idx.ndim != 2:
         raise ValueError(f"seq_idx must be 2-D (rows, T), got shape {tuple(seq_idx.shape)}")
     rows, width = seq_idx.shape
@@ -53,8 +70,21 @@ def block_causal_mask(seq_idx: torch.Tensor, dtype: torch.dtype = torch.float32)
     for r in range(rows):
         ids = seq_idx[r]
         cuts = (torch.nonzero(ids[1:] != ids[:-1]).view(-1) + 1).tolist()
-        for a, b in zip([0, *cuts], [*cuts, width], strict=True):
+        spans = list(zip([0, *cuts], [*cuts, width], strict=True))
+        for a, b in spans:
             out[r, 0, a:b, a:b].masked_fill_(lower[: b - a, : b - a], 0)
+        if prompt_of is not None:
+            where = {int(ids[a]): (a, b) for a, b in spans}
+            for a, b in spans:
+                p = int(prompt_of[r, a])
+                if p >= 0:
+                    if p not in where:
+                        raise ValueError(
+                            f"prompt_of names segment {p} for the segment at row {r}, token "
+                            f"{a}, but row {r} has no segment {p}"
+                        )
+                    pa, pb = where[p]
+                    out[r, 0, a:b, pa:pb] = 0
     return out
 
 
