@@ -328,3 +328,19 @@ def test_mapping_records_pack_every_key_and_split_pieces():
         pad = e["labels_segment_ids"] == 0
         assert (e["labels"][pad] == -100).all()
         np.testing.assert_array_equal(e["labels"][~pad], e["input_ids"][~pad] + 1)
+
+
+def test_a_capacity_warm_up_is_refused_when_built():
+    spec = Packing(capacity=padless.Schedule.piecewise([0, 5], [4, 8]))
+    with pytest.raises(ValueError, match="yields other codes"):
+        PlanBatches(sampler([3, 5, 2], spec), docs([3, 5, 2]))
+
+
+def test_records_as_a_grain_map_dataset(corpus):
+    lengths, records = corpus
+    spec = Packing(capacity=256, rows_per_batch=2)
+    source = grain.MapDataset.source(records).map(lambda x: x.copy())
+    same(
+        collated_run(iter(PlanBatches(sampler(lengths, spec, seed=2), source))),
+        collated_run(iter(PlanBatches(sampler(lengths, spec, seed=2), records))),
+    )

@@ -325,13 +325,16 @@ class _Records:
             )
         if len(records) != n:
             raise ValueError(f"records holds {len(records)} records, the lengths {n}")
-        oversize = getattr(source.spec, "oversize", None)
-        if getattr(source.spec, "packs_rows", False) and oversize in ("split", "truncate"):
-            records = PieceDataset(
-                records,
-                capacity=source.spec.row_capacity,  # type: ignore[attr-defined]
-                keys=tuple(keys) if keys else ("inputs", "input_ids"),
-            )
+        spec = source.spec
+        why = spec.needs_pieces(source.sizes)
+        if why is not None:
+            if not isinstance(spec, Packing) or spec.capacity_schedule is not None:
+                raise ValueError(
+                    f"padless.grain serves plain records and the pieces of split or truncated "
+                    f"ones; {spec.describe()} yields other codes ({why}): use padless.torch's "
+                    "collate_for(sampler) with spec.pieces(dataset)"
+                )
+            records = spec.pieces(records, keys=tuple(keys) if keys else ("inputs", "input_ids"))
         self.records = records
 
     def __call__(self, indices: np.ndarray) -> list[Any]:
