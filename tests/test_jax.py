@@ -121,3 +121,14 @@ def test_packed_attention_equals_each_document_alone():
                 at = np.flatnonzero(seg[row] == s)
                 alone = np.asarray(embed)[tokens[row, at]]
                 np.testing.assert_allclose(packed[row, at], causal_np(alone), rtol=1e-4, atol=1e-5)
+
+
+def test_shard_by_jax_process_is_this_process_of_all():
+    import grain
+
+    s = sampler(
+        [3, 5, 2, 7],
+        padless.TokenBudget(max_tokens=8),
+        shard_options=grain.sharding.ShardByJaxProcess(),
+    )
+    assert (s.rank, s.world_size) == (jax.process_index(), jax.process_count())
