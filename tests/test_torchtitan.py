@@ -160,9 +160,9 @@ def test_the_loader_state_resumes_exactly_across_epochs(documents):
 def test_refusals_and_the_default_row_type(documents):
     lengths, docs = documents
     with pytest.raises(ValueError, match="oversize='split' cuts documents"):
-        TorchtitanPacking(docs, lengths, oversize="split").build(
-            context=context(128), dataset_iteration_policy=policy(0, 1, False)
-        )
+        TorchtitanPacking(docs, lengths, oversize="split")
+    with pytest.raises(ValueError, match="records holds 3 documents, lengths 150"):
+        TorchtitanPacking(docs[:3], lengths)
     try:
         import torchtitan  # noqa: F401
     except ImportError:

@@ -48,7 +48,8 @@ from typing import Any
 import grain
 import numpy as np
 
-from .core._check import check_seed, positive_or_none
+from .core._check import check_bool, check_choice, check_int64, check_seed, positive_or_none
+from .io import lengths_of
 from .planners.packing import Packing, PieceDataset, next_fit_rows
 from .planners.spec import CollateForm, Spec
 from .sampling.mixing import MixtureSampler
@@ -131,6 +132,54 @@ def _spec_of(source: PlanSampler | MixtureSampler) -> Spec:
     return first
 
 
+def _check_lengths(lengths: Any) -> np.ndarray:
+    """One non-negative int length per record (ValueError / TypeError naming ``lengths``)."""
+    try:
+        out = lengths_of(lengths)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"lengths: {err}") from err
+    if out.ndim != 1:
+        raise ValueError(
+            f"padless.grain collates one length per record; lengths have shape {out.shape}"
+        )
+    return out
+
+
+def _check_feature(feature: Any) -> str:
+    if not isinstance(feature, str) or not feature:
+        raise TypeError(
+            f"feature must be a non-empty str, got {type(feature).__name__} {feature!r:.40}"
+        )
+    return feature
+
+
+def _check_keys(keys: Any) -> tuple[str, ...] | None:
+    if keys is None:
+        return None
+    if (
+        isinstance(keys, (str, bytes))
+        or not isinstance(keys, Sequence)
+        or not keys
+        or not all(isinstance(k, str) for k in keys)
+    ):
+        raise TypeError(
+            f"keys must be None or a non-empty sequence of str (the record keys to pack), got "
+            f"{type(keys).__name__} {keys!r:.40}"
+        )
+    return tuple(keys)
+
+
+def _check_pad(pad: Any) -> int | dict[str, int]:
+    if isinstance(pad, Mapping):
+        out = {}
+        for k, v in pad.items():
+            if not isinstance(k, str):
+                raise TypeError(f"pad's keys must be feature names (str), got {k!r:.40}")
+            out[k] = check_int64(f"pad[{k!r}]", v)
+        return out
+    return check_int64("pad", pad)
+
+
 class Collate:
     """Turn a batch's records into Grain's packing output convention (module docstring).
 
@@ -162,14 +211,9 @@ class Collate:
     ) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(f"spec must be a padless planner spec, got {type(spec).__name__}")
-        if not isinstance(feature, str) or not feature:
-            raise TypeError(f"feature must be a non-empty str, got {feature!r}")
-        if keys is not None and (
-            isinstance(keys, str) or not all(isinstance(k, str) for k in keys) or not keys
-        ):
-            raise TypeError(f"keys must be a non-empty sequence of str, got {keys!r}")
-        if not isinstance(pad, (int, Mapping)) or isinstance(pad, bool):
-            raise TypeError(f"pad must be an int or a dict feature -> int, got {pad!r}")
+        feature = _check_feature(feature)
+        keys = _check_keys(keys)
+        pad = _check_pad(pad)
         form: CollateForm = spec.collate_form()
         if form.capacities is not None or form.context_parallel != 1:
             raise ValueError(
@@ -180,21 +224,22 @@ class Collate:
         self.feature = feature
         self.keys = None if keys is None else tuple(keys)
         self.pad = pad
-        self.lengths = None if lengths is None else np.asarray(lengths)
-        if self.lengths is not None and self.lengths.ndim != 1:
-            raise ValueError(
-                f"padless.grain collates one length per record; lengths have shape "
-                f"{self.lengths.shape}"
-            )
+        self.lengths = None if lengths is None else _check_lengths(lengths)
         self.rows = int(getattr(spec, "rows_per_batch", 1)) if form.packed else 0
         self.capacity = int(spec.row_capacity) if form.packed else 0  # type: ignore[attr-defined]
 
-    def _pad_of(self, key: str) -> int:
+    def _pad_of(self, key: str, dtype: np.dtype) -> int:
         if isinstance(self.pad, Mapping):
             if key not in self.pad:
                 raise ValueError(f"pad has no value for feature {key!r} (pad={dict(self.pad)})")
-            return int(self.pad[key])
-        return int(self.pad)
+            value = int(self.pad[key])
+        else:
+            value = int(self.pad)
+        if dtype.kind in "iu" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+            raise ValueError(
+                f"pad={value} does not fit feature {key!r}, whose records are {dtype.name}"
+            )
+        return value
 
     def _fields(self, item: Any) -> dict[str, np.ndarray]:
         if isinstance(item, Mapping):
@@ -248,7 +293,7 @@ class Collate:
         out: dict[str, np.ndarray] = {}
         for name in names:
             sample = fields[0][name]
-            out[name] = np.full((rows, width), self._pad_of(name), dtype=sample.dtype)
+            out[name] = np.full((rows, width), self._pad_of(name, sample.dtype), dtype=sample.dtype)
         used = np.zeros(rows, dtype=np.int64)
         count = np.zeros(rows, dtype=np.int32)
         for k, (f, row) in enumerate(zip(fields, row_of.tolist(), strict=True)):
@@ -373,6 +418,7 @@ class _Maker:
         pad: int | Mapping[str, int],
     ) -> None:
         self.source = source
+        feature, keys, pad = _check_feature(feature), _check_keys(keys), _check_pad(pad)
         if records is None:
             self.records: _Records | None = None
             self.collate: Collate | None = None
@@ -604,13 +650,33 @@ class TorchtitanPacking:
     balance: bool = False
     sequence_type: Callable[..., Any] | None = None
 
-    def build(self, *, context: Any, dataset_iteration_policy: Any) -> grain.IterDataset:
-        policy = dataset_iteration_policy
-        if self.oversize in ("split", "truncate"):
+    def __post_init__(self) -> None:
+        records = self.records
+        if not hasattr(records, "__getitem__") or not hasattr(records, "__len__"):
+            raise TypeError(
+                "records must be indexable by int with a len() (documents with input_ids and "
+                f"labels), got {type(records).__name__}"
+            )
+        lengths = _check_lengths(self.lengths)
+        if len(records) != lengths.shape[0]:
+            raise ValueError(f"records holds {len(records)} documents, lengths {lengths.shape[0]}")
+        object.__setattr__(self, "lengths", lengths)
+        positive_or_none("max_per_row", self.max_per_row)
+        oversize = check_choice("oversize", self.oversize, ("error", "drop", "split", "truncate"))
+        if oversize in ("split", "truncate"):
             raise ValueError(
-                f"oversize={self.oversize!r} cuts documents, which TorchtitanPacking does not "
+                f"oversize={oversize!r} cuts documents, which TorchtitanPacking does not "
                 "serve: use 'error' or 'drop'"
             )
+        check_bool("balance", self.balance)
+        if self.sequence_type is not None and not callable(self.sequence_type):
+            raise TypeError(
+                f"sequence_type must be None or a row type (callable), got "
+                f"{type(self.sequence_type).__name__}"
+            )
+
+    def build(self, *, context: Any, dataset_iteration_policy: Any) -> grain.IterDataset:
+        policy = dataset_iteration_policy
         spec = Packing(
             capacity=int(context.num_tokens_per_batch),
             rows_per_batch=1,

@@ -15,6 +15,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from .core._check import check_bool
 
 __all__ = ["attention_mask", "compiled_shapes"]
 
@@ -29,11 +32,19 @@ def attention_mask(segment_ids: Any, *, causal: bool = True) -> jax.Array:
     >>> np.asarray(m[0]).astype(int).tolist()
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]]
     """
+    causal = check_bool("causal", causal)
+    if not isinstance(segment_ids, jax.Array):  # a traced value inside jit is a jax.Array
+        try:
+            segment_ids = np.asarray(segment_ids)
+        except ValueError as err:  # ragged rows
+            raise ValueError(f"segment_ids must be a (batch, length) array: {err}") from err
+    if segment_ids.ndim != 2:
+        raise ValueError(
+            f"segment_ids must be (batch, length), got shape {tuple(segment_ids.shape)}"
+        )
+    if segment_ids.dtype == bool or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+        raise TypeError(f"segment_ids must be integers, got dtype {segment_ids.dtype}")
     seg = jnp.asarray(segment_ids)
-    if seg.ndim != 2:
-        raise ValueError(f"segment_ids must be (batch, length), got shape {tuple(seg.shape)}")
-    if not jnp.issubdtype(seg.dtype, jnp.integer):
-        raise TypeError(f"segment_ids must be integers, got dtype {seg.dtype}")
     real = seg != 0
     mask = (seg[:, :, None] == seg[:, None, :]) & real[:, :, None] & real[:, None, :]
     if causal:
