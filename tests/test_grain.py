@@ -178,13 +178,18 @@ def test_fixed_shapes_elements_take_a_shape_of_the_set(corpus):
     assert len(seen) >= 2
 
 
-def test_elastic_resume_every_item_once(corpus):
+@pytest.mark.parametrize("balance", [False, True])
+def test_elastic_resume_every_item_once(corpus, balance):
     lengths, _ = corpus
     spec = Packing(capacity=256, rows_per_batch=2)
-    whole = [b.tolist() for b in PlanBatches(sampler(lengths, spec, seed=5))]
+    whole = [b.tolist() for b in PlanBatches(sampler(lengths, spec, seed=5, balance=balance))]
     for a, b, steps in ((4, 3, 7), (2, 5, 11), (3, 1, 0)):
         its = [
-            iter(PlanBatches(sampler(lengths, spec, seed=5, shard_options=shard(r, a))))
+            iter(
+                PlanBatches(
+                    sampler(lengths, spec, seed=5, balance=balance, shard_options=shard(r, a))
+                )
+            )
             for r in range(a)
         ]
         before = [next(it).tolist() for _ in range(steps) for it in its]
@@ -192,7 +197,11 @@ def test_elastic_resume_every_item_once(corpus):
         assert len({json.dumps(s, sort_keys=True) for s in states}) == 1  # global positions
         after = []
         for r in range(b):
-            it = iter(PlanBatches(sampler(lengths, spec, seed=5, shard_options=shard(r, b))))
+            it = iter(
+                PlanBatches(
+                    sampler(lengths, spec, seed=5, balance=balance, shard_options=shard(r, b))
+                )
+            )
             it.set_state(json.loads(json.dumps(states[0])))
             after.append([x.tolist() for x in it])
         assert len({len(x) for x in after}) == 1
