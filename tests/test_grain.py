@@ -310,6 +310,9 @@ def test_collate_refuses_records_not_planned(corpus):
         PlanBatches(sampler(lengths, spec), num_epochs=0)
     with pytest.raises(ValueError, match="one length per record"):
         Collate(spec, lengths=np.ones((3, 2)))
+    pairs = np.stack([lengths, lengths], axis=1)
+    with pytest.raises(ValueError, match="one length per record; these lengths have shape"):
+        PlanBatches(sampler(pairs, TokenBudget(max_tokens=512)), records)
     with pytest.raises(ValueError, match="state must be a padless.grain iterator state"):
         iter(PlanBatches(sampler(lengths, spec))).set_state({"next_index": 3})
 

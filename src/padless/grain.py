@@ -423,6 +423,14 @@ class _Maker:
             self.records: _Records | None = None
             self.collate: Collate | None = None
             return
+        subs = [source] if isinstance(source, PlanSampler) else list(source.samplers.values())
+        for sub in subs:
+            if sub.lengths.ndim != 1:
+                raise ValueError(
+                    f"padless.grain collates one length per record; these lengths have shape "
+                    f"{sub.lengths.shape} (fields of pairs): pass records=None for the index "
+                    "batches, or use padless.torch's collates (collate_for)"
+                )
         self.records = _Records(source, records, keys)
         self.collate = Collate(_spec_of(source), feature=feature, keys=keys, pad=pad)
 
