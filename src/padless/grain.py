@@ -439,7 +439,6 @@ class _Maker:
         if self.records is None or self.collate is None:
             return indices
         items = self.records(indices)
-        out = self.collate(items)
         planned = self.records.planned(self.source, indices)
         if planned is not None:
             # the tokens placed per record must be the planned ones
@@ -451,7 +450,7 @@ class _Maker:
                     f"record {int(indices[k])} has {int(got[k])} tokens, planned "
                     f"{int(planned[k])}: the records are not the ones the lengths describe"
                 )
-        return out
+        return self.collate(items)
 
 
 def _first(item: Any, collate: Collate) -> Any:
