@@ -356,3 +356,29 @@ def test_records_as_a_grain_map_dataset(corpus):
         collated_run(iter(PlanBatches(sampler(lengths, spec, seed=2), source))),
         collated_run(iter(PlanBatches(sampler(lengths, spec, seed=2), records))),
     )
+
+
+def test_epoch_batches_split_over_grain_worker_processes(corpus):
+    """mp_prefetch gives each worker process a slice of EpochBatches (set_slice): the batches
+    come back whole, once each, in order."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():  # Grain's worker processes read its absl flags
+        flags.FLAGS(["pytest"], known_only=True)
+    lengths, records = corpus
+    ds = EpochBatches(sampler(lengths, Packing(capacity=256, rows_per_batch=4), seed=0), records)
+    want = collated_run(iter(ds.to_iter_dataset()))
+    it = iter(ds.to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+    try:
+        got = collated_run(it)
+    finally:
+        it.close()
+    same(got, want)
+    sliced = EpochBatches(sampler(lengths, Packing(capacity=256, rows_per_batch=4), seed=0))
+    sliced.set_slice(slice(1, None, 3))
+    assert [sliced[i].tolist() for i in range(len(sliced))] == [
+        b.tolist()
+        for b in list(
+            EpochBatches(sampler(lengths, Packing(capacity=256, rows_per_batch=4), seed=0))
+        )[1::3]
+    ]

@@ -12,7 +12,8 @@ plan to a Grain pipeline:
   ``json.dumps(iterator.get_state())``) resumes exactly, and a state saved at one world size
   restores at another (elastic resume: every item once over the epoch), packed or mixed.
 - :class:`EpochBatches`, a ``grain.MapDataset`` of one epoch's batches for this rank (random
-  access; Grain's ``to_iter_dataset()`` state is then a plain index).
+  access; Grain's ``to_iter_dataset()`` state is then a plain index, and ``mp_prefetch`` slices
+  it over worker processes; Grain refuses to slice :class:`PlanBatches`, a stream).
 - :func:`sampler`: a :class:`padless.PlanSampler` sharded by Grain's ``ShardOptions``.
 - :class:`TorchtitanPacking`: torchtitan's Grain data path fed by a padless packing plan (an
   object with torchtitan's ``DatasetConfig.build(context=..., dataset_iteration_policy=...)``).
@@ -602,11 +603,24 @@ class EpochBatches(grain.MapDataset):
         self._sampler = own
         self._epoch = own.epoch
         self._len = len(own)
+        self._view = range(self._len)  # the batches this dataset shows (a worker's slice)
         self._batches: list[np.ndarray] | None = None
         self._make = _Maker(sampler, records, feature=feature, keys=keys, pad=pad)
 
     def __len__(self) -> int:
-        return self._len
+        return len(self._view)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Show only the batches ``sl`` picks (Grain's in-place slicing, how ``mp_prefetch``
+        gives each worker process its share; ``sequential_slice``: worker ``sl.start`` of
+        ``sl.step`` takes a contiguous run instead of every ``sl.step``-th batch)."""
+        full = range(self._len)
+        if sequential_slice and sl.step is not None and sl.step > 1:
+            worker, count = sl.start or 0, sl.step
+            lo = worker * self._len // count
+            self._view = full[lo : (worker + 1) * self._len // count]
+        else:
+            self._view = full[sl]
 
     def _all(self) -> list[np.ndarray]:
         if self._batches is None:
@@ -616,9 +630,9 @@ class EpochBatches(grain.MapDataset):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self.slice(index)
-        if self._len == 0:
+        if len(self._view) == 0:
             raise IndexError("this rank has no batches in the epoch")
-        return self._make(self._all()[int(index) % self._len])
+        return self._make(self._all()[self._view[int(index) % len(self._view)]])
 
     def __str__(self) -> str:
         return f"EpochBatches(epoch={self._epoch}, batches={self._len})"
