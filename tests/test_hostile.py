@@ -46,11 +46,13 @@ import padless
 import padless.core.cost
 import padless.core.filters
 import padless.core.memory
+import padless.grain
 import padless.hf
 import padless.io
 import padless.io.checked
 import padless.io.readers
 import padless.io.tokens
+import padless.jax
 import padless.lhotse
 import padless.lightning
 import padless.planners.windows
@@ -71,6 +73,10 @@ CUTS = [
     )
     for i, k in enumerate(L[:30])
 ]
+
+# padless.grain's records (token arrays of the lengths L) and a Grain shard
+RECORDS = [np.arange(n, dtype=np.int32) for n in L]
+SHARD = padless.grain.grain.sharding.ShardOptions(shard_index=0, shard_count=2)
 
 HOSTILE = [
     None,
@@ -113,6 +119,8 @@ MODULES = [
     "padless.io.checked",
     "padless.core.filters",
     "padless.lhotse",
+    "padless.grain",
+    "padless.jax",
 ]
 
 # Public callables deliberately not attacked here, each with its reason.
@@ -1224,6 +1232,63 @@ ENTRIES: list[Entry] = [
         "CutSampler",
         {"cuts": CUTS, "spec": padless.TokenBudget(max_tokens=2000), "tokens": len},
         ["cuts", "spec", "tokens", "resolution", "lengths", "rank"],
+        None,
+    ),
+    # ------------------------------------------------------------------ padless.grain, padless.jax
+    (
+        padless.grain.shard_of,
+        "shard_of",
+        {"shard_options": SHARD},
+        ["shard_options"],
+        None,
+    ),
+    (
+        padless.grain.sampler,
+        "grain.sampler",
+        {"lengths": L, "spec": padless.TokenBudget(max_tokens=128), "shard_options": SHARD},
+        ["lengths", "spec", "shard_options"],
+        None,
+    ),
+    (
+        padless.grain.Collate,
+        "Collate",
+        {"spec": padless.Packing(capacity=64), "lengths": L},
+        ["spec", "feature", "keys", "pad", "lengths"],
+        None,
+    ),
+    (
+        padless.grain.PlanBatches,
+        "PlanBatches",
+        {"sampler": padless.PlanSampler(L, padless.Packing(capacity=64)), "records": RECORDS},
+        ["sampler", "records", "num_epochs", "feature", "keys", "pad"],
+        None,
+    ),
+    (
+        padless.grain.EpochBatches,
+        "EpochBatches",
+        {"sampler": padless.PlanSampler(L, padless.Packing(capacity=64)), "records": RECORDS},
+        ["sampler", "records", "epoch", "feature", "keys", "pad"],
+        None,
+    ),
+    (
+        padless.grain.TorchtitanPacking,
+        "TorchtitanPacking",
+        {"records": [{"input_ids": r, "labels": r} for r in RECORDS], "lengths": L},
+        ["records", "lengths", "max_per_row", "oversize", "balance", "sequence_type"],
+        None,
+    ),
+    (
+        padless.jax.attention_mask,
+        "attention_mask",
+        {"segment_ids": np.array([[1, 1, 2, 0]])},
+        ["segment_ids", "causal"],
+        None,
+    ),
+    (
+        padless.jax.compiled_shapes,
+        "compiled_shapes",
+        {"fn": padless.jax.jax.jit(lambda x: x)},
+        ["fn"],
         None,
     ),
     # ------------------------------------------------------------------ padless.ray (no Ray run)

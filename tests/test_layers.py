@@ -51,6 +51,8 @@ LAYERS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
             "lightning": ("padless.lightning",),
             "ray": ("padless.ray", "padless.ray.*"),
             "lhotse": ("padless.lhotse",),
+            "grain": ("padless.grain",),
+            "jax": ("padless.jax",),
         },
     ),
     ("cli", {"cli": ("padless.cli", "padless.cli.*")}),
@@ -72,6 +74,9 @@ HEAVY = frozenset(
         "matplotlib",
         "torchdata",
         "lhotse",
+        "grain",
+        "jax",
+        "torchtitan",
     }
 )
 
@@ -176,7 +181,14 @@ def test_every_module_has_one_room_and_every_pattern_a_module():
 
 def test_the_top_level_holds_only_the_face_the_compiled_kernels_and_the_edge():
     top = {n for n in modules() if n.count(".") == 1 and not (SRC / n.split(".")[1]).is_dir()}
-    assert top <= {"padless._splitmix", "padless.hf", "padless.lightning", "padless.lhotse"}, top
+    assert top <= {
+        "padless._splitmix",
+        "padless.hf",
+        "padless.lightning",
+        "padless.lhotse",
+        "padless.grain",
+        "padless.jax",
+    }, top
 
 
 def test_imports_point_down():

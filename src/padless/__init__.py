@@ -125,7 +125,7 @@ if TYPE_CHECKING:
 
 
 # submodules reached as attributes of a bare ``import padless``; each is imported (with its
-# library: torch, transformers, lightning, ray, lhotse) only when first used
+# library: torch, transformers, lightning, ray, lhotse, grain, jax) only when first used
 _SUBMODULES = frozenset(
     {
         "io",
@@ -135,6 +135,8 @@ _SUBMODULES = frozenset(
         "lightning",
         "ray",
         "lhotse",
+        "grain",
+        "jax",
     }
 )
 
