@@ -26,6 +26,7 @@ WINDOWS = 11  # windowed plans: block bijection and rotation (children: one per 
 RAY_PACK = 12  # padless.ray.pack: a child per window (and per carry-over block), keyed by lengths
 MIXTURE_STEPS = 13  # MixtureSampler with weight schedules: one child per world-size part's start
 CHANGES = 14  # resume across a change of settings: the seed of the rest of the epoch, per change
+PLACEMENT = 15  # padless.planners.placement: the order of an epoch before it is cut into steps
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:
