@@ -246,9 +246,12 @@ def place(
     degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
     tokens = rank_tokens(lens, degrees)
     cap = mesh.max_tokens or NO_BUDGET
-    order = np.lexsort((np.arange(n), -times))  # longest shard first, ties by position
+    # longest shard first, ties by position; where that leaves tokens stranded, most tokens first
+    orders = (np.lexsort((np.arange(n), -times)), np.lexsort((np.arange(n), -tokens * widths)))
     while True:
-        got = KP.place_items(order, widths, times, tokens, lanes, m, cap)
+        got = KP.place_items(orders[0], widths, times, tokens, lanes, m, cap)
+        if got is None:
+            got = KP.place_items(orders[1], widths, times, tokens, lanes, m, cap)
         if got is not None:
             break
         if slots is not None:
