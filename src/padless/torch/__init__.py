@@ -17,7 +17,9 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_collate_for``: ``collate_for``, the collate of any sampler, spec or stream;
 - ``_tokens``: ``TokenDataset`` (planned batches gathered from a memory-mapped token file);
 - ``_probe``: ``probe_memory``, ``measure_peak``, ``MemoryProbe`` (a step's peak memory per
-  batch shape, fitted to a ``padless.MemoryModel``).
+  batch shape, fitted to a ``padless.MemoryModel``);
+- ``_timing``: ``calibrate_cost``, ``time_passes``, ``Calibration`` (forward and backward
+  seconds per length, fitted to a ``padless.MeshCost``).
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ from ._rng import get_rng_state as get_rng_state
 from ._rng import set_rng_state as set_rng_state
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
+from ._timing import Calibration as Calibration
+from ._timing import calibrate_cost as calibrate_cost
+from ._timing import time_passes as time_passes
 from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
+    "Calibration",
     "LMDataset",
     "MemoryProbe",
     "PackedCollate",
@@ -59,6 +65,7 @@ __all__ = [
     "StepRng",
     "StreamDataset",
     "TokenDataset",
+    "calibrate_cost",
     "check_packed",
     "collate_for",
     "collate_packed",
@@ -75,5 +82,6 @@ __all__ = [
     "scale_loss",
     "set_rng_state",
     "stop_together",
+    "time_passes",
     "zigzag_indices",
 ]
