@@ -34,7 +34,7 @@ allowed (docs/placement.md compares them; benchmarks/bench_placement.py runs bot
 >>> p.micro_batches, sorted(p.degrees.tolist())
 (2, [1, 1, 1, 1, 1, 2, 4, 4])
 >>> step = p.rank_step(0)
->>> len(step), step[0][0].cu_seqlens_padded[-1] <= 4096 * step[0][0].cp
+>>> len(step), int(step[0][0].cu_seqlens_padded[-1]) <= 4096 * step[0][0].cp
 (2, True)
 """
 
