@@ -17,6 +17,7 @@ void bind_rows(nb::module_& m);
 void bind_shuffle(nb::module_& m);
 void bind_collate(nb::module_& m);
 void bind_ingest(nb::module_& m);
+void bind_placement(nb::module_& m);
 }  // namespace padless
 
 NB_MODULE(_core, m) {
@@ -36,4 +37,5 @@ NB_MODULE(_core, m) {
     padless::bind_shuffle(m);
     padless::bind_collate(m);
     padless::bind_ingest(m);
+    padless::bind_placement(m);
 }

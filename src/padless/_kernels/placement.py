@@ -1,16 +1,19 @@
 """Placement loops: shards of sequences onto (micro-batch, lanes), and pipeline schedules.
 
-Plain numpy (no compiled twin yet): :func:`place_items` is a list scheduler over micro-batch
-slots, :func:`run_lanes` replays a placement on its lanes, :func:`pipeline` runs a 1F1B or
-interleaved pipeline over micro-batch times. The planner (:mod:`padless.planners.placement`) and
-the simulator call them; the tests hold a brute-force reference of each replay.
+:func:`place_items` is a list scheduler over micro-batch slots (compiled, with
+:func:`place_items_reference` beside it); :func:`run_lanes` replays a placement on its lanes and
+:func:`pipeline` runs a 1F1B or interleaved pipeline over micro-batch times (plain Python: the
+simulator's, O(items) and O(stages · micro-batches)). The tests hold a brute-force reference of
+each replay.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pipeline", "place_items", "run_lanes"]
+from .. import _core
+
+__all__ = ["pipeline", "place_items", "place_items_reference", "run_lanes"]
 
 
 def place_items(
@@ -21,19 +24,45 @@ def place_items(
     lanes: int,
     slots: int,
     max_tokens: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
     """Place items, in ``order``, on ``widths[i]`` lanes of one of ``slots`` micro-batches.
 
-    An item takes the ``widths[i]`` lanes of its slot that are free soonest among those with
-    room for ``tokens[i]`` more tokens (at most ``max_tokens`` per lane and slot); it starts when
-    the last of them is free and holds them all for ``times[i]``. The slot chosen is the one
-    where it finishes first (then the lowest slot): longest first, this is LPT over the
+    In a slot, the lanes with room for ``tokens[i]`` more tokens (at most ``max_tokens`` per
+    lane and slot) are ranked by (free time, lane); the item takes the first ``widths[i]``,
+    starts when the last of them is free and holds them all for ``times[i]``. The slot chosen is
+    the one where it finishes first (then the lowest slot): longest first, this is LPT over the
     (slot, lane) pairs, which evens out the micro-batches and the lanes' sums alike. Returns
-    ``(slot, start, lanes)`` (``lanes`` an (N, max width) int64 array, −1 past an item's width),
-    or None when an item fits no slot.
+    ``(slot, start, lanes)`` (``lanes`` an (N, max width) int64 array, −1 past an item's width,
+    ascending), or, when an item fits no slot, its position in ``order`` (an int).
 
-    Cost: O(N · slots · lanes).
+    Compiled (csrc/placement.hpp: each slot keeps its lanes sorted, and a scan stops once a
+    lane cannot beat the best finish). Cost: O(N · (slots · scanned + lanes)), ``scanned``
+    usually the width.
     """
+    failed, slot, start, flat, wmax = _core.place_items(
+        np.ascontiguousarray(order, dtype=np.int64),
+        np.ascontiguousarray(widths, dtype=np.int64),
+        np.ascontiguousarray(times, dtype=np.float64),
+        np.ascontiguousarray(tokens, dtype=np.int64),
+        int(lanes),
+        int(slots),
+        int(max_tokens),
+    )
+    if failed >= 0:
+        return int(failed)
+    return slot, start, flat.reshape(-1, wmax)
+
+
+def place_items_reference(
+    order: np.ndarray,
+    widths: np.ndarray,
+    times: np.ndarray,
+    tokens: np.ndarray,
+    lanes: int,
+    slots: int,
+    max_tokens: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    """:func:`place_items` in plain numpy: every slot ranked in full for every item."""
     n = int(order.size)
     wmax = int(widths.max()) if n else 1
     free = np.zeros((slots, lanes), dtype=np.float64)
@@ -41,25 +70,25 @@ def place_items(
     slot = np.zeros(n, dtype=np.int64)
     start = np.zeros(n, dtype=np.float64)
     chosen = np.full((n, wmax), -1, dtype=np.int64)
-    inf = np.inf
-    for i in order.tolist():
+    lane_ids = np.arange(lanes)
+    for pos, i in enumerate(order.tolist()):
         w, t, tau = int(widths[i]), float(times[i]), int(tokens[i])
-        masked = np.where(used + tau <= max_tokens, free, inf)
-        if w == 1:
-            at = masked.min(axis=1)
-        else:
-            at = np.partition(masked, w - 1, axis=1)[:, w - 1]
-        finish = at + t
-        m = int(np.argmin(finish))
-        if finish[m] == inf:
-            return None
-        row = masked[m]
-        pick = np.array([int(row.argmin())]) if w == 1 else np.argpartition(row, w - 1)[:w]
-        s = float(at[m])
-        free[m, pick] = s + t
-        used[m, pick] += tau
-        slot[i], start[i] = m, s
-        chosen[i, :w] = np.sort(pick)
+        best, best_m, best_pick, best_at = np.inf, -1, lane_ids[:0], 0.0
+        for m in range(slots):
+            room = np.flatnonzero(used[m] + tau <= max_tokens)
+            if room.size < w:
+                continue
+            ranked = room[np.lexsort((lane_ids[room], free[m, room]))][:w]
+            at = float(free[m, ranked[-1]])
+            if at + t < best:
+                best, best_m, best_pick, best_at = at + t, m, ranked, at
+        if best_m < 0:
+            return pos
+        pick = np.sort(best_pick)
+        free[best_m, pick] = best_at + t
+        used[best_m, pick] += tau
+        slot[i], start[i] = best_m, best_at
+        chosen[i, :w] = pick
     return slot, start, chosen
 
 

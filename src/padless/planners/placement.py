@@ -181,34 +181,42 @@ def _degrees(
         widths = np.ones(n, dtype=np.int64)
         held = float(tau1.sum())  # lane-tokens: a lane is a DP group, each rank holding tau1
     else:
-        ks = np.arange(1, mesh.cp + 1, dtype=np.int64)
-        tau = rank_tokens(lens[:, None], ks[None, :])  # (N, cp)
-        fits = tau <= cap
-        if n and not fits[:, -1].all():
-            i = int(np.flatnonzero(~fits[:, -1])[0])
+        # the smallest degree whose shard fits: L ≤ cap at 1, else 2·k·⌊cap/2⌋ ≥ L (a shard is
+        # 2·⌈L/2k⌉ tokens)
+        half = max(cap // 2, 1)
+        kmin = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+        if n and int(kmin.max()) > mesh.cp:
+            i = int(np.argmax(kmin))
             raise ValueError(
                 f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
                 f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
             )
-        kmin = np.argmax(fits, axis=1)  # index of the smallest fitting degree
-        table = np.where(fits, np.asarray(cost.time(lens[:, None], ks[None, :])), np.inf)
-        rows = np.arange(n)
-        widths, times = ks[kmin], table[rows, kmin]
-        held = float((tau[rows, kmin] * widths).sum())
+        widths = kmin
+        times = np.asarray(cost.time(lens, kmin), dtype=np.float64)
+        held = float((rank_tokens(lens, kmin) * kmin).sum())
     # micro-batches: the fewest that hold the tokens (with a tenth to spare), at least pp
     need = 1 if mesh.max_tokens is None else max(1, math.ceil(held / (0.9 * lanes * cap)))
     m = slots if slots is not None else max(need, mesh.pp)
     m = -(-m // mesh.multiple) * mesh.multiple
     if mesh.dynamic and n:
-        # spread the long: the smallest degree whose shard fits a slot's mean share of the
-        # work, else the fastest degree
-        later = np.arange(mesh.cp)[None, :] >= kmin[:, None]
+        # spread the long: a shard longer than a slot's mean share of the work takes the
+        # smallest degree that brings it within, else the fastest degree (only those rows are
+        # costed at every degree)
+        ks = np.arange(1, mesh.cp + 1, dtype=np.int64)
+        base_w, base_t = widths, times
         for _ in range(2):
             target = float((widths * times).sum()) / (lanes * m)
-            ok = (table <= target) & later
+            long = np.flatnonzero(base_t > target)
+            widths, times = base_w.copy(), base_t.copy()
+            if long.size == 0:
+                break
+            sub = lens[long]
+            table = np.asarray(cost.time(sub[:, None], ks[None, :]), dtype=np.float64)
+            table = np.where(ks[None, :] >= kmin[long, None], table, np.inf)
+            ok = table <= target
             k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(table, axis=1))
-            k_idx = np.where(table[rows, kmin] <= target, kmin, k_idx)
-            widths, times = ks[k_idx], table[rows, k_idx]
+            widths[long] = ks[k_idx]
+            times[long] = table[np.arange(long.size), k_idx]
     return widths, times, m
 
 
@@ -250,16 +258,19 @@ def place(
     orders = (np.lexsort((np.arange(n), -times)), np.lexsort((np.arange(n), -tokens * widths)))
     while True:
         got = KP.place_items(orders[0], widths, times, tokens, lanes, m, cap)
-        if got is None:
+        if isinstance(got, int):
             got = KP.place_items(orders[1], widths, times, tokens, lanes, m, cap)
-        if got is not None:
+        if not isinstance(got, int):
             break
         if slots is not None:
             raise ValueError(
                 f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
                 f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
             )
-        m += mesh.multiple
+        # the tokens left over need this many more micro-batches, at the least
+        rest = orders[1][got:]
+        more = math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
+        m += -(-max(more, 1) // mesh.multiple) * mesh.multiple
     slot, start, lane_ids = got
     # micro-batch order: cheapest first, next cheapest last, the rest longest first
     ends = np.zeros(m)

@@ -1,0 +1,115 @@
+// Placement: shards of sequences onto (micro-batch slot, lanes) by list scheduling (the twin of
+// padless/_kernels/placement.py's place_items_reference).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common.hpp"
+
+namespace padless {
+
+struct Placed {
+    int64_t failed = -1;      // position in `order` of the first item that fit no slot, or -1
+    Buffer<int64_t> slot;     // per item
+    Buffer<double> start;     // per item
+    Buffer<int64_t> lanes;    // per item, wmax entries (-1 past its width), ascending
+};
+
+// Items in `order`, each onto widths[i] lanes of one of `slots` slots. In a slot, the lanes with
+// room for tokens[i] more tokens (at most max_tokens per lane and slot) are ranked by (free time,
+// lane); the item takes the first widths[i], starts at the latest of their free times and holds
+// them for times[i]. The slot is the one where it finishes first (ties: the lowest slot).
+//
+// Each slot keeps its lanes sorted by (free, lane), so a slot's scan stops at the item's width
+// among lanes with room, or as soon as a lane's free time cannot beat the best finish so far.
+// Cost: O(N · (slots · scanned + lanes)) with `scanned` usually the width.
+inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
+                          const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
+                          int64_t max_tokens, int64_t wmax) {
+    Placed out;
+    out.slot = zeros<int64_t>(n);
+    out.start = zeros<double>(n);
+    out.lanes = Buffer<int64_t>(n * wmax);
+    std::fill(out.lanes.get(), out.lanes.get() + n * wmax, int64_t(-1));
+    const size_t cells = static_cast<size_t>(slots * lanes);
+    std::vector<double> free_sorted(cells, 0.0);  // per slot: free times, ascending
+    std::vector<int64_t> lane_sorted(cells);      // per slot: the lane of each entry
+    std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
+    for (int64_t m = 0; m < slots; ++m) {
+        for (int64_t j = 0; j < lanes; ++j) lane_sorted[m * lanes + j] = j;
+    }
+    std::vector<int64_t> pick(static_cast<size_t>(wmax));
+    std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
+    std::vector<double> tmp_free(static_cast<size_t>(lanes));
+    std::vector<int64_t> tmp_lane(static_cast<size_t>(lanes));
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t p = 0; p < n; ++p) {
+        const int64_t i = order[p];
+        const int64_t w = widths[i];
+        const double t = times[i];
+        const int64_t tau = tokens[i];
+        double best = inf;
+        int64_t best_m = -1;
+        double best_at = 0.0;
+        for (int64_t m = 0; m < slots; ++m) {
+            const double* fs = &free_sorted[m * lanes];
+            const int64_t* ls = &lane_sorted[m * lanes];
+            const int64_t* us = &used[m * lanes];
+            int64_t got = 0;
+            double at = 0.0;
+            for (int64_t j = 0; j < lanes && got < w; ++j) {
+                if (!(fs[j] + t < best)) break;  // no later lane can finish sooner
+                if (us[ls[j]] + tau > max_tokens) continue;
+                pick[got++] = ls[j];
+                at = fs[j];
+            }
+            if (got < w) continue;
+            if (at + t < best) {
+                best = at + t;
+                best_m = m;
+                best_at = at;
+                std::copy(pick.begin(), pick.begin() + w, best_pick.begin());
+            }
+        }
+        if (best_m < 0) {
+            out.failed = p;
+            return out;
+        }
+        const int64_t m = best_m;
+        const double end = best_at + t;
+        int64_t* lane_out = out.lanes.get() + i * wmax;
+        std::copy(best_pick.begin(), best_pick.begin() + w, lane_out);
+        std::sort(lane_out, lane_out + w);
+        for (int64_t k = 0; k < w; ++k) used[m * lanes + lane_out[k]] += tau;
+        out.slot[i] = m;
+        out.start[i] = best_at;
+        // re-sort the slot: the others keep their order, the chosen (free = end) merge in by lane
+        double* fs = &free_sorted[m * lanes];
+        int64_t* ls = &lane_sorted[m * lanes];
+        int64_t kept = 0;
+        for (int64_t j = 0; j < lanes; ++j) {
+            if (!std::binary_search(lane_out, lane_out + w, ls[j])) {
+                tmp_free[kept] = fs[j];
+                tmp_lane[kept++] = ls[j];
+            }
+        }
+        int64_t a = 0, b = 0, o = 0;
+        while (a < kept || b < w) {
+            bool take_kept = b >= w || (a < kept && (tmp_free[a] < end ||
+                                                     (tmp_free[a] == end && tmp_lane[a] < lane_out[b])));
+            if (take_kept) {
+                fs[o] = tmp_free[a];
+                ls[o++] = tmp_lane[a++];
+            } else {
+                fs[o] = end;
+                ls[o++] = lane_out[b++];
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace padless

@@ -1,0 +1,87 @@
+"""Hostile direct calls into the placement family's binding (csrc/placement.cpp), and the
+compiled list scheduler against its plain reference (padless._kernels.placement)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from padless import _core as C
+from padless._kernels.placement import place_items, place_items_reference
+
+ATTACKED: dict[str, str] = {"place_items": "test_place_items"}
+
+I64 = np.int64
+
+
+def a(*values, dtype=I64) -> np.ndarray:
+    return np.array(values, dtype=dtype)
+
+
+def test_place_items():
+    order, w, t, k = a(1, 0), a(1, 2), a(0.5, 1.0, dtype=np.float64), a(3, 4)
+    with pytest.raises(ValueError, match=r"place_items: order\[1\] = 1 \(order must be a perm"):
+        C.place_items(a(1, 1), w, t, k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: order\[0\] = 5"):
+        C.place_items(a(5, 0), w, t, k, 2, 1, 10)
+    with pytest.raises(
+        ValueError, match=r"place_items: widths\[1\] = 2 must be in \[1, lanes = 1\]"
+    ):
+        C.place_items(order, w, t, k, 1, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times\[0\] = nan must be a finite"):
+        C.place_items(order, w, a(np.nan, 1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times\[1\] = -1 must be a finite"):
+        C.place_items(order, w, a(1.0, -1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: tokens\[0\] = -3 must be in"):
+        C.place_items(order, w, t, a(-3, 4), 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times holds 1 entries, widths 2"):
+        C.place_items(order, w, a(1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: lanes = 0 must be in \[1, 2\*\*20\]"):
+        C.place_items(order, w, t, k, 0, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: slots = 2097152 must be in"):
+        C.place_items(order, w, t, k, 2, 1 << 21, 10)
+    with pytest.raises(ValueError, match=r"place_items: max_tokens = 0 must be in"):
+        C.place_items(order, w, t, k, 2, 1, 0)
+    with pytest.raises(ValueError, match=r"slots \* lanes = 1099511627776 needs"):
+        C.place_items(order, w, t, k, 1 << 20, 1 << 20, 10)
+    # valid edges: nothing to place; an item exactly at the budget; one that fits nowhere
+    failed, slot, start, lanes, wmax = C.place_items(a(), a(), a(dtype=np.float64), a(), 3, 2, 1)
+    assert failed == -1 and slot.size == start.size == lanes.size == 0 and wmax == 1
+    failed, slot, start, lanes, wmax = C.place_items(order, w, t, k, 2, 1, 7)
+    assert failed == -1 and slot.tolist() == [0, 0] and start.tolist() == [1.0, 0.0]
+    assert lanes.reshape(-1, wmax).tolist() == [[0, -1], [0, 1]]
+    assert C.place_items(order, w, t, k, 2, 1, 6)[0] == 1  # item 0 finds no room at 6
+    assert C.place_items(order, w, t, k, 2, 1, 3)[0] == 0  # item 1 (4 tokens) fits no lane
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.lists(
+        st.tuples(
+            st.integers(1, 6), st.sampled_from([0.0, 0.5, 1.0, 2.5, 7.0]), st.integers(0, 12)
+        ),
+        max_size=30,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_kernel_equals_reference(lanes, slots, cap, items, rnd):
+    items = [(min(w, lanes), t, k) for w, t, k in items]  # ties in times on purpose
+    n = len(items)
+    widths = np.array([w for w, _, _ in items], dtype=I64)
+    times = np.array([t for _, t, _ in items], dtype=np.float64)
+    tokens = np.array([k for _, _, k in items], dtype=I64)
+    order = np.array(rnd.sample(range(n), n), dtype=I64)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        if n:
+            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
