@@ -18,12 +18,10 @@ Schedulers (all see the same lengths and the same pool of ``R = dp·cp`` ranks, 
   with 5% slack, trim of the last sequence of the most loaded group, empty GPUs filled by
   doubling the smallest group. Simplified: an expanded group takes any empty GPUs (Megatron
   shifts later groups to keep members consecutive; the replay does not care which ranks).
-- ``megatron-dev``: a PORT, from issue 43's description of Megatron's dev-branch
-  ``next_hdp_group_packing_aware`` (the snapshot fetched here holds only the main branch): one
-  packed micro-batch at a time, longest first; each sequence tries CP = minimum, 2×, 4×… and
-  keeps the placement whose slowest rank (``L²/cp`` work) is lowest; a rank's work is capped at
-  ``longest × T × 1.05`` and its tokens at ``T``; what fits no rank waits for the next
-  micro-batch.
+- ``megatron-dev``: a PORT of Megatron-LM's dev-branch ``next_hdp_group_packing_aware``
+  (``megatron/core/datasets/data_schedule_utils.py``; not in the fetched snapshot, read from the
+  code index), called on the leftovers until none are left (see :func:`megatron_dev`). CP sizes:
+  the powers of two up to R, and R.
 
 The lower bound: ``max(Σ_i min_k k·t(L_i, k) / R, max_i min_k t(L_i, k))`` over feasible degrees.
 
@@ -49,7 +47,6 @@ import numpy as np
 
 import padless
 from padless import Cost, Mesh, MeshCost
-from padless.core.mesh import rank_tokens
 from padless.planners.placement import Placement, place, simulate
 
 FLOPS = Cost.transformer(4096, 32)
@@ -208,39 +205,97 @@ def megatron_main(
 
 
 def megatron_dev(lens: np.ndarray, ranks: int, cap: int) -> list[list[tuple[list[int], int]]]:
-    """PORT, from issue 43's description, of Megatron-LM's dev-branch packing-aware dynamic CP:
-    micro-batches, each a list of (ranks, sequence id)."""
-    todo = sorted(range(lens.size), key=lambda i: -int(lens[i]))
+    """PORT of Megatron-LM's dev-branch ``next_hdp_group_packing_aware``
+    (``megatron/core/datasets/data_schedule_utils.py``, read from the source), called on the
+    leftovers until none are left: micro-batches, each a list of (ranks, sequence id).
+
+    Per micro-batch: the longest sequence opens a group of its minimum CP size (the smallest
+    power of two, or the whole pool, holding it at ``cap`` tokens per rank); every other
+    sequence, longest first, tries each CP size from its minimum up, joining an existing group
+    of that size (if the group's packed per-rank length stays within ``cap``) or opening one
+    on the free ranks, and keeps the placement with the lowest projected slowest rank (work
+    ``L²/cp``, first found on ties), within ``longest × cap × 1.05``; what fits nowhere waits.
+    Empty ranks: the smallest group grows to the next size (later groups shift along), else
+    the whole pool becomes one group of as many sequences as fit."""
+    sizes = sorted({2**i for i in range(int(math.log2(ranks)) + 1)} | {ranks})
+
+    def need(length: int) -> int:
+        want = max(1, math.ceil(length / cap))
+        return next((s for s in sizes if s >= want), want)
+
+    def work(length: int, cp: int) -> float:
+        return length * length / cp
+
+    todo = sorted(((i, int(lens[i])) for i in range(lens.size)), key=lambda x: -x[1])
     out = []
     while todo:
-        work = np.zeros(ranks)
-        toks = np.zeros(ranks, dtype=np.int64)
-        longest = int(lens[todo[0]])
-        wcap = longest * cap * 1.05
-        placed, left = [], []
-        for sid in todo:
-            L = int(lens[sid])
+        tall = todo[0][1]
+        wcap = tall * cap * 1.05
+        # groups: [first rank, size, packed per-rank length, sequence ids]; contiguous, in order
+        groups: list[list] = []
+        times = [0.0] * ranks
+        used = 0  # ranks taken, from 0 up
+        sid, length = todo[0]
+        k = need(length)
+        groups.append([0, k, length / k, [sid]])
+        for r in range(k):
+            times[r] += work(length, k)
+        used = k
+        left = []
+        for sid, length in todo[1:]:
             best = None
-            k = gpus_needed(L, cap)
-            while k <= ranks:
-                tau = int(rank_tokens(L, k))
-                room = np.flatnonzero((toks + tau <= cap) & (work + L * L / k <= wcap))
-                if room.size >= k:
-                    pick = room[np.argsort(work[room], kind="stable")[:k]]
-                    top = max(float(work.max()), float((work[pick] + L * L / k).max()))
-                    if best is None or top < best[0]:
-                        best = (top, k, pick, tau)
-                k *= 2
+            for k in sizes:
+                if k < need(length):
+                    continue
+                w = work(length, k)
+                for g in groups:
+                    if g[1] != k or g[2] + length / k > cap:
+                        continue
+                    proj = max(max(times[g[0] : g[0] + k]) + w, max(times))
+                    if proj <= wcap and (best is None or proj < best[0]):
+                        best = (proj, k, g)
+                if ranks - used >= k:
+                    proj = max(w, max(times))  # free ranks hold no work yet
+                    if proj <= wcap and (best is None or proj < best[0]):
+                        best = (proj, k, None)
             if best is None:
-                left.append(sid)
+                left.append((sid, length))
                 continue
-            _, k, pick, tau = best
-            work[pick] += L * L / k
-            toks[pick] += tau
-            placed.append((sorted(pick.tolist()), sid))
-        if not placed:
-            raise RuntimeError("megatron-dev port: a sequence fits no micro-batch")
-        out.append(placed)
+            _, k, g = best
+            if g is None:
+                g = [used, k, 0.0, []]
+                groups.append(g)
+                used += k
+            g[2] += length / k
+            g[3].append(sid)
+            for r in range(g[0], g[0] + k):
+                times[r] += work(length, k)
+        # fill the empty ranks
+        while used < ranks:
+            small = min(g[1] for g in groups)
+            bigger = [s for s in sizes if s > small]
+            grown = False
+            if bigger:
+                step = bigger[0] - small
+                for j, g in enumerate(groups):
+                    if g[1] == small and used + step <= ranks:
+                        g[1] = bigger[0]
+                        for later in groups[j + 1 :]:
+                            later[0] += step
+                        used += step
+                        grown = True
+                        break
+            if not grown:  # the whole pool as one group
+                chosen, left, packed = [], [], 0.0
+                for sid, length in todo:
+                    if packed + length / ranks <= cap:
+                        chosen.append(sid)
+                        packed += length / ranks
+                    else:
+                        left.append((sid, length))
+                groups = [[0, ranks, packed, chosen]]
+                used = ranks
+        out.append([(list(range(g[0], g[0] + g[1])), s) for g in groups for s in g[3]])
         todo = left
     return out
 

@@ -45,6 +45,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
     std::vector<double> tmp_free(static_cast<size_t>(lanes));
     std::vector<int64_t> tmp_lane(static_cast<size_t>(lanes));
+    std::vector<char> taken(static_cast<size_t>(lanes), 0);
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t p = 0; p < n; ++p) {
         const int64_t i = order[p];
@@ -86,17 +87,22 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         for (int64_t k = 0; k < w; ++k) used[m * lanes + lane_out[k]] += tau;
         out.slot[i] = m;
         out.start[i] = best_at;
-        // re-sort the slot: the others keep their order, the chosen (free = end) merge in by lane
+        // re-sort the slot: the others keep their order, the chosen (free = end) merge in by
+        // lane; the entries before the first chosen one stay where they are
         double* fs = &free_sorted[m * lanes];
         int64_t* ls = &lane_sorted[m * lanes];
+        for (int64_t k = 0; k < w; ++k) taken[static_cast<size_t>(lane_out[k])] = 1;
+        int64_t first = 0;
+        while (!taken[static_cast<size_t>(ls[first])]) ++first;
         int64_t kept = 0;
-        for (int64_t j = 0; j < lanes; ++j) {
-            if (!std::binary_search(lane_out, lane_out + w, ls[j])) {
+        for (int64_t j = first; j < lanes; ++j) {
+            if (!taken[static_cast<size_t>(ls[j])]) {
                 tmp_free[kept] = fs[j];
                 tmp_lane[kept++] = ls[j];
             }
         }
-        int64_t a = 0, b = 0, o = 0;
+        for (int64_t k = 0; k < w; ++k) taken[static_cast<size_t>(lane_out[k])] = 0;
+        int64_t a = 0, b = 0, o = first;
         while (a < kept || b < w) {
             bool take_kept = b >= w || (a < kept && (tmp_free[a] < end ||
                                                      (tmp_free[a] == end && tmp_lane[a] < lane_out[b])));
@@ -110,6 +116,27 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         }
     }
     return out;
+}
+
+// Replay items in the order given on their lanes (n items, `width` lanes each, -1 past an
+// item's degree): each starts when all its lanes are free. With `barrier`, the first item of a
+// new slot (slots[i] != slots[i - 1]) first waits for every lane. Writes start[n] and free[lanes].
+inline void replay_lanes(const int64_t* lanes_of, int64_t width, const double* times,
+                         const int64_t* slots, int64_t n, int64_t lanes, bool barrier,
+                         double* start, double* free) {
+    std::fill(free, free + lanes, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+        if (barrier && i > 0 && slots[i] != slots[i - 1]) {
+            const double top = *std::max_element(free, free + lanes);
+            std::fill(free, free + lanes, top);
+        }
+        const int64_t* row = lanes_of + i * width;
+        double s = 0.0;
+        for (int64_t k = 0; k < width && row[k] >= 0; ++k) s = std::max(s, free[row[k]]);
+        const double end = s + times[i];
+        for (int64_t k = 0; k < width && row[k] >= 0; ++k) free[row[k]] = end;
+        start[i] = s;
+    }
 }
 
 }  // namespace padless

@@ -9,9 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from padless import _core as C
-from padless._kernels.placement import place_items, place_items_reference
+from padless._kernels.placement import (
+    place_items,
+    place_items_reference,
+    run_lanes,
+    run_lanes_reference,
+)
 
-ATTACKED: dict[str, str] = {"place_items": "test_place_items"}
+ATTACKED: dict[str, str] = {
+    "place_items": "test_place_items",
+    "replay_lanes": "test_replay_lanes",
+}
 
 I64 = np.int64
 
@@ -85,3 +93,52 @@ def test_kernel_equals_reference(lanes, slots, cap, items, rnd):
     for x, y in zip(got, want, strict=True):
         if n:
             assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+
+
+def test_replay_lanes():
+    f64 = np.float64
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of holds 3 entries, not len"):
+        C.replay_lanes(a(0, 1, 1), 2, a(1.0, 2.0, dtype=f64), a(0, 0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[1\] = 2 \(each row"):
+        C.replay_lanes(a(0, 2), 2, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[0\] = -1 \(each row"):
+        C.replay_lanes(a(-1, 0), 2, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[2\] = 1 \(each row"):
+        C.replay_lanes(a(0, -1, 1), 3, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: times\[0\] = inf must be a finite"):
+        C.replay_lanes(a(0), 1, a(np.inf, dtype=f64), a(0), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: slots holds 2 entries, times 1"):
+        C.replay_lanes(a(0), 1, a(1.0, dtype=f64), a(0, 0), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: width = 0 must be in"):
+        C.replay_lanes(a(), 0, a(dtype=f64), a(), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes = 0 must be in"):
+        C.replay_lanes(a(), 1, a(dtype=f64), a(), 0, False)
+    start, free = C.replay_lanes(a(), 1, a(dtype=f64), a(), 3, True)
+    assert start.size == 0 and free.tolist() == [0.0, 0.0, 0.0]
+    # lane 0 runs 1 s, then a group of both lanes; with a barrier at the slot change both wait
+    rows, times = a(0, -1, 0, 1), a(1.0, 2.0, dtype=f64)
+    assert C.replay_lanes(rows, 2, times, a(0, 0), 2, False)[1].tolist() == [3.0, 3.0]
+    start, free = C.replay_lanes(a(0, -1, 1, -1), 2, times, a(0, 1), 2, True)
+    assert start.tolist() == [0.0, 1.0] and free.tolist() == [1.0, 3.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.lists(
+        st.tuples(st.sets(st.integers(0, 4), min_size=1, max_size=5), st.floats(0, 9)),
+        max_size=20,
+    ),
+    st.booleans(),
+)
+def test_replay_equals_reference(lanes, items, barrier):
+    rows = [sorted(x for x in group if x < lanes) or [0] for group, _ in items]
+    width = max((len(r) for r in rows), default=1)
+    lanes_of = np.full((len(rows), width), -1, dtype=I64)
+    for i, r in enumerate(rows):
+        lanes_of[i, : len(r)] = r
+    times = np.array([t for _, t in items], dtype=np.float64)
+    slots = np.arange(len(rows), dtype=I64) // 3 if barrier else None
+    got = run_lanes(lanes_of, times, lanes, slots)
+    want = run_lanes_reference(lanes_of, times, lanes, slots)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -1,10 +1,10 @@
 """Placement loops: shards of sequences onto (micro-batch, lanes), and pipeline schedules.
 
 :func:`place_items` is a list scheduler over micro-batch slots (compiled, with
-:func:`place_items_reference` beside it); :func:`run_lanes` replays a placement on its lanes and
-:func:`pipeline` runs a 1F1B or interleaved pipeline over micro-batch times (plain Python: the
-simulator's, O(items) and O(stages · micro-batches)). The tests hold a brute-force reference of
-each replay.
+:func:`place_items_reference` beside it); :func:`run_lanes` replays a placement on its lanes
+(compiled, :func:`run_lanes_reference` beside it) and :func:`pipeline` runs a 1F1B or
+interleaved pipeline over micro-batch times (plain Python, O(stages · micro-batches · vpp)).
+The tests hold a brute-force reference of each replay.
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import numpy as np
 
 from .. import _core
 
-__all__ = ["pipeline", "place_items", "place_items_reference", "run_lanes"]
+__all__ = [
+    "pipeline",
+    "place_items",
+    "place_items_reference",
+    "run_lanes",
+    "run_lanes_reference",
+]
 
 
 def place_items(
@@ -93,20 +99,37 @@ def place_items_reference(
 
 
 def run_lanes(
-    lanes_of: np.ndarray, times: np.ndarray, lanes: int, barrier: np.ndarray | None = None
+    lanes_of: np.ndarray, times: np.ndarray, lanes: int, slots: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Replay items in the order given on their lanes: each starts when all its lanes are free.
 
-    ``lanes_of`` is (N, width) with −1 padding; ``barrier`` (optional, bool per item) marks the
-    first item of a new micro-batch slot whose lanes all wait for every lane (a pipeline stage
-    sends whole micro-batches). Returns ``(start, end per lane)``.
-
-    Cost: O(N · width).
+    ``lanes_of`` is (N, width) with −1 padding; with ``slots`` (the slot of each item), the first
+    item of a new slot first waits for every lane (a pipeline stage sends whole micro-batches).
+    Returns ``(start, end per lane)``. Compiled (csrc/placement.hpp); O(N · width).
     """
+    rows = np.ascontiguousarray(lanes_of, dtype=np.int64)
+    width = rows.shape[1] if rows.ndim == 2 and rows.shape[1] else 1
+    barrier = slots is not None
+    slot_ids = np.zeros(times.size, np.int64) if slots is None else slots
+    start, free = _core.replay_lanes(
+        rows.reshape(-1) if rows.size else np.zeros(0, np.int64),
+        int(width),
+        np.ascontiguousarray(times, dtype=np.float64),
+        np.ascontiguousarray(slot_ids, dtype=np.int64),
+        int(lanes),
+        barrier,
+    )
+    return start, free
+
+
+def run_lanes_reference(
+    lanes_of: np.ndarray, times: np.ndarray, lanes: int, slots: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`run_lanes` in plain Python."""
     free = np.zeros(lanes, dtype=np.float64)
     start = np.zeros(times.size, dtype=np.float64)
     for i in range(times.size):
-        if barrier is not None and barrier[i]:
+        if slots is not None and i > 0 and slots[i] != slots[i - 1]:
             free[:] = free.max()
         row = lanes_of[i]
         row = row[row >= 0]

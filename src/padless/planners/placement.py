@@ -12,13 +12,15 @@ How :func:`place` decides (``L`` a length, ``k`` its CP degree, ``t(L, k)`` a
 1. **Degrees.** With a fixed ``cp`` every sequence takes its data-parallel group's ``cp`` ranks
    (the lanes are the ``dp`` groups). With ``dynamic=True`` the lanes are the ``dp·cp`` ranks
    and a sequence gets the smallest ``k`` whose shard fits ``max_tokens``, raised (up to ``cp``)
-   while its shard still takes longer than a micro-batch's mean share of the work: long sequences
-   spread so that short ones fill the slot beside them. ``k`` is any integer.
+   while its shard still takes longer than a target, a multiple of a micro-batch's mean share of
+   the work: long sequences spread so that short ones fill the slot beside them. ``k`` is any
+   integer. Four targets are tried and the placement whose replayed step is shortest kept.
 2. **Micro-batches.** ``mesh.micro_batches``, or the fewest that hold the tokens (at least
    ``pp``), a multiple of ``vpp`` (and of ``pp`` interleaved); every rank runs them all.
-3. **Slots.** Longest shard first, each sequence goes to the micro-batch whose slowest rank grows
-   least, on the ``k`` ranks there that are free soonest and still have room for its tokens.
-   Where nothing fits, one more round of micro-batches and again.
+3. **Slots.** Longest shard first, each sequence goes to the micro-batch where it would finish
+   first, on the ``k`` ranks there that are free soonest and still have room for its tokens
+   (compiled: ``padless._kernels.placement.place_items``). Where nothing fits, as many more
+   micro-batches as the tokens left need, and again.
 4. **Order.** Micro-batches run cheapest first, the next cheapest last, the rest longest first
    (a pipeline's warm-up and cool-down pay the ends).
 
@@ -48,7 +50,7 @@ import numpy as np
 
 from .._kernels import placement as KP
 from ..core import _rng
-from ..core._check import check_int, check_seed, positive, positive_or_none
+from ..core._check import check_bool, check_int, check_seed, positive, positive_or_none
 from ..core.cost import _lengths_array
 from ..core.memory import MemoryModel
 from ..core.mesh import Mesh, MeshCost, padded, rank_tokens
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 NO_BUDGET = 1 << 62
+# multiples of a slot's mean share that a long shard is spread to fit, tried in this order
+SPREADS = (1.0, 2.0, 0.5, 0.25)
 
 
 class Segment(NamedTuple):
@@ -164,7 +168,8 @@ class Placement:
 def _degrees(
     lens: np.ndarray, mesh: Mesh, cost: MeshCost, lanes: int, slots: int | None
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Width (lanes taken) and shard time of every sequence, and the micro-batch count."""
+    """Smallest width (lanes taken) and its shard time of every sequence, and the micro-batch
+    count."""
     n = lens.size
     cap = mesh.max_tokens or NO_BUDGET
     if not mesh.dynamic:
@@ -184,102 +189,137 @@ def _degrees(
         # the smallest degree whose shard fits: L ≤ cap at 1, else 2·k·⌊cap/2⌋ ≥ L (a shard is
         # 2·⌈L/2k⌉ tokens)
         half = max(cap // 2, 1)
-        kmin = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
-        if n and int(kmin.max()) > mesh.cp:
-            i = int(np.argmax(kmin))
+        widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+        if n and int(widths.max()) > mesh.cp:
+            i = int(np.argmax(widths))
             raise ValueError(
                 f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
                 f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
             )
-        widths = kmin
-        times = np.asarray(cost.time(lens, kmin), dtype=np.float64)
-        held = float((rank_tokens(lens, kmin) * kmin).sum())
+        times = np.asarray(cost.time(lens, widths), dtype=np.float64)
+        held = float((rank_tokens(lens, widths) * widths).sum())
     # micro-batches: the fewest that hold the tokens (with a tenth to spare), at least pp
     need = 1 if mesh.max_tokens is None else max(1, math.ceil(held / (0.9 * lanes * cap)))
     m = slots if slots is not None else max(need, mesh.pp)
     m = -(-m // mesh.multiple) * mesh.multiple
-    if mesh.dynamic and n:
-        # spread the long: a shard longer than a slot's mean share of the work takes the
-        # smallest degree that brings it within, else the fastest degree (only those rows are
-        # costed at every degree)
-        ks = np.arange(1, mesh.cp + 1, dtype=np.int64)
-        base_w, base_t = widths, times
-        for _ in range(2):
-            target = float((widths * times).sum()) / (lanes * m)
-            long = np.flatnonzero(base_t > target)
-            widths, times = base_w.copy(), base_t.copy()
-            if long.size == 0:
-                break
-            sub = lens[long]
-            table = np.asarray(cost.time(sub[:, None], ks[None, :]), dtype=np.float64)
-            table = np.where(ks[None, :] >= kmin[long, None], table, np.inf)
-            ok = table <= target
-            k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(table, axis=1))
-            widths[long] = ks[k_idx]
-            times[long] = table[np.arange(long.size), k_idx]
     return widths, times, m
 
 
-def place(
-    lengths: Any,
+class _Table:
+    """Shard times at every degree of the rows that may be spread, costed once for every
+    candidate spread (rows outside it are costed when a spread needs them)."""
+
+    def __init__(self, lens: np.ndarray, cost: MeshCost, cp: int, kmin: np.ndarray) -> None:
+        self.lens, self.cost, self.kmin = lens, cost, kmin
+        self.ks = np.arange(1, cp + 1, dtype=np.int64)
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.table = np.zeros((0, cp))
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        """The (rows, cp) table, inf below each row's smallest degree."""
+        at = np.searchsorted(self.rows, rows)
+        known = at < self.rows.size
+        known[known] = self.rows[at[known]] == rows[known]
+        if not known.all():
+            new = np.unique(rows[~known])
+            table = np.asarray(
+                self.cost.time(self.lens[new][:, None], self.ks[None, :]), dtype=np.float64
+            )
+            table = np.where(self.ks[None, :] >= self.kmin[new, None], table, np.inf)
+            merged = np.concatenate([self.rows, new])
+            by = np.argsort(merged, kind="stable")
+            self.rows = merged[by]
+            self.table = np.concatenate([self.table, table])[by]
+            at = np.searchsorted(self.rows, rows)
+        return self.table[at]
+
+
+def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees and times with the long spread: a shard longer than ``share × Σ k·t`` seconds (a
+    multiple of a lane's mean share of one slot) takes the smallest degree that brings it within,
+    else its fastest degree; the target is set again from the new times, once."""
+    kmin = table.kmin
+    widths, times = kmin, base
+    for _ in range(2):
+        target = share * float((widths * times).sum())
+        long = np.flatnonzero(base > target)
+        widths, times = kmin.copy(), base.copy()
+        if long.size == 0:
+            break
+        rows = table.of(long)
+        ok = rows <= target
+        k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(rows, axis=1))
+        widths[long] = table.ks[k_idx]
+        times[long] = rows[np.arange(long.size), k_idx]
+    return widths, times
+
+
+def _fit(
+    widths: np.ndarray, times: np.ndarray, tokens: np.ndarray, lanes: int, m: int, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    """place_items, longest shard first; where that strands tokens, most tokens first."""
+    n = widths.size
+    got = KP.place_items(np.lexsort((np.arange(n), -times)), widths, times, tokens, lanes, m, cap)
+    if isinstance(got, int):
+        by_tokens = np.lexsort((np.arange(n), -tokens * widths))
+        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap)
+        if isinstance(got, int):
+            rest = by_tokens[got:]
+            return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
+    return got
+
+
+def _slot_times(slots: np.ndarray, start: np.ndarray, times: np.ndarray, m: int) -> np.ndarray:
+    """Each slot's span: its last shard's end less its first shard's start."""
+    out = np.zeros(m)
+    if slots.size:
+        first = np.full(m, np.inf)
+        np.minimum.at(first, slots, start)
+        np.maximum.at(out, slots, start + times)
+        out = out - np.where(np.isfinite(first), first, 0.0)
+    return out
+
+
+def _makespan(p: Placement) -> float:
+    """The step's predicted seconds (what :func:`simulate` reports as ``makespan``)."""
+    mesh = p.mesh
+    if mesh.pp == 1:
+        _, free = KP.run_lanes(p.ranks, p.times, mesh.ranks)
+        return float(free.max(initial=0.0))
+    start, _ = KP.run_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    fwd, bwd = _passes(p, _slot_times(p.slots, start, p.times, p.micro_batches))
+    return KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)[0]
+
+
+def _passes(p: Placement, slot_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A slot's span split into forward and backward by its shards' share of forward time."""
+    m = p.micro_batches
+    fsum, tsum = np.zeros(m), np.zeros(m)
+    np.add.at(fsum, p.slots, p.cost.forward_time(p.lengths, p.degrees))
+    np.add.at(tsum, p.slots, p.times)
+    share = np.where(tsum > 0, fsum / np.where(tsum > 0, tsum, 1.0), 1 / 3)
+    fwd = slot_time * share
+    return fwd, slot_time - fwd
+
+
+def _assemble(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray],
     mesh: Mesh,
     cost: MeshCost,
-    *,
-    indices: Any = None,
-    micro_batches: int | None = None,
+    idx: np.ndarray,
+    lens: np.ndarray,
+    degrees: np.ndarray,
+    times: np.ndarray,
+    m: int,
 ) -> Placement:
-    """Place one global batch of ``lengths`` on ``mesh`` (see the module's steps).
-
-    ``indices`` names the sequences (dataset indices; default ``0..N−1``);
-    ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). A pure
-    function of its arguments: no randomness.
-
-    Cost: O(N log N + N · micro-batches · lanes).
-    """
-    if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
-    if not isinstance(cost, MeshCost):
-        raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
-    lens = _lengths_array(lengths).reshape(-1)
+    """The placement of ``place_items``'s answer: micro-batches cheapest first, the next
+    cheapest last, the rest longest first; items by micro-batch, then start."""
     n = lens.size
-    idx = np.arange(n, dtype=np.int64) if indices is None else _lengths_array(indices).reshape(-1)
-    if idx.size != n:
-        raise ValueError(f"indices must hold one index per length ({n}), got {idx.size}")
-    slots = positive_or_none("micro_batches", micro_batches)
-    slots = mesh.micro_batches if slots is None else slots
-    if slots is not None and slots % mesh.multiple:
-        raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
-    lanes = mesh.ranks if mesh.dynamic else mesh.dp
-    widths, times, m = _degrees(lens, mesh, cost, lanes, slots)
-    degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
-    tokens = rank_tokens(lens, degrees)
-    cap = mesh.max_tokens or NO_BUDGET
-    # longest shard first, ties by position; where that leaves tokens stranded, most tokens first
-    orders = (np.lexsort((np.arange(n), -times)), np.lexsort((np.arange(n), -tokens * widths)))
-    while True:
-        got = KP.place_items(orders[0], widths, times, tokens, lanes, m, cap)
-        if isinstance(got, int):
-            got = KP.place_items(orders[1], widths, times, tokens, lanes, m, cap)
-        if not isinstance(got, int):
-            break
-        if slots is not None:
-            raise ValueError(
-                f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
-                f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
-            )
-        # the tokens left over need this many more micro-batches, at the least
-        rest = orders[1][got:]
-        more = math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
-        m += -(-max(more, 1) // mesh.multiple) * mesh.multiple
     slot, start, lane_ids = got
-    # micro-batch order: cheapest first, next cheapest last, the rest longest first
     ends = np.zeros(m)
     np.maximum.at(ends, slot, start + times)
     by = np.lexsort((np.arange(m), ends))
-    if m >= 3:
-        run = np.concatenate([by[:1], by[2:][::-1], by[1:2]])
-    else:
-        run = by
+    run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
     position = np.empty(m, dtype=np.int64)
     position[run] = np.arange(m)
     slot = position[slot]
@@ -300,6 +340,81 @@ def place(
         times=times[perm],
         micro_batches=m,
     )
+
+
+def place(
+    lengths: Any,
+    mesh: Mesh,
+    cost: MeshCost,
+    *,
+    indices: Any = None,
+    micro_batches: int | None = None,
+    search: bool = True,
+) -> Placement:
+    """Place one global batch of ``lengths`` on ``mesh`` (see the module's steps).
+
+    ``indices`` names the sequences (dataset indices; default ``0..N−1``);
+    ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). With
+    dynamic CP and ``search=True`` the long sequences are spread at four targets (1, 2, ½ and ¼
+    of a slot's mean share) and the placement whose replayed step is shortest is kept (the
+    first on ties); ``search=False`` places the first only (about a quarter of the time). A pure
+    function of its arguments: no randomness.
+
+    Cost: O(N log N + N · micro-batches · lanes) per target.
+    """
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
+    if not isinstance(cost, MeshCost):
+        raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
+    lens = _lengths_array(lengths).reshape(-1)
+    n = lens.size
+    idx = np.arange(n, dtype=np.int64) if indices is None else _lengths_array(indices).reshape(-1)
+    if idx.size != n:
+        raise ValueError(f"indices must hold one index per length ({n}), got {idx.size}")
+    slots = positive_or_none("micro_batches", micro_batches)
+    slots = mesh.micro_batches if slots is None else slots
+    if slots is not None and slots % mesh.multiple:
+        raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
+    lanes = mesh.ranks if mesh.dynamic else mesh.dp
+    kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
+    cap = mesh.max_tokens or NO_BUDGET
+    best: tuple[float, Placement] | None = None
+    tried: list[np.ndarray] = []
+    table = _Table(lens, cost, mesh.cp, kmin)
+    if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
+        low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
+        table.of(np.flatnonzero(base > low))
+    search = check_bool("search", search)
+    for share in (SPREADS if search else SPREADS[:1]) if mesh.dynamic and n else (None,):
+        if share is None:
+            widths, times = kmin, base
+        else:
+            widths, times = _spread(table, share / (lanes * m), base)
+        if any(np.array_equal(widths, w) for w in tried):
+            continue
+        tried.append(widths)
+        degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
+        tokens = rank_tokens(lens, degrees)
+        while True:
+            got = _fit(widths, times, tokens, lanes, m, cap)
+            if not isinstance(got, int) or best is not None:
+                break
+            if slots is not None:
+                raise ValueError(
+                    f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per "
+                    f"rank ({n} sequences, {int(lens.sum())} tokens); raise micro_batches or "
+                    "leave it None"
+                )
+            # the tokens left over need this many more micro-batches, at the least
+            m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
+        if isinstance(got, int):  # a later spread that does not fit the count found
+            continue
+        p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
+        score = _makespan(p) if len(SPREADS) > 1 and mesh.dynamic else 0.0
+        if best is None or score < best[0]:
+            best = (score, p)
+    assert best is not None
+    return best[1]
 
 
 # ---------------------------------------------------------------------------------- epochs
@@ -507,21 +622,12 @@ def simulate(placement: Placement, memory: MemoryModel | None = None) -> Simulat
     mesh, cost = p.mesh, p.cost
     lanes = mesh.ranks
     m = p.micro_batches
-    barrier = np.zeros(len(p), dtype=np.bool_)
-    if mesh.pp > 1 and len(p):
-        barrier[1:] = p.slots[1:] != p.slots[:-1]
-    start, free = KP.run_lanes(p.ranks, p.times, lanes, barrier)
+    start, free = KP.run_lanes(p.ranks, p.times, lanes, p.slots if mesh.pp > 1 else None)
     busy = np.zeros((m, lanes))
     for j in range(p.ranks.shape[1]):
         on = p.ranks[:, j] >= 0
         np.add.at(busy, (p.slots[on], p.ranks[on, j]), p.times[on])
-    slot_time = np.zeros(m)
-    if len(p):
-        first = np.zeros(m)
-        first[:] = np.inf
-        np.minimum.at(first, p.slots, start)
-        np.maximum.at(slot_time, p.slots, start + p.times)
-        slot_time = slot_time - np.where(np.isfinite(first), first, 0.0)
+    slot_time = _slot_times(p.slots, start, p.times, m)
     mean = busy.mean(axis=1)
     imbalance = np.where(mean > 0, busy.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)
     tokens = p.rank_tokens()
@@ -549,13 +655,7 @@ def simulate(placement: Placement, memory: MemoryModel | None = None) -> Simulat
             longest = float(tk.min(axis=1).max())
         bound = max(float(cheapest.sum()) / per_lane, longest)
     else:
-        frac = np.zeros(m)
-        fsum = np.zeros(m)
-        np.add.at(frac, p.slots, cost.forward_time(p.lengths, p.degrees))
-        np.add.at(fsum, p.slots, p.times)
-        share = np.where(fsum > 0, frac / np.where(fsum > 0, fsum, 1.0), 0.5)
-        fwd = slot_time * share
-        bwd = slot_time - fwd
+        fwd, bwd = _passes(p, slot_time)
         makespan, dev_busy = KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)
         rank_time = np.full(lanes, makespan)
         bubble = 1.0 - float(dev_busy.sum()) / (mesh.pp * makespan) if makespan > 0 else 0.0
