@@ -34,7 +34,7 @@ allowed (docs/placement.md compares them; benchmarks/bench_placement.py runs bot
 ...                 backward=Cost(linear=2e-6, quadratic=2e-10), kv_bytes=65536, bandwidth=5e10)
 >>> p = place([12000, 3000, 2500, 900, 700, 16000, 5000, 400], mesh, cost)
 >>> p.micro_batches, sorted(p.degrees.tolist())
-(2, [1, 1, 1, 1, 1, 2, 4, 4])
+(2, [1, 1, 1, 1, 1, 3, 4, 4])
 >>> step = p.rank_step(0)
 >>> len(step), int(step[0][0].cu_seqlens_padded[-1]) <= 4096 * step[0][0].cp
 (2, True)
