@@ -3,7 +3,8 @@
 :func:`calibrate_cost` is the timing twin of :func:`padless.torch.probe_memory`: it runs your
 ``forward`` on a sequence of each length of a grid (built by your ``make_batch``), times the
 forward and the backward apart (the device synchronised around each: ``torch.cuda.synchronize``
-on CUDA), takes the fastest of a few rounds over all lengths, and fits each pass's
+on CUDA; CPU seconds on the CPU with ``torch.set_num_threads(1)``, wall seconds otherwise),
+takes the fastest of a few rounds over all lengths, and fits each pass's
 ``per_sequence + linear·L + quadratic·L²`` seconds by non-negative least squares on relative
 errors. Lengths held out of the fit check it: the report gives the predicted and measured step
 time of each and the largest relative error.
@@ -63,11 +64,14 @@ def time_passes(
     device: Any = None,
 ) -> tuple[float, float]:
     """Median seconds of ``forward(batch)`` and of the backward of its (scalar) result, over
-    ``repeats`` runs: wall-clock seconds on an accelerator (synchronised), the process's CPU
-    seconds on the CPU (what the step computes, not the time other processes hold the cores;
-    with several torch threads, their sum)."""
+    ``repeats`` runs: wall-clock seconds (synchronised on an accelerator), or the process's CPU
+    seconds on the CPU with one torch thread (what the step computes, not the time other
+    processes hold the core)."""
     dev = torch.device(device) if device is not None else _device_of(batch)
-    clock = time.perf_counter if dev.type != "cpu" else time.process_time
+    # CPU seconds only where they are the step's own: on the CPU with one torch thread (more
+    # threads spin while they wait, and their CPU seconds would count that)
+    one = dev.type == "cpu" and torch.get_num_threads() == 1
+    clock = time.process_time if one else time.perf_counter
     fw, bw = [], []
     for _ in range(repeats):
         _sync(dev)
