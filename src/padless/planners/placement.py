@@ -257,11 +257,13 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
 def _fit(
     widths: np.ndarray, times: np.ndarray, tokens: np.ndarray, lanes: int, m: int, cap: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
-    """place_items, longest shard first; where that strands tokens, most tokens first."""
+    """place_items, longest shard first; where that strands tokens, most tokens per rank first
+    (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
+    micro-batches the tokens left need."""
     n = widths.size
     got = KP.place_items(np.lexsort((np.arange(n), -times)), widths, times, tokens, lanes, m, cap)
     if isinstance(got, int):
-        by_tokens = np.lexsort((np.arange(n), -tokens * widths))
+        by_tokens = np.lexsort((np.arange(n), -widths, -tokens))  # per rank, as bins are
         got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap)
         if isinstance(got, int):
             rest = by_tokens[got:]
@@ -397,23 +399,21 @@ def place(
         tokens = rank_tokens(lens, degrees)
         while True:
             got = _fit(widths, times, tokens, lanes, m, cap)
-            if not isinstance(got, int) or best is not None:
+            if not isinstance(got, int) or best is not None or slots is not None:
                 break
-            if slots is not None:
-                raise ValueError(
-                    f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per "
-                    f"rank ({n} sequences, {int(lens.sum())} tokens); raise micro_batches or "
-                    "leave it None"
-                )
             # the tokens left over need this many more micro-batches, at the least
             m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
-        if isinstance(got, int):  # a later spread that does not fit the count found
+        if isinstance(got, int):  # a spread that does not fit the count (another may)
             continue
         p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
         score = _makespan(p) if len(SPREADS) > 1 and mesh.dynamic else 0.0
         if best is None or score < best[0]:
             best = (score, p)
-    assert best is not None
+    if best is None:
+        raise ValueError(
+            f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
+            f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
+        )
     return best[1]
 
 
