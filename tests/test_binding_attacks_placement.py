@@ -12,8 +12,8 @@ from padless import _core as C
 from padless._kernels.placement import (
     place_items,
     place_items_reference,
-    run_lanes,
-    run_lanes_reference,
+    replay_lanes,
+    replay_lanes_reference,
 )
 
 ATTACKED: dict[str, str] = {
@@ -139,6 +139,6 @@ def test_replay_equals_reference(lanes, items, barrier):
         lanes_of[i, : len(r)] = r
     times = np.array([t for _, t in items], dtype=np.float64)
     slots = np.arange(len(rows), dtype=I64) // 3 if barrier else None
-    got = run_lanes(lanes_of, times, lanes, slots)
-    want = run_lanes_reference(lanes_of, times, lanes, slots)
+    got = replay_lanes(lanes_of, times, lanes, slots)
+    want = replay_lanes_reference(lanes_of, times, lanes, slots)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -1,8 +1,8 @@
 """Placement loops: shards of sequences onto (micro-batch, lanes), and pipeline schedules.
 
 :func:`place_items` is a list scheduler over micro-batch slots (compiled, with
-:func:`place_items_reference` beside it); :func:`run_lanes` replays a placement on its lanes
-(compiled, :func:`run_lanes_reference` beside it) and :func:`pipeline` runs a 1F1B or
+:func:`place_items_reference` beside it); :func:`replay_lanes` replays a placement on its lanes
+(compiled, :func:`replay_lanes_reference` beside it) and :func:`pipeline` runs a 1F1B or
 interleaved pipeline over micro-batch times (plain Python, O(stages · micro-batches · vpp)).
 The tests hold a brute-force reference of each replay.
 """
@@ -17,8 +17,8 @@ __all__ = [
     "pipeline",
     "place_items",
     "place_items_reference",
-    "run_lanes",
-    "run_lanes_reference",
+    "replay_lanes",
+    "replay_lanes_reference",
 ]
 
 
@@ -98,7 +98,7 @@ def place_items_reference(
     return slot, start, chosen
 
 
-def run_lanes(
+def replay_lanes(
     lanes_of: np.ndarray, times: np.ndarray, lanes: int, slots: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Replay items in the order given on their lanes: each starts when all its lanes are free.
@@ -122,10 +122,10 @@ def run_lanes(
     return start, free
 
 
-def run_lanes_reference(
+def replay_lanes_reference(
     lanes_of: np.ndarray, times: np.ndarray, lanes: int, slots: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`run_lanes` in plain Python."""
+    """:func:`replay_lanes` in plain Python."""
     free = np.zeros(lanes, dtype=np.float64)
     start = np.zeros(times.size, dtype=np.float64)
     for i in range(times.size):

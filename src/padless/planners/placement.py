@@ -286,9 +286,9 @@ def _makespan(p: Placement) -> float:
     """The step's predicted seconds (what :func:`simulate` reports as ``makespan``)."""
     mesh = p.mesh
     if mesh.pp == 1:
-        _, free = KP.run_lanes(p.ranks, p.times, mesh.ranks)
+        _, free = KP.replay_lanes(p.ranks, p.times, mesh.ranks)
         return float(free.max(initial=0.0))
-    start, _ = KP.run_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    start, _ = KP.replay_lanes(p.ranks, p.times, mesh.ranks, p.slots)
     fwd, bwd = _passes(p, _slot_times(p.slots, start, p.times, p.micro_batches))
     return KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)[0]
 
@@ -622,7 +622,7 @@ def simulate(placement: Placement, memory: MemoryModel | None = None) -> Simulat
     mesh, cost = p.mesh, p.cost
     lanes = mesh.ranks
     m = p.micro_batches
-    start, free = KP.run_lanes(p.ranks, p.times, lanes, p.slots if mesh.pp > 1 else None)
+    start, free = KP.replay_lanes(p.ranks, p.times, lanes, p.slots if mesh.pp > 1 else None)
     busy = np.zeros((m, lanes))
     for j in range(p.ranks.shape[1]):
         on = p.ranks[:, j] >= 0
