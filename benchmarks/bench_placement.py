@@ -493,6 +493,12 @@ def main() -> None:
         f"valid: padless {sum(r['padless_ok'] for r in rows)}, megatron-dev "
         f"{sum(r['dev_ok'] for r in rows)}, megatron-main {sum(r['main_ok'] for r in rows)}"
     )
+    for name in ("padless", "dev", "main"):
+        over = [r[name + "_tok"] / r["cap"] for r in rows]
+        print(
+            f"  {name}: most tokens on a rank in one micro-batch / max_tokens: median "
+            f"{med(over):.3f}, worst {max(over):.3f}"
+        )
     print(
         f"padless / bound: median {med(r['padless'] / r['bound'] for r in rows):.3f}, worst "
         f"{max(r['padless'] / r['bound'] for r in rows):.3f}"
