@@ -10,7 +10,9 @@ holds more than ``max_tokens`` (padded, per micro-batch), and no rank is idle fo
 
 Schedulers (all see the same lengths and the same pool of ``R = dp·cp`` ranks, CP degree up to R):
 
-- ``padless``: ``padless.place(lengths, Mesh(dp=1, cp=R, dynamic=True, max_tokens=T), COST)``.
+- ``padless``: ``padless.place(lengths, Mesh(dp=1, cp=R, dynamic=True, max_tokens=T), COST)``;
+  ``aligned``: the same with ``aligned_groups=True`` (a group of k ranks is a block of k
+  consecutive ranks starting at a multiple of k, as Megatron's pre-created groups are).
 - ``megatron-main``: a PORT of Megatron-LM's ``BalancedCPScheduler``
   (``megatron/core/pipeline_parallel/hybrid_cp_schedule.py``, main branch, read from the source):
   workload ``L²/cp``, CP = next power of two of ``L / T``, buckets by CP size, each sequence to
@@ -355,6 +357,9 @@ def run_case(kind, batch, dp, cp, cap, seed):
     dev = as_placement(lens, mesh, dev_items(megatron_dev(lens, ranks, cap)))
     t_dev = time.perf_counter() - t0
     main = as_placement(lens, mesh, main_items(megatron_main(lens, ranks, cap)))
+    aligned = place(
+        lens, Mesh(dp=1, cp=ranks, dynamic=True, max_tokens=cap, aligned_groups=True), COST
+    )
     row = {
         "kind": kind,
         "batch": batch,
@@ -362,7 +367,8 @@ def run_case(kind, batch, dp, cp, cap, seed):
         "cap": cap,
         "per_rank": batch / ranks,
     }
-    for name, p in (("padless", ours), ("dev", dev), ("main", main)):  # one simulator for all
+    runs = (("padless", ours), ("dev", dev), ("main", main), ("aligned", aligned))
+    for name, p in runs:  # one simulator for all
         sim = simulate(p)
         ok, top = validity(p, batch, cap)
         row[name] = sim.makespan
@@ -517,6 +523,13 @@ def main() -> None:
     print(
         f"padless / megatron-dev makespan: median {med(ratio):.3f}, worst {max(ratio):.3f}, "
         f"slower in {sum(x > 1 for x in ratio)} cases"
+    )
+    ratio = [r["aligned"] / r["bound"] for r in rows]
+    print(
+        f"padless with aligned_groups=True / bound: median {med(ratio):.3f}, worst "
+        f"{max(ratio):.3f}; valid {sum(r['aligned_ok'] for r in rows)}; / megatron-dev median "
+        f"{med(r['aligned'] / r['dev'] for r in rows):.3f}, slower in "
+        f"{sum(r['aligned'] > r['dev'] for r in rows)} cases"
     )
     ratio = [r["padless"] / r["main"] for r in rows]
     print(f"padless / megatron-main makespan: median {med(ratio):.3f}, worst {max(ratio):.3f}")

@@ -11,7 +11,8 @@ namespace padless {
 namespace {
 
 nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times,
-                         In<int64_t> tokens, int64_t lanes, int64_t slots, int64_t max_tokens) {
+                         In<int64_t> tokens, int64_t lanes, int64_t slots, int64_t max_tokens,
+                         bool aligned) {
     const char* kernel = "place_items";
     const int64_t n = static_cast<int64_t>(widths.shape(0));
     check_same_size(kernel, "widths", n, "order", static_cast<int64_t>(order.shape(0)));
@@ -47,7 +48,7 @@ nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times
     {
         nb::gil_scoped_release nogil;
         out = place_items(order.data(), widths.data(), times.data(), tokens.data(), n, lanes,
-                          slots, max_tokens, wmax);
+                          slots, max_tokens, wmax, aligned);
     }
     return nb::make_tuple(out.failed, to_numpy(std::move(out.slot)),
                           to_numpy(std::move(out.start)), to_numpy(std::move(out.lanes)), wmax);
@@ -93,7 +94,8 @@ nb::tuple replay_lanes_py(In<int64_t> lanes_of, int64_t width, In<double> times,
 
 void bind_placement(nb::module_& m) {
     m.def("place_items", &place_items_py, nb::arg("order"), nb::arg("widths"), nb::arg("times"),
-          nb::arg("tokens"), nb::arg("lanes"), nb::arg("slots"), nb::arg("max_tokens"));
+          nb::arg("tokens"), nb::arg("lanes"), nb::arg("slots"), nb::arg("max_tokens"),
+          nb::arg("aligned") = false);
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
 }

@@ -23,12 +23,16 @@ struct Placed {
 // lane); the item takes the first widths[i], starts at the latest of their free times and holds
 // them for times[i]. The slot is the one where it finishes first (ties: the lowest slot).
 //
+// With `aligned`, an item of width w takes a whole block of w consecutive lanes starting at a
+// multiple of w (the groups a runtime can create up front: floor(lanes / w) per width); in a
+// slot, the block where it starts first (ties: the lowest block).
+//
 // Each slot keeps its lanes sorted by (free, lane), so a slot's scan stops at the item's width
 // among lanes with room, or as soon as a lane's free time cannot beat the best finish so far.
-// Cost: O(N · (slots · scanned + lanes)) with `scanned` usually the width.
+// Cost: O(N · (slots · scanned + lanes)) with `scanned` usually the width (aligned: the lanes).
 inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
                           const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
-                          int64_t max_tokens, int64_t wmax) {
+                          int64_t max_tokens, int64_t wmax, bool aligned = false) {
     Placed out;
     out.slot = zeros<int64_t>(n);
     out.start = zeros<double>(n);
@@ -38,6 +42,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     std::vector<double> free_sorted(cells, 0.0);  // per slot: free times, ascending
     std::vector<int64_t> lane_sorted(cells);      // per slot: the lane of each entry
     std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
+    std::vector<double> free_at(cells, 0.0);      // per slot and lane: free time
     for (int64_t m = 0; m < slots; ++m) {
         for (int64_t j = 0; j < lanes; ++j) lane_sorted[m * lanes + j] = j;
     }
@@ -55,7 +60,25 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         double best = inf;
         int64_t best_m = -1;
         double best_at = 0.0;
-        for (int64_t m = 0; m < slots; ++m) {
+        for (int64_t m = 0; m < slots && aligned; ++m) {
+            const double* fa = &free_at[m * lanes];
+            const int64_t* us = &used[m * lanes];
+            for (int64_t b = 0; b + w <= lanes; b += w) {
+                double at = 0.0;
+                bool room = true;
+                for (int64_t k = b; k < b + w && room; ++k) {
+                    room = us[k] + tau <= max_tokens;
+                    at = std::max(at, fa[k]);
+                }
+                if (room && at + t < best) {
+                    best = at + t;
+                    best_m = m;
+                    best_at = at;
+                    for (int64_t k = 0; k < w; ++k) best_pick[k] = b + k;
+                }
+            }
+        }
+        for (int64_t m = 0; m < slots && !aligned; ++m) {
             const double* fs = &free_sorted[m * lanes];
             const int64_t* ls = &lane_sorted[m * lanes];
             const int64_t* us = &used[m * lanes];
@@ -84,7 +107,10 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         int64_t* lane_out = out.lanes.get() + i * wmax;
         std::copy(best_pick.begin(), best_pick.begin() + w, lane_out);
         std::sort(lane_out, lane_out + w);
-        for (int64_t k = 0; k < w; ++k) used[m * lanes + lane_out[k]] += tau;
+        for (int64_t k = 0; k < w; ++k) {
+            used[m * lanes + lane_out[k]] += tau;
+            free_at[m * lanes + lane_out[k]] = best_at + t;
+        }
         out.slot[i] = m;
         out.start[i] = best_at;
         // re-sort the slot: the others keep their order, the chosen (free = end) merge in by

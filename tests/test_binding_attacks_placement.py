@@ -62,6 +62,9 @@ def test_place_items():
     assert lanes.reshape(-1, wmax).tolist() == [[0, -1], [0, 1]]
     assert C.place_items(order, w, t, k, 2, 1, 6)[0] == 1  # item 0 finds no room at 6
     assert C.place_items(order, w, t, k, 2, 1, 3)[0] == 0  # item 1 (4 tokens) fits no lane
+    # aligned: a width-2 item takes lanes 2-3 (a block), not 1-2, though lane 1 is free first
+    busy = C.place_items(a(0, 1), a(1, 2), a(5.0, 1.0, dtype=np.float64), a(1, 1), 4, 1, 9, True)
+    assert busy[0] == -1 and busy[3].reshape(-1, busy[4]).tolist() == [[0, -1], [2, 3]]
 
 
 @settings(max_examples=60, deadline=None)
@@ -76,16 +79,17 @@ def test_place_items():
         max_size=30,
     ),
     st.randoms(use_true_random=False),
+    st.booleans(),
 )
-def test_kernel_equals_reference(lanes, slots, cap, items, rnd):
+def test_kernel_equals_reference(lanes, slots, cap, items, rnd, aligned):
     items = [(min(w, lanes), t, k) for w, t, k in items]  # ties in times on purpose
     n = len(items)
     widths = np.array([w for w, _, _ in items], dtype=I64)
     times = np.array([t for _, t, _ in items], dtype=np.float64)
     tokens = np.array([k for _, _, k in items], dtype=I64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
-    got = place_items(order, widths, times, tokens, lanes, slots, cap)
-    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
     if isinstance(want, int):
         assert got == want
         return

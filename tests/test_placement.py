@@ -132,6 +132,21 @@ def test_dynamic_cp_gives_long_sequences_larger_degrees_of_any_size():
     assert rank_tokens(60000, k[0]) <= 12000
 
 
+def test_aligned_groups_are_blocks_of_their_degree():
+    lens = np.random.default_rng(5).integers(1, 40000, 300)
+    mesh = Mesh(dp=3, cp=5, dynamic=True, max_tokens=8192, aligned_groups=True)
+    p = place(lens, mesh, COST)
+    check_valid(p, lens)
+    for row, k in zip(p.ranks, p.degrees, strict=True):
+        group = row[row >= 0]
+        assert group[0] % k == 0 and np.array_equal(group, group[0] + np.arange(k))
+    assert (p.degrees > 1).any() and Mesh.parse(
+        "dp=2,cp=2,dynamic=1,max_tokens=8,aligned_groups=yes"
+    )
+    with pytest.raises(ValueError, match="aligned_groups=True needs dynamic=True"):
+        Mesh(dp=2, cp=2, aligned_groups=True)
+
+
 def test_refuses_what_cannot_fit_naming_both_parts():
     with pytest.raises(ValueError, match="max_tokens=1000 per rank at the largest CP degree cp=2"):
         place([5000], Mesh(dp=1, cp=2, dynamic=True, max_tokens=1000), COST)

@@ -30,6 +30,7 @@ def place_items(
     lanes: int,
     slots: int,
     max_tokens: int,
+    aligned: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
     """Place items, in ``order``, on ``widths[i]`` lanes of one of ``slots`` micro-batches.
 
@@ -40,6 +41,10 @@ def place_items(
     (slot, lane) pairs, which evens out the micro-batches and the lanes' sums alike. Returns
     ``(slot, start, lanes)`` (``lanes`` an (N, max width) int64 array, −1 past an item's width,
     ascending), or, when an item fits no slot, its position in ``order`` (an int).
+
+    With ``aligned`` an item of width ``w`` takes a block of ``w`` consecutive lanes starting at
+    a multiple of ``w``: in each slot, the block (all its lanes with room) where it starts first,
+    ties to the lowest block.
 
     Compiled (csrc/placement.hpp: each slot keeps its lanes sorted, and a scan stops once a
     lane cannot beat the best finish). Cost: O(N · (slots · scanned + lanes)), ``scanned``
@@ -53,6 +58,7 @@ def place_items(
         int(lanes),
         int(slots),
         int(max_tokens),
+        bool(aligned),
     )
     if failed >= 0:
         return int(failed)
@@ -67,8 +73,10 @@ def place_items_reference(
     lanes: int,
     slots: int,
     max_tokens: int,
+    aligned: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
-    """:func:`place_items` in plain numpy: every slot ranked in full for every item."""
+    """:func:`place_items` in plain numpy: every slot ranked in full (every block, aligned) for
+    every item."""
     n = int(order.size)
     wmax = int(widths.max()) if n else 1
     free = np.zeros((slots, lanes), dtype=np.float64)
@@ -81,6 +89,14 @@ def place_items_reference(
         w, t, tau = int(widths[i]), float(times[i]), int(tokens[i])
         best, best_m, best_pick, best_at = np.inf, -1, lane_ids[:0], 0.0
         for m in range(slots):
+            if aligned:
+                for b in range(0, lanes - w + 1, w):
+                    block = lane_ids[b : b + w]
+                    if (used[m, block] + tau <= max_tokens).all():
+                        at = float(free[m, block].max())
+                        if at + t < best:
+                            best, best_m, best_pick, best_at = at + t, m, block, at
+                continue
             room = np.flatnonzero(used[m] + tau <= max_tokens)
             if room.size < w:
                 continue

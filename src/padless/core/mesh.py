@@ -66,9 +66,12 @@ class Mesh:
         vpp: virtual pipeline stages per device (1 with ``"1f1b"``).
         micro_batches: micro-batches per step, a multiple of ``vpp`` (and of ``pp`` when
             interleaved); None: the fewest the budget allows (at least ``pp``).
+        aligned_groups: with ``dynamic``, a sequence of degree ``k`` takes ``k`` consecutive
+            ranks starting at a multiple of ``k`` (so the runtime needs only ``⌊dp·cp / k⌋``
+            process groups per degree, made up front); False: any ``k`` ranks.
 
     >>> Mesh.parse("dp=8,cp=4,pp=2,max_tokens=8192")
-    Mesh(dp=8, cp=4, pp=2, dynamic=False, max_tokens=8192, schedule='1f1b', vpp=1, micro_batches=None)
+    Mesh(dp=8, cp=4, pp=2, dynamic=False, max_tokens=8192, schedule='1f1b', vpp=1, micro_batches=None, aligned_groups=False)
     >>> Mesh(dp=2, cp=4, dynamic=True, max_tokens=4096).ranks
     8
     """
@@ -81,6 +84,7 @@ class Mesh:
     schedule: str = "1f1b"
     vpp: int = 1
     micro_batches: int | None = None
+    aligned_groups: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -89,6 +93,12 @@ class Mesh:
         if self.cp > MAX_CP:
             raise ValueError(f"cp must be at most {MAX_CP}, got {self.cp}")
         set_(self, "dynamic", check_bool("dynamic", self.dynamic))
+        set_(self, "aligned_groups", check_bool("aligned_groups", self.aligned_groups))
+        if self.aligned_groups and not self.dynamic:
+            raise ValueError(
+                "aligned_groups=True needs dynamic=True (with a fixed cp every group is a data-"
+                "parallel group, aligned already), got dynamic=False"
+            )
         set_(self, "max_tokens", positive_or_none("max_tokens", self.max_tokens))
         set_(self, "schedule", check_choice("schedule", self.schedule, SCHEDULES))
         set_(self, "micro_batches", positive_or_none("micro_batches", self.micro_batches))
@@ -156,9 +166,9 @@ class Mesh:
                 )
             if key == "schedule":
                 out[key] = value
-            elif key == "dynamic":
+            elif key in ("dynamic", "aligned_groups"):
                 if value.lower() not in ("1", "0", "yes", "no", "true", "false"):
-                    raise ValueError(f"mesh dynamic must be yes or no, got {value!r}")
+                    raise ValueError(f"mesh {key} must be yes or no, got {value!r}")
                 out[key] = value.lower() in ("1", "yes", "true")
             else:
                 try:

@@ -255,16 +255,23 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
 
 
 def _fit(
-    widths: np.ndarray, times: np.ndarray, tokens: np.ndarray, lanes: int, m: int, cap: int
+    widths: np.ndarray,
+    times: np.ndarray,
+    tokens: np.ndarray,
+    lanes: int,
+    m: int,
+    cap: int,
+    aligned: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
     """place_items, longest shard first; where that strands tokens, most tokens per rank first
     (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
     micro-batches the tokens left need."""
     n = widths.size
-    got = KP.place_items(np.lexsort((np.arange(n), -times)), widths, times, tokens, lanes, m, cap)
+    by_time = np.lexsort((np.arange(n), -times))
+    got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
     if isinstance(got, int):
         by_tokens = np.lexsort((np.arange(n), -widths, -tokens))  # per rank, as bins are
-        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap)
+        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
         if isinstance(got, int):
             rest = by_tokens[got:]
             return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
@@ -398,7 +405,7 @@ def place(
         degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
         tokens = rank_tokens(lens, degrees)
         while True:
-            got = _fit(widths, times, tokens, lanes, m, cap)
+            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups)
             if not isinstance(got, int) or best is not None or slots is not None:
                 break
             # the tokens left over need this many more micro-batches, at the least
