@@ -565,7 +565,8 @@ class Simulation:
         mesh = p.mesh
         w = max(int(width), 40)
         lines = [
-            f"mesh dp={mesh.dp} cp={mesh.cp}{' dynamic' if mesh.dynamic else ''} pp={mesh.pp}"
+            f"mesh dp={mesh.dp} cp={mesh.cp}{' dynamic' if mesh.dynamic else ''}"
+            f"{' aligned' if mesh.aligned_groups else ''} pp={mesh.pp}"
             f" {mesh.schedule}{f' vpp={mesh.vpp}' if mesh.vpp > 1 else ''}"
             f" max_tokens={mesh.max_tokens or '-'}",
             f"{len(p)} sequences, {p.micro_batches} micro-batches, degrees "
