@@ -413,7 +413,7 @@ def place(
         if isinstance(got, int):  # a spread that does not fit the count (another may)
             continue
         p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
-        score = _makespan(p) if len(SPREADS) > 1 and mesh.dynamic else 0.0
+        score = _makespan(p) if search and mesh.dynamic else 0.0
         if best is None or score < best[0]:
             best = (score, p)
     if best is None:
