@@ -18,6 +18,7 @@ void bind_shuffle(nb::module_& m);
 void bind_collate(nb::module_& m);
 void bind_ingest(nb::module_& m);
 void bind_step(nb::module_& m);
+void bind_placement(nb::module_& m);
 }  // namespace padless
 
 NB_MODULE(_core, m) {
@@ -38,4 +39,5 @@ NB_MODULE(_core, m) {
     padless::bind_collate(m);
     padless::bind_ingest(m);
     padless::bind_step(m);
+    padless::bind_placement(m);
 }

@@ -194,7 +194,7 @@ def test_every_compiled_kernel_has_a_plain_reference_beside_it():
 
     families = ["_sat", "rng", "order", "budget", "segments", "shapes", "exact", "buckets",
                 "packing", "cost", "windows", "streams", "feistel", "ingest",
-                "collate", "step"]  # fmt: skip
+                "collate", "step", "placement"]  # fmt: skip
     modules = [importlib.import_module(f"padless._kernels.{m}") for m in families] + [
         importlib.import_module(m)
         for m in ["padless.shuffle._kernels", "padless.io._text_kernels", "padless.ray._pack"]

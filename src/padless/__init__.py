@@ -29,6 +29,11 @@ _EXPORTS = {
     "Spec": "padless.planners.spec",
     "Cost": "padless.core.cost",
     "MemoryModel": "padless.core.memory",
+    "Mesh": "padless.core.mesh",
+    "MeshCost": "padless.core.mesh",
+    "place": "padless.planners.placement",
+    "plan_placement": "padless.planners.placement",
+    "simulate": "padless.planners.placement",
     "Schedule": "padless.core.schedules",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
@@ -76,6 +81,8 @@ if TYPE_CHECKING:
     from .core.filters import ratio_filter as ratio_filter
     from .core.lengths import builtin_corpus as builtin_corpus
     from .core.memory import MemoryModel as MemoryModel
+    from .core.mesh import Mesh as Mesh
+    from .core.mesh import MeshCost as MeshCost
     from .core.plan import BatchPlan as BatchPlan
     from .core.plan import PackedPlan as PackedPlan
     from .core.plan import PiecePlan as PiecePlan
@@ -97,6 +104,9 @@ if TYPE_CHECKING:
     from .planners.packing import PieceDataset as PieceDataset
     from .planners.packing import batch_loss_tokens as batch_loss_tokens
     from .planners.packing import plan_groups as plan_groups
+    from .planners.placement import place as place
+    from .planners.placement import plan_placement as plan_placement
+    from .planners.placement import simulate as simulate
     from .planners.shapes import FixedShapes as FixedShapes
     from .planners.shapes import shape_set as shape_set
     from .planners.spec import Spec as Spec

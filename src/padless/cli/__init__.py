@@ -2,7 +2,7 @@
 
 Layout: ``inputs`` (options and reading shared by the subcommands that read lengths),
 ``settings`` (``--set key=value`` parsed by a spec's field types), ``report``, ``plot``,
-``plan`` and ``shuffle``; each subcommand module has ``add_arguments(parser)`` and ``run(args)``.
+``plan``, ``shuffle`` and ``simulate``; each subcommand module has ``add_arguments(parser)`` and ``run(args)``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plan": ("padless.cli.plan", "compute and save the batch plan of one or more epochs"),
     "shuffle": ("padless.cli.shuffle", "shuffle a file bigger than memory, uniformly and safely"),
+    "simulate": ("padless.cli.simulate", "place global batches on a DP x CP x PP mesh and predict"),
 }
 
 # exit status when standard output is closed early (``padless report --json | head``): what a

@@ -27,6 +27,7 @@ RAY_PACK = 12  # padless.ray.pack: a child per window (and per carry-over block)
 MIXTURE_STEPS = 13  # MixtureSampler with weight schedules: one child per world-size part's start
 CHANGES = 14  # resume across a change of settings: the seed of the rest of the epoch, per change
 STEP_PLAN = 15  # plan_step: which rank runs which micro-batch of each slot
+PLACEMENT = 16  # padless.planners.placement: the order of an epoch before it is cut into steps
 
 
 def seed_sequence(seed: int, epoch: int, stream: int) -> np.random.SeedSequence:

@@ -23,6 +23,8 @@ its parts, each importing the ones below it and never this ``__init__``:
   batch shape, fitted to a ``padless.MemoryModel``);
 - ``_rollout``: ``split_rollout`` (a rollout batch into a rank's packed micro-batches of a
   ``padless.plan_step`` plan).
+- ``_timing``: ``calibrate_cost``, ``time_passes``, ``Calibration`` (forward and backward
+  seconds per length, fitted to a ``padless.MeshCost``).
 """
 
 from __future__ import annotations
@@ -59,10 +61,14 @@ from ._rng import set_rng_state as set_rng_state
 from ._rollout import split_rollout as split_rollout
 from ._streams import StreamDataset as StreamDataset
 from ._streams import stop_together as stop_together
+from ._timing import Calibration as Calibration
+from ._timing import calibrate_cost as calibrate_cost
+from ._timing import time_passes as time_passes
 from ._tokens import TokenDataset as TokenDataset
 
 __all__ = [
     "GroupCollate",
+    "Calibration",
     "LMDataset",
     "MemoryProbe",
     "PackedCollate",
@@ -73,6 +79,7 @@ __all__ = [
     "StepRng",
     "StreamDataset",
     "TokenDataset",
+    "calibrate_cost",
     "check_packed",
     "check_prefix_packed",
     "collate_groups",
@@ -94,5 +101,6 @@ __all__ = [
     "set_rng_state",
     "split_rollout",
     "stop_together",
+    "time_passes",
     "zigzag_indices",
 ]

@@ -1,0 +1,103 @@
+// The placement family's binding: place_items (see placement.hpp). It checks its arguments
+// before it places anything (checks.hpp).
+#include "placement.hpp"
+
+#include <cmath>
+
+#include "checks.hpp"
+#include "common.hpp"
+
+namespace padless {
+namespace {
+
+nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times,
+                         In<int64_t> tokens, int64_t lanes, int64_t slots, int64_t max_tokens,
+                         bool aligned) {
+    const char* kernel = "place_items";
+    const int64_t n = static_cast<int64_t>(widths.shape(0));
+    check_same_size(kernel, "widths", n, "order", static_cast<int64_t>(order.shape(0)));
+    check_same_size(kernel, "widths", n, "times", static_cast<int64_t>(times.shape(0)));
+    check_same_size(kernel, "widths", n, "tokens", static_cast<int64_t>(tokens.shape(0)));
+    check_scalar(kernel, "lanes", lanes, 1, int64_t(1) << 20, "must be in [1, 2**20]");
+    check_scalar(kernel, "slots", slots, 1, int64_t(1) << 20, "must be in [1, 2**20]");
+    check_scalar(kernel, "max_tokens", max_tokens, 1, MAX_COUNT, "must be in [1, 2**62]");
+    check_memory(kernel, "slots * lanes", slots * lanes, 24.0);
+    int64_t wmax = 1;
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = order(j);
+        if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) {
+            refuse(kernel, entry("order", j, i) + " (order must be a permutation of 0.." +
+                               text(n - 1) + ")");
+        }
+        seen[static_cast<size_t>(i)] = 1;
+        if (widths(j) < 1 || widths(j) > lanes) {
+            refuse(kernel, entry("widths", j, widths(j)) + " must be in [1, lanes = " +
+                               text(lanes) + "]");
+        }
+        if (!(times(j) >= 0.0) || !std::isfinite(times(j))) {
+            refuse(kernel, entry("times", j, times(j)) + " must be a finite number >= 0");
+        }
+        if (tokens(j) < 0 || tokens(j) > MAX_COUNT) {
+            refuse(kernel, entry("tokens", j, tokens(j)) + " must be in [0, 2**62]");
+        }
+        wmax = std::max(wmax, widths(j));
+    }
+    check_memory(kernel, "len(widths) * max(widths)", n * wmax, 8.0);
+    Placed out;
+    {
+        nb::gil_scoped_release nogil;
+        out = place_items(order.data(), widths.data(), times.data(), tokens.data(), n, lanes,
+                          slots, max_tokens, wmax, aligned);
+    }
+    return nb::make_tuple(out.failed, to_numpy(std::move(out.slot)),
+                          to_numpy(std::move(out.start)), to_numpy(std::move(out.lanes)), wmax);
+}
+
+nb::tuple replay_lanes_py(In<int64_t> lanes_of, int64_t width, In<double> times,
+                          In<int64_t> slots, int64_t lanes, bool barrier) {
+    const char* kernel = "replay_lanes";
+    const int64_t n = static_cast<int64_t>(times.shape(0));
+    check_same_size(kernel, "times", n, "slots", static_cast<int64_t>(slots.shape(0)));
+    check_scalar(kernel, "width", width, 1, int64_t(1) << 20, "must be in [1, 2**20]");
+    check_scalar(kernel, "lanes", lanes, 1, int64_t(1) << 30, "must be in [1, 2**30]");
+    if (static_cast<int64_t>(lanes_of.shape(0)) != sat_mul(n, width)) {
+        refuse(kernel, "lanes_of holds " + text(static_cast<int64_t>(lanes_of.shape(0))) +
+                           " entries, not len(times) * width = " + text(sat_mul(n, width)));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (!(times(i) >= 0.0) || !std::isfinite(times(i))) {
+            refuse(kernel, entry("times", i, times(i)) + " must be a finite number >= 0");
+        }
+        bool ended = false;
+        for (int64_t k = 0; k < width; ++k) {
+            const int64_t r = lanes_of(i * width + k);
+            if (r < -1 || r >= lanes || (ended && r != -1) || (k == 0 && r < 0)) {
+                refuse(kernel, entry("lanes_of", i * width + k, r) +
+                                   " (each row: lanes in [0, lanes = " + text(lanes) +
+                                   "), at least one, then -1 to its end)");
+            }
+            ended = ended || r < 0;
+        }
+    }
+    check_memory(kernel, "lanes", lanes, 8.0);
+    Buffer<double> start(n), free(lanes);
+    {
+        nb::gil_scoped_release nogil;
+        replay_lanes(lanes_of.data(), width, times.data(), slots.data(), n, lanes, barrier,
+                     start.get(), free.get());
+    }
+    return nb::make_tuple(to_numpy(std::move(start)), to_numpy(std::move(free)));
+}
+
+}  // namespace
+
+void bind_placement(nb::module_& m) {
+    m.def("place_items", &place_items_py, nb::arg("order"), nb::arg("widths"), nb::arg("times"),
+          nb::arg("tokens"), nb::arg("lanes"), nb::arg("slots"), nb::arg("max_tokens"),
+          nb::arg("aligned") = false);
+    m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
+          nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
+}
+
+}  // namespace padless

@@ -1,0 +1,699 @@
+"""Placement of a global batch over a data × context × pipeline parallel mesh, and its simulation.
+
+:func:`place` decides, for one global batch, each sequence's context-parallel degree, its ranks,
+its micro-batch and its order; :func:`plan_placement` cuts an epoch into global batches (a pure
+function of the lengths, the seed, the epoch and the step: resume is recomputation, and a new
+mesh re-places the steps left, each sequence still once); :func:`simulate` predicts what the
+step costs before any GPU runs it.
+
+How :func:`place` decides (``L`` a length, ``k`` its CP degree, ``t(L, k)`` a
+:class:`padless.MeshCost`'s forward + backward seconds of one shard):
+
+1. **Degrees.** With a fixed ``cp`` every sequence takes its data-parallel group's ``cp`` ranks
+   (the lanes are the ``dp`` groups). With ``dynamic=True`` the lanes are the ``dp·cp`` ranks
+   and a sequence gets the smallest ``k`` whose shard fits ``max_tokens``, raised (up to ``cp``)
+   while its shard still takes longer than a target, a multiple of a micro-batch's mean share of
+   the work: long sequences spread so that short ones fill the slot beside them. ``k`` is any
+   integer. Four targets are tried and the placement whose replayed step is shortest kept.
+2. **Micro-batches.** ``mesh.micro_batches``, or the fewest that hold the tokens (at least
+   ``pp``), a multiple of ``vpp`` (and of ``pp`` interleaved); every rank runs them all.
+3. **Slots.** Longest shard first, each sequence goes to the micro-batch where it would finish
+   first, on the ``k`` ranks there that are free soonest and still have room for its tokens
+   (compiled: ``padless._kernels.placement.place_items``). Where nothing fits, as many more
+   micro-batches as the tokens left need, and again.
+4. **Order.** Micro-batches run cheapest first, the next cheapest last, the rest longest first
+   (a pipeline's warm-up and cool-down pay the ends).
+
+Megatron-LM's dynamic CP (its dev branch) builds one packed micro-batch at a time with CP sizes
+of powers of two; here the whole global batch is planned at once and any degree up to ``cp`` is
+allowed (docs/placement.md compares them; benchmarks/bench_placement.py runs both).
+
+>>> from padless import Cost
+>>> mesh = Mesh(dp=2, cp=4, dynamic=True, max_tokens=4096)
+>>> cost = MeshCost(forward=Cost(linear=1e-6, quadratic=1e-10),
+...                 backward=Cost(linear=2e-6, quadratic=2e-10), kv_bytes=65536, bandwidth=5e10)
+>>> p = place([12000, 3000, 2500, 900, 700, 16000, 5000, 400], mesh, cost)
+>>> p.micro_batches, sorted(p.degrees.tolist())
+(2, [1, 1, 1, 1, 1, 3, 4, 4])
+>>> step = p.rank_step(0)
+>>> len(step), int(step[0][0].cu_seqlens_padded[-1]) <= 4096 * step[0][0].cp
+(2, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .._kernels import placement as KP
+from ..core import _rng
+from ..core._check import check_bool, check_int, check_seed, positive, positive_or_none
+from ..core.cost import _lengths_array
+from ..core.memory import MemoryModel
+from ..core.mesh import Mesh, MeshCost, padded, rank_tokens
+
+__all__ = [
+    "Placement",
+    "PlacementPlan",
+    "Segment",
+    "Simulation",
+    "place",
+    "plan_placement",
+    "simulate",
+]
+
+NO_BUDGET = 1 << 62
+# multiples of a slot's mean share that a long shard is spread to fit, tried in this order
+SPREADS = (1.0, 2.0, 0.5, 0.25)
+
+
+class Segment(NamedTuple):
+    """What one rank runs of one CP group in one micro-batch, in THD form.
+
+    Attributes:
+        group: the ranks of the CP group (stage-local ranks ``0..dp·cp−1``), ascending.
+        cp_rank: this rank's place in ``group`` (it takes zigzag chunks ``cp_rank`` and
+            ``2·cp − 1 − cp_rank`` of every sequence).
+        cp: the group's CP degree (``len(group)``).
+        indices: the sequences (dataset indices), in the order packed.
+        cu_seqlens: bounds of the real tokens in the packed (whole, unsplit) row.
+        cu_seqlens_padded: bounds with each sequence padded to a multiple of ``2·cp`` (of 1 when
+            ``cp == 1``): what ``padless.torch.zigzag_indices`` cuts.
+    """
+
+    group: tuple[int, ...]
+    cp_rank: int
+    cp: int
+    indices: np.ndarray
+    cu_seqlens: np.ndarray
+    cu_seqlens_padded: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Placement:
+    """One global batch placed on a mesh (made by :func:`place`).
+
+    Items are the batch's sequences in the order they run: by micro-batch, then by predicted
+    start. Attributes: ``indices`` (dataset index per item), ``lengths``, ``slots`` (micro-batch
+    position, 0-based, in run order), ``degrees`` (CP degree), ``ranks`` ((N, max degree)
+    stage-local ranks, −1 past the degree), ``times`` (predicted seconds of each shard),
+    ``micro_batches``, ``mesh``, ``cost``, ``delayed`` (indices this step postponed).
+    """
+
+    mesh: Mesh
+    cost: MeshCost
+    indices: np.ndarray
+    lengths: np.ndarray
+    slots: np.ndarray
+    degrees: np.ndarray
+    ranks: np.ndarray
+    times: np.ndarray
+    micro_batches: int
+    delayed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    def rank_tokens(self) -> np.ndarray:
+        """Tokens each stage rank holds per micro-batch: an (micro-batches, dp·cp) int64 array
+        (padded tokens, each sequence padded to ``2·k`` and divided by ``k``)."""
+        out = np.zeros((self.micro_batches, self.mesh.ranks), dtype=np.int64)
+        tau = rank_tokens(self.lengths, self.degrees)
+        for j in range(self.ranks.shape[1]):
+            on = self.ranks[:, j] >= 0
+            np.add.at(out, (self.slots[on], self.ranks[on, j]), tau[on])
+        return out
+
+    def rank_step(self, rank: int) -> list[list[Segment]]:
+        """What stage rank ``rank`` (``0 ≤ rank < dp·cp``) runs: per micro-batch, in order, its
+        segments (consecutive sequences of the same CP group packed into one THD row).
+        """
+        r = check_int("rank", rank, minimum=0)
+        if r is None or r >= self.mesh.ranks:
+            raise ValueError(f"rank must be in [0, dp·cp) = [0, {self.mesh.ranks}), got {r}")
+        out: list[list[Segment]] = [[] for _ in range(self.micro_batches)]
+        mine = np.flatnonzero((self.ranks == r).any(axis=1))
+        current: list[int] = []
+
+        def close() -> None:
+            if not current:
+                return
+            first = current[0]
+            row = self.ranks[first]
+            group = tuple(int(x) for x in row[row >= 0])
+            k = int(self.degrees[first])
+            lens = self.lengths[current]
+            cu = np.zeros(lens.size + 1, dtype=np.int64)
+            np.cumsum(lens, out=cu[1:])
+            cup = np.zeros(lens.size + 1, dtype=np.int64)
+            np.cumsum(padded(lens, k), out=cup[1:])
+            seg = Segment(group, group.index(r), k, self.indices[current].copy(), cu, cup)
+            out[int(self.slots[first])].append(seg)
+            current.clear()
+
+        for i in mine.tolist():
+            if current and (
+                self.slots[i] != self.slots[current[0]]
+                or not np.array_equal(self.ranks[i], self.ranks[current[0]])
+            ):
+                close()
+            current.append(i)
+        close()
+        return out
+
+
+def _degrees(
+    lens: np.ndarray, mesh: Mesh, cost: MeshCost, lanes: int, slots: int | None
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Smallest width (lanes taken) and its shard time of every sequence, and the micro-batch
+    count."""
+    n = lens.size
+    cap = mesh.max_tokens or NO_BUDGET
+    if not mesh.dynamic:
+        tau1 = rank_tokens(lens, mesh.cp)
+        too = tau1 > cap
+        if too.any():
+            i = int(np.flatnonzero(too)[0])
+            raise ValueError(
+                f"lengths must fit max_tokens={cap} per rank split over cp={mesh.cp} ranks, got "
+                f"length {int(lens[i])} (sequence {i}); raise max_tokens or cp, or use "
+                "dynamic=True with a larger cp"
+            )
+        times = np.asarray(cost.time(lens, mesh.cp), dtype=np.float64)
+        widths = np.ones(n, dtype=np.int64)
+        held = float(tau1.sum())  # lane-tokens: a lane is a DP group, each rank holding tau1
+    else:
+        # the smallest degree whose shard fits: L ≤ cap at 1, else 2·k·⌊cap/2⌋ ≥ L (a shard is
+        # 2·⌈L/2k⌉ tokens)
+        half = max(cap // 2, 1)
+        widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+        if n and int(widths.max()) > mesh.cp:
+            i = int(np.argmax(widths))
+            raise ValueError(
+                f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
+                f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
+            )
+        times = np.asarray(cost.time(lens, widths), dtype=np.float64)
+        held = float((rank_tokens(lens, widths) * widths).sum())
+    # micro-batches: the fewest that hold the tokens (with a tenth to spare), at least pp
+    need = 1 if mesh.max_tokens is None else max(1, math.ceil(held / (0.9 * lanes * cap)))
+    m = slots if slots is not None else max(need, mesh.pp)
+    m = -(-m // mesh.multiple) * mesh.multiple
+    return widths, times, m
+
+
+class _Table:
+    """Shard times at every degree of the rows that may be spread, costed once for every
+    candidate spread (rows outside it are costed when a spread needs them)."""
+
+    def __init__(self, lens: np.ndarray, cost: MeshCost, cp: int, kmin: np.ndarray) -> None:
+        self.lens, self.cost, self.kmin = lens, cost, kmin
+        self.ks = np.arange(1, cp + 1, dtype=np.int64)
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.table = np.zeros((0, cp))
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        """The (rows, cp) table, inf below each row's smallest degree."""
+        at = np.searchsorted(self.rows, rows)
+        known = at < self.rows.size
+        known[known] = self.rows[at[known]] == rows[known]
+        if not known.all():
+            new = np.unique(rows[~known])
+            table = np.asarray(
+                self.cost.time(self.lens[new][:, None], self.ks[None, :]), dtype=np.float64
+            )
+            table = np.where(self.ks[None, :] >= self.kmin[new, None], table, np.inf)
+            merged = np.concatenate([self.rows, new])
+            by = np.argsort(merged, kind="stable")
+            self.rows = merged[by]
+            self.table = np.concatenate([self.table, table])[by]
+            at = np.searchsorted(self.rows, rows)
+        return self.table[at]
+
+
+def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees and times with the long spread: a shard longer than ``share × Σ k·t`` seconds (a
+    multiple of a lane's mean share of one slot) takes the smallest degree that brings it within,
+    else its fastest degree; the target is set again from the new times, once."""
+    kmin = table.kmin
+    widths, times = kmin, base
+    for _ in range(2):
+        target = share * float((widths * times).sum())
+        long = np.flatnonzero(base > target)
+        widths, times = kmin.copy(), base.copy()
+        if long.size == 0:
+            break
+        rows = table.of(long)
+        ok = rows <= target
+        k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(rows, axis=1))
+        widths[long] = table.ks[k_idx]
+        times[long] = rows[np.arange(long.size), k_idx]
+    return widths, times
+
+
+def _fit(
+    widths: np.ndarray,
+    times: np.ndarray,
+    tokens: np.ndarray,
+    lanes: int,
+    m: int,
+    cap: int,
+    aligned: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    """place_items, longest shard first; where that strands tokens, most tokens per rank first
+    (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
+    micro-batches the tokens left need."""
+    n = widths.size
+    by_time = np.lexsort((np.arange(n), -times))
+    got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
+    if isinstance(got, int):
+        by_tokens = np.lexsort((np.arange(n), -widths, -tokens))  # per rank, as bins are
+        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
+        if isinstance(got, int):
+            rest = by_tokens[got:]
+            return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
+    return got
+
+
+def _slot_times(slots: np.ndarray, start: np.ndarray, times: np.ndarray, m: int) -> np.ndarray:
+    """Each slot's span: its last shard's end less its first shard's start."""
+    out = np.zeros(m)
+    if slots.size:
+        first = np.full(m, np.inf)
+        np.minimum.at(first, slots, start)
+        np.maximum.at(out, slots, start + times)
+        out = out - np.where(np.isfinite(first), first, 0.0)
+    return out
+
+
+def _makespan(p: Placement) -> float:
+    """The step's predicted seconds (what :func:`simulate` reports as ``makespan``)."""
+    mesh = p.mesh
+    if mesh.pp == 1:
+        _, free = KP.replay_lanes(p.ranks, p.times, mesh.ranks)
+        return float(free.max(initial=0.0))
+    start, _ = KP.replay_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    fwd, bwd = _passes(p, _slot_times(p.slots, start, p.times, p.micro_batches))
+    return KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)[0]
+
+
+def _passes(p: Placement, slot_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A slot's span split into forward and backward by its shards' share of forward time."""
+    m = p.micro_batches
+    fsum, tsum = np.zeros(m), np.zeros(m)
+    np.add.at(fsum, p.slots, p.cost.forward_time(p.lengths, p.degrees))
+    np.add.at(tsum, p.slots, p.times)
+    share = np.where(tsum > 0, fsum / np.where(tsum > 0, tsum, 1.0), 1 / 3)
+    fwd = slot_time * share
+    return fwd, slot_time - fwd
+
+
+def _assemble(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray],
+    mesh: Mesh,
+    cost: MeshCost,
+    idx: np.ndarray,
+    lens: np.ndarray,
+    degrees: np.ndarray,
+    times: np.ndarray,
+    m: int,
+) -> Placement:
+    """The placement of ``place_items``'s answer: micro-batches cheapest first, the next
+    cheapest last, the rest longest first; items by micro-batch, then start."""
+    n = lens.size
+    slot, start, lane_ids = got
+    ends = np.zeros(m)
+    np.maximum.at(ends, slot, start + times)
+    by = np.lexsort((np.arange(m), ends))
+    run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
+    position = np.empty(m, dtype=np.int64)
+    position[run] = np.arange(m)
+    slot = position[slot]
+    perm = np.lexsort((np.arange(n), start, slot))
+    if mesh.dynamic:
+        ranks = lane_ids[perm]
+    else:
+        groups = lane_ids[perm, 0]
+        ranks = groups[:, None] * mesh.cp + np.arange(mesh.cp)[None, :]
+    return Placement(
+        mesh=mesh,
+        cost=cost,
+        indices=idx[perm],
+        lengths=lens[perm],
+        slots=slot[perm],
+        degrees=degrees[perm],
+        ranks=ranks.astype(np.int64),
+        times=times[perm],
+        micro_batches=m,
+    )
+
+
+def place(
+    lengths: Any,
+    mesh: Mesh,
+    cost: MeshCost,
+    *,
+    indices: Any = None,
+    micro_batches: int | None = None,
+    search: bool = True,
+) -> Placement:
+    """Place one global batch of ``lengths`` on ``mesh`` (see the module's steps).
+
+    ``indices`` names the sequences (dataset indices; default ``0..N−1``);
+    ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). With
+    dynamic CP and ``search=True`` the long sequences are spread at four targets (1, 2, ½ and ¼
+    of a slot's mean share) and the placement whose replayed step is shortest is kept (the
+    first on ties); ``search=False`` places the first only (about a quarter of the time). A pure
+    function of its arguments: no randomness.
+
+    Cost: O(N log N + N · micro-batches · lanes) per target.
+    """
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
+    if not isinstance(cost, MeshCost):
+        raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
+    lens = _lengths_array(lengths).reshape(-1)
+    n = lens.size
+    idx = np.arange(n, dtype=np.int64) if indices is None else _lengths_array(indices).reshape(-1)
+    if idx.size != n:
+        raise ValueError(f"indices must hold one index per length ({n}), got {idx.size}")
+    slots = positive_or_none("micro_batches", micro_batches)
+    slots = mesh.micro_batches if slots is None else slots
+    if slots is not None and slots % mesh.multiple:
+        raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
+    lanes = mesh.ranks if mesh.dynamic else mesh.dp
+    kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
+    cap = mesh.max_tokens or NO_BUDGET
+    best: tuple[float, Placement] | None = None
+    tried: list[np.ndarray] = []
+    table = _Table(lens, cost, mesh.cp, kmin)
+    if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
+        low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
+        table.of(np.flatnonzero(base > low))
+    search = check_bool("search", search)
+    for share in (SPREADS if search else SPREADS[:1]) if mesh.dynamic and n else (None,):
+        if share is None:
+            widths, times = kmin, base
+        else:
+            widths, times = _spread(table, share / (lanes * m), base)
+        if any(np.array_equal(widths, w) for w in tried):
+            continue
+        tried.append(widths)
+        degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
+        tokens = rank_tokens(lens, degrees)
+        while True:
+            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups)
+            if not isinstance(got, int) or best is not None or slots is not None:
+                break
+            # the tokens left over need this many more micro-batches, at the least
+            m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
+        if isinstance(got, int):  # a spread that does not fit the count (another may)
+            continue
+        p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
+        score = _makespan(p) if search and mesh.dynamic else 0.0
+        if best is None or score < best[0]:
+            best = (score, p)
+    if best is None:
+        raise ValueError(
+            f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
+            f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
+        )
+    return best[1]
+
+
+# ---------------------------------------------------------------------------------- epochs
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlacementPlan:
+    """An epoch cut into global batches, each placed on demand (:func:`plan_placement`).
+
+    ``batch(step)`` and ``step(step)`` depend on (lengths, global_batch, seed, epoch, delays)
+    only, never on earlier steps: resume at any step recomputes it, and :meth:`on` places the
+    same steps on another mesh (elastic resume: each sequence still once per epoch).
+    """
+
+    lengths: np.ndarray
+    mesh: Mesh
+    cost: MeshCost
+    global_batch: int
+    seed: int
+    epoch: int
+    steps: np.ndarray  # step of each position of the epoch's order
+    order: np.ndarray  # the epoch's order, grouped by step
+    bounds: np.ndarray  # order[bounds[s]:bounds[s+1]] is step s
+    delayed: np.ndarray  # per position of order: was it delayed
+
+    def __len__(self) -> int:
+        return int(self.bounds.size - 1)
+
+    def batch(self, step: int) -> np.ndarray:
+        """The dataset indices of global batch ``step``."""
+        s = self._step(step)
+        return self.order[self.bounds[s] : self.bounds[s + 1]].copy()
+
+    def step(self, step: int) -> Placement:
+        """Global batch ``step`` placed on the plan's mesh."""
+        s = self._step(step)
+        idx = self.order[self.bounds[s] : self.bounds[s + 1]]
+        p = place(self.lengths[idx], self.mesh, self.cost, indices=idx)
+        late = idx[self.delayed[self.bounds[s] : self.bounds[s + 1]]]
+        return dataclasses.replace(p, delayed=late.copy())
+
+    def on(self, mesh: Mesh, cost: MeshCost | None = None) -> PlacementPlan:
+        """The same steps placed on ``mesh`` (and ``cost``): what an elastic resume runs."""
+        return dataclasses.replace(self, mesh=mesh, cost=self.cost if cost is None else cost)
+
+    def _step(self, step: int) -> int:
+        s = check_int("step", step, minimum=0)
+        if s is None or s >= len(self):
+            raise ValueError(f"step must be in [0, {len(self)}), got {s}")
+        return s
+
+
+def plan_placement(
+    lengths: Any,
+    mesh: Mesh,
+    cost: MeshCost,
+    *,
+    global_batch: int,
+    seed: int = 0,
+    epoch: int = 0,
+    delay_longer_than: int | None = None,
+    delay_steps: int = 1,
+) -> PlacementPlan:
+    """An epoch of ``lengths`` in global batches of ``global_batch`` sequences (the last may be
+    short), shuffled by ``(seed, epoch)``, placed step by step on ``mesh``.
+
+    ``delay_longer_than``: sequences longer than this many tokens move ``delay_steps`` steps
+    later (at most to the last step), so that one step rarely meets several outliers (WLB-LLM's
+    delay); the steps they leave are shorter, coverage is unchanged, and each step reports what
+    it delayed (``Placement.delayed``). Membership does not depend on the mesh.
+
+    >>> from padless import Cost
+    >>> cost = MeshCost(forward=Cost(linear=1e-6), backward=Cost(linear=2e-6))
+    >>> plan = plan_placement([5, 9, 3, 7, 1, 8], Mesh(dp=2), cost, global_batch=4, seed=1)
+    >>> len(plan), sorted(np.concatenate([plan.batch(0), plan.batch(1)]).tolist())
+    (2, [0, 1, 2, 3, 4, 5])
+    """
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
+    if not isinstance(cost, MeshCost):
+        raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
+    lens = _lengths_array(lengths).reshape(-1)
+    batch = positive("global_batch", global_batch)
+    seed = check_seed("seed", seed)
+    epoch = check_seed("epoch", epoch)
+    limit = positive_or_none("delay_longer_than", delay_longer_than)
+    delay = check_int("delay_steps", delay_steps, minimum=1)
+    assert delay is not None
+    n = lens.size
+    order = _rng.rng(seed, epoch, _rng.PLACEMENT).permutation(n).astype(np.int64)
+    num = max(1, -(-n // batch))
+    steps = np.arange(n, dtype=np.int64) // batch
+    late = np.zeros(n, dtype=np.bool_)
+    if limit is not None:
+        late = lens[order] > limit
+        late &= steps < num - 1
+        steps = np.where(late, np.minimum(steps + delay, num - 1), steps)
+    by = np.argsort(steps, kind="stable")
+    counts = np.bincount(steps, minlength=num)
+    bounds = np.zeros(num + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    return PlacementPlan(
+        lens, mesh, cost, batch, seed, epoch, steps[by], order[by], bounds, late[by]
+    )
+
+
+# ---------------------------------------------------------------------------------- simulation
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Simulation:
+    """What a placed step is predicted to cost (:func:`simulate`).
+
+    Attributes:
+        rank_time: seconds each stage rank is busy or waiting until its last shard ends
+            (without pipeline stages), or the pipeline's makespan on every rank (with them).
+        slot_time: seconds of each micro-batch (its slowest rank), in run order.
+        slot_imbalance: slowest ÷ mean rank busy time per micro-batch (1.0: even).
+        makespan: predicted seconds of the step.
+        bound: a lower bound of the makespan (see :func:`simulate`).
+        bubble: share of the pipeline's device time idle (0 without stages).
+        tokens: tokens each stage rank holds over the step.
+        memory: predicted peak bytes per micro-batch (its fullest rank), or None.
+        peak_memory: the step's predicted peak bytes (in-flight micro-batches counted), or None.
+    """
+
+    placement: Placement
+    rank_time: np.ndarray
+    slot_time: np.ndarray
+    slot_imbalance: np.ndarray
+    makespan: float
+    bound: float
+    bubble: float
+    tokens: np.ndarray
+    memory: np.ndarray | None
+    peak_memory: float | None
+
+    def table(self, width: int = 80) -> str:
+        """A plain-text summary that reads in ``width`` columns (80 by default)."""
+        p = self.placement
+        mesh = p.mesh
+        w = max(int(width), 40)
+        lines = [
+            f"mesh dp={mesh.dp} cp={mesh.cp}{' dynamic' if mesh.dynamic else ''}"
+            f"{' aligned' if mesh.aligned_groups else ''} pp={mesh.pp}"
+            f" {mesh.schedule}{f' vpp={mesh.vpp}' if mesh.vpp > 1 else ''}"
+            f" max_tokens={mesh.max_tokens or '-'}",
+            f"{len(p)} sequences, {p.micro_batches} micro-batches, degrees "
+            + ",".join(
+                f"{k}:{c}" for k, c in zip(*np.unique(p.degrees, return_counts=True), strict=True)
+            )[: w - 40],
+            f"step {self.makespan * 1e3:.1f} ms, bound {self.bound * 1e3:.1f} ms "
+            f"({self.makespan / self.bound if self.bound > 0 else 1.0:.3f}x), "
+            f"bubble {self.bubble:.1%}",
+        ]
+        rt, tk = self.rank_time, self.tokens
+        lines.append(
+            f"rank time ms   min {rt.min() * 1e3:.1f}  mean {rt.mean() * 1e3:.1f}  "
+            f"max {rt.max() * 1e3:.1f}"
+        )
+        lines.append(
+            f"tokens/rank    min {int(tk.min())}  mean {tk.mean():.0f}  max {int(tk.max())}"
+        )
+        if self.peak_memory is not None:
+            lines.append(f"peak memory    {self.peak_memory / 2**30:.2f} GiB (in-flight counted)")
+        lines.append("")
+        head = f"{'mb':>4} {'time ms':>10} {'imbal':>7} {'seqs':>6} {'max tok':>9}"
+        if self.memory is not None:
+            head += f" {'mem GiB':>9}"
+        lines.append(head)
+        toks = p.rank_tokens()
+        counts = np.bincount(p.slots, minlength=p.micro_batches)
+        for m in range(p.micro_batches):
+            row = (
+                f"{m:>4} {self.slot_time[m] * 1e3:>10.2f} {self.slot_imbalance[m]:>7.3f} "
+                f"{int(counts[m]):>6} {int(toks[m].max()):>9}"
+            )
+            if self.memory is not None:
+                row += f" {self.memory[m] / 2**30:>9.3f}"
+            lines.append(row)
+        return "\n".join(line[:w] for line in lines)
+
+
+def simulate(placement: Placement, memory: MemoryModel | None = None) -> Simulation:
+    """Predict a placed step: per rank, per micro-batch, the pipeline, and memory.
+
+    Each rank runs its shards in the placement's order; a shard starts when every rank of its CP
+    group is free. Without pipeline stages ranks go straight on to their next micro-batch; with
+    them a micro-batch is a unit (its slowest rank), its forward and backward share per stage
+    what the cost model gives, and a 1F1B or interleaved pipeline runs them
+    (:func:`padless._kernels.placement.pipeline`).
+
+    The bound: without stages ``max(Σ k·t / ranks, max t)`` over the placed shards at the
+    degree each sequence would be cheapest in rank-seconds; with ``S`` stages and micro-batch
+    times ``t_m`` of the placement, ``max(Σ t_m + (S−1)·min t_m, S·max t_m)``.
+
+    Memory (``memory``, a :class:`padless.MemoryModel` fitted to a rank's packed micro-batch):
+    a rank's micro-batch holds ``fixed + Σ cost(shard tokens)`` over its shards; the peak counts
+    the micro-batches a 1F1B stage 0 holds in flight (``pp`` at most).
+    """
+    if not isinstance(placement, Placement):
+        raise TypeError(f"placement must be a Placement, got {type(placement).__name__}")
+    if memory is not None and not isinstance(memory, MemoryModel):
+        raise TypeError(f"memory must be a padless.MemoryModel, got {type(memory).__name__}")
+    p = placement
+    mesh, cost = p.mesh, p.cost
+    lanes = mesh.ranks
+    m = p.micro_batches
+    start, free = KP.replay_lanes(p.ranks, p.times, lanes, p.slots if mesh.pp > 1 else None)
+    busy = np.zeros((m, lanes))
+    for j in range(p.ranks.shape[1]):
+        on = p.ranks[:, j] >= 0
+        np.add.at(busy, (p.slots[on], p.ranks[on, j]), p.times[on])
+    slot_time = _slot_times(p.slots, start, p.times, m)
+    mean = busy.mean(axis=1)
+    imbalance = np.where(mean > 0, busy.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)
+    tokens = p.rank_tokens()
+    if mesh.pp == 1:
+        rank_time = free
+        makespan = float(free.max()) if lanes else 0.0
+        bubble = 0.0
+        ks = np.arange(1, mesh.cp + 1) if mesh.dynamic else np.array([mesh.cp])
+        area = np.asarray(cost.time(p.lengths[:, None], ks[None, :])) * ks[None, :]
+        if mesh.max_tokens is not None:
+            area = np.where(
+                rank_tokens(p.lengths[:, None], ks[None, :]) <= mesh.max_tokens, area, np.inf
+            )
+        if not mesh.dynamic:
+            area = area / mesh.cp  # a DP group's lane holds the whole shard time
+        per_lane = mesh.ranks if mesh.dynamic else mesh.dp
+        cheapest = area.min(axis=1) if len(p) else np.zeros(0)
+        longest = 0.0
+        if len(p):
+            tk = np.asarray(cost.time(p.lengths[:, None], ks[None, :]))
+            if mesh.max_tokens is not None:
+                tk = np.where(
+                    rank_tokens(p.lengths[:, None], ks[None, :]) <= mesh.max_tokens, tk, np.inf
+                )
+            longest = float(tk.min(axis=1).max())
+        bound = max(float(cheapest.sum()) / per_lane, longest)
+    else:
+        fwd, bwd = _passes(p, slot_time)
+        makespan, dev_busy = KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)
+        rank_time = np.full(lanes, makespan)
+        bubble = 1.0 - float(dev_busy.sum()) / (mesh.pp * makespan) if makespan > 0 else 0.0
+        s = mesh.pp
+        bound = max(
+            float(slot_time.sum()) + (s - 1) * float(slot_time.min()), s * float(slot_time.max())
+        )
+    mem = peak = None
+    if memory is not None:
+        c = memory.cost(0)
+        act = np.zeros((m, lanes))
+        tau = rank_tokens(p.lengths, p.degrees)
+        for j in range(p.ranks.shape[1]):
+            on = p.ranks[:, j] >= 0
+            np.add.at(act, (p.slots[on], p.ranks[on, j]), c.of(tau[on]))
+        mem = memory.fixed + act.max(axis=1)
+        inflight = min(mesh.pp, m)
+        window = np.array(
+            [act[i : i + inflight].sum(axis=0).max() for i in range(m - inflight + 1)]
+        )
+        peak = float(memory.fixed + window.max())
+    return Simulation(
+        placement=p,
+        rank_time=np.asarray(rank_time, dtype=np.float64),
+        slot_time=slot_time,
+        slot_imbalance=imbalance,
+        makespan=makespan,
+        bound=bound,
+        bubble=bubble,
+        tokens=tokens.sum(axis=0),
+        memory=mem,
+        peak_memory=peak,
+    )

@@ -1,0 +1,148 @@
+"""Hostile direct calls into the placement family's binding (csrc/placement.cpp), and the
+compiled list scheduler against its plain reference (padless._kernels.placement)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from padless import _core as C
+from padless._kernels.placement import (
+    place_items,
+    place_items_reference,
+    replay_lanes,
+    replay_lanes_reference,
+)
+
+ATTACKED: dict[str, str] = {
+    "place_items": "test_place_items",
+    "replay_lanes": "test_replay_lanes",
+}
+
+I64 = np.int64
+
+
+def a(*values, dtype=I64) -> np.ndarray:
+    return np.array(values, dtype=dtype)
+
+
+def test_place_items():
+    order, w, t, k = a(1, 0), a(1, 2), a(0.5, 1.0, dtype=np.float64), a(3, 4)
+    with pytest.raises(ValueError, match=r"place_items: order\[1\] = 1 \(order must be a perm"):
+        C.place_items(a(1, 1), w, t, k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: order\[0\] = 5"):
+        C.place_items(a(5, 0), w, t, k, 2, 1, 10)
+    with pytest.raises(
+        ValueError, match=r"place_items: widths\[1\] = 2 must be in \[1, lanes = 1\]"
+    ):
+        C.place_items(order, w, t, k, 1, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times\[0\] = nan must be a finite"):
+        C.place_items(order, w, a(np.nan, 1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times\[1\] = -1 must be a finite"):
+        C.place_items(order, w, a(1.0, -1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: tokens\[0\] = -3 must be in"):
+        C.place_items(order, w, t, a(-3, 4), 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: times holds 1 entries, widths 2"):
+        C.place_items(order, w, a(1.0, dtype=np.float64), k, 2, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: lanes = 0 must be in \[1, 2\*\*20\]"):
+        C.place_items(order, w, t, k, 0, 1, 10)
+    with pytest.raises(ValueError, match=r"place_items: slots = 2097152 must be in"):
+        C.place_items(order, w, t, k, 2, 1 << 21, 10)
+    with pytest.raises(ValueError, match=r"place_items: max_tokens = 0 must be in"):
+        C.place_items(order, w, t, k, 2, 1, 0)
+    with pytest.raises(ValueError, match=r"slots \* lanes = 1099511627776 needs"):
+        C.place_items(order, w, t, k, 1 << 20, 1 << 20, 10)
+    # valid edges: nothing to place; an item exactly at the budget; one that fits nowhere
+    failed, slot, start, lanes, wmax = C.place_items(a(), a(), a(dtype=np.float64), a(), 3, 2, 1)
+    assert failed == -1 and slot.size == start.size == lanes.size == 0 and wmax == 1
+    failed, slot, start, lanes, wmax = C.place_items(order, w, t, k, 2, 1, 7)
+    assert failed == -1 and slot.tolist() == [0, 0] and start.tolist() == [1.0, 0.0]
+    assert lanes.reshape(-1, wmax).tolist() == [[0, -1], [0, 1]]
+    assert C.place_items(order, w, t, k, 2, 1, 6)[0] == 1  # item 0 finds no room at 6
+    assert C.place_items(order, w, t, k, 2, 1, 3)[0] == 0  # item 1 (4 tokens) fits no lane
+    # aligned: a width-2 item takes lanes 2-3 (a block), not 1-2, though lane 1 is free first
+    busy = C.place_items(a(0, 1), a(1, 2), a(5.0, 1.0, dtype=np.float64), a(1, 1), 4, 1, 9, True)
+    assert busy[0] == -1 and busy[3].reshape(-1, busy[4]).tolist() == [[0, -1], [2, 3]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.lists(
+        st.tuples(
+            st.integers(1, 6), st.sampled_from([0.0, 0.5, 1.0, 2.5, 7.0]), st.integers(0, 12)
+        ),
+        max_size=30,
+    ),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+)
+def test_kernel_equals_reference(lanes, slots, cap, items, rnd, aligned):
+    items = [(min(w, lanes), t, k) for w, t, k in items]  # ties in times on purpose
+    n = len(items)
+    widths = np.array([w for w, _, _ in items], dtype=I64)
+    times = np.array([t for _, t, _ in items], dtype=np.float64)
+    tokens = np.array([k for _, _, k in items], dtype=I64)
+    order = np.array(rnd.sample(range(n), n), dtype=I64)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        if n:
+            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+
+
+def test_replay_lanes():
+    f64 = np.float64
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of holds 3 entries, not len"):
+        C.replay_lanes(a(0, 1, 1), 2, a(1.0, 2.0, dtype=f64), a(0, 0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[1\] = 2 \(each row"):
+        C.replay_lanes(a(0, 2), 2, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[0\] = -1 \(each row"):
+        C.replay_lanes(a(-1, 0), 2, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes_of\[2\] = 1 \(each row"):
+        C.replay_lanes(a(0, -1, 1), 3, a(1.0, dtype=f64), a(0), 2, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: times\[0\] = inf must be a finite"):
+        C.replay_lanes(a(0), 1, a(np.inf, dtype=f64), a(0), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: slots holds 2 entries, times 1"):
+        C.replay_lanes(a(0), 1, a(1.0, dtype=f64), a(0, 0), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: width = 0 must be in"):
+        C.replay_lanes(a(), 0, a(dtype=f64), a(), 1, False)
+    with pytest.raises(ValueError, match=r"replay_lanes: lanes = 0 must be in"):
+        C.replay_lanes(a(), 1, a(dtype=f64), a(), 0, False)
+    start, free = C.replay_lanes(a(), 1, a(dtype=f64), a(), 3, True)
+    assert start.size == 0 and free.tolist() == [0.0, 0.0, 0.0]
+    # lane 0 runs 1 s, then a group of both lanes; with a barrier at the slot change both wait
+    rows, times = a(0, -1, 0, 1), a(1.0, 2.0, dtype=f64)
+    assert C.replay_lanes(rows, 2, times, a(0, 0), 2, False)[1].tolist() == [3.0, 3.0]
+    start, free = C.replay_lanes(a(0, -1, 1, -1), 2, times, a(0, 1), 2, True)
+    assert start.tolist() == [0.0, 1.0] and free.tolist() == [1.0, 3.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.lists(
+        st.tuples(st.sets(st.integers(0, 4), min_size=1, max_size=5), st.floats(0, 9)),
+        max_size=20,
+    ),
+    st.booleans(),
+)
+def test_replay_equals_reference(lanes, items, barrier):
+    rows = [sorted(x for x in group if x < lanes) or [0] for group, _ in items]
+    width = max((len(r) for r in rows), default=1)
+    lanes_of = np.full((len(rows), width), -1, dtype=I64)
+    for i, r in enumerate(rows):
+        lanes_of[i, : len(r)] = r
+    times = np.array([t for _, t in items], dtype=np.float64)
+    slots = np.arange(len(rows), dtype=I64) // 3 if barrier else None
+    got = replay_lanes(lanes_of, times, lanes, slots)
+    want = replay_lanes_reference(lanes_of, times, lanes, slots)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

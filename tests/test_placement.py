@@ -1,0 +1,222 @@
+"""Placement over DP × CP × PP: every sequence once, budgets per rank, equal micro-batch counts,
+determinism, resume and elastic resume (padless.planners.placement, padless.core.mesh)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from padless import Cost
+from padless.core.mesh import Mesh, MeshCost, padded, rank_tokens
+from padless.planners.placement import place, plan_placement
+
+COST = MeshCost(
+    forward=Cost(linear=1e-6, quadratic=1e-10, per_sequence=1e-4),
+    backward=Cost(linear=2e-6, quadratic=2e-10, per_sequence=2e-4),
+    kv_bytes=65536,
+    bandwidth=5e10,
+    latency=2e-5,
+)
+
+meshes = st.builds(
+    lambda dp, cp, pp, dynamic, cap, vpp: Mesh(
+        dp=dp,
+        cp=cp,
+        pp=pp if vpp == 1 else max(pp, 2),
+        dynamic=dynamic,
+        max_tokens=cap,
+        schedule="1f1b" if vpp == 1 else "interleaved",
+        vpp=vpp,
+    ),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.booleans(),
+    st.sampled_from([512, 1000, 4096]),
+    st.sampled_from([1, 1, 2]),
+)
+
+
+def lengths_for(mesh: Mesh, raw: list[int]) -> np.ndarray:
+    """Lengths that fit the mesh's budget at its largest degree."""
+    top = mesh.max_tokens * mesh.cp - 2 * mesh.cp  # padded to 2·cp, then divided by cp
+    return np.minimum(np.array(raw, dtype=np.int64), top)
+
+
+def check_valid(p, lens: np.ndarray) -> None:
+    mesh = p.mesh
+    # every sequence once
+    assert sorted(p.indices.tolist()) == list(range(lens.size))
+    assert np.array_equal(p.lengths, lens[p.indices])
+    # budgets per rank and micro-batch
+    toks = p.rank_tokens()
+    assert toks.shape == (p.micro_batches, mesh.ranks)
+    assert int(toks.max(initial=0)) <= mesh.max_tokens
+    # equal micro-batch counts, multiples of vpp; micro-batches are shared by every rank
+    assert p.micro_batches % mesh.vpp == 0 and p.micro_batches >= mesh.pp
+    for r in range(mesh.ranks):
+        step = p.rank_step(r)
+        assert len(step) == p.micro_batches
+    # degrees: within cp, each shard's group has that many distinct ranks
+    assert ((p.degrees >= 1) & (p.degrees <= mesh.cp)).all()
+    for i in range(len(p)):
+        row = p.ranks[i]
+        group = row[row >= 0]
+        assert group.size == p.degrees[i] == np.unique(group).size
+        assert ((group >= 0) & (group < mesh.ranks)).all()
+    if not mesh.dynamic:
+        assert (p.degrees == mesh.cp).all()
+        assert (p.ranks[:, 0] % mesh.cp == 0).all()  # a whole data-parallel group
+
+
+@settings(max_examples=25, deadline=None)
+@given(meshes, st.lists(st.integers(1, 20000), min_size=0, max_size=60))
+def test_every_sequence_once_within_budgets_and_equal_micro_batches(mesh, raw):
+    lens = lengths_for(mesh, raw)
+    p = place(lens, mesh, COST)
+    check_valid(p, lens)
+
+
+@settings(max_examples=15, deadline=None)
+@given(meshes, st.lists(st.integers(1, 20000), min_size=1, max_size=40))
+def test_segments_are_thd_rows_that_cover_the_rank_s_shards(mesh, raw):
+    lens = lengths_for(mesh, raw)
+    p = place(lens, mesh, COST)
+    seen: dict[int, set[int]] = {}
+    for r in range(mesh.ranks):
+        for segments in p.rank_step(r):
+            for seg in segments:
+                assert seg.group[seg.cp_rank] == r and len(seg.group) == seg.cp
+                real = lens[seg.indices]
+                assert np.array_equal(np.diff(seg.cu_seqlens), real)
+                assert np.array_equal(np.diff(seg.cu_seqlens_padded), padded(real, seg.cp))
+                # what the rank holds is within its budget (the zigzag share of the padded row)
+                assert seg.cu_seqlens_padded[-1] // seg.cp <= mesh.max_tokens
+                for i in seg.indices.tolist():
+                    seen.setdefault(i, set()).add(r)
+    for i in range(lens.size):  # each sequence is on exactly its group's ranks
+        row = p.ranks[p.indices == i][0]
+        assert seen[i] == set(row[row >= 0].tolist())
+
+
+def test_fixed_micro_batches_and_interleaved_multiples():
+    lens = np.arange(1, 200) * 7  # 139,300 tokens: 9 micro-batches of 4 ranks × 4096
+    mesh = Mesh(dp=2, cp=2, pp=2, max_tokens=4096, schedule="interleaved", vpp=3, micro_batches=12)
+    p = place(lens, mesh, COST)
+    assert p.micro_batches == 12
+    check_valid(p, lens)
+    with pytest.raises(ValueError, match="micro_batches must be a multiple of 6"):
+        Mesh(dp=2, pp=2, schedule="interleaved", vpp=3, micro_batches=8)
+    with pytest.raises(ValueError, match="cannot hold this batch"):
+        place(lens, Mesh(dp=1, cp=1, max_tokens=2000, micro_batches=1), COST)
+
+
+def test_deterministic_and_independent_of_input_order_labels():
+    rng = np.random.default_rng(3)
+    lens = rng.integers(1, 30000, 300)
+    mesh = Mesh(dp=4, cp=4, dynamic=True, max_tokens=8192)
+    a, b = place(lens, mesh, COST), place(lens.copy(), mesh, COST)
+    for name in ("indices", "slots", "degrees", "ranks", "times"):
+        assert np.array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_dynamic_cp_gives_long_sequences_larger_degrees_of_any_size():
+    lens = np.array([60000, 40000, 20000] + [500] * 200)
+    p = place(lens, Mesh(dp=2, cp=6, dynamic=True, max_tokens=12000), COST)
+    k = dict(zip(p.indices.tolist(), p.degrees.tolist(), strict=True))
+    assert k[0] >= k[1] >= k[2] >= k[3] == 1
+    assert k[0] >= 5  # 60000 tokens need at least 5 ranks of 12000
+    assert k[0] == 6  # not a power of two: any degree up to cp
+    assert rank_tokens(60000, k[0]) <= 12000
+
+
+def test_aligned_groups_are_blocks_of_their_degree():
+    lens = np.random.default_rng(5).integers(1, 40000, 300)
+    mesh = Mesh(dp=3, cp=5, dynamic=True, max_tokens=8192, aligned_groups=True)
+    p = place(lens, mesh, COST)
+    check_valid(p, lens)
+    for row, k in zip(p.ranks, p.degrees, strict=True):
+        group = row[row >= 0]
+        assert group[0] % k == 0 and np.array_equal(group, group[0] + np.arange(k))
+    assert (p.degrees > 1).any() and Mesh.parse(
+        "dp=2,cp=2,dynamic=1,max_tokens=8,aligned_groups=yes"
+    )
+    with pytest.raises(ValueError, match="aligned_groups=True needs dynamic=True"):
+        Mesh(dp=2, cp=2, aligned_groups=True)
+
+
+def test_refuses_what_cannot_fit_naming_both_parts():
+    with pytest.raises(ValueError, match="max_tokens=1000 per rank at the largest CP degree cp=2"):
+        place([5000], Mesh(dp=1, cp=2, dynamic=True, max_tokens=1000), COST)
+    with pytest.raises(ValueError, match="split over cp=2 ranks"):
+        place([5000], Mesh(dp=1, cp=2, max_tokens=1000), COST)
+    with pytest.raises(ValueError, match="dynamic=True needs max_tokens"):
+        Mesh(dp=2, cp=2, dynamic=True)
+    with pytest.raises(ValueError, match="vpp must be 1 with schedule='1f1b'"):
+        Mesh(dp=2, vpp=2)
+    with pytest.raises(TypeError, match="dp must be an int"):
+        Mesh(dp=2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="mesh must be a padless.Mesh"):
+        place([1], "dp=2", COST)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mesh must be key=value"):
+        Mesh.parse("dp=2,tp=4")
+
+
+def test_mesh_cost_round_trips_through_json(tmp_path):
+    path = COST.save(tmp_path / "cost.json")
+    assert MeshCost.load(path) == COST
+    with pytest.raises(ValueError, match="unknown keys"):
+        MeshCost.from_dict({**COST.as_dict(), "extra": 1})
+
+
+def test_the_exchange_makes_a_large_degree_cost():
+    # without the exchange the largest degree is always fastest; with it, short sequences are
+    # fastest on one rank
+    free = MeshCost(forward=COST.forward, backward=COST.backward)
+    ks = np.arange(1, 9)
+    assert np.argmin(free.time(2048, ks)) == 7
+    assert np.argmin(COST.time(2048, ks)) == 0
+    assert np.argmin(COST.time(131072, ks)) > 0
+
+
+def plan_args(n: int = 400):
+    lens = np.random.default_rng(7).integers(1, 16000, n)
+    return lens, Mesh(dp=4, cp=2, dynamic=True, max_tokens=8192)
+
+
+def test_epoch_covers_every_sequence_once_with_outliers_delayed():
+    lens, mesh = plan_args()
+    plan = plan_placement(
+        lens, mesh, COST, global_batch=64, seed=5, delay_longer_than=14000, delay_steps=2
+    )
+    got = np.concatenate([plan.step(s).indices for s in range(len(plan))])
+    assert sorted(got.tolist()) == list(range(lens.size))
+    delayed = np.concatenate([plan.step(s).delayed for s in range(len(plan))])
+    assert delayed.size > 0 and (lens[delayed] > 14000).all()
+    plain = plan_placement(lens, mesh, COST, global_batch=64, seed=5)
+    # a delayed sequence runs later than it would have
+    where = {int(i): s for s in range(len(plan)) for i in plan.batch(s)}
+    before = {int(i): s for s in range(len(plain)) for i in plain.batch(s)}
+    assert all(where[int(i)] > before[int(i)] for i in delayed)
+
+
+def test_resume_is_recomputation_and_elastic_resume_keeps_coverage():
+    lens, mesh = plan_args()
+    plan = plan_placement(lens, mesh, COST, global_batch=50, seed=2, epoch=1)
+    again = plan_placement(lens, mesh, COST, global_batch=50, seed=2, epoch=1)
+    assert np.array_equal(plan.step(3).indices, again.step(3).indices)
+    assert np.array_equal(plan.step(3).ranks, again.step(3).ranks)
+    # three steps on the old mesh, the rest on a new one
+    bigger = Mesh(dp=8, cp=3, dynamic=True, max_tokens=8192)
+    moved = plan.on(bigger)
+    done = [plan.step(s).indices for s in range(3)]
+    rest = [moved.step(s) for s in range(3, len(moved))]
+    assert all(p.mesh == bigger for p in rest)
+    got = np.concatenate(done + [p.indices for p in rest])
+    assert sorted(got.tolist()) == list(range(lens.size))
+    other = plan_placement(lens, mesh, COST, global_batch=50, seed=2, epoch=2)
+    assert not np.array_equal(other.batch(0), plan.batch(0))
+    with pytest.raises(ValueError, match=r"step must be in \[0, 8\)"):
+        plan.step(8)
