@@ -64,3 +64,19 @@ def test_time_passes_and_bad_arguments(one_thread):
         calibrate_cost(lambda x: x.sum(), lambda n: torch.randn(n), [8, 0, 16])
     with pytest.raises(TypeError, match="forward and make_batch must be callables"):
         calibrate_cost(None, lambda n: n, [1, 2, 3])
+
+
+def test_the_timing_harness_checks_its_arguments():
+    leaf = torch.ones(4, requires_grad=True)
+    with pytest.raises(TypeError, match="forward must be a callable"):
+        time_passes(None, leaf)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="repeats"):
+        time_passes(lambda b: b.sum(), leaf, repeats=0)
+    with pytest.raises(ValueError, match="device must name a torch device"):
+        time_passes(lambda b: b.sum(), leaf, device="nowhere")
+    with pytest.raises(TypeError, match="device must be a torch.device"):
+        time_passes(lambda b: b.sum(), leaf, device=3)
+    with pytest.raises(TypeError, match="forward and make_batch must be callables"):
+        calibrate_cost(None, lambda n: torch.ones(n), [8, 16])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"lengths\[1\]"):
+        calibrate_cost(lambda b: b.sum(), lambda n: torch.ones(n), [8, 0])

@@ -134,6 +134,11 @@ NOT_ATTACKED = {
     "padless.sampling.mixing.ZippedLengths": "the same record, at home",
     "padless.sampling.mixing.MixtureSchedule": "a result record, built by MixtureSampler",
     "padless.StepPlan": "a result record, returned by plan_step (attacked)",
+    "padless.torch.Calibration": "a result record, returned by calibrate_cost",
+    # timing harnesses: they run the user's own forward on batches of the user's own lengths
+    # (a hostile length is a real allocation); their checks: tests/test_calibrate.py
+    "padless.torch.calibrate_cost": "times the user's forward on lengths it is given",
+    "padless.torch.time_passes": "times the user's forward on a batch it is given",
     "padless.Spec": "the abstract base of the specs; each concrete spec is attacked",
     "padless.Schedule": "built only by its constructors (Schedule.linear & co., attacked)",
     "padless.io.readers.MissingDependency": "an exception class",
@@ -189,6 +194,9 @@ def _check_result(out: Any) -> Any:
 
 
 STEP = padless.plan_step(L[:12], world_size=2, max_tokens=200)
+MESH = padless.Mesh(dp=2, cp=2, dynamic=True, max_tokens=256)
+MESH_COST = padless.MeshCost(forward=padless.Cost(linear=1e-6), backward=padless.Cost(linear=2e-6))
+PLACED = padless.place(L[:40], MESH, MESH_COST)
 
 
 def _step_plan_ok(out: Any) -> None:
@@ -708,6 +716,37 @@ ENTRIES: list[Entry] = [
         + ["min_micro_batches", "micro_batch_multiple", "seed", "step"],
         lambda out: _step_plan_ok(out),
     ),
+    (
+        padless.Mesh,
+        "Mesh",
+        {"dp": 2, "cp": 2, "dynamic": True, "max_tokens": 256},
+        ["dp", "cp", "pp", "dynamic", "max_tokens", "schedule", "vpp", "micro_batches"]
+        + ["aligned_groups"],
+        None,
+    ),
+    (
+        padless.MeshCost,
+        "MeshCost",
+        {"forward": padless.Cost(linear=1e-6), "backward": padless.Cost(linear=2e-6)},
+        ["forward", "backward", "kv_bytes", "bandwidth", "latency", "device"],
+        None,
+    ),
+    (
+        padless.place,
+        "place",
+        {"lengths": L[:40], "mesh": MESH, "cost": MESH_COST},
+        ["lengths", "mesh", "cost", "indices", "micro_batches", "search"],
+        None,
+    ),
+    (
+        padless.plan_placement,
+        "plan_placement",
+        {"lengths": L, "mesh": MESH, "cost": MESH_COST, "global_batch": 32},
+        ["lengths", "mesh", "cost", "global_batch", "seed", "epoch", "delay_longer_than"]
+        + ["delay_steps"],
+        None,
+    ),
+    (padless.simulate, "simulate", {"placement": PLACED}, ["placement", "memory"], None),
     (
         padless.torch.split_rollout,
         "split_rollout",

@@ -47,6 +47,8 @@ KIND = "padless.MeshCost"
 VERSION = 1
 SCHEDULES = ("1f1b", "interleaved")
 MAX_CP = 1024
+#: most micro-batches of one step (the placement kernels' bound)
+MAX_MICRO_BATCHES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,8 @@ class Mesh:
         set_(self, "max_tokens", positive_or_none("max_tokens", self.max_tokens))
         set_(self, "schedule", check_choice("schedule", self.schedule, SCHEDULES))
         set_(self, "micro_batches", positive_or_none("micro_batches", self.micro_batches))
+        if self.micro_batches is not None and self.micro_batches > MAX_MICRO_BATCHES:
+            raise ValueError(f"micro_batches must be <= 2**20 per step, got {self.micro_batches}")
         if self.dynamic and self.max_tokens is None:
             raise ValueError(
                 "dynamic=True needs max_tokens (the tokens a rank holds per micro-batch, which "

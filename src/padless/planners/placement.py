@@ -53,7 +53,8 @@ from ..core import _rng
 from ..core._check import check_bool, check_int, check_seed, positive, positive_or_none
 from ..core.cost import _lengths_array
 from ..core.memory import MemoryModel
-from ..core.mesh import Mesh, MeshCost, padded, rank_tokens
+from ..core.mesh import MAX_MICRO_BATCHES, Mesh, MeshCost, padded, rank_tokens
+from ..core.plan import _as_int64_vector
 
 __all__ = [
     "Placement",
@@ -377,10 +378,14 @@ def place(
         raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
     lens = _lengths_array(lengths).reshape(-1)
     n = lens.size
-    idx = np.arange(n, dtype=np.int64) if indices is None else _lengths_array(indices).reshape(-1)
+    idx = np.arange(n, dtype=np.int64) if indices is None else _as_int64_vector("indices", indices)
+    if idx.size and int(idx.min()) < 0:
+        raise ValueError(f"indices must be dataset indices (>= 0), got {int(idx.min())}")
     if idx.size != n:
         raise ValueError(f"indices must hold one index per length ({n}), got {idx.size}")
     slots = positive_or_none("micro_batches", micro_batches)
+    if slots is not None and slots > MAX_MICRO_BATCHES:
+        raise ValueError(f"micro_batches must be <= 2**20 per step, got {slots}")
     slots = mesh.micro_batches if slots is None else slots
     if slots is not None and slots % mesh.multiple:
         raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")

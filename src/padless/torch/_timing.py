@@ -67,13 +67,18 @@ def time_passes(
     ``repeats`` runs: wall-clock seconds (synchronised on an accelerator), or the process's CPU
     seconds on the CPU with one torch thread (what the step computes, not the time other
     processes hold the core)."""
-    dev = torch.device(device) if device is not None else _device_of(batch)
+    if not callable(forward):
+        raise TypeError(
+            f"forward must be a callable returning a scalar tensor, got {forward!r:.60}"
+        )
+    runs = check_int("repeats", repeats, minimum=1) or 1
+    dev = _device("device", device) if device is not None else _device_of(batch)
     # CPU seconds only where they are the step's own: on the CPU with one torch thread (more
     # threads spin while they wait, and their CPU seconds would count that)
     one = dev.type == "cpu" and torch.get_num_threads() == 1
     clock = time.process_time if one else time.perf_counter
     fw, bw = [], []
-    for _ in range(repeats):
+    for _ in range(runs):
         _sync(dev)
         t0 = clock()
         loss = forward(batch)
@@ -85,6 +90,20 @@ def time_passes(
         fw.append(t1 - t0)
         bw.append(t2 - t1)
     return statistics.median(fw), statistics.median(bw)
+
+
+def _device(name: str, value: Any) -> torch.device:
+    """``value`` as a torch device (a device, or its name such as ``"cpu"``, ``"cuda:0"``)."""
+    if isinstance(value, torch.device):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a torch.device or its name, got {type(value).__name__}")
+    try:
+        return torch.device(value)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{name} must name a torch device (e.g. 'cpu'), got {value!r:.40}"
+        ) from err
 
 
 def _device_of(batch: Any) -> torch.device:
