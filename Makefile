@@ -4,7 +4,7 @@ PIP := $(VENV)/bin/pip
 # padless's own C++ is built with warnings as errors here and in CI (not for users' builds).
 WERROR := -Ccmake.define.PADLESS_WERROR=ON
 
-.PHONY: demo test fuzz sanitize venv lint bench clean install-check stub core
+.PHONY: demo test fuzz sanitize venv lint bench clean install-check stub core docs
 
 $(VENV)/.created:
 	python3 -m venv $(VENV)
@@ -37,7 +37,12 @@ lint: core
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src/padless
 
-test: lint
+# the docs site into site/ (open site/index.html): mkdocs-material, the API reference from the
+# docstrings (mkdocstrings), plots of the built-in corpus; warnings are errors (mkdocs.yml)
+docs: core
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: lint docs
 	$(PY) -m pytest
 
 # many random examples of the property tests, and every binding of padless._core driven with
@@ -82,4 +87,4 @@ install-check:
 	tools/check_install.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/padless/_core*.so
+	rm -rf $(VENV) build site *.egg-info src/padless/_core*.so

@@ -172,7 +172,7 @@ def test_missing_optional_dependency_names_the_extra(tmp_path):
 
 def test_plan_saves_what_batchplan_loads(tmp_path):
     out = tmp_path / "plan.npz"
-    line = run("plan", "--max-tokens", "4096", "--seed", "3", "-o", out).stdout
+    line = run("plan", "--max-tokens", "4096", "--seed", "3", "-o", out, "--json").stdout
     info = json.loads(line)
     plan = padless.BatchPlan.load(out)
     expected = padless.plan_token_budget(padless.builtin_corpus(), max_tokens=4096, seed=3)

@@ -62,7 +62,7 @@ def device_node(path, minor):
 
 def test_plan_writes_exactly_the_path_given(tmp_path, lengths_file):
     out = tmp_path / "plan"  # no suffix: nothing may be appended
-    status, stdout, _ = cli("plan", lengths_file, "--max-tokens", "256", "-o", out)
+    status, stdout, _ = cli("plan", lengths_file, "--max-tokens", "256", "-o", out, "--json")
     assert status == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lengths.npy", "plan"]
     assert json.loads(stdout)["path"] == str(out)

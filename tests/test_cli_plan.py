@@ -57,7 +57,7 @@ def test_plan_of_every_strategy_matches_the_library(tmp_path, lengths_file, name
     options, spec = EXAMPLES[name]
     out = tmp_path / "plan.npz"
     status, stdout, err = cli("plan", lengths_file, "--strategy", name, *options, "--seed", 5,
-                              "-o", out)  # fmt: skip
+                              "-o", out, "--json")  # fmt: skip
     assert status == 0, err
     line = json.loads(stdout)
     assert spec_from_dict(line["spec"]) == spec
@@ -80,7 +80,7 @@ def test_json_values_and_epochs(tmp_path, lengths_file):
     out = tmp_path / "p.npz"
     status, stdout, err = cli(
         "plan", lengths_file, "--strategy", "exact_length", "--set", 'batch_sizes={"0": 4}',
-        "--set", "max_tokens=null", "--epochs", "2", "--epoch", "3", "-o", out,
+        "--set", "max_tokens=null", "--epochs", "2", "--epoch", "3", "-o", out, "--json",
     )  # fmt: skip
     assert status == 0, err
     lines = [json.loads(x) for x in stdout.splitlines()]
@@ -119,7 +119,7 @@ def test_setting_errors_name_the_key_rule_and_value(tmp_path, lengths_file, args
 def test_cli_defaults_keep_todays_commands(tmp_path, lengths_file):
     out = tmp_path / "p.npz"
     status, stdout, err = cli("plan", lengths_file, "--strategy", "buckets", "--max-tokens", 512,
-                              "-o", out)  # fmt: skip
+                              "-o", out, "--json")  # fmt: skip
     assert status == 0, err
     assert json.loads(stdout)["spec"]["num_buckets"] == 8  # today's --num-buckets default
 

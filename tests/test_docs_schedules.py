@@ -78,9 +78,9 @@ def test_the_trainer_recipe_follows_the_ramp_and_the_warm_up(tmp_path, monkeypat
     from padless.planners.packing import ScheduledPiece
     from tests import _hf_train as hft
 
+    # the block is named (<!-- example: trainer-ramp -->): the snippet test leaves it to this one
     text = README.read_text()
-    at = text.index("Through `transformers.Trainer`: a sequence-length warm-up of packed rows")
-    code = re.search(r"```python\n(.*?)```", text[at:], re.S).group(1)
+    code = re.search(r"<!-- example: trainer-ramp -->\n```python\n(.*?)```", text, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     received: list[tuple[int, int]] = []  # (tokens, longest sequence) of every micro-batch
     collate = PaddingFreeCollator.__call__

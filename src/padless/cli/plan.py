@@ -3,7 +3,10 @@
 Driven by the registry: ``--strategy NAME`` picks a spec from :func:`padless.strategies`, and
 every setting of every spec is an option (``--max-tokens``, ``--capacity``, ``--boundaries``...)
 as well as ``--set key=value``; values are read by the spec field's type (see
-:mod:`padless.cli.settings`). The spec is recorded in the saved plan and in the printed line.
+:mod:`padless.cli.settings`). The spec is recorded in the saved plan. It prints a table of the
+epochs planned, in 80 columns (wider only in a wider terminal); ``--json`` prints one JSON
+record per epoch instead (input, strategy, epoch, path, batches, sentences, padding_pct,
+skipped, seed, spec).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 from typing import Any
 
+from ._text import cut_left, terminal_width, wrap
 from .inputs import add_input_arguments, check_output_paths, load_lengths
 from .settings import (
     build_spec,
@@ -64,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "boundaries=12,40,100 (ints, none, true/false, comma lists or JSON)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON record per epoch (input, strategy, epoch, path, batches, "
+        "sentences, padding_pct, skipped, seed, spec) instead of a table",
+    )
     parser.add_argument("--epoch", type=int, default=0, help="first epoch (default 0)")
     parser.add_argument(
         "--epochs",
@@ -160,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     lens = lengths_of(lengths)
     planner = spec.bind(lens)
     record = spec_to_dict(spec)
+    lines = []
     for e, target in zip(range(args.epoch, args.epoch + args.epochs), targets, strict=True):
         plan = planner.plan(args.seed, e)
         plan.save(target, spec=spec)
@@ -176,5 +187,29 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "spec": record,
         }
-        print(json.dumps(line))
+        if args.json:
+            print(json.dumps(line), flush=True)
+        lines.append(line)
+    if not args.json:
+        print(table(lines, terminal_width()))
     return 0
+
+
+def table(lines: list[dict[str, Any]], width: int) -> str:
+    """The records of the epochs planned as text of at most ``width`` columns: the input,
+    strategy and settings (wrapped), then a row per epoch, its path cut at the left to fit."""
+    first = lines[0]
+    settings = ", ".join(f"{k}={v}" for k, v in first["spec"].items() if k != "strategy")
+    out = [
+        wrap(f"padless plan: {first['input']}, {first['strategy']}, seed {first['seed']}", width),
+        wrap(f"  settings: {settings}", width, indent="    "),
+    ]
+    head = f"{'epoch':>5} {'batches':>9} {'sequences':>11} {'padding':>8} {'skipped':>8}  "
+    out.append(head + "path")
+    for line in lines:
+        row = (
+            f"{line['epoch']:>5} {line['batches']:>9,} {line['sentences']:>11,} "
+            f"{line['padding_pct']:>7.2f}% {line['skipped']:>8,}  "
+        )
+        out.append(row + cut_left(line["path"], max(12, width - len(row))))
+    return "\n".join(out)

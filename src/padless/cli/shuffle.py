@@ -11,6 +11,8 @@ import argparse
 import sys
 import warnings
 
+from ._text import cut_left
+
 # Memory of the command itself when it calls the shuffle: the interpreter, numpy, padless and
 # argparse (about 40 MiB measured on Linux x86-64), with margin. ``--memory`` covers the whole
 # process, so the shuffle gets ``--memory`` less this.
@@ -124,27 +126,26 @@ def run(args: argparse.Namespace) -> int:
             shards=args.shards,
         )
     for warning in caught:
-        print(f"padless shuffle: warning: {warning.message}", file=sys.stderr)
+        _say(f"padless shuffle: warning: {warning.message}")
     for path in result.stale_removed:
-        print(
-            f"padless shuffle: removed {path}, left by an earlier shuffle whose process is gone",
-            file=sys.stderr,
-        )
+        _say(f"padless shuffle: removed {path}, left by an earlier shuffle whose process is gone")
     if not args.quiet:
         kind = "lines" if args.lines else "records"
         reuse = "" if args.seed is not None else f" (reproduce with --seed {result.seed})"
         where = "memory" if result.buckets == 0 else f"{result.buckets} bucket files"
-        print(
+        _say(
             f"padless shuffle: {result.records:,} {kind}, {result.bytes / 1e6:,.1f} MB in "
-            f"{result.seconds:.2f} s ({result.mb_per_s:,.0f} MB/s) via {where}; "
-            f"seed {result.seed}{reuse}",
-            file=sys.stderr,
+            f"{result.seconds:.2f} s ({result.mb_per_s:,.0f} MB/s)",
+            f"via {where};",
+            f"seed {result.seed}",
+            reuse.strip(),
         )
         if len(result.outputs) > 1:
-            print(
-                f"padless shuffle: wrote {len(result.outputs)} shards: {result.outputs[0]} ... "
-                f"{result.outputs[-1]}",
-                file=sys.stderr,
+            room = _width() - 6  # a path on a line of its own, indented, with " ..."
+            _say(
+                f"padless shuffle: wrote {len(result.outputs)} shards:",
+                f"{cut_left(str(result.outputs[0]), room)} ...",
+                cut_left(str(result.outputs[-1]), room),
             )
     return 0
 
@@ -162,11 +163,26 @@ def _run_indexed(args: argparse.Namespace) -> int:
     if not args.quiet:
         kind = "documents" if result.documents else "sequences"
         reuse = "" if args.seed is not None else f" (reproduce with --seed {result.seed})"
-        print(
-            f"padless shuffle: {result.items:,} {kind} ({result.sequences:,} sequences, "
-            f"{result.bytes / 1e6:,.1f} MB, {result.format}) in {result.seconds:.2f} s "
-            f"({result.mb_per_s:,.0f} MB/s) to {result.outputs[0]} + .bin; seed "
-            f"{result.seed}{reuse}",
-            file=sys.stderr,
+        _say(
+            f"padless shuffle: {result.items:,} {kind}",
+            f"({result.sequences:,} sequences, {result.bytes / 1e6:,.1f} MB, {result.format})",
+            f"in {result.seconds:.2f} s ({result.mb_per_s:,.0f} MB/s)",
+            f"to {cut_left(str(result.outputs[0]), _width() - 15)} + .bin;",
+            f"seed {result.seed}",
+            reuse.strip(),
         )
     return 0
+
+
+def _width() -> int:
+    from ._text import terminal_width
+
+    return terminal_width()
+
+
+def _say(*parts: str) -> None:
+    """A message on stderr in the terminal's width (80 columns in a pipe), its lines broken
+    between ``parts`` (so a figure and its unit, or a path, stay on one line)."""
+    from ._text import fit
+
+    print(fit([p for p in parts if p], _width()), file=sys.stderr)
