@@ -352,6 +352,14 @@ class Feed:
         target = self.loader if self.cell.consumer == "torchdata" else self.src
         return json.loads(json.dumps(target.state_dict()))  # what a checkpoint keeps
 
+    def stop(self) -> None:
+        """End the loader iterator a stopped iteration left running (its state taken): its
+        workers now, not when the loader is collected (a shutdown then waits seconds on
+        workers forked beside a later loader's)."""
+        running = getattr(getattr(self, "loader", None), "_iterator", None)
+        if isinstance(getattr(running, "_workers", None), list):
+            _end(running)
+
     def load(self, state: Any) -> None:
         with building():
             target = self.loader if self.cell.consumer == "torchdata" else self.src

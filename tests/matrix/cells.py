@@ -300,6 +300,8 @@ def _resume(cell: Cell, env: Env, params: Params) -> None:
     feeds = _feeds(cell, env, kw, WORLD)
     first = _first(feeds, params.position())
     states = [f.state() for f in feeds]
+    for feed in feeds:
+        feed.stop()
     again = _feeds(cell, env, kw, WORLD)
     for feed, state in zip(again, states, strict=True):
         feed.load(state)
@@ -336,6 +338,8 @@ def _elastic(cell: Cell, env: Env, params: Params) -> None:
     feeds = _feeds(cell, env, kw, WORLD, options)
     first = _first(feeds, _elastic_at(cell, env, kw, params))
     state = feeds[0].state()
+    for feed in feeds:
+        feed.stop()
     wider = _feeds(cell, env, kw, ELASTIC_WORLD, options)
     for feed in wider:
         feed.load(state)
@@ -351,6 +355,8 @@ def _change(cell: Cell, env: Env, params: Params) -> None:
     feeds = _feeds(cell, env, old, WORLD)
     first = _first(feeds, params.position())
     states = [f.state() for f in feeds]
+    for feed in feeds:
+        feed.stop()
     again = _feeds(cell, env, new, WORLD)
     for feed, state in zip(again, states, strict=True):
         feed.load(state)
