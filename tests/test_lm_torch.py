@@ -31,7 +31,10 @@ def test_lm_tensors_equal_the_numpy_batches_and_advance_the_state(out_dtype):
 
 def test_lm_tensors_checks_its_arguments():
     stream = LMStream(np.arange(100), batch_size=2, num_steps=4)
-    with pytest.raises(TypeError, match="stream must be a padless LMStream or a MixtureSampler of LM streams, got list"):
+    with pytest.raises(
+        TypeError,
+        match="stream must be a padless LMStream or a MixtureSampler of LM streams, got list",
+    ):
         next(lm_tensors([1, 2]))
     with pytest.raises(TypeError, match="pin_memory must be a bool"):
         next(lm_tensors(stream, pin_memory="yes"))
