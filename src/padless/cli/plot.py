@@ -15,6 +15,21 @@ from ..sampling.report import StrategyRow
 FORMATS = ("png", "svg", "pdf")
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files, no screen), or an ImportError saying
+    which extra installs it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "--plot needs the optional package 'matplotlib': pip install 'padless[cli]'"
+        ) from exc
+    return plt
+
+
 def plot_report(
     lengths: Any,
     rows: Sequence[StrategyRow],
@@ -36,15 +51,7 @@ def plot_report(
     from ..core._output import check_output, write_exactly
 
     target = check_output(path, "plot")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError(
-            "--plot needs the optional package 'matplotlib': pip install 'padless[cli]'"
-        ) from exc
+    plt = pyplot()
     sizes = sizes_of(lengths_of(lengths))
     panels = 3 if max_tokens is None else 4
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.6))

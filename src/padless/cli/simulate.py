@@ -130,17 +130,10 @@ def plot_simulation(sim: Any, path: str, *, title: str = "") -> None:
     import numpy as np
 
     from ..core._output import check_output, write_exactly
+    from .plot import pyplot
 
     target = check_output(path, "plot")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError(
-            "--plot needs the optional package 'matplotlib': pip install 'padless[cli]'"
-        ) from exc
+    plt = pyplot()
     p = sim.placement
     busy = np.zeros((p.micro_batches, p.mesh.ranks))
     for j in range(p.ranks.shape[1]):

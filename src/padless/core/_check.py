@@ -117,3 +117,23 @@ def check_real(name: str, value: Any, *, positive_only: bool = True) -> float:
         rule = "a positive finite number" if positive_only else "a finite number"
         raise ValueError(f"{name} must be {rule}, got {value!r}")
     return out
+
+
+def check_record(
+    record: Any, *, owner: str, kind: str, version: int, unit: str, known: set[str]
+) -> None:
+    """Check a saved record (``owner.as_dict()``): a dict of ``kind`` and ``version`` in
+    ``unit``, with no key outside ``known``; each a ``TypeError``/``ValueError`` saying which."""
+    if not isinstance(record, dict):
+        raise TypeError(f"record must be a dict ({owner}.as_dict()), got {type(record).__name__}")
+    if record.get("kind") != kind or record.get("version") != version:
+        raise ValueError(
+            f"record must be a {kind} of version {version}, got kind {record.get('kind')!r} "
+            f"version {record.get('version')!r}"
+        )
+    unknown = sorted(str(k) for k in record if k not in known)
+    if unknown or record.get("unit") != unit:
+        raise ValueError(
+            f"record must hold the keys {sorted(known)} in unit {unit!r}, got unknown keys "
+            f"{unknown}, unit {record.get('unit')!r}"
+        )

@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._check import MAX_BUDGET, _is_int, check_int, positive_or_none
+from ._check import MAX_BUDGET, _is_int, check_int, check_record, positive_or_none
 from ._output import write_exactly
 from .cost import Cost
 from .plan import check_shapes
@@ -639,23 +639,11 @@ class MemoryModel:
     @classmethod
     def from_dict(cls, record: Any) -> MemoryModel:
         """The model of a dict made by :meth:`as_dict` (checked like the constructor)."""
-        if not isinstance(record, dict):
-            raise TypeError(
-                f"record must be a dict (MemoryModel.as_dict()), got {type(record).__name__}"
-            )
-        if record.get("kind") != KIND or record.get("version") != VERSION:
-            raise ValueError(
-                f"record must be a {KIND} of version {VERSION}, got kind "
-                f"{record.get('kind')!r} version {record.get('version')!r}"
-            )
         known = {"kind", "version", "unit", "fixed", "per_sequence", "linear", "quadratic"}
         known |= {"device", "points"}
-        unknown = sorted(str(k) for k in record if k not in known)
-        if unknown or record.get("unit") != "bytes":
-            raise ValueError(
-                f"record must hold the keys {sorted(known)} in unit 'bytes', got unknown keys "
-                f"{unknown}, unit {record.get('unit')!r}"
-            )
+        check_record(
+            record, owner="MemoryModel", kind=KIND, version=VERSION, unit="bytes", known=known
+        )
         missing = sorted(
             k for k in ("fixed", "per_sequence", "linear", "quadratic") if k not in record
         )

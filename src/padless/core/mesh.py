@@ -37,7 +37,14 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ._check import check_bool, check_choice, check_int, check_real, positive_or_none
+from ._check import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    check_record,
+    positive_or_none,
+)
 from ._output import write_exactly
 from .cost import Cost, as_cost
 
@@ -280,23 +287,11 @@ class MeshCost:
     @classmethod
     def from_dict(cls, record: Any) -> MeshCost:
         """The cost of a dict made by :meth:`as_dict` (checked like the constructor)."""
-        if not isinstance(record, dict):
-            raise TypeError(
-                f"record must be a dict (MeshCost.as_dict()), got {type(record).__name__}"
-            )
-        if record.get("kind") != KIND or record.get("version") != VERSION:
-            raise ValueError(
-                f"record must be a {KIND} of version {VERSION}, got kind {record.get('kind')!r} "
-                f"version {record.get('version')!r}"
-            )
         known = {"kind", "version", "unit", "forward", "backward", "kv_bytes", "bandwidth"}
         known |= {"latency", "device"}
-        unknown = sorted(str(k) for k in record if k not in known)
-        if unknown or record.get("unit") != "seconds":
-            raise ValueError(
-                f"record must hold the keys {sorted(known)} in unit 'seconds', got unknown keys "
-                f"{unknown}, unit {record.get('unit')!r}"
-            )
+        check_record(
+            record, owner="MeshCost", kind=KIND, version=VERSION, unit="seconds", known=known
+        )
         return cls(**{k: v for k, v in record.items() if k not in ("kind", "version", "unit")})
 
     def save(self, path: str | os.PathLike[str]) -> str:
