@@ -275,14 +275,7 @@ class Collate:
                 raise ValueError(f"records must share their features, got {names} and {list(f)}")
         sizes = np.array([next(iter(f.values())).shape[0] for f in fields], dtype=np.int64)
         if self.lengths is not None and indices is not None:
-            planned = self.lengths[np.asarray(indices, dtype=np.int64)]
-            bad = np.flatnonzero(planned != sizes)
-            if bad.size:
-                k = int(bad[0])
-                raise ValueError(
-                    f"record {int(indices[k])} has {int(sizes[k])} tokens, planned "
-                    f"{int(planned[k])}: the records are not the ones the lengths describe"
-                )
+            _check_planned(indices, sizes, self.lengths[np.asarray(indices, dtype=np.int64)])
         if self.form.packed:
             row_of = next_fit_rows(sizes, capacity=self.capacity, max_per_row=self.form.max_per_row)
             rows, width = max(self.rows, int(row_of[-1]) + 1), self.capacity
@@ -444,14 +437,19 @@ class _Maker:
         if planned is not None:
             # the tokens placed per record must be the planned ones
             got = np.array([len(_first(x, self.collate)) for x in items], dtype=np.int64)
-            bad = np.flatnonzero(got != planned)
-            if bad.size:
-                k = int(bad[0])
-                raise ValueError(
-                    f"record {int(indices[k])} has {int(got[k])} tokens, planned "
-                    f"{int(planned[k])}: the records are not the ones the lengths describe"
-                )
+            _check_planned(indices, got, planned)
         return self.collate(items)
+
+
+def _check_planned(indices: Any, sizes: np.ndarray, planned: np.ndarray) -> None:
+    """Refuse records whose token counts are not the planned lengths (another dataset)."""
+    bad = np.flatnonzero(planned != sizes)
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(
+            f"record {int(indices[k])} has {int(sizes[k])} tokens, planned "
+            f"{int(planned[k])}: the records are not the ones the lengths describe"
+        )
 
 
 def _first(item: Any, collate: Collate) -> Any:
