@@ -159,3 +159,16 @@ def test_through_dataloader_workers_and_a_stateful_loader():
     rest = [x.numpy() for x, _ in resumed]
     assert all((a == b).all() for a, b in zip(rest, expected[7:], strict=True))
     assert len(rest) == len(expected) - 7
+
+
+def test_a_skip_leaves_out_exactly_those_batches_and_keeps_the_steps_lengths():
+    full = list(mixture())
+    skipping = mixture()
+    skipping.skip(steps=(2, 6))
+    got = list(skipping)
+    kept = full[:2] + full[6:]
+    assert chunks(got) == chunks(kept)
+    # a skip does not move the mixture's schedule: each batch keeps its position's step, the
+    # warm-up's length there included (batch 2 is cut at step 6's 8 columns, not step 2's 4)
+    assert [x.shape for x, _ in got] == [x.shape for x, _ in kept]
+    assert got[2][0].shape == (8, 8)
