@@ -121,16 +121,12 @@ def _collate_check(plan, lengths, groups, prefix, capacity, batches):
     return min(batches, len(plan)), got / want
 
 
-def trl_ratio(num_pairs: int, pairs_per_step: int, repeat: int) -> None:
+def _tiny_llama() -> tuple:
+    """(a maker of the tiny Llama both TRL runs train, by seed; its word-level tokenizer; the
+    vocabulary size), on one torch thread."""
     import torch
-    from datasets import Dataset
     from tokenizers import Tokenizer, models
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from transformers.utils import logging as hf_logging
-    from trl import DPOConfig, DPOTrainer
-    from trl.trainer.dpo_trainer import DataCollatorForPreference
-
-    from padless.torch import PreferencePairs, collate_groups, completion_logprobs, dpo_loss
 
     torch.set_num_threads(1)
     vocab_size = 512
@@ -151,6 +147,19 @@ def trl_ratio(num_pairs: int, pairs_per_step: int, repeat: int) -> None:
         pad_token="t0",
         eos_token="t1",
     )
+    return model, tok, vocab_size
+
+
+def trl_ratio(num_pairs: int, pairs_per_step: int, repeat: int) -> None:
+    import torch
+    from datasets import Dataset
+    from transformers.utils import logging as hf_logging
+    from trl import DPOConfig, DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    from padless.torch import PreferencePairs, collate_groups, completion_logprobs, dpo_loss
+
+    model, tok, vocab_size = _tiny_llama()
     hf_logging.set_verbosity_error()
     trainer = DPOTrainer(
         model=model(0),
@@ -217,10 +226,7 @@ def trl_train_ratio(num_pairs: int, pairs_per_step: int, capacity: int, repeat: 
     steps (TRL's own sampler and optimizer; the same weights come out, tests/test_trl_dpo.py)."""
     import tempfile
 
-    import torch
     from datasets import Dataset
-    from tokenizers import Tokenizer, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
     from trl import DPOConfig, DPOTrainer
 
@@ -229,25 +235,7 @@ def trl_train_ratio(num_pairs: int, pairs_per_step: int, capacity: int, repeat: 
     class PackedDPOTrainer(PackedDPOMixin, DPOTrainer):
         pass
 
-    torch.set_num_threads(1)
-    vocab_size = 512
-
-    def model(seed: int) -> LlamaForCausalLM:
-        torch.manual_seed(seed)
-        config = LlamaConfig(
-            vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-            use_cache=False, attn_implementation="sdpa",
-        )  # fmt: skip
-        return LlamaForCausalLM(config)
-
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(
-            models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0")
-        ),
-        pad_token="t0",
-        eos_token="t1",
-    )
+    model, tok, vocab_size = _tiny_llama()
     p, c, r = (np.maximum(x // 8, 2) for x in preference_lengths(num_pairs, seed=2))
     rng = np.random.default_rng(0)
 

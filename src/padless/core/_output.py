@@ -154,3 +154,33 @@ def write_exactly(
             except OSError:
                 pass
     return target
+
+
+def save_json(path: str | os.PathLike[str], record: Any) -> str:
+    """Write ``record`` as JSON to ``path`` atomically (:func:`write_exactly`: a temporary file
+    beside it, then a rename over it); return the path written."""
+    import json
+
+    text = json.dumps(record, indent=1).encode()
+
+    def write(stream: BinaryIO) -> None:
+        stream.write(text)
+
+    return write_exactly(path, write, what="path")
+
+
+def load_json(path: str | os.PathLike[str], what: str) -> Any:
+    """The JSON record saved at ``path`` (by :func:`save_json`); ``what`` it should hold names
+    it in the errors."""
+    import json
+
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError(
+            f"path must be a file name (a str or os.PathLike), got {type(path).__name__} "
+            f"{path!r:.60}"
+        )
+    with open(path, encoding="utf-8") as stream:
+        try:
+            return json.load(stream)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"path {os.fspath(path)!r} holds no JSON {what}: {exc}") from None

@@ -33,17 +33,16 @@ binary (``"80GiB"``, ``"512MiB"``) or decimal (``"80GB"``, ``"500MB"``); see :fu
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from ._check import MAX_BUDGET, _is_int, check_int, check_record, positive_or_none
-from ._output import write_exactly
+from ._output import load_json, save_json
 from .cost import Cost
 from .plan import check_shapes
 
@@ -661,26 +660,9 @@ class MemoryModel:
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the model as JSON to ``path`` atomically (a temporary file beside it, then a
         rename over it); return the path written."""
-        text = json.dumps(self.as_dict(), indent=1).encode()
-
-        def write(stream: BinaryIO) -> None:
-            stream.write(text)
-
-        return write_exactly(path, write, what="path")
+        return save_json(path, self.as_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MemoryModel:
         """The model saved at ``path`` by :meth:`save`."""
-        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-            raise TypeError(
-                f"path must be a file name (a str or os.PathLike), got {type(path).__name__} "
-                f"{path!r:.60}"
-            )
-        with open(path, encoding="utf-8") as stream:
-            try:
-                record = json.load(stream)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"path {os.fspath(path)!r} holds no JSON memory model: {exc}"
-                ) from None
-        return cls.from_dict(record)
+        return cls.from_dict(load_json(path, "memory model"))

@@ -30,10 +30,9 @@ exchange (and ``c``, paid by every shard) is what makes a large degree cost.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +44,7 @@ from ._check import (
     check_record,
     positive_or_none,
 )
-from ._output import write_exactly
+from ._output import load_json, save_json
 from .cost import Cost, as_cost
 
 __all__ = ["Mesh", "MeshCost"]
@@ -296,23 +295,9 @@ class MeshCost:
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write the cost as JSON to ``path`` atomically; return the path written."""
-        text = json.dumps(self.as_dict(), indent=1).encode()
-
-        def write(stream: BinaryIO) -> None:
-            stream.write(text)
-
-        return write_exactly(path, write, what="path")
+        return save_json(path, self.as_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MeshCost:
         """The cost saved at ``path`` by :meth:`save`."""
-        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-            raise TypeError(f"path must be a file name, got {type(path).__name__} {path!r:.60}")
-        with open(path, encoding="utf-8") as stream:
-            try:
-                record = json.load(stream)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"path {os.fspath(path)!r} holds no JSON mesh cost: {exc}"
-                ) from None
-        return cls.from_dict(record)
+        return cls.from_dict(load_json(path, "mesh cost"))
