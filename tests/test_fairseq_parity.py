@@ -60,3 +60,21 @@ def test_sort_is_checked_and_refused_where_it_cannot_act():
     # the default keeps today's settings (saved states and digests unchanged)
     assert "sort" not in TokenBudget(max_tokens=64).as_dict()
     assert TokenBudget(max_tokens=64, sort="source_first").as_dict()["sort"] == "source_first"
+
+
+def test_sort_meets_the_other_forms(bible):
+    """Windows follow the order within each window; the stream and histogram forms, whose
+    kernels walk their own order, refuse it when built."""
+    pairs = bible[:3000]
+    windowed = TokenBudgetSampler(pairs, max_tokens=1024, sort="source_first", window=1000)
+    batches = list(windowed)
+    assert sorted(i for b in batches for i in b) == list(range(3000))  # every pair once
+    # the window form follows the setting: other batches than the default order makes
+    default = list(TokenBudgetSampler(pairs, max_tokens=1024, window=1000))
+    assert shapes(pairs, batches) != shapes(pairs, default)
+    with pytest.raises(ValueError, match="histogram.*default sort"):
+        TokenBudgetSampler(bible[:, 0], max_tokens=1024, sort="source_first", window="histogram")
+    from padless import StreamBatcher
+
+    with pytest.raises(ValueError, match="sort"):
+        StreamBatcher([[1] * 5] * 10, TokenBudget(max_tokens=64, sort="source_first"), buffer=4)

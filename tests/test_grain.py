@@ -382,3 +382,17 @@ def test_epoch_batches_split_over_grain_worker_processes(corpus):
             EpochBatches(sampler(lengths, Packing(capacity=256, rows_per_batch=4), seed=0))
         )[1::3]
     ]
+
+
+def test_a_skip_in_the_sampler_leaves_exactly_its_batches_out_of_the_grain_epoch():
+    lengths = [3, 4, 5, 6, 7, 2, 3, 9] * 10
+    full = [b.tolist() for b in PlanBatches(padless.TokenBudgetSampler(lengths, max_tokens=10))]
+    skipping = padless.TokenBudgetSampler(lengths, max_tokens=10)
+    skipping.skip(steps=(3, 6))
+    assert [b.tolist() for b in PlanBatches(skipping)] == full[:3] + full[6:]
+
+
+def test_a_mixture_of_lm_streams_is_refused_when_the_dataset_is_built():
+    streams = {name: padless.LMStream(np.arange(400), num_steps=4, batch_size=2) for name in "ab"}
+    with pytest.raises(TypeError, match="mixes LM streams.*iterate the mixture"):
+        PlanBatches(MixtureSampler(streams))

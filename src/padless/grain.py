@@ -474,6 +474,12 @@ def _check_source(source: Any) -> None:
             "sampler must be a padless PlanSampler (or a shortcut such as PackingSampler) or "
             f"MixtureSampler, got {type(source).__name__}"
         )
+    if getattr(source, "yields", "indices") != "indices":
+        raise TypeError(
+            "sampler must yield indices of records, and this MixtureSampler mixes LM streams: it "
+            "yields the (x, y) token batches themselves; iterate the mixture (or "
+            "padless.torch.LMDataset over it) instead of wrapping it in a Grain dataset"
+        )
 
 
 # ------------------------------------------------------------------------------- datasets

@@ -75,7 +75,7 @@ class HistogramPlanner:
         if form is None:
             raise ValueError(
                 f"window='histogram' needs a strategy with a histogram form (TokenBudget without "
-                f"a cost model; Packing of whole sequences without a cost model or context "
+                f"a cost model and in its default sort; Packing of whole sequences without a cost model or context "
                 f"parallelism); {spec.describe()} has none: use window=None or a window size"
             )
         self.spec = spec
