@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..io import lengths_of
-from ..planners.spec import Spec
+from ..planners.spec import Spec, item_ids
 from .base import Epoch, Epochs, Figures, History, batch_order
 from .whole import WholeEpoch, WholeEpochs
 
@@ -30,11 +30,22 @@ __all__ = [
 
 
 def epochs_for(
-    spec: Spec, lengths: Any, window: Any, *, shuffle: bool, seed: int, balance: bool
+    spec: Spec,
+    lengths: Any,
+    window: Any,
+    *,
+    shuffle: bool,
+    seed: int,
+    balance: bool,
+    groups: Any = None,
 ) -> Epochs:
     """The epochs of ``lengths`` under ``spec``, in the form ``window`` names: None the
     whole-corpus plan, a window size (a positive int) the windowed plan, ``"histogram"`` the
     histogram plan (see :class:`padless.PlanSampler`'s ``window``).
+
+    ``groups`` (one int id per sequence, or None): every batch holds whole groups, planned by
+    the spec's grouped planner (:meth:`padless.planners.spec.Spec.bind_groups`) over the whole
+    corpus; a spec or a form (``window=``) that cannot keep groups whole refuses them.
 
     Cost: the form's planner (the whole corpus checked and bound; one checking pass over the
     lengths for windows; the histogram and its index for ``"histogram"``).
@@ -48,6 +59,17 @@ def epochs_for(
     (3, [2, 1])
     """
     settings: dict[str, Any] = {"shuffle": shuffle, "seed": seed, "balance": balance}
+    if groups is not None:
+        if window is not None:
+            form = "the histogram plan" if window == "histogram" else "a windowed plan"
+            raise ValueError(
+                f"groups= cannot be honoured with window={window!r}: {form} cuts batches from "
+                "the lengths alone (a group's items may fall in different windows or cells); "
+                "plan the whole corpus (window=None)"
+            )
+        lens = lengths_of(lengths)
+        ids = item_ids("groups", groups, int(lens.shape[0]))
+        return WholeEpochs(spec, spec.bind_groups(lens, ids), **settings)
     if window is None:
         return WholeEpochs(spec, spec.bind(lengths_of(lengths)), **settings)
     if isinstance(window, str):

@@ -298,7 +298,7 @@ class WholeEpochs(Epochs):
             record = json.loads(settings)
             spec = type(self.spec)(**record["spec"])
             balance = bool(record["config"]["balance"])
-            self._planners[settings] = (spec.bind(self.planner.lengths), balance)
+            self._planners[settings] = (self.planner.rebind(spec), balance)
         return self._planners[settings]
 
 

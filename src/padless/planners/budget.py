@@ -29,12 +29,14 @@ from . import _rounds as R
 from ._order import SORTS, group_keys, keys_order, length_order, run_sizes
 from .spec import (
     QUIET_DEFAULTS,
+    GroupedPlanner,
     Planner,
     Spec,
     WindowKernel,
     check_field_costs,
     check_field_count,
     check_pad_multiple,
+    group_members,
     plain,
     round_up,
     setting,
@@ -58,6 +60,13 @@ def check_oversize(name: str, value: Any, choices: tuple[str, ...] = OVERSIZE) -
 def check_sort(name: str, value: Any) -> str:
     """Check ``sort``: which field of 2-D lengths the length order sorts by first."""
     return check_choice(name, value, SORTS)
+
+
+def _json_safe_setting(value: Any) -> Any:
+    """A setting as a record shows it (a Cost as its dict)."""
+    if isinstance(value, tuple):
+        return [_json_safe_setting(v) for v in value]
+    return value.as_dict() if isinstance(value, Cost) else value
 
 
 def _order_array(order: Any) -> np.ndarray:
@@ -281,6 +290,38 @@ class TokenBudget(Spec):
         if self.sort != "target_first":  # the histogram's cells are in its own order
             return None
         return ("budget", (self.token_limit or 0, self.max_sentences or 0, self.multiple_of))
+
+    def bind_groups(self, lengths: np.ndarray, groups: np.ndarray) -> GroupBudgetPlanner:
+        """Padded batches of whole groups (:class:`GroupBudgetPlanner`), for a sampler given
+        ``groups=``; the settings that would cut or reorder a group are refused by name."""
+        why = {
+            "max_tokens": (
+                self.field_budgets is not None,
+                "a group's batch is budgeted on its widest item, one budget for all fields; "
+                "give one max_tokens",
+            ),
+            "cost": (
+                isinstance(self.cost, tuple),
+                "a group's batch is priced on its widest item; give one Cost model",
+            ),
+            "sort": (
+                self.sort != "target_first",
+                "groups are walked by their widest item, not by one field; leave sort at its "
+                "default",
+            ),
+            "multiple_of": (
+                self.multiple_of != 1,
+                "a batch holds whole groups, so its size is not cut to a multiple; leave "
+                "multiple_of=1",
+            ),
+        }
+        for name, (bad, fix) in why.items():
+            if bad:
+                raise ValueError(
+                    f"groups= cannot be honoured by TokenBudget with {name}="
+                    f"{_json_safe_setting(getattr(self, name))!r}: {fix}"
+                )
+        return GroupBudgetPlanner(self, lengths, groups)
 
     def bind(self, lengths: np.ndarray) -> BudgetPlanner:
         if self.max_cost is not None:
@@ -516,6 +557,137 @@ class CostBudgetPlanner(BudgetPlanner):
 
     def plan_order(self, order: np.ndarray, narrowed: np.ndarray | None = None) -> BatchPlan:
         return self._recut(super().plan_order(order, narrowed))
+
+
+class GroupBudgetPlanner(GroupedPlanner, BudgetPlanner):
+    """:class:`TokenBudget` over whole groups (:meth:`TokenBudget.bind_groups`): sort, then cut.
+
+    Each group (the items of one id: a DPO pair, a GRPO group) is one unit of ``count`` items
+    whose longest padded width is ``longest``; the groups are walked by increasing ``longest``
+    (ties in a random order from ``(seed, epoch)``, as the token budget's) and a batch closes
+    when the next group would take it past a budget after the collate: ``count × longest`` over
+    ``max_tokens``, ``count`` over ``max_sentences``, ``count × cost(longest)`` over
+    ``max_cost``. A batch lists its groups one after the other, each group's items in
+    increasing index order (a collate finds chosen and rejected as neighbours). A group over a
+    budget alone is a ``ValueError`` naming it (``oversize="error"``), or left out
+    (``"drop"``: its items in ``plan.skipped``).
+
+    Cost: O(N log N) to find the groups once; per plan a counting sort of the groups and one
+    pass over them.
+
+    >>> from padless import TokenBudget
+    >>> lens = np.array([1, 2, 2, 2, 4, 1])
+    >>> planner = TokenBudget(max_tokens=8).bind_groups(lens, np.array([0, 0, 1, 1, 2, 2]))
+    >>> [b.tolist() for b in planner.plan(0, 0)]  # 4 x 2 and 2 x 4 tokens
+    [[2, 3, 0, 1], [4, 5]]
+    """
+
+    def __init__(self, spec: TokenBudget, lengths: np.ndarray, groups: np.ndarray) -> None:
+        Planner.__init__(self, spec, lengths)  # a sequence over the budget: its group's error
+        wide = self.padded_lengths
+        self.field_widths = wide if wide.ndim == 2 else wide[:, None]
+        self.field_walk: list[int] = []
+        self.groups = groups
+        ids, members, starts = group_members(groups)
+        self.ids, self.members, self.starts = ids, members, starts
+        self.counts = np.diff(starts)
+        if members.size:
+            self.longest = np.maximum.reduceat(self.widths[members], starts[:-1]).astype(np.int64)
+        else:
+            self.longest = np.zeros(0, dtype=np.int64)
+        self.units: np.ndarray | None = None
+        if spec.max_cost is not None:
+            self.units = model_of(cast(Cost | None, spec.cost)).of(self.longest)
+        over = self._over_budget()
+        self.kept = np.setdiff1d(np.arange(ids.size, dtype=np.int64), over)
+        self.skipped = np.zeros(0, dtype=np.int64)
+        if over.size:
+            parts = [members[starts[g] : starts[g + 1]] for g in over.tolist()]
+            self.skipped = np.sort(np.concatenate(parts)).astype(np.int64)
+
+    def _over_budget(self) -> np.ndarray:
+        """The groups (positions in :attr:`ids`) over a budget alone; with
+        ``oversize="error"`` a ``ValueError`` naming the first, its items, longest and budget."""
+        s = self.spec
+        counts, longest = self.counts, self.longest
+        width = "padded width" if self.pad_to_multiple_of != 1 else "longest"
+        checks: list[tuple[np.ndarray, Callable[[int], str]]] = []
+        if s.token_limit is not None:
+            limit = s.token_limit
+
+            def tokens(g: int) -> str:
+                return (
+                    f"padded it is {int(counts[g])} x {int(longest[g])} = "
+                    f"{int(counts[g] * longest[g])} tokens, more than max_tokens={limit}"
+                )
+
+            checks.append((counts * longest > limit, tokens))
+        if s.max_sentences is not None:
+            most = s.max_sentences
+            checks.append((counts > most, lambda g: f"more than max_sentences={most}"))
+        if self.units is not None:
+            units, top = self.units, float(s.max_cost or 0.0)
+
+            def cost(g: int) -> str:
+                paid = format_cost(float(counts[g] * units[g]))
+                return f"padded it costs {paid}, more than max_cost={format_cost(top)}"
+
+            checks.append((counts * units > top, cost))
+        over = np.zeros(counts.size, dtype=bool)
+        for bad, _ in checks:
+            over |= bad
+        found = np.flatnonzero(over).astype(np.int64)
+        if found.size and s.oversize == "error":
+            g = int(found[0])
+            why = next(say(g) for bad, say in checks if bad[g])
+            raise ValueError(
+                f"group {int(self.ids[g])} has {int(counts[g])} items of {width} "
+                f"{int(longest[g])}: {why}; a group is never split across batches: raise the "
+                f'budget or pass oversize="drop" ({found.size} groups are over)'
+            )
+        return found
+
+    def plan(self, seed: int, epoch: int) -> BatchPlan:
+        kept = self.kept
+        order = length_order(np.ascontiguousarray(self.longest[kept]), seed, epoch)[0]
+        walk = kept[order]  # groups by increasing longest width, ties at random
+        counts = self.counts[walk]
+        cuts = self._cuts(
+            counts, self.longest[walk], None if self.units is None else self.units[walk]
+        )
+        csum = np.zeros(walk.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=csum[1:])
+        offsets = csum[cuts]
+        firsts = np.repeat(self.starts[walk] - csum[:-1], counts)
+        indices = self.members[firsts + np.arange(int(csum[-1]), dtype=np.int64)]
+        plan = BatchPlan(indices, offsets, skipped=self.skipped)
+        plan.info.update(groups=int(walk.size), group_policy="batch")
+        return self.tagged(plan)
+
+    def _cuts(
+        self, counts: np.ndarray, longest: np.ndarray, units: np.ndarray | None
+    ) -> np.ndarray:
+        """Where the batches of groups walked with ``counts`` and ``longest`` widths (``units``:
+        the cost of each's longest) start, and the walk's end: the greedy rule of the budgets."""
+        s = self.spec
+        limit, most = s.token_limit or 0, s.max_sentences or 0
+        top = float(s.max_cost or 0.0)
+        cuts = [0]
+        held, widest, unit = 0, 0, 0.0
+        costs = [0.0] * counts.size if units is None else units.tolist()
+        for g, (c, w, u) in enumerate(zip(counts.tolist(), longest.tolist(), costs, strict=True)):
+            n, w, u = held + c, max(widest, w), max(unit, u)
+            if held and (
+                (limit and n * w > limit)
+                or (most and n > most)
+                or (units is not None and n * u > top)
+            ):
+                cuts.append(g)
+                n, w, u = c, longest[g], costs[g]
+            held, widest, unit = n, int(w), float(u)
+        if counts.size:
+            cuts.append(int(counts.size))
+        return np.array(cuts, dtype=np.int64)
 
 
 BIN_BATCHES = 8  # batches per bin of the walk of budgets per field

@@ -59,11 +59,14 @@ from .budget import check_oversize
 from .spec import (
     QUIET_DEFAULTS,
     CollateForm,
+    GroupedPlanner,
     Planner,
     Spec,
     StepForm,
     WindowKernel,
     check_cost,
+    group_members,
+    item_ids,
     plain,
     plan_items,
     round_up,
@@ -1099,6 +1102,21 @@ class Packing(Spec):
         Traceback (most recent call last):
         ValueError: groups= cannot be honoured with oversize='split': ...
         """
+        self._refuse_groups()
+        return plan_groups(
+            lengths, groups, capacity=self.row_capacity, prefix=prefix,
+            rows_per_batch=self.rows_per_batch, oversize=self.oversize, seed=seed, epoch=epoch,
+        )  # fmt: skip
+
+    def bind_groups(self, lengths: np.ndarray, groups: np.ndarray) -> GroupPackPlanner:
+        """Rows of whole groups (:func:`plan_groups` with this spec's capacity,
+        ``rows_per_batch`` and ``oversize``), for a sampler given ``groups=``; the settings
+        that would cut or price a group differently are refused, naming both parts."""
+        self._refuse_groups()
+        return GroupPackPlanner(self, lengths, groups)
+
+    def _refuse_groups(self) -> None:
+        """A ``ValueError`` for a setting under which groups cannot be kept whole in rows."""
         why = {
             "oversize": (
                 self.oversize in ("split", "truncate"),
@@ -1127,10 +1145,6 @@ class Packing(Spec):
                 raise ValueError(
                     f"groups= cannot be honoured with {name}={getattr(self, name)!r}: {fix}"
                 )
-        return plan_groups(
-            lengths, groups, capacity=self.row_capacity, prefix=prefix,
-            rows_per_batch=self.rows_per_batch, oversize=self.oversize, seed=seed, epoch=epoch,
-        )  # fmt: skip
 
 
 class PackPlanner(Planner):
@@ -1304,6 +1318,44 @@ class PackPlanner(Planner):
         cap = self.capacity
         piece = values // n if n else values
         return np.minimum(size - piece * cap, cap)
+
+
+class GroupPackPlanner(GroupedPlanner, PackPlanner):
+    """:class:`Packing` bound to lengths and group ids (:meth:`Packing.bind_groups`): every
+    plan is :func:`plan_groups`' (whole groups in rows, a group's items next to each other), a
+    group over capacity refused once, naming it (``oversize="error"``)."""
+
+    def __init__(self, spec: Packing, lengths: np.ndarray, groups: np.ndarray) -> None:
+        Planner.__init__(self, spec, lengths)  # a sequence over capacity: its group's error
+        if self.lengths.ndim != 1:
+            raise ValueError(
+                f"groups= cannot be honoured with (N, F) lengths (shape {self.lengths.shape}) "
+                "by Packing: a row of whole groups counts one length per item; give (N,) lengths"
+            )
+        self.groups = groups
+        self.capacity = spec.row_capacity
+        self.multiple, self.planned, self.limit = 1, self.sizes, self.capacity
+        if spec.oversize == "error" and self.sizes.size:
+            ids, _, starts, sizes = group_sizes(self.lengths, groups)
+            over = np.flatnonzero(sizes > self.capacity)
+            if over.size:
+                g = int(over[0])
+                raise ValueError(
+                    f"group {int(ids[g])} has {int(sizes[g])} tokens "
+                    f"({int(starts[g + 1] - starts[g])} items), more than capacity="
+                    f"{self.capacity}: a group is never split across rows; raise capacity or "
+                    f'pass oversize="drop" ({over.size} groups are over)'
+                )
+
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> PackedPlan | None:
+        return None  # planned, then gathered
+
+    def plan(self, seed: int, epoch: int) -> PackedPlan:
+        s = self.spec
+        return plan_groups(
+            self.lengths, self.groups, capacity=self.capacity, rows_per_batch=s.rows_per_batch,
+            oversize=s.oversize, seed=seed, epoch=epoch,
+        )  # fmt: skip
 
 
 def _batch_tokens(plan: BatchPlan) -> np.ndarray:
@@ -1598,33 +1650,6 @@ def _whole_batches(
 # --- groups that stay together (DPO pairs, GRPO groups), a shared prompt once per row ---------
 
 
-def _as_ids_vector(name: str, value: Any, n: int) -> np.ndarray:
-    """An (N,) int64 vector of per-item values (``groups``, ``prefix``), N = the lengths'."""
-    arr = np.asarray(value)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(
-            f"{name} must hold one value per item ({n}, as lengths), got shape {arr.shape}"
-        )
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
-        raise TypeError(f"{name} must hold ints, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
-
-
-def group_members(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Items by group: ``(ids, members, starts)``; group ``g`` (id ``ids[g]``, ids increasing)
-    holds items ``members[starts[g]:starts[g + 1]]``, in increasing index order.
-
-    >>> ids, members, starts = group_members(np.array([7, 3, 7, 3, 5]))
-    >>> ids.tolist(), members.tolist(), starts.tolist()
-    ([3, 5, 7], [1, 3, 4, 0, 2], [0, 2, 3, 5])
-    """
-    members = np.argsort(groups, kind="stable").astype(np.int64)
-    ordered = groups[members]
-    firsts = np.flatnonzero(np.diff(ordered, prepend=ordered[:1] - 1)) if ordered.size else members
-    starts = np.append(firsts, ordered.size).astype(np.int64)
-    return ordered[firsts], members, starts
-
-
 def group_sizes(
     lengths: Any, groups: Any, prefix: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1642,12 +1667,12 @@ def group_sizes(
         )
     sizes = as_lengths(lengths)
     n = int(sizes.shape[0])
-    gid = _as_ids_vector("groups", groups, n)
+    gid = item_ids("groups", groups, n)
     ids, members, starts = group_members(gid)
     counts = np.diff(starts)
     total = np.add.reduceat(sizes[members], starts[:-1]) if n else np.zeros(0, np.int64)
     if prefix is not None:
-        pre = _as_ids_vector("prefix", prefix, n)
+        pre = item_ids("prefix", prefix, n)
         if pre.size and int(pre.min()) < 0:
             i = int(np.argmin(pre))
             raise ValueError(

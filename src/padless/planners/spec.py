@@ -413,6 +413,17 @@ class Spec:
         """Check the (N,) or (N, F) int64 lengths against this spec; return their planner."""
         raise NotImplementedError
 
+    def bind_groups(self, lengths: np.ndarray, groups: np.ndarray) -> Planner:
+        """:meth:`bind` with ``groups`` (one int64 id per sequence, checked by
+        :func:`item_ids`) kept whole: every batch the planner makes holds whole groups, a
+        group's items next to each other. A strategy that can plan so answers with its grouped
+        planner; by default a ``ValueError`` (a sampler refuses ``groups=`` when it is built)."""
+        raise ValueError(
+            f"groups= cannot be honoured by {self.describe()}: it cuts its batches by the "
+            "sequences' lengths alone, which would split a group; keep groups together with "
+            "TokenBudget(max_tokens=...) (padded batches) or Packing(capacity=...) (packed rows)"
+        )
+
     def plan(self, lengths: Any, *, seed: int = 0, epoch: int = 0) -> BatchPlan:
         """Plan ``lengths`` for one ``(seed, epoch)``.
 
@@ -545,11 +556,42 @@ class Planner:
         n = int(self.sizes.size)
         return plan_items(self, delivered_of(done).left(n), seed, epoch)
 
+    def rebind(
+        self, spec: Spec, items: np.ndarray | None = None, lengths: np.ndarray | None = None
+    ) -> Planner:
+        """The planner of ``spec`` (this strategy, maybe other settings) over these sequences,
+        or over the sequences ``items`` of them (their ``lengths``, by default their rows of
+        :attr:`lengths`), keeping what this planner holds per sequence besides its lengths (a
+        grouped planner's group ids: :meth:`Spec.bind_groups`)."""
+        return spec.bind(self._own_lengths(items, lengths))
+
+    def _own_lengths(self, items: np.ndarray | None, lengths: np.ndarray | None) -> np.ndarray:
+        if lengths is not None:
+            return lengths
+        return self.lengths if items is None else self.lengths[items]
+
     def yielded_lengths(self, values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Target-side tokens of what a sampler yielded (``values``, as :meth:`values` gives
         them) over the (N,) or (N, F) ``lengths``: the last field of each sequence."""
         rows = np.asarray(lengths[values], dtype=np.int64)
         return rows if rows.ndim == 1 else rows[:, -1]
+
+
+class GroupedPlanner(Planner):
+    """Base of a planner that keeps groups whole (:meth:`Spec.bind_groups`): ``groups``, one
+    int64 id per sequence, go with it to every planner it rebinds (a resume across a change of
+    settings, the rest of an epoch), so those keep the same groups whole."""
+
+    groups: np.ndarray
+
+    def rebind(
+        self, spec: Spec, items: np.ndarray | None = None, lengths: np.ndarray | None = None
+    ) -> Planner:
+        groups = self.groups if items is None else self.groups[items]
+        return spec.bind_groups(self._own_lengths(items, lengths), groups)
+
+    def plan_named(self, seed: int, epoch: int, names: np.ndarray) -> BatchPlan | None:
+        return None  # planned, then gathered
 
 
 class Delivered:
@@ -616,8 +658,7 @@ def plan_items(
     ``starts``: the items are parts of their sequences from these token offsets (multiples of
     ``unit``, the length a piece code counts in; an item may repeat a sequence): the plan's
     pieces are shifted by them and the codes count ``starts // unit`` pieces more."""
-    own = planner.lengths[items] if lengths is None else lengths
-    sub = planner.spec.bind(own)
+    sub = planner.rebind(planner.spec, items, lengths)
     n, m = int(planner.sizes.size), int(items.size)
     if starts is None:  # whole sequences: the strategy may name them as it plans
         named = sub.plan_named(seed, epoch, np.asarray(items, dtype=np.int64))
@@ -641,6 +682,42 @@ def plan_items(
         out.piece_start = plan.piece_start + shift  # type: ignore[attr-defined]
         out.piece_stop = plan.piece_stop + shift  # type: ignore[attr-defined]
     return out, values.astype(np.int64, copy=False)
+
+
+def item_ids(name: str, value: Any, n: int) -> np.ndarray:
+    """An (N,) int64 vector of per-item values (``groups``, ``prefix``), N = the lengths': a
+    ``ValueError`` for another shape, a ``TypeError`` for values that are not ints.
+
+    >>> item_ids("groups", [7, -1, 7], 3).tolist()
+    [7, -1, 7]
+    >>> item_ids("groups", [0.5, 1.0], 2)
+    Traceback (most recent call last):
+    ...
+    TypeError: groups must hold ints, got dtype float64
+    """
+    arr = np.asarray(value)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(
+            f"{name} must hold one value per item ({n}, as lengths), got shape {arr.shape}"
+        )
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
+        raise TypeError(f"{name} must hold ints, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def group_members(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items by group: ``(ids, members, starts)``; group ``g`` (id ``ids[g]``, ids increasing)
+    holds items ``members[starts[g]:starts[g + 1]]``, in increasing index order.
+
+    >>> ids, members, starts = group_members(np.array([7, 3, 7, 3, 5]))
+    >>> ids.tolist(), members.tolist(), starts.tolist()
+    ([3, 5, 7], [1, 3, 4, 0, 2], [0, 2, 3, 5])
+    """
+    members = np.argsort(groups, kind="stable").astype(np.int64)
+    ordered = groups[members]
+    firsts = np.flatnonzero(np.diff(ordered, prepend=ordered[:1] - 1)) if ordered.size else members
+    starts = np.append(firsts, ordered.size).astype(np.int64)
+    return ordered[firsts], members, starts
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> Spec:

@@ -56,6 +56,7 @@ class SamplerOptions(TypedDict, total=False):
     window: int | str | None
     batches_per_step: Any
     tokens_per_step: Any
+    groups: Any
 
 
 # the sampler's own settings in a state's config (the rest are the planner's)
@@ -96,6 +97,15 @@ class PlanSampler(Resumable):
         tokens_per_step: instead of ``batches_per_step``, tokens per optimizer step (an int or
             a schedule) for a spec with a token budget (``max_tokens``): ``ceil(tokens /
             max_tokens)`` batches, rounded up to a multiple of ``world_size``.
+        groups: one int id per sequence (a DPO pair's chosen and rejected share one, a GRPO
+            group's completions share one; a group's items need not be adjacent), or None.
+            Every batch holds whole groups, a group's items next to each other in increasing
+            index order: ``TokenBudget`` walks the groups by their longest item and cuts padded
+            batches under its budgets (a group over a budget alone is a ``ValueError`` naming
+            it), ``Packing`` packs whole groups into rows (:func:`padless.plan_groups`). The
+            groups change only how an epoch's plan is made: shuffle, ranks, ``balance``, steps,
+            skip and resume work as without. A spec or ``window=`` that cannot keep groups whole
+            refuses them here, naming both.
 
     Optimizer steps (with ``batches_per_step``), the rules:
 
@@ -134,6 +144,7 @@ class PlanSampler(Resumable):
         "window": "items per window of a windowed plan",
         "batches_per_step": "global micro-batches per optimizer step",
         "tokens_per_step": "tokens per optimizer step",
+        "groups": "one id per sequence; a group's items stay in one batch",
     }
     # what it says of a keyword it does not take: a strategy's settings go in its spec
     keyword_notes: ClassVar[dict[str, str]] = {
@@ -165,6 +176,7 @@ class PlanSampler(Resumable):
         window: int | str | None = None,
         batches_per_step: Any = None,
         tokens_per_step: Any = None,
+        groups: Any = None,
     ) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(
@@ -184,7 +196,13 @@ class PlanSampler(Resumable):
         self.spec = spec
         # the batches of each epoch, in the form ``window`` says (padless.epochs)
         self._epochs = epochs_for(
-            spec, lengths, window, shuffle=self.shuffle, seed=self.seed, balance=self.balance
+            spec,
+            lengths,
+            window,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            balance=self.balance,
+            groups=groups,
         )
         self.window = self._epochs.window
         self.planner: Planner | WindowedPlanner | HistogramPlanner = self._epochs.planner
@@ -712,8 +730,22 @@ class PlanSampler(Resumable):
             config["batches_per_step"] = self.batches_per_step.as_dict()
         return config
 
+    @property
+    def groups(self) -> np.ndarray | None:
+        """The group id of every sequence (int64), or None: a sampler without groups."""
+        ids: np.ndarray | None = getattr(self.planner, "groups", None)
+        return ids
+
     def _fingerprint_of(self, lengths_hash: int) -> str:
-        data = {"lengths_shape": list(self.lengths.shape), "lengths_hash": lengths_hash}
+        data: dict[str, Any] = {
+            "lengths_shape": list(self.lengths.shape),
+            "lengths_hash": lengths_hash,
+        }
+        groups = self.groups
+        if groups is not None:  # per-item data like the lengths (absent: states as before)
+            from .._kernels import hash_ints
+
+            data["groups_hash"] = int(hash_ints(np.ascontiguousarray(groups), 0))
         return fingerprint(self._config(), data=data)
 
     def _settings_record(self) -> dict[str, Any] | None:
@@ -826,6 +858,7 @@ class PlanSampler(Resumable):
             f"rank={self.rank}, world_size={self.world_size}, seed={self.seed}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, balance={self.balance}"
             + ("" if self.window is None else f", window={self.window}")
+            + ("" if self.groups is None else f", groups={np.unique(self.groups).size}")
             + (
                 ""
                 if self.batches_per_step is None
