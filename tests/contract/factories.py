@@ -129,8 +129,23 @@ def _decomposition_units(max_length: int, min_length: int) -> list[int]:
     return sorted((doc + piece_numbers(start, max_length) * len(LENGTHS))[keep].tolist())
 
 
+# group ids (issue 42): DPO-like pairs whose two items lie apart in the corpus, and GRPO-like
+# groups of 4 consecutive items
+PAIR_IDS = np.random.default_rng(8).permutation(len(LENGTHS)) // 2
+GROUP_IDS = np.arange(len(LENGTHS)) // 4
+
 FACTORIES = [
     Factory("token_budget", lambda **o: padless.TokenBudgetSampler(LENGTHS, max_tokens=600, **o)),
+    Factory(
+        "token_budget_groups",
+        lambda **o: padless.TokenBudgetSampler(LENGTHS, max_tokens=800, groups=PAIR_IDS, **o),
+    ),
+    Factory(
+        "packing_groups",
+        lambda **o: padless.PackingSampler(
+            LENGTHS, capacity=1024, rows_per_batch=2, groups=GROUP_IDS, **o
+        ),
+    ),
     Factory(
         "token_budget_pairs",
         lambda **o: padless.TokenBudgetSampler(PAIRS, max_tokens=700, multiple_of=2, **o),
