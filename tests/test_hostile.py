@@ -413,7 +413,7 @@ ENTRIES: list[Entry] = [
         "PlanSampler",
         {"lengths": L, "spec": padless.TokenBudget(max_tokens=200)},
         ["spec", "seed", "world_size", "rank", "shuffle", "drop_last", "balance", "window"]
-        + ["batches_per_step", "tokens_per_step"],
+        + ["batches_per_step", "tokens_per_step", "groups"],
         None,
     ),
     (SAMPLER.checked, "PlanSampler.checked", {"dataset": [[1]] * 200}, ["dataset", "field"], None),
@@ -1530,6 +1530,43 @@ def test_hostile_lengths(entry, value):
     if isinstance(out, padless.BatchPlan):
         n = len(padless.lengths_of(value))
         assert sorted(np.concatenate([out.indices, out.skipped]).tolist()) == list(range(n))
+
+
+# group ids (issue 42): wrong lengths and shapes, floats, bools, strings, objects are refused
+# naming ``groups``; negative, huge and unsigned ints are ids like any others
+GROUP_IDS = [
+    np.arange(199),
+    np.arange(201),
+    np.zeros((200, 1), np.int64),
+    np.arange(200) / 2,
+    np.arange(200).astype(np.float32),
+    np.ones(200, bool),
+    np.array(["a"] * 200),
+    np.array([object()] * 200),
+    list(range(199)) + [None],
+    -np.arange(200) // 2 - 1,
+    np.arange(200) // 2 + 2**62,
+    np.arange(200, dtype=np.uint64) // 2 + np.uint64(2**64 - 101),
+    np.full(200, -(2**63)) + np.arange(200) // 2,
+]
+
+
+@pytest.mark.parametrize("ids", GROUP_IDS, ids=range(len(GROUP_IDS)))
+@pytest.mark.parametrize(
+    "spec", [padless.TokenBudget(max_tokens=200), padless.Packing(capacity=128)]
+)
+def test_hostile_group_ids(ids, spec):
+    try:
+        sampler = padless.PlanSampler(L, spec, groups=ids)
+    except (ValueError, TypeError) as err:
+        assert "groups" in str(err)
+        return
+    got = [b for b in sampler]
+    assert sorted(i for b in got for i in b) == list(range(L.shape[0]))
+    key = np.asarray(ids).astype(np.int64)
+    for batch in got:
+        for g in set(key[batch].tolist()):
+            assert int((key[batch] == g).sum()) == int((key == g).sum())  # whole in one batch
 
 
 @given(position=st.one_of(st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=2)))
