@@ -343,3 +343,24 @@ def test_negative_and_huge_ids_are_ids():
         _check_whole(batch, ids, members)
     unsigned = PlanSampler(L, TokenBudget(max_tokens=200), groups=G.astype(np.uint64) + 2**63)
     assert sorted(i for b in unsigned for i in b) == list(range(40))
+
+
+def test_the_stream_form_refuses_groups_by_name():
+    with pytest.raises(TypeError) as err:
+        padless.StreamBatcher(L.tolist(), TokenBudget(max_tokens=200), length=int, groups=G)
+    text = str(err.value)
+    assert "StreamBatcher" in text and "groups= cannot be honoured by the stream form" in text
+    assert "PlanSampler(lengths, spec, groups=...)" in text
+
+
+def test_a_stream_of_whole_groups_as_items_packs_each_group_in_one_row():
+    """The way the refusal names: one stream item per group, its length its tokens."""
+    pairs = [
+        (list(range(int(a))), list(range(int(b)))) for a, b in zip(L[::2], L[1::2], strict=True)
+    ]
+    batcher = padless.StreamBatcher(
+        pairs, Packing(capacity=128), buffer=8, length=lambda p: len(p[0]) + len(p[1])
+    )
+    rows = [row for batch in batcher for row in batch]
+    assert sorted(map(id, (p for row in rows for p in row))) == sorted(map(id, pairs))
+    assert all(sum(len(a) + len(b) for a, b in row) <= 128 for row in rows)

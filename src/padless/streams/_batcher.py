@@ -214,6 +214,11 @@ class StreamBatcher:
         "(seed, epoch); there is no unshuffled order",
         "drop_last": "a stream ends with its source; to stop every rank at the same step "
         "under torch.distributed, wrap the loader in padless.torch.stop_together",
+        "groups": "groups= cannot be honoured by the stream form: its rounds plan, hold back "
+        "and resume item by item (a group's items could leave in different rounds); make each "
+        "group one item of the stream (a DPO pair as one record, length= its tokens) and pack "
+        "it with Packing(capacity=...), which never splits an item with oversize='error' or "
+        "'drop'; or plan the corpus with PlanSampler(lengths, spec, groups=...)",
     }
 
     @checks_keywords()
