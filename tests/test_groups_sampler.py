@@ -364,3 +364,58 @@ def test_a_stream_of_whole_groups_as_items_packs_each_group_in_one_row():
     rows = [row for batch in batcher for row in batch]
     assert sorted(map(id, (p for row in rows for p in row))) == sorted(map(id, pairs))
     assert all(sum(len(a) + len(b) for a, b in row) <= 128 for row in rows)
+
+
+def _greedy_reference(lengths, groups, spec, seed, epoch):
+    """The plain rule, group by group: the walk by increasing longest item (the planner's own
+    order), a batch closed when the next group would pass a budget."""
+    planner = spec.bind_groups(lengths, groups)
+    plan = planner.plan(seed, epoch)
+    walk = []  # the planner's group order, read off its plan
+    for i in plan.indices.tolist():
+        if not walk or walk[-1] != groups[i]:
+            walk.append(int(groups[i]))
+    cost = None if spec.max_cost is None else spec.cost or padless.Cost()
+    batches, cur, n, widest = [], [], 0, 0
+    for g in walk:
+        m = np.flatnonzero(groups == g).tolist()
+        n2, w2 = n + len(m), max(widest, int(lengths[m].max()))
+        over = (spec.max_tokens is not None and n2 * w2 > spec.max_tokens) or (
+            spec.max_sentences is not None and n2 > spec.max_sentences
+        )
+        if cost is not None:
+            over = over or n2 * float(cost.of(np.array([w2]))[0]) > spec.max_cost
+        if cur and over:
+            batches.append(cur)
+            cur, n2, w2 = [], len(m), int(lengths[m].max())
+        cur, n, widest = cur + m, n2, w2
+    if cur:
+        batches.append(cur)
+    return [b.tolist() for b in plan], batches
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    items,
+    st.integers(0, 80),
+    st.one_of(st.none(), st.integers(4, 12)),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_the_galloping_cut_is_the_greedy_rule(data, extra, most, cost, seed):
+    lengths, groups = _arrays(data)
+    sizes = [int((groups == g).sum()) for g in set(groups.tolist())]
+    if most is not None and max(sizes) > most:
+        most = max(sizes)
+    budget = _padded_budget(lengths, groups, extra)
+    model = padless.Cost(quadratic=0.01, linear=1.0) if cost else None
+    max_cost = None
+    if cost:
+        per = [
+            int((groups == g).sum()) * float(model.of(np.array([lengths[groups == g].max()]))[0])
+            for g in set(groups.tolist())
+        ]
+        max_cost = max(per) + extra
+    spec = TokenBudget(max_tokens=budget, max_sentences=most, cost=model, max_cost=max_cost)
+    got, want = _greedy_reference(lengths, groups, spec, seed, 0)
+    assert got == want

@@ -599,7 +599,9 @@ class GroupBudgetPlanner(GroupedPlanner, BudgetPlanner):
         if spec.max_cost is not None:
             self.units = model_of(cast(Cost | None, spec.cost)).of(self.longest)
         over = self._over_budget()
-        self.kept = np.setdiff1d(np.arange(ids.size, dtype=np.int64), over)
+        keep = np.ones(ids.size, dtype=bool)
+        keep[over] = False
+        self.kept = np.flatnonzero(keep).astype(np.int64)
         self.skipped = np.zeros(0, dtype=np.int64)
         if over.size:
             parts = [members[starts[g] : starts[g + 1]] for g in over.tolist()]
@@ -667,26 +669,47 @@ class GroupBudgetPlanner(GroupedPlanner, BudgetPlanner):
     def _cuts(
         self, counts: np.ndarray, longest: np.ndarray, units: np.ndarray | None
     ) -> np.ndarray:
-        """Where the batches of groups walked with ``counts`` and ``longest`` widths (``units``:
-        the cost of each's longest) start, and the walk's end: the greedy rule of the budgets."""
+        """Where the batches of the groups walked (``counts`` items each, ``longest`` widths
+        nondecreasing; ``units``: the cost of each's longest) start, and the walk's end.
+
+        The greedy rule closes a batch when the next group would pass a budget. Along a walk
+        by increasing width a batch of groups ``s..e-1`` costs ``(items) × longest[e-1]`` (and
+        ``× units[e-1]``: a cost model's coefficients are non-negative, so it grows with the
+        width), which grows with ``e``: the greedy batch from ``s`` is the longest that fits,
+        found by a galloping search. Cost: O(log(groups per batch)) steps per batch."""
         s = self.spec
-        limit, most = s.token_limit or 0, s.max_sentences or 0
-        top = float(s.max_cost or 0.0)
+        limit, most, top = s.token_limit or 0, s.max_sentences or 0, float(s.max_cost or 0.0)
+        csum = [0, *np.cumsum(counts).tolist()]
+        widths = longest.tolist()
+        costs = None if units is None else units.tolist()
+        total = len(widths)
+
+        def fits(first: int, end: int) -> bool:  # groups first..end-1 in one batch
+            n = csum[end] - csum[first]
+            return (
+                (not limit or n * widths[end - 1] <= limit)
+                and (not most or n <= most)
+                and (costs is None or n * costs[end - 1] <= top)
+            )
+
         cuts = [0]
-        held, widest, unit = 0, 0, 0.0
-        costs = [0.0] * counts.size if units is None else units.tolist()
-        for g, (c, w, u) in enumerate(zip(counts.tolist(), longest.tolist(), costs, strict=True)):
-            n, w, u = held + c, max(widest, w), max(unit, u)
-            if held and (
-                (limit and n * w > limit)
-                or (most and n > most)
-                or (units is not None and n * u > top)
-            ):
-                cuts.append(g)
-                n, w, u = c, longest[g], costs[g]
-            held, widest, unit = n, int(w), float(u)
-        if counts.size:
-            cuts.append(int(counts.size))
+        first = 0
+        while first < total:
+            lo, step = first + 1, 1  # a group fits alone (checked when bound)
+            while True:
+                nxt = lo + step
+                if nxt > total or not fits(first, nxt):
+                    hi = min(nxt, total + 1)
+                    break
+                lo, step = nxt, step * 2
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if fits(first, mid):
+                    lo = mid
+                else:
+                    hi = mid
+            cuts.append(lo)
+            first = lo
         return np.array(cuts, dtype=np.int64)
 
 
