@@ -45,6 +45,7 @@ from .build import (
 )
 from .checks import (
     check_batch,
+    check_groups,
     check_once,
     check_order,
     expected,
@@ -190,6 +191,8 @@ def _options(cell: Cell) -> dict[str, Any]:
         return {"batches_per_step": RAMP}
     if cell.layer == "elastic_balance":
         return {"balance": True}
+    if cell.layer == "groups":
+        return {"groups": C.GROUPS}
     return {}
 
 
@@ -238,7 +241,7 @@ def _first(feeds: list[Feed], count: int) -> list[list[C.Got]]:
 
 # ------------------------------------------------------------------------------ layers
 def _plain(cell: Cell, env: Env, params: Params) -> None:
-    """No layer, a ramp, a warm-up, context parallelism: one epoch on two ranks."""
+    """No layer, a ramp, a warm-up, context parallelism, groups: one epoch on two ranks."""
     kw = _kw(cell)
     ramp = cell.layer == "ramp"
     feeds = _feeds(cell, env, kw, WORLD, _options(cell))
@@ -254,6 +257,8 @@ def _plain(cell: Cell, env: Env, params: Params) -> None:
     if cell.layer == "context_parallel":
         if not all("cu_seqlens_padded" in g.meta.get("keys", ()) for g in slots):
             raise Failure("context_parallel: the batches are no context-parallel shares")
+    if cell.layer == "groups":
+        check_groups(slots, "groups")
 
 
 def _check_ramp(groups: list[int], world: int, where: str) -> None:
@@ -472,6 +477,7 @@ _DRIVERS = {
     "elastic": _elastic,
     "elastic_balance": _elastic,
     "change": _change,
+    "groups": _plain,
 }
 
 
@@ -540,6 +546,8 @@ def _hf(cell: Cell, env: Env, params: Params) -> None:
     if layer == "context_parallel":
         if not all("cu_seqlens_padded" in g.meta.get("keys", ()) for g in seen):
             raise Failure("context_parallel ignored: the Trainer trains on whole rows, no shares")
+    if layer == "groups":
+        check_groups(seen, "HF")
 
 
 def _hf_resumed(

@@ -194,3 +194,13 @@ def strategy_kw(strategy: str, which: str) -> dict[str, Any]:
         assert row.warmup is not None
         return dict(row.warmup)
     return dict(getattr(row, which))
+
+
+def check_groups(slots: list[C.Got], where: str) -> None:
+    """Every batch holds whole groups (``C.GROUPS``): each item's partner is in its batch."""
+    for j, got in enumerate(slots):
+        items = set(((got.tokens - 1) // C.K).tolist())
+        for i in items:
+            partners = set(np.flatnonzero(C.GROUPS == C.GROUPS[i]).tolist())
+            if not partners <= items:
+                raise Failure(f"{where} batch {j}: item {i}'s group {sorted(partners)} is split")

@@ -38,6 +38,18 @@ def item_tokens(item: int, length: int) -> list[int]:
     return [token(item, p) for p in range(length)]
 
 
+def make_groups() -> np.ndarray:
+    """Pairs (issue 42's DPO pairs) whose two items lie apart: the k-th shortest item with the
+    k-th longest, so every pair fits the smallest packed row of the matrix (64 tokens)."""
+    order = np.argsort(LENGTHS, kind="stable")
+    out = np.zeros(N, dtype=np.int64)
+    out[order[: N // 2]] = np.arange(N // 2)
+    out[order[::-1][: N // 2]] = np.arange(N // 2)
+    return out
+
+
+GROUPS = make_groups()  # the "groups" layer's ids: two items each
+
 ITEMS: list[list[int]] = [item_tokens(i, int(n)) for i, n in enumerate(LENGTHS.tolist())]
 FEATURES: list[dict[str, Any]] = [{"input_ids": list(t)} for t in ITEMS]
 STREAM_TOKENS = np.concatenate([np.asarray(t, dtype=np.int64) for t in ITEMS])

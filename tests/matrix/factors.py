@@ -133,6 +133,7 @@ LAYERS = (
     "elastic",  # state of 2 ranks loaded into 3
     "elastic_balance",  # the same with balance=True
     "context_parallel",  # context_parallel=2
+    "groups",  # groups= (issue 42): pairs of items that stay in one batch
 )
 CONSUMERS = ("collate", "token_dataset", "checked", "hf", "torchdata")
 FACTORS: dict[str, tuple[str, ...]] = {
@@ -160,6 +161,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     "elastic": ("world size", "world_size", "elastic"),
     "elastic_balance": ("world size", "world_size", "elastic", "balance"),
     "context_parallel": ("context_parallel", "context parallel", "context-parallel"),
+    "groups": ("groups",),
     "collate": ("collate",),
     "token_dataset": ("TokenDataset", "token file"),
     "checked": ("checked", "CheckedDataset"),

@@ -43,7 +43,7 @@ Forms: `whole` (a plan of the whole corpus), `window` (`window=`), `histogram`
 `mixture_warmup` (its corpora warm up), `ramp` (`batches_per_step=Schedule`), `warmup` (a
 capacity or budget schedule), `change` (resume across a change of settings), `skip`, `resume`,
 `elastic` (2 ranks resumed as 3), `elastic_balance` (the same with `balance=True`),
-`context_parallel`. Consumers: **c** `collate_for`, **t** `TokenDataset`, **k**
+`context_parallel`, `groups` (`groups=`: pairs of items kept in one batch). Consumers: **c** `collate_for`, **t** `TokenDataset`, **k**
 `CheckedDataset`, **h** the HF Trainer with `PadlessTrainerMixin`, **d** torchdata's
 `StatefulDataLoader` with 2 workers. `lm` is `LMStream`.
 
