@@ -12,7 +12,9 @@ changes it), ``token_budget_histogram`` and ``packing_histogram`` when they were
 came (issue 29; ``buckets`` kept its digest) and ``packing_pairs`` when packing got a capacity
 per field (issue 29; ``packing`` kept its digest: an int capacity plans as before),
 ``packing_warmup`` when packing's capacity became a schedule (issue 28; its batches carry their
-step's tag, so the digest pins the warm-up's delivery too). A factory
+step's tag, so the digest pins the warm-up's delivery too), ``token_budget_groups`` and
+``packing_groups`` when the samplers took ``groups=`` (issue 42; every digest above kept: a
+sampler without groups plans as before). A factory
 added to the contract list needs its digest here (pasted once from today's output, never
 computed by a test).
 """
@@ -49,6 +51,8 @@ GOLDEN = {
     "lm_random": "95fdf832c1019214",
     "lm_sequential": "65e36509dbc48e58",
     "lm_warmup": "12992f585e1391fc",
+    "token_budget_groups": "e2a707544b4d6cb2",
+    "packing_groups": "d4a366ffbb50dc44",
 }
 
 
