@@ -65,7 +65,7 @@ def _mismatch(saved: Any, expected: str) -> str:
         return "it was saved by another kind of sampler or another padless version"
     reasons = []
     if got[0] != want[0]:
-        reasons.append("the data differ (other lengths or tokens)")
+        reasons.append("the data differ (other lengths, tokens or group ids)")
     if got[1] != want[1]:
         reasons.append(
             "the settings differ (class, batch size or budget, shuffle, balance...): load it "
