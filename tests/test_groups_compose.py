@@ -220,3 +220,13 @@ def test_collate_for_a_grouped_packing_sampler_keeps_groups_in_rows():
         rows.append(cur)
         ids = [set(groups[r].tolist()) for r in rows]
         assert all(not (a & b) for k, a in enumerate(ids) for b in ids[k + 1 :])
+
+
+def test_the_padded_collate_rounding_widths_keeps_the_budget():
+    spec = TokenBudget(max_tokens=240, pad_to_multiple_of=16)
+    s = PlanSampler(LENGTHS, spec, groups=GROUPS, seed=4)
+    collate = collate_for(s, pad_id=0)
+    for planned in s:
+        _whole(planned)
+        rows, width = collate([TOKENS[i] for i in planned])["input_ids"].shape
+        assert width % 16 == 0 and rows * width <= 240
