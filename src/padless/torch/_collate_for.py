@@ -73,6 +73,13 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
             f"StreamBatcher or StreamDataset, got {type(source).__name__} {source!r:.60}"
         )
     form = spec.collate_form()
+    if form.packed and getattr(source, "groups", None) is not None:
+        raise ValueError(
+            f"collate_for() cannot collate a packed sampler with groups= ({spec.describe()}): "
+            "its rows hold whole groups, which collate_packed's next fit by items may split; "
+            f"use padless.torch.collate_groups({form.capacity}, prompt_key=None) over samples "
+            'that carry their group id ({"group": id, "completion_ids": tokens})'
+        )
     if form.packed:
         for name in _PACKED_SETTINGS:
             if name in options:
