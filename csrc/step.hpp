@@ -1,8 +1,11 @@
-// The step planner's placement: items, heaviest first, each into the least-cost bin with room
-// (the twin of padless/_kernels/step.py).
+// The step planner's placement: items, heaviest first, each into the least-cost bin with room;
+// where the cap binds, a best fit; then the slots evened out (the twin of
+// padless/_kernels/step.py, whose `step_fit_reference` is the spec).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -12,53 +15,117 @@
 
 namespace padless {
 
-// Bins as the fit fills them: the bin of each item, and how many bins it took.
-struct StepFit {
-    Buffer<int64_t> bin_of;
-    int64_t bins = 0;
+namespace step_detail {
+
+// A bin's key in its rule's order, as one unsigned 128-bit number: the least-cost rule's key is
+// (cost, bin), the tight rule's (room, bin). A cost is a finite or infinite double >= 0 (a sum
+// of non-negative costs from +0.0: never -0.0 nor NaN), whose bits order as the numbers do.
+__extension__ typedef unsigned __int128 Key;
+
+inline Key cost_key(double cost, int64_t bin) {
+    uint64_t bits;
+    std::memcpy(&bits, &cost, sizeof bits);
+    return (static_cast<Key>(bits) << 64) | static_cast<uint64_t>(bin);
+}
+inline Key room_key(int64_t room, int64_t bin) {
+    return (static_cast<Key>(static_cast<uint64_t>(room)) << 64) | static_cast<uint64_t>(bin);
+}
+inline int64_t key_bin(Key k) { return static_cast<int64_t>(static_cast<uint64_t>(k)); }
+
+// A 4-ary min-heap of keys (four children a node: half the levels of a binary heap, the
+// children side by side, the least of them picked without branches).
+struct MinHeap {
+    std::vector<Key> a;
+    void clear() { a.clear(); }
+    bool empty() const { return a.empty(); }
+    Key top() const { return a[0]; }
+    void down(size_t i) {
+        const size_t n = a.size();
+        const Key x = a[i];
+        for (;;) {
+            const size_t first = 4 * i + 1;
+            if (first >= n) break;
+            size_t c = first;
+            if (first + 4 <= n) {
+                const size_t c01 = a[first + 1] < a[first] ? first + 1 : first;
+                const size_t c23 = a[first + 3] < a[first + 2] ? first + 3 : first + 2;
+                c = a[c23] < a[c01] ? c23 : c01;
+            } else {
+                for (size_t j = first + 1; j < n; ++j) c = a[j] < a[c] ? j : c;
+            }
+            if (!(a[c] < x)) break;
+            a[i] = a[c];
+            i = c;
+        }
+        a[i] = x;
+    }
+    void up(size_t i) {
+        const Key x = a[i];
+        while (i > 0) {
+            const size_t p = (i - 1) / 4;
+            if (!(x < a[p])) break;
+            a[i] = a[p];
+            i = p;
+        }
+        a[i] = x;
+    }
+    void make() {  // heap order over the keys as they are
+        for (size_t i = a.size() >= 2 ? (a.size() - 2) / 4 + 1 : 0; i-- > 0;) down(i);
+    }
+    void push(Key k) {
+        a.push_back(k);
+        up(a.size() - 1);
+    }
+    void pop() {
+        a[0] = a.back();
+        a.pop_back();
+        if (!a.empty()) down(0);
+    }
+    void replace_top(Key k) {  // the top's key grew or shrank
+        a[0] = k;
+        down(0);
+    }
 };
 
-// The open bins in a tournament tree over bin numbers: each node holds the least (cost, bin)
-// and the most room among the bins below it, so the least-cost bin with room for an item is
-// found by a descent that skips every subtree without room, or without a cheaper bin than the
-// best found so far. A closed bin (no room for any item still to come) leaves the tree.
+// The open bins in a tournament tree over bin numbers: each node holds the least key and the
+// most room among the bins below it, so the least key with room for an item is found by a
+// descent that skips every subtree without room, or without a less key than the best found so
+// far. The fallback of a try whose items come in an order that keeps parking bins (see
+// `step_fit_try`): the same rule, O(log bins) a search whatever the order.
 class BinTree {
   public:
-    // bin b keyed by its room (`by_room`: best fit) or by its cost; closed bins left out
-    BinTree(int64_t bins, int64_t capacity, const std::vector<double>& cost,
-            const std::vector<int64_t>& room, const std::vector<char>& closed, bool by_room) {
-        (void)capacity;
+    BinTree(int64_t bins, const std::vector<double>& cost, const std::vector<int64_t>& room,
+            const std::vector<char>& closed, bool tight)
+        : tight_(tight) {
         while (width_ < bins) width_ *= 2;
         const size_t nodes = 2 * static_cast<size_t>(width_);
-        cost_.assign(nodes, INF);
-        bin_.assign(nodes, INT64_MAX);
+        key_.assign(nodes, NONE);
         room_.assign(nodes, -1);
         for (int64_t b = 0; b < bins; ++b) {
             const size_t u = static_cast<size_t>(b);
             if (closed[u]) continue;
             const size_t leaf = static_cast<size_t>(width_ + b);
-            cost_[leaf] = by_room ? static_cast<double>(room[u]) : cost[u];
-            bin_[leaf] = b;
+            key_[leaf] = tight ? room_key(room[u], b) : cost_key(cost[u], b);
             room_[leaf] = room[u];
         }
         for (size_t v = static_cast<size_t>(width_) - 1; v >= 1; --v) pull(v);
     }
-    // the least (cost, bin) with room >= s, or -1
+    // the bin of least key with room >= s, or -1
     int64_t find(int64_t s) const {
-        size_t best = 0;  // node 0: no leaf yet
+        Key best = NONE;
         size_t stack[128];
         size_t top = 0;
         stack[top++] = 1;
         while (top > 0) {
             const size_t v = stack[--top];
-            if (room_[v] < s || (best != 0 && !less(v, best))) continue;
+            if (room_[v] < s || !(key_[v] < best)) continue;
             if (v >= static_cast<size_t>(width_)) {
-                best = v;
+                best = key_[v];
                 continue;
             }
             const size_t l = 2 * v, r = l + 1;
-            // the cheaper child is searched first (pushed last)
-            if (less(l, r)) {
+            // the child of less key is searched first (pushed last)
+            if (key_[l] < key_[r]) {
                 stack[top++] = r;
                 stack[top++] = l;
             } else {
@@ -66,65 +133,36 @@ class BinTree {
                 stack[top++] = r;
             }
         }
-        return best == 0 ? -1 : bin_[best];
+        return best == NONE ? -1 : key_bin(best);
     }
-    // bin b now costs `cost` and has `room` left; closed bins leave the tree
+    // bin b now costs `cost` and has `room` left; a closed bin leaves the tree
     void set(int64_t b, double cost, int64_t room, bool closed) {
         size_t v = static_cast<size_t>(width_ + b);
-        cost_[v] = closed ? INF : cost;
-        bin_[v] = closed ? INT64_MAX : b;
+        key_[v] = closed ? NONE : (tight_ ? room_key(room, b) : cost_key(cost, b));
         room_[v] = closed ? -1 : room;
         for (v /= 2; v >= 1; v /= 2) pull(v);
     }
 
   private:
-    static constexpr double INF = std::numeric_limits<double>::infinity();
+    static constexpr Key NONE = ~static_cast<Key>(0);
+    bool tight_;
     int64_t width_ = 1;
-    std::vector<double> cost_;
-    std::vector<int64_t> bin_;
+    std::vector<Key> key_;
     std::vector<int64_t> room_;
-    bool less(size_t a, size_t b) const {
-        return cost_[a] < cost_[b] || (cost_[a] == cost_[b] && bin_[a] < bin_[b]);
-    }
     void pull(size_t v) {
         const size_t l = 2 * v, r = l + 1;
-        const size_t m = less(r, l) ? r : l;
-        cost_[v] = cost_[m];
-        bin_[v] = bin_[m];
+        key_[v] = key_[r] < key_[l] ? key_[r] : key_[l];
         room_[v] = room_[l] > room_[r] ? room_[l] : room_[r];
     }
 };
 
-// A 4-ary min-heap of (cost, bin): the fast path of the least-cost rule while the least-cost
-// open bin has room for each item (always, when the cost is the tokens).
-struct BinHeap {
-    std::vector<std::pair<double, int64_t>> a;
-    explicit BinHeap(int64_t bins) {
-        a.reserve(static_cast<size_t>(bins));
-        for (int64_t b = 0; b < bins; ++b) a.emplace_back(0.0, b);  // a heap already
-    }
-    // four children a node: half the levels of a binary heap, the children side by side
-    void down(size_t i) {
-        const size_t n = a.size();
-        const std::pair<double, int64_t> x = a[i];
-        for (;;) {
-            const size_t first = 4 * i + 1;
-            if (first >= n) break;
-            const size_t last = first + 4 < n ? first + 4 : n;
-            size_t c = first;
-            for (size_t j = first + 1; j < last; ++j)
-                if (a[j] < a[c]) c = j;
-            if (!(a[c] < x)) break;
-            a[i] = a[c];
-            i = c;
-        }
-        a[i] = x;
-    }
-    void pop() {
-        a[0] = a.back();
-        a.pop_back();
-        if (!a.empty()) down(0);
-    }
+// Working memory of the tries, sized once for the most bins a call reaches.
+struct Work {
+    std::vector<double> cost;
+    std::vector<int64_t> room;
+    std::vector<char> closed;
+    MinHeap heap;    // the open bins with room for the item at hand, by the rule's key
+    MinHeap parked;  // open bins passed over for want of room, by room (most room first)
 };
 
 // One try over `bins` bins of `capacity` tokens. Least-cost rule: item i (in the order given)
@@ -132,62 +170,107 @@ struct BinHeap {
 // rule (`tight`): to the bin of least room >= sizes[i] (ties: the lowest bin), a best fit.
 // Returns how many items were placed before one fit nowhere (n when all did; less, early, once
 // the items left hold more tokens than the bins still open have room for). A bin with less room
-// than every item still to come closes. O(n log bins) (a heap while the least-cost bin has room,
-// then a tree).
+// than every item still to come closes.
+//
+// How: a heap of the open bins by the rule's key; a top without room for the item is parked
+// (a heap by room, most first) and comes back once an item small enough comes. Items in
+// non-increasing size (the planner's order) park a bin at most once per placement into it
+// (a bin back from parking holds every item after), n parkings in all: O((n + bins) log bins).
+// In another order a bin may be parked and brought back again and again: past n parkings the
+// try goes on over a tournament tree (the same rule, O(log bins) a search whatever the order).
 inline int64_t step_fit_try(const int64_t* sizes, const double* costs, const int64_t* smallest,
                             const int64_t* after, int64_t n, int64_t bins, int64_t capacity,
-                            bool tight, int64_t* bin_of) {
-    std::vector<double> cost(static_cast<size_t>(bins), 0.0);
-    std::vector<int64_t> room(static_cast<size_t>(bins), capacity);
-    std::vector<char> closed(static_cast<size_t>(bins), 0);
+                            bool tight, int64_t* bin_of, Work& w) {
+    const size_t nb_ = static_cast<size_t>(bins);
+    w.cost.assign(nb_, 0.0);
+    w.room.assign(nb_, capacity);
+    w.closed.assign(nb_, 0);
+    w.heap.clear();
+    w.parked.clear();
+    int64_t parkings = 0;
+    std::unique_ptr<BinTree> tree;
     // room in the bins still open (saturating: bins * capacity may pass int64)
     int64_t open = bins > 0 && capacity > INT64_MAX / bins ? INT64_MAX : bins * capacity;
-    BinHeap heap(tight ? 0 : bins);
-    std::unique_ptr<BinTree> tree;
-    if (tight) tree.reset(new BinTree(bins, capacity, cost, room, closed, true));
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    if (!tight) {
+        // while every item so far cost something, item i goes to bin i (cost 0, the lowest
+        // such bin; an empty bin holds any item)
+        for (; i < n && i < bins && costs[i] > 0.0; ++i) {
+            if (open != INT64_MAX && after[i] > open) return i;
+            const size_t u = static_cast<size_t>(i);
+            bin_of[i] = i;
+            w.room[u] -= sizes[i];
+            w.cost[u] += costs[i];
+            w.closed[u] = i + 1 < n && w.room[u] < smallest[i + 1];
+            if (open != INT64_MAX) open -= w.closed[u] ? sizes[i] + w.room[u] : sizes[i];
+        }
+    }
+    w.heap.a.reserve(nb_);
+    for (int64_t b = 0; b < bins; ++b) {
+        const size_t u = static_cast<size_t>(b);
+        if (!w.closed[u]) w.heap.a.push_back(tight ? room_key(capacity, b) : cost_key(w.cost[u], b));
+    }
+    if (i > 0) w.heap.make();  // else every key is (0.0, b) or (capacity, b): a heap already
+    for (; i < n; ++i) {
         const int64_t s = sizes[i];
         if (open != INT64_MAX && after[i] > open) return i;  // what is left cannot fit
         int64_t b = -1;
-        while (!tree && !heap.a.empty()) {
-            const int64_t top = heap.a[0].second;
-            if (room[static_cast<size_t>(top)] >= s) {
-                b = top;
-            } else if (closed[static_cast<size_t>(top)]) {
-                heap.pop();
-                continue;
-            } else {  // passed over: the rest of this try searches a tree
-                tree.reset(new BinTree(bins, capacity, cost, room, closed, false));
+        if (!tree) {
+            // bins parked for want of room that hold this item come back
+            while (!w.parked.empty()) {
+                const Key top = w.parked.top();
+                const int64_t pb = key_bin(top);
+                const size_t u = static_cast<size_t>(pb);
+                if (w.room[u] < s) break;
+                w.parked.pop();
+                w.heap.push(tight ? room_key(w.room[u], pb) : cost_key(w.cost[u], pb));
             }
-            break;
+            while (!w.heap.empty()) {
+                const int64_t top = key_bin(w.heap.top());
+                const size_t u = static_cast<size_t>(top);
+                if (w.closed[u]) {
+                    w.heap.pop();
+                } else if (w.room[u] < s) {
+                    w.heap.pop();
+                    // most room first: the key is (capacity - room, bin)
+                    w.parked.push(room_key(capacity - w.room[u], top));
+                    ++parkings;
+                } else {
+                    b = top;
+                    break;
+                }
+            }
+            if (parkings > n) {  // an order that keeps parking: a tree from here on
+                tree.reset(new BinTree(bins, w.cost, w.room, w.closed, tight));
+                b = tree->find(s);
+            }
+        } else {
+            b = tree->find(s);
         }
-        if (tree) b = tree->find(s);
         if (b < 0) return i;
         const size_t u = static_cast<size_t>(b);
         bin_of[i] = b;
-        room[u] -= s;
-        cost[u] += costs[i];
-        closed[u] = i + 1 < n && room[u] < smallest[i + 1];
-        if (open != INT64_MAX) open -= closed[u] ? s + room[u] : s;
+        w.room[u] -= s;
+        w.cost[u] += costs[i];
+        w.closed[u] = i + 1 < n && w.room[u] < smallest[i + 1];
+        if (open != INT64_MAX) open -= w.closed[u] ? s + w.room[u] : s;
         if (tree) {
-            tree->set(b, tight ? static_cast<double>(room[u]) : cost[u], room[u], closed[u]);
+            tree->set(b, w.cost[u], w.room[u], w.closed[u]);
+        } else if (w.closed[u]) {
+            w.heap.pop();  // b is the top
         } else {
-            heap.a[0].first = cost[u];
-            heap.down(0);
+            w.heap.replace_top(tight ? room_key(w.room[u], b) : cost_key(w.cost[u], b));
         }
     }
     return n;
 }
 
-// Tries bins, bins + step, bins + 2·step, ... until every item fits (it does once there is a bin
-// per item: every size is at most capacity): at each count the least-cost rule, then the tight
-// rule (fewer bins where the cap binds, less balanced).
-inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, int64_t bins,
-                        int64_t step, int64_t capacity) {
-    // the smallest item and the tokens from each item on (sizes <= capacity <= 2**62 each:
-    // a sum saturates rather than wraps)
-    std::vector<int64_t> smallest(static_cast<size_t>(n > 0 ? n : 1));
-    std::vector<int64_t> after(static_cast<size_t>(n > 0 ? n : 1));
+// The least smallest[i] (the smallest item from i on) and after[i] (the tokens from i on,
+// saturating: sizes <= capacity <= 2**62 each) of `n` items.
+inline void suffixes(const int64_t* sizes, int64_t n, std::vector<int64_t>& smallest,
+                     std::vector<int64_t>& after) {
+    smallest.resize(static_cast<size_t>(n > 0 ? n : 1));
+    after.resize(static_cast<size_t>(n > 0 ? n : 1));
     for (int64_t i = n - 1; i >= 0; --i) {
         const size_t u = static_cast<size_t>(i);
         const int64_t next = i + 1 < n ? smallest[u + 1] : sizes[i];
@@ -195,17 +278,192 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
         const int64_t rest = i + 1 < n ? after[u + 1] : 0;
         after[u] = rest > INT64_MAX - sizes[i] ? INT64_MAX : rest + sizes[i];
     }
+}
+
+// A lower bound on the bins any placement of the items needs (Martello and Toth's L2): for each
+// threshold k <= capacity / 2, the items over capacity - k each need a bin of their own; so do
+// those over half the capacity, which no two share; and the items in [k, capacity / 2] need
+// what room those leave, and more bins for the rest. Only for sizes in non-increasing order
+// (else 0: no bound). O(n). Tries below it fail whatever the rule, so they are skipped: the
+// result is the one the tries would give.
+inline int64_t bins_needed(const int64_t* sizes, int64_t n, int64_t capacity) {
+    for (int64_t i = 1; i < n; ++i)
+        if (sizes[i] > sizes[i - 1]) return 0;
+    if (n == 0) return 0;
+    __extension__ typedef __int128 Wide;
+    // items in non-increasing order: [0, big) are over half the capacity
+    int64_t big = 0;
+    while (big < n && 2 * static_cast<Wide>(sizes[big]) > capacity) ++big;
+    Wide total = 0;
+    for (int64_t i = 0; i < n; ++i) total += sizes[i];
+    int64_t best = static_cast<int64_t>((total + capacity - 1) / capacity);
+    // prefix sums of the big ones, to split them at capacity - k
+    std::vector<Wide> big_sum(static_cast<size_t>(big) + 1, 0);
+    for (int64_t i = 0; i < big; ++i)
+        big_sum[static_cast<size_t>(i) + 1] = big_sum[static_cast<size_t>(i)] + sizes[i];
+    // thresholds k: 0, then each distinct small size, growing (the small ones from the end)
+    Wide small_sum = 0;  // Σ of the small items >= k
+    for (int64_t i = big; i < n; ++i) small_sum += sizes[i];
+    if (big > best) best = big;  // no two of them share a bin
+    int64_t over = 0;  // big items over capacity - k: [0, over)
+    int64_t j = n;     // small items >= k: [big, j)
+    int64_t k = 0;
+    for (;;) {
+        while (over < big && sizes[over] > capacity - k) ++over;
+        const Wide n2 = big - over;
+        const Wide free = n2 * capacity - (big_sum[static_cast<size_t>(big)] -
+                                           big_sum[static_cast<size_t>(over)]);
+        // big + ceil((small_sum - free) / capacity), divided only where it passes the best
+        // (a 128-bit division is slow)
+        if (small_sum > free && small_sum - free > static_cast<Wide>(best - big) * capacity)
+            best = static_cast<int64_t>(big + (small_sum - free + capacity - 1) / capacity);
+        // the next threshold: the next larger small size
+        while (j > big && sizes[j - 1] <= k) {
+            small_sum -= sizes[j - 1];
+            --j;
+        }
+        if (j == big) break;
+        k = sizes[j - 1];
+    }
+    return best;
+}
+
+}  // namespace step_detail
+
+// Bins as the fit fills them: the bin of each item, how many bins, and each bin's cost and
+// tokens (bins numbered by cost, the most costly first).
+struct StepFit {
+    Buffer<int64_t> bin_of;
+    int64_t bins = 0;
+    Buffer<double> load;
+    Buffer<int64_t> tokens;
+};
+
+// Tries bins, bins + step, bins + 2·step, ... until every item fits (it does once there is a bin
+// per item: every size is at most capacity): at each count the least-cost rule, then the tight
+// rule (fewer bins where the cap binds, less balanced). Counts below a lower bound on the bins
+// (`bins_needed`) are skipped: they would fail.
+//
+// Then the slots (`world` >= 1; bins and step multiples of it): the bins by cost (the most
+// costly first; ties: the lowest bin) in groups of `world`, slot 0 the most costly. A slot whose
+// most costly bin costs more than (1 + polish) × its mean has its items (in their order) placed
+// again over its own `world` bins, by the least-cost rule and, failing that, the tight rule; kept
+// where everything fits and the slot's most costly bin costs less than before. Last, the bins
+// are numbered by cost again (the most costly first; ties: the lower bin): bin k·world + r is
+// place r of slot k.
+inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, int64_t bins,
+                        int64_t step, int64_t capacity, int64_t world, double polish) {
+    using namespace step_detail;
+    std::vector<int64_t> smallest, after;
+    suffixes(sizes, n, smallest, after);
+    const int64_t least = bins_needed(sizes, n, capacity);
+    if (least > bins) bins += (least - bins + step - 1) / step * step;
+    Work w;
     StepFit out;
     out.bin_of = Buffer<int64_t>(n);
+    int64_t* bin_of = out.bin_of.get();
     for (;; bins += step) {
         if (step_fit_try(sizes, costs, smallest.data(), after.data(), n, bins, capacity, false,
-                         out.bin_of.get()) == n)
+                         bin_of, w) == n)
             break;
         if (step_fit_try(sizes, costs, smallest.data(), after.data(), n, bins, capacity, true,
-                         out.bin_of.get()) == n)
+                         bin_of, w) == n)
             break;
     }
     out.bins = bins;
+    const size_t nb_ = static_cast<size_t>(bins);
+    std::vector<double> load(nb_, 0.0);
+    auto loads = [&]() {
+        std::fill(load.begin(), load.end(), 0.0);
+        for (int64_t i = 0; i < n; ++i) load[static_cast<size_t>(bin_of[i])] += costs[i];
+    };
+    std::vector<int64_t> order(nb_);
+    std::vector<Key> keys(nb_);
+    auto by_cost = [&]() {  // the most costly first (ties: the lowest bin): by (~cost, bin)
+        for (size_t b = 0; b < nb_; ++b)
+            keys[b] = (~cost_key(load[b], 0) >> 64 << 64) | static_cast<uint64_t>(b);
+        std::sort(keys.begin(), keys.end());
+        for (size_t r = 0; r < nb_; ++r) order[r] = key_bin(keys[r]);
+    };
+    loads();
+    by_cost();
+    if (bins > 0) {
+        // the items of each bin, in their order (a counting sort by bin), built at the first
+        // uneven slot
+        std::vector<int64_t> start, by_bin;
+        std::vector<int64_t> pick, sub_sizes, sub_bins, sub_small, sub_after;
+        std::vector<double> sub_costs, sub_load;
+        bool moved = false;
+        for (int64_t k = 0; k < bins / world; ++k) {
+            const int64_t* group = order.data() + k * world;
+            double worst = 0.0, sum = 0.0;
+            for (int64_t r = 0; r < world; ++r) {
+                const double l = load[static_cast<size_t>(group[r])];
+                worst = l > worst ? l : worst;
+                sum += l;
+            }
+            if (!(worst > sum / static_cast<double>(world) * (1.0 + polish))) continue;
+            if (start.empty()) {
+                start.assign(nb_ + 1, 0);
+                for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(bin_of[i]) + 1];
+                for (size_t b = 0; b < nb_; ++b) start[b + 1] += start[b];
+                by_bin.resize(static_cast<size_t>(n));
+                std::vector<int64_t> at(start.begin(), start.end() - 1);
+                for (int64_t i = 0; i < n; ++i)
+                    by_bin[static_cast<size_t>(at[static_cast<size_t>(bin_of[i])]++)] = i;
+            }
+            // the slot's items, in their order
+            pick.clear();
+            for (int64_t r = 0; r < world; ++r) {
+                const size_t b = static_cast<size_t>(group[r]);
+                pick.insert(pick.end(), by_bin.begin() + start[b], by_bin.begin() + start[b + 1]);
+            }
+            std::sort(pick.begin(), pick.end());
+            const int64_t m = static_cast<int64_t>(pick.size());
+            sub_sizes.resize(pick.size());
+            sub_costs.resize(pick.size());
+            sub_bins.resize(pick.size());
+            for (size_t j = 0; j < pick.size(); ++j) {
+                sub_sizes[j] = sizes[pick[j]];
+                sub_costs[j] = costs[pick[j]];
+            }
+            suffixes(sub_sizes.data(), m, sub_small, sub_after);
+            bool fits = false;
+            for (bool tight : {false, true}) {
+                if (step_fit_try(sub_sizes.data(), sub_costs.data(), sub_small.data(),
+                                 sub_after.data(), m, world, capacity, tight, sub_bins.data(),
+                                 w) == m) {
+                    fits = true;
+                    break;
+                }
+            }
+            if (!fits) continue;
+            sub_load.assign(static_cast<size_t>(world), 0.0);
+            for (int64_t j = 0; j < m; ++j)
+                sub_load[static_cast<size_t>(sub_bins[static_cast<size_t>(j)])] +=
+                    sub_costs[static_cast<size_t>(j)];
+            if (!(*std::max_element(sub_load.begin(), sub_load.end()) < worst)) continue;
+            for (int64_t j = 0; j < m; ++j)
+                bin_of[pick[static_cast<size_t>(j)]] = group[sub_bins[static_cast<size_t>(j)]];
+            moved = true;
+        }
+        if (moved) {
+            loads();
+            by_cost();
+        }
+    }
+    // number the bins by cost, the most costly first
+    std::vector<int64_t> rank(nb_);
+    out.load = Buffer<double>(bins);
+    out.tokens = zeros<int64_t>(bins);
+    for (size_t r = 0; r < nb_; ++r) {
+        rank[static_cast<size_t>(order[r])] = static_cast<int64_t>(r);
+        out.load[static_cast<int64_t>(r)] = load[static_cast<size_t>(order[r])];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        bin_of[i] = rank[static_cast<size_t>(bin_of[i])];
+        out.tokens[bin_of[i]] += sizes[i];
+    }
     return out;
 }
 

@@ -204,43 +204,40 @@ def plan_step(
     _check_fit(lens, cap, form, unit_of, order, units, groups)
 
     if form == "packed":
-        bin_of_item, bins, bin_cost, by_cost = _packed_bins(
+        bin_of_item, bins, bin_cost, bin_tokens = _packed_bins(
             lens, model, world, cap, least, multiple, units, unit_of
         )
     else:
-        bin_of_item, bins = _padded_bins(lens, model, world, cap, least, multiple, units, unit_of)
+        bin_of_item, bins, bin_cost, bin_tokens = _padded_bins(
+            lens, model, world, cap, least, multiple, units, unit_of
+        )
     m = bins // world
-
-    # figures of each bin, then bins sorted by cost into slots (heaviest slot first)
-    bin_tokens: np.ndarray
-    if form == "packed":
-        bin_tokens = np.bincount(bin_of_item, weights=lens, minlength=bins)
-    else:
-        rows = np.bincount(bin_of_item, minlength=bins).astype(np.float64)
-        longest = np.zeros(bins, dtype=np.int64)
-        np.maximum.at(longest, bin_of_item, lens)
-        bin_tokens = rows * longest
-        bin_cost = rows * _item_costs(longest, model)
-        bin_cost[rows == 0] = 0.0
-        by_cost = np.argsort(-bin_cost, kind="stable")
-    bin_loss = np.bincount(bin_of_item, weights=loss, minlength=bins)
-    # by_cost: the bin of each (slot, place) in slot order
+    # bin k·world + r is place r of slot k (slots by cost, the heaviest first); which rank runs
+    # which place of a slot is drawn from (seed, step)
     ranks = rng(seed, step, STEP_PLAN).permuted(np.tile(np.arange(world), (m, 1)), axis=1)
-    position = np.empty(bins, dtype=np.int64)  # bin -> rank·m + slot
-    position[by_cost] = (ranks * m + np.arange(m)[:, None]).reshape(-1)
+    position = (ranks * m + np.arange(m)[:, None]).reshape(-1)  # bin -> rank·m + slot
 
     items = np.arange(n, dtype=np.int64) if order is None else order
     values, sizes, offsets = K.scatter_rows(
-        np.ascontiguousarray(bin_of_item[items]), position, items, np.ascontiguousarray(lens[items])
+        bin_of_item if order is None else np.ascontiguousarray(bin_of_item[items]),
+        position,
+        items,
+        lens if order is None else np.ascontiguousarray(lens[items]),
     )
 
-    def grid(per_bin: np.ndarray, dtype: Any) -> np.ndarray:
-        out = np.empty(bins, dtype=dtype)
+    def grid(per_bin: np.ndarray) -> np.ndarray:
+        out = np.empty_like(per_bin)
         out[position] = per_bin
         out = out.reshape(world, m)
         out.setflags(write=False)
         return out
 
+    tokens = grid(bin_tokens)
+    if loss_tokens is None and form == "packed":
+        loss_grid = tokens  # every token bears the loss
+    else:
+        per_bin = np.bincount(bin_of_item, weights=loss, minlength=bins)
+        loss_grid = grid(np.rint(per_bin).astype(np.int64))
     for array in (values, sizes, offsets):
         array.setflags(write=False)
     return StepPlan(
@@ -253,9 +250,9 @@ def plan_step(
         indices=values,
         offsets=offsets,
         lengths=sizes,
-        tokens=grid(np.rint(bin_tokens), np.int64),
-        costs=grid(bin_cost, np.float64),
-        loss_tokens=grid(np.rint(bin_loss), np.int64),
+        tokens=tokens,
+        costs=grid(bin_cost),
+        loss_tokens=loss_grid,
     )
 
 
@@ -415,52 +412,29 @@ def _packed_bins(
     units: dict[str, np.ndarray] | None,
     unit_of: np.ndarray | None,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-    """Each item's bin, the bins (a multiple of ``world``) of the least-cost placement, each
-    bin's cost and the bins by cost (the most costly first)."""
+    """Each item's bin, the bins (a multiple of ``world``, numbered by cost: bin ``k·world + r``
+    is place r of slot k, the most costly slot first), each bin's cost and tokens: one call of
+    the kernel (the tries, the best-fit retry and the slot polish)."""
     if units is None:
         order = _length_order(lens)  # cost grows with length: heaviest first
         sizes = lens[order]
         costs = _item_costs(sizes, model)
     else:
         order = np.argsort(-units["costs"], kind="stable")
-        sizes = units["tokens"][order]
-        costs = units["costs"][order]
-    total = int(sizes.sum())
-    big = int((2 * sizes > cap).sum())  # two of these never share a bin
-    m = _rounded(max(-(-total // (world * cap)), -(-big // world)), least, multiple)
-    sizes, costs = np.ascontiguousarray(sizes), np.ascontiguousarray(costs)
-    bin_sorted, bins = K.step.step_fit(sizes, costs, world * m, world * multiple, cap)
-    load, by_cost = _polish(bin_sorted, sizes, costs, bins, world, cap)
+        sizes = np.ascontiguousarray(units["tokens"][order])
+        costs = np.ascontiguousarray(units["costs"][order])
+    # the fewest micro-batches the tokens allow (the kernel raises it to a finer bound on the
+    # bins, Martello and Toth's L2, where the cap binds)
+    m = -(-int(sizes.sum()) // (world * cap))
+    if units is not None:  # the kernel's bound needs sizes in order; over half the cap: alone
+        m = max(m, -(-int((2 * sizes > cap).sum()) // world))
+    m = _rounded(m, least, multiple)
+    bin_sorted, bins, load, tokens = K.step.step_fit(
+        sizes, costs, world * m, world * multiple, cap, world, POLISH
+    )
     bin_of = np.empty(order.size, dtype=np.int64)
     bin_of[order] = bin_sorted
-    return (bin_of if unit_of is None else bin_of[unit_of]), bins, load, by_cost
-
-
-def _polish(
-    bin_of: np.ndarray, sizes: np.ndarray, costs: np.ndarray, bins: int, world: int, cap: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Place again, in place, the items of each slot whose bins differ by more than 0.5% in
-    cost: the slot's items (heaviest first) into its ``world`` bins by the least-cost rule, kept
-    where everything fits and the slot's most costly bin costs less than before. (After the
-    best fit, the last slot mixes full bins with empty ones; this spreads them.) Returns each
-    bin's cost and the bins by cost, the most costly first (ties: the lowest bin)."""
-    load = np.bincount(bin_of, weights=costs, minlength=bins)
-    by_cost = np.argsort(-load, kind="stable")
-    slots = by_cost.reshape(-1, world)
-    worst = load[slots].max(axis=1)
-    uneven = np.flatnonzero(worst > load[slots].mean(axis=1) * (1 + POLISH))
-    if uneven.size == 0:
-        return load, by_cost
-    for k in uneven.tolist():
-        group = slots[k]
-        member = np.zeros(bins, dtype=np.bool_)
-        member[group] = True
-        pick = np.flatnonzero(member[bin_of])  # in placement order: heaviest first
-        sub, got = K.step.step_fit(sizes[pick], costs[pick], world, 1, cap)
-        if got == world and np.bincount(sub, weights=costs[pick]).max() < worst[k]:
-            bin_of[pick] = group[sub]
-    load = np.bincount(bin_of, weights=costs, minlength=bins)
-    return load, np.argsort(-load, kind="stable")
+    return (bin_of if unit_of is None else bin_of[unit_of]), bins, load, tokens
 
 
 # ---------------------------------------------------------------------------------- padded
@@ -475,9 +449,10 @@ def _padded_bins(
     multiple: int,
     units: dict[str, np.ndarray] | None,
     unit_of: np.ndarray | None,
-) -> tuple[np.ndarray, int]:
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """Consecutive cuts of the units by width (widest first), the fewest that fit, then the
-    least largest cost that fits ``world × m`` micro-batches."""
+    least largest cost that fits ``world × m`` micro-batches. Returns each item's bin, the
+    bins, their costs and tokens, numbered by cost as :func:`_packed_bins` does."""
     if units is None:
         order = _length_order(lens)
         widths = lens[order]
@@ -532,4 +507,15 @@ def _padded_bins(
         bin_sorted = np.cumsum(marks)
     bin_of = np.empty(count, dtype=np.int64)
     bin_of[order] = bin_sorted
-    return (bin_of if unit_of is None else bin_of[unit_of]), bins
+    bin_of = bin_of if unit_of is None else bin_of[unit_of]
+    # each micro-batch's figures, then the bins numbered by cost (the most costly first)
+    rows_in = np.bincount(bin_of, minlength=bins)
+    longest = np.zeros(bins, dtype=np.int64)
+    np.maximum.at(longest, bin_of, lens)
+    bin_tokens = rows_in * longest
+    bin_cost = rows_in * _item_costs(longest, model)
+    bin_cost[rows_in == 0] = 0.0
+    by_cost = np.argsort(-bin_cost, kind="stable")
+    rank = np.empty(bins, dtype=np.int64)
+    rank[by_cost] = np.arange(bins)
+    return rank[bin_of], bins, bin_cost[by_cost], bin_tokens[by_cost]
