@@ -280,6 +280,20 @@ inline void suffixes(const int64_t* sizes, int64_t n, std::vector<int64_t>& smal
     }
 }
 
+// A lower bound on the bins any placement of the items needs: the tokens over the capacity,
+// and the items over half the capacity (no two share a bin). O(n).
+inline int64_t quick_bound(const int64_t* sizes, int64_t n, int64_t capacity) {
+    __extension__ typedef __int128 Wide;
+    Wide total = 0;
+    int64_t big = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        total += sizes[i];
+        big += 2 * static_cast<Wide>(sizes[i]) > capacity;
+    }
+    const int64_t tokens = static_cast<int64_t>((total + capacity - 1) / capacity);
+    return tokens > big ? tokens : big;
+}
+
 // A lower bound on the bins any placement of the items needs (Martello and Toth's L2): for each
 // threshold k <= capacity / 2, the items over capacity - k each need a bin of their own; so do
 // those over half the capacity, which no two share; and the items in [k, capacity / 2] need
@@ -356,44 +370,51 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
     using namespace step_detail;
     std::vector<int64_t> smallest, after;
     suffixes(sizes, n, smallest, after);
-    const int64_t least = bins_needed(sizes, n, capacity);
-    if (least > bins) bins += (least - bins + step - 1) / step * step;
     Work w;
     StepFit out;
     out.bin_of = Buffer<int64_t>(n);
     int64_t* bin_of = out.bin_of.get();
-    for (;; bins += step) {
+    {  // at once, the bins the tokens need and one per item over half the capacity (no two of
+       // those share a bin); the finer bound waits until the cap binds
+        const int64_t least = quick_bound(sizes, n, capacity);
+        if (least > bins) bins += (least - bins + step - 1) / step * step;
+    }
+    for (bool first = true;; bins += step, first = false) {
         if (step_fit_try(sizes, costs, smallest.data(), after.data(), n, bins, capacity, false,
                          bin_of, w) == n)
             break;
+        if (first) {  // the cap binds: no try below the bound can hold the items
+            const int64_t least = bins_needed(sizes, n, capacity);
+            if (least > bins) {
+                bins += (least - bins + step - 1) / step * step;
+                if (step_fit_try(sizes, costs, smallest.data(), after.data(), n, bins, capacity,
+                                 false, bin_of, w) == n)
+                    break;
+            }
+        }
         if (step_fit_try(sizes, costs, smallest.data(), after.data(), n, bins, capacity, true,
                          bin_of, w) == n)
             break;
     }
     out.bins = bins;
     const size_t nb_ = static_cast<size_t>(bins);
-    std::vector<double> load(nb_, 0.0);
-    auto loads = [&]() {
-        std::fill(load.begin(), load.end(), 0.0);
-        for (int64_t i = 0; i < n; ++i) load[static_cast<size_t>(bin_of[i])] += costs[i];
-    };
+    // each bin's cost: the try's sums (the costs added in item order)
+    std::vector<double> load(w.cost.begin(), w.cost.begin() + static_cast<std::ptrdiff_t>(nb_));
     std::vector<int64_t> order(nb_);
-    std::vector<Key> keys(nb_);
-    auto by_cost = [&]() {  // the most costly first (ties: the lowest bin): by (~cost, bin)
+    {  // the most costly first (ties: the lowest bin): by (~cost, bin)
+        std::vector<Key> keys(nb_);
         for (size_t b = 0; b < nb_; ++b)
             keys[b] = (~cost_key(load[b], 0) >> 64 << 64) | static_cast<uint64_t>(b);
         std::sort(keys.begin(), keys.end());
         for (size_t r = 0; r < nb_; ++r) order[r] = key_bin(keys[r]);
-    };
-    loads();
-    by_cost();
+    }
     if (bins > 0) {
         // the items of each bin, in their order (a counting sort by bin), built at the first
         // uneven slot
         std::vector<int64_t> start, by_bin;
         std::vector<int64_t> pick, sub_sizes, sub_bins, sub_small, sub_after;
         std::vector<double> sub_costs, sub_load;
-        bool moved = false;
+        std::vector<int64_t> moved;  // the slots placed again
         for (int64_t k = 0; k < bins / world; ++k) {
             const int64_t* group = order.data() + k * world;
             double worst = 0.0, sum = 0.0;
@@ -438,18 +459,36 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
                 }
             }
             if (!fits) continue;
-            sub_load.assign(static_cast<size_t>(world), 0.0);
-            for (int64_t j = 0; j < m; ++j)
-                sub_load[static_cast<size_t>(sub_bins[static_cast<size_t>(j)])] +=
-                    sub_costs[static_cast<size_t>(j)];
+            // the slot's bins' costs as placed again (the costs added in item order)
+            sub_load.assign(w.cost.begin(), w.cost.begin() + world);
             if (!(*std::max_element(sub_load.begin(), sub_load.end()) < worst)) continue;
             for (int64_t j = 0; j < m; ++j)
                 bin_of[pick[static_cast<size_t>(j)]] = group[sub_bins[static_cast<size_t>(j)]];
-            moved = true;
+            for (int64_t r = 0; r < world; ++r)
+                load[static_cast<size_t>(group[r])] = sub_load[static_cast<size_t>(r)];
+            moved.push_back(k);
         }
-        if (moved) {
-            loads();
-            by_cost();
+        if (!moved.empty()) {
+            // the slots placed again leave the order; their bins go back in by cost (a merge)
+            std::vector<char> out_of(nb_, 0);
+            std::vector<Key> back;
+            for (int64_t k : moved)
+                for (int64_t r = 0; r < world; ++r) {
+                    const int64_t b = order[static_cast<size_t>(k * world + r)];
+                    out_of[static_cast<size_t>(b)] = 1;
+                    back.push_back((~cost_key(load[static_cast<size_t>(b)], 0) >> 64 << 64) |
+                                   static_cast<uint64_t>(b));
+                }
+            std::sort(back.begin(), back.end());
+            std::vector<Key> kept;
+            kept.reserve(nb_);
+            for (int64_t b : order)
+                if (!out_of[static_cast<size_t>(b)])
+                    kept.push_back((~cost_key(load[static_cast<size_t>(b)], 0) >> 64 << 64) |
+                                   static_cast<uint64_t>(b));
+            std::vector<Key> merged(nb_);
+            std::merge(kept.begin(), kept.end(), back.begin(), back.end(), merged.begin());
+            for (size_t r = 0; r < nb_; ++r) order[r] = key_bin(merged[r]);
         }
     }
     // number the bins by cost, the most costly first

@@ -423,12 +423,9 @@ def _packed_bins(
         order = np.argsort(-units["costs"], kind="stable")
         sizes = np.ascontiguousarray(units["tokens"][order])
         costs = np.ascontiguousarray(units["costs"][order])
-    # the fewest micro-batches the tokens allow (the kernel raises it to a finer bound on the
-    # bins, Martello and Toth's L2, where the cap binds)
-    m = -(-int(sizes.sum()) // (world * cap))
-    if units is not None:  # the kernel's bound needs sizes in order; over half the cap: alone
-        m = max(m, -(-int((2 * sizes > cap).sum()) // world))
-    m = _rounded(m, least, multiple)
+    # the fewest micro-batches the tokens allow (the kernel raises it to what the items over
+    # half the cap need, and where the cap binds to Martello and Toth's bound L2)
+    m = _rounded(-(-int(sizes.sum()) // (world * cap)), least, multiple)
     bin_sorted, bins, load, tokens = K.step.step_fit(
         sizes, costs, world * m, world * multiple, cap, world, POLISH
     )
