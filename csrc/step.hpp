@@ -94,9 +94,8 @@ struct MinHeap {
 // `step_fit_try`): the same rule, O(log bins) a search whatever the order.
 class BinTree {
   public:
-    BinTree(int64_t bins, const std::vector<double>& cost, const std::vector<int64_t>& room,
-            const std::vector<char>& closed, bool tight)
-        : tight_(tight) {
+    BinTree(int64_t bins, const std::vector<Key>& key, const std::vector<int64_t>& room,
+            const std::vector<char>& closed) {
         while (width_ < bins) width_ *= 2;
         const size_t nodes = 2 * static_cast<size_t>(width_);
         key_.assign(nodes, NONE);
@@ -104,23 +103,22 @@ class BinTree {
         for (int64_t b = 0; b < bins; ++b) {
             const size_t u = static_cast<size_t>(b);
             if (closed[u]) continue;
-            const size_t leaf = static_cast<size_t>(width_ + b);
-            key_[leaf] = tight ? room_key(room[u], b) : cost_key(cost[u], b);
-            room_[leaf] = room[u];
+            key_[static_cast<size_t>(width_ + b)] = key[u];
+            room_[static_cast<size_t>(width_ + b)] = room[u];
         }
         for (size_t v = static_cast<size_t>(width_) - 1; v >= 1; --v) pull(v);
     }
     // the bin of least key with room >= s, or -1
     int64_t find(int64_t s) const {
-        Key best = NONE;
+        size_t best = 0;  // node 0 holds no key: none found yet
         size_t stack[128];
         size_t top = 0;
         stack[top++] = 1;
         while (top > 0) {
             const size_t v = stack[--top];
-            if (room_[v] < s || !(key_[v] < best)) continue;
+            if (room_[v] < s || (best != 0 && !(key_[v] < key_[best]))) continue;
             if (v >= static_cast<size_t>(width_)) {
-                best = key_[v];
+                best = v;
                 continue;
             }
             const size_t l = 2 * v, r = l + 1;
@@ -133,19 +131,18 @@ class BinTree {
                 stack[top++] = r;
             }
         }
-        return best == NONE ? -1 : key_bin(best);
+        return best == 0 ? -1 : static_cast<int64_t>(best) - width_;
     }
-    // bin b now costs `cost` and has `room` left; a closed bin leaves the tree
-    void set(int64_t b, double cost, int64_t room, bool closed) {
+    // bin b now has key `key` and `room` left; a closed bin leaves the tree
+    void set(int64_t b, Key key, int64_t room, bool closed) {
         size_t v = static_cast<size_t>(width_ + b);
-        key_[v] = closed ? NONE : (tight_ ? room_key(room, b) : cost_key(cost, b));
+        key_[v] = closed ? NONE : key;
         room_[v] = closed ? -1 : room;
         for (v /= 2; v >= 1; v /= 2) pull(v);
     }
 
   private:
     static constexpr Key NONE = ~static_cast<Key>(0);
-    bool tight_;
     int64_t width_ = 1;
     std::vector<Key> key_;
     std::vector<int64_t> room_;
@@ -156,113 +153,220 @@ class BinTree {
     }
 };
 
+// The tight rule's bins by room, where rooms are small (capacity < 2**18): a queue of bins per
+// room value (in the order they came to it) and a three-level bitset of the rooms that have
+// one, so the least room >= s is a few word scans and a bin comes and goes in O(1).
+class RoomQueues {
+  public:
+    static constexpr int64_t LIMIT = int64_t(1) << 18;  // rooms in [0, LIMIT)
+    void reset(int64_t capacity, int64_t bins) {
+        const size_t words = static_cast<size_t>(capacity / 64 + 1);
+        l0_.assign(words, 0);
+        l1_.assign(words / 64 + 1, 0);
+        l2_ = 0;
+        head_.resize(static_cast<size_t>(capacity) + 1);
+        tail_.resize(static_cast<size_t>(capacity) + 1);
+        next_.resize(static_cast<size_t>(bins));
+        for (int64_t b = 0; b < bins; ++b) push(capacity, b);
+    }
+    // the least room >= s that has a bin, or -1
+    int64_t least(int64_t s) const {
+        size_t w0 = static_cast<size_t>(s) >> 6;
+        if (w0 >= l0_.size()) return -1;
+        uint64_t bits = l0_[w0] & (~uint64_t(0) << (s & 63));
+        if (bits) return static_cast<int64_t>((w0 << 6) + ctz(bits));
+        size_t w1 = w0 >> 6;
+        bits = (w0 & 63) == 63 ? 0 : l1_[w1] & (~uint64_t(0) << ((w0 & 63) + 1));
+        if (!bits) {
+            const uint64_t top = (w1 & 63) == 63 ? 0 : l2_ & (~uint64_t(0) << ((w1 & 63) + 1));
+            if (!top) return -1;
+            w1 = ctz(top);
+            bits = l1_[w1];
+        }
+        w0 = (w1 << 6) + ctz(bits);
+        return static_cast<int64_t>((w0 << 6) + ctz(l0_[w0]));
+    }
+    // the first bin that came to room r (r has one), taken out
+    int64_t pop(int64_t r) {
+        const size_t u = static_cast<size_t>(r);
+        const int64_t b = head_[u];
+        head_[u] = next_[static_cast<size_t>(b)];
+        if (head_[u] < 0) {
+            const size_t w0 = u >> 6, w1 = w0 >> 6;
+            l0_[w0] &= ~(uint64_t(1) << (u & 63));
+            if (!l0_[w0]) {
+                l1_[w1] &= ~(uint64_t(1) << (w0 & 63));
+                if (!l1_[w1]) l2_ &= ~(uint64_t(1) << (w1 & 63));
+            }
+        }
+        return b;
+    }
+    // bin b comes to room r, last in its queue
+    void push(int64_t r, int64_t b) {
+        const size_t u = static_cast<size_t>(r);
+        next_[static_cast<size_t>(b)] = -1;
+        const size_t w0 = u >> 6, w1 = w0 >> 6;
+        if (l0_[w0] & (uint64_t(1) << (u & 63))) {
+            next_[static_cast<size_t>(tail_[u])] = b;
+        } else {
+            head_[u] = b;
+            l0_[w0] |= uint64_t(1) << (u & 63);
+            l1_[w1] |= uint64_t(1) << (w0 & 63);
+            l2_ |= uint64_t(1) << (w1 & 63);
+        }
+        tail_[u] = b;
+    }
+
+  private:
+    static size_t ctz(uint64_t x) { return static_cast<size_t>(__builtin_ctzll(x)); }
+    std::vector<uint64_t> l0_, l1_;
+    uint64_t l2_ = 0;
+    std::vector<int64_t> head_, tail_, next_;
+};
+
 // Working memory of the tries, sized once for the most bins a call reaches.
 struct Work {
     std::vector<double> cost;
     std::vector<int64_t> room;
+    std::vector<int64_t> stamp;  // the tight rule's tie-break: when the bin came to its room
     std::vector<char> closed;
     MinHeap heap;    // the open bins with room for the item at hand, by the rule's key
     MinHeap parked;  // open bins passed over for want of room, by room (most room first)
+    RoomQueues queues;
 };
 
 // One try over `bins` bins of `capacity` tokens. Least-cost rule: item i (in the order given)
 // goes to the bin of least cost (ties: the lowest bin) among those with room >= sizes[i]. Tight
-// rule (`tight`): to the bin of least room >= sizes[i] (ties: the lowest bin), a best fit.
-// Returns how many items were placed before one fit nowhere (n when all did; less, early, once
-// the items left hold more tokens than the bins still open have room for). A bin with less room
-// than every item still to come closes.
+// rule (`tight`): to the bin of least room >= sizes[i], a best fit; ties: the bin that came to
+// that room first (untouched bins: the lowest first; a bin comes to a room when an item goes
+// in, stamped `bins + i`). Returns how many items were placed before one fit nowhere (n when
+// all did; less, early, once the items left hold more tokens than the bins still open have room
+// for). A bin with less room than every item still to come closes.
 //
-// How: a heap of the open bins by the rule's key; a top without room for the item is parked
-// (a heap by room, most first) and comes back once an item small enough comes. Items in
-// non-increasing size (the planner's order) park a bin at most once per placement into it
-// (a bin back from parking holds every item after), n parkings in all: O((n + bins) log bins).
-// In another order a bin may be parked and brought back again and again: past n parkings the
-// try goes on over a tournament tree (the same rule, O(log bins) a search whatever the order).
-inline int64_t step_fit_try(const int64_t* sizes, const double* costs, const int64_t* smallest,
-                            const int64_t* after, int64_t n, int64_t bins, int64_t capacity,
-                            bool tight, int64_t* bin_of, Work& w) {
+// How. The tight rule with rooms under 2**18: a queue of bins per room (`RoomQueues`), O(1) an
+// item. Else a heap of the open bins by the rule's key; a top without room for the item is
+// parked (a heap by room, most first) and comes back once an item small enough comes. Items in
+// non-increasing size (the planner's order) park a bin at most once per placement into it (a
+// bin back from parking holds every item after), n parkings in all: O((n + bins) log bins). In
+// another order a bin may be parked and brought back again and again: past n parkings the try
+// goes on over a tournament tree (the same rule, O(log bins) a search whatever the order).
+template <bool tight>
+int64_t fit_try(const int64_t* sizes, const double* costs, const int64_t* smallest,
+                const int64_t* after, int64_t n, int64_t bins, int64_t capacity, int64_t* bin_of,
+                Work& w) {
     const size_t nb_ = static_cast<size_t>(bins);
     w.cost.assign(nb_, 0.0);
     w.room.assign(nb_, capacity);
     w.closed.assign(nb_, 0);
-    w.heap.clear();
-    w.parked.clear();
-    int64_t parkings = 0;
-    std::unique_ptr<BinTree> tree;
+    w.stamp.resize(nb_);
+    for (int64_t b = 0; b < bins; ++b) w.stamp[static_cast<size_t>(b)] = b;
     // room in the bins still open (saturating: bins * capacity may pass int64)
     int64_t open = bins > 0 && capacity > INT64_MAX / bins ? INT64_MAX : bins * capacity;
-    int64_t i = 0;
-    if (!tight) {
-        // while every item so far cost something, item i goes to bin i (cost 0, the lowest
-        // such bin; an empty bin holds any item)
-        for (; i < n && i < bins && costs[i] > 0.0; ++i) {
-            if (open != INT64_MAX && after[i] > open) return i;
-            const size_t u = static_cast<size_t>(i);
-            bin_of[i] = i;
-            w.room[u] -= sizes[i];
-            w.cost[u] += costs[i];
-            w.closed[u] = i + 1 < n && w.room[u] < smallest[i + 1];
-            if (open != INT64_MAX) open -= w.closed[u] ? sizes[i] + w.room[u] : sizes[i];
-        }
-    }
-    w.heap.a.reserve(nb_);
-    for (int64_t b = 0; b < bins; ++b) {
-        const size_t u = static_cast<size_t>(b);
-        if (!w.closed[u]) w.heap.a.push_back(tight ? room_key(capacity, b) : cost_key(w.cost[u], b));
-    }
-    if (i > 0) w.heap.make();  // else every key is (0.0, b) or (capacity, b): a heap already
-    for (; i < n; ++i) {
-        const int64_t s = sizes[i];
-        if (open != INT64_MAX && after[i] > open) return i;  // what is left cannot fit
-        int64_t b = -1;
-        if (!tree) {
-            // bins parked for want of room that hold this item come back
-            while (!w.parked.empty()) {
-                const Key top = w.parked.top();
-                const int64_t pb = key_bin(top);
-                const size_t u = static_cast<size_t>(pb);
-                if (w.room[u] < s) break;
-                w.parked.pop();
-                w.heap.push(tight ? room_key(w.room[u], pb) : cost_key(w.cost[u], pb));
-            }
-            while (!w.heap.empty()) {
-                const int64_t top = key_bin(w.heap.top());
-                const size_t u = static_cast<size_t>(top);
-                if (w.closed[u]) {
-                    w.heap.pop();
-                } else if (w.room[u] < s) {
-                    w.heap.pop();
-                    // most room first: the key is (capacity - room, bin)
-                    w.parked.push(room_key(capacity - w.room[u], top));
-                    ++parkings;
-                } else {
-                    b = top;
-                    break;
-                }
-            }
-            if (parkings > n) {  // an order that keeps parking: a tree from here on
-                tree.reset(new BinTree(bins, w.cost, w.room, w.closed, tight));
-                b = tree->find(s);
-            }
-        } else {
-            b = tree->find(s);
-        }
-        if (b < 0) return i;
+    // bin b takes item i
+    auto place = [&](int64_t i, int64_t b) {
         const size_t u = static_cast<size_t>(b);
         bin_of[i] = b;
-        w.room[u] -= s;
+        w.room[u] -= sizes[i];
         w.cost[u] += costs[i];
+        w.stamp[u] = bins + i;
         w.closed[u] = i + 1 < n && w.room[u] < smallest[i + 1];
-        if (open != INT64_MAX) open -= w.closed[u] ? s + w.room[u] : s;
-        if (tree) {
-            tree->set(b, w.cost[u], w.room[u], w.closed[u]);
-        } else if (w.closed[u]) {
-            w.heap.pop();  // b is the top
-        } else {
-            w.heap.replace_top(tight ? room_key(w.room[u], b) : cost_key(w.cost[u], b));
+        if (open != INT64_MAX) open -= w.closed[u] ? sizes[i] + w.room[u] : sizes[i];
+    };
+    if (tight && capacity < RoomQueues::LIMIT) {
+        w.queues.reset(capacity, bins);
+        for (int64_t i = 0; i < n; ++i) {
+            if (open != INT64_MAX && after[i] > open) return i;  // what is left cannot fit
+            const int64_t r = bins > 0 ? w.queues.least(sizes[i]) : -1;
+            if (r < 0) return i;
+            const int64_t b = w.queues.pop(r);
+            place(i, b);
+            if (!w.closed[static_cast<size_t>(b)]) w.queues.push(w.room[static_cast<size_t>(b)], b);
         }
+        return n;
     }
-    return n;
+    auto key_of = [&](int64_t b) {
+        const size_t u = static_cast<size_t>(b);
+        return tight ? room_key(w.room[u], w.stamp[u]) : cost_key(w.cost[u], b);
+    };
+    auto bin_of_key = [&](Key k) {  // a tight key holds the stamp: the first bins, or an item's
+        const int64_t low = key_bin(k);
+        return !tight || low < bins ? low : bin_of[low - bins];
+    };
+    auto run = [&](MinHeap& q) -> int64_t {
+        q.clear();
+        w.parked.clear();
+        int64_t parkings = 0;
+        std::unique_ptr<BinTree> tree;
+        int64_t i = 0;
+        if (!tight) {
+            // while every item so far cost something, item i goes to bin i (cost 0, the lowest
+            // such bin; an empty bin holds any item)
+            for (; i < n && i < bins && costs[i] > 0.0; ++i) {
+                if (open != INT64_MAX && after[i] > open) return i;
+                place(i, i);
+            }
+        }
+        q.a.reserve(nb_);
+        for (int64_t b = 0; b < bins; ++b)
+            if (!w.closed[static_cast<size_t>(b)]) q.a.push_back(key_of(b));
+        if (i > 0) q.make();  // else every key is (0.0, b) or (capacity, b): a heap already
+        for (; i < n; ++i) {
+            const int64_t s = sizes[i];
+            if (open != INT64_MAX && after[i] > open) return i;  // what is left cannot fit
+            int64_t b = -1;
+            if (!tree) {
+                // bins parked for want of room that hold this item come back
+                while (!w.parked.empty()) {
+                    const int64_t pb = key_bin(w.parked.top());
+                    if (w.room[static_cast<size_t>(pb)] < s) break;
+                    w.parked.pop();
+                    q.push(key_of(pb));
+                }
+                while (!q.empty()) {
+                    const int64_t top = bin_of_key(q.top());
+                    const size_t u = static_cast<size_t>(top);
+                    if (w.closed[u]) {
+                        q.pop();
+                    } else if (w.room[u] < s) {
+                        q.pop();
+                        // most room first: the key is (capacity - room, bin)
+                        w.parked.push(room_key(capacity - w.room[u], top));
+                        ++parkings;
+                    } else {
+                        b = top;
+                        break;
+                    }
+                }
+                if (parkings > n) {  // an order that keeps parking: a tree from here on
+                    std::vector<Key> keys(nb_);
+                    for (int64_t c = 0; c < bins; ++c) keys[static_cast<size_t>(c)] = key_of(c);
+                    tree.reset(new BinTree(bins, keys, w.room, w.closed));
+                    b = tree->find(s);
+                }
+            } else {
+                b = tree->find(s);
+            }
+            if (b < 0) return i;
+            place(i, b);
+            const size_t u = static_cast<size_t>(b);
+            if (tree) {
+                tree->set(b, key_of(b), w.room[u], w.closed[u]);
+            } else if (w.closed[u]) {
+                q.pop();  // b is the top
+            } else {
+                q.replace_top(key_of(b));
+            }
+        }
+        return n;
+    };
+    return run(w.heap);
+}
+
+inline int64_t step_fit_try(const int64_t* sizes, const double* costs, const int64_t* smallest,
+                            const int64_t* after, int64_t n, int64_t bins, int64_t capacity,
+                            bool tight, int64_t* bin_of, Work& w) {
+    return tight ? fit_try<true>(sizes, costs, smallest, after, n, bins, capacity, bin_of, w)
+                 : fit_try<false>(sizes, costs, smallest, after, n, bins, capacity, bin_of, w);
 }
 
 // The least smallest[i] (the smallest item from i on) and after[i] (the tokens from i on,

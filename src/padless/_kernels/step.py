@@ -25,8 +25,9 @@ def step_fit(
     The tries. The least-cost rule: item i goes to the bin of least cost so far (ties: the
     lowest bin) among those with at least ``sizes[i]`` tokens of room; its cost ``costs[i]`` is
     added to the bin's. When an item fits nowhere, the tight rule tries the same bins again: each
-    item to the bin of least room that holds it (ties: the lowest bin), a best fit, which packs
-    where the cap binds. When that fails too, both start again over ``bins + step`` bins, and so
+    item to the bin of least room that holds it, a best fit, which packs where the cap binds
+    (ties: the bin that came to that room first; untouched bins the lowest first, and a bin
+    comes to a room when item i goes in, stamped ``bins + i``). When that fails too, both start again over ``bins + step`` bins, and so
     on (it ends: with a bin per item every item fits). Counts below a lower bound on the bins
     any placement needs are skipped (they would fail: the result is the same).
 
@@ -49,15 +50,20 @@ def _try_reference(
 ) -> list[int] | None:
     load = [0.0] * bins
     room = [capacity] * bins
+    stamp = list(range(bins))  # when each bin came to its room (the tight rule's tie-break)
     bin_of = []
-    for s, c in zip(sizes, costs, strict=True):
-        fits = [(room[b] if tight else load[b], b) for b in range(bins) if room[b] >= s]
+    for i, (s, c) in enumerate(zip(sizes, costs, strict=True)):
+        fits = [
+            ((room[b], stamp[b]) if tight else (load[b], b)) for b in range(bins) if room[b] >= s
+        ]
         if not fits:
             return None
-        _, b = min(fits)
+        key = min(fits)
+        b = key[1] if not tight else stamp.index(key[1])
         bin_of.append(b)
         load[b] += c
         room[b] -= s
+        stamp[b] = bins + i
     return bin_of
 
 
