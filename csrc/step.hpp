@@ -186,6 +186,13 @@ class RoomQueues {
         w0 = (w1 << 6) + ctz(bits);
         return static_cast<int64_t>((w0 << 6) + ctz(l0_[w0]));
     }
+    // the most room that has a bin, or -1
+    int64_t most() const {
+        if (!l2_) return -1;
+        const size_t w1 = 63 - clz(l2_);
+        const size_t w0 = (w1 << 6) + 63 - clz(l1_[w1]);
+        return static_cast<int64_t>((w0 << 6) + 63 - clz(l0_[w0]));
+    }
     // the first bin that came to room r (r has one), taken out
     int64_t pop(int64_t r) {
         const size_t u = static_cast<size_t>(r);
@@ -219,6 +226,7 @@ class RoomQueues {
 
   private:
     static size_t ctz(uint64_t x) { return static_cast<size_t>(__builtin_ctzll(x)); }
+    static size_t clz(uint64_t x) { return static_cast<size_t>(__builtin_clzll(x)); }
     std::vector<uint64_t> l0_, l1_;
     uint64_t l2_ = 0;
     std::vector<int64_t> head_, tail_, next_;
@@ -228,7 +236,8 @@ class RoomQueues {
 struct Work {
     std::vector<double> cost;
     std::vector<int64_t> room;
-    std::vector<int64_t> stamp;  // the tight rule's tie-break: when the bin came to its room
+    std::vector<int64_t> stamp;  // the tie-break: when the bin came to its cost and room
+    bool by_tokens = false;      // each item's cost is its size: least cost is most room
     std::vector<char> closed;
     MinHeap heap;    // the open bins with room for the item at hand, by the rule's key
     MinHeap parked;  // open bins passed over for want of room, by room (most room first)
@@ -236,14 +245,15 @@ struct Work {
 };
 
 // One try over `bins` bins of `capacity` tokens. Least-cost rule: item i (in the order given)
-// goes to the bin of least cost (ties: the lowest bin) among those with room >= sizes[i]. Tight
-// rule (`tight`): to the bin of least room >= sizes[i], a best fit; ties: the bin that came to
-// that room first (untouched bins: the lowest first; a bin comes to a room when an item goes
-// in, stamped `bins + i`). Returns how many items were placed before one fit nowhere (n when
-// all did; less, early, once the items left hold more tokens than the bins still open have room
+// goes to the bin of least cost among those with room >= sizes[i]. Tight rule (`tight`): to the
+// bin of least room >= sizes[i], a best fit. Ties, both rules: the bin that came to that cost
+// and room first (untouched bins: the lowest first; a bin comes to them when item i goes in,
+// stamped `bins + i`). Returns how many items were placed before one fit nowhere (n when all
+// did; less, early, once the items left hold more tokens than the bins still open have room
 // for). A bin with less room than every item still to come closes.
 //
-// How. The tight rule with rooms under 2**18: a queue of bins per room (`RoomQueues`), O(1) an
+// How. With rooms under 2**18, the tight rule, and the least-cost rule where each item costs
+// its size (least cost is then most room): a queue of bins per room (`RoomQueues`), O(1) an
 // item. Else a heap of the open bins by the rule's key; a top without room for the item is
 // parked (a heap by room, most first) and comes back once an item small enough comes. Items in
 // non-increasing size (the planner's order) park a bin at most once per placement into it (a
@@ -272,12 +282,12 @@ int64_t fit_try(const int64_t* sizes, const double* costs, const int64_t* smalle
         w.closed[u] = i + 1 < n && w.room[u] < smallest[i + 1];
         if (open != INT64_MAX) open -= w.closed[u] ? sizes[i] + w.room[u] : sizes[i];
     };
-    if (tight && capacity < RoomQueues::LIMIT) {
+    if (capacity < RoomQueues::LIMIT && (tight || w.by_tokens)) {
         w.queues.reset(capacity, bins);
         for (int64_t i = 0; i < n; ++i) {
             if (open != INT64_MAX && after[i] > open) return i;  // what is left cannot fit
-            const int64_t r = bins > 0 ? w.queues.least(sizes[i]) : -1;
-            if (r < 0) return i;
+            const int64_t r = bins == 0 ? -1 : tight ? w.queues.least(sizes[i]) : w.queues.most();
+            if (r < sizes[i]) return i;
             const int64_t b = w.queues.pop(r);
             place(i, b);
             if (!w.closed[static_cast<size_t>(b)]) w.queues.push(w.room[static_cast<size_t>(b)], b);
@@ -286,11 +296,11 @@ int64_t fit_try(const int64_t* sizes, const double* costs, const int64_t* smalle
     }
     auto key_of = [&](int64_t b) {
         const size_t u = static_cast<size_t>(b);
-        return tight ? room_key(w.room[u], w.stamp[u]) : cost_key(w.cost[u], b);
+        return tight ? room_key(w.room[u], w.stamp[u]) : cost_key(w.cost[u], w.stamp[u]);
     };
-    auto bin_of_key = [&](Key k) {  // a tight key holds the stamp: the first bins, or an item's
+    auto bin_of_key = [&](Key k) {  // a key holds the stamp: the first bins, or an item's
         const int64_t low = key_bin(k);
-        return !tight || low < bins ? low : bin_of[low - bins];
+        return low < bins ? low : bin_of[low - bins];
     };
     auto run = [&](MinHeap& q) -> int64_t {
         q.clear();
@@ -375,12 +385,13 @@ inline void suffixes(const int64_t* sizes, int64_t n, std::vector<int64_t>& smal
                      std::vector<int64_t>& after) {
     smallest.resize(static_cast<size_t>(n > 0 ? n : 1));
     after.resize(static_cast<size_t>(n > 0 ? n : 1));
+    int64_t low = INT64_MAX, rest = 0;
     for (int64_t i = n - 1; i >= 0; --i) {
         const size_t u = static_cast<size_t>(i);
-        const int64_t next = i + 1 < n ? smallest[u + 1] : sizes[i];
-        smallest[u] = sizes[i] < next ? sizes[i] : next;
-        const int64_t rest = i + 1 < n ? after[u + 1] : 0;
-        after[u] = rest > INT64_MAX - sizes[i] ? INT64_MAX : rest + sizes[i];
+        low = sizes[i] < low ? sizes[i] : low;
+        rest = rest > INT64_MAX - sizes[i] ? INT64_MAX : rest + sizes[i];
+        smallest[u] = low;
+        after[u] = rest;
     }
 }
 
@@ -446,6 +457,38 @@ inline int64_t bins_needed(const int64_t* sizes, int64_t n, int64_t capacity) {
     return best;
 }
 
+// The bins by cost, the most costly first (ties: the lowest bin): a stable radix sort of the
+// costs' bits (a cost >= 0 orders as its bits), a byte a pass, least significant first,
+// skipping the bytes every cost shares (the counts of all eight in one pass). O(8·(bins + 256)).
+inline void by_cost(const std::vector<double>& load, std::vector<int64_t>& order) {
+    const size_t n = load.size();
+    std::vector<uint64_t> key(n), key2(n);
+    std::vector<int64_t> tmp(n);
+    for (size_t b = 0; b < n; ++b) {
+        uint64_t bits;
+        std::memcpy(&bits, &load[b], sizeof bits);
+        key[b] = ~bits;  // the most costly first
+        order[b] = static_cast<int64_t>(b);
+    }
+    // the eight bytes' counts in one pass
+    std::vector<uint32_t> counts(8 * 257, 0);
+    for (size_t j = 0; j < n; ++j)
+        for (size_t p = 0; p < 8; ++p) ++counts[p * 257 + ((key[j] >> (8 * p)) & 255) + 1];
+    for (size_t p = 0; p < 8; ++p) {
+        uint32_t* count = counts.data() + p * 257;
+        const unsigned shift = static_cast<unsigned>(8 * p);
+        if (count[((key.empty() ? 0 : key[0]) >> shift & 255) + 1] == n) continue;  // one byte
+        for (size_t d = 0; d < 256; ++d) count[d + 1] += count[d];
+        for (size_t j = 0; j < n; ++j) {
+            const size_t at = count[(key[j] >> shift) & 255]++;
+            key2[at] = key[j];
+            tmp[at] = order[j];
+        }
+        key.swap(key2);
+        order.swap(tmp);
+    }
+}
+
 }  // namespace step_detail
 
 // Bins as the fit fills them: the bin of each item, how many bins, and each bin's cost and
@@ -475,6 +518,9 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
     std::vector<int64_t> smallest, after;
     suffixes(sizes, n, smallest, after);
     Work w;
+    w.by_tokens = true;
+    for (int64_t i = 0; i < n && w.by_tokens; ++i)
+        w.by_tokens = costs[i] == static_cast<double>(sizes[i]);
     StepFit out;
     out.bin_of = Buffer<int64_t>(n);
     int64_t* bin_of = out.bin_of.get();
@@ -505,20 +551,11 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
     // each bin's cost: the try's sums (the costs added in item order)
     std::vector<double> load(w.cost.begin(), w.cost.begin() + static_cast<std::ptrdiff_t>(nb_));
     std::vector<int64_t> order(nb_);
-    {  // the most costly first (ties: the lowest bin): by (~cost, bin)
-        std::vector<Key> keys(nb_);
-        for (size_t b = 0; b < nb_; ++b)
-            keys[b] = (~cost_key(load[b], 0) >> 64 << 64) | static_cast<uint64_t>(b);
-        std::sort(keys.begin(), keys.end());
-        for (size_t r = 0; r < nb_; ++r) order[r] = key_bin(keys[r]);
-    }
+    by_cost(load, order);
     if (bins > 0) {
-        // the items of each bin, in their order (a counting sort by bin), built at the first
-        // uneven slot
-        std::vector<int64_t> start, by_bin;
-        std::vector<int64_t> pick, sub_sizes, sub_bins, sub_small, sub_after;
-        std::vector<double> sub_costs, sub_load;
-        std::vector<int64_t> moved;  // the slots placed again
+        // the uneven slots: the most costly bin over (1 + polish) × the mean
+        std::vector<int64_t> uneven;
+        std::vector<double> worst_of;
         for (int64_t k = 0; k < bins / world; ++k) {
             const int64_t* group = order.data() + k * world;
             double worst = 0.0, sum = 0.0;
@@ -528,29 +565,37 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
                 sum += l;
             }
             if (!(worst > sum / static_cast<double>(world) * (1.0 + polish))) continue;
-            if (start.empty()) {
-                start.assign(nb_ + 1, 0);
-                for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(bin_of[i]) + 1];
-                for (size_t b = 0; b < nb_; ++b) start[b + 1] += start[b];
-                by_bin.resize(static_cast<size_t>(n));
-                std::vector<int64_t> at(start.begin(), start.end() - 1);
-                for (int64_t i = 0; i < n; ++i)
-                    by_bin[static_cast<size_t>(at[static_cast<size_t>(bin_of[i])]++)] = i;
+            uneven.push_back(k);
+            worst_of.push_back(worst);
+        }
+        // their items, in their order, in one pass
+        std::vector<std::vector<int64_t>> picks(uneven.size());
+        if (!uneven.empty()) {
+            std::vector<int64_t> which(nb_, -1);  // bin -> its uneven slot's place in `uneven`
+            for (size_t j = 0; j < uneven.size(); ++j)
+                for (int64_t r = 0; r < world; ++r)
+                    which[static_cast<size_t>(order[static_cast<size_t>(uneven[j] * world + r)])] =
+                        static_cast<int64_t>(j);
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t j = which[static_cast<size_t>(bin_of[i])];
+                if (j >= 0) picks[static_cast<size_t>(j)].push_back(i);
             }
-            // the slot's items, in their order
-            pick.clear();
-            for (int64_t r = 0; r < world; ++r) {
-                const size_t b = static_cast<size_t>(group[r]);
-                pick.insert(pick.end(), by_bin.begin() + start[b], by_bin.begin() + start[b + 1]);
-            }
-            std::sort(pick.begin(), pick.end());
+        }
+        std::vector<int64_t> sub_sizes, sub_bins, sub_small, sub_after;
+        std::vector<double> sub_costs, sub_load;
+        std::vector<int64_t> moved;  // the slots placed again
+        for (size_t j = 0; j < uneven.size(); ++j) {
+            const int64_t k = uneven[j];
+            const int64_t* group = order.data() + k * world;
+            const double worst = worst_of[j];
+            const std::vector<int64_t>& pick = picks[j];
             const int64_t m = static_cast<int64_t>(pick.size());
             sub_sizes.resize(pick.size());
             sub_costs.resize(pick.size());
             sub_bins.resize(pick.size());
-            for (size_t j = 0; j < pick.size(); ++j) {
-                sub_sizes[j] = sizes[pick[j]];
-                sub_costs[j] = costs[pick[j]];
+            for (size_t q = 0; q < pick.size(); ++q) {
+                sub_sizes[q] = sizes[pick[q]];
+                sub_costs[q] = costs[pick[q]];
             }
             suffixes(sub_sizes.data(), m, sub_small, sub_after);
             bool fits = false;
@@ -566,8 +611,8 @@ inline StepFit step_fit(const int64_t* sizes, const double* costs, int64_t n, in
             // the slot's bins' costs as placed again (the costs added in item order)
             sub_load.assign(w.cost.begin(), w.cost.begin() + world);
             if (!(*std::max_element(sub_load.begin(), sub_load.end()) < worst)) continue;
-            for (int64_t j = 0; j < m; ++j)
-                bin_of[pick[static_cast<size_t>(j)]] = group[sub_bins[static_cast<size_t>(j)]];
+            for (int64_t q = 0; q < m; ++q)
+                bin_of[pick[static_cast<size_t>(q)]] = group[sub_bins[static_cast<size_t>(q)]];
             for (int64_t r = 0; r < world; ++r)
                 load[static_cast<size_t>(group[r])] = sub_load[static_cast<size_t>(r)];
             moved.push_back(k);

@@ -248,13 +248,18 @@ def dataclasses_frozen() -> type[Exception]:
     capacity=st.integers(30, 45),
     order=st.sampled_from(["down", "any", "alternate"]),
     polish=st.sampled_from([0.0, 5e-3, 0.2, float("inf")]),
+    scale=st.sampled_from([1, 1 << 19]),
 )
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_step_fit_kernel_equals_its_reference(
-    sizes, costs_seed, world, slots, multiple, capacity, order, polish
+    sizes, costs_seed, world, slots, multiple, capacity, order, polish, scale
 ):
-    # "down" is the planner's order (the heap and the L2 bound); "alternate" keeps parking bins
-    # (large, small, large, ...: the kernel's tree fallback); "any" as drawn
+    # "down" is the planner's order (the L2 bound); "alternate" keeps parking bins (large, small,
+    # large, ...: the kernel's tree fallback); "any" as drawn. Rooms under 2**18 go through the
+    # kernel's queues per room (the tight rule; least cost where each item costs its size),
+    # scaled past it through its heaps
+    sizes = [s * scale for s in sizes]
+    capacity *= scale
     if order == "down":
         sizes = sorted(sizes, reverse=True)
     elif order == "alternate":
@@ -263,6 +268,8 @@ def test_step_fit_kernel_equals_its_reference(
     s = np.array(sizes, dtype=np.int64)
     rng = np.random.default_rng(costs_seed)
     costs = s.astype(np.float64) if costs_seed == 0 else np.round(rng.random(s.size) * 4, 1)
+    if costs_seed == 1:  # the step planner's model-shaped costs
+        costs = s * (24.0 + s / scale)
     args = (s, costs, world * slots, world * multiple, capacity, world, polish)
     got = KS.step_fit(*args)
     want = KS.step_fit_reference(*args)

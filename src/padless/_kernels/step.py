@@ -22,12 +22,12 @@ def step_fit(
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """Place items (in the order given) into bins of ``capacity`` tokens, in one call.
 
-    The tries. The least-cost rule: item i goes to the bin of least cost so far (ties: the
-    lowest bin) among those with at least ``sizes[i]`` tokens of room; its cost ``costs[i]`` is
-    added to the bin's. When an item fits nowhere, the tight rule tries the same bins again: each
-    item to the bin of least room that holds it, a best fit, which packs where the cap binds
-    (ties: the bin that came to that room first; untouched bins the lowest first, and a bin
-    comes to a room when item i goes in, stamped ``bins + i``). When that fails too, both start again over ``bins + step`` bins, and so
+    The tries. The least-cost rule: item i goes to the bin of least cost so far among those with
+    at least ``sizes[i]`` tokens of room; its cost ``costs[i]`` is added to the bin's. When an
+    item fits nowhere, the tight rule tries the same bins again: each item to the bin of least
+    room that holds it, a best fit, which packs where the cap binds. Ties, both rules: the bin
+    that came to that cost and room first (untouched bins the lowest first; a bin comes to them
+    when item i goes in, stamped ``bins + i``). When that fails too, both start again over ``bins + step`` bins, and so
     on (it ends: with a bin per item every item fits). Counts below a lower bound on the bins
     any placement needs are skipped (they would fail: the result is the same).
 
@@ -50,16 +50,17 @@ def _try_reference(
 ) -> list[int] | None:
     load = [0.0] * bins
     room = [capacity] * bins
-    stamp = list(range(bins))  # when each bin came to its room (the tight rule's tie-break)
+    stamp = list(range(bins))  # when each bin came to its cost and room (the tie-break)
     bin_of = []
     for i, (s, c) in enumerate(zip(sizes, costs, strict=True)):
         fits = [
-            ((room[b], stamp[b]) if tight else (load[b], b)) for b in range(bins) if room[b] >= s
+            ((room[b], stamp[b]) if tight else (load[b], stamp[b]))
+            for b in range(bins)
+            if room[b] >= s
         ]
         if not fits:
             return None
-        key = min(fits)
-        b = key[1] if not tight else stamp.index(key[1])
+        b = stamp.index(min(fits)[1])
         bin_of.append(b)
         load[b] += c
         room[b] -= s

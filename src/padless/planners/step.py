@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _kernels as K
 from ..core._check import check_choice, check_seed, positive
-from ..core._rng import STEP_PLAN, rng
+from ..core._rng import STEP_PLAN, key
 from ..core.cost import Cost, as_cost
 
 __all__ = ["StepPlan", "plan_step"]
@@ -213,9 +213,10 @@ def plan_step(
         )
     m = bins // world
     # bin k·world + r is place r of slot k (slots by cost, the heaviest first); which rank runs
-    # which place of a slot is drawn from (seed, step)
-    ranks = rng(seed, step, STEP_PLAN).permuted(np.tile(np.arange(world), (m, 1)), axis=1)
-    position = (ranks * m + np.arange(m)[:, None]).reshape(-1)  # bin -> rank·m + slot
+    # which place of a slot is drawn from (seed, step): a shuffle of each slot's ranks
+    ranks = np.tile(np.arange(world, dtype=np.int64), m)
+    K.shuffle_runs(ranks, np.arange(0, bins + 1, world, dtype=np.int64), key(seed, step, STEP_PLAN))
+    position = ranks * m + np.repeat(np.arange(m, dtype=np.int64), world)  # bin -> rank·m + slot
 
     items = np.arange(n, dtype=np.int64) if order is None else order
     values, sizes, offsets = K.scatter_rows(
