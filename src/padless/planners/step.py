@@ -7,15 +7,17 @@ together), each under a strict token cap after the collate, balanced by cost wit
 
 How (packed form). Items (or groups, as one unit each) are placed heaviest first into
 ``world_size × m`` bins of ``max_tokens``: each into the bin of least cost that has room (the
-cap is a hard constraint, :func:`padless._kernels.step.step_fit`). ``m`` starts at what the
-tokens need, ``ceil(Σ tokens / (world_size · max_tokens))`` (and at least one bin per unit
-over half the cap). Where something fits nowhere, the same bins are tried with a best fit
+cap is a hard constraint). ``m`` starts at what the tokens need, ``ceil(Σ tokens /
+(world_size · max_tokens))``, and at least one bin per unit over half the cap. Where something
+fits nowhere (the cap binds), ``m`` first rises to Martello and Toth's lower bound L2 on the
+bins (a count below it cannot hold the items), then the same bins are tried with a best fit
 (each item into the bin with the least room that holds it: it packs where the cap binds), and
 only then ``m`` grows by one (or by ``micro_batch_multiple``). The bins are then sorted by
 cost: slot 0 holds the ``world_size`` heaviest, slot 1 the next ones, and so on, so the bins of
 one slot cost about the same; a slot whose bins still differ by more than 0.5% has its items
-placed again over its own bins. Within a slot, which rank runs which bin is drawn from
-``(seed, step)``.
+placed again over its own bins. All of it is one call of the compiled kernel
+(:func:`padless._kernels.step.step_fit`, with its plain-Python reference beside it). Within a
+slot, which rank runs which bin is drawn from ``(seed, step)``.
 
 How (padded form). Units sorted by length (longest first) are cut into consecutive
 micro-batches, each ``rows × longest ≤ max_tokens``: the fewest such cuts decide ``m``, then
@@ -60,9 +62,9 @@ class StepPlan:
 
     >>> plan = plan_step([900, 40, 700, 300, 260, 120], world_size=2, max_tokens=1024)
     >>> plan.num_micro_batches, [b.tolist() for b in plan.micro_batches(0)]
-    (2, [[2], [1, 3]])
+    (2, [[0], [1, 3]])
     >>> plan.tokens.tolist(), plan.total_loss_tokens
-    ([[700, 340], [900, 380]], 2320)
+    ([[900, 340], [700, 380]], 2320)
     """
 
     world_size: int
@@ -174,12 +176,14 @@ def plan_step(
     >>> plan = plan_step([3000, 200, 1800, 900, 4000, 50, 600, 2500], world_size=2,
     ...                  max_tokens=4096)
     >>> plan.num_micro_batches, plan.tokens.tolist()
-    (2, [[3100, 2950], [4000, 3000]])
+    (2, [[4000, 2950], [3100, 3000]])
 
-    Cost: O(n + longest) to order the items (a counting sort), then O(n log(world_size·m)) per
-    try of the placement (packed: one try on most batches, two or three where the cap is about
-    the longest sequence); padded, O(n + m·world_size) per bisection step (to 0.01%: about 20). 8,192
-    sequences over 64 ranks: about 1 ms packed.
+    Cost: O(n + longest) to order the items (a counting sort), then per try of the placement
+    (packed: one try on most batches, two or three where the cap is about the longest
+    sequence) O(n) where the cost is the tokens (a queue of bins per room) and O(n log(world_size
+    ·m)) for another cost (a heap); padded, O(n + m·world_size) per bisection step (to 0.01%:
+    about 20). 8,192 sequences over 64 ranks, packed: 0.3-0.55 ms counting tokens, 0.5-0.9 ms
+    with a model-shaped cost, at every cap down to the longest sequence (BENCHMARKS.md).
     """
     lens = _lengths(lengths)
     n = lens.size
