@@ -18,17 +18,19 @@ namespace padless {
 namespace step_detail {
 
 // A bin's key in its rule's order, as one unsigned 128-bit number: the least-cost rule's key is
-// (cost, bin), the tight rule's (room, bin). A cost is a finite or infinite double >= 0 (a sum
-// of non-negative costs from +0.0: never -0.0 nor NaN), whose bits order as the numbers do.
+// (cost, stamp), the tight rule's (room, stamp), with the stamp (when the bin came to that cost
+// and room) breaking ties; a parked bin's is (capacity - room, bin). A cost is a finite or
+// infinite double >= 0 (a sum of non-negative costs from +0.0: never -0.0 nor NaN), whose bits
+// order as the numbers do.
 __extension__ typedef unsigned __int128 Key;
 
-inline Key cost_key(double cost, int64_t bin) {
+inline Key cost_key(double cost, int64_t low) {
     uint64_t bits;
     std::memcpy(&bits, &cost, sizeof bits);
-    return (static_cast<Key>(bits) << 64) | static_cast<uint64_t>(bin);
+    return (static_cast<Key>(bits) << 64) | static_cast<uint64_t>(low);
 }
-inline Key room_key(int64_t room, int64_t bin) {
-    return (static_cast<Key>(static_cast<uint64_t>(room)) << 64) | static_cast<uint64_t>(bin);
+inline Key room_key(int64_t room, int64_t low) {
+    return (static_cast<Key>(static_cast<uint64_t>(room)) << 64) | static_cast<uint64_t>(low);
 }
 inline int64_t key_bin(Key k) { return static_cast<int64_t>(static_cast<uint64_t>(k)); }
 
@@ -81,7 +83,7 @@ struct MinHeap {
         a.pop_back();
         if (!a.empty()) down(0);
     }
-    void replace_top(Key k) {  // the top's key grew or shrank
+    void replace_top(Key k) {  // the top's key grew (or shrank: it stays on top)
         a[0] = k;
         down(0);
     }
@@ -503,7 +505,8 @@ struct StepFit {
 // Tries bins, bins + step, bins + 2·step, ... until every item fits (it does once there is a bin
 // per item: every size is at most capacity): at each count the least-cost rule, then the tight
 // rule (fewer bins where the cap binds, less balanced). Counts below a lower bound on the bins
-// (`bins_needed`) are skipped: they would fail.
+// (`quick_bound` at once, `bins_needed` once the first try fails) are skipped: they would fail,
+// so the result is the one trying them would give.
 //
 // Then the slots (`world` >= 1; bins and step multiples of it): the bins by cost (the most
 // costly first; ties: the lowest bin) in groups of `world`, slot 0 the most costly. A slot whose
