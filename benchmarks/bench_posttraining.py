@@ -1,6 +1,7 @@
 """Post-training (issue 42): the step planner against verl's run-time micro-batching.
 
 Run: .venv/bin/python benchmarks/bench_posttraining.py [--n 8192] [--world 64] [--repeat 7]
+[--best] [--pieces] [--no-verl]
 
 One global batch of ``--n`` rollout-like lengths over ``--world`` data-parallel ranks, split into
 every rank's micro-batches under a token cap (16,384, 6,000, 4,500 and the longest item), two
@@ -24,10 +25,15 @@ Side by side, in one process, on the same lengths:
   sorted by workload and interleaved (small ones at both ends). verl's KK also stands for slime's
   ``--balance-by-flops`` (KK over ``coeff·L + L²`` for DP ranks and micro-batches).
 
-Printed per planner: planning time (median of ``--repeat``; verl: of fewer, it takes ~0.3 s; one
-process, one core), micro-batches per rank, per-slot max/mean (``Σ_k max_r c[r,k] / Σ_k mean_r
-c[r,k]``, every rank runs slot k together) in tokens and in workload, micro-batches over the cap
-and the most tokens in a micro-batch.
+Printed per planner: planning time (median of ``--repeat``, and with ``--best`` the best of
+them; verl: of fewer, it takes ~0.3 s; one process, one core), micro-batches per rank, per-slot
+max/mean (``Σ_k max_r c[r,k] / Σ_k mean_r c[r,k]``, every rank runs slot k together) in tokens
+and in workload, micro-batches over the cap and the most tokens in a micro-batch.
+
+``--pieces``: also where ``plan_step``'s time goes (best of ``--repeat``): the length sort, the
+compiled placement (``padless._kernels.step.step_fit``: every try, the best-fit retry and the slot
+polish in one call) and the rest (argument checks, the ranks of each slot, the scatter into
+micro-batches and the plan's figures).
 """
 
 from __future__ import annotations
@@ -157,13 +163,43 @@ def grids(lengths: np.ndarray, batches: list[list[np.ndarray]]) -> tuple[np.ndar
     return tokens, work
 
 
+BEST = False  # --best: report the best of the repeats, not the median
+
+
 def median_time(repeat: int, fn, *args, **kwargs) -> tuple[float, Any]:
     times, out = [], None
     for _ in range(repeat):
         start = time.perf_counter()
         out = fn(*args, **kwargs)
         times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+    return (min(times) if BEST else statistics.median(times)), out
+
+
+def pieces(lengths: np.ndarray, world: int, cap: int, cost, repeat: int) -> None:
+    """Where plan_step's time goes: the length sort, the compiled placement, the rest."""
+    from padless import _kernels as K
+    from padless.planners import step as S
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    order = S._length_order(lengths)
+    sizes = np.ascontiguousarray(lengths[order])
+    costs = np.ascontiguousarray(S._item_costs(sizes, cost))
+    m = -(-int(sizes.sum()) // (world * cap))
+    t_order = best(lambda: S._length_order(lengths))
+    t_fit = best(lambda: K.step.step_fit(sizes, costs, world * m, world, cap, world, S.POLISH))
+    t_all = best(lambda: plan_step(lengths, world_size=world, max_tokens=cap, cost=cost))
+    rest = t_all - t_order - t_fit
+    print(
+        f"    pieces: sort {t_order * 1e3:.3f} ms, step_fit {t_fit * 1e3:.3f} ms, "
+        f"rest {rest * 1e3:.3f} ms, plan_step {t_all * 1e3:.3f} ms"
+    )
 
 
 def row(name: str, seconds: float, lengths: np.ndarray, batches, cap: int) -> None:
@@ -182,7 +218,12 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--verl-repeat", type=int, default=3)
+    parser.add_argument("--best", action="store_true", help="best of the repeats, not median")
+    parser.add_argument("--pieces", action="store_true", help="where plan_step's time goes")
+    parser.add_argument("--no-verl", action="store_true", help="leave verl's port out")
     args = parser.parse_args()
+    global BEST
+    BEST = args.best
     plan_step([1, 2, 3], world_size=1, max_tokens=8)  # load the kernels
     for kind in ("lognormal", "short+max"):
         lengths = rollout_lengths(kind, args.n)
@@ -204,6 +245,10 @@ def main() -> None:
                 )
                 batches = [plan.micro_batches(r) for r in range(args.world)]
                 row(name, sec, lengths, batches, cap)
+                if args.pieces:
+                    pieces(lengths, args.world, cap, cost, args.repeat)
+            if args.no_verl:
+                continue
             sec, verl = median_time(args.verl_repeat, verl_step, lengths, args.world, cap)
             batches = [[np.array(b, dtype=np.int64) for b in rank] for rank in verl]
             row("verl", sec, lengths, batches, cap)

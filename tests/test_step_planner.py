@@ -242,31 +242,72 @@ def dataclasses_frozen() -> type[Exception]:
 @given(
     sizes=st.lists(st.integers(0, 30), max_size=30),
     costs_seed=st.integers(0, 10),
-    bins=st.integers(0, 8),
-    step=st.integers(1, 3),
+    world=st.integers(1, 3),
+    slots=st.integers(0, 3),
+    multiple=st.integers(1, 2),
     capacity=st.integers(30, 45),
-    ordered=st.booleans(),
+    order=st.sampled_from(["down", "any", "alternate"]),
+    polish=st.sampled_from([0.0, 5e-3, 0.2, float("inf")]),
+    scale=st.sampled_from([1, 1 << 19]),
 )
-@settings(max_examples=80, deadline=None)
-def test_step_fit_kernel_equals_its_reference(sizes, costs_seed, bins, step, capacity, ordered):
-    s = np.array(sorted(sizes, reverse=True) if ordered else sizes, dtype=np.int64)
+@settings(max_examples=100, deadline=None)
+def test_step_fit_kernel_equals_its_reference(
+    sizes, costs_seed, world, slots, multiple, capacity, order, polish, scale
+):
+    # "down" is the planner's order (the L2 bound); "alternate" keeps parking bins (large, small,
+    # large, ...: the kernel's tree fallback); "any" as drawn. Rooms under 2**18 go through the
+    # kernel's queues per room (the tight rule; least cost where each item costs its size),
+    # scaled past it through its heaps
+    sizes = [s * scale for s in sizes]
+    capacity *= scale
+    if order == "down":
+        sizes = sorted(sizes, reverse=True)
+    elif order == "alternate":
+        ranked = sorted(sizes)
+        sizes = [ranked[-1 - i // 2] if i % 2 == 0 else ranked[i // 2] for i in range(len(sizes))]
+    s = np.array(sizes, dtype=np.int64)
     rng = np.random.default_rng(costs_seed)
     costs = s.astype(np.float64) if costs_seed == 0 else np.round(rng.random(s.size) * 4, 1)
-    got = KS.step_fit(s, costs, bins, step, capacity)
-    want = KS.step_fit_reference(s, costs, bins, step, capacity)
+    if costs_seed == 1:  # the step planner's model-shaped costs
+        costs = s * (24.0 + s / scale)
+    args = (s, costs, world * slots, world * multiple, capacity, world, polish)
+    got = KS.step_fit(*args)
+    want = KS.step_fit_reference(*args)
     assert got[1] == want[1]
-    assert np.array_equal(got[0], want[0])
-    # the placement respects the capacity
-    if s.size:
-        assert np.bincount(got[0], weights=s, minlength=got[1]).max() <= capacity
+    for a, b in zip(got[:1] + got[2:], want[:1] + want[2:], strict=True):
+        assert np.array_equal(a, b)
+    bin_of, bins, load, tokens = got
+    # the placement respects the capacity; the bins come numbered by cost, whole slots
+    assert bins % world == 0 and bins >= world * slots
+    assert np.array_equal(tokens, np.bincount(bin_of, weights=s, minlength=bins).astype(np.int64))
+    assert tokens.max(initial=0) <= capacity
+    assert np.all(np.diff(load) <= 0)
 
 
 def test_step_fit_tight_rule_packs_where_least_cost_cannot():
     # 4 bins of 10: least cost spreads 6,6,5,5 and then 4,4 find no room of 4+; best fit pairs them
     sizes = np.array([6, 6, 5, 5, 4, 4, 5, 5], dtype=np.int64)
-    bin_of, bins = KS.step_fit(sizes, sizes.astype(np.float64), 4, 1, 10)
+    bin_of, bins, load, tokens = KS.step_fit(sizes, sizes.astype(np.float64), 4, 1, 10, 1, 0.0)
     assert bins == 4
-    assert np.bincount(bin_of, weights=sizes).tolist() == [10.0, 10.0, 10.0, 10.0]
+    assert tokens.tolist() == [10, 10, 10, 10] and load.tolist() == [10.0] * 4
+
+
+def test_step_fit_skips_counts_below_the_bound_and_evens_slots():
+    # five items over half the cap: no two share a bin, so 2 bins cannot hold them; the kernel
+    # starts at the bound (6 bins: whole slots of 3) and gives what trying up from 2 gives
+    sizes = np.array([9, 8, 8, 7, 6, 1], dtype=np.int64)
+    costs = sizes.astype(np.float64)
+    got = KS.step_fit(sizes, costs, 3, 3, 10, 3, 5e-3)
+    assert got[1] == 6
+    want = KS.step_fit_reference(sizes, costs, 3, 3, 10, 3, 5e-3)
+    assert got[1] == want[1] and np.array_equal(got[0], want[0])
+    # the slot polish: the best fit leaves the last slot at (10, 8); placed again it is (9, 9)
+    sizes = np.array([10, 10, 7, 6, 5, 5, 4, 4, 3, 2, 2], dtype=np.int64)
+    costs = sizes.astype(np.float64)
+    bins_, count, load, _ = KS.step_fit(sizes, costs, 2, 2, 10, 2, np.inf)
+    assert count == 6 and load.tolist()[4:] == [10.0, 8.0]
+    bins_, count, load, _ = KS.step_fit(sizes, costs, 2, 2, 10, 2, 5e-3)
+    assert count == 6 and load.tolist()[4:] == [9.0, 9.0]
 
 
 # ------------------------------------------------------------------ torch

@@ -7,15 +7,17 @@ together), each under a strict token cap after the collate, balanced by cost wit
 
 How (packed form). Items (or groups, as one unit each) are placed heaviest first into
 ``world_size × m`` bins of ``max_tokens``: each into the bin of least cost that has room (the
-cap is a hard constraint, :func:`padless._kernels.step.step_fit`). ``m`` starts at what the
-tokens need, ``ceil(Σ tokens / (world_size · max_tokens))`` (and at least one bin per unit
-over half the cap). Where something fits nowhere, the same bins are tried with a best fit
+cap is a hard constraint). ``m`` starts at what the tokens need, ``ceil(Σ tokens /
+(world_size · max_tokens))``, and at least one bin per unit over half the cap. Where something
+fits nowhere (the cap binds), ``m`` first rises to Martello and Toth's lower bound L2 on the
+bins (a count below it cannot hold the items), then the same bins are tried with a best fit
 (each item into the bin with the least room that holds it: it packs where the cap binds), and
 only then ``m`` grows by one (or by ``micro_batch_multiple``). The bins are then sorted by
 cost: slot 0 holds the ``world_size`` heaviest, slot 1 the next ones, and so on, so the bins of
 one slot cost about the same; a slot whose bins still differ by more than 0.5% has its items
-placed again over its own bins. Within a slot, which rank runs which bin is drawn from
-``(seed, step)``.
+placed again over its own bins. All of it is one call of the compiled kernel
+(:func:`padless._kernels.step.step_fit`, with its plain-Python reference beside it). Within a
+slot, which rank runs which bin is drawn from ``(seed, step)``.
 
 How (padded form). Units sorted by length (longest first) are cut into consecutive
 micro-batches, each ``rows × longest ≤ max_tokens``: the fewest such cuts decide ``m``, then
@@ -32,7 +34,7 @@ import numpy as np
 
 from .. import _kernels as K
 from ..core._check import check_choice, check_seed, positive
-from ..core._rng import STEP_PLAN, rng
+from ..core._rng import STEP_PLAN, key
 from ..core.cost import Cost, as_cost
 
 __all__ = ["StepPlan", "plan_step"]
@@ -60,9 +62,9 @@ class StepPlan:
 
     >>> plan = plan_step([900, 40, 700, 300, 260, 120], world_size=2, max_tokens=1024)
     >>> plan.num_micro_batches, [b.tolist() for b in plan.micro_batches(0)]
-    (2, [[2], [1, 3]])
+    (2, [[0], [1, 3]])
     >>> plan.tokens.tolist(), plan.total_loss_tokens
-    ([[700, 340], [900, 380]], 2320)
+    ([[900, 340], [700, 380]], 2320)
     """
 
     world_size: int
@@ -174,12 +176,14 @@ def plan_step(
     >>> plan = plan_step([3000, 200, 1800, 900, 4000, 50, 600, 2500], world_size=2,
     ...                  max_tokens=4096)
     >>> plan.num_micro_batches, plan.tokens.tolist()
-    (2, [[3100, 2950], [4000, 3000]])
+    (2, [[4000, 2950], [3100, 3000]])
 
-    Cost: O(n + longest) to order the items (a counting sort), then O(n log(world_size·m)) per
-    try of the placement (packed: one try on most batches, two or three where the cap is about
-    the longest sequence); padded, O(n + m·world_size) per bisection step (to 0.01%: about 20). 8,192
-    sequences over 64 ranks: about 1 ms packed.
+    Cost: O(n + longest) to order the items (a counting sort), then per try of the placement
+    (packed: one try on most batches, two or three where the cap is about the longest
+    sequence) O(n) where the cost is the tokens (a queue of bins per room) and O(n log(world_size
+    ·m)) for another cost (a heap); padded, O(n + m·world_size) per bisection step (to 0.01%:
+    about 20). 8,192 sequences over 64 ranks, packed: 0.3-0.55 ms counting tokens, 0.5-0.9 ms
+    with a model-shaped cost, at every cap down to the longest sequence (BENCHMARKS.md).
     """
     lens = _lengths(lengths)
     n = lens.size
@@ -204,43 +208,41 @@ def plan_step(
     _check_fit(lens, cap, form, unit_of, order, units, groups)
 
     if form == "packed":
-        bin_of_item, bins, bin_cost, by_cost = _packed_bins(
+        bin_of_item, bins, bin_cost, bin_tokens = _packed_bins(
             lens, model, world, cap, least, multiple, units, unit_of
         )
     else:
-        bin_of_item, bins = _padded_bins(lens, model, world, cap, least, multiple, units, unit_of)
+        bin_of_item, bins, bin_cost, bin_tokens = _padded_bins(
+            lens, model, world, cap, least, multiple, units, unit_of
+        )
     m = bins // world
-
-    # figures of each bin, then bins sorted by cost into slots (heaviest slot first)
-    bin_tokens: np.ndarray
-    if form == "packed":
-        bin_tokens = np.bincount(bin_of_item, weights=lens, minlength=bins)
-    else:
-        rows = np.bincount(bin_of_item, minlength=bins).astype(np.float64)
-        longest = np.zeros(bins, dtype=np.int64)
-        np.maximum.at(longest, bin_of_item, lens)
-        bin_tokens = rows * longest
-        bin_cost = rows * _item_costs(longest, model)
-        bin_cost[rows == 0] = 0.0
-        by_cost = np.argsort(-bin_cost, kind="stable")
-    bin_loss = np.bincount(bin_of_item, weights=loss, minlength=bins)
-    # by_cost: the bin of each (slot, place) in slot order
-    ranks = rng(seed, step, STEP_PLAN).permuted(np.tile(np.arange(world), (m, 1)), axis=1)
-    position = np.empty(bins, dtype=np.int64)  # bin -> rank·m + slot
-    position[by_cost] = (ranks * m + np.arange(m)[:, None]).reshape(-1)
+    # bin k·world + r is place r of slot k (slots by cost, the heaviest first); which rank runs
+    # which place of a slot is drawn from (seed, step): a shuffle of each slot's ranks
+    ranks = np.tile(np.arange(world, dtype=np.int64), m)
+    K.shuffle_runs(ranks, np.arange(0, bins + 1, world, dtype=np.int64), key(seed, step, STEP_PLAN))
+    position = ranks * m + np.repeat(np.arange(m, dtype=np.int64), world)  # bin -> rank·m + slot
 
     items = np.arange(n, dtype=np.int64) if order is None else order
     values, sizes, offsets = K.scatter_rows(
-        np.ascontiguousarray(bin_of_item[items]), position, items, np.ascontiguousarray(lens[items])
+        bin_of_item if order is None else np.ascontiguousarray(bin_of_item[items]),
+        position,
+        items,
+        lens if order is None else np.ascontiguousarray(lens[items]),
     )
 
-    def grid(per_bin: np.ndarray, dtype: Any) -> np.ndarray:
-        out = np.empty(bins, dtype=dtype)
+    def grid(per_bin: np.ndarray) -> np.ndarray:
+        out = np.empty_like(per_bin)
         out[position] = per_bin
         out = out.reshape(world, m)
         out.setflags(write=False)
         return out
 
+    tokens = grid(bin_tokens)
+    if loss_tokens is None and form == "packed":
+        loss_grid = tokens  # every token bears the loss
+    else:
+        per_bin = np.bincount(bin_of_item, weights=loss, minlength=bins)
+        loss_grid = grid(np.rint(per_bin).astype(np.int64))
     for array in (values, sizes, offsets):
         array.setflags(write=False)
     return StepPlan(
@@ -253,9 +255,9 @@ def plan_step(
         indices=values,
         offsets=offsets,
         lengths=sizes,
-        tokens=grid(np.rint(bin_tokens), np.int64),
-        costs=grid(bin_cost, np.float64),
-        loss_tokens=grid(np.rint(bin_loss), np.int64),
+        tokens=tokens,
+        costs=grid(bin_cost),
+        loss_tokens=loss_grid,
     )
 
 
@@ -415,52 +417,26 @@ def _packed_bins(
     units: dict[str, np.ndarray] | None,
     unit_of: np.ndarray | None,
 ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
-    """Each item's bin, the bins (a multiple of ``world``) of the least-cost placement, each
-    bin's cost and the bins by cost (the most costly first)."""
+    """Each item's bin, the bins (a multiple of ``world``, numbered by cost: bin ``k·world + r``
+    is place r of slot k, the most costly slot first), each bin's cost and tokens: one call of
+    the kernel (the tries, the best-fit retry and the slot polish)."""
     if units is None:
         order = _length_order(lens)  # cost grows with length: heaviest first
         sizes = lens[order]
         costs = _item_costs(sizes, model)
     else:
         order = np.argsort(-units["costs"], kind="stable")
-        sizes = units["tokens"][order]
-        costs = units["costs"][order]
-    total = int(sizes.sum())
-    big = int((2 * sizes > cap).sum())  # two of these never share a bin
-    m = _rounded(max(-(-total // (world * cap)), -(-big // world)), least, multiple)
-    sizes, costs = np.ascontiguousarray(sizes), np.ascontiguousarray(costs)
-    bin_sorted, bins = K.step.step_fit(sizes, costs, world * m, world * multiple, cap)
-    load, by_cost = _polish(bin_sorted, sizes, costs, bins, world, cap)
+        sizes = np.ascontiguousarray(units["tokens"][order])
+        costs = np.ascontiguousarray(units["costs"][order])
+    # the fewest micro-batches the tokens allow (the kernel raises it to what the items over
+    # half the cap need, and where the cap binds to Martello and Toth's bound L2)
+    m = _rounded(-(-int(sizes.sum()) // (world * cap)), least, multiple)
+    bin_sorted, bins, load, tokens = K.step.step_fit(
+        sizes, costs, world * m, world * multiple, cap, world, POLISH
+    )
     bin_of = np.empty(order.size, dtype=np.int64)
     bin_of[order] = bin_sorted
-    return (bin_of if unit_of is None else bin_of[unit_of]), bins, load, by_cost
-
-
-def _polish(
-    bin_of: np.ndarray, sizes: np.ndarray, costs: np.ndarray, bins: int, world: int, cap: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Place again, in place, the items of each slot whose bins differ by more than 0.5% in
-    cost: the slot's items (heaviest first) into its ``world`` bins by the least-cost rule, kept
-    where everything fits and the slot's most costly bin costs less than before. (After the
-    best fit, the last slot mixes full bins with empty ones; this spreads them.) Returns each
-    bin's cost and the bins by cost, the most costly first (ties: the lowest bin)."""
-    load = np.bincount(bin_of, weights=costs, minlength=bins)
-    by_cost = np.argsort(-load, kind="stable")
-    slots = by_cost.reshape(-1, world)
-    worst = load[slots].max(axis=1)
-    uneven = np.flatnonzero(worst > load[slots].mean(axis=1) * (1 + POLISH))
-    if uneven.size == 0:
-        return load, by_cost
-    for k in uneven.tolist():
-        group = slots[k]
-        member = np.zeros(bins, dtype=np.bool_)
-        member[group] = True
-        pick = np.flatnonzero(member[bin_of])  # in placement order: heaviest first
-        sub, got = K.step.step_fit(sizes[pick], costs[pick], world, 1, cap)
-        if got == world and np.bincount(sub, weights=costs[pick]).max() < worst[k]:
-            bin_of[pick] = group[sub]
-    load = np.bincount(bin_of, weights=costs, minlength=bins)
-    return load, np.argsort(-load, kind="stable")
+    return (bin_of if unit_of is None else bin_of[unit_of]), bins, load, tokens
 
 
 # ---------------------------------------------------------------------------------- padded
@@ -475,9 +451,10 @@ def _padded_bins(
     multiple: int,
     units: dict[str, np.ndarray] | None,
     unit_of: np.ndarray | None,
-) -> tuple[np.ndarray, int]:
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
     """Consecutive cuts of the units by width (widest first), the fewest that fit, then the
-    least largest cost that fits ``world × m`` micro-batches."""
+    least largest cost that fits ``world × m`` micro-batches. Returns each item's bin, the
+    bins, their costs and tokens, numbered by cost as :func:`_packed_bins` does."""
     if units is None:
         order = _length_order(lens)
         widths = lens[order]
@@ -532,4 +509,15 @@ def _padded_bins(
         bin_sorted = np.cumsum(marks)
     bin_of = np.empty(count, dtype=np.int64)
     bin_of[order] = bin_sorted
-    return (bin_of if unit_of is None else bin_of[unit_of]), bins
+    bin_of = bin_of if unit_of is None else bin_of[unit_of]
+    # each micro-batch's figures, then the bins numbered by cost (the most costly first)
+    rows_in = np.bincount(bin_of, minlength=bins)
+    longest = np.zeros(bins, dtype=np.int64)
+    np.maximum.at(longest, bin_of, lens)
+    bin_tokens = rows_in * longest
+    bin_cost = rows_in * _item_costs(longest, model)
+    bin_cost[rows_in == 0] = 0.0
+    by_cost = np.argsort(-bin_cost, kind="stable")
+    rank = np.empty(bins, dtype=np.int64)
+    rank[by_cost] = np.arange(bins)
+    return rank[bin_of], bins, bin_cost[by_cost], bin_tokens[by_cost]
