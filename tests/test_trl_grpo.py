@@ -1,0 +1,289 @@
+"""GRPO and RLOO on packed micro-batches equal TRL's (the real GRPOTrainer and RLOOTrainer, a
+tiny Llama built here, fp32, CPU): on the same rollout batch the loss and gradients of
+``PackedGRPOMixin`` (the batch planned by ``plan_step`` under a token cap, one packed row per
+micro-batch) equal those of TRL's own padded ``_compute_loss``; two ``train()`` steps beside the
+plain trainer end with the same weights."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from tokenizers import Tokenizer, models  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer  # noqa: E402
+
+from padless.hf import PackedGRPOMixin  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _hf_train as hft  # noqa: E402
+
+
+class PackedGRPOTrainer(PackedGRPOMixin, GRPOTrainer):
+    """TRL's GRPOTrainer on packed micro-batches."""
+
+
+class PackedRLOOTrainer(PackedGRPOMixin, RLOOTrainer):
+    """TRL's RLOOTrainer on packed micro-batches."""
+
+
+PLANS: list = []  # every step plan the packed trainers made
+
+
+def _recorded(self, lengths, loss_tokens):
+    plan = PackedGRPOMixin._padless_plan(self, lengths, loss_tokens)
+    PLANS.append(plan)
+    return plan
+
+
+PackedGRPOTrainer._padless_plan = _recorded  # type: ignore[method-assign]
+PackedRLOOTrainer._padless_plan = _recorded  # type: ignore[method-assign]
+
+
+def _model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=hft.VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attn_implementation="sdpa",
+        eos_token_id=1,
+        pad_token_id=0,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {f"t{i}": i for i in range(hft.VOCAB)}
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
+        pad_token="t0",
+        eos_token="t1",
+    )
+    tok.backend_tokenizer.pre_tokenizer = __import__(
+        "tokenizers.pre_tokenizers", fromlist=["WhitespaceSplit"]
+    ).WhitespaceSplit()
+    return tok
+
+
+def reward_length(completions, **kwargs):
+    """A plain Python reward: longer completions score more (their lengths vary, so do the
+    advantages)."""
+    return [float(len(c.split())) for c in completions]
+
+
+PROMPTS = ["t3 t4", "t5 t6 t7 t8", "t9", "t10 t11 t12", "t13 t14 t15 t16 t17", "t18 t19"]
+
+
+def _config(cls, out: Path, **extra):
+    settings = {
+        **hft.SETTINGS,
+        "num_train_epochs": 1,
+        "max_steps": 2,
+        "gradient_accumulation_steps": 1,
+        "per_device_train_batch_size": 6,
+        "num_generations": 3,
+        "max_completion_length": 8,
+        "bf16": False,
+        "temperature": 1.0,
+        "generation_kwargs": {"do_sample": True},
+        **extra,
+    }
+    return cls(str(out), **settings)
+
+
+def _trainer(cls, config, **extra):
+    # from a saved model: TRL loads its reference model (beta != 0) from the policy's path
+    path = Path(config.output_dir) / "tiny"
+    if not path.exists():
+        _model(0).save_pretrained(path)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return cls(
+            model=str(path),
+            reward_funcs=reward_length,
+            args=config,
+            train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
+            processing_class=_tokenizer(),
+            **extra,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _rollout(n: int, *, seed: int, rloo: bool = False) -> dict:
+    """A rollout batch as TRL's trainers hand it to the loss: prompts left-padded, completions
+    right-padded, long-tailed lengths, old and reference log-probs off the current ones."""
+    g = torch.Generator().manual_seed(seed)
+    p_len = torch.randint(1, 7, (n,), generator=g)
+    c_len = torch.randint(0, 12, (n,), generator=g)
+    c_len[0] = 11
+    P, C = int(p_len.max()), int(c_len.max())
+    prompt_mask = (torch.arange(P)[None, :] >= P - p_len[:, None]).long()
+    completion_mask = (torch.arange(C)[None, :] < c_len[:, None]).long()
+    batch = {
+        "prompt_ids": torch.randint(2, hft.VOCAB, (n, P), generator=g) * prompt_mask,
+        "prompt_mask": prompt_mask,
+        "completion_ids": torch.randint(2, hft.VOCAB, (n, C), generator=g) * completion_mask,
+        "completion_mask": completion_mask,
+        "advantages": torch.randn(n, generator=g),
+        "num_items_in_batch": completion_mask.sum() * 2,  # a generation batch twice this one
+    }
+    if rloo:
+        batch["old_logps"] = -3.0 * c_len.float() + 0.3 * torch.randn(n, generator=g)
+    else:
+        batch["old_per_token_logps"] = (-3.7 + 0.3 * torch.randn(n, C, generator=g)) * (
+            completion_mask
+        )
+        batch["ref_per_token_logps"] = (-3.7 + 0.3 * torch.randn(n, C, generator=g)) * (
+            completion_mask
+        )
+    return batch
+
+
+def _loss_and_grads(trainer, model, inputs):
+    model.zero_grad()
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "extra"),
+    [
+        ("dapo", {}),
+        ("grpo", {"beta": 0.05}),
+        ("bnpo", {}),
+        ("grpo", {"importance_sampling_level": "sequence", "delta": 1.1}),
+        ("dr_grpo", {"delta": 1.2, "epsilon_high": 0.28}),
+    ],
+)
+def test_packed_grpo_loss_and_gradients_equal_trls(tmp_path, loss_type, extra):
+    config = _config(GRPOConfig, tmp_path, **{"loss_type": loss_type, **extra})
+    theirs = _trainer(GRPOTrainer, config)
+    ours = _trainer(PackedGRPOTrainer, config, padless_max_tokens=24)
+    inputs = _rollout(10, seed=1)
+    theirs.model.train()
+    ours.model.train()
+    ours.model.load_state_dict(theirs.model.state_dict())
+    theirs.current_gradient_accumulation_steps = ours.current_gradient_accumulation_steps = 1
+    want, want_grads = _loss_and_grads(theirs, theirs.model, inputs)
+    got, got_grads = _loss_and_grads(ours, ours.model, inputs)
+    assert abs(want.item() - got.item()) < 1e-5, (want, got)
+    assert want.abs().item() > 1e-3  # a loss that says something
+    for a, b in zip(want_grads, got_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    # the metrics TRL logs, from the packed micro-batches
+    m_theirs, m_ours = theirs._metrics["train"], ours._metrics["train"]
+    for name in ("entropy", "clip_ratio/region_mean") + (("kl",) if "beta" in extra else ()):
+        assert abs(m_theirs[name][-1] - m_ours[name][-1]) < 1e-5, name
+
+
+def test_the_batch_runs_in_several_capped_micro_batches(tmp_path):
+    """The cap binds: 10 rollouts of up to 17 tokens under 24 run as several micro-batches,
+    each a single packed row of at most 24 tokens, together exactly the batch's tokens."""
+    ours = _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens=24)
+    inputs = _rollout(10, seed=1)
+    seen = []
+    forward = ours.model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(tuple(kwargs["input_ids"].shape))
+        assert "attention_mask" not in kwargs
+        return forward(*args, **kwargs)
+
+    ours.model.forward = spy
+    ours.current_gradient_accumulation_steps = 1
+    ours._compute_loss(ours.model, inputs).backward()
+    tokens = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+    assert len(seen) >= tokens // 24 + 1 > 1
+    assert all(rows == 1 and 0 < width <= 24 for rows, width in seen)
+    assert sum(width for _, width in seen) == tokens
+
+
+def test_packed_rloo_loss_and_gradients_equal_trls(tmp_path):
+    config = _config(RLOOConfig, tmp_path)
+    theirs = _trainer(RLOOTrainer, config)
+    ours = _trainer(PackedRLOOTrainer, config, padless_max_tokens=20)
+    ours.model.load_state_dict(theirs.model.state_dict())
+    inputs = _rollout(10, seed=2, rloo=True)
+    theirs.model.train()
+    ours.model.train()
+    theirs.current_gradient_accumulation_steps = ours.current_gradient_accumulation_steps = 1
+    want, want_grads = _loss_and_grads(theirs, theirs.model, inputs)
+    got, got_grads = _loss_and_grads(ours, ours.model, inputs)
+    assert abs(want.item() - got.item()) < 1e-5, (want, got)
+    for a, b in zip(want_grads, got_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize(("cls", "plain"), [(GRPOConfig, GRPOTrainer), (RLOOConfig, RLOOTrainer)])
+def test_two_training_steps_end_with_trls_weights(tmp_path, cls, plain):
+    """Generation (transformers, sampling) from the same seed, a Python reward, two optimizer
+    steps of 2 accumulated micro-steps: the plain trainer and the packed one end equal."""
+    packed = PackedGRPOTrainer if plain is GRPOTrainer else PackedRLOOTrainer
+    settings = {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 3}
+    theirs = _trainer(plain, _config(cls, tmp_path / "plain", **settings))
+    theirs.train()
+    ours = _trainer(packed, _config(cls, tmp_path / "packed", **settings), padless_max_tokens=16)
+    PLANS.clear()
+    ours.train()
+    assert ours.state.global_step == theirs.state.global_step == 2
+    assert len(PLANS) == 4  # 2 steps × 2 accumulated micro-steps, each planned
+    assert any(plan.num_micro_batches > 1 for plan in PLANS)  # the cap bound
+    assert all(int(plan.tokens.max()) <= 16 for plan in PLANS)
+    for a, b in zip(theirs.model.parameters(), ours.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(_model(0).parameters(), ours.model.parameters(), strict=True)
+    ]
+    assert any(moved)  # it trained
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"loss_type": "cispo"}, "loss_type='cispo' is not supported"),
+        ({"loss_type": "sapo"}, "loss_type='sapo'"),
+        ({"top_entropy_quantile": 0.5}, "top_entropy_quantile=0.5"),
+        ({"off_policy_mask_threshold": 0.1}, "off_policy_mask_threshold=0.1"),
+    ],
+)
+def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, config, match):
+    with pytest.raises(ValueError, match=match):
+        _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path, **config), padless_max_tokens=32)
+
+
+def test_bad_cap_and_long_rollouts_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="padless_max_tokens must be an int"):
+        _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens="64")
+    ours = _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens=12)
+    ours.current_gradient_accumulation_steps = 1
+    with pytest.raises(ValueError, match="rollout 0 holds .* over padless_max_tokens=12"):
+        ours._compute_loss(ours.model, _rollout(4, seed=0))
+    ours._padless_max_tokens = 64
+    holes = _rollout(4, seed=0)
+    holes["completion_mask"][1] = 0
+    holes["completion_mask"][1, 1:3] = 1  # a gap between the prompt and the completion
+    with pytest.raises(ValueError, match="rollout 1: its prompt_mask and completion_mask"):
+        ours._compute_loss(ours.model, holes)
+    empty = _rollout(4, seed=0)
+    empty["prompt_mask"][2] = 0
+    with pytest.raises(ValueError, match="rollout 2 has an empty prompt"):
+        ours._compute_loss(ours.model, empty)
