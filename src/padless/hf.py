@@ -38,6 +38,7 @@ from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
+from .planners.step import plan_step
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
 from .torch._groups import (
     GroupCollate,
@@ -48,6 +49,7 @@ from .torch._groups import (
 from .torch._packed_check import check_packed as _check_packed
 from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
+from .torch._rollout import split_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -1567,7 +1569,7 @@ class PackedDPOMixin:
         return (loss, None) if return_outputs else loss
 
 
-GRPO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")  # the ones PackedGRPOMixin computes
+_GRPO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")  # the ones PackedGRPOMixin computes
 
 
 class PackedGRPOMixin:
@@ -1625,7 +1627,7 @@ class PackedGRPOMixin:
         if not me._padless_rloo:
             refused.update(
                 {
-                    "loss_type": (me.loss_type not in GRPO_LOSS_TYPES, me.loss_type),
+                    "loss_type": (me.loss_type not in _GRPO_LOSS_TYPES, me.loss_type),
                     "top_entropy_quantile": (
                         me.top_entropy_quantile < 1.0,
                         me.top_entropy_quantile,
@@ -1645,14 +1647,12 @@ class PackedGRPOMixin:
             if bad:
                 raise ValueError(
                     f"PackedGRPOMixin computes TRL's clipped GRPO loss (loss_type one of "
-                    f"{', '.join(GRPO_LOSS_TYPES)}) and RLOO's: {name}={value!r} is not "
+                    f"{', '.join(_GRPO_LOSS_TYPES)}) and RLOO's: {name}={value!r} is not "
                     "supported; use TRL's trainer without the mixin for it"
                 )
 
     def _padless_plan(self, lengths: Any, loss_tokens: Any) -> Any:
         import torch
-
-        from .planners.step import plan_step
 
         me = cast(Any, self)
         cap = me._padless_max_tokens
@@ -1680,8 +1680,6 @@ class PackedGRPOMixin:
 
     def _compute_loss(self, model: Any, inputs: Any) -> Any:
         import torch
-
-        from .torch._rollout import split_rollout
 
         me = cast(Any, self)
         images = [k for k in _GRPO_IMAGE_KEYS if inputs.get(k) is not None]
@@ -1887,7 +1885,6 @@ def _check_one_run(mask: Any, prompt_mask: Any) -> None:
 
 __all__ = [
     "STATE_FILE",
-    "GRPO_LOSS_TYPES",
     "PackedDPOMixin",
     "PackedGRPOMixin",
     "PreferenceCollator",
