@@ -78,10 +78,9 @@ def _tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
-def reward_length(completions, **kwargs):
-    """A plain Python reward: longer completions score more (their lengths vary, so do the
-    advantages)."""
-    return [float(len(c.split())) for c in completions]
+def reward_variety(completions, **kwargs):
+    """A plain Python reward: completions with more distinct tokens score more."""
+    return [float(len(set(c.split()))) for c in completions]
 
 
 PROMPTS = ["t3 t4", "t5 t6 t7 t8", "t9", "t10 t11 t12", "t13 t14 t15 t16 t17", "t18 t19"]
@@ -114,7 +113,7 @@ def _trainer(cls, config, **extra):
     try:
         return cls(
             model=str(path),
-            reward_funcs=reward_length,
+            reward_funcs=reward_variety,
             args=config,
             train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]),
             processing_class=_tokenizer(),
@@ -237,14 +236,15 @@ def test_two_training_steps_end_with_trls_weights(tmp_path, cls, plain):
     """Generation (transformers, sampling) from the same seed, a Python reward, two optimizer
     steps of 2 accumulated micro-steps: the plain trainer and the packed one end equal."""
     packed = PackedGRPOTrainer if plain is GRPOTrainer else PackedRLOOTrainer
-    settings = {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 3}
+    # beta: the reference model's log-probs are scored (without a gradient) packed too
+    settings = {"gradient_accumulation_steps": 2, "per_device_train_batch_size": 3, "beta": 0.04}
     theirs = _trainer(plain, _config(cls, tmp_path / "plain", **settings))
     theirs.train()
     ours = _trainer(packed, _config(cls, tmp_path / "packed", **settings), padless_max_tokens=16)
     PLANS.clear()
     ours.train()
     assert ours.state.global_step == theirs.state.global_step == 2
-    assert len(PLANS) == 4  # 2 steps × 2 accumulated micro-steps, each planned
+    assert len(PLANS) >= 6  # 2 steps × 2 micro-steps, and each generation batch's scoring
     assert any(plan.num_micro_batches > 1 for plan in PLANS)  # the cap bound
     assert all(int(plan.tokens.max()) <= 16 for plan in PLANS)
     for a, b in zip(theirs.model.parameters(), ours.model.parameters(), strict=True):
@@ -287,3 +287,24 @@ def test_bad_cap_and_long_rollouts_are_refused(tmp_path):
     empty["prompt_mask"][2] = 0
     with pytest.raises(ValueError, match="rollout 2 has an empty prompt"):
         ours._compute_loss(ours.model, empty)
+
+
+def test_no_gradient_scoring_packed_equals_trls(tmp_path):
+    """The old policy's and the reference model's log-probs (TRL scores the generation batch
+    without a gradient) come from packed micro-batches too, equal to TRL's padded ones, zero
+    where TRL's are (padding)."""
+    config = _config(GRPOConfig, tmp_path)
+    theirs = _trainer(GRPOTrainer, config)
+    ours = _trainer(PackedGRPOTrainer, config, padless_max_tokens=20)
+    inputs = _rollout(9, seed=3)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    keep = inputs["completion_ids"].shape[1]
+    with torch.no_grad():
+        want = theirs._get_per_token_logps_and_entropies(theirs.model, ids, mask, keep, 4, True)
+        got = ours._get_per_token_logps_and_entropies(ours.model, ids, mask, keep, 4, True)
+    assert PLANS and PLANS[-1].num_micro_batches > 1
+    for a, b in zip(want[:2], got[:2], strict=True):
+        assert a.shape == b.shape
+        assert torch.allclose(a, b, atol=1e-5)
+    assert got[0][inputs["completion_mask"].bool()].lt(0).all()

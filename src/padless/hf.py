@@ -1678,6 +1678,94 @@ class PackedGRPOMixin:
                 )
         return plan
 
+    def _padless_micro_batches(
+        self, input_ids: Any, mask: Any, completions: int, loss_mask: Any
+    ) -> list[dict[str, Any]]:
+        """The packed micro-batches of a batch of ``prompt | completion`` rows (the completion
+        its last ``completions`` columns; ``mask`` the tokens kept)."""
+        import torch
+
+        me = cast(Any, self)
+        mask = mask.bool()
+        _check_one_run(mask, mask[:, : mask.shape[1] - completions])
+        lengths = mask.sum(dim=1).cpu().numpy()
+        plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy())
+        is_completion = torch.zeros_like(mask)
+        is_completion[:, mask.shape[1] - completions :] = True
+        batch = {"input_ids": input_ids, "attention_mask": mask, "is_completion": is_completion}
+        return split_rollout(batch, plan, 0)
+
+    def _padless_forward(self, model: Any, mb: dict[str, Any], fallback: Any) -> tuple[Any, Any]:
+        """Log-probs (and entropies, where the model's fused head gives them) of a packed
+        micro-batch's completion tokens, in order: TRL's fused LM head on one packed row."""
+        import torch
+
+        me = cast(Any, self)
+        ids = mb["input_ids"]
+        pos = mb["position_ids"].to(ids.device)
+        if ids.shape[1] == 0:  # an empty micro-batch (processes agreed on more): a zero forward
+            ids = fallback[:1, :1]
+            pos = torch.zeros_like(ids)
+            completion = torch.zeros_like(ids, dtype=torch.bool)
+        else:
+            completion = mb["is_completion"].bool()
+        labels = ids.masked_fill(~completion, -100)
+        labels[:, 0] = -100
+        with me.accelerator.autocast():
+            out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True)
+        # out.log_probs[0, j - 1] scores token j: shift back onto the tokens
+        keep = completion[0, 1:]
+        entropy = out.entropy[0][keep] if out.entropy is not None else None
+        return out.log_probs[0][keep], entropy
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **extra: Any,
+    ) -> tuple[Any, Any, Any]:
+        """TRL's no-gradient scoring (the old policy's and the reference model's log-probs of a
+        generation batch) on packed micro-batches too; anything else is TRL's own."""
+        import torch
+
+        me = cast(Any, self)
+        if (
+            torch.is_grad_enabled()
+            or compute_aux_loss
+            or any(v is not None for v in extra.values())
+        ):
+            return cast(Any, super())._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **extra,
+            )
+        mask = attention_mask.bool()
+        rows = mask[:, mask.shape[1] - logits_to_keep :]
+        logps = torch.zeros(rows.shape, dtype=torch.float32, device=input_ids.device)
+        entropies = torch.zeros_like(logps) if compute_entropy else None
+        for mb in me._padless_micro_batches(input_ids, mask, logits_to_keep, rows):
+            idx = mb["indices"].to(input_ids.device)
+            got, entropy = me._padless_forward(model, mb, input_ids)
+            at = rows[idx]
+            block = logps[idx]
+            block[at] = got.to(logps.dtype)
+            logps[idx] = block
+            if entropies is not None and entropy is not None:
+                block = entropies[idx]
+                block[at] = entropy.to(entropies.dtype)
+                entropies[idx] = block
+        return logps, entropies, None
+
     def _compute_loss(self, model: Any, inputs: Any) -> Any:
         import torch
 
@@ -1688,23 +1776,16 @@ class PackedGRPOMixin:
                 f"PackedGRPOMixin packs text rollouts only; this batch carries {images}: use "
                 "TRL's trainer without the mixin for images"
             )
-        prompt_mask, completion_mask = inputs["prompt_mask"], inputs["completion_mask"]
-        mask = torch.cat([prompt_mask, completion_mask], dim=1).bool()
-        _check_one_run(mask, prompt_mask)
+        completion_mask = inputs["completion_mask"]
         loss_mask = completion_mask
         if "tool_mask" in inputs:
             loss_mask = completion_mask * inputs["tool_mask"]
-        lengths = mask.sum(dim=1).cpu().numpy()
-        plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy())
-        is_completion = torch.cat(
-            [torch.zeros_like(prompt_mask), torch.ones_like(completion_mask)], dim=1
+        micro = me._padless_micro_batches(
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+            completion_mask.shape[1],
+            loss_mask,
         )
-        batch = {
-            "input_ids": torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
-            "attention_mask": mask,
-            "is_completion": is_completion,
-        }
-        micro = split_rollout(batch, plan, 0)
         training = bool(me.model.training)
         scale = 1.0
         if training and not me.loss_is_scaled_for_ga:
@@ -1740,21 +1821,7 @@ class PackedGRPOMixin:
 
         me = cast(Any, self)
         idx = mb["indices"].to(completion_mask.device)
-        ids, pos = mb["input_ids"], mb["position_ids"].to(mb["input_ids"].device)
-        if ids.shape[1] == 0:  # an empty micro-batch (processes agreed on more): a zero forward
-            ids = inputs["completion_ids"][:1, :1]
-            pos = torch.zeros_like(ids)
-            completion = torch.zeros_like(ids, dtype=torch.bool)
-        else:
-            completion = mb["is_completion"].bool()
-        labels = ids.masked_fill(~completion, -100)
-        labels[:, 0] = -100
-        with me.accelerator.autocast():
-            out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True)
-        # out.log_probs[0, j - 1] scores token j: shift back onto the tokens
-        keep = completion[0, 1:]
-        logps = out.log_probs[0][keep]
-        entropy = out.entropy[0][keep] if out.entropy is not None else None
+        logps, entropy = me._padless_forward(model, mb, inputs["completion_ids"])
         rows = completion_mask[idx].bool()  # the completion tokens of these rollouts, in order
         counts = rows.sum(dim=1)
         seq = torch.repeat_interleave(torch.arange(idx.numel(), device=counts.device), counts)
