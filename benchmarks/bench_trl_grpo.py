@@ -24,17 +24,22 @@ from pathlib import Path
 import numpy as np
 
 
-def rollout_lengths(n: int, max_completion: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(prompt, completion) token counts: lognormal prompts, lognormal completions with one in
-    ten at the cap (a truncated trace)."""
+def rollout_lengths(
+    n: int, max_completion: int, seed: int, per_prompt: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, completion) token counts: lognormal prompts (``per_prompt`` rollouts each),
+    lognormal completions with one in ten at the cap (a truncated trace)."""
     rng = np.random.default_rng(seed)
-    prompt = np.clip(rng.lognormal(np.log(40), 0.5, n), 4, 256).astype(np.int64)
+    prompts = np.clip(rng.lognormal(np.log(40), 0.5, n // per_prompt), 4, 256).astype(np.int64)
+    prompt = np.repeat(prompts, per_prompt)
     completion = np.clip(rng.lognormal(np.log(60), 0.9, n), 1, max_completion).astype(np.int64)
     completion[rng.random(n) < 0.1] = max_completion
     return prompt, completion
 
 
-def rollout(prompt: np.ndarray, completion: np.ndarray, vocab: int, seed: int) -> dict:
+def rollout(
+    prompt: np.ndarray, completion: np.ndarray, vocab: int, seed: int, per_prompt: int
+) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -43,8 +48,11 @@ def rollout(prompt: np.ndarray, completion: np.ndarray, vocab: int, seed: int) -
     P, C = int(p_len.max()), int(c_len.max())
     prompt_mask = (torch.arange(P)[None, :] >= P - p_len[:, None]).long()
     completion_mask = (torch.arange(C)[None, :] < c_len[:, None]).long()
+    ids = torch.randint(2, vocab, (n // per_prompt, P), generator=g).repeat_interleave(
+        per_prompt, dim=0
+    )
     return {
-        "prompt_ids": torch.randint(2, vocab, (n, P), generator=g) * prompt_mask,
+        "prompt_ids": ids * prompt_mask,
         "prompt_mask": prompt_mask,
         "completion_ids": torch.randint(2, vocab, (n, C), generator=g) * completion_mask,
         "completion_mask": completion_mask,
@@ -58,8 +66,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-completion", type=int, default=768)
-    ap.add_argument("--max-tokens", type=int, default=2048)
+    ap.add_argument("--max-tokens", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--per-prompt", type=int, default=8, help="rollouts of one prompt (G)")
     args = ap.parse_args()
 
     import torch
@@ -109,16 +118,22 @@ def main() -> None:
 
     theirs = trainer(GRPOTrainer)
     ours = trainer(PackedGRPOTrainer, padless_max_tokens=args.max_tokens)
+    shared = trainer(
+        PackedGRPOTrainer, padless_max_tokens=args.max_tokens, padless_share_prompts=True
+    )
     ours.model.load_state_dict(theirs.model.state_dict())
-    for t in (theirs, ours):
+    shared.model.load_state_dict(theirs.model.state_dict())
+    for t in (theirs, ours, shared):
         t.model.train()
         t.current_gradient_accumulation_steps = 1
-    batches, tokens, padded_tokens = [], 0, 0
+    batches, tokens, padded_tokens, once = [], 0, 0, 0
+    g = args.per_prompt
     for b in range(args.batches):
-        p, c = rollout_lengths(args.batch_size, args.max_completion, seed=b)
-        batches.append(rollout(p, c, vocab, seed=b))
+        p, c = rollout_lengths(args.batch_size, args.max_completion, seed=b, per_prompt=g)
+        batches.append(rollout(p, c, vocab, seed=b, per_prompt=g))
         tokens += int((p + c).sum())
         padded_tokens += args.batch_size * int(p.max() + c.max())
+        once += int(p[::g].sum() + c.sum())
 
     def run(t: GRPOTrainer) -> float:
         start = time.perf_counter()
@@ -127,24 +142,26 @@ def main() -> None:
         t.model.zero_grad()
         return time.perf_counter() - start
 
-    runs = {"padded (TRL)": theirs, "packed (padless)": ours}
+    runs = {"padded (TRL)": theirs, "packed (padless)": ours, "prompts shared": shared}
     for t in runs.values():
         run(t)  # warm-up
     times = dict.fromkeys(runs, float("inf"))
     for _ in range(args.repeat):  # interleaved: a change of the machine's load hits both
         for name, t in runs.items():
             times[name] = min(times[name], run(t))
-    a, b = times["padded (TRL)"], times["packed (padless)"]
+    a, b, c = times["padded (TRL)"], times["packed (padless)"], times["prompts shared"]
     print(
         f"GRPO loss step (TRL GRPOTrainer._compute_loss, dapo, forward + backward), "
-        f"{args.batches} batches of {args.batch_size} rollouts, {tokens:,} tokens "
-        f"({padded_tokens:,} padded: {tokens / padded_tokens:.3f} real), tiny Llama (h=64, "
-        f"2 layers) fp32 CPU 1 thread:"
+        f"{args.batches} batches of {args.batch_size} rollouts ({g} per prompt), {tokens:,} "
+        f"tokens ({padded_tokens:,} padded: {tokens / padded_tokens:.3f} real; {once:,} with "
+        f"each prompt once), tiny Llama (h=64, 2 layers) fp32 CPU 1 thread:"
     )
     print(
         f"  padded (TRL) {tokens / a:,.0f} tokens/s; packed (padless, max_tokens="
-        f"{args.max_tokens}) {tokens / b:,.0f} tokens/s; packed / padded = {a / b:.2f}x"
+        f"{args.max_tokens}) {tokens / b:,.0f} tokens/s; prompts shared {tokens / c:,.0f} "
+        f"tokens/s"
     )
+    print(f"  packed / padded = {a / b:.2f}x; prompts shared / padded = {a / c:.2f}x")
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ class PackedRLOOTrainer(PackedGRPOMixin, RLOOTrainer):
 PLANS: list = []  # every step plan the packed trainers made
 
 
-def _recorded(self, lengths, loss_tokens):
-    plan = PackedGRPOMixin._padless_plan(self, lengths, loss_tokens)
+def _recorded(self, lengths, loss_tokens, groups=None):
+    plan = PackedGRPOMixin._padless_plan(self, lengths, loss_tokens, groups)
     PLANS.append(plan)
     return plan
 
@@ -123,9 +123,10 @@ def _trainer(cls, config, **extra):
         hf_logging.set_verbosity(verbosity)
 
 
-def _rollout(n: int, *, seed: int, rloo: bool = False) -> dict:
+def _rollout(n: int, *, seed: int, rloo: bool = False, per_prompt: int = 1) -> dict:
     """A rollout batch as TRL's trainers hand it to the loss: prompts left-padded, completions
-    right-padded, long-tailed lengths, old and reference log-probs off the current ones."""
+    right-padded, long-tailed lengths, old and reference log-probs off the current ones;
+    ``per_prompt`` rollouts of each prompt, in a shuffled order."""
     g = torch.Generator().manual_seed(seed)
     p_len = torch.randint(1, 7, (n,), generator=g)
     c_len = torch.randint(0, 12, (n,), generator=g)
@@ -133,8 +134,12 @@ def _rollout(n: int, *, seed: int, rloo: bool = False) -> dict:
     P, C = int(p_len.max()), int(c_len.max())
     prompt_mask = (torch.arange(P)[None, :] >= P - p_len[:, None]).long()
     completion_mask = (torch.arange(C)[None, :] < c_len[:, None]).long()
+    prompt_ids = torch.randint(2, hft.VOCAB, (n, P), generator=g) * prompt_mask
+    if per_prompt > 1:  # rollouts of one prompt: the same prompt row
+        which = torch.randperm(n, generator=g) // per_prompt
+        prompt_ids, prompt_mask = prompt_ids[which], prompt_mask[which]
     batch = {
-        "prompt_ids": torch.randint(2, hft.VOCAB, (n, P), generator=g) * prompt_mask,
+        "prompt_ids": prompt_ids,
         "prompt_mask": prompt_mask,
         "completion_ids": torch.randint(2, hft.VOCAB, (n, C), generator=g) * completion_mask,
         "completion_mask": completion_mask,
@@ -166,6 +171,8 @@ def _loss_and_grads(trainer, model, inputs):
     ("loss_type", "extra"),
     [
         ("dapo", {}),
+        ("dapo", {"share": True}),
+        ("grpo", {"share": True, "beta": 0.05}),
         ("grpo", {"beta": 0.05}),
         ("bnpo", {}),
         ("grpo", {"importance_sampling_level": "sequence", "delta": 1.1}),
@@ -173,10 +180,13 @@ def _loss_and_grads(trainer, model, inputs):
     ],
 )
 def test_packed_grpo_loss_and_gradients_equal_trls(tmp_path, loss_type, extra):
+    share = extra.pop("share", False)
     config = _config(GRPOConfig, tmp_path, **{"loss_type": loss_type, **extra})
     theirs = _trainer(GRPOTrainer, config)
-    ours = _trainer(PackedGRPOTrainer, config, padless_max_tokens=24)
-    inputs = _rollout(10, seed=1)
+    ours = _trainer(
+        PackedGRPOTrainer, config, padless_max_tokens=24, padless_share_prompts=share
+    )
+    inputs = _rollout(12, seed=1, per_prompt=3 if share else 1)
     theirs.model.train()
     ours.model.train()
     ours.model.load_state_dict(theirs.model.state_dict())
@@ -308,3 +318,34 @@ def test_no_gradient_scoring_packed_equals_trls(tmp_path):
         assert a.shape == b.shape
         assert torch.allclose(a, b, atol=1e-5)
     assert got[0][inputs["completion_mask"].bool()].lt(0).all()
+
+
+def test_shared_prompts_run_each_prompt_once_per_micro_batch(tmp_path):
+    """padless_share_prompts: the rollouts of a prompt run after one copy of it (its last
+    token repeated per rollout), under the cap; fewer tokens than one prompt per rollout."""
+    ours = _trainer(
+        PackedGRPOTrainer,
+        _config(GRPOConfig, tmp_path),
+        padless_max_tokens=40,
+        padless_share_prompts=True,
+    )
+    inputs = _rollout(12, seed=4, per_prompt=4)
+    widths = []
+    forward = ours.model.forward
+
+    def spy(*args, **kwargs):
+        widths.append(kwargs["input_ids"].shape[1])
+        assert kwargs["attention_mask"].shape == (1, 1, widths[-1], widths[-1])
+        return forward(*args, **kwargs)
+
+    ours.model.forward = spy
+    ours.current_gradient_accumulation_steps = 1
+    ours._compute_loss(ours.model, inputs)
+    p = inputs["prompt_mask"].sum(dim=1)
+    c = inputs["completion_mask"].sum(dim=1)
+    assert all(w <= 40 for w in widths)
+    # each prompt at least once (but its last token), every rollout's block: last token + answer
+    distinct = {tuple(row.tolist()) for row in inputs["prompt_ids"]}
+    once = sum(int(inputs["prompt_mask"][0].numel() - row.count(0)) - 1 for row in distinct)
+    assert len(distinct) == 3
+    assert once + int((c + 1).sum()) <= sum(widths) < int((p + c).sum())

@@ -46,8 +46,8 @@ from .torch._groups import (
     completion_logprobs,
     dpo_loss,
 )
+from .torch._packed_check import block_causal_mask, packs
 from .torch._packed_check import check_packed as _check_packed
-from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
 from .torch._rollout import split_rollout
 
@@ -1605,11 +1605,19 @@ class PackedGRPOMixin:
     trains beside the plain trainers to the same weights.
     """
 
-    def __init__(self, *args: Any, padless_max_tokens: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        padless_max_tokens: int,
+        padless_share_prompts: bool = False,
+        **kwargs: Any,
+    ) -> None:
         cap = cast(int, check_int("padless_max_tokens", padless_max_tokens, minimum=2))
+        share = check_bool("padless_share_prompts", padless_share_prompts)
         super().__init__(*args, **kwargs)
         me = cast(Any, self)
         me._padless_max_tokens = cap
+        me._padless_share = share
         me._padless_rloo = any(c.__name__ == "RLOOTrainer" for c in type(self).__mro__)
         if not me._padless_rloo and not any(
             c.__name__ == "GRPOTrainer" for c in type(self).__mro__
@@ -1651,7 +1659,7 @@ class PackedGRPOMixin:
                     "supported; use TRL's trainer without the mixin for it"
                 )
 
-    def _padless_plan(self, lengths: Any, loss_tokens: Any) -> Any:
+    def _padless_plan(self, lengths: Any, loss_tokens: Any, groups: Any = None) -> Any:
         import torch
 
         me = cast(Any, self)
@@ -1664,7 +1672,9 @@ class PackedGRPOMixin:
                 f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
                 "max_prompt_length + max_completion_length"
             )
-        plan = plan_step(lengths, world_size=1, max_tokens=cap, loss_tokens=loss_tokens)
+        plan = plan_step(
+            lengths, world_size=1, max_tokens=cap, loss_tokens=loss_tokens, groups=groups
+        )
         if me.accelerator.num_processes > 1:  # the same number of micro-batches everywhere
             m = torch.tensor(plan.num_micro_batches, device=me.accelerator.device)
             most = int(me.accelerator.reduce(m, reduction="max").item())
@@ -1674,6 +1684,7 @@ class PackedGRPOMixin:
                     world_size=1,
                     max_tokens=cap,
                     loss_tokens=loss_tokens,
+                    groups=groups,
                     min_micro_batches=most,
                 )
         return plan
@@ -1688,12 +1699,105 @@ class PackedGRPOMixin:
         me = cast(Any, self)
         mask = mask.bool()
         _check_one_run(mask, mask[:, : mask.shape[1] - completions])
+        if me._padless_share:
+            return me._padless_shared(input_ids, mask, completions, loss_mask)
         lengths = mask.sum(dim=1).cpu().numpy()
         plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy())
         is_completion = torch.zeros_like(mask)
         is_completion[:, mask.shape[1] - completions :] = True
         batch = {"input_ids": input_ids, "attention_mask": mask, "is_completion": is_completion}
         return split_rollout(batch, plan, 0)
+
+    def _padless_shared(
+        self, input_ids: Any, mask: Any, completions: int, loss_mask: Any
+    ) -> list[dict[str, Any]]:
+        """Micro-batches with each prompt once: the rollouts of one prompt (equal prompt
+        tokens) are one group of the plan, laid out as the prompt but its last token, then for
+        each rollout its prompt's last token and its completion, under a 4-D mask by which each
+        of those blocks sees the prompt and itself only. (The last prompt token is repeated so
+        that TRL's fused head, which scores token j from position j - 1, scores every
+        completion's first token.) A group over the cap is cut into groups that fit."""
+        import numpy as np
+        import torch
+
+        me = cast(Any, self)
+        cap = me._padless_max_tokens
+        cut = mask.shape[1] - completions
+        prompts = [input_ids[i, :cut][mask[i, :cut]] for i in range(mask.shape[0])]
+        answers = [input_ids[i, cut:][mask[i, cut:]] for i in range(mask.shape[0])]
+        found: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            found.setdefault(tuple(prompt.tolist()), []).append(i)
+        n = len(prompts)
+        lengths = np.zeros(n, dtype=np.int64)
+        groups = np.zeros(n, dtype=np.int64)
+        gid = -1
+        for members in found.values():
+            room = 0
+            for i in members:
+                block = 1 + answers[i].numel()
+                trunk = prompts[i].numel() - 1
+                if trunk + block > cap:
+                    raise ValueError(
+                        f"rollout {i} holds {trunk + block} tokens (prompt + completion), over "
+                        f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
+                        "max_prompt_length + max_completion_length"
+                    )
+                if block > room:  # a new group: the prompt once more
+                    gid, room = gid + 1, cap - trunk
+                    lengths[i] = trunk
+                groups[i] = gid
+                lengths[i] += block
+                room -= block
+        plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy(), groups)
+        dtype = next(me.model.parameters()).dtype
+        device = input_ids.device
+        out = []
+        for idx in plan.micro_batches(0):
+            order = sorted(idx.tolist(), key=lambda i: (groups[i], i))
+            mb: dict[str, Any] = {
+                "indices": torch.tensor(order, dtype=torch.long),
+                "step_loss_tokens": plan.total_loss_tokens,
+            }
+            out.append(mb)
+            if not order:
+                mb["input_ids"] = input_ids.new_zeros((1, 0))
+                mb["position_ids"] = torch.zeros((1, 0), dtype=torch.long)
+                mb["is_completion"] = torch.zeros((1, 0), dtype=torch.bool)
+                continue
+            pieces: list[Any] = []
+            positions: list[Any] = []
+            scored: list[Any] = []
+            sizes: list[int] = []
+            prompt_of: list[int] = []
+            last, trunk_seg = -1, -1
+            for i in order:
+                prompt, answer = prompts[i], answers[i]
+                p = prompt.numel()
+                if groups[i] != last:  # the group's prompt but its last token, once
+                    last, trunk_seg = int(groups[i]), -1
+                    if p > 1:
+                        trunk_seg = len(sizes)
+                        pieces.append(prompt[:-1])
+                        positions.append(torch.arange(p - 1))
+                        sizes.append(p - 1)
+                        prompt_of.append(-1)
+                        scored.append(torch.zeros(p - 1, dtype=torch.bool))
+                pieces.append(torch.cat([prompt[-1:], answer]))
+                positions.append(torch.arange(p - 1, p + answer.numel()))
+                sizes.append(answer.numel() + 1)
+                prompt_of.append(trunk_seg)
+                flags = torch.ones(answer.numel() + 1, dtype=torch.bool)
+                flags[0] = False
+                scored.append(flags)
+            counts = torch.tensor(sizes)
+            seg = torch.repeat_interleave(torch.arange(len(sizes)), counts)[None]
+            owner = torch.repeat_interleave(torch.tensor(prompt_of), counts)[None]
+            mb["input_ids"] = torch.cat(pieces)[None]
+            mb["position_ids"] = torch.cat(positions)[None].to(device)
+            mb["attention_mask"] = block_causal_mask(seg, dtype, prompt_of=owner).to(device)
+            mb["is_completion"] = torch.cat(scored)[None].to(device)
+        return out
 
     def _padless_forward(self, model: Any, mb: dict[str, Any], fallback: Any) -> tuple[Any, Any]:
         """Log-probs (and entropies, where the model's fused head gives them) of a packed
@@ -1711,8 +1815,11 @@ class PackedGRPOMixin:
             completion = mb["is_completion"].bool()
         labels = ids.masked_fill(~completion, -100)
         labels[:, 0] = -100
+        extra = {}
+        if "attention_mask" in mb and mb["input_ids"].shape[1]:  # shared prompts: a 4-D mask
+            extra["attention_mask"] = mb["attention_mask"]
         with me.accelerator.autocast():
-            out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True)
+            out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True, **extra)
         # out.log_probs[0, j - 1] scores token j: shift back onto the tokens
         keep = completion[0, 1:]
         entropy = out.entropy[0][keep] if out.entropy is not None else None
