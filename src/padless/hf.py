@@ -1586,10 +1586,18 @@ class PackedGRPOMixin:
     GRPO's clipped surrogate (``loss_type`` ``"dapo"``, the default, ``"grpo"``, ``"bnpo"``,
     ``"dr_grpo"``; importance sampling per token or per sequence; the KL term with ``beta``;
     ``delta``; ``use_bias_correction_kl``) or RLOO's per-sequence one, with the same
-    normalisation (``bnpo`` divides by the plan's ``total_loss_tokens``). Each prompt is run
-    once per completion (the completions of one prompt are not all in one process's batch
-    after TRL shuffles the generation batch; the prompt-once collate is
-    :func:`padless.torch.collate_groups`).
+    normalisation (``bnpo`` divides by the plan's ``total_loss_tokens``). TRL's scoring without
+    a gradient (the old policy's and the reference model's log-probs of a generation batch)
+    runs packed too.
+
+    ``padless_share_prompts=True`` runs each prompt once for the rollouts of it that share a
+    micro-batch (a GRPO group: rollouts with equal prompt tokens are one group of the plan,
+    kept whole, cut into pieces that fit where a group is over the cap): the prompt but its
+    last token, then per rollout that last token and the completion, under a 4-D shared-prefix
+    mask (the one :func:`padless.torch.collate_groups` emits; a float ``T × T`` mask per
+    micro-batch, so keep the cap moderate) with positions continuing the prompt's. It pays
+    where a process's batch holds several rollouts of a prompt (``steps_per_generation=1``:
+    the whole generation batch); the model must honour a 4-D mask (eager or sdpa attention).
 
     Memory: while the gradient is on, every micro-batch but the last is back-propagated as
     soon as its loss is known (as the Trainer would back-propagate it, under ``no_sync``
