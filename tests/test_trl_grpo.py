@@ -183,9 +183,7 @@ def test_packed_grpo_loss_and_gradients_equal_trls(tmp_path, loss_type, extra):
     share = extra.pop("share", False)
     config = _config(GRPOConfig, tmp_path, **{"loss_type": loss_type, **extra})
     theirs = _trainer(GRPOTrainer, config)
-    ours = _trainer(
-        PackedGRPOTrainer, config, padless_max_tokens=24, padless_share_prompts=share
-    )
+    ours = _trainer(PackedGRPOTrainer, config, padless_max_tokens=24, padless_share_prompts=share)
     inputs = _rollout(12, seed=1, per_prompt=3 if share else 1)
     theirs.model.train()
     ours.model.train()
