@@ -279,6 +279,20 @@ def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, confi
 
 
 def test_bad_cap_and_long_rollouts_are_refused(tmp_path):
+    from transformers import Trainer
+
+    class NotRL(PackedGRPOMixin, Trainer):
+        pass
+
+    with pytest.raises(TypeError, match="mixes into TRL's GRPOTrainer or RLOOTrainer"):
+        NotRL(model=_model(0), padless_max_tokens=64)
+    with pytest.raises(TypeError, match="padless_share_prompts must be a bool"):
+        _trainer(
+            PackedGRPOTrainer,
+            _config(GRPOConfig, tmp_path),
+            padless_max_tokens=64,
+            padless_share_prompts="yes",
+        )
     with pytest.raises(TypeError, match="padless_max_tokens must be an int"):
         _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens="64")
     ours = _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens=12)

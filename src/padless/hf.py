@@ -1620,20 +1620,20 @@ class PackedGRPOMixin:
         padless_share_prompts: bool = False,
         **kwargs: Any,
     ) -> None:
+        names = [c.__name__ for c in type(self).__mro__]
+        if "GRPOTrainer" not in names and "RLOOTrainer" not in names:
+            raise TypeError(
+                "PackedGRPOMixin mixes into TRL's GRPOTrainer or RLOOTrainer "
+                f"(class T(PackedGRPOMixin, GRPOTrainer)), got {type(self).__name__} over "
+                f"{', '.join(names[1:4])}"
+            )
         cap = cast(int, check_int("padless_max_tokens", padless_max_tokens, minimum=2))
         share = check_bool("padless_share_prompts", padless_share_prompts)
         super().__init__(*args, **kwargs)
         me = cast(Any, self)
         me._padless_max_tokens = cap
         me._padless_share = share
-        me._padless_rloo = any(c.__name__ == "RLOOTrainer" for c in type(self).__mro__)
-        if not me._padless_rloo and not any(
-            c.__name__ == "GRPOTrainer" for c in type(self).__mro__
-        ):
-            raise TypeError(
-                "PackedGRPOMixin mixes into TRL's GRPOTrainer or RLOOTrainer, got "
-                f"{type(self).__mro__[1].__name__}"
-            )
+        me._padless_rloo = "RLOOTrainer" in names
         args_ = me.args
         refused: dict[str, tuple[bool, Any]] = {
             "router aux loss": (bool(me.aux_loss_enabled), me.aux_loss_enabled),
