@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("trl")
 import torch  # noqa: E402
@@ -361,3 +363,41 @@ def test_shared_prompts_run_each_prompt_once_per_micro_batch(tmp_path):
     once = sum(int(inputs["prompt_mask"][0].numel() - row.count(0)) - 1 for row in distinct)
     assert len(distinct) == 3
     assert once + int((c + 1).sum()) <= sum(widths) < int((p + c).sum())
+
+
+@pytest.fixture(scope="module")
+def scorers(tmp_path_factory):
+    """TRL's trainer and the packed one (prompts shared or not), once for the property."""
+    out = tmp_path_factory.mktemp("scorers")
+    config = _config(GRPOConfig, out)
+    theirs = _trainer(GRPOTrainer, config)
+    packed = {
+        share: _trainer(
+            PackedGRPOTrainer, config, padless_max_tokens=20, padless_share_prompts=share
+        )
+        for share in (False, True)
+    }
+    return theirs, packed
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(1, 9),
+    per_prompt=st.sampled_from([1, 2, 3]),
+    seed=st.integers(0, 2**16),
+    share=st.booleans(),
+)
+def test_packed_scoring_equals_trls_on_any_rollout(scorers, n, per_prompt, seed, share):
+    """Whatever the lengths (empty completions included), the grouping and the cap's cuts,
+    every completion token's log-prob from the packed micro-batches equals TRL's padded one."""
+    theirs, packed = scorers
+    ours = packed[share]
+    inputs = _rollout(n, seed=seed, per_prompt=per_prompt)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    keep = inputs["completion_ids"].shape[1]
+    with torch.no_grad():
+        want, _, _ = theirs._get_per_token_logps_and_entropies(theirs.model, ids, mask, keep)
+        got, _, _ = ours._get_per_token_logps_and_entropies(ours.model, ids, mask, keep)
+    assert torch.allclose(want, got, atol=1e-5)
+    assert int(PLANS[-1].tokens.max()) <= 20
