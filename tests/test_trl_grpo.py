@@ -6,6 +6,7 @@ plain trainer end with the same weights."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -401,3 +402,24 @@ def test_packed_scoring_equals_trls_on_any_rollout(scorers, n, per_prompt, seed,
         got, _, _ = ours._get_per_token_logps_and_entropies(ours.model, ids, mask, keep)
     assert torch.allclose(want, got, atol=1e-5)
     assert int(PLANS[-1].tokens.max()) <= 20
+
+
+def test_two_processes_agree_on_micro_batches_and_train_to_trls_weights(tmp_path):
+    """DDP over two processes (torchrun, gloo): each plans its own batch, the processes run
+    the same number of micro-batches (the most either needs; one process's count alone would
+    differ), and the weights equal TRL's GRPOTrainer's on the same two processes, on both."""
+    from _procs import torchrun
+
+    torchrun("_grpo_ddp.py", tmp_path, timeout=240)
+    weights = [torch.load(tmp_path / f"weights{r}.pt") for r in (0, 1)]
+    counts = [json.loads((tmp_path / f"counts{r}.json").read_text()) for r in (0, 1)]
+    assert len(counts[0]) == len(counts[1]) > 0
+    for (alone0, agreed0), (alone1, agreed1) in zip(*counts, strict=True):
+        assert agreed0 == agreed1 == max(alone0, alone1)
+    assert any(a0 != a1 for (a0, _), (a1, _) in zip(*counts, strict=True))  # it mattered
+    for rank in (0, 1):
+        for name in ("packed", "shared"):
+            for a, b in zip(weights[rank]["trl"], weights[rank][name], strict=True):
+                assert torch.allclose(a, b, atol=1e-5), (rank, name)
+    for a, b in zip(weights[0]["packed"], weights[1]["packed"], strict=True):
+        assert torch.equal(a, b)  # DDP kept the processes' weights equal
