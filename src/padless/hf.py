@@ -1609,8 +1609,10 @@ class PackedGRPOMixin:
     ``"luspo"``, ``"vespo"``; ``top_entropy_quantile < 1``; ``off_policy_mask_threshold``;
     an entropy bonus; a router aux loss; vLLM's importance-sampling correction; DeepSpeed;
     ``nn.DataParallel``. A batch with images, or a sequence over the cap, is a ``ValueError``
-    at its step. tests/test_trl_grpo.py checks the loss and gradients against TRL's own and
-    trains beside the plain trainers to the same weights.
+    at its step. Logged: the entropy, the KL term and the clip ratios' means as TRL logs them
+    (not the per-sequence ``clip_ratio/low_min`` and ``high_max``). tests/test_trl_grpo.py
+    checks the loss and gradients against TRL's own and trains beside the plain trainers (one
+    process and two) to the same weights.
     """
 
     def __init__(
