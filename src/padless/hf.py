@@ -1726,7 +1726,8 @@ class PackedGRPOMixin:
         each rollout its prompt's last token and its completion, under a 4-D mask by which each
         of those blocks sees the prompt and itself only. (The last prompt token is repeated so
         that TRL's fused head, which scores token j from position j - 1, scores every
-        completion's first token.) A group over the cap is cut into groups that fit."""
+        completion's first token.) A group over the cap is cut into groups that fit (those of one
+        prompt that land in one micro-batch still run it once)."""
         import numpy as np
         import torch
 
@@ -1741,8 +1742,10 @@ class PackedGRPOMixin:
         n = len(prompts)
         lengths = np.zeros(n, dtype=np.int64)
         groups = np.zeros(n, dtype=np.int64)
+        same = np.zeros(n, dtype=np.int64)  # which prompt: a micro-batch runs each once
         gid = -1
-        for members in found.values():
+        for k, members in enumerate(found.values()):
+            same[members] = k
             room = 0
             for i in members:
                 block = 1 + answers[i].numel()
@@ -1764,7 +1767,7 @@ class PackedGRPOMixin:
         device = input_ids.device
         out = []
         for idx in plan.micro_batches(0):
-            order = sorted(idx.tolist(), key=lambda i: (groups[i], i))
+            order = sorted(idx.tolist(), key=lambda i: (same[i], i))
             mb: dict[str, Any] = {
                 "indices": torch.tensor(order, dtype=torch.long),
                 "step_loss_tokens": plan.total_loss_tokens,
@@ -1784,8 +1787,8 @@ class PackedGRPOMixin:
             for i in order:
                 prompt, answer = prompts[i], answers[i]
                 p = prompt.numel()
-                if groups[i] != last:  # the group's prompt but its last token, once
-                    last, trunk_seg = int(groups[i]), -1
+                if same[i] != last:  # the prompt but its last token, once
+                    last, trunk_seg = int(same[i]), -1
                     if p > 1:
                         trunk_seg = len(sizes)
                         pieces.append(prompt[:-1])
