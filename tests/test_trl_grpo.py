@@ -180,14 +180,22 @@ def _loss_and_grads(trainer, model, inputs):
         ("bnpo", {}),
         ("grpo", {"importance_sampling_level": "sequence", "delta": 1.1}),
         ("dr_grpo", {"delta": 1.2, "epsilon_high": 0.28}),
+        ("bnpo", {"tools": True}),
     ],
 )
 def test_packed_grpo_loss_and_gradients_equal_trls(tmp_path, loss_type, extra):
+    extra = dict(extra)
     share = extra.pop("share", False)
+    tools = extra.pop("tools", False)
     config = _config(GRPOConfig, tmp_path, **{"loss_type": loss_type, **extra})
     theirs = _trainer(GRPOTrainer, config)
     ours = _trainer(PackedGRPOTrainer, config, padless_max_tokens=24, padless_share_prompts=share)
     inputs = _rollout(12, seed=1, per_prompt=3 if share else 1)
+    if tools:  # tool outputs inside the completions: run, never scored
+        g = torch.Generator().manual_seed(5)
+        inputs["tool_mask"] = (
+            torch.rand(inputs["completion_mask"].shape, generator=g) > 0.3
+        ).long()
     theirs.model.train()
     ours.model.train()
     ours.model.load_state_dict(theirs.model.state_dict())
@@ -226,12 +234,13 @@ def test_the_batch_runs_in_several_capped_micro_batches(tmp_path):
     assert sum(width for _, width in seen) == tokens
 
 
-def test_packed_rloo_loss_and_gradients_equal_trls(tmp_path):
+@pytest.mark.parametrize("share", [False, True])
+def test_packed_rloo_loss_and_gradients_equal_trls(tmp_path, share):
     config = _config(RLOOConfig, tmp_path)
     theirs = _trainer(RLOOTrainer, config)
-    ours = _trainer(PackedRLOOTrainer, config, padless_max_tokens=20)
+    ours = _trainer(PackedRLOOTrainer, config, padless_max_tokens=20, padless_share_prompts=share)
     ours.model.load_state_dict(theirs.model.state_dict())
-    inputs = _rollout(10, seed=2, rloo=True)
+    inputs = _rollout(10, seed=2, rloo=True, per_prompt=2 if share else 1)
     theirs.model.train()
     ours.model.train()
     theirs.current_gradient_accumulation_steps = ours.current_gradient_accumulation_steps = 1
