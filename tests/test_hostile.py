@@ -162,6 +162,8 @@ NOT_ATTACKED = {
     "padless.hf.PadlessTrainerMixin": "needs a transformers Trainer: tests/test_hf.py attacks it",
     "padless.hf.PackedDPOMixin": "needs TRL's DPOTrainer: tests/test_trl_dpo.py refuses its "
     "settings",
+    "padless.hf.PackedGRPOMixin": "needs TRL's GRPOTrainer or RLOOTrainer: tests/test_trl_grpo.py "
+    "refuses its settings",
 }
 
 

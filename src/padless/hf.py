@@ -38,6 +38,7 @@ from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
+from .planners.step import plan_step
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
 from .torch._groups import (
     GroupCollate,
@@ -45,9 +46,10 @@ from .torch._groups import (
     completion_logprobs,
     dpo_loss,
 )
+from .torch._packed_check import block_causal_mask, packs
 from .torch._packed_check import check_packed as _check_packed
-from .torch._packed_check import packs
 from .torch._pairs import PackedPairsCollate
+from .torch._rollout import split_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -1567,9 +1569,511 @@ class PackedDPOMixin:
         return (loss, None) if return_outputs else loss
 
 
+_GRPO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")  # the ones PackedGRPOMixin computes
+
+
+class PackedGRPOMixin:
+    """Mix into TRL's ``GRPOTrainer`` or ``RLOOTrainer`` (``class T(PackedGRPOMixin,
+    GRPOTrainer)``) to run each rollout batch's loss on padding-free packed micro-batches
+    planned by :func:`padless.plan_step`, each under ``padless_max_tokens`` tokens.
+
+    At every loss step the process's batch (prompt + completion of each rollout, the tokens
+    TRL's attention mask keeps) is planned with ``plan_step(lengths, world_size=1,
+    max_tokens=padless_max_tokens, loss_tokens=...)`` and cut by
+    :func:`padless.torch.split_rollout` into packed rows: one ``(1, T)`` row per micro-batch,
+    position ids restarting at every sequence (transformers' padding-free attention), no
+    padding. Every completion is scored through TRL's fused LM head, and the loss is TRL's:
+    GRPO's clipped surrogate (``loss_type`` ``"dapo"``, the default, ``"grpo"``, ``"bnpo"``,
+    ``"dr_grpo"``; importance sampling per token or per sequence; the KL term with ``beta``;
+    ``delta``; ``use_bias_correction_kl``) or RLOO's per-sequence one, with the same
+    normalisation (``bnpo`` divides by the plan's ``total_loss_tokens``). TRL's scoring without
+    a gradient (the old policy's and the reference model's log-probs of a generation batch)
+    runs packed too.
+
+    ``padless_share_prompts=True`` runs each prompt once for the rollouts of it that share a
+    micro-batch (a GRPO group: rollouts with equal prompt tokens are one group of the plan,
+    kept whole, cut into pieces that fit where a group is over the cap): the prompt but its
+    last token, then per rollout that last token and the completion, under a 4-D shared-prefix
+    mask (the one :func:`padless.torch.collate_groups` emits; a float ``T × T`` mask per
+    micro-batch, so keep the cap moderate) with positions continuing the prompt's. It pays
+    where a process's batch holds several rollouts of a prompt (``steps_per_generation=1``:
+    the whole generation batch); the model must honour a 4-D mask (eager or sdpa attention).
+
+    Memory: while the gradient is on, every micro-batch but the last is back-propagated as
+    soon as its loss is known (as the Trainer would back-propagate it, under ``no_sync``
+    with several processes), so one micro-batch's activations are held at a time; the loss
+    returned is the whole batch's. With several processes, the processes agree on the number
+    of micro-batches (an all-reduce of one int) so that every one runs the same number.
+
+    Refused when built, naming the setting: ``loss_type`` ``"cispo"``, ``"sapo"``,
+    ``"luspo"``, ``"vespo"``; ``top_entropy_quantile < 1``; ``off_policy_mask_threshold``;
+    an entropy bonus; a router aux loss; vLLM's importance-sampling correction; DeepSpeed;
+    ``nn.DataParallel``. A batch with images, or a sequence over the cap, is a ``ValueError``
+    at its step. Logged: the entropy, the KL term and the clip ratios' means as TRL logs them
+    (not the per-sequence ``clip_ratio/low_min`` and ``high_max``). tests/test_trl_grpo.py
+    checks the loss and gradients against TRL's own and trains beside the plain trainers (one
+    process and two) to the same weights.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        padless_max_tokens: int,
+        padless_share_prompts: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        names = [c.__name__ for c in type(self).__mro__]
+        if "GRPOTrainer" not in names and "RLOOTrainer" not in names:
+            raise TypeError(
+                "PackedGRPOMixin mixes into TRL's GRPOTrainer or RLOOTrainer "
+                f"(class T(PackedGRPOMixin, GRPOTrainer)), got {type(self).__name__} over "
+                f"{', '.join(names[1:4])}"
+            )
+        cap = cast(int, check_int("padless_max_tokens", padless_max_tokens, minimum=2))
+        share = check_bool("padless_share_prompts", padless_share_prompts)
+        super().__init__(*args, **kwargs)
+        me = cast(Any, self)
+        me._padless_max_tokens = cap
+        me._padless_share = share
+        me._padless_rloo = "RLOOTrainer" in names
+        args_ = me.args
+        refused: dict[str, tuple[bool, Any]] = {
+            "router aux loss": (bool(me.aux_loss_enabled), me.aux_loss_enabled),
+            "DeepSpeed": (me.is_deepspeed_enabled, True),
+            "n_gpu (nn.DataParallel)": (args_.n_gpu > 1, args_.n_gpu),
+        }
+        if not me._padless_rloo:
+            refused.update(
+                {
+                    "loss_type": (me.loss_type not in _GRPO_LOSS_TYPES, me.loss_type),
+                    "top_entropy_quantile": (
+                        me.top_entropy_quantile < 1.0,
+                        me.top_entropy_quantile,
+                    ),
+                    "off_policy_mask_threshold": (
+                        me.off_policy_mask_threshold is not None,
+                        me.off_policy_mask_threshold,
+                    ),
+                    "entropy bonus": (bool(me._entropy_bonus_enabled), args_.entropy_coef),
+                    "vllm_importance_sampling_correction": (
+                        bool(me.use_vllm and me.vllm_importance_sampling_correction),
+                        True,
+                    ),
+                }
+            )
+        for name, (bad, value) in refused.items():
+            if bad:
+                raise ValueError(
+                    f"PackedGRPOMixin computes TRL's clipped GRPO loss (loss_type one of "
+                    f"{', '.join(_GRPO_LOSS_TYPES)}) and RLOO's: {name}={value!r} is not "
+                    "supported; use TRL's trainer without the mixin for it"
+                )
+
+    def _padless_plan(self, lengths: Any, loss_tokens: Any, groups: Any = None) -> Any:
+        import torch
+
+        me = cast(Any, self)
+        cap = me._padless_max_tokens
+        too_long = [i for i, n in enumerate(lengths.tolist()) if n > cap]
+        if too_long:
+            i = too_long[0]
+            raise ValueError(
+                f"rollout {i} holds {int(lengths[i])} tokens (prompt + completion), over "
+                f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
+                "max_prompt_length + max_completion_length"
+            )
+        plan = plan_step(
+            lengths, world_size=1, max_tokens=cap, loss_tokens=loss_tokens, groups=groups
+        )
+        if me.accelerator.num_processes > 1:  # the same number of micro-batches everywhere
+            m = torch.tensor(plan.num_micro_batches, device=me.accelerator.device)
+            most = int(me.accelerator.reduce(m, reduction="max").item())
+            if most > plan.num_micro_batches:
+                plan = plan_step(
+                    lengths,
+                    world_size=1,
+                    max_tokens=cap,
+                    loss_tokens=loss_tokens,
+                    groups=groups,
+                    min_micro_batches=most,
+                )
+        return plan
+
+    def _padless_micro_batches(
+        self, input_ids: Any, mask: Any, completions: int, loss_mask: Any
+    ) -> list[dict[str, Any]]:
+        """The packed micro-batches of a batch of ``prompt | completion`` rows (the completion
+        its last ``completions`` columns; ``mask`` the tokens kept)."""
+        import torch
+
+        me = cast(Any, self)
+        mask = mask.bool()
+        _check_one_run(mask, mask[:, : mask.shape[1] - completions])
+        if me._padless_share:
+            return me._padless_shared(input_ids, mask, completions, loss_mask)
+        lengths = mask.sum(dim=1).cpu().numpy()
+        plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy())
+        is_completion = torch.zeros_like(mask)
+        is_completion[:, mask.shape[1] - completions :] = True
+        batch = {"input_ids": input_ids, "attention_mask": mask, "is_completion": is_completion}
+        return split_rollout(batch, plan, 0)
+
+    def _padless_shared(
+        self, input_ids: Any, mask: Any, completions: int, loss_mask: Any
+    ) -> list[dict[str, Any]]:
+        """Micro-batches with each prompt once: the rollouts of one prompt (equal prompt
+        tokens) are one group of the plan, laid out as the prompt but its last token, then for
+        each rollout its prompt's last token and its completion, under a 4-D mask by which each
+        of those blocks sees the prompt and itself only. (The last prompt token is repeated so
+        that TRL's fused head, which scores token j from position j - 1, scores every
+        completion's first token.) A group over the cap is cut into groups that fit (those of one
+        prompt that land in one micro-batch still run it once)."""
+        import numpy as np
+        import torch
+
+        me = cast(Any, self)
+        cap = me._padless_max_tokens
+        cut = mask.shape[1] - completions
+        prompts = [input_ids[i, :cut][mask[i, :cut]] for i in range(mask.shape[0])]
+        answers = [input_ids[i, cut:][mask[i, cut:]] for i in range(mask.shape[0])]
+        found: dict[tuple[int, ...], list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            found.setdefault(tuple(prompt.tolist()), []).append(i)
+        n = len(prompts)
+        lengths = np.zeros(n, dtype=np.int64)
+        groups = np.zeros(n, dtype=np.int64)
+        same = np.zeros(n, dtype=np.int64)  # which prompt: a micro-batch runs each once
+        gid = -1
+        for k, members in enumerate(found.values()):
+            same[members] = k
+            room = 0
+            for i in members:
+                block = 1 + answers[i].numel()
+                trunk = prompts[i].numel() - 1
+                if trunk + block > cap:
+                    raise ValueError(
+                        f"rollout {i} holds {trunk + block} tokens (prompt + completion), over "
+                        f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
+                        "max_prompt_length + max_completion_length"
+                    )
+                if block > room:  # a new group: the prompt once more
+                    gid, room = gid + 1, cap - trunk
+                    lengths[i] = trunk
+                groups[i] = gid
+                lengths[i] += block
+                room -= block
+        plan = me._padless_plan(lengths, loss_mask.sum(dim=1).cpu().numpy(), groups)
+        dtype = next(me.model.parameters()).dtype
+        device = input_ids.device
+        out = []
+        for idx in plan.micro_batches(0):
+            order = sorted(idx.tolist(), key=lambda i: (same[i], i))
+            mb: dict[str, Any] = {
+                "indices": torch.tensor(order, dtype=torch.long),
+                "step_loss_tokens": plan.total_loss_tokens,
+            }
+            out.append(mb)
+            if not order:
+                mb["input_ids"] = input_ids.new_zeros((1, 0))
+                mb["position_ids"] = torch.zeros((1, 0), dtype=torch.long)
+                mb["is_completion"] = torch.zeros((1, 0), dtype=torch.bool)
+                continue
+            pieces: list[Any] = []
+            positions: list[Any] = []
+            scored: list[Any] = []
+            sizes: list[int] = []
+            prompt_of: list[int] = []
+            last, trunk_seg = -1, -1
+            for i in order:
+                prompt, answer = prompts[i], answers[i]
+                p = prompt.numel()
+                if same[i] != last:  # the prompt but its last token, once
+                    last, trunk_seg = int(same[i]), -1
+                    if p > 1:
+                        trunk_seg = len(sizes)
+                        pieces.append(prompt[:-1])
+                        positions.append(torch.arange(p - 1))
+                        sizes.append(p - 1)
+                        prompt_of.append(-1)
+                        scored.append(torch.zeros(p - 1, dtype=torch.bool))
+                pieces.append(torch.cat([prompt[-1:], answer]))
+                positions.append(torch.arange(p - 1, p + answer.numel()))
+                sizes.append(answer.numel() + 1)
+                prompt_of.append(trunk_seg)
+                flags = torch.ones(answer.numel() + 1, dtype=torch.bool)
+                flags[0] = False
+                scored.append(flags)
+            counts = torch.tensor(sizes)
+            seg = torch.repeat_interleave(torch.arange(len(sizes)), counts)[None]
+            owner = torch.repeat_interleave(torch.tensor(prompt_of), counts)[None]
+            mb["input_ids"] = torch.cat(pieces)[None]
+            mb["position_ids"] = torch.cat(positions)[None].to(device)
+            mb["attention_mask"] = block_causal_mask(seg, dtype, prompt_of=owner).to(device)
+            mb["is_completion"] = torch.cat(scored)[None].to(device)
+        return out
+
+    def _padless_forward(self, model: Any, mb: dict[str, Any], fallback: Any) -> tuple[Any, Any]:
+        """Log-probs (and entropies, where the model's fused head gives them) of a packed
+        micro-batch's completion tokens, in order: TRL's fused LM head on one packed row."""
+        import torch
+
+        me = cast(Any, self)
+        ids = mb["input_ids"]
+        pos = mb["position_ids"].to(ids.device)
+        if ids.shape[1] == 0:  # an empty micro-batch (processes agreed on more): a zero forward
+            ids = fallback[:1, :1]
+            pos = torch.zeros_like(ids)
+            completion = torch.zeros_like(ids, dtype=torch.bool)
+        else:
+            completion = mb["is_completion"].bool()
+        labels = ids.masked_fill(~completion, -100)
+        labels[:, 0] = -100
+        extra = {}
+        if "attention_mask" in mb and mb["input_ids"].shape[1]:  # shared prompts: a 4-D mask
+            extra["attention_mask"] = mb["attention_mask"]
+        with me.accelerator.autocast():
+            out = model(input_ids=ids, position_ids=pos, labels=labels, fused_lm_head=True, **extra)
+        # out.log_probs[0, j - 1] scores token j: shift back onto the tokens
+        keep = completion[0, 1:]
+        entropy = out.entropy[0][keep] if out.entropy is not None else None
+        return out.log_probs[0][keep], entropy
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **extra: Any,
+    ) -> tuple[Any, Any, Any]:
+        """TRL's no-gradient scoring (the old policy's and the reference model's log-probs of a
+        generation batch) on packed micro-batches too; anything else is TRL's own."""
+        import torch
+
+        me = cast(Any, self)
+        if (
+            torch.is_grad_enabled()
+            or compute_aux_loss
+            or any(v is not None for v in extra.values())
+        ):
+            return cast(Any, super())._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size,
+                compute_entropy,
+                compute_aux_loss,
+                **extra,
+            )
+        mask = attention_mask.bool()
+        rows = mask[:, mask.shape[1] - logits_to_keep :]
+        logps = torch.zeros(rows.shape, dtype=torch.float32, device=input_ids.device)
+        entropies = torch.zeros_like(logps) if compute_entropy else None
+        for mb in me._padless_micro_batches(input_ids, mask, logits_to_keep, rows):
+            idx = mb["indices"].to(input_ids.device)
+            got, entropy = me._padless_forward(model, mb, input_ids)
+            at = rows[idx]
+            block = logps[idx]
+            block[at] = got.to(logps.dtype)
+            logps[idx] = block
+            if entropies is not None and entropy is not None:
+                block = entropies[idx]
+                block[at] = entropy.to(entropies.dtype)
+                entropies[idx] = block
+        return logps, entropies, None
+
+    def _compute_loss(self, model: Any, inputs: Any) -> Any:
+        import torch
+
+        me = cast(Any, self)
+        images = [k for k in _GRPO_IMAGE_KEYS if inputs.get(k) is not None]
+        if images:
+            raise ValueError(
+                f"PackedGRPOMixin packs text rollouts only; this batch carries {images}: use "
+                "TRL's trainer without the mixin for images"
+            )
+        completion_mask = inputs["completion_mask"]
+        loss_mask = completion_mask
+        if "tool_mask" in inputs:
+            loss_mask = completion_mask * inputs["tool_mask"]
+        micro = me._padless_micro_batches(
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+            torch.cat([inputs["prompt_mask"], completion_mask], dim=1),
+            completion_mask.shape[1],
+            loss_mask,
+        )
+        training = bool(me.model.training)
+        scale = 1.0
+        if training and not me.loss_is_scaled_for_ga:
+            scale = 1.0 / me.current_gradient_accumulation_steps
+        early = torch.is_grad_enabled() and len(micro) > 1
+        total = None
+        stats: dict[str, Any] = {}
+        for k, mb in enumerate(micro):
+            last = k == len(micro) - 1
+            context = (
+                me.accelerator.no_sync(model) if early and not last else contextlib.nullcontext()
+            )
+            with context:
+                part = me._padless_part(model, inputs, mb, completion_mask, loss_mask, stats)
+                if early and not last:
+                    me.accelerator.backward(part * scale)
+                    part = part.detach()
+            total = part if total is None else total + part
+        me._padless_log(stats, training)
+        return total
+
+    def _padless_part(
+        self,
+        model: Any,
+        inputs: Any,
+        mb: dict[str, Any],
+        completion_mask: Any,
+        loss_mask: Any,
+        stats: dict[str, Any],
+    ) -> Any:
+        """One micro-batch's share of the batch's loss (and its metrics into ``stats``)."""
+        import torch
+
+        me = cast(Any, self)
+        idx = mb["indices"].to(completion_mask.device)
+        logps, entropy = me._padless_forward(model, mb, inputs["completion_ids"])
+        rows = completion_mask[idx].bool()  # the completion tokens of these rollouts, in order
+        counts = rows.sum(dim=1)
+        seq = torch.repeat_interleave(torch.arange(idx.numel(), device=counts.device), counts)
+        weight = loss_mask[idx][rows].to(logps.dtype)
+        n = completion_mask.shape[0]
+        advantages = inputs["advantages"][idx]
+
+        def per_seq(x: Any) -> Any:
+            return torch.zeros(idx.numel(), dtype=x.dtype, device=x.device).index_add_(0, seq, x)
+
+        if entropy is not None:
+            _add(stats, "entropy", (entropy.detach() * weight).sum(), weight.sum())
+        if me._padless_rloo:
+            log_ratio = per_seq(logps) - inputs["old_logps"][idx]
+            coef_1 = torch.exp(log_ratio)
+            coef_2 = torch.clamp(coef_1, 1 - me.epsilon_low, 1 + me.epsilon_high)
+            loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
+            _clip_stats(stats, coef_1.detach(), advantages, torch.ones_like(coef_1), me)
+            return loss.sum() / n
+
+        if advantages.dim() == 2:
+            advantages = advantages[rows]
+        else:
+            advantages = advantages[seq]
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old[idx][rows]
+        log_ratio = logps - old
+        by_seq = me.importance_sampling_level == "sequence"
+        if by_seq:  # one ratio per sequence: its tokens' mean log-ratio
+            level = per_seq(log_ratio * weight) / per_seq(weight).clamp(min=1.0)
+            log_ratio = level[seq]
+        coef_1 = torch.exp(log_ratio)
+        coef_2 = torch.clamp(coef_1, 1 - me.epsilon_low, 1 + me.epsilon_high)
+        if me.beta != 0.0:
+            ref = inputs["ref_per_token_logps"][idx][rows]
+            kl = torch.exp(ref - logps) - (ref - logps) - 1
+            if me.args.use_bias_correction_kl:
+                kl = kl * coef_1
+            _add(stats, "kl", (kl.detach() * weight).sum(), weight.sum())
+        if me.args.delta is not None:
+            coef_1 = torch.clamp(coef_1, max=me.args.delta)
+        if by_seq and inputs["advantages"].dim() == 1:  # TRL counts these per sequence
+            ratio = torch.exp(level.detach())
+            if me.args.delta is not None:
+                ratio = torch.clamp(ratio, max=me.args.delta)
+            adv = inputs["advantages"][idx]
+            _clip_stats(stats, ratio, adv, torch.ones_like(ratio), me)
+        else:
+            _clip_stats(stats, coef_1.detach(), advantages, weight, me)
+        per_token = -torch.min(coef_1 * advantages, coef_2 * advantages)
+        if me.beta != 0.0:
+            per_token = per_token + me.beta * kl
+        summed = per_token * weight
+        training = bool(me.model.training)
+        accumulation = me.current_gradient_accumulation_steps if training else 1.0
+        if me.loss_type == "grpo":
+            counts = per_seq(weight).clamp(min=1.0)
+            return (per_seq(summed) / counts).sum() / n / accumulation
+        if me.loss_type == "bnpo":
+            return summed.sum() / max(mb["step_loss_tokens"], 1) / accumulation
+        if me.loss_type == "dr_grpo":
+            return summed.sum() / (n * me.max_completion_length) / accumulation
+        # dapo: TRL's normaliser, the generation batch's loss tokens over every process
+        normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / me.accelerator.num_processes
+        if training:
+            normaliser = (
+                normaliser * me.current_gradient_accumulation_steps / me.args.steps_per_generation
+            )
+        return summed.sum() / normaliser
+
+    def _padless_log(self, stats: dict[str, Any], training: bool) -> None:
+        import torch
+
+        me = cast(Any, self)
+        metrics = me._metrics["train" if training else "eval"]
+        for name, (total, count) in stats.items():
+            both = me.accelerator.reduce(torch.stack([total, count]).float(), reduction="sum")
+            metrics[name].append((both[0] / both[1].clamp(min=1.0)).item())
+
+
+_GRPO_IMAGE_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+def _add(stats: dict[str, Any], name: str, total: Any, count: Any) -> None:
+    if name in stats:
+        a, b = stats[name]
+        stats[name] = (a + total, b + count)
+    else:
+        stats[name] = (total, count)
+
+
+def _clip_stats(stats: dict[str, Any], coef: Any, advantages: Any, weight: Any, me: Any) -> None:
+    low = ((coef < 1 - me.epsilon_low) & (advantages < 0)).to(weight.dtype)
+    high = ((coef > 1 + me.epsilon_high) & (advantages > 0)).to(weight.dtype)
+    _add(stats, "clip_ratio/low_mean", (low * weight).sum(), weight.sum())
+    _add(stats, "clip_ratio/high_mean", (high * weight).sum(), weight.sum())
+    _add(stats, "clip_ratio/region_mean", ((low + high) * weight).sum(), weight.sum())
+
+
+def _check_one_run(mask: Any, prompt_mask: Any) -> None:
+    """Each rollout's kept tokens must be one run (left-padded prompt, right-padded completion):
+    then packing them keeps TRL's relative positions, and the first token is a prompt's."""
+    starts = (mask[:, 1:] & ~mask[:, :-1]).sum(dim=1) + mask[:, 0].long()
+    bad = (starts != 1).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ValueError(
+            f"rollout {i}: its prompt_mask and completion_mask must keep one run of tokens "
+            "(left-padded prompt, right-padded completion), got "
+            f"{int(starts[i])} runs"
+        )
+    empty = (prompt_mask.sum(dim=1) == 0).nonzero()
+    if empty.numel():
+        raise ValueError(
+            f"rollout {int(empty[0, 0])} has an empty prompt: PackedGRPOMixin needs at least "
+            "one prompt token per rollout"
+        )
+
+
 __all__ = [
     "STATE_FILE",
     "PackedDPOMixin",
+    "PackedGRPOMixin",
     "PreferenceCollator",
     "PaddedCollator",
     "PaddingFreeCollator",
