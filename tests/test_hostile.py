@@ -1088,6 +1088,13 @@ ENTRIES: list[Entry] = [
         None,
     ),
     (
+        padless.hf.pair_length,
+        "pair_length",
+        {"row": {"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}},
+        ["row"],
+        None,
+    ),
+    (
         padless.hf.PreferenceCollator,
         "PreferenceCollator",
         {"capacity": 16},

@@ -29,15 +29,20 @@ import logging
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
+import numpy as np
+
 from .core._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
-from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
+from .io import lengths_of
+from .io.checked import CheckedDataset, Field, _check_field, _measure, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
+from .sampling.sampler import PlanSampler
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
 from .torch._groups import (
     GroupCollate,
@@ -296,6 +301,18 @@ class PadlessTrainerMixin:
       see the ones before it is refused with a ``ValueError`` naming the fix (see
       docs/packed_attention.md); ``check_packed=False`` skips it.
 
+    - **Lengths known only after the trainer's preparation.** ``batch_sampler`` may be a
+      planner spec (``padless.Packing(capacity=..., rows_per_batch=...)`` and the others): the
+      mixin then plans it, once the trainer has prepared its dataset (TRL tokenizes text
+      columns in its ``__init__``), as ``PlanSampler(lengths, spec, seed=args.seed,
+      rank=args.process_index, world_size=args.world_size)`` over the prepared rows' lengths by
+      ``length_field`` (from the Arrow offsets for a ``datasets.Dataset`` column); a row the
+      spec cannot take is a ``ValueError`` when the trainer is built. With
+      :class:`PackedDPOMixin` (``class T(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer)``,
+      in this order) ``length_field`` defaults to :func:`pair_length` (a pair's prompt once,
+      its chosen and rejected completions), so a ``Packing`` spec plans whole pairs into the
+      rows :class:`PreferenceCollator` packs; tests/test_trl_dpo_sampler.py trains it.
+
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
     ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch
     (a resume inside an epoch: the plan of each part of it, no replay).
@@ -331,22 +348,20 @@ class PadlessTrainerMixin:
         trust_collator: bool = False,
         **kwargs: Any,
     ) -> None:
-        sampler = _check_sampler(batch_sampler)
+        # a spec: planned once the trainer has prepared (tokenized) its dataset, see below
+        spec = batch_sampler if isinstance(batch_sampler, Spec) else None
+        if spec is None:
+            _check_sampler(batch_sampler)
+        elif isinstance(self, PackedDPOMixin) and length_field == "input_ids":
+            length_field = pair_length  # the default: a preference row's tokens, packed
         trust_collator = check_bool("trust_collator", trust_collator)
         default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
-        if (
-            _steps_of(sampler)
-            and loss_targets not in ("shifted", "all")
-            and not callable(loss_targets)
-        ):
-            raise ValueError(
-                f"loss_targets must be 'shifted', 'all' or a function (see "
-                f"PlanSampler.loss_tokens), got {loss_targets!r}"
-            )
-        lengths = sampler_lengths(sampler)
-        if lengths is not None:
+        if spec is None:
+            self._padless_loss_targets_checked(batch_sampler, loss_targets, length_field)
+        else:  # before the trainer's preparation: the lengths' shape is the field's
+            columns = len(length_field) if isinstance(length_field, (tuple, list)) else 0
             try:
-                _check_field(length_field, int(lengths.shape[1]) if lengths.ndim == 2 else 0)
+                _check_field(length_field, columns)
             except (TypeError, ValueError) as err:
                 raise type(err)(f"length_field={length_field!r} is refused: {err}") from None
         given = kwargs.get("args", args[1] if len(args) > 1 else None)
@@ -355,6 +370,12 @@ class PadlessTrainerMixin:
         super().__init__(*args, **kwargs)
         trainer: Any = self
         _refuse_reordering(trainer.args)
+        if spec is None:
+            sampler = batch_sampler
+        else:
+            sampler = self._padless_plan(spec, trainer.train_dataset, length_field)
+            self._padless_loss_targets_checked(sampler, loss_targets, length_field)
+        lengths = sampler_lengths(sampler)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -383,6 +404,57 @@ class PadlessTrainerMixin:
         self._padless_check_packed = check_bool("check_packed", check_packed)
         if trainer.train_dataset is not None:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
+
+    @staticmethod
+    def _padless_loss_targets_checked(sampler: Any, loss_targets: Any, length_field: Any) -> None:
+        """Refuse ``loss_targets`` and ``length_field`` that cannot serve ``sampler``."""
+        if (
+            _steps_of(sampler)
+            and loss_targets not in ("shifted", "all")
+            and not callable(loss_targets)
+        ):
+            raise ValueError(
+                f"loss_targets must be 'shifted', 'all' or a function (see "
+                f"PlanSampler.loss_tokens), got {loss_targets!r}"
+            )
+        lengths = sampler_lengths(sampler)
+        if lengths is not None:
+            try:
+                _check_field(length_field, int(lengths.shape[1]) if lengths.ndim == 2 else 0)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"length_field={length_field!r} is refused: {err}") from None
+
+    def _padless_plan(self, spec: Any, dataset: Any, length_field: Any) -> Any:
+        """The sampler of ``batch_sampler=spec``: a :class:`padless.PlanSampler` over the lengths
+        of the dataset the trainer prepared, with the trainer's seed, rank and world size."""
+        trainer: Any = self
+        if dataset is None:
+            raise ValueError(
+                "batch_sampler is a spec, planned over train_dataset's lengths: pass a "
+                "train_dataset (or a sampler built on lengths of your own)"
+            )
+        try:
+            lengths = _dataset_lengths(dataset, length_field)
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"batch_sampler={spec.describe()} is planned over the lengths of the dataset the "
+                f"trainer prepared, measured by length_field={_field_name(length_field)}: {err}"
+            ) from None
+        try:
+            sampler = PlanSampler(
+                lengths,
+                spec,
+                seed=trainer.args.seed,
+                rank=trainer.accelerator.process_index,
+                world_size=trainer.accelerator.num_processes,
+            )
+            len(sampler)  # plans the first epoch: a row the spec cannot take fails now
+        except ValueError as err:
+            raise ValueError(
+                f"batch_sampler={spec.describe()} cannot plan the dataset the trainer prepared "
+                f"(lengths by length_field={_field_name(length_field)}): {err}"
+            ) from None
+        return sampler
 
     def _padless_checked(self, dataset: Any) -> Any:
         """``dataset`` bound to the sampler's lengths (:class:`padless.io.checked.CheckedDataset`)."""
@@ -924,6 +996,9 @@ def _layout(collator: Any, default: bool) -> _Layout:
                 "shapes", name, shapes=inner.shapes, pad_batches=inner.pad_batches, padless=True
             )
         return _Layout("padded", name, multiple=inner.multiple_of, padless=True)
+    if isinstance(collator, PreferenceCollator):  # packed rows of whole pairs, next fit
+        inner = collator.collate
+        return _Layout("rows", name, capacity=inner.capacity, rows=inner.rows)
     kind = next(
         (
             _HF_KINDS[key]
@@ -1196,6 +1271,66 @@ def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
             f"{missing} as long as their input_ids, which would stay whole beside the cut "
             f"input_ids: pass sampler.pieces(dataset, keys={(*dataset.keys, *missing)!r})"
         )
+
+
+PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
+
+
+def pair_length(row: Mapping[str, Any]) -> int:
+    """The tokens a tokenized preference row takes packed (:class:`PreferenceCollator`: its
+    prompt once, then its chosen and rejected completions): the ``length_field`` that
+    :class:`PadlessTrainerMixin` measures TRL's tokenized DPO rows with under
+    :class:`PackedDPOMixin`.
+
+    >>> pair_length({"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4, 5, 6]})
+    6
+    """
+    if not isinstance(row, Mapping):
+        raise TypeError(
+            f"row must be a mapping with keys {list(PAIR_KEYS)}, got {type(row).__name__}"
+        )
+    missing = [k for k in PAIR_KEYS if k not in row]
+    if missing:
+        raise ValueError(
+            f"row has no field {missing[0]!r} (a tokenized preference row has {list(PAIR_KEYS)}); "
+            f"it has {sorted(map(str, row))!r:.80}"
+        )
+    total = 0
+    for k in PAIR_KEYS:
+        value = row[k]
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise TypeError(
+                f"row[{k!r}] must be a sequence of token ids, got {type(value).__name__}"
+            )
+        total += len(value)
+    return total
+
+
+def _field_name(field: Any) -> str:
+    return getattr(field, "__name__", None) or repr(field)
+
+
+def _dataset_lengths(dataset: Any, field: Any) -> Any:
+    """The lengths of ``dataset``'s rows measured by ``field`` (as :class:`CheckedDataset`
+    measures them): from the Arrow offsets where the rows are a ``datasets.Dataset``'s columns,
+    else one pass over the rows."""
+    hf = sys.modules.get("datasets")
+    arrow = (
+        hf is not None
+        and isinstance(dataset, hf.Dataset)
+        and dataset.format.get("type") != "custom"
+    )
+    if arrow and field is pair_length:
+        return lengths_of(dataset, column=list(PAIR_KEYS)).sum(axis=1)
+    if arrow and isinstance(field, (str, tuple)):
+        return lengths_of(dataset, column=field if isinstance(field, str) else list(field))
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise TypeError(
+            f"the dataset must have a length and rows by index, got {type(dataset).__name__}"
+        )
+    columns = len(field) if isinstance(field, tuple) else 0
+    sizes = [_measure(dataset[i], field, columns, i) for i in range(len(dataset))]
+    return np.array(sizes, dtype=np.int64)
 
 
 def _sequence_keys(dataset: Any) -> tuple[str, ...]:
@@ -1512,9 +1647,25 @@ class PackedDPOMixin:
     ``ref_model``, and a ``data_collator`` of your own (pass ``capacity``). A pair longer than
     ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
     Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
+
+    With :class:`PadlessTrainerMixin` first (``class T(PadlessTrainerMixin, PackedDPOMixin,
+    DPOTrainer)``; the other order is a ``TypeError``) and ``batch_sampler=padless.Packing(
+    capacity=C, rows_per_batch=R)`` beside ``capacity=C``, the pairs are planned whole after
+    TRL has tokenized them (lengths by :func:`pair_length`): every batch the model gets is the
+    plan's, deterministic, per rank, and resumed exactly from a checkpoint.
     """
 
     def __init__(self, *args: Any, capacity: int, **kwargs: Any) -> None:
+        mro = type(self).__mro__
+        if PadlessTrainerMixin in mro and mro.index(PadlessTrainerMixin) > mro.index(
+            PackedDPOMixin
+        ):
+            raise TypeError(
+                f"{type(self).__name__} lists PackedDPOMixin before PadlessTrainerMixin: "
+                "PadlessTrainerMixin checks the collator PackedDPOMixin sets, so it must come "
+                f"first: class {type(self).__name__}(PadlessTrainerMixin, PackedDPOMixin, "
+                "DPOTrainer)"
+            )
         if kwargs.get("data_collator", args[3] if len(args) > 3 else None) is not None:
             raise ValueError(
                 "data_collator must be None with PackedDPOMixin: it packs the pairs itself "
@@ -1576,4 +1727,5 @@ __all__ = [
     "PadlessTrainerMixin",
     "TrainerBatches",
     "newest_checkpoint",
+    "pair_length",
 ]
