@@ -168,3 +168,30 @@ def test_combinations_that_cannot_deliver_the_plan_are_refused(
             capacity=capacity,
             batch_sampler=spec,
         )
+
+
+def test_a_spec_under_any_trainer_is_planned_over_its_dataset(tmp_path):
+    """Not DPO only: a plain Trainer with batch_sampler=a spec plans it over train_dataset's
+    lengths by length_field, with the trainer's seed; the DataLoader yields that plan."""
+    from transformers import Trainer
+
+    lengths, data = hft.corpus(40, seed=4)
+    spec = TokenBudget(max_tokens=96)
+
+    class SpecTrainer(PadlessTrainerMixin, Trainer):
+        pass
+
+    args = hft.training_args(str(tmp_path), seed=5)
+    trainer = SpecTrainer(
+        model=hft.tiny_model(), args=args, train_dataset=data, batch_sampler=spec,
+        data_collator=lambda rows: [r["index"] for r in rows],
+    )  # fmt: skip
+    assert trainer.padless_sampler.lengths.tolist() == lengths.tolist()
+    expected = [list(b) for b in PlanSampler(lengths, spec, seed=5)]
+    assert list(trainer.get_train_dataloader()) == expected
+    with pytest.raises(ValueError, match="cuts sequences into pieces"):
+        SpecTrainer(
+            model=hft.tiny_model(), args=args, train_dataset=data,
+            batch_sampler=Packing(capacity=16, oversize="split"),
+            data_collator=lambda rows: rows, trust_collator=True,
+        )  # fmt: skip

@@ -352,7 +352,7 @@ class PadlessTrainerMixin:
         spec = batch_sampler if isinstance(batch_sampler, Spec) else None
         if spec is None:
             _check_sampler(batch_sampler)
-        elif isinstance(self, PackedDPOMixin) and length_field == "input_ids":
+        if isinstance(self, PackedDPOMixin) and length_field == "input_ids":
             length_field = pair_length  # the default: a preference row's tokens, packed
         trust_collator = check_bool("trust_collator", trust_collator)
         default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
@@ -440,6 +440,14 @@ class PadlessTrainerMixin:
                 f"batch_sampler={spec.describe()} is planned over the lengths of the dataset the "
                 f"trainer prepared, measured by length_field={_field_name(length_field)}: {err}"
             ) from None
+        if _serves_pieces(spec, np.asarray(lengths)):
+            raise ValueError(
+                f"batch_sampler={spec.describe()} cuts sequences into pieces, which only its "
+                "sampler's pieces(dataset) serves, and a spec the trainer plans has no dataset "
+                "of pieces: build the sampler on the prepared dataset's lengths yourself and "
+                "pass train_dataset=sampler.pieces(dataset), or a spec that keeps sequences "
+                "whole (oversize='error' or 'drop', no capacity_schedule)"
+            )
         try:
             sampler = PlanSampler(
                 lengths,
