@@ -126,17 +126,18 @@ def _tiles(
             # |own ∪ prompt| within each key block: own = [s, q], prompt = [ps, pe)
             count = _overlap(s, q + 1, k0, k1) + _overlap(ps, pe, k0, k1)
             count -= _overlap(np.maximum(s, ps), np.minimum(q + 1, pe), k0, k1)
-            qb = np.arange(c0, c1) // block
-            first, last = qb[0], qb[-1] + 1
-            seen = np.zeros((last - first, nb), dtype=bool)
-            every = np.ones((last - first, nb), dtype=bool)
-            np.logical_or.at(seen, qb - first, count > 0)
-            np.logical_and.at(every, qb - first, count == whole)
-            # a ragged last query block is padded with masked queries: never full
-            if c1 == width and width % block:
+            # the chunk starts on a block: its query blocks are runs of `block` rows
+            blocks = -(-(c1 - c0) // block)
+            tail = blocks * block - (c1 - c0)
+            pad = ((0, tail), (0, 0))
+            seen = np.pad(count > 0, pad).reshape(blocks, block, nb).any(axis=1)
+            padded = np.pad(count == whole, pad, constant_values=True)
+            every = padded.reshape(blocks, block, nb).all(axis=1)
+            if tail:  # a ragged last query block is padded with masked queries: never full
                 every[-1] = False
-            partial[r, first:last] = seen & ~every
-            full[r, first:last] = every
+            first = c0 // block
+            partial[r, first : first + blocks] = seen & ~every
+            full[r, first : first + blocks] = every
     return partial, full
 
 
