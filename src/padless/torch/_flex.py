@@ -132,7 +132,7 @@ def _tiles(
             pad = ((0, tail), (0, 0))
             seen = np.pad(count > 0, pad).reshape(blocks, block, nb).any(axis=1)
             padded = np.pad(count == whole, pad, constant_values=True)
-            every = padded.reshape(blocks, block, nb).all(axis=1)
+            every: np.ndarray = np.asarray(padded.reshape(blocks, block, nb).all(axis=1))
             if tail:  # a ragged last query block is padded with masked queries: never full
                 every[-1] = False
             first = c0 // block
