@@ -207,8 +207,16 @@ def test_hf_llama_with_flex_attention_gives_packed_completions_their_unpacked_lo
     )
     model = transformers.LlamaForCausalLM(config).float()
     # transformers' flex path, traced without inductor (see the module's docstring)
-    compiled = torch.compile(model, backend="eager", dynamic=True)
-    samples = _grpo_samples(np.random.default_rng(3), groups=2, g=3)
+    compiled = torch.compile(model, backend="eager")
+    # prompt + completion of 8 tokens each, so the unpacked runs share one compiled shape
+    rng = np.random.default_rng(3)
+    samples = [
+        {"group": k, "prompt_ids": prompt, "completion_ids": rng.integers(1, 64, 8 - p).tolist()}
+        for k, p in enumerate([3, 6, 5])
+        for prompt in [rng.integers(1, 64, p).tolist()]
+        for _ in range(3)
+    ]
     collate = collate_groups(40, attention_mask="flex")
+    assert collate(samples)["input_ids"].shape[0] == 2  # two rows, groups of 18, 12 and 14
     assert isinstance(collate(samples)["attention_mask"], flex.BlockMask)
     assert check_prefix_packed(compiled, samples, collate, atol=1e-5) <= 1e-5
