@@ -1098,7 +1098,7 @@ ENTRIES: list[Entry] = [
         padless.hf.PreferenceCollator,
         "PreferenceCollator",
         {"capacity": 16},
-        ["capacity", "pad_id"],
+        ["capacity", "pad_id", "attention_mask"],
         _collate_on([{"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}]),
     ),
     (

@@ -195,3 +195,44 @@ def test_a_spec_under_any_trainer_is_planned_over_its_dataset(tmp_path):
             batch_sampler=Packing(capacity=16, oversize="split"),
             data_collator=lambda rows: rows, trust_collator=True,
         )  # fmt: skip
+
+
+def test_packed_dpo_under_flex_attention_equals_trls_loss(tmp_path):
+    """PackedDPOMixin(attention_mask="flex"): the pairs' shared-prefix mask as a BlockMask, fed
+    to flex-attention models (traced with torch.compile(backend="eager"), flex attention's
+    unfused path, as in tests/test_flex_mask.py); the loss equals TRL's padded DPO loss."""
+    from test_trl_dpo import _pairs, _trainer
+    from torch.nn.attention.flex_attention import BlockMask
+
+    class FlexDPOTrainer(PackedDPOMixin, DPOTrainer):
+        pass
+
+    def flex(seed):
+        model = _model(seed)
+        model.set_attn_implementation("flex_attention")
+        return model
+
+    def build(policy, ref):
+        return FlexDPOTrainer(
+            model=policy, ref_model=ref, processing_class=_tokenizer(),
+            args=DPOConfig(str(tmp_path), **hft.SETTINGS, beta=BETA, bf16=False),
+            train_dataset=Dataset.from_list(_text_rows(2, seed=0)),
+            capacity=CAPACITY, attention_mask="flex",
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="attn_implementation='flex_attention'"):
+        build(_model(0), _model(1))
+    ours = build(flex(0), flex(1))
+    rows = _pairs(5, seed=4)
+    batch = ours.data_collator(rows)
+    assert isinstance(batch["attention_mask"], BlockMask)
+    assert batch["input_ids"].shape[0] >= 2
+    ours.ref_model = torch.compile(ours.ref_model, backend="eager")
+    policy = torch.compile(ours.model, backend="eager")
+    with torch.no_grad():  # torch 2.13 has no flex-attention backward on CPU
+        loss = ours._compute_loss(policy, batch, False)
+    theirs = _trainer(tmp_path / "trl")  # TRL's DPOTrainer, the same weights in sdpa
+    expected = theirs._compute_loss(
+        theirs.model, DataCollatorForPreference(pad_token_id=0)(rows), False
+    )
+    assert abs(loss.item() - expected.item()) < 1e-5

@@ -36,7 +36,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from .core._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
+from .core._check import (
+    INT64_MAX,
+    check_bool,
+    check_choice,
+    check_int,
+    check_int64,
+    positive_or_none,
+)
 from .io import lengths_of
 from .io.checked import CheckedDataset, Field, _check_field, _measure, sampler_lengths
 from .planners.exact import ExactLength
@@ -44,6 +51,7 @@ from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .sampling.sampler import PlanSampler
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
+from .torch._flex import flex_block_mask
 from .torch._groups import (
     GroupCollate,
     PreferencePairs,
@@ -1627,17 +1635,23 @@ class PaddedCollator:
 class PreferenceCollator:
     """TRL's tokenized preference rows (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) as a
     packed :func:`padless.torch.collate_groups` batch: each row one group, its prompt once, then
-    its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`)."""
+    its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`).
+    ``attention_mask``: ``"block"``, the 4-D float mask (eager and sdpa), or ``"flex"``, the
+    same mask as a flex-attention ``BlockMask`` (:func:`padless.torch.flex_block_mask`)."""
 
-    def __init__(self, capacity: int, *, pad_id: int = 0) -> None:
-        self.collate = GroupCollate(capacity, pad_id=pad_id)
+    def __init__(self, capacity: int, *, pad_id: int = 0, attention_mask: str = "block") -> None:
+        check_choice("attention_mask", attention_mask, ("block", "flex"))
+        self.collate = GroupCollate(capacity, pad_id=pad_id, attention_mask=attention_mask)
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         pairs = PreferencePairs(rows)
         return self.collate([pairs[k] for k in range(len(pairs))])
 
     def __repr__(self) -> str:
-        return f"PreferenceCollator(capacity={self.collate.capacity})"
+        return (
+            f"PreferenceCollator(capacity={self.collate.capacity}, "
+            f"attention_mask={self.collate.attention_mask!r})"
+        )
 
 
 class PackedDPOMixin:
@@ -1656,6 +1670,11 @@ class PackedDPOMixin:
     ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
     Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
 
+    ``attention_mask="flex"`` packs the pairs under the same mask as a flex-attention
+    ``BlockMask`` (O(capacity) per row instead of the 4-D mask's ``capacity² · 4`` bytes, 1 GiB
+    at 16,384), for a model and ref_model loaded with ``attn_implementation="flex_attention"``
+    (another is refused when built); the loss rebuilds the mask on the model's device.
+
     With :class:`PadlessTrainerMixin` first (``class T(PadlessTrainerMixin, PackedDPOMixin,
     DPOTrainer)``; the other order is a ``TypeError``) and ``batch_sampler=padless.Packing(
     capacity=C, rows_per_batch=R)`` beside ``capacity=C``, the pairs are planned whole after
@@ -1663,7 +1682,9 @@ class PackedDPOMixin:
     plan's, deterministic, per rank, and resumed exactly from a checkpoint.
     """
 
-    def __init__(self, *args: Any, capacity: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, capacity: int, attention_mask: str = "block", **kwargs: Any
+    ) -> None:
         mro = type(self).__mro__
         if PadlessTrainerMixin in mro and mro.index(PadlessTrainerMixin) > mro.index(
             PackedDPOMixin
@@ -1679,7 +1700,7 @@ class PackedDPOMixin:
                 "data_collator must be None with PackedDPOMixin: it packs the pairs itself "
                 "(PreferenceCollator(capacity)); pass capacity= instead"
             )
-        collator = PreferenceCollator(capacity)
+        collator = PreferenceCollator(capacity, attention_mask=attention_mask)
         super().__init__(*args, **kwargs)
         me = cast(Any, self)
         refused = {
@@ -1697,6 +1718,16 @@ class PackedDPOMixin:
                     f"PackedDPOMixin supports TRL's sigmoid DPO loss with a reference model only: "
                     f"{name}={value!r} is not supported; use TRL's DPOTrainer for it"
                 )
+        if attention_mask == "flex":
+            for which, net in (("model", me.model), ("ref_model", me.ref_model)):
+                impl = getattr(getattr(net, "config", None), "_attn_implementation", None)
+                if impl != "flex_attention":
+                    raise ValueError(
+                        f"attention_mask='flex' gives the {which} a flex-attention BlockMask, "
+                        f"which only attn_implementation='flex_attention' takes; the {which} "
+                        f"has {impl!r}: load it with attn_implementation='flex_attention', or "
+                        "keep attention_mask='block' (the 4-D mask, eager and sdpa)"
+                    )
         me.data_collator = collator
 
     def _compute_loss(self, model: Any, inputs: Any, return_outputs: bool) -> Any:
@@ -1709,6 +1740,11 @@ class PackedDPOMixin:
                 f"PreferenceCollator, got keys {sorted(inputs)!r:.80}"
             )
         args = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask")}
+        mask, device = args["attention_mask"], args["input_ids"].device
+        if not isinstance(mask, torch.Tensor) and mask.kv_num_blocks.device != device:
+            # a BlockMask from the collate (CPU): its mask_mod's tensors go with it only if
+            # built there (BlockMask.to leaves them behind)
+            args["attention_mask"] = flex_block_mask(inputs, device=device)
         logps = completion_logprobs(model(**args, use_cache=False).logits, inputs)
         with torch.no_grad():
             ref = completion_logprobs(me.ref_model(**args, use_cache=False).logits, inputs)
