@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SegmentMaskMod", "flex_block_mask"]
 
-_CHUNK_TOKENS = 4096  # query tokens per chunk of the tile computation: (chunk, blocks) arrays
-
-
 class SegmentMaskMod:
     """The ``mask_mod`` of :func:`flex_block_mask` (picklable, so a DataLoader worker can return
     a batch holding it): query ``q`` of row ``b`` sees key ``kv`` when ``start[b, q] <= kv <= q``
@@ -107,7 +104,14 @@ def _tiles(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(partial, full) booleans (rows, q blocks, kv blocks): a tile where some but not all
     (query, key) pairs are allowed, and one where all are. A ragged last block (T not a
-    multiple of ``block``) is never full, as ``create_block_mask`` pads it with masked keys."""
+    multiple of ``block``) is never full, as ``create_block_mask`` pads it with masked keys
+    and queries.
+
+    Each row is cut into portions, a segment's tokens within one query block, all with the
+    same segment start and prompt span; a query ``q`` sees ``[start, q]`` and ``[ps, pe)``.
+    A portion ``[a, b)`` touches a key block when its prompt span does or when ``start`` is
+    before the block's end and ``b - 1`` at or after its start; it covers the key block when its
+    first query ``a`` (the one seeing least) does. Cost: O((segments + T / block) · T / block)."""
     rows, width = start.shape
     nb = -(-width // block)
     k0 = np.arange(nb, dtype=np.int64) * block
@@ -115,29 +119,26 @@ def _tiles(
     whole = np.where(k1 - k0 == block, block, -1)  # a count no ragged block reaches
     partial = np.zeros((rows, nb, nb), dtype=bool)
     full = np.zeros((rows, nb, nb), dtype=bool)
-    step = max(_CHUNK_TOKENS // block, 1) * block
     for r in range(rows):
-        for c0 in range(0, width, step):
-            c1 = min(c0 + step, width)
-            q = np.arange(c0, c1, dtype=np.int64)[:, None]
-            s = start[r, c0:c1, None].astype(np.int64)
-            ps = p_start[r, c0:c1, None].astype(np.int64)
-            pe = p_end[r, c0:c1, None].astype(np.int64)
-            # |own ∪ prompt| within each key block: own = [s, q], prompt = [ps, pe)
-            count = _overlap(s, q + 1, k0, k1) + _overlap(ps, pe, k0, k1)
-            count -= _overlap(np.maximum(s, ps), np.minimum(q + 1, pe), k0, k1)
-            # the chunk starts on a block: its query blocks are runs of `block` rows
-            blocks = -(-(c1 - c0) // block)
-            tail = blocks * block - (c1 - c0)
-            pad = ((0, tail), (0, 0))
-            seen = np.pad(count > 0, pad).reshape(blocks, block, nb).any(axis=1)
-            padded = np.pad(count == whole, pad, constant_values=True)
-            every: np.ndarray = np.asarray(padded.reshape(blocks, block, nb).all(axis=1))
-            if tail:  # a ragged last query block is padded with masked queries: never full
-                every[-1] = False
-            first = c0 // block
-            partial[r, first : first + blocks] = seen & ~every
-            full[r, first : first + blocks] = every
+        cuts = np.flatnonzero(np.diff(start[r]) != 0) + 1  # where a segment starts
+        a = np.union1d(cuts, k0)  # portion starts: segment starts and query block starts
+        b = np.append(a[1:], width)
+        s = start[r, a].astype(np.int64)[:, None]
+        ps = p_start[r, a].astype(np.int64)[:, None]
+        pe = p_end[r, a].astype(np.int64)[:, None]
+        first = a[:, None]
+        prompt = _overlap(ps, pe, k0, k1)
+        touched = (prompt > 0) | ((s < k1) & (b[:, None] - 1 >= k0))
+        # |own ∪ prompt| within each key block at the portion's first query
+        count = _overlap(s, first + 1, k0, k1) + prompt
+        count -= _overlap(np.maximum(s, ps), np.minimum(first + 1, pe), k0, k1)
+        starts = np.searchsorted(a, k0)  # each query block's first portion
+        seen = np.logical_or.reduceat(touched, starts, axis=0)
+        every = np.logical_and.reduceat(count == whole, starts, axis=0)
+        if width % block:  # a ragged last query block is padded with masked queries
+            every[-1] = False
+        partial[r] = seen & ~every
+        full[r] = every
     return partial, full
 
 
