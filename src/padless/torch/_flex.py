@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SegmentMaskMod", "flex_block_mask"]
 
+
 class SegmentMaskMod:
     """The ``mask_mod`` of :func:`flex_block_mask` (picklable, so a DataLoader worker can return
     a batch holding it): query ``q`` of row ``b`` sees key ``kv`` when ``start[b, q] <= kv <= q``
