@@ -6,8 +6,9 @@ of 16,384 tokens. The same mask as flex-attention metadata is a ``mask_mod`` ove
 int32 tensors per row (where a token's segment starts, and its prompt's span) plus, per
 ``block_size`` tile, which key blocks a query block sees partly or fully: ``(T / block_size)²``
 entries. The tile metadata is computed here from the segments' bounds (a token sees the key
-interval from its segment's start to itself, and its prompt's interval), in chunks of query
-blocks, so no step materialises the T×T mask either.
+interval from its segment's start to itself, and its prompt's interval), one segment's share of
+a query block at a time, so no step materialises the T×T mask either: 16,384 tokens in ~12 ms,
+where the 4-D mask takes ~1 s to fill (one CPU thread).
 """
 
 from __future__ import annotations
