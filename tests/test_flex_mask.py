@@ -17,6 +17,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,34 +53,39 @@ def _dense(mask, rows: int, width: int) -> torch.Tensor:
     )
 
 
-def _layout(rng, rows: int, width: int):
-    """Random segment ids and prompts: runs of 1..11 tokens, some naming an earlier run (or
-    themselves) as their prompt; ids distinct across rows, as the collates number them."""
+# a row: segments (length, prompt), the prompt an earlier segment of the row (or itself), by
+# its index modulo the segments before it, or None
+_SEGMENTS = st.lists(
+    st.tuples(st.integers(1, 12), st.one_of(st.none(), st.integers(0, 50))), min_size=1, max_size=9
+)
+
+
+def _layout(rows_spec):
+    """Segment ids and prompts (rows, T) from per-row segment lists, rows padded to the longest
+    with a tail segment of their own; ids distinct across rows, as the collates number them."""
+    width = max(sum(n for n, _ in row) for row in rows_spec)
     seg, pro = [], []
-    for r in range(rows):
-        lens, left = [], width
-        while left:
-            n = min(int(rng.integers(1, 12)), left)
-            lens.append(n)
-            left -= n
-        ids = np.repeat(np.arange(len(lens)) + 1000 * r, lens)
-        prompt = np.full(width, -1)
-        at = 0
-        for k, n in enumerate(lens):
-            if k and rng.random() < 0.5:
-                prompt[at : at + n] = 1000 * r + int(rng.integers(0, k + 1))
-            at += n
+    for r, row in enumerate(rows_spec):
+        ids, prompt = [], []
+        for k, (n, p) in enumerate(row):
+            ids += [1000 * r + k] * n
+            prompt += [-1 if p is None or k == 0 else 1000 * r + p % (k + 1)] * n
+        tail = width - len(ids)
+        ids += [1000 * r + len(row)] * tail
+        prompt += [-1] * tail
         seg.append(ids)
         pro.append(prompt)
-    return torch.tensor(np.array(seg)), torch.tensor(np.array(pro))
+    return torch.tensor(seg), torch.tensor(pro)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_mask_equals_the_dense_mask_and_tiles_equal_create_block_mask(seed):
-    rng = np.random.default_rng(seed)
-    rows, width = int(rng.integers(1, 4)), int(rng.integers(1, 80))
-    block = int(rng.choice([1, 3, 8, 16, 128]))  # ragged last blocks included
-    seg, pro = _layout(rng, rows, width)
+@settings(max_examples=25)
+@given(
+    rows_spec=st.lists(_SEGMENTS, min_size=1, max_size=3),
+    block=st.sampled_from([1, 3, 8, 16, 128]),  # ragged last blocks included
+)
+def test_mask_equals_the_dense_mask_and_tiles_equal_create_block_mask(rows_spec, block):
+    seg, pro = _layout(rows_spec)
+    rows, width = seg.shape
     mask = flex_block_mask(seg, prompt_of=pro, block_size=block)
     assert mask.shape == (rows, 1, width, width)
     dense = block_causal_mask(seg, prompt_of=pro)[:, 0].eq(0)
