@@ -1289,7 +1289,7 @@ def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
         )
 
 
-PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
+_PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 
 
 def pair_length(row: Mapping[str, Any]) -> int:
@@ -1303,16 +1303,16 @@ def pair_length(row: Mapping[str, Any]) -> int:
     """
     if not isinstance(row, Mapping):
         raise TypeError(
-            f"row must be a mapping with keys {list(PAIR_KEYS)}, got {type(row).__name__}"
+            f"row must be a mapping with keys {list(_PAIR_KEYS)}, got {type(row).__name__}"
         )
-    missing = [k for k in PAIR_KEYS if k not in row]
+    missing = [k for k in _PAIR_KEYS if k not in row]
     if missing:
         raise ValueError(
-            f"row has no field {missing[0]!r} (a tokenized preference row has {list(PAIR_KEYS)}); "
+            f"row has no field {missing[0]!r} (a tokenized preference row has {list(_PAIR_KEYS)}); "
             f"it has {sorted(map(str, row))!r:.80}"
         )
     total = 0
-    for k in PAIR_KEYS:
+    for k in _PAIR_KEYS:
         value = row[k]
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
             raise TypeError(
@@ -1337,7 +1337,7 @@ def _dataset_lengths(dataset: Any, field: Any) -> Any:
         and dataset.format.get("type") != "custom"
     )
     if arrow and field is pair_length:
-        return lengths_of(dataset, column=list(PAIR_KEYS)).sum(axis=1)
+        return lengths_of(dataset, column=list(_PAIR_KEYS)).sum(axis=1)
     if arrow and isinstance(field, (str, tuple)):
         return lengths_of(dataset, column=field if isinstance(field, str) else list(field))
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
