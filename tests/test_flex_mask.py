@@ -13,6 +13,7 @@ machine, too long for the suite (docs/preference.md reports that run)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -25,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
 from padless.torch import (  # noqa: E402
+    GroupCollate,
     block_mask_nbytes,
     check_prefix_packed,
     collate_groups,
@@ -227,3 +229,48 @@ def test_hf_llama_with_flex_attention_gives_packed_completions_their_unpacked_lo
     assert collate(samples)["input_ids"].shape[0] == 2  # two rows, groups of 18, 12 and 14
     assert isinstance(collate(samples)["attention_mask"], flex.BlockMask)
     assert check_prefix_packed(compiled, samples, collate, atol=1e-5) <= 1e-5
+
+
+@pytest.mark.skipif(
+    not os.environ.get("PADLESS_FLEX_COMPILE"),
+    reason="compiles flex attention's fused CPU kernel with inductor (~30 s cold): set "
+    "PADLESS_FLEX_COMPILE=1",
+)
+@pytest.mark.filterwarnings("ignore:_compile flag on create_block_mask:DeprecationWarning")
+def test_fused_flex_kernel_reads_the_tiles_right():
+    """transformers' own compiled flex attention (the fused kernel, which skips empty tiles and
+    applies no mask_mod on full ones): a prompt of 300 tokens gives full tiles; the packed
+    completions have their unpacked log-probs, and a mask that drops the prompts is caught."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        use_cache=False,
+        attn_implementation="flex_attention",
+    )
+    model = transformers.LlamaForCausalLM(config).float()
+    rng = np.random.default_rng(5)
+    samples = [
+        {"group": k, "prompt_ids": prompt, "completion_ids": rng.integers(1, 64, n).tolist()}
+        for k, (p, g) in enumerate([(300, 3), (40, 4)])
+        for prompt in [rng.integers(1, 64, p).tolist()]
+        for n in rng.integers(20, 60, g)
+    ]
+    collate = collate_groups(640, attention_mask="flex")
+    mask = collate(samples)["attention_mask"]
+    assert int(mask.full_kv_num_blocks.sum()) > 0 and int(mask.kv_num_blocks.sum()) > 0
+    assert check_prefix_packed(model, samples, collate, atol=1e-4) <= 1e-4
+
+    class NoPrompts(GroupCollate):
+        def __call__(self, items):
+            out = super().__call__(items)
+            out["attention_mask"] = flex_block_mask(out["seq_idx"])  # completions alone
+            return out
+
+    with pytest.raises(ValueError, match="differ from unpacked"):
+        check_prefix_packed(model, samples, NoPrompts(640, attention_mask=None), atol=1e-4)
