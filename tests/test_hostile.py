@@ -155,6 +155,8 @@ NOT_ATTACKED = {
     "padless.torch.completion_logprobs": "takes a model's logits and a collate_groups batch: "
     "tests/test_prefix_packing.py",
     "padless.torch.check_prefix_packed": "takes a model: tests/test_prefix_packing.py",
+    "padless.torch.block_mask_nbytes": "takes a BlockMask built by flex_block_mask: "
+    "tests/test_flex_mask.py",
     "padless.torch.dpo_loss": "takes log-prob tensors of a collate_groups batch: "
     "tests/test_trl_dpo.py",
     "padless.torch.PreferencePairs": "takes preference rows (checked by field): "
@@ -1081,10 +1083,24 @@ ENTRIES: list[Entry] = [
         _collate_on([{"group": 0, "prompt_ids": [1], "completion_ids": [2]}]),
     ),
     (
+        padless.torch.flex_block_mask,
+        "flex_block_mask",
+        {"batch": torch.tensor([[0, 0, 1, 2]])},
+        ["batch", "prompt_of", "block_size"],
+        None,
+    ),
+    (
+        padless.hf.pair_length,
+        "pair_length",
+        {"row": {"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}},
+        ["row"],
+        None,
+    ),
+    (
         padless.hf.PreferenceCollator,
         "PreferenceCollator",
         {"capacity": 16},
-        ["capacity", "pad_id"],
+        ["capacity", "pad_id", "attention_mask"],
         _collate_on([{"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}]),
     ),
     (

@@ -136,7 +136,7 @@ def test_block_mask_layout():
     flat = collate_packed(8, flatten=True, attention_mask="block")([[5, 6], [7]])["attention_mask"]
     assert (flat[0, 0] == 0).int().tolist() == [[1, 0, 0], [1, 1, 0], [0, 0, 1]]
     assert "attention_mask" not in collate_packed(8)([[5, 6], [7]])
-    with pytest.raises(ValueError, match="attention_mask must be one of 'block', got '4d'"):
+    with pytest.raises(ValueError, match="attention_mask must be one of 'block', 'flex', got '4d'"):
         collate_packed(8, attention_mask="4d")
 
 

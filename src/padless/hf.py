@@ -29,17 +29,30 @@ import logging
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
 
-from .core._check import INT64_MAX, check_bool, check_int, check_int64, positive_or_none
-from .io.checked import CheckedDataset, Field, _check_field, sampler_lengths
+import numpy as np
+
+from .core._check import (
+    INT64_MAX,
+    check_bool,
+    check_choice,
+    check_int,
+    check_int64,
+    positive_or_none,
+)
+from .io import lengths_of
+from .io.checked import CheckedDataset, Field, _check_field, _measure, sampler_lengths
 from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .planners.step import plan_step
+from .sampling.sampler import PlanSampler
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
+from .torch._flex import flex_block_mask
 from .torch._groups import (
     GroupCollate,
     PreferencePairs,
@@ -298,6 +311,18 @@ class PadlessTrainerMixin:
       see the ones before it is refused with a ``ValueError`` naming the fix (see
       docs/packed_attention.md); ``check_packed=False`` skips it.
 
+    - **Lengths known only after the trainer's preparation.** ``batch_sampler`` may be a
+      planner spec (``padless.Packing(capacity=..., rows_per_batch=...)`` and the others): the
+      mixin then plans it, once the trainer has prepared its dataset (TRL tokenizes text
+      columns in its ``__init__``), as ``PlanSampler(lengths, spec, seed=args.seed,
+      rank=args.process_index, world_size=args.world_size)`` over the prepared rows' lengths by
+      ``length_field`` (from the Arrow offsets for a ``datasets.Dataset`` column); a row the
+      spec cannot take is a ``ValueError`` when the trainer is built. With
+      :class:`PackedDPOMixin` (``class T(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer)``,
+      in this order) ``length_field`` defaults to :func:`pair_length` (a pair's prompt once,
+      its chosen and rejected completions), so a ``Packing`` spec plans whole pairs into the
+      rows :class:`PreferenceCollator` packs; tests/test_trl_dpo_sampler.py trains it.
+
     The sampler's ``rank`` and ``world_size`` must be this process's (``args.process_index``,
     ``args.world_size``); a mismatch is a ``ValueError``. Cost: one plan computation per epoch
     (a resume inside an epoch: the plan of each part of it, no replay).
@@ -333,22 +358,20 @@ class PadlessTrainerMixin:
         trust_collator: bool = False,
         **kwargs: Any,
     ) -> None:
-        sampler = _check_sampler(batch_sampler)
+        # a spec: planned once the trainer has prepared (tokenized) its dataset, see below
+        spec = batch_sampler if isinstance(batch_sampler, Spec) else None
+        if spec is None:
+            _check_sampler(batch_sampler)
+        if isinstance(self, PackedDPOMixin) and length_field == "input_ids":
+            length_field = pair_length  # the default: a preference row's tokens, packed
         trust_collator = check_bool("trust_collator", trust_collator)
         default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
-        if (
-            _steps_of(sampler)
-            and loss_targets not in ("shifted", "all")
-            and not callable(loss_targets)
-        ):
-            raise ValueError(
-                f"loss_targets must be 'shifted', 'all' or a function (see "
-                f"PlanSampler.loss_tokens), got {loss_targets!r}"
-            )
-        lengths = sampler_lengths(sampler)
-        if lengths is not None:
+        if spec is None:
+            self._padless_loss_targets_checked(batch_sampler, loss_targets, length_field)
+        else:  # before the trainer's preparation: the lengths' shape is the field's
+            columns = len(length_field) if isinstance(length_field, (tuple, list)) else 0
             try:
-                _check_field(length_field, int(lengths.shape[1]) if lengths.ndim == 2 else 0)
+                _check_field(length_field, columns)
             except (TypeError, ValueError) as err:
                 raise type(err)(f"length_field={length_field!r} is refused: {err}") from None
         given = kwargs.get("args", args[1] if len(args) > 1 else None)
@@ -357,6 +380,12 @@ class PadlessTrainerMixin:
         super().__init__(*args, **kwargs)
         trainer: Any = self
         _refuse_reordering(trainer.args)
+        if spec is None:
+            sampler = batch_sampler
+        else:
+            sampler = self._padless_plan(spec, trainer.train_dataset, length_field)
+            self._padless_loss_targets_checked(sampler, loss_targets, length_field)
+        lengths = sampler_lengths(sampler)
         procs, index = trainer.accelerator.num_processes, trainer.accelerator.process_index
         if (sampler.world_size, sampler.rank) != (procs, index):
             raise ValueError(
@@ -385,6 +414,65 @@ class PadlessTrainerMixin:
         self._padless_check_packed = check_bool("check_packed", check_packed)
         if trainer.train_dataset is not None:
             self._padless_checked(trainer.train_dataset)  # a prepared dataset that differs: now
+
+    @staticmethod
+    def _padless_loss_targets_checked(sampler: Any, loss_targets: Any, length_field: Any) -> None:
+        """Refuse ``loss_targets`` and ``length_field`` that cannot serve ``sampler``."""
+        if (
+            _steps_of(sampler)
+            and loss_targets not in ("shifted", "all")
+            and not callable(loss_targets)
+        ):
+            raise ValueError(
+                f"loss_targets must be 'shifted', 'all' or a function (see "
+                f"PlanSampler.loss_tokens), got {loss_targets!r}"
+            )
+        lengths = sampler_lengths(sampler)
+        if lengths is not None:
+            try:
+                _check_field(length_field, int(lengths.shape[1]) if lengths.ndim == 2 else 0)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"length_field={length_field!r} is refused: {err}") from None
+
+    def _padless_plan(self, spec: Any, dataset: Any, length_field: Any) -> Any:
+        """The sampler of ``batch_sampler=spec``: a :class:`padless.PlanSampler` over the lengths
+        of the dataset the trainer prepared, with the trainer's seed, rank and world size."""
+        trainer: Any = self
+        if dataset is None:
+            raise ValueError(
+                "batch_sampler is a spec, planned over train_dataset's lengths: pass a "
+                "train_dataset (or a sampler built on lengths of your own)"
+            )
+        try:
+            lengths = _dataset_lengths(dataset, length_field)
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"batch_sampler={spec.describe()} is planned over the lengths of the dataset the "
+                f"trainer prepared, measured by length_field={_field_name(length_field)}: {err}"
+            ) from None
+        if _serves_pieces(spec, np.asarray(lengths)):
+            raise ValueError(
+                f"batch_sampler={spec.describe()} cuts sequences into pieces, which only its "
+                "sampler's pieces(dataset) serves, and a spec the trainer plans has no dataset "
+                "of pieces: build the sampler on the prepared dataset's lengths yourself and "
+                "pass train_dataset=sampler.pieces(dataset), or a spec that keeps sequences "
+                "whole (oversize='error' or 'drop', no capacity_schedule)"
+            )
+        try:
+            sampler = PlanSampler(
+                lengths,
+                spec,
+                seed=trainer.args.seed,
+                rank=trainer.accelerator.process_index,
+                world_size=trainer.accelerator.num_processes,
+            )
+            len(sampler)  # plans the first epoch: a row the spec cannot take fails now
+        except ValueError as err:
+            raise ValueError(
+                f"batch_sampler={spec.describe()} cannot plan the dataset the trainer prepared "
+                f"(lengths by length_field={_field_name(length_field)}): {err}"
+            ) from None
+        return sampler
 
     def _padless_checked(self, dataset: Any) -> Any:
         """``dataset`` bound to the sampler's lengths (:class:`padless.io.checked.CheckedDataset`)."""
@@ -926,6 +1014,9 @@ def _layout(collator: Any, default: bool) -> _Layout:
                 "shapes", name, shapes=inner.shapes, pad_batches=inner.pad_batches, padless=True
             )
         return _Layout("padded", name, multiple=inner.multiple_of, padless=True)
+    if isinstance(collator, PreferenceCollator):  # packed rows of whole pairs, next fit
+        inner = collator.collate
+        return _Layout("rows", name, capacity=inner.capacity, rows=inner.rows)
     kind = next(
         (
             _HF_KINDS[key]
@@ -1198,6 +1289,66 @@ def _check_pieces(dataset: Any, sampler: Any, lengths: Any) -> None:
             f"{missing} as long as their input_ids, which would stay whole beside the cut "
             f"input_ids: pass sampler.pieces(dataset, keys={(*dataset.keys, *missing)!r})"
         )
+
+
+_PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
+
+
+def pair_length(row: Mapping[str, Any]) -> int:
+    """The tokens a tokenized preference row takes packed (:class:`PreferenceCollator`: its
+    prompt once, then its chosen and rejected completions): the ``length_field`` that
+    :class:`PadlessTrainerMixin` measures TRL's tokenized DPO rows with under
+    :class:`PackedDPOMixin`.
+
+    >>> pair_length({"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4, 5, 6]})
+    6
+    """
+    if not isinstance(row, Mapping):
+        raise TypeError(
+            f"row must be a mapping with keys {list(_PAIR_KEYS)}, got {type(row).__name__}"
+        )
+    missing = [k for k in _PAIR_KEYS if k not in row]
+    if missing:
+        raise ValueError(
+            f"row has no field {missing[0]!r} (a tokenized preference row has {list(_PAIR_KEYS)}); "
+            f"it has {sorted(map(str, row))!r:.80}"
+        )
+    total = 0
+    for k in _PAIR_KEYS:
+        value = row[k]
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise TypeError(
+                f"row[{k!r}] must be a sequence of token ids, got {type(value).__name__}"
+            )
+        total += len(value)
+    return total
+
+
+def _field_name(field: Any) -> str:
+    return getattr(field, "__name__", None) or repr(field)
+
+
+def _dataset_lengths(dataset: Any, field: Any) -> Any:
+    """The lengths of ``dataset``'s rows measured by ``field`` (as :class:`CheckedDataset`
+    measures them): from the Arrow offsets where the rows are a ``datasets.Dataset``'s columns,
+    else one pass over the rows."""
+    hf = sys.modules.get("datasets")
+    arrow = (
+        hf is not None
+        and isinstance(dataset, hf.Dataset)
+        and dataset.format.get("type") != "custom"
+    )
+    if arrow and field is pair_length:
+        return lengths_of(dataset, column=list(_PAIR_KEYS)).sum(axis=1)
+    if arrow and isinstance(field, (str, tuple)):
+        return lengths_of(dataset, column=field if isinstance(field, str) else list(field))
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise TypeError(
+            f"the dataset must have a length and rows by index, got {type(dataset).__name__}"
+        )
+    columns = len(field) if isinstance(field, tuple) else 0
+    sizes = [_measure(dataset[i], field, columns, i) for i in range(len(dataset))]
+    return np.array(sizes, dtype=np.int64)
 
 
 def _sequence_keys(dataset: Any) -> tuple[str, ...]:
@@ -1486,17 +1637,23 @@ class PaddedCollator:
 class PreferenceCollator:
     """TRL's tokenized preference rows (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) as a
     packed :func:`padless.torch.collate_groups` batch: each row one group, its prompt once, then
-    its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`)."""
+    its chosen and its rejected completion (the collate of :class:`PackedDPOMixin`).
+    ``attention_mask``: ``"block"``, the 4-D float mask (eager and sdpa), or ``"flex"``, the
+    same mask as a flex-attention ``BlockMask`` (:func:`padless.torch.flex_block_mask`)."""
 
-    def __init__(self, capacity: int, *, pad_id: int = 0) -> None:
-        self.collate = GroupCollate(capacity, pad_id=pad_id)
+    def __init__(self, capacity: int, *, pad_id: int = 0, attention_mask: str = "block") -> None:
+        check_choice("attention_mask", attention_mask, ("block", "flex"))
+        self.collate = GroupCollate(capacity, pad_id=pad_id, attention_mask=attention_mask)
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         pairs = PreferencePairs(rows)
         return self.collate([pairs[k] for k in range(len(pairs))])
 
     def __repr__(self) -> str:
-        return f"PreferenceCollator(capacity={self.collate.capacity})"
+        return (
+            f"PreferenceCollator(capacity={self.collate.capacity}, "
+            f"attention_mask={self.collate.attention_mask!r})"
+        )
 
 
 class PackedDPOMixin:
@@ -1514,15 +1671,38 @@ class PackedDPOMixin:
     ``ref_model``, and a ``data_collator`` of your own (pass ``capacity``). A pair longer than
     ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
     Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
+
+    ``attention_mask="flex"`` packs the pairs under the same mask as a flex-attention
+    ``BlockMask`` (O(capacity) per row instead of the 4-D mask's ``capacity² · 4`` bytes, 1 GiB
+    at 16,384), for a model and ref_model loaded with ``attn_implementation="flex_attention"``
+    (another is refused when built); the loss rebuilds the mask on the model's device.
+
+    With :class:`PadlessTrainerMixin` first (``class T(PadlessTrainerMixin, PackedDPOMixin,
+    DPOTrainer)``; the other order is a ``TypeError``) and ``batch_sampler=padless.Packing(
+    capacity=C, rows_per_batch=R)`` beside ``capacity=C``, the pairs are planned whole after
+    TRL has tokenized them (lengths by :func:`pair_length`): every batch the model gets is the
+    plan's, deterministic, per rank, and resumed exactly from a checkpoint.
     """
 
-    def __init__(self, *args: Any, capacity: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, capacity: int, attention_mask: str = "block", **kwargs: Any
+    ) -> None:
+        mro = type(self).__mro__
+        if PadlessTrainerMixin in mro and mro.index(PadlessTrainerMixin) > mro.index(
+            PackedDPOMixin
+        ):
+            raise TypeError(
+                f"{type(self).__name__} lists PackedDPOMixin before PadlessTrainerMixin: "
+                "PadlessTrainerMixin checks the collator PackedDPOMixin sets, so it must come "
+                f"first: class {type(self).__name__}(PadlessTrainerMixin, PackedDPOMixin, "
+                "DPOTrainer)"
+            )
         if kwargs.get("data_collator", args[3] if len(args) > 3 else None) is not None:
             raise ValueError(
                 "data_collator must be None with PackedDPOMixin: it packs the pairs itself "
                 "(PreferenceCollator(capacity)); pass capacity= instead"
             )
-        collator = PreferenceCollator(capacity)
+        collator = PreferenceCollator(capacity, attention_mask=attention_mask)
         super().__init__(*args, **kwargs)
         me = cast(Any, self)
         refused = {
@@ -1540,6 +1720,16 @@ class PackedDPOMixin:
                     f"PackedDPOMixin supports TRL's sigmoid DPO loss with a reference model only: "
                     f"{name}={value!r} is not supported; use TRL's DPOTrainer for it"
                 )
+        if attention_mask == "flex":
+            for which, net in (("model", me.model), ("ref_model", me.ref_model)):
+                impl = getattr(getattr(net, "config", None), "_attn_implementation", None)
+                if impl != "flex_attention":
+                    raise ValueError(
+                        f"attention_mask='flex' gives the {which} a flex-attention BlockMask, "
+                        f"which only attn_implementation='flex_attention' takes; the {which} "
+                        f"has {impl!r}: load it with attn_implementation='flex_attention', or "
+                        "keep attention_mask='block' (the 4-D mask, eager and sdpa)"
+                    )
         me.data_collator = collator
 
     def _compute_loss(self, model: Any, inputs: Any, return_outputs: bool) -> Any:
@@ -1552,6 +1742,11 @@ class PackedDPOMixin:
                 f"PreferenceCollator, got keys {sorted(inputs)!r:.80}"
             )
         args = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask")}
+        mask, device = args["attention_mask"], args["input_ids"].device
+        if not isinstance(mask, torch.Tensor) and mask.kv_num_blocks.device != device:
+            # a BlockMask from the collate (CPU): its mask_mod's tensors go with it only if
+            # built there (BlockMask.to leaves them behind)
+            args["attention_mask"] = flex_block_mask(inputs, device=device)
         logps = completion_logprobs(model(**args, use_cache=False).logits, inputs)
         with torch.no_grad():
             ref = completion_logprobs(me.ref_model(**args, use_cache=False).logits, inputs)
@@ -2080,4 +2275,5 @@ __all__ = [
     "PadlessTrainerMixin",
     "TrainerBatches",
     "newest_checkpoint",
+    "pair_length",
 ]

@@ -9,6 +9,8 @@ its parts, each importing the ones below it and never this ``__init__``:
 - ``_loss``: ``scale_loss`` (loss normalised over the global optimizer step);
 - ``_collate``: ``collate_padded``, ``collate_packed`` and their picklable collate classes;
   ``zigzag_indices`` and ``join_cp_shares`` (context-parallel shares of packed rows);
+- ``_flex``: ``flex_block_mask`` (a packed batch's block-diagonal, or shared-prefix, causal
+  mask as a flex-attention ``BlockMask``: O(T) tensors, no T×T one), ``block_mask_nbytes``;
 - ``_pairs``: ``collate_packed_pairs`` (packed rows of (source, target) pairs, a row per
   field, for ``Packing(capacity=(C_src, C_tgt))``);
 - ``_groups``: ``collate_groups`` (groups kept whole, a shared prompt once per group, for
@@ -37,6 +39,8 @@ from ._collate import join_cp_shares as join_cp_shares
 from ._collate import zigzag_indices as zigzag_indices
 from ._collate_for import collate_for as collate_for
 from ._dist import dist_kwargs as dist_kwargs
+from ._flex import block_mask_nbytes as block_mask_nbytes
+from ._flex import flex_block_mask as flex_block_mask
 from ._groups import GroupCollate as GroupCollate
 from ._groups import PreferencePairs as PreferencePairs
 from ._groups import check_prefix_packed as check_prefix_packed
@@ -90,6 +94,8 @@ __all__ = [
     "collate_packed_pairs",
     "collate_padded",
     "dist_kwargs",
+    "block_mask_nbytes",
+    "flex_block_mask",
     "get_rng_state",
     "join_cp_shares",
     "lm_tensors",

@@ -26,6 +26,7 @@ from ..core.plan import BatchPlan, check_shapes
 from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple
+from ._flex import flex_block_mask
 from ._packed_check import block_causal_mask
 
 __all__ = [
@@ -320,7 +321,7 @@ class PackedCollate:
         self.key = key
         self.truncate = check_bool("truncate", truncate)
         if attention_mask is not None:
-            check_choice("attention_mask", attention_mask, ("block",))
+            check_choice("attention_mask", attention_mask, ("block", "flex"))
             if self.context_parallel > 1:
                 raise ValueError(
                     "attention_mask must be None with context_parallel > 1 (a rank's share is "
@@ -465,6 +466,8 @@ class PackedCollate:
         }
         if self.attention_mask == "block":
             out["attention_mask"] = block_causal_mask(seq_idx.view(shape))
+        elif self.attention_mask == "flex":
+            out["attention_mask"] = flex_block_mask(seq_idx.view(shape))
         return out
 
     def _context_parallel(self, seqs: list[torch.Tensor]) -> dict[str, Any]:
@@ -747,6 +750,9 @@ def collate_packed(
             honour it, with or without a cache), for models that do not derive the mask from
             ``position_ids`` (OPT) or loops that keep ``use_cache=True``. It costs rows *
             capacity**2 * 4 bytes; :func:`check_packed` tells whether a model needs it.
+            ``"flex"`` adds the same mask as a flex-attention ``BlockMask``
+            (:func:`flex_block_mask`: O(capacity) tensors and (capacity / 128)² tile entries
+            per row) for ``attn_implementation="flex_attention"``.
         context_parallel: the rows are shared by this many context-parallel ranks (the spec's
             ``context_parallel`` by default when ``capacity`` is a spec or sampler; else 1).
             Above 1, every document is padded to a multiple of ``2·cp`` (as planned: rows are

@@ -21,6 +21,7 @@ import torch
 from ..core._check import INT64_MAX, check_choice, check_int, check_int64, check_real, positive
 from ..core._keywords import checks_keywords
 from ._collate import _as_ids
+from ._flex import flex_block_mask
 from ._packed_check import _logits, block_causal_mask
 
 __all__ = [
@@ -65,7 +66,7 @@ class GroupCollate:
                 f"most {INT64_MAX - self.capacity + 1}, got {self.position_start}"
             )
         if attention_mask is not None:
-            check_choice("attention_mask", attention_mask, ("block",))
+            check_choice("attention_mask", attention_mask, ("block", "flex"))
         self.attention_mask = attention_mask
 
     def _groups(self, samples: Sequence[Any]) -> list[tuple[int, torch.Tensor | None, list[int]]]:
@@ -246,6 +247,8 @@ class GroupCollate:
             out["attention_mask"] = block_causal_mask(
                 seq_idx, prompt_of=out["prompt_idx"].to(torch.long)
             )
+        elif self.attention_mask == "flex":
+            out["attention_mask"] = flex_block_mask(out)
         return out
 
     def __repr__(self) -> str:
@@ -282,7 +285,10 @@ def collate_groups(
     - ``seq_idx`` (segments: each prompt, each completion, each row's padding tail) and
       ``prompt_idx`` (a completion token's prompt segment, else -1);
     - ``attention_mask`` (rows, 1, C, C) float additive: a prompt attends causally to itself, a
-      completion to its prompt and causally to itself (``attention_mask=None``: left out);
+      completion to its prompt and causally to itself (``attention_mask=None``: left out;
+      ``attention_mask="flex"``: the same mask as a flex-attention ``BlockMask``,
+      :func:`padless.torch.flex_block_mask`, O(C) tensors instead of C² per row, for a model
+      loaded with ``attn_implementation="flex_attention"``);
     - the loss targets: ``target_index`` (flat positions into the rows whose logits predict),
       ``target_ids`` (the tokens they predict) and ``target_completion`` (the sample each belongs
       to): every completion token (without a prompt: every token but the first);

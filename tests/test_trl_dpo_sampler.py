@@ -1,0 +1,238 @@
+"""PadlessTrainerMixin with PackedDPOMixin: TRL's DPOTrainer on a padless plan of preference
+rows (a Packing spec over each pair's packed tokens, planned after TRL has tokenized the rows),
+a tiny Llama built here, fp32, CPU. The batches the model receives are exactly the plan's, the
+loss of each step equals TRL's unpacked DPO loss on the same pairs, and a resume from a
+checkpoint continues the plan."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+from trl import DPOConfig, DPOTrainer  # noqa: E402
+from trl.trainer.dpo_trainer import DataCollatorForPreference  # noqa: E402
+
+from padless import Packing, PlanSampler, TokenBudget  # noqa: E402
+from padless.hf import (  # noqa: E402
+    STATE_FILE,
+    PackedDPOMixin,
+    PadlessTrainerMixin,
+    PreferenceCollator,
+    pair_length,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _hf_train as hft  # noqa: E402
+from test_trl_dpo import BETA, _model, _text_rows, _tokenizer  # noqa: E402
+
+CAPACITY = 40
+SPEC = Packing(capacity=CAPACITY, rows_per_batch=2)
+
+
+class Recorded(PreferenceCollator):
+    """PackedDPOMixin's collator, also handing over the rows it packed (to compare)."""
+
+    def __call__(self, rows):
+        out = super().__call__(rows)
+        out["rows"] = [
+            {k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows
+        ]
+        return out
+
+
+class PlannedDPOTrainer(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer):
+    """Records every step's packed batch, its loss and TRL's own loss on the same pairs."""
+
+    def _compute_loss(self, model, inputs, return_outputs):
+        rows = inputs.pop("rows")
+        loss = super()._compute_loss(model, inputs, return_outputs)
+        with torch.no_grad():  # TRL's unpacked loss: each pair padded, prompt twice
+            theirs = DPOTrainer._compute_loss(
+                self, model, DataCollatorForPreference(pad_token_id=0)(rows), False
+            )
+        counts = inputs["executed_tokens"], inputs["logical_tokens"]
+        self.seen.append((inputs["input_ids"].clone(), rows, loss.item(), theirs.item(), counts))
+        return loss
+
+
+def _trainer(out: Path, rows, **extra) -> PlannedDPOTrainer:
+    settings = {**hft.SETTINGS, "num_train_epochs": 1, "gradient_accumulation_steps": 1}
+    settings.update(extra.pop("settings", {}))
+    config = DPOConfig(str(out), **settings, beta=BETA, bf16=False)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        trainer = PlannedDPOTrainer(
+            model=_model(0),
+            ref_model=_model(1),
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=_tokenizer(),
+            capacity=CAPACITY,
+            batch_sampler=SPEC,
+            **extra,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    trainer.data_collator = Recorded(CAPACITY)
+    trainer.seen = []
+    return trainer
+
+
+def _planned(trainer):
+    """Each planned batch, packed: the plan over the tokenized rows' pair lengths."""
+    data = trainer.train_dataset
+    lengths = [pair_length(data[i]) for i in range(len(data))]
+    sampler = PlanSampler(lengths, SPEC, seed=trainer.args.seed)
+    collate = PreferenceCollator(CAPACITY)
+    return [collate([data[i] for i in batch])["input_ids"] for batch in sampler]
+
+
+def test_trains_on_the_plan_with_trls_loss_and_resumes(tmp_path):
+    rows = _text_rows(14, seed=2)
+    trainer = _trainer(tmp_path / "a", rows, callbacks=[hft.SaveAt([1])])
+    planned = _planned(trainer)
+    assert 2 <= len(planned) <= 4
+    assert int(trainer.padless_sampler.lengths.max()) <= CAPACITY
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        trainer.train()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    assert trainer.state.global_step == len(planned)
+    got = [ids for ids, *_ in trainer.seen]
+    assert len(got) == len(planned)
+    for a, b in zip(got, planned, strict=True):
+        assert torch.equal(a, b)  # the plan's rows, packed: pairs whole, prompts once
+    for _, _, ours, theirs, (executed, logical) in trainer.seen:
+        assert abs(ours - theirs) < 1e-5  # TRL's padded DPO loss on the same pairs
+        assert executed < logical  # each pair's prompt runs once
+    served = sorted(json.dumps(r) for _, pairs, *_ in trainer.seen for r in pairs)
+    data = trainer.train_dataset
+    assert served == sorted(
+        json.dumps({k: list(data[i][k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")})
+        for i in range(len(data))
+    )  # every pair once
+    checkpoint = tmp_path / "a" / "checkpoint-1"
+    assert (checkpoint / STATE_FILE).exists()
+
+    again = _trainer(tmp_path / "b", rows)
+    hf_logging.set_verbosity_error()
+    try:
+        again.train(resume_from_checkpoint=str(checkpoint))
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    assert again.state.global_step == len(planned)
+    resumed = [ids for ids, *_ in again.seen]
+    assert len(resumed) == len(planned) - 1
+    for a, b in zip(resumed, planned[1:], strict=True):
+        assert torch.equal(a, b)  # the rest of the plan, nothing again
+
+
+class WrongOrder(PackedDPOMixin, PadlessTrainerMixin, DPOTrainer):
+    """The mixins the other way round."""
+
+
+@pytest.mark.parametrize(
+    ("cls", "spec", "capacity", "match"),
+    [
+        (WrongOrder, SPEC, CAPACITY, "PadlessTrainerMixin, PackedDPOMixin, DPOTrainer"),
+        (PlannedDPOTrainer, SPEC, 64, "cuts other rows than planned: capacity=64"),
+        (PlannedDPOTrainer, TokenBudget(max_tokens=64), CAPACITY, "only a packing plan"),
+        (
+            PlannedDPOTrainer,
+            Packing(capacity=5),
+            5,
+            "cannot plan the dataset the trainer prepared.*exceeds capacity=5",
+        ),
+    ],
+)
+def test_combinations_that_cannot_deliver_the_plan_are_refused(
+    tmp_path, cls, spec, capacity, match
+):
+    with pytest.raises((TypeError, ValueError), match=match):
+        cls(
+            model=_model(0),
+            ref_model=_model(1),
+            args=DPOConfig(str(tmp_path), **hft.SETTINGS, beta=BETA, bf16=False),
+            train_dataset=Dataset.from_list(_text_rows(4, seed=0)),
+            processing_class=_tokenizer(),
+            capacity=capacity,
+            batch_sampler=spec,
+        )
+
+
+def test_a_spec_under_any_trainer_is_planned_over_its_dataset(tmp_path):
+    """Not DPO only: a plain Trainer with batch_sampler=a spec plans it over train_dataset's
+    lengths by length_field, with the trainer's seed; the DataLoader yields that plan."""
+    from transformers import Trainer
+
+    lengths, data = hft.corpus(40, seed=4)
+    spec = TokenBudget(max_tokens=96)
+
+    class SpecTrainer(PadlessTrainerMixin, Trainer):
+        pass
+
+    args = hft.training_args(str(tmp_path), seed=5)
+    trainer = SpecTrainer(
+        model=hft.tiny_model(), args=args, train_dataset=data, batch_sampler=spec,
+        data_collator=lambda rows: [r["index"] for r in rows],
+    )  # fmt: skip
+    assert trainer.padless_sampler.lengths.tolist() == lengths.tolist()
+    expected = [list(b) for b in PlanSampler(lengths, spec, seed=5)]
+    assert list(trainer.get_train_dataloader()) == expected
+    with pytest.raises(ValueError, match="cuts sequences into pieces"):
+        SpecTrainer(
+            model=hft.tiny_model(), args=args, train_dataset=data,
+            batch_sampler=Packing(capacity=16, oversize="split"),
+            data_collator=lambda rows: rows, trust_collator=True,
+        )  # fmt: skip
+
+
+def test_packed_dpo_under_flex_attention_equals_trls_loss(tmp_path):
+    """PackedDPOMixin(attention_mask="flex"): the pairs' shared-prefix mask as a BlockMask, fed
+    to flex-attention models (traced with torch.compile(backend="eager"), flex attention's
+    unfused path, as in tests/test_flex_mask.py); the loss equals TRL's padded DPO loss."""
+    from test_trl_dpo import _pairs, _trainer
+    from torch.nn.attention.flex_attention import BlockMask
+
+    class FlexDPOTrainer(PackedDPOMixin, DPOTrainer):
+        pass
+
+    def flex(seed):
+        model = _model(seed)
+        model.set_attn_implementation("flex_attention")
+        return model
+
+    def build(policy, ref):
+        return FlexDPOTrainer(
+            model=policy, ref_model=ref, processing_class=_tokenizer(),
+            args=DPOConfig(str(tmp_path), **hft.SETTINGS, beta=BETA, bf16=False),
+            train_dataset=Dataset.from_list(_text_rows(2, seed=0)),
+            capacity=CAPACITY, attention_mask="flex",
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="attn_implementation='flex_attention'"):
+        build(_model(0), _model(1))
+    ours = build(flex(0), flex(1))
+    rows = _pairs(5, seed=4)
+    batch = ours.data_collator(rows)
+    assert isinstance(batch["attention_mask"], BlockMask)
+    assert batch["input_ids"].shape[0] >= 2
+    ours.ref_model = torch.compile(ours.ref_model, backend="eager")
+    policy = torch.compile(ours.model, backend="eager")
+    with torch.no_grad():  # torch 2.13 has no flex-attention backward on CPU
+        loss = ours._compute_loss(policy, batch, False)
+    theirs = _trainer(tmp_path / "trl")  # TRL's DPOTrainer, the same weights in sdpa
+    expected = theirs._compute_loss(
+        theirs.model, DataCollatorForPreference(pad_token_id=0)(rows), False
+    )
+    assert abs(loss.item() - expected.item()) < 1e-5
