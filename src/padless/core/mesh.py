@@ -244,13 +244,23 @@ class MeshCost:
 
     # ------------------------------------------------------------------ times
     def _pass(self, cost: Cost, lengths: Any, k: Any, bytes_factor: float) -> np.ndarray:
+        kk, shard = self._shard(lengths, k)
+        return self._seconds(cost, kk, shard, bytes_factor)
+
+    @staticmethod
+    def _shard(lengths: Any, k: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The degrees (int64) and each shard's padded tokens (float64), broadcast."""
         kk = np.asarray(k, dtype=np.int64)
         if kk.size and int(kk.min()) < 1:
             raise ValueError(f"k must be positive CP degrees, got {int(kk.min())}")
         lf = padded(np.asarray(lengths, dtype=np.int64), kk).astype(np.float64)
+        return kk, lf / kk
+
+    def _seconds(
+        self, cost: Cost, kk: np.ndarray, shard: np.ndarray, bytes_factor: float
+    ) -> np.ndarray:
         kf = kk.astype(np.float64)
-        step = cost.quadratic * lf * lf / (kf * kf)  # one ring step's attention
-        shard = lf / kf
+        step = cost.quadratic * shard * shard  # one ring step's attention
         comm = bytes_factor * self.kv_bytes * shard / self.bandwidth + self.latency
         out = cost.linear * shard + cost.per_sequence + step
         out = out + (kf - 1.0) * np.maximum(step, np.where(kk > 1, comm, 0.0))
@@ -266,7 +276,10 @@ class MeshCost:
 
     def time(self, lengths: Any, k: Any = 1) -> Any:
         """Forward + backward seconds of a shard of each length over ``k`` ranks (broadcast)."""
-        return self.forward_time(lengths, k) + self.backward_time(lengths, k)
+        kk, shard = self._shard(lengths, k)  # padded once for both passes
+        return self._seconds(self.forward, kk, shard, 1.0) + self._seconds(
+            self.backward, kk, shard, 2.0
+        )
 
     # ------------------------------------------------------------------ records
     def as_dict(self) -> dict[str, Any]:

@@ -267,16 +267,82 @@ def _fit(
     """place_items, longest shard first; where that strands tokens, most tokens per rank first
     (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
     micro-batches the tokens left need."""
-    n = widths.size
-    by_time = np.lexsort((np.arange(n), -times))
+    by_time = np.argsort(-times, kind="stable")
     got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
     if isinstance(got, int):
-        by_tokens = np.lexsort((np.arange(n), -widths, -tokens))  # per rank, as bins are
+        by_tokens = np.lexsort((-widths, -tokens))  # per rank, as bins are (stable)
         got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
         if isinstance(got, int):
             rest = by_tokens[got:]
             return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
     return got
+
+
+def _rounds(
+    lens: np.ndarray, kmin: np.ndarray, mesh: Mesh, cost: MeshCost, cap: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
+    """Candidates built the way Megatron-LM's dev-branch dynamic CP builds its schedule (its
+    ``next_hdp_group_packing_aware``): one micro-batch at a time, longest first, each sequence
+    at the group size among its smallest, 2×, 4×… (and ``cp``) that keeps the busiest rank
+    lowest, each rank's work capped at 1.05× what the micro-batch's longest sequence allows.
+    Two measures of work: Megatron's ``L²/k`` (its cap ``longest × max_tokens × 1.05``) and the
+    cost model's seconds (the cap scaled alike). Budgets count padded tokens, so a candidate
+    never exceeds ``max_tokens``. Each: ``(slot, start, first lane, degree, time)`` per
+    sequence and the micro-batch count (a group's lanes are ``first .. first + degree − 1``)."""
+    n = lens.size
+    top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
+    ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
+    allowed = ks[None, :] >= kmin[:, None]
+    times = np.asarray(cost.time(lens[:, None], ks[None, :]), dtype=np.float64)
+    tokens = rank_tokens(lens[:, None], ks[None, :])
+    order = np.lexsort((np.arange(n), -lens))
+    row = np.arange(n)
+    k0 = np.argmax(allowed, axis=1)
+    lf = lens.astype(np.float64)
+    fill = np.maximum(1.0, ks[k0] * cap / np.maximum(lf, 1.0))  # the longest's rank, filled
+    quad = lf[:, None] * lf[:, None] / ks[None, :]
+    out = []
+    for work, limits in (
+        (times, 1.05 * times[row, k0] * fill),
+        (quad, 1.05 * quad[row, k0] * fill),
+    ):
+        got = KP.place_rounds(
+            order, ks, np.where(allowed, work, np.inf), tokens, limits, mesh.ranks, cap
+        )
+        if isinstance(got, int):  # cannot happen: every length fits at its smallest degree
+            continue
+        rnd, first, kidx, start = got
+        m = int(rnd.max()) + 1 if n else 1
+        out.append((rnd, start, first, ks[kidx], times[row, kidx], m))
+    return out
+
+
+def _blocks(first: np.ndarray, degrees: np.ndarray) -> np.ndarray:
+    """The (N, max degree) lanes of items on blocks ``first .. first + degree − 1`` (−1 past)."""
+    width = int(degrees.max()) if degrees.size else 1
+    out = np.full((degrees.size, width), -1, dtype=np.int64)
+    for k in np.unique(degrees).tolist():
+        rows = np.flatnonzero(degrees == k)
+        out[rows, :k] = first[rows, None] + np.arange(k)[None, :]
+    return out
+
+
+def _busiest_blocks(first: np.ndarray, degrees: np.ndarray, times: np.ndarray, lanes: int) -> float:
+    """:func:`_busiest` of items on blocks of lanes (a difference array: O(N + lanes))."""
+    diff = np.bincount(first, weights=times, minlength=lanes + 1)
+    diff -= np.bincount(first + degrees, weights=times, minlength=lanes + 1)
+    return float(np.cumsum(diff[:lanes]).max(initial=0.0))
+
+
+def _busiest(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray], times: np.ndarray, lanes: int
+) -> float:
+    """The busiest lane's seconds over the step: no replay of the placement is shorter (with
+    stages, each stage runs every micro-batch's slowest lane, one after another)."""
+    lane_ids = got[2]
+    on = lane_ids >= 0
+    weights = np.broadcast_to(times[:, None], lane_ids.shape)[on]
+    return float(np.bincount(lane_ids[on], weights=weights, minlength=lanes).max(initial=0.0))
 
 
 def _slot_times(slots: np.ndarray, start: np.ndarray, times: np.ndarray, m: int) -> np.ndarray:
@@ -324,16 +390,15 @@ def _assemble(
 ) -> Placement:
     """The placement of ``place_items``'s answer: micro-batches cheapest first, the next
     cheapest last, the rest longest first; items by micro-batch, then start."""
-    n = lens.size
     slot, start, lane_ids = got
     ends = np.zeros(m)
     np.maximum.at(ends, slot, start + times)
-    by = np.lexsort((np.arange(m), ends))
+    by = np.argsort(ends, kind="stable")
     run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
     position = np.empty(m, dtype=np.int64)
     position[run] = np.arange(m)
     slot = position[slot]
-    perm = np.lexsort((np.arange(n), start, slot))
+    perm = np.lexsort((start, slot))  # stable: ties keep the items' order
     if mesh.dynamic:
         ranks = lane_ids[perm]
     else:
@@ -346,7 +411,7 @@ def _assemble(
         lengths=lens[perm],
         slots=slot[perm],
         degrees=degrees[perm],
-        ranks=ranks.astype(np.int64),
+        ranks=ranks.astype(np.int64, copy=False),
         times=times[perm],
         micro_batches=m,
     )
@@ -417,10 +482,23 @@ def place(
             m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
         if isinstance(got, int):  # a spread that does not fit the count (another may)
             continue
+        if best is not None and _busiest(got, times, lanes) >= best[0]:
+            continue  # its busiest lane alone is no shorter than the best step
         p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
         score = _makespan(p) if search and mesh.dynamic else 0.0
         if best is None or score < best[0]:
             best = (score, p)
+    if search and mesh.dynamic and n:
+        for rnd, start, first, degrees, times, m in _rounds(lens, kmin, mesh, cost, cap):
+            if (slots is not None and m != slots) or m % mesh.multiple or m < mesh.pp:
+                continue
+            if best is not None and _busiest_blocks(first, degrees, times, lanes) >= best[0]:
+                continue
+            got = (rnd, start, _blocks(first, degrees))
+            p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
+            score = _makespan(p)
+            if best is None or score < best[0]:
+                best = (score, p)
     if best is None:
         raise ValueError(
             f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
