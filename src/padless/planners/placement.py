@@ -43,7 +43,9 @@ allowed (docs/placement.md compares them; benchmarks/bench_placement.py runs bot
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -345,6 +347,174 @@ def _busiest(
     return float(np.bincount(lane_ids[on], weights=weights, minlength=lanes).max(initial=0.0))
 
 
+def _reorder(p: Placement, perm: np.ndarray, slots: np.ndarray) -> Placement:
+    """``p`` with its items in order ``perm`` and their micro-batches ``slots`` (before perm)."""
+    return dataclasses.replace(
+        p,
+        indices=p.indices[perm],
+        lengths=p.lengths[perm],
+        slots=slots[perm],
+        degrees=p.degrees[perm],
+        ranks=p.ranks[perm],
+        times=p.times[perm],
+    )
+
+
+def _run_order(slot_time: np.ndarray) -> np.ndarray:
+    """Micro-batch positions: cheapest first, the next cheapest last, the rest longest first."""
+    m = slot_time.size
+    by = np.argsort(slot_time, kind="stable")
+    run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
+    position = np.empty(m, dtype=np.int64)
+    position[run] = np.arange(m)
+    return position
+
+
+def _even(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement]:
+    """With pipeline stages: even out the micro-batches, each move kept only when the
+    pipeline's step gets shorter (so the step never gets longer). Two moves on the longest
+    micro-batch's busiest rank: its longest sequence there spreads over more ranks of the same
+    micro-batch (to the degree that ends that micro-batch soonest, ranks with room and the least
+    work first); else a sequence there moves to the shortest micro-batch, on the same ranks,
+    where its tokens fit and it ends before the longest did. After a move the micro-batches are
+    put in run order again (cheapest first, the next cheapest last)."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 2 or len(p) < 2:
+        return score, p
+    cap = mesh.max_tokens or NO_BUDGET
+    score = score if score > 0 else _makespan(p)
+    # fixed cp, or groups aligned to blocks: degrees stay
+    top = mesh.cp if mesh.dynamic and not mesh.aligned_groups else 0
+
+    def loads(q: Placement) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tok = rank_tokens(q.lengths, q.degrees)
+        busy = np.zeros((m, mesh.ranks))
+        used = np.zeros((m, mesh.ranks), dtype=np.int64)
+        for j in range(q.ranks.shape[1]):
+            on = q.ranks[:, j] >= 0
+            np.add.at(busy, (q.slots[on], q.ranks[on, j]), q.times[on])
+            np.add.at(used, (q.slots[on], q.ranks[on, j]), tok[on])
+        return tok, busy, used
+
+    def settle(q: Placement, key: np.ndarray) -> Placement:
+        q = _reorder(q, np.lexsort((key, q.slots)), q.slots)
+        start, _ = KP.replay_lanes(q.ranks, q.times, mesh.ranks, q.slots)
+        position = _run_order(_slot_times(q.slots, start, q.times, m))
+        return _reorder(q, np.lexsort((start, position[q.slots])), position[q.slots])
+
+    tau, busy, used = loads(p)
+    tried = np.zeros(len(p), dtype=bool)
+    spread_tried = np.zeros(len(p), dtype=bool)
+    for _ in range(tries):
+        span = busy.max(axis=1)
+        hi, lo = int(np.argmax(span)), int(np.argmin(span))
+        lane = int(np.argmax(busy[hi]))
+        here = np.flatnonzero((p.slots == hi) & (p.ranks == lane).any(axis=1))
+        if here.size == 0:
+            break
+        key = np.arange(len(p), dtype=np.float64)
+        moved = None
+        i = int(here[np.argmax(p.times[here])])
+        k = int(p.degrees[i])
+        if not spread_tried[i] and k < top:
+            spread_tried[i] = True
+            row = p.ranks[i][p.ranks[i] >= 0]
+            mine = np.zeros(mesh.ranks, dtype=bool)
+            mine[row] = True
+            ks = np.arange(k + 1, top + 1)
+            t_new = np.asarray(p.cost.time(np.full(ks.size, p.lengths[i]), ks), dtype=np.float64)
+            tau_new = rank_tokens(np.full(ks.size, p.lengths[i]), ks)
+            base = busy[hi] - np.where(mine, p.times[i], 0.0)
+            room = used[hi] - np.where(mine, tau[i], 0)
+            others = np.flatnonzero(~mine)
+            others = others[np.argsort(base[others], kind="stable")]
+            best_end, pick = span[hi], None
+            for kk, t2, tk in zip(ks.tolist(), t_new.tolist(), tau_new.tolist(), strict=True):
+                extra = others[room[others] + tk <= cap][: kk - k]
+                if extra.size < kk - k:
+                    continue
+                lanes_new = np.concatenate([row, extra])
+                end = max(
+                    float(base[lanes_new].max()) + t2,
+                    float(np.delete(base, lanes_new).max(initial=0.0)),
+                )
+                if end < best_end:
+                    best_end, pick = end, (np.sort(lanes_new), t2)
+            if pick is not None:
+                lanes_new, t2 = pick
+                width = max(p.ranks.shape[1], lanes_new.size)
+                ranks = np.full((len(p), width), -1, dtype=np.int64)
+                ranks[:, : p.ranks.shape[1]] = p.ranks
+                ranks[i, :] = -1
+                ranks[i, : lanes_new.size] = lanes_new
+                degrees, times = p.degrees.copy(), p.times.copy()
+                degrees[i], times[i] = lanes_new.size, t2
+                moved = dataclasses.replace(p, ranks=ranks, degrees=degrees, times=times)
+        if moved is None:
+            can = here[~tried[here]]
+            if can.size == 0 or span[hi] <= span[lo]:
+                break
+            rows = p.ranks[can]
+            on = rows >= 0
+            safe = np.where(on, rows, 0)
+            fits = np.where(on, used[lo][safe] + tau[can, None] <= cap, True).all(axis=1)
+            there = np.where(on, busy[lo][safe], 0.0).max(axis=1) + p.times[can]
+            fits &= there < span[hi]
+            tried[can[~fits]] = True
+            if not fits.any():
+                continue
+            gap = np.abs(there - (span[hi] - p.times[can]))  # the most even pair after
+            i = int(can[np.flatnonzero(fits)[np.argmin(gap[fits])]])
+            tried[i] = True
+            slots = p.slots.copy()
+            slots[i] = lo
+            key[i] = np.inf  # last of its new micro-batch
+            moved = dataclasses.replace(p, slots=slots)
+        moved = settle(moved, key)
+        new = _makespan(moved)
+        if new < score:
+            p, score = moved, new
+            tau, busy, used = loads(p)
+            tried = np.zeros(len(p), dtype=bool)  # the items are in a new order
+            spread_tried = np.zeros(len(p), dtype=bool)
+    return score, p
+
+
+def _sequence(p: Placement, score: float, passes: int = 2) -> tuple[float, Placement]:
+    """With pipeline stages: the micro-batches' run order improved by swapping pairs (each swap
+    kept when the pipeline's step gets shorter; a micro-batch's span does not depend on its
+    place in the order). O(passes · micro-batches² · pipeline)."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 3 or m > 64:
+        return score, p
+    start, _ = KP.replay_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    span = _slot_times(p.slots, start, p.times, m)
+    bound = max(float(span.sum()) + (mesh.pp - 1) * float(span.min()), mesh.pp * float(span.max()))
+    if score <= 1.01 * bound:
+        return score, p  # within 1% of what any order reaches
+    fwd, bwd = _passes(p, span)
+    order = np.arange(m)
+    for _ in range(passes):
+        better = False
+        for a in range(m - 1):
+            for b in range(a + 1, m):
+                trial = order.copy()
+                trial[a], trial[b] = trial[b], trial[a]
+                got = KP.pipeline(fwd[trial], bwd[trial], mesh.pp, mesh.vpp)[0]
+                if got < score:
+                    order, score, better = trial, got, True
+        if not better:
+            break
+    if np.array_equal(order, np.arange(m)):
+        return score, p
+    position = np.empty(m, dtype=np.int64)
+    position[order] = np.arange(m)
+    slots = position[p.slots]
+    return score, _reorder(p, np.lexsort((start, slots)), slots)
+
+
 def _slot_times(slots: np.ndarray, start: np.ndarray, times: np.ndarray, m: int) -> np.ndarray:
     """Each slot's span: its last shard's end less its first shard's start."""
     out = np.zeros(m)
@@ -430,12 +600,19 @@ def place(
 
     ``indices`` names the sequences (dataset indices; default ``0..N−1``);
     ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). With
-    dynamic CP and ``search=True`` the long sequences are spread at four targets (1, 2, ½ and ¼
-    of a slot's mean share) and the placement whose replayed step is shortest is kept (the
-    first on ties); ``search=False`` places the first only (about a quarter of the time). A pure
-    function of its arguments: no randomness.
+    dynamic CP and ``search=True`` the candidates are the long sequences spread at four targets
+    (1, 2, ½ and ¼ of a slot's mean share) and two built the way Megatron-LM's dev branch builds
+    its schedule (one micro-batch at a time, longest first, each sequence at the power-of-two
+    group size that keeps the busiest rank lowest; its ``L²/k`` work, and the cost model's
+    seconds), all within ``max_tokens`` padded; the placement whose replayed step is shortest
+    is kept (the first on ties; a candidate whose busiest lane alone is no shorter is not
+    built). With pipeline stages the kept placement's micro-batches are then evened out and
+    reordered, each change kept only when the pipeline's step gets shorter. ``search=False``
+    places the first spread only (about a quarter of the time). A pure function of its
+    arguments: no randomness.
 
-    Cost: O(N log N + N · micro-batches · lanes) per target.
+    Cost: O(N log N + N · micro-batches · lanes) per target, O(rounds · N · (sizes + groups))
+    per Megatron-like candidate.
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
@@ -454,16 +631,47 @@ def place(
     slots = mesh.micro_batches if slots is None else slots
     if slots is not None and slots % mesh.multiple:
         raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
+    search = check_bool("search", search)
+    best: tuple[float, Placement] | None = None
+    for floor, build in _candidates(lens, idx, mesh, cost, slots, search):
+        if best is not None and floor >= best[0]:
+            continue  # its busiest lane alone is no shorter than the best step
+        p = build()
+        score = _makespan(p) if search and mesh.dynamic else 0.0
+        if best is None or score < best[0]:
+            best = (score, p)
+    if best is not None and search and mesh.pp > 1:
+        best = _sequence(*_even(best[1], best[0])[::-1])
+    if best is None:
+        cap = mesh.max_tokens or NO_BUDGET
+        raise ValueError(
+            f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
+            f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
+        )
+    return best[1]
+
+
+def _candidates(
+    lens: np.ndarray,
+    idx: np.ndarray,
+    mesh: Mesh,
+    cost: MeshCost,
+    slots: int | None,
+    search: bool,
+) -> Iterator[tuple[float, Callable[[], Placement]]]:
+    """The placements :func:`place` chooses among, each as (a floor of its step: its busiest
+    lane's seconds, a function that builds it): the list scheduler at each spread, then (dynamic
+    CP, with the search) the two built the way Megatron-LM's dev branch builds its schedule."""
+    n = lens.size
     lanes = mesh.ranks if mesh.dynamic else mesh.dp
     kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
     cap = mesh.max_tokens or NO_BUDGET
-    best: tuple[float, Placement] | None = None
+    found = False
     tried: list[np.ndarray] = []
     table = _Table(lens, cost, mesh.cp, kmin)
     if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
         low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
         table.of(np.flatnonzero(base > low))
-    search = check_bool("search", search)
     for share in (SPREADS if search else SPREADS[:1]) if mesh.dynamic and n else (None,):
         if share is None:
             widths, times = kmin, base
@@ -476,35 +684,37 @@ def place(
         tokens = rank_tokens(lens, degrees)
         while True:
             got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups)
-            if not isinstance(got, int) or best is not None or slots is not None:
+            if not isinstance(got, int) or found or slots is not None:
                 break
             # the tokens left over need this many more micro-batches, at the least
             m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
         if isinstance(got, int):  # a spread that does not fit the count (another may)
             continue
-        if best is not None and _busiest(got, times, lanes) >= best[0]:
-            continue  # its busiest lane alone is no shorter than the best step
-        p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
-        score = _makespan(p) if search and mesh.dynamic else 0.0
-        if best is None or score < best[0]:
-            best = (score, p)
-    if search and mesh.dynamic and n:
-        for rnd, start, first, degrees, times, m in _rounds(lens, kmin, mesh, cost, cap):
-            if (slots is not None and m != slots) or m % mesh.multiple or m < mesh.pp:
-                continue
-            if best is not None and _busiest_blocks(first, degrees, times, lanes) >= best[0]:
-                continue
-            got = (rnd, start, _blocks(first, degrees))
-            p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
-            score = _makespan(p)
-            if best is None or score < best[0]:
-                best = (score, p)
-    if best is None:
-        raise ValueError(
-            f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
-            f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
+        found = True
+        yield (
+            _busiest(got, times, lanes),
+            functools.partial(_assemble, got, mesh, cost, idx, lens, degrees, times, m),
         )
-    return best[1]
+    if not (search and mesh.dynamic and n):
+        return
+    for rnd, start, first, degrees, times, count in _rounds(lens, kmin, mesh, cost, cap):
+        if (slots is not None and count != slots) or count % mesh.multiple or count < mesh.pp:
+            continue
+        if mesh.aligned_groups and (first % degrees).any():
+            continue  # a group off its block
+
+        def build(
+            rnd: np.ndarray = rnd,
+            start: np.ndarray = start,
+            first: np.ndarray = first,
+            degrees: np.ndarray = degrees,
+            times: np.ndarray = times,
+            count: int = count,
+        ) -> Placement:
+            got = (rnd, start, _blocks(first, degrees))
+            return _assemble(got, mesh, cost, idx, lens, degrees, times, count)
+
+        yield _busiest_blocks(first, degrees, times, lanes), build
 
 
 # ---------------------------------------------------------------------------------- epochs
