@@ -317,13 +317,21 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
             std::vector<int64_t>& list = by_size[static_cast<size_t>(best_s)];
             size_t at = 0;
             while (list[at] != best_g) ++at;
-            while (at + 1 < list.size() &&
-                   (g_busy[list[at + 1]] < g_busy[best_g] ||
-                    (g_busy[list[at + 1]] == g_busy[best_g] && list[at + 1] < best_g))) {
-                list[at] = list[at + 1];
-                ++at;
+            const double busy = g_busy[best_g];
+            size_t lo = at + 1, hi = list.size();  // the first entry that sorts after it
+            while (lo < hi) {
+                const size_t mid = lo + (hi - lo) / 2;
+                const int64_t g = list[mid];
+                if (g_busy[g] < busy || (g_busy[g] == busy && g < best_g)) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
             }
-            list[at] = best_g;
+            std::copy(list.begin() + static_cast<std::ptrdiff_t>(at) + 1,
+                      list.begin() + static_cast<std::ptrdiff_t>(lo),
+                      list.begin() + static_cast<std::ptrdiff_t>(at));
+            list[lo - 1] = best_g;
         }
         const int64_t groups = static_cast<int64_t>(g_first.size());
         while (used < lanes) {

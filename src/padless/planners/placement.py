@@ -297,7 +297,7 @@ def _rounds(
     allowed = ks[None, :] >= kmin[:, None]
     times = np.asarray(cost.time(lens[:, None], ks[None, :]), dtype=np.float64)
     tokens = rank_tokens(lens[:, None], ks[None, :])
-    order = np.lexsort((np.arange(n), -lens))
+    order = np.argsort(-lens, kind="stable")
     row = np.arange(n)
     k0 = np.argmax(allowed, axis=1)
     lf = lens.astype(np.float64)
@@ -342,9 +342,12 @@ def _busiest(
     """The busiest lane's seconds over the step: no replay of the placement is shorter (with
     stages, each stage runs every micro-batch's slowest lane, one after another)."""
     lane_ids = got[2]
-    on = lane_ids >= 0
-    weights = np.broadcast_to(times[:, None], lane_ids.shape)[on]
-    return float(np.bincount(lane_ids[on], weights=weights, minlength=lanes).max(initial=0.0))
+    busy = np.zeros(lanes)
+    for j in range(lane_ids.shape[1]):  # column by column: past the first, few are set
+        col = lane_ids[:, j]
+        on = col >= 0
+        busy += np.bincount(col[on], weights=times[on], minlength=lanes)
+    return float(busy.max(initial=0.0))
 
 
 def _reorder(p: Placement, perm: np.ndarray, slots: np.ndarray) -> Placement:
