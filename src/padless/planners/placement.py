@@ -295,8 +295,8 @@ def _rounds(
     top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
     ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
     allowed = ks[None, :] >= kmin[:, None]
-    times = np.asarray(cost.time(lens[:, None], ks[None, :]), dtype=np.float64)
     tokens = rank_tokens(lens[:, None], ks[None, :])
+    times = cost._time_of_shards(ks[None, :], tokens.astype(np.float64))  # padded once
     order = np.argsort(-lens, kind="stable")
     row = np.arange(n)
     k0 = np.argmax(allowed, axis=1)
