@@ -10,7 +10,9 @@ holds more than ``max_tokens`` (padded, per micro-batch), and no rank is idle fo
 
 Schedulers (all see the same lengths and the same pool of ``R = dp·cp`` ranks, CP degree up to R):
 
-- ``padless``: ``padless.place(lengths, Mesh(dp=1, cp=R, dynamic=True, max_tokens=T), COST)``;
+- ``padless``: ``padless.place(lengths, Mesh(dp=1, cp=R, dynamic=True, max_tokens=T), COST)``
+  (its search includes two candidates built the Megatron-dev way, written in
+  ``padless.planners.placement``, not taken from the port below);
   ``aligned``: the same with ``aligned_groups=True`` (a group of k ranks is a block of k
   consecutive ranks starting at a multiple of k, as Megatron's pre-created groups are).
 - ``megatron-main``: a PORT of Megatron-LM's ``BalancedCPScheduler``
@@ -218,7 +220,18 @@ def megatron_dev(lens: np.ndarray, ranks: int, cap: int) -> list[list[tuple[list
     on the free ranks, and keeps the placement with the lowest projected slowest rank (work
     ``L²/cp``, first found on ties), within ``longest × cap × 1.05``; what fits nowhere waits.
     Empty ranks: the smallest group grows to the next size (later groups shift along), else
-    the whole pool becomes one group of as many sequences as fit."""
+    the whole pool becomes one group of as many sequences as fit.
+
+    Re-read against the source (issue 43's 1.45× was not reproduced): the cap is
+    ``float(local_tall) * float(max_seq_len_per_rank) * (1.0 + _DYNAMIC_CP_WORKLOAD_CAP_DELTA)``
+    with ``_DYNAMIC_CP_WORKLOAD_CAP_DELTA = 0.05``; the candidates are ``enabled_cp_sizes`` (from
+    ``get_valid_dynamic_context_parallel_group_sizes``: powers of two and the whole pool) at or
+    above ``dcp_gpus_needed``; a new group takes the free ranks with the least work, which are
+    the lowest free ranks (every free rank holds none); ``DefaultDynamicCPScheduler.
+    get_groups_and_subsamples`` closes micro-batches by calling it on the leftovers until none
+    are left. One simplification: Megatron's fill step skips a group when
+    ``group_end_rank + needed_count >= total_gpus``; here a group grows while the ranks used
+    stay within the pool (the same for the power-of-two pools benchmarked)."""
     sizes = sorted({2**i for i in range(int(math.log2(ranks)) + 1)} | {ranks})
 
     def need(length: int) -> int:
@@ -407,8 +420,9 @@ def planning_time(repeat: int) -> dict[str, tuple[float, float]]:
 def pipeline_cases(quick: bool) -> list[tuple[str, int, float, float, float]]:
     """1F1B, 4 stages, 32 ranks per stage at 16k tokens: a global batch that fills 60% of 8, 12
     or 16 micro-batches. Per case: the kept placement's makespan over its own bound
-    max(Σt + 3·min t, 4·max t); the evenest single spread's ratio (the lowest of the four); and
-    that placement's makespan over the kept one's."""
+    max(Σt + 3·min t, 4·max t); the evenest of the placements ``place`` keeps when given one
+    spread target (the lowest ratio of the four); and that placement's makespan over the kept
+    one's."""
     import padless.planners.placement as PL
 
     out = []
