@@ -289,3 +289,24 @@ def test_pipeline_evening_and_order_never_lengthen_the_step():
         assert score <= before and score == pytest.approx(PL._makespan(q), rel=1e-12)
         check_valid(q, lens)
         assert np.array_equal(np.sort(q.indices), np.arange(120))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 9), st.lists(st.integers(1, 60000), min_size=1, max_size=40))
+def test_the_free_spread_is_the_widest_degree_within_two_percent_of_the_least_work(cp, raw):
+    from padless.planners import placement as PL
+
+    mesh = Mesh(dp=2, cp=cp, dynamic=True, max_tokens=4096)
+    lens = lengths_for(mesh, raw)
+    kmin, base, m = PL._degrees(lens, mesh, COST, mesh.ranks, None)
+    table = PL._Table(lens, COST, cp, kmin)
+    rows = np.arange(lens.size)
+    table.of(rows)
+    widths, times = PL._free_spread(table, base)
+    assert (widths >= kmin).all() and (widths <= cp).all()
+    assert np.allclose(times, COST.time(lens, widths))
+    for i in range(lens.size):
+        ks = np.arange(int(kmin[i]), cp + 1)
+        area = ks * COST.time(np.full(ks.size, lens[i]), ks)
+        free = ks[area <= 1.02 * area.min()]
+        assert widths[i] == free.max()

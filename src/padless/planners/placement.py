@@ -14,7 +14,10 @@ How :func:`place` decides (``L`` a length, ``k`` its CP degree, ``t(L, k)`` a
    and a sequence gets the smallest ``k`` whose shard fits ``max_tokens``, raised (up to ``cp``)
    while its shard still takes longer than a target, a multiple of a micro-batch's mean share of
    the work: long sequences spread so that short ones fill the slot beside them. ``k`` is any
-   integer. Four targets are tried and the placement whose replayed step is shortest kept.
+   integer. Four targets are tried, and a fifth spread: each long sequence at the widest degree
+   that costs no more than 2% over its fewest rank-seconds (the exchange still hidden). Two
+   more candidates are built the way Megatron-LM's dev branch builds its schedule (one
+   micro-batch at a time); the placement whose replayed step is shortest is kept.
 2. **Micro-batches.** ``mesh.micro_batches``, or the fewest that hold the tokens (at least
    ``pp``), a multiple of ``vpp`` (and of ``pp`` interleaved); every rank runs them all.
 3. **Slots.** Longest shard first, each sequence goes to the micro-batch where it would finish
@@ -254,6 +257,25 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
         k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(rows, axis=1))
         widths[long] = table.ks[k_idx]
         times[long] = rows[np.arange(long.size), k_idx]
+    return widths, times
+
+
+def _free_spread(
+    table: _Table, base: np.ndarray, slack: float = 0.02
+) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees and times with every costed row at the widest degree that costs no more than
+    ``1 + slack`` times its fewest rank-seconds ``k·t``: a long sequence spread as far as the
+    exchange stays hidden behind its attention, at (almost) no price in work."""
+    widths, times = table.kmin.copy(), base.copy()
+    rows = table.rows
+    if rows.size == 0:
+        return widths, times
+    t = table.of(rows)
+    area = t * table.ks[None, :]
+    free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
+    k_idx = table.ks.size - 1 - np.argmax(free[:, ::-1], axis=1)  # the widest free degree
+    widths[rows] = table.ks[k_idx]
+    times[rows] = t[np.arange(rows.size), k_idx]
     return widths, times
 
 
@@ -606,12 +628,13 @@ def place(
     ``indices`` names the sequences (dataset indices; default ``0..N−1``);
     ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). With
     dynamic CP and ``search=True`` the candidates are the long sequences spread at four targets
-    (1, 2, ½ and ¼ of a slot's mean share) and two built the way Megatron-LM's dev branch builds
+    (1, 2, ½ and ¼ of a slot's mean share), spread as wide as costs at most 2% more
+    rank-seconds than their cheapest degree, and two built the way Megatron-LM's dev branch builds
     its schedule (one micro-batch at a time, longest first, each sequence at the power-of-two
     group size that keeps the busiest rank lowest; its ``L²/k`` work, and the cost model's
     seconds), all within ``max_tokens`` padded; the placement whose replayed step is shortest
-    is kept (the first on ties; a candidate whose busiest lane alone is no shorter is not
-    built). With pipeline stages the kept placement's micro-batches are then evened out and
+    is kept (the first on ties; a candidate whose work alone is no shorter than the best step
+    found is not built). With pipeline stages the kept placement's micro-batches are then evened out and
     reordered, each change kept only when the pipeline's step gets shorter. ``search=False``
     places the first spread only (about a quarter of the time). A pure function of its
     arguments: no randomness.
@@ -638,13 +661,15 @@ def place(
         raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
     search = check_bool("search", search)
     best: tuple[float, Placement] | None = None
-    for floor, build in _candidates(lens, idx, mesh, cost, slots, search):
+    shortest = [np.inf]  # the best step so far: what a candidate must beat to be built
+    for floor, build in _candidates(lens, idx, mesh, cost, slots, search, shortest):
         if best is not None and floor >= best[0]:
             continue  # its busiest lane alone is no shorter than the best step
         p = build()
         score = _makespan(p) if search and mesh.dynamic else 0.0
         if best is None or score < best[0]:
             best = (score, p)
+            shortest[0] = score
     if best is not None and search and mesh.pp > 1:
         best = _sequence(*_even(best[1], best[0])[::-1])
     if best is None:
@@ -663,10 +688,13 @@ def _candidates(
     cost: MeshCost,
     slots: int | None,
     search: bool,
+    shortest: list[float] | None = None,
 ) -> Iterator[tuple[float, Callable[[], Placement]]]:
     """The placements :func:`place` chooses among, each as (a floor of its step: its busiest
     lane's seconds, a function that builds it): the list scheduler at each spread, then (dynamic
-    CP, with the search) the two built the way Megatron-LM's dev branch builds its schedule."""
+    CP, with the search) the two built the way Megatron-LM's dev branch builds its schedule.
+    ``shortest[0]``, when given, is the best step found so far: a spread whose work alone (its
+    rank-seconds over the lanes, or its longest shard) is no shorter is not even scheduled."""
     n = lens.size
     lanes = mesh.ranks if mesh.dynamic else mesh.dp
     kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
@@ -677,14 +705,23 @@ def _candidates(
     if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
         low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
         table.of(np.flatnonzero(base > low))
-    for share in (SPREADS if search else SPREADS[:1]) if mesh.dynamic and n else (None,):
+    shares: tuple[float | None, ...] = (None,)
+    if mesh.dynamic and n:
+        shares = (*SPREADS, 0.0) if search else SPREADS[:1]
+    for share in shares:
         if share is None:
             widths, times = kmin, base
+        elif share == 0.0:  # the widest degrees at (almost) no extra work
+            widths, times = _free_spread(table, base)
         else:
             widths, times = _spread(table, share / (lanes * m), base)
         if any(np.array_equal(widths, w) for w in tried):
             continue
         tried.append(widths)
+        if found and shortest is not None:
+            work = max(float((widths * times).sum()) / lanes, float(times.max(initial=0.0)))
+            if work >= shortest[0]:
+                continue
         degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
         tokens = rank_tokens(lens, degrees)
         while True:
