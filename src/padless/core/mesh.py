@@ -253,7 +253,10 @@ class MeshCost:
         kk = np.asarray(k, dtype=np.int64)
         if kk.size and int(kk.min()) < 1:
             raise ValueError(f"k must be positive CP degrees, got {int(kk.min())}")
-        lf = padded(np.asarray(lengths, dtype=np.int64), kk).astype(np.float64)
+        # padded to 2·k (1 at k = 1) in floats: exact below 2**52 tokens, and cheaper than
+        # integer division on the (rows, degrees) tables the planner costs
+        mult = np.where(kk > 1, 2.0 * kk, 1.0)
+        lf = np.ceil(np.asarray(lengths, dtype=np.int64) / mult) * mult
         return kk, lf / kk
 
     def _seconds(
@@ -261,9 +264,10 @@ class MeshCost:
     ) -> np.ndarray:
         kf = kk.astype(np.float64)
         step = cost.quadratic * shard * shard  # one ring step's attention
-        comm = bytes_factor * self.kv_bytes * shard / self.bandwidth + self.latency
+        comm = (bytes_factor * self.kv_bytes / self.bandwidth) * shard + self.latency
         out = cost.linear * shard + cost.per_sequence + step
-        out = out + (kf - 1.0) * np.maximum(step, np.where(kk > 1, comm, 0.0))
+        # k − 1 exchanges, each hidden behind a step's attention (none at k = 1: k − 1 = 0)
+        out += (kf - 1.0) * np.maximum(step, comm)
         return np.asarray(out, dtype=np.float64)
 
     def forward_time(self, lengths: Any, k: Any = 1) -> Any:
