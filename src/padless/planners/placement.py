@@ -364,11 +364,13 @@ def _busiest(
     """The busiest lane's seconds over the step: no replay of the placement is shorter (with
     stages, each stage runs every micro-batch's slowest lane, one after another)."""
     lane_ids = got[2]
-    busy = np.zeros(lanes)
-    for j in range(lane_ids.shape[1]):  # column by column: past the first, few are set
-        col = lane_ids[:, j]
-        on = col >= 0
-        busy += np.bincount(col[on], weights=times[on], minlength=lanes)
+    busy = np.bincount(lane_ids[:, 0], weights=times, minlength=lanes)  # every item's first
+    if lane_ids.shape[1] > 1:
+        wide = np.flatnonzero(lane_ids[:, 1] >= 0)  # the items on more than one lane
+        rest = lane_ids[wide, 1:]
+        on = rest >= 0
+        weights = np.broadcast_to(times[wide, None], rest.shape)[on]
+        busy += np.bincount(rest[on], weights=weights, minlength=lanes)
     return float(busy.max(initial=0.0))
 
 
