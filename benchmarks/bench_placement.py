@@ -564,7 +564,7 @@ def main() -> None:
     print(
         f"1F1B, 4 stages, 8-16 micro-batches ({len(pipe)} cases): kept placement / its bound "
         f"median {med(x[2] for x in pipe):.3f}, worst {max(x[2] for x in pipe):.3f}; evenest "
-        f"spread / its bound median {med(x[3] for x in pipe):.3f}, worst "
+        f"candidate / its bound median {med(x[3] for x in pipe):.3f}, worst "
         f"{max(x[3] for x in pipe):.3f}, its makespan / the kept one's median "
         f"{med(x[4] for x in pipe):.3f}"
     )
