@@ -310,3 +310,22 @@ def test_the_free_spread_is_the_widest_degree_within_two_percent_of_the_least_wo
         area = ks * COST.time(np.full(ks.size, lens[i]), ks)
         free = ks[area <= 1.02 * area.min()]
         assert widths[i] == free.max()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.5, 7.0]), min_size=1, max_size=40),
+    st.lists(st.sampled_from([0.25, 1.0, 2.0, 9.0]), max_size=40),
+    st.randoms(use_true_random=False),
+)
+def test_longest_first_merge_is_a_stable_sort(base, new, rnd):
+    """The spreads' longest-first order (the others sorted once, the changed rows merged in)
+    is exactly a stable sort of −times: ties by index."""
+    from padless.planners import placement as PL
+
+    base = np.array(base)
+    rows = np.array(sorted(rnd.sample(range(base.size), min(len(new), base.size))), dtype=int)
+    times = base.copy()
+    times[rows] = new[: rows.size]
+    got = PL._Longest(base, rows)(times)
+    assert np.array_equal(got, np.argsort(-times, kind="stable"))

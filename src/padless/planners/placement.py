@@ -279,6 +279,40 @@ def _free_spread(
     return widths, times
 
 
+class _Longest:
+    """Items longest first, ties by index (a stable sort of ``−times``), for many ``times``
+    that differ from ``base`` only at ``rows``: the others are sorted once, and each call sorts
+    ``rows`` and merges them in (O(N + R log R) instead of a sort of all N)."""
+
+    def __init__(self, base: np.ndarray, rows: np.ndarray) -> None:
+        keep = np.ones(base.size, dtype=bool)
+        keep[rows] = False
+        rest = np.flatnonzero(keep)
+        self.rows = rows
+        self.rest = rest[np.argsort(-base[rest], kind="stable")]
+        self.rest_key = -base[self.rest]
+
+    def __call__(self, times: np.ndarray) -> np.ndarray:
+        rows = self.rows
+        if rows.size == 0:
+            return self.rest
+        mine = rows[np.argsort(-times[rows], kind="stable")]
+        key = -times[mine]
+        # before each of mine: the others of smaller key, and of equal key and smaller index
+        lo = np.searchsorted(self.rest_key, key, side="left")
+        hi = np.searchsorted(self.rest_key, key, side="right")
+        before = lo
+        for j in np.flatnonzero(hi > lo).tolist():  # ties in time: rare
+            before[j] += int(np.searchsorted(np.sort(self.rest[lo[j] : hi[j]]), mine[j]))
+        at = before + np.arange(mine.size)
+        out = np.empty(times.size, dtype=np.int64)
+        placed = np.zeros(times.size, dtype=bool)
+        placed[at] = True
+        out[at] = mine
+        out[~placed] = self.rest
+        return out
+
+
 def _fit(
     widths: np.ndarray,
     times: np.ndarray,
@@ -287,11 +321,12 @@ def _fit(
     m: int,
     cap: int,
     aligned: bool,
+    longest: _Longest | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
     """place_items, longest shard first; where that strands tokens, most tokens per rank first
     (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
     micro-batches the tokens left need."""
-    by_time = np.argsort(-times, kind="stable")
+    by_time = np.argsort(-times, kind="stable") if longest is None else longest(times)
     got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
     if isinstance(got, int):
         by_tokens = np.lexsort((-widths, -tokens))  # per rank, as bins are (stable)
@@ -704,9 +739,11 @@ def _candidates(
     found = False
     tried: list[np.ndarray] = []
     table = _Table(lens, cost, mesh.cp, kmin)
+    longest = None
     if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
         low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
         table.of(np.flatnonzero(base > low))
+        longest = _Longest(base, table.rows)  # the spreads change times only at those rows
     shares: tuple[float | None, ...] = (None,)
     if mesh.dynamic and n:
         shares = (*SPREADS, 0.0) if search else SPREADS[:1]
@@ -727,7 +764,7 @@ def _candidates(
         degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
         tokens = rank_tokens(lens, degrees)
         while True:
-            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups)
+            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups, longest)
             if not isinstance(got, int) or found or slots is not None:
                 break
             # the tokens left over need this many more micro-batches, at the least
