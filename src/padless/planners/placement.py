@@ -352,9 +352,17 @@ def _rounds(
     top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
     ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
     allowed = ks[None, :] >= kmin[:, None]
-    tokens = rank_tokens(lens[:, None], ks[None, :])
-    times = cost._time_of_shards(ks[None, :], tokens.astype(np.float64))  # padded once
-    order = np.argsort(-lens, kind="stable")
+    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k; in floats (exact below
+    # 2**52 tokens), cheaper than integer division on the (N, sizes) table
+    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
+    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
+    tokens = shard.astype(np.int64)
+    times = cost._time_of_shards(ks[None, :], shard)  # padded once
+    # longest first, ties by index: with unique keys any sort gives the stable sort's order
+    if n and int(lens.max()) < (1 << 62) // n:
+        order = np.argsort(-lens * n + np.arange(n))
+    else:
+        order = np.argsort(-lens, kind="stable")
     row = np.arange(n)
     k0 = np.argmax(allowed, axis=1)
     lf = lens.astype(np.float64)
