@@ -1,4 +1,4 @@
-// The placement family's binding: place_items (see placement.hpp). It checks its arguments
+// The placement family's binding: place_items, place_rounds, replay_lanes (placement.hpp). It checks its arguments
 // before it places anything (checks.hpp).
 #include "placement.hpp"
 
@@ -90,12 +90,72 @@ nb::tuple replay_lanes_py(In<int64_t> lanes_of, int64_t width, In<double> times,
     return nb::make_tuple(to_numpy(std::move(start)), to_numpy(std::move(free)));
 }
 
+
+nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
+                          In<int64_t> tokens, In<double> limits, int64_t lanes,
+                          int64_t max_tokens) {
+    const char* kernel = "place_rounds";
+    const int64_t n = static_cast<int64_t>(order.shape(0));
+    const int64_t n_sizes = static_cast<int64_t>(sizes.shape(0));
+    check_same_size(kernel, "order", n, "limits", static_cast<int64_t>(limits.shape(0)));
+    check_scalar(kernel, "lanes", lanes, 1, int64_t(1) << 20, "must be in [1, 2**20]");
+    check_scalar(kernel, "max_tokens", max_tokens, 1, MAX_COUNT, "must be in [1, 2**62]");
+    check_scalar(kernel, "len(sizes)", n_sizes, 1, int64_t(64), "must be in [1, 64]");
+    for (const char* name : {"work", "tokens"}) {
+        const int64_t got = static_cast<int64_t>(
+            name[0] == 'w' ? work.shape(0) : tokens.shape(0));
+        if (got != sat_mul(n, n_sizes)) {
+            refuse(kernel, std::string(name) + " holds " + text(got) +
+                               " entries, not len(order) * len(sizes) = " +
+                               text(sat_mul(n, n_sizes)));
+        }
+    }
+    for (int64_t s = 0; s < n_sizes; ++s) {
+        if (sizes(s) < 1 || sizes(s) > lanes || (s > 0 && sizes(s) <= sizes(s - 1))) {
+            refuse(kernel, entry("sizes", s, sizes(s)) + " (sizes must ascend strictly, in [1, " +
+                               "lanes = " + text(lanes) + "])");
+        }
+    }
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = order(j);
+        if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) {
+            refuse(kernel, entry("order", j, i) + " (order must be a permutation of 0.." +
+                               text(n - 1) + ")");
+        }
+        seen[static_cast<size_t>(i)] = 1;
+        if (!(limits(j) >= 0.0)) {
+            refuse(kernel, entry("limits", j, limits(j)) + " must be a number >= 0");
+        }
+    }
+    for (int64_t j = 0; j < n * n_sizes; ++j) {
+        if (!(work(j) >= 0.0)) {
+            refuse(kernel, entry("work", j, work(j)) + " must be a number >= 0 (inf: not allowed)");
+        }
+        if (tokens(j) < 0 || tokens(j) > MAX_COUNT) {
+            refuse(kernel, entry("tokens", j, tokens(j)) + " must be in [0, 2**62]");
+        }
+    }
+    check_memory(kernel, "len(order)", n, 64.0);
+    Rounds out;
+    {
+        nb::gil_scoped_release nogil;
+        out = place_rounds(order.data(), sizes.data(), n_sizes, work.data(), tokens.data(),
+                           limits.data(), n, lanes, max_tokens);
+    }
+    return nb::make_tuple(out.failed, to_numpy(std::move(out.round)),
+                          to_numpy(std::move(out.first)), to_numpy(std::move(out.size)),
+                          to_numpy(std::move(out.start)));
+}
+
 }  // namespace
 
 void bind_placement(nb::module_& m) {
     m.def("place_items", &place_items_py, nb::arg("order"), nb::arg("widths"), nb::arg("times"),
           nb::arg("tokens"), nb::arg("lanes"), nb::arg("slots"), nb::arg("max_tokens"),
           nb::arg("aligned") = false);
+    m.def("place_rounds", &place_rounds_py, nb::arg("order"), nb::arg("sizes"), nb::arg("work"),
+          nb::arg("tokens"), nb::arg("limits"), nb::arg("lanes"), nb::arg("max_tokens"));
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
 }

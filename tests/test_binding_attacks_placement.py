@@ -12,12 +12,15 @@ from padless import _core as C
 from padless._kernels.placement import (
     place_items,
     place_items_reference,
+    place_rounds,
+    place_rounds_reference,
     replay_lanes,
     replay_lanes_reference,
 )
 
 ATTACKED: dict[str, str] = {
     "place_items": "test_place_items",
+    "place_rounds": "test_place_rounds",
     "replay_lanes": "test_replay_lanes",
 }
 
@@ -146,3 +149,89 @@ def test_replay_equals_reference(lanes, items, barrier):
     got = replay_lanes(lanes_of, times, lanes, slots)
     want = replay_lanes_reference(lanes_of, times, lanes, slots)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_place_rounds():
+    f64 = np.float64
+    order, sizes, lim = a(0, 1), a(1, 2), a(9.0, 9.0, dtype=f64)
+    work, tok = a(4.0, 2.0, 1.0, 0.5, dtype=f64), a(4, 2, 2, 1)
+    with pytest.raises(ValueError, match=r"place_rounds: order\[1\] = 0 \(order must be a perm"):
+        C.place_rounds(a(0, 0), sizes, work, tok, lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: sizes\[1\] = 1 \(sizes must ascend"):
+        C.place_rounds(order, a(1, 1), work, tok, lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: sizes\[1\] = 2 \(sizes must ascend"):
+        C.place_rounds(order, sizes, work, tok, lim, 1, 10)  # larger than the lanes
+    with pytest.raises(ValueError, match=r"place_rounds: work holds 3 entries, not len"):
+        C.place_rounds(order, sizes, work[:3], tok, lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: tokens holds 5 entries, not len"):
+        C.place_rounds(order, sizes, work, a(1, 1, 1, 1, 1), lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: work\[2\] = nan must be a number"):
+        C.place_rounds(order, sizes, a(4.0, 2.0, np.nan, 0.5, dtype=f64), tok, lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: work\[0\] = -1 must be a number"):
+        C.place_rounds(order, sizes, a(-1.0, 2.0, 1.0, 0.5, dtype=f64), tok, lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: tokens\[3\] = -1 must be in"):
+        C.place_rounds(order, sizes, work, a(4, 2, 2, -1), lim, 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: limits\[0\] = nan must be a number"):
+        C.place_rounds(order, sizes, work, tok, a(np.nan, 1.0, dtype=f64), 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: limits holds 1 entries, order 2"):
+        C.place_rounds(order, sizes, work, tok, lim[:1], 2, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: lanes = 0 must be in"):
+        C.place_rounds(order, sizes, work, tok, lim, 0, 10)
+    with pytest.raises(ValueError, match=r"place_rounds: max_tokens = 0 must be in"):
+        C.place_rounds(order, sizes, work, tok, lim, 2, 0)
+    with pytest.raises(ValueError, match=r"place_rounds: len\(sizes\) = 0 must be in"):
+        C.place_rounds(order, a(), a(dtype=f64), a(), lim, 2, 10)
+    # valid edges: nothing to place; an item that fits no group; two rounds
+    failed, rnd, first, kidx, start = C.place_rounds(
+        a(), sizes, a(dtype=f64), a(), a(dtype=f64), 2, 1
+    )
+    assert failed == -1 and rnd.size == first.size == kidx.size == start.size == 0
+    inf = np.inf
+    assert C.place_rounds(order, sizes, a(inf, inf, 1.0, 1.0, dtype=f64), tok, lim, 2, 10)[0] == 0
+    assert C.place_rounds(order, sizes, work, tok, lim, 2, 1)[0] == 0  # 4 or 2 tokens > 1
+    # item 0 (4 s at size 1) opens lane 0, item 1 opens lane 1 (1 s): one round, both lanes
+    failed, rnd, first, kidx, start = C.place_rounds(order, sizes, work, tok, lim, 2, 10)
+    assert failed == -1 and rnd.tolist() == [0, 0] and first.tolist() == [0, 1]
+    assert kidx.tolist() == [0, 0]
+    # a cap of 4 s and one lane: item 1 (1 s) would make 5 s, so it waits for a second round
+    one = C.place_rounds(order, a(1), a(4.0, 1.0, dtype=f64), a(1, 1), a(4.0, 4.0, dtype=f64), 1, 9)
+    assert one[1].tolist() == [0, 1]
+    # an idle lane grows the smallest group to the next size
+    grow = C.place_rounds(a(0), sizes, a(1.0, 0.6, dtype=f64), a(2, 1), a(9.0, dtype=f64), 2, 9)
+    assert grow[3].tolist() == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.integers(1, 12),
+    st.lists(
+        st.tuples(
+            st.integers(1, 4), st.sampled_from([0.0, 0.5, 1.0, 2.5, 7.0]), st.integers(0, 12)
+        ),
+        max_size=25,
+    ),
+    st.sampled_from([1.0, 1.5, 4.0, np.inf]),
+    st.randoms(use_true_random=False),
+)
+def test_rounds_kernel_equals_reference(lanes, cap, items, slack, rnd):
+    sizes = np.array([s for s in (1, 2, 3, 4, 8) if s <= lanes], dtype=I64)
+    n = len(items)
+    # per item: its smallest size index, then work that falls with the size (ties on purpose)
+    work = np.full((n, sizes.size), np.inf)
+    tokens = np.zeros((n, sizes.size), dtype=I64)
+    for i, (lo, t, k) in enumerate(items):
+        for j, s in enumerate(sizes.tolist()):
+            if j >= lo - 1:
+                work[i, j] = t / s if rnd.random() < 0.7 else t
+            tokens[i, j] = -(-k // s)
+    limits = np.array([slack * max(t, 0.5) for _, t, _ in items], dtype=np.float64)
+    order = np.array(rnd.sample(range(n), n), dtype=I64)
+    got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
+    want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        assert np.array_equal(x, y)

@@ -22,8 +22,10 @@ def one_thread():
 
 def test_fit_predicts_held_out_lengths_and_plans(tmp_path, one_thread):
     torch.manual_seed(0)
+    # dropout 0: attention takes the fused path (no L×L scores through the caches), quadratic
+    # in the length as on an accelerator
     layer = torch.nn.TransformerEncoderLayer(
-        d_model=32, nhead=2, dim_feedforward=64, batch_first=True
+        d_model=32, nhead=2, dim_feedforward=64, batch_first=True, dropout=0.0
     )
 
     def forward(x):
@@ -41,9 +43,9 @@ def test_fit_predicts_held_out_lengths_and_plans(tmp_path, one_thread):
     )
     assert [p[0] for p in cal.points] == [32, 128, 256, 512, 768]
     assert all(f > 0 and b > 0 for _, f, b in cal.points)
-    # the fit follows the measured times: within a third on lengths it never saw (10% on a quiet
-    # machine; this one is shared)
-    assert cal.error < 0.35, cal.heldout
+    # the fit follows the measured times: within a quarter on lengths it never saw (the
+    # benchmark reaches 2-10%; this test runs beside others on a shared machine)
+    assert cal.error < 0.25, cal.heldout
     times = cal.cost.time(np.array([128, 512, 2048]))
     assert (np.diff(times) > 0).all()
     path = cal.cost.save(tmp_path / "cost.json")
@@ -80,3 +82,29 @@ def test_the_timing_harness_checks_its_arguments():
         calibrate_cost(None, lambda n: torch.ones(n), [8, 16])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"lengths\[1\]"):
         calibrate_cost(lambda b: b.sum(), lambda n: torch.ones(n), [8, 0])
+
+
+def test_rounds_until_the_fastest_runs_agree(one_thread):
+    from padless.torch._timing import _settled
+
+    assert not _settled([(1.0, 1.0)], 0.03)  # one run proves nothing
+    assert _settled([(1.0, 1.0), (1.02, 1.0), (5.0, 5.0)], 0.03)  # 2.0 and 2.02: within 3%
+    assert not _settled([(1.0, 1.0), (1.2, 1.0), (5.0, 5.0)], 0.03)
+    calls = []
+
+    def forward(x):
+        calls.append(x.shape[0])
+        return (x * 2.0).sum()
+
+    def make(n):
+        return torch.ones(n, requires_grad=True)
+
+    calibrate_cost(forward, make, [8, 16, 32], repeats=2, warmup=1, agree=None)
+    assert len(calls) == 3 * (1 + 2)  # warm-up and rounds, every length each
+    calls.clear()
+    calibrate_cost(forward, make, [8, 16, 32], repeats=2, warmup=0, agree=0.5)
+    assert 3 * 2 <= len(calls) <= 3 * 8 and len(calls) % 3 == 0  # up to 4 × repeats rounds
+    with pytest.raises(ValueError, match=r"agree must be in \(0, 1\)"):
+        calibrate_cost(forward, make, [8, 16, 32], agree=1.5)
+    with pytest.raises(TypeError, match="agree must be a fraction or None"):
+        calibrate_cost(forward, make, [8, 16, 32], agree="3%")  # type: ignore[arg-type]

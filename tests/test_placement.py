@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from padless import Cost
 from padless.core.mesh import Mesh, MeshCost, padded, rank_tokens
-from padless.planners.placement import place, plan_placement
+from padless.planners.placement import place, plan_placement, simulate
 
 COST = MeshCost(
     forward=Cost(linear=1e-6, quadratic=1e-10, per_sequence=1e-4),
@@ -220,3 +220,112 @@ def test_resume_is_recomputation_and_elastic_resume_keeps_coverage():
     assert not np.array_equal(other.batch(0), plan.batch(0))
     with pytest.raises(ValueError, match=r"step must be in \[0, 8\)"):
         plan.step(8)
+
+
+# ------------------------------------------------------------ the search's candidates (issue 43)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.sampled_from([512, 1000, 4096]),
+    st.lists(st.integers(1, 20000), min_size=1, max_size=60),
+)
+def test_megatron_like_candidates_are_valid(dp, cp, cap, raw):
+    """The two candidates built the Megatron-dev way: every sequence once, no rank over
+    max_tokens after padding, equal micro-batch counts, group sizes powers of two (or cp) on
+    consecutive ranks, times the cost model's."""
+    from padless.planners import placement as PL
+
+    mesh = Mesh(dp=dp, cp=cp, dynamic=True, max_tokens=cap)
+    lens = lengths_for(mesh, raw)
+    kmin, _, _ = PL._degrees(lens, mesh, COST, mesh.ranks, None)
+    made = PL._rounds(lens, kmin, mesh, COST, cap)
+    assert len(made) == 2
+    for rnd, start, first, degrees, times, m in made:
+        assert all(k == cp or k & (k - 1) == 0 for k in degrees.tolist())
+        assert (degrees >= kmin).all() and (first + degrees <= mesh.ranks).all()
+        assert np.allclose(times, COST.time(lens, degrees))
+        assert sorted(set(rnd.tolist())) == list(range(m))
+        got = (rnd, start, PL._blocks(first, degrees))
+        p = PL._assemble(got, mesh, COST, np.arange(lens.size), lens, degrees, times, m)
+        check_valid(p, lens)
+
+
+@settings(max_examples=20, deadline=None)
+@given(meshes, st.lists(st.integers(1, 20000), min_size=1, max_size=50))
+def test_the_kept_placement_is_never_slower_than_any_candidate(mesh, raw):
+    """place keeps the shortest replayed step among its candidates (and the pipeline's evening
+    and reordering only shorten it); each candidate's floor is no longer than its replay."""
+    from padless.planners import placement as PL
+
+    lens = lengths_for(mesh, raw)
+    kept = simulate(place(lens, mesh, COST)).makespan
+    built = 0
+    for floor, build in PL._candidates(
+        lens, np.arange(lens.size), mesh, COST, mesh.micro_batches, True
+    ):
+        q = build()
+        check_valid(q, lens)
+        step = simulate(q).makespan
+        assert floor <= step * (1 + 1e-9)
+        if mesh.dynamic:
+            assert kept <= step * (1 + 1e-12)
+        built += 1
+    assert built >= 1
+
+
+def test_pipeline_evening_and_order_never_lengthen_the_step():
+    from padless.planners import placement as PL
+
+    rng = np.random.default_rng(3)
+    lens = np.minimum((1024 * (1 + rng.pareto(1.1, 120))).astype(np.int64), 8 * 4096 - 16)
+    mesh = Mesh(dp=1, cp=8, pp=4, dynamic=True, max_tokens=4096, micro_batches=8)
+    firsts = [build() for _, build in PL._candidates(lens, np.arange(120), mesh, COST, 8, True)]
+    for p in firsts:
+        before = PL._makespan(p)
+        score, q = PL._sequence(*PL._even(p, before)[::-1])
+        assert score <= before and score == pytest.approx(PL._makespan(q), rel=1e-12)
+        check_valid(q, lens)
+        assert np.array_equal(np.sort(q.indices), np.arange(120))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(2, 9), st.lists(st.integers(1, 60000), min_size=1, max_size=40))
+def test_the_free_spread_is_the_widest_degree_within_two_percent_of_the_least_work(cp, raw):
+    from padless.planners import placement as PL
+
+    mesh = Mesh(dp=2, cp=cp, dynamic=True, max_tokens=4096)
+    lens = lengths_for(mesh, raw)
+    kmin, base, m = PL._degrees(lens, mesh, COST, mesh.ranks, None)
+    table = PL._Table(lens, COST, cp, kmin)
+    rows = np.arange(lens.size)
+    table.of(rows)
+    widths, times = PL._free_spread(table, base)
+    assert (widths >= kmin).all() and (widths <= cp).all()
+    assert np.allclose(times, COST.time(lens, widths))
+    for i in range(lens.size):
+        ks = np.arange(int(kmin[i]), cp + 1)
+        area = ks * COST.time(np.full(ks.size, lens[i]), ks)
+        free = ks[area <= 1.02 * area.min()]
+        assert widths[i] == free.max()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.5, 7.0]), min_size=1, max_size=40),
+    st.lists(st.sampled_from([0.25, 1.0, 2.0, 9.0]), max_size=40),
+    st.randoms(use_true_random=False),
+)
+def test_longest_first_merge_is_a_stable_sort(base, new, rnd):
+    """The spreads' longest-first order (the others sorted once, the changed rows merged in)
+    is exactly a stable sort of −times: ties by index."""
+    from padless.planners import placement as PL
+
+    base = np.array(base)
+    rows = np.array(sorted(rnd.sample(range(base.size), min(len(new), base.size))), dtype=int)
+    times = base.copy()
+    times[rows] = new[: rows.size]
+    got = PL._Longest(base, rows)(times)
+    assert np.array_equal(got, np.argsort(-times, kind="stable"))

@@ -17,6 +17,8 @@ __all__ = [
     "pipeline",
     "place_items",
     "place_items_reference",
+    "place_rounds",
+    "place_rounds_reference",
     "replay_lanes",
     "replay_lanes_reference",
 ]
@@ -112,6 +114,31 @@ def place_items_reference(
         slot[i], start[i] = best_m, best_at
         chosen[i, :w] = pick
     return slot, start, chosen
+
+
+def place_rounds(
+    order: np.ndarray,
+    sizes: np.ndarray,
+    times: np.ndarray,
+    tokens: np.ndarray,
+    limits: np.ndarray,
+    lanes: int,
+    max_tokens: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | int:
+    """:func:`place_rounds_reference` compiled (csrc/placement.hpp); ``times`` and ``tokens``
+    are (N, len(sizes)). Cost: O(rounds · N · (sizes + groups per round))."""
+    failed, rnd, first, kidx, start = _core.place_rounds(
+        np.ascontiguousarray(order, dtype=np.int64),
+        np.ascontiguousarray(sizes, dtype=np.int64),
+        np.ascontiguousarray(times, dtype=np.float64).reshape(-1),
+        np.ascontiguousarray(tokens, dtype=np.int64).reshape(-1),
+        np.ascontiguousarray(limits, dtype=np.float64),
+        int(lanes),
+        int(max_tokens),
+    )
+    if failed >= 0:
+        return int(failed)
+    return rnd, first, kidx, start
 
 
 def replay_lanes(
@@ -233,3 +260,104 @@ def pipeline(
             raise RuntimeError("pipeline schedule deadlocked")
     busy = np.full(stages, float(fwd.sum() + bwd.sum()) * vpp)
     return float(free.max()), busy
+
+
+def place_rounds_reference(
+    order: np.ndarray,
+    sizes: np.ndarray,
+    times: np.ndarray,
+    tokens: np.ndarray,
+    limits: np.ndarray,
+    lanes: int,
+    max_tokens: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | int:
+    """Micro-batches built one at a time, the way Megatron-LM's dev-branch dynamic CP does
+    (``next_hdp_group_packing_aware``), in plain Python (:func:`place_rounds` is compiled).
+
+    ``sizes`` (S,) are the group sizes a sequence may take, ascending; ``times`` (N, S) the
+    seconds of one shard at each size (``inf``: not allowed), ``tokens`` (N, S) the tokens a rank
+    holds of it. A round opens with the first item left (in ``order``) on lanes ``0..k−1``, k its
+    smallest allowed size, and caps every lane's busy time at ``limits`` of that item. Each later
+    item left, in order, tries every allowed size: joining the least busy group of that size with
+    room for its tokens, or opening a group of that size on the lowest free lanes; it keeps the
+    choice with the lowest busiest lane over the round (the first on ties) within the cap, else
+    waits for a later round. Then, while lanes are free, the first group of the smallest size
+    grows to the next size (the groups after it shift along); lanes no size can take stay idle.
+
+    Returns ``(round, first lane, size index, start)`` per item (``start``: the work before it
+    in its group, which runs its items one after another), or, when the item opening a round fits
+    no group (no allowed size within ``lanes`` and ``max_tokens``), that item (an int).
+    """
+    n = int(order.size)
+    n_sizes = int(sizes.size)
+    rnd = np.full(n, -1, dtype=np.int64)
+    first = np.zeros(n, dtype=np.int64)
+    kidx = np.zeros(n, dtype=np.int64)
+    start = np.zeros(n, dtype=np.float64)
+    left = [int(i) for i in order.tolist()]
+    r = 0
+    while left:
+        # a group: [first lane, size index, busy seconds, tokens per lane, items]
+        groups: list[list] = []
+        head = left[0]
+        finite = np.flatnonzero(np.isfinite(times[head]))
+        k0 = int(finite[0]) if finite.size else n_sizes
+        if k0 == n_sizes or int(sizes[k0]) > lanes or tokens[head, k0] > max_tokens:
+            return head
+        groups.append([0, k0, float(times[head, k0]), int(tokens[head, k0]), [head]])
+        used = int(sizes[k0])
+        cap = float(limits[head])
+        top = float(times[head, k0])  # the busiest lane
+        later = []
+        for i in left[1:]:
+            best: tuple[float, int, int] | None = None  # (busiest after, size index, group or -1)
+            for s in range(n_sizes):
+                t = float(times[i, s])
+                if not np.isfinite(t):
+                    continue
+                tau = int(tokens[i, s])
+                pick, low = -1, np.inf
+                for g, grp in enumerate(groups):
+                    if grp[1] == s and grp[3] + tau <= max_tokens and grp[2] < low:
+                        pick, low = g, grp[2]
+                if pick >= 0:
+                    after = max(low + t, top)
+                    if after <= cap and (best is None or after < best[0]):
+                        best = (after, s, pick)
+                if lanes - used >= int(sizes[s]) and tau <= max_tokens:
+                    after = max(t, top)
+                    if after <= cap and (best is None or after < best[0]):
+                        best = (after, s, -1)
+            if best is None:
+                later.append(i)
+                continue
+            after, s, g = best
+            if g < 0:
+                groups.append([used, s, 0.0, 0, []])
+                used += int(sizes[s])
+                g = len(groups) - 1
+            grp = groups[g]
+            grp[2] += float(times[i, s])
+            grp[3] += int(tokens[i, s])
+            grp[4].append(i)
+            top = after
+        while used < lanes:
+            small = min(grp[1] for grp in groups)
+            if small + 1 >= n_sizes:
+                break
+            step = int(sizes[small + 1] - sizes[small])
+            if used + step > lanes:
+                break
+            at = next(g for g, grp in enumerate(groups) if grp[1] == small)
+            groups[at][1] = small + 1
+            for grp in groups[at + 1 :]:
+                grp[0] += step
+            used += step
+        for grp in groups:
+            clock = 0.0
+            for i in grp[4]:
+                rnd[i], first[i], kidx[i], start[i] = r, grp[0], grp[1], clock
+                clock += float(times[i, grp[1]])
+        left = later
+        r += 1
+    return rnd, first, kidx, start

@@ -244,16 +244,30 @@ class MeshCost:
 
     # ------------------------------------------------------------------ times
     def _pass(self, cost: Cost, lengths: Any, k: Any, bytes_factor: float) -> np.ndarray:
+        kk, shard = self._shard(lengths, k)
+        return self._seconds(cost, kk, shard, bytes_factor)
+
+    @staticmethod
+    def _shard(lengths: Any, k: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The degrees (int64) and each shard's padded tokens (float64), broadcast."""
         kk = np.asarray(k, dtype=np.int64)
         if kk.size and int(kk.min()) < 1:
             raise ValueError(f"k must be positive CP degrees, got {int(kk.min())}")
-        lf = padded(np.asarray(lengths, dtype=np.int64), kk).astype(np.float64)
+        # padded to 2·k (1 at k = 1) in floats: exact below 2**52 tokens, and cheaper than
+        # integer division on the (rows, degrees) tables the planner costs
+        mult = np.where(kk > 1, 2.0 * kk, 1.0)
+        lf = np.ceil(np.asarray(lengths, dtype=np.int64) / mult) * mult
+        return kk, lf / kk
+
+    def _seconds(
+        self, cost: Cost, kk: np.ndarray, shard: np.ndarray, bytes_factor: float
+    ) -> np.ndarray:
         kf = kk.astype(np.float64)
-        step = cost.quadratic * lf * lf / (kf * kf)  # one ring step's attention
-        shard = lf / kf
-        comm = bytes_factor * self.kv_bytes * shard / self.bandwidth + self.latency
+        step = cost.quadratic * shard * shard  # one ring step's attention
+        comm = (bytes_factor * self.kv_bytes / self.bandwidth) * shard + self.latency
         out = cost.linear * shard + cost.per_sequence + step
-        out = out + (kf - 1.0) * np.maximum(step, np.where(kk > 1, comm, 0.0))
+        # k − 1 exchanges, each hidden behind a step's attention (none at k = 1: k − 1 = 0)
+        out += (kf - 1.0) * np.maximum(step, comm)
         return np.asarray(out, dtype=np.float64)
 
     def forward_time(self, lengths: Any, k: Any = 1) -> Any:
@@ -264,9 +278,18 @@ class MeshCost:
         """Backward seconds (keys, values and their gradients go round: twice the bytes)."""
         return self._pass(self.backward, lengths, k, 2.0)
 
+    def _time_of_shards(self, kk: np.ndarray, shard: np.ndarray) -> np.ndarray:
+        """:meth:`time` of shards of ``shard`` padded tokens per rank at degrees ``kk``."""
+        return self._seconds(self.forward, kk, shard, 1.0) + self._seconds(
+            self.backward, kk, shard, 2.0
+        )
+
     def time(self, lengths: Any, k: Any = 1) -> Any:
         """Forward + backward seconds of a shard of each length over ``k`` ranks (broadcast)."""
-        return self.forward_time(lengths, k) + self.backward_time(lengths, k)
+        kk, shard = self._shard(lengths, k)  # padded once for both passes
+        return self._seconds(self.forward, kk, shard, 1.0) + self._seconds(
+            self.backward, kk, shard, 2.0
+        )
 
     # ------------------------------------------------------------------ records
     def as_dict(self) -> dict[str, Any]:

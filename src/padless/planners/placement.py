@@ -14,7 +14,10 @@ How :func:`place` decides (``L`` a length, ``k`` its CP degree, ``t(L, k)`` a
    and a sequence gets the smallest ``k`` whose shard fits ``max_tokens``, raised (up to ``cp``)
    while its shard still takes longer than a target, a multiple of a micro-batch's mean share of
    the work: long sequences spread so that short ones fill the slot beside them. ``k`` is any
-   integer. Four targets are tried and the placement whose replayed step is shortest kept.
+   integer. Four targets are tried, and a fifth spread: each long sequence at the widest degree
+   that costs no more than 2% over its fewest rank-seconds (the exchange still hidden). Two
+   more candidates are built the way Megatron-LM's dev branch builds its schedule (one
+   micro-batch at a time); the placement whose replayed step is shortest is kept.
 2. **Micro-batches.** ``mesh.micro_batches``, or the fewest that hold the tokens (at least
    ``pp``), a multiple of ``vpp`` (and of ``pp`` interleaved); every rank runs them all.
 3. **Slots.** Longest shard first, each sequence goes to the micro-batch where it would finish
@@ -43,7 +46,9 @@ allowed (docs/placement.md compares them; benchmarks/bench_placement.py runs bot
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -255,6 +260,59 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
     return widths, times
 
 
+def _free_spread(
+    table: _Table, base: np.ndarray, slack: float = 0.02
+) -> tuple[np.ndarray, np.ndarray]:
+    """Degrees and times with every costed row at the widest degree that costs no more than
+    ``1 + slack`` times its fewest rank-seconds ``k·t``: a long sequence spread as far as the
+    exchange stays hidden behind its attention, at (almost) no price in work."""
+    widths, times = table.kmin.copy(), base.copy()
+    rows = table.rows
+    if rows.size == 0:
+        return widths, times
+    t = table.of(rows)
+    area = t * table.ks[None, :]
+    free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
+    k_idx = table.ks.size - 1 - np.argmax(free[:, ::-1], axis=1)  # the widest free degree
+    widths[rows] = table.ks[k_idx]
+    times[rows] = t[np.arange(rows.size), k_idx]
+    return widths, times
+
+
+class _Longest:
+    """Items longest first, ties by index (a stable sort of ``−times``), for many ``times``
+    that differ from ``base`` only at ``rows``: the others are sorted once, and each call sorts
+    ``rows`` and merges them in (O(N + R log R) instead of a sort of all N)."""
+
+    def __init__(self, base: np.ndarray, rows: np.ndarray) -> None:
+        keep = np.ones(base.size, dtype=bool)
+        keep[rows] = False
+        rest = np.flatnonzero(keep)
+        self.rows = rows
+        self.rest = rest[np.argsort(-base[rest], kind="stable")]
+        self.rest_key = -base[self.rest]
+
+    def __call__(self, times: np.ndarray) -> np.ndarray:
+        rows = self.rows
+        if rows.size == 0:
+            return self.rest
+        mine = rows[np.argsort(-times[rows], kind="stable")]
+        key = -times[mine]
+        # before each of mine: the others of smaller key, and of equal key and smaller index
+        lo = np.searchsorted(self.rest_key, key, side="left")
+        hi = np.searchsorted(self.rest_key, key, side="right")
+        before = lo
+        for j in np.flatnonzero(hi > lo).tolist():  # ties in time: rare
+            before[j] += int(np.searchsorted(np.sort(self.rest[lo[j] : hi[j]]), mine[j]))
+        at = before + np.arange(mine.size)
+        out = np.empty(times.size, dtype=np.int64)
+        placed = np.zeros(times.size, dtype=bool)
+        placed[at] = True
+        out[at] = mine
+        out[~placed] = self.rest
+        return out
+
+
 def _fit(
     widths: np.ndarray,
     times: np.ndarray,
@@ -263,20 +321,270 @@ def _fit(
     m: int,
     cap: int,
     aligned: bool,
+    longest: _Longest | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
     """place_items, longest shard first; where that strands tokens, most tokens per rank first
     (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
     micro-batches the tokens left need."""
-    n = widths.size
-    by_time = np.lexsort((np.arange(n), -times))
+    by_time = np.argsort(-times, kind="stable") if longest is None else longest(times)
     got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
     if isinstance(got, int):
-        by_tokens = np.lexsort((np.arange(n), -widths, -tokens))  # per rank, as bins are
+        by_tokens = np.lexsort((-widths, -tokens))  # per rank, as bins are (stable)
         got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
         if isinstance(got, int):
             rest = by_tokens[got:]
             return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
     return got
+
+
+def _rounds(
+    lens: np.ndarray, kmin: np.ndarray, mesh: Mesh, cost: MeshCost, cap: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
+    """Candidates built the way Megatron-LM's dev-branch dynamic CP builds its schedule (its
+    ``next_hdp_group_packing_aware``): one micro-batch at a time, longest first, each sequence
+    at the group size among its smallest, 2×, 4×… (and ``cp``) that keeps the busiest rank
+    lowest, each rank's work capped at 1.05× what the micro-batch's longest sequence allows.
+    Two measures of work: Megatron's ``L²/k`` (its cap ``longest × max_tokens × 1.05``) and the
+    cost model's seconds (the cap scaled alike). Budgets count padded tokens, so a candidate
+    never exceeds ``max_tokens``. Each: ``(slot, start, first lane, degree, time)`` per
+    sequence and the micro-batch count (a group's lanes are ``first .. first + degree − 1``)."""
+    n = lens.size
+    top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
+    ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
+    allowed = ks[None, :] >= kmin[:, None]
+    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k; in floats (exact below
+    # 2**52 tokens), cheaper than integer division on the (N, sizes) table
+    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
+    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
+    tokens = shard.astype(np.int64)
+    times = cost._time_of_shards(ks[None, :], shard)  # padded once
+    # longest first, ties by index: with unique keys any sort gives the stable sort's order
+    if n and int(lens.max()) < (1 << 62) // n:
+        order = np.argsort(-lens * n + np.arange(n))
+    else:
+        order = np.argsort(-lens, kind="stable")
+    row = np.arange(n)
+    k0 = np.argmax(allowed, axis=1)
+    lf = lens.astype(np.float64)
+    fill = np.maximum(1.0, ks[k0] * cap / np.maximum(lf, 1.0))  # the longest's rank, filled
+    quad = lf[:, None] * lf[:, None] / ks[None, :]
+    out = []
+    for work, limits in (
+        (times, 1.05 * times[row, k0] * fill),
+        (quad, 1.05 * quad[row, k0] * fill),
+    ):
+        got = KP.place_rounds(
+            order, ks, np.where(allowed, work, np.inf), tokens, limits, mesh.ranks, cap
+        )
+        if isinstance(got, int):  # cannot happen: every length fits at its smallest degree
+            continue
+        rnd, first, kidx, start = got
+        m = int(rnd.max()) + 1 if n else 1
+        out.append((rnd, start, first, ks[kidx], times[row, kidx], m))
+    return out
+
+
+def _blocks(first: np.ndarray, degrees: np.ndarray) -> np.ndarray:
+    """The (N, max degree) lanes of items on blocks ``first .. first + degree − 1`` (−1 past)."""
+    width = int(degrees.max()) if degrees.size else 1
+    out = np.full((degrees.size, width), -1, dtype=np.int64)
+    for k in np.unique(degrees).tolist():
+        rows = np.flatnonzero(degrees == k)
+        out[rows, :k] = first[rows, None] + np.arange(k)[None, :]
+    return out
+
+
+def _busiest_blocks(first: np.ndarray, degrees: np.ndarray, times: np.ndarray, lanes: int) -> float:
+    """:func:`_busiest` of items on blocks of lanes (a difference array: O(N + lanes))."""
+    diff = np.bincount(first, weights=times, minlength=lanes + 1)
+    diff -= np.bincount(first + degrees, weights=times, minlength=lanes + 1)
+    return float(np.cumsum(diff[:lanes]).max(initial=0.0))
+
+
+def _busiest(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray], times: np.ndarray, lanes: int
+) -> float:
+    """The busiest lane's seconds over the step: no replay of the placement is shorter (with
+    stages, each stage runs every micro-batch's slowest lane, one after another)."""
+    lane_ids = got[2]
+    busy = np.bincount(lane_ids[:, 0], weights=times, minlength=lanes)  # every item's first
+    if lane_ids.shape[1] > 1:
+        wide = np.flatnonzero(lane_ids[:, 1] >= 0)  # the items on more than one lane
+        rest = lane_ids[wide, 1:]
+        on = rest >= 0
+        weights = np.broadcast_to(times[wide, None], rest.shape)[on]
+        busy += np.bincount(rest[on], weights=weights, minlength=lanes)
+    return float(busy.max(initial=0.0))
+
+
+def _reorder(p: Placement, perm: np.ndarray, slots: np.ndarray) -> Placement:
+    """``p`` with its items in order ``perm`` and their micro-batches ``slots`` (before perm)."""
+    return dataclasses.replace(
+        p,
+        indices=p.indices[perm],
+        lengths=p.lengths[perm],
+        slots=slots[perm],
+        degrees=p.degrees[perm],
+        ranks=p.ranks[perm],
+        times=p.times[perm],
+    )
+
+
+def _run_order(slot_time: np.ndarray) -> np.ndarray:
+    """Micro-batch positions: cheapest first, the next cheapest last, the rest longest first."""
+    m = slot_time.size
+    by = np.argsort(slot_time, kind="stable")
+    run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
+    position = np.empty(m, dtype=np.int64)
+    position[run] = np.arange(m)
+    return position
+
+
+def _even(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement]:
+    """With pipeline stages: even out the micro-batches, each move kept only when the
+    pipeline's step gets shorter (so the step never gets longer). Two moves on the longest
+    micro-batch's busiest rank: its longest sequence there spreads over more ranks of the same
+    micro-batch (to the degree that ends that micro-batch soonest, ranks with room and the least
+    work first); else a sequence there moves to the shortest micro-batch, on the same ranks,
+    where its tokens fit and it ends before the longest did. After a move the micro-batches are
+    put in run order again (cheapest first, the next cheapest last)."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 2 or len(p) < 2:
+        return score, p
+    cap = mesh.max_tokens or NO_BUDGET
+    score = score if score > 0 else _makespan(p)
+    # fixed cp, or groups aligned to blocks: degrees stay
+    top = mesh.cp if mesh.dynamic and not mesh.aligned_groups else 0
+
+    def loads(q: Placement) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tok = rank_tokens(q.lengths, q.degrees)
+        busy = np.zeros((m, mesh.ranks))
+        used = np.zeros((m, mesh.ranks), dtype=np.int64)
+        for j in range(q.ranks.shape[1]):
+            on = q.ranks[:, j] >= 0
+            np.add.at(busy, (q.slots[on], q.ranks[on, j]), q.times[on])
+            np.add.at(used, (q.slots[on], q.ranks[on, j]), tok[on])
+        return tok, busy, used
+
+    def settle(q: Placement, key: np.ndarray) -> Placement:
+        q = _reorder(q, np.lexsort((key, q.slots)), q.slots)
+        start, _ = KP.replay_lanes(q.ranks, q.times, mesh.ranks, q.slots)
+        position = _run_order(_slot_times(q.slots, start, q.times, m))
+        return _reorder(q, np.lexsort((start, position[q.slots])), position[q.slots])
+
+    tau, busy, used = loads(p)
+    tried = np.zeros(len(p), dtype=bool)
+    spread_tried = np.zeros(len(p), dtype=bool)
+    for _ in range(tries):
+        span = busy.max(axis=1)
+        hi, lo = int(np.argmax(span)), int(np.argmin(span))
+        lane = int(np.argmax(busy[hi]))
+        here = np.flatnonzero((p.slots == hi) & (p.ranks == lane).any(axis=1))
+        if here.size == 0:
+            break
+        key = np.arange(len(p), dtype=np.float64)
+        moved = None
+        i = int(here[np.argmax(p.times[here])])
+        k = int(p.degrees[i])
+        if not spread_tried[i] and k < top:
+            spread_tried[i] = True
+            row = p.ranks[i][p.ranks[i] >= 0]
+            mine = np.zeros(mesh.ranks, dtype=bool)
+            mine[row] = True
+            ks = np.arange(k + 1, top + 1)
+            t_new = np.asarray(p.cost.time(np.full(ks.size, p.lengths[i]), ks), dtype=np.float64)
+            tau_new = rank_tokens(np.full(ks.size, p.lengths[i]), ks)
+            base = busy[hi] - np.where(mine, p.times[i], 0.0)
+            room = used[hi] - np.where(mine, tau[i], 0)
+            others = np.flatnonzero(~mine)
+            others = others[np.argsort(base[others], kind="stable")]
+            best_end, pick = span[hi], None
+            for kk, t2, tk in zip(ks.tolist(), t_new.tolist(), tau_new.tolist(), strict=True):
+                extra = others[room[others] + tk <= cap][: kk - k]
+                if extra.size < kk - k:
+                    continue
+                lanes_new = np.concatenate([row, extra])
+                end = max(
+                    float(base[lanes_new].max()) + t2,
+                    float(np.delete(base, lanes_new).max(initial=0.0)),
+                )
+                if end < best_end:
+                    best_end, pick = end, (np.sort(lanes_new), t2)
+            if pick is not None:
+                lanes_new, t2 = pick
+                width = max(p.ranks.shape[1], lanes_new.size)
+                ranks = np.full((len(p), width), -1, dtype=np.int64)
+                ranks[:, : p.ranks.shape[1]] = p.ranks
+                ranks[i, :] = -1
+                ranks[i, : lanes_new.size] = lanes_new
+                degrees, times = p.degrees.copy(), p.times.copy()
+                degrees[i], times[i] = lanes_new.size, t2
+                moved = dataclasses.replace(p, ranks=ranks, degrees=degrees, times=times)
+        if moved is None:
+            can = here[~tried[here]]
+            if can.size == 0 or span[hi] <= span[lo]:
+                break
+            rows = p.ranks[can]
+            on = rows >= 0
+            safe = np.where(on, rows, 0)
+            fits = np.where(on, used[lo][safe] + tau[can, None] <= cap, True).all(axis=1)
+            there = np.where(on, busy[lo][safe], 0.0).max(axis=1) + p.times[can]
+            fits &= there < span[hi]
+            tried[can[~fits]] = True
+            if not fits.any():
+                continue
+            gap = np.abs(there - (span[hi] - p.times[can]))  # the most even pair after
+            i = int(can[np.flatnonzero(fits)[np.argmin(gap[fits])]])
+            tried[i] = True
+            slots = p.slots.copy()
+            slots[i] = lo
+            key[i] = np.inf  # last of its new micro-batch
+            moved = dataclasses.replace(p, slots=slots)
+        moved = settle(moved, key)
+        new = _makespan(moved)
+        if new < score:
+            p, score = moved, new
+            tau, busy, used = loads(p)
+            tried = np.zeros(len(p), dtype=bool)  # the items are in a new order
+            spread_tried = np.zeros(len(p), dtype=bool)
+    return score, p
+
+
+def _sequence(p: Placement, score: float, passes: int = 2) -> tuple[float, Placement]:
+    """With pipeline stages: the micro-batches' run order improved by swapping pairs (each swap
+    kept when the pipeline's step gets shorter; a micro-batch's span does not depend on its
+    place in the order): every pair up to 16 micro-batches, pairs at most 4 apart beyond.
+    O(passes · pairs · pipeline)."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 3:
+        return score, p
+    reach = m if m <= 16 else 4  # pairs at most this far apart (all pairs up to 16)
+    start, _ = KP.replay_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    span = _slot_times(p.slots, start, p.times, m)
+    bound = max(float(span.sum()) + (mesh.pp - 1) * float(span.min()), mesh.pp * float(span.max()))
+    if score <= 1.01 * bound:
+        return score, p  # within 1% of what any order reaches
+    fwd, bwd = _passes(p, span)
+    order = np.arange(m)
+    for _ in range(passes):
+        better = False
+        for a in range(m - 1):
+            for b in range(a + 1, min(m, a + reach + 1)):
+                trial = order.copy()
+                trial[a], trial[b] = trial[b], trial[a]
+                got = KP.pipeline(fwd[trial], bwd[trial], mesh.pp, mesh.vpp)[0]
+                if got < score:
+                    order, score, better = trial, got, True
+        if not better:
+            break
+    if np.array_equal(order, np.arange(m)):
+        return score, p
+    position = np.empty(m, dtype=np.int64)
+    position[order] = np.arange(m)
+    slots = position[p.slots]
+    return score, _reorder(p, np.lexsort((start, slots)), slots)
 
 
 def _slot_times(slots: np.ndarray, start: np.ndarray, times: np.ndarray, m: int) -> np.ndarray:
@@ -324,16 +632,15 @@ def _assemble(
 ) -> Placement:
     """The placement of ``place_items``'s answer: micro-batches cheapest first, the next
     cheapest last, the rest longest first; items by micro-batch, then start."""
-    n = lens.size
     slot, start, lane_ids = got
     ends = np.zeros(m)
     np.maximum.at(ends, slot, start + times)
-    by = np.lexsort((np.arange(m), ends))
+    by = np.argsort(ends, kind="stable")
     run = np.concatenate([by[:1], by[2:][::-1], by[1:2]]) if m >= 3 else by
     position = np.empty(m, dtype=np.int64)
     position[run] = np.arange(m)
     slot = position[slot]
-    perm = np.lexsort((np.arange(n), start, slot))
+    perm = np.lexsort((start, slot))  # stable: ties keep the items' order
     if mesh.dynamic:
         ranks = lane_ids[perm]
     else:
@@ -346,7 +653,7 @@ def _assemble(
         lengths=lens[perm],
         slots=slot[perm],
         degrees=degrees[perm],
-        ranks=ranks.astype(np.int64),
+        ranks=ranks.astype(np.int64, copy=False),
         times=times[perm],
         micro_batches=m,
     )
@@ -365,12 +672,20 @@ def place(
 
     ``indices`` names the sequences (dataset indices; default ``0..N−1``);
     ``micro_batches`` overrides ``mesh.micro_batches`` (a multiple of ``mesh.multiple``). With
-    dynamic CP and ``search=True`` the long sequences are spread at four targets (1, 2, ½ and ¼
-    of a slot's mean share) and the placement whose replayed step is shortest is kept (the
-    first on ties); ``search=False`` places the first only (about a quarter of the time). A pure
-    function of its arguments: no randomness.
+    dynamic CP and ``search=True`` the candidates are the long sequences spread at four targets
+    (1, 2, ½ and ¼ of a slot's mean share), spread as wide as costs at most 2% more
+    rank-seconds than their cheapest degree, and two built the way Megatron-LM's dev branch builds
+    its schedule (one micro-batch at a time, longest first, each sequence at the power-of-two
+    group size that keeps the busiest rank lowest; its ``L²/k`` work, and the cost model's
+    seconds), all within ``max_tokens`` padded; the placement whose replayed step is shortest
+    is kept (the first on ties; a candidate whose work alone is no shorter than the best step
+    found is not built). With pipeline stages the kept placement's micro-batches are then evened out and
+    reordered, each change kept only when the pipeline's step gets shorter. ``search=False``
+    places the first spread only (about a quarter of the time). A pure function of its
+    arguments: no randomness.
 
-    Cost: O(N log N + N · micro-batches · lanes) per target.
+    Cost: O(N log N + N · micro-batches · lanes) per target, O(rounds · N · (sizes + groups))
+    per Megatron-like candidate.
     """
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
@@ -389,44 +704,106 @@ def place(
     slots = mesh.micro_batches if slots is None else slots
     if slots is not None and slots % mesh.multiple:
         raise ValueError(f"micro_batches must be a multiple of {mesh.multiple}, got {slots}")
-    lanes = mesh.ranks if mesh.dynamic else mesh.dp
-    kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
-    cap = mesh.max_tokens or NO_BUDGET
-    best: tuple[float, Placement] | None = None
-    tried: list[np.ndarray] = []
-    table = _Table(lens, cost, mesh.cp, kmin)
-    if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
-        low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
-        table.of(np.flatnonzero(base > low))
     search = check_bool("search", search)
-    for share in (SPREADS if search else SPREADS[:1]) if mesh.dynamic and n else (None,):
-        if share is None:
-            widths, times = kmin, base
-        else:
-            widths, times = _spread(table, share / (lanes * m), base)
-        if any(np.array_equal(widths, w) for w in tried):
-            continue
-        tried.append(widths)
-        degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
-        tokens = rank_tokens(lens, degrees)
-        while True:
-            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups)
-            if not isinstance(got, int) or best is not None or slots is not None:
-                break
-            # the tokens left over need this many more micro-batches, at the least
-            m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
-        if isinstance(got, int):  # a spread that does not fit the count (another may)
-            continue
-        p = _assemble(got, mesh, cost, idx, lens, degrees, times, m)
+    best: tuple[float, Placement] | None = None
+    shortest = [np.inf]  # the best step so far: what a candidate must beat to be built
+    for floor, build in _candidates(lens, idx, mesh, cost, slots, search, shortest):
+        if best is not None and floor >= best[0]:
+            continue  # its busiest lane alone is no shorter than the best step
+        p = build()
         score = _makespan(p) if search and mesh.dynamic else 0.0
         if best is None or score < best[0]:
             best = (score, p)
+            shortest[0] = score
+    if best is not None and search and mesh.pp > 1:
+        best = _sequence(*_even(best[1], best[0])[::-1])
     if best is None:
+        cap = mesh.max_tokens or NO_BUDGET
         raise ValueError(
             f"micro_batches={slots} cannot hold this batch within max_tokens={cap} per rank "
             f"({n} sequences, {int(lens.sum())} tokens); raise micro_batches or leave it None"
         )
     return best[1]
+
+
+def _candidates(
+    lens: np.ndarray,
+    idx: np.ndarray,
+    mesh: Mesh,
+    cost: MeshCost,
+    slots: int | None,
+    search: bool,
+    shortest: list[float] | None = None,
+) -> Iterator[tuple[float, Callable[[], Placement]]]:
+    """The placements :func:`place` chooses among, each as (a floor of its step: its busiest
+    lane's seconds, a function that builds it): the list scheduler at each spread, then (dynamic
+    CP, with the search) the two built the way Megatron-LM's dev branch builds its schedule.
+    ``shortest[0]``, when given, is the best step found so far: a spread whose work alone (its
+    rank-seconds over the lanes, or its longest shard) is no shorter is not even scheduled."""
+    n = lens.size
+    lanes = mesh.ranks if mesh.dynamic else mesh.dp
+    kmin, base, m = _degrees(lens, mesh, cost, lanes, slots)
+    cap = mesh.max_tokens or NO_BUDGET
+    found = False
+    tried: list[np.ndarray] = []
+    table = _Table(lens, cost, mesh.cp, kmin)
+    longest = None
+    if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
+        low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
+        table.of(np.flatnonzero(base > low))
+        longest = _Longest(base, table.rows)  # the spreads change times only at those rows
+    shares: tuple[float | None, ...] = (None,)
+    if mesh.dynamic and n:
+        shares = (*SPREADS, 0.0) if search else SPREADS[:1]
+    for share in shares:
+        if share is None:
+            widths, times = kmin, base
+        elif share == 0.0:  # the widest degrees at (almost) no extra work
+            widths, times = _free_spread(table, base)
+        else:
+            widths, times = _spread(table, share / (lanes * m), base)
+        if any(np.array_equal(widths, w) for w in tried):
+            continue
+        tried.append(widths)
+        if found and shortest is not None:
+            work = max(float((widths * times).sum()) / lanes, float(times.max(initial=0.0)))
+            if work >= shortest[0]:
+                continue
+        degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
+        tokens = rank_tokens(lens, degrees)
+        while True:
+            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups, longest)
+            if not isinstance(got, int) or found or slots is not None:
+                break
+            # the tokens left over need this many more micro-batches, at the least
+            m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
+        if isinstance(got, int):  # a spread that does not fit the count (another may)
+            continue
+        found = True
+        yield (
+            _busiest(got, times, lanes),
+            functools.partial(_assemble, got, mesh, cost, idx, lens, degrees, times, m),
+        )
+    if not (search and mesh.dynamic and n):
+        return
+    for rnd, start, first, degrees, times, count in _rounds(lens, kmin, mesh, cost, cap):
+        if (slots is not None and count != slots) or count % mesh.multiple or count < mesh.pp:
+            continue
+        if mesh.aligned_groups and (first % degrees).any():
+            continue  # a group off its block
+
+        def build(
+            rnd: np.ndarray = rnd,
+            start: np.ndarray = start,
+            first: np.ndarray = first,
+            degrees: np.ndarray = degrees,
+            times: np.ndarray = times,
+            count: int = count,
+        ) -> Placement:
+            got = (rnd, start, _blocks(first, degrees))
+            return _assemble(got, mesh, cost, idx, lens, degrees, times, count)
+
+        yield _busiest_blocks(first, degrees, times, lanes), build
 
 
 # ---------------------------------------------------------------------------------- epochs

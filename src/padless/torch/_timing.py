@@ -129,6 +129,14 @@ def _fit(lengths: np.ndarray, seconds: np.ndarray) -> Cost:
     return Cost(per_sequence=float(x[0]), linear=float(x[1]), quadratic=float(x[2]))
 
 
+def _settled(runs: list[tuple[float, float]], agree: float) -> bool:
+    """Whether the two fastest of ``runs`` (forward + backward) agree within ``agree``."""
+    if len(runs) < 2:
+        return False
+    a, b = sorted(f + w for f, w in runs)[:2]
+    return b <= a * (1.0 + agree)
+
+
 def _lengths(name: str, value: Any) -> list[int]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
         raise TypeError(f"{name} must be a list of positive ints, got {type(value).__name__}")
@@ -144,6 +152,7 @@ def calibrate_cost(
     holdout: Any = (),
     repeats: int = 5,
     warmup: int = 2,
+    agree: float | None = 0.03,
     device: Any = None,
     kv_bytes: float = 0.0,
     bandwidth: float = 1e11,
@@ -162,7 +171,11 @@ def calibrate_cost(
             shows at the long end).
         holdout: lengths timed but left out of the fit, to measure its error.
         repeats: rounds over all the lengths (the fastest run of each length counts).
-        warmup: untimed runs of the first length (lazy initialisation, kernel selection).
+        warmup: untimed runs of every length (lazy initialisation, kernel selection, caches).
+        agree: after ``repeats`` rounds, more rounds (up to ``4 × repeats`` in all) until the
+            two fastest runs of every length agree within this fraction (a busy machine only
+            slows runs down: a fastest run seen twice is the length's own time); None: exactly
+            ``repeats`` rounds.
         device: where to synchronise (None: the batch's device).
         kv_bytes, bandwidth, latency: the ring exchange's terms, stored as given.
 
@@ -184,18 +197,26 @@ def calibrate_cost(
     reps = check_int("repeats", repeats, minimum=1)
     warm = check_int("warmup", warmup, minimum=0)
     assert reps is not None and warm is not None
-    for _ in range(warm):
-        time_passes(forward, make_batch(fit_lengths[0]), repeats=1, device=device)
+    if agree is not None:
+        if isinstance(agree, bool) or not isinstance(agree, (int, float)):
+            raise TypeError(f"agree must be a fraction or None, got {type(agree).__name__}")
+        if not 0.0 < float(agree) < 1.0:
+            raise ValueError(f"agree must be in (0, 1) (a fraction), got {agree}")
 
     # round-robin over every length, the fastest run of each pass counts: a busy machine slows
     # runs down, never speeds them up, and the rounds spread its bursts over all lengths
     every = fit_lengths + held
     batches = [make_batch(n) for n in every]
-    best = np.full((len(every), 2), np.inf)
-    for _ in range(reps):
+    for _ in range(warm):
+        for batch in batches:
+            time_passes(forward, batch, repeats=1, device=device)
+    runs: list[list[tuple[float, float]]] = [[] for _ in every]
+    for r in range(4 * reps if agree is not None else reps):
+        if r >= reps and agree is not None and all(_settled(x, float(agree)) for x in runs):
+            break
         for j, batch in enumerate(batches):
-            f, b = time_passes(forward, batch, repeats=1, device=device)
-            best[j] = np.minimum(best[j], (f, b))
+            runs[j].append(time_passes(forward, batch, repeats=1, device=device))
+    best = np.array([min(x, key=sum) for x in runs], dtype=np.float64).reshape(-1, 2)
     k = len(fit_lengths)
     points = tuple((n, float(best[j, 0]), float(best[j, 1])) for j, n in enumerate(fit_lengths))
     lens = np.array(fit_lengths, dtype=np.int64)
