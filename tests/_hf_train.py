@@ -106,19 +106,21 @@ class RecordingTrainer(RecordBatches, PadlessTrainerMixin, Trainer):
     """A padless Trainer that records its batches."""
 
 
-def tiny_model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    return LlamaForCausalLM(config)
+def tiny_model(seed: int = 0, **config: Any) -> LlamaForCausalLM:
+    """A 2-layer Llama of random weights from ``seed`` (no downloads); ``config`` overrides
+    the small defaults (``attn_implementation``, sizes, token ids)."""
+    torch.manual_seed(seed)
+    settings: dict[str, Any] = {
+        "vocab_size": VOCAB,
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+        "use_cache": False,
+    }
+    return LlamaForCausalLM(LlamaConfig(**{**settings, **config}))
 
 
 SETTINGS: dict[str, Any] = {

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,6 +36,9 @@ from padless.torch import (  # noqa: E402
     flex_block_mask,
 )
 from padless.torch._packed_check import block_causal_mask  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_prefix_packing import _model  # noqa: E402
 
 _TILE_FIELDS = (
     "kv_num_blocks",
@@ -202,19 +207,7 @@ def _grpo_samples(rng, groups: int, g: int):
 
 @pytest.mark.filterwarnings("ignore:_compile flag on create_block_mask:DeprecationWarning")
 def test_hf_llama_with_flex_attention_gives_packed_completions_their_unpacked_logprobs():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_cache=False,
-        attn_implementation="flex_attention",
-    )
-    model = transformers.LlamaForCausalLM(config).float()
+    model = _model("flex_attention")
     # transformers' flex path, traced without inductor (see the module's docstring)
     compiled = torch.compile(model, backend="eager")
     # prompt + completion of 8 tokens each, so the unpacked runs share one compiled shape
@@ -241,19 +234,7 @@ def test_fused_flex_kernel_reads_the_tiles_right():
     """transformers' own compiled flex attention (the fused kernel, which skips empty tiles and
     applies no mask_mod on full ones): a prompt of 300 tokens gives full tiles; the packed
     completions have their unpacked log-probs, and a mask that drops the prompts is caught."""
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        use_cache=False,
-        attn_implementation="flex_attention",
-    )
-    model = transformers.LlamaForCausalLM(config).float()
+    model = _model("flex_attention", max_position_embeddings=512)
     rng = np.random.default_rng(5)
     samples = [
         {"group": k, "prompt_ids": prompt, "completion_ids": rng.integers(1, 64, n).tolist()}

@@ -10,12 +10,18 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 from padless import plan_groups  # noqa: E402
 from padless.torch import (  # noqa: E402
     check_prefix_packed,
     collate_groups,
     completion_logprobs,
 )
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _hf_train as hft  # noqa: E402
 
 
 def _allowed(batch, r=0):
@@ -97,20 +103,11 @@ def test_bad_batches_are_refused_by_name(samples, match):
         collate_groups(8)(samples)
 
 
-def _model(attn: str):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_cache=False,
-        attn_implementation=attn,
-    )
-    return transformers.LlamaForCausalLM(config).float()
+def _model(attn: str, **config):
+    """A tiny Llama (fp32, random weights from seed 0) with attention ``attn``."""
+    wider = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
+    settings = {**wider, "max_position_embeddings": 128, **config}
+    return hft.tiny_model(0, attn_implementation=attn, **settings).float()
 
 
 def _grpo_samples(rng, groups: int, g: int):

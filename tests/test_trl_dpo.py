@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, models  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import DPOConfig, DPOTrainer  # noqa: E402
 from trl.trainer.dpo_trainer import DataCollatorForPreference  # noqa: E402
@@ -35,19 +35,7 @@ BETA = 0.3
 
 
 def _model(seed: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=hft.VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(config)
+    return hft.tiny_model(seed, attn_implementation="sdpa")
 
 
 class PackedDPOTrainer(PackedDPOMixin, DPOTrainer):

@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, models  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer  # noqa: E402
 
@@ -50,22 +50,9 @@ PackedRLOOTrainer._padless_plan = _recorded  # type: ignore[method-assign]
 
 
 def _model(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=hft.VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-        attn_implementation="sdpa",
-        eos_token_id=1,
-        pad_token_id=0,
-        bos_token_id=None,
+    return hft.tiny_model(
+        seed, attn_implementation="sdpa", eos_token_id=1, pad_token_id=0, bos_token_id=None
     )
-    return LlamaForCausalLM(config)
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:
