@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("train", "packed", "to_gpu", "memory", "shapes")
+SECTIONS = ("train", "packed", "to_gpu", "memory", "shapes", "calibrate")
 
 
 def test_dry_run(tmp_path: Path) -> None:
@@ -49,3 +49,7 @@ def test_dry_run(tmp_path: Path) -> None:
     assert all(c["max_logit_diff"] < 0.5 for c in report["sections"]["packed"]["checks"])
     shapes = report["sections"]["shapes"]
     assert shapes["fixed_shapes"]["compiles"] == shapes["expected_compiles"]
+    calibrate = report["sections"]["calibrate"]
+    assert [h[0] for h in calibrate["heldout"]] == [48, 96]  # the dry run's held-out lengths
+    assert all(m > 0 and p > 0 for _, m, p in calibrate["heldout"])
+    assert calibrate["max_error"] == max(abs(p - m) / m for _, m, p in calibrate["heldout"])

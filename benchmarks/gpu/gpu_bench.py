@@ -1,4 +1,4 @@
-"""What padless is for, measured on one GPU in one run: five guarded sections, one table, one JSON.
+"""What padless is for, measured on one GPU in one run: six guarded sections, one table, one JSON.
 
 1. training throughput: a Llama-style decoder (bf16 autocast, SDPA), the same optimizer steps
    on long-tailed lengths with four batchings: random padded, HF group_by_length, padless token
@@ -9,7 +9,9 @@
 4. memory: ``padless.torch.probe_memory`` on 4 shapes, then predicted vs measured peaks of 4
    held-out shapes;
 5. static shapes: ``torch.compile`` over an epoch of ``FixedShapes`` batches (compiles counted)
-   against token-budget batches of changing shapes.
+   against token-budget batches of changing shapes;
+6. the placement cost model (issue 43) fitted on the device: ``padless.torch.calibrate_cost``
+   on the section-1 model, predicted vs measured step time on held-out lengths.
 
 Each section has a time budget and its own try: a failure is recorded as "failed: <reason>" and
 the next section runs. ``--dry-run``: CPU, a tiny model, a few steps; the CUDA-only parts say
@@ -73,6 +75,8 @@ class Setup:
     compile_layers: int
     compile_shapes: int
     compile_tokens: int
+    calibrate_lengths: tuple[int, ...]  # section 6: fitted lengths
+    calibrate_holdout: tuple[int, ...]  # section 6: held-out lengths
     budget: dict[str, float]  # seconds per section
     total: float  # seconds for all sections: a section that would start later is skipped
 
@@ -96,8 +100,17 @@ GPU = Setup(
     compile_layers=4,
     compile_shapes=4,
     compile_tokens=32768,
-    budget={"train": 170, "packed": 40, "to_gpu": 50, "memory": 60, "shapes": 120},
-    total=400,
+    calibrate_lengths=(512, 1024, 2048, 4096, 8192),
+    calibrate_holdout=(1536, 3072, 6144),
+    budget={
+        "train": 160,
+        "packed": 40,
+        "to_gpu": 50,
+        "memory": 60,
+        "shapes": 120,
+        "calibrate": 40,
+    },
+    total=420,
 )
 
 DRY = Setup(
@@ -119,8 +132,10 @@ DRY = Setup(
     compile_layers=2,
     compile_shapes=3,
     compile_tokens=512,
-    budget={"train": 20, "packed": 5, "to_gpu": 5, "memory": 10, "shapes": 15},
-    total=50,
+    calibrate_lengths=(16, 32, 64, 128),
+    calibrate_holdout=(48, 96),
+    budget={"train": 20, "packed": 5, "to_gpu": 5, "memory": 10, "shapes": 15, "calibrate": 8},
+    total=60,
 )
 
 
@@ -673,12 +688,82 @@ def table_shapes(r: dict) -> list[str]:
 
 # --------------------------------------------------------------------------- main
 
+# --------------------------------------------------------------------------- 6. calibration
+
+
+def section_calibrate(
+    setup: Setup, device: torch.device, dl: Deadline, ctx: dict[str, Any]
+) -> dict:
+    """Issue 43's cost model fitted on this device: forward and backward of the section-1 model
+    (bf16) timed on one row of each length, ``a·L + b·L² + c`` per pass fitted
+    (``padless.torch.calibrate_cost``), its error on held-out lengths."""
+    torch.manual_seed(0)
+    model = Decoder(setup.model).to(device=device, dtype=torch.bfloat16)
+    vocab = setup.model.vocab_size
+
+    def make_batch(n: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(1, vocab, (1, n), device=device)
+        return {"input_ids": ids, "labels": ids.clone()}
+
+    def forward(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        return step_loss(model, batch)
+
+    cuda = device.type == "cuda"
+    cal = pt.calibrate_cost(
+        forward,
+        make_batch,
+        list(setup.calibrate_lengths),
+        holdout=list(setup.calibrate_holdout),
+        repeats=5 if cuda else 2,
+        warmup=2 if cuda else 1,
+        agree=0.03 if cuda else None,
+        device=device,
+    )
+    fwd, bwd = cal.cost.forward, cal.cost.backward
+    return {
+        "status": "ok",
+        "model": f"{parameters_m(model):.1f}M parameters, bf16, one row per length",
+        "forward": {
+            "linear": fwd.linear,
+            "quadratic": fwd.quadratic,
+            "per_sequence": fwd.per_sequence,
+        },
+        "backward": {
+            "linear": bwd.linear,
+            "quadratic": bwd.quadratic,
+            "per_sequence": bwd.per_sequence,
+        },
+        "points": [list(p) for p in cal.points],
+        "heldout": [list(h) for h in cal.heldout],
+        "max_error": cal.error,
+        "skipped": [] if cuda else ["the device's timings (CPU seconds in a dry run)"],
+    }
+
+
+def table_calibrate(r: dict) -> list[str]:
+    lines = [f"{r['model']}; fitted a·L + b·L² + c per pass (padless.torch.calibrate_cost)"]
+    lines.append(f"  {'held-out length':>16} {'measured ms':>12} {'predicted ms':>13} {'error':>7}")
+    for length, measured, predicted in r["heldout"]:
+        err = abs(predicted - measured) / measured
+        lines.append(
+            f"  {length:>16,} {measured * 1e3:>12.2f} {predicted * 1e3:>13.2f} {err:>7.1%}"
+        )
+    lines.append(f"  largest held-out error {r['max_error']:.1%}")
+    return lines
+
+
 SECTIONS: dict[str, tuple[str, Callable[..., dict], Callable[[dict], list[str]]]] = {
     "train": ("1. Training throughput", section_train, table_train),
     "packed": ("2. Packed attention kept apart (check_packed)", section_packed, table_packed),
     "to_gpu": ("3. Batches to the GPU (TokenDataset, pinned)", section_to_gpu, table_to_gpu),
     "memory": ("4. Memory (probe_memory)", section_memory, table_memory),
     "shapes": ("5. Static shapes (torch.compile)", section_shapes, table_shapes),
+    "calibrate": (
+        "6. Cost model fitted on the device (placement)",
+        section_calibrate,
+        table_calibrate,
+    ),
 }
 
 

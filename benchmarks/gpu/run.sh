@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# padless on a GPU, in one go: build padless here, then run benchmarks/gpu/gpu_bench.py (five
+# padless on a GPU, in one go: build padless here, then run benchmarks/gpu/gpu_bench.py (six
 # guarded sections, about 7 minutes on an H100), which prints one table and writes one JSON
 # ($OUT/gpu_bench.json when OUT is set, else benchmarks/results/gpu_bench.json).
 #
