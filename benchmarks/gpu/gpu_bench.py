@@ -698,7 +698,9 @@ def section_calibrate(
     (bf16) timed on one row of each length, ``a·L + b·L² + c`` per pass fitted
     (``padless.torch.calibrate_cost``), its error on held-out lengths."""
     torch.manual_seed(0)
-    model = Decoder(setup.model).to(device=device, dtype=torch.bfloat16)
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32  # bf16 matmuls crawl on a CPU
+    model = Decoder(setup.model).to(device=device, dtype=dtype)
     vocab = setup.model.vocab_size
 
     def make_batch(n: int) -> dict[str, torch.Tensor]:
@@ -709,7 +711,6 @@ def section_calibrate(
         model.zero_grad(set_to_none=True)
         return step_loss(model, batch)
 
-    cuda = device.type == "cuda"
     cal = pt.calibrate_cost(
         forward,
         make_batch,
@@ -723,7 +724,7 @@ def section_calibrate(
     fwd, bwd = cal.cost.forward, cal.cost.backward
     return {
         "status": "ok",
-        "model": f"{parameters_m(model):.1f}M parameters, bf16, one row per length",
+        "model": f"{parameters_m(model):.1f}M parameters, {str(dtype)[6:]}, one row per length",
         "forward": {
             "linear": fwd.linear,
             "quadratic": fwd.quadratic,
