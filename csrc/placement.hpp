@@ -39,21 +39,47 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     out.lanes = Buffer<int64_t>(n * wmax);
     std::fill(out.lanes.get(), out.lanes.get() + n * wmax, int64_t(-1));
     const size_t cells = static_cast<size_t>(slots * lanes);
+    // per slot: how many of its sorted entries are live; a lane without room for the fewest
+    // tokens of any item still to come leaves its slot's entries (it can take nothing more)
+    std::vector<int64_t> live(static_cast<size_t>(slots), lanes);
     std::vector<double> free_sorted(cells, 0.0);  // per slot: free times, ascending
     std::vector<int64_t> lane_sorted(cells);      // per slot: the lane of each entry
+    std::vector<int64_t> room_sorted(cells, max_tokens);  // per slot: each entry's room left
     std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
     std::vector<double> free_at(cells, 0.0);      // per slot and lane: free time
     for (int64_t m = 0; m < slots; ++m) {
         for (int64_t j = 0; j < lanes; ++j) lane_sorted[m * lanes + j] = j;
     }
+    // per slot, per block of kBlock sorted entries: a bound on the most tokens any live lane
+    // there still has room for (never below it). A scan skips a block whose bound is below the
+    // item's tokens (late in a packed step most lanes are nearly full: without the blocks each
+    // slot's scan walked all of them); a bound that does not rule a block out is made exact
+    // first. When entries shift left by one, a block takes its successor's first entry: its
+    // bound takes the successor's too.
+    constexpr int64_t kBlock = 8;
+    const int64_t blocks = (lanes + kBlock - 1) / kBlock;
+    std::vector<int64_t> room_max(static_cast<size_t>(slots * blocks), max_tokens);
+    std::vector<char> loose(static_cast<size_t>(slots * blocks), 0);  // bound maybe not exact
+    auto shifted = [&](int64_t m, int64_t from, int64_t to) {  // entries from+1..to-1 moved left
+        int64_t* rm = &room_max[m * blocks];
+        char* lz = &loose[static_cast<size_t>(m * blocks)];
+        for (int64_t b = from / kBlock; b < (to - 1) / kBlock; ++b) {
+            rm[b] = std::max(rm[b], rm[b + 1]);
+            lz[b] = 1;
+        }
+        lz[(to - 1) / kBlock] = 1;
+    };
     std::vector<int64_t> pick(static_cast<size_t>(wmax));
     std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
-    // per slot: how many of its sorted entries are live; a lane without room for the fewest
-    // tokens of any item still to come leaves its slot's entries (it can take nothing more)
-    std::vector<int64_t> live(static_cast<size_t>(slots), lanes);
     std::vector<int64_t> fewest(static_cast<size_t>(n) + 1, max_tokens + 1);
     for (int64_t p = n; p-- > 0;) fewest[p] = std::min(fewest[p + 1], tokens[order[p]]);
     const double inf = std::numeric_limits<double>::infinity();
+    // the slots by (key, slot), key a slot's earliest free time among its live entries (a lower
+    // bound once entries leave): a scan visits them in that order and stops at the first whose
+    // key alone cannot finish the item by the best (finish, slot) found
+    std::vector<double> key(static_cast<size_t>(slots), 0.0);
+    std::vector<int64_t> by_key(static_cast<size_t>(slots));
+    for (int64_t m = 0; m < slots; ++m) by_key[static_cast<size_t>(m)] = m;
     for (int64_t p = 0; p < n; ++p) {
         const int64_t i = order[p];
         const int64_t w = widths[i];
@@ -80,19 +106,42 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                 }
             }
         }
-        for (int64_t m = 0; m < slots && !aligned; ++m) {
+        for (int64_t q = 0; q < slots && !aligned; ++q) {
+            const int64_t m = by_key[static_cast<size_t>(q)];
+            if (key[static_cast<size_t>(m)] + t > best) break;  // so do the slots after it
             double* fs = &free_sorted[m * lanes];
             int64_t* ls = &lane_sorted[m * lanes];
             const int64_t* us = &used[m * lanes];
             int64_t& act = live[static_cast<size_t>(m)];
             int64_t got = 0;
             double at = 0.0;
+            int64_t* rm = &room_max[m * blocks];
+            const int64_t* rs = &room_sorted[m * lanes];
             for (int64_t j = 0; j < act && got < w;) {
-                if (!(fs[j] + t < best)) break;  // no later lane can finish sooner
+                if (j % kBlock == 0) {
+                    int64_t& bound = rm[j / kBlock];
+                    char& lz = loose[static_cast<size_t>(m * blocks + j / kBlock)];
+                    if (bound >= tau && lz) {  // made exact
+                        lz = 0;
+                        bound = -1;
+                        for (int64_t e = j; e < std::min(j + kBlock, act); ++e) {
+                            bound = std::max(bound, rs[e]);
+                        }
+                    }
+                    if (bound < tau) {  // no lane of the block has room
+                        j += kBlock;
+                        continue;
+                    }
+                }
+                const double fin = fs[j] + t;
+                if (fin > best || (fin == best && m > best_m)) break;  // nor can a later lane
                 if (us[ls[j]] + tau > max_tokens) {
                     if (us[ls[j]] + fewest[p] > max_tokens) {  // full for good: drop it
                         std::copy(fs + j + 1, fs + act, fs + j);
                         std::copy(ls + j + 1, ls + act, ls + j);
+                        int64_t* rw = &room_sorted[m * lanes];
+                        std::copy(rw + j + 1, rw + act, rw + j);
+                        shifted(m, j, act);
                         --act;
                     } else {
                         ++j;
@@ -104,7 +153,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                 ++j;
             }
             if (got < w) continue;
-            if (at + t < best) {
+            if (at + t < best || (at + t == best && m < best_m)) {
                 best = at + t;
                 best_m = m;
                 best_at = at;
@@ -130,6 +179,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         // the entries that sort before (end, lane); the others keep their order
         double* fs = &free_sorted[m * lanes];
         int64_t* ls = &lane_sorted[m * lanes];
+        int64_t* rs = &room_sorted[m * lanes];
         const int64_t act = live[static_cast<size_t>(m)];
         for (int64_t k = 0; k < w; ++k) {
             const int64_t lane = lane_out[k];
@@ -147,9 +197,30 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
             }
             std::copy(fs + j + 1, fs + lo, fs + j);
             std::copy(ls + j + 1, ls + lo, ls + j);
+            std::copy(rs + j + 1, rs + lo, rs + j);
             fs[lo - 1] = end;
             ls[lo - 1] = lane;
+            rs[lo - 1] = max_tokens - used[m * lanes + lane];
+            shifted(m, j, lo);
+            int64_t& bound = room_max[m * blocks + (lo - 1) / kBlock];
+            bound = std::max(bound, rs[lo - 1]);
         }
+        // the slot's key grew (its earliest entries may have moved on): back into (key, slot)
+        // order, further along
+        key[static_cast<size_t>(m)] = act > 0 ? fs[0] : inf;
+        size_t q = 0;
+        while (by_key[q] != m) ++q;
+        const double mk = key[static_cast<size_t>(m)];
+        for (; q + 1 < by_key.size(); ++q) {
+            const int64_t next = by_key[q + 1];
+            const double nk = key[static_cast<size_t>(next)];
+            if (nk < mk || (nk == mk && next < m)) {
+                by_key[q] = next;
+            } else {
+                break;
+            }
+        }
+        by_key[q] = m;
     }
     return out;
 }
@@ -206,7 +277,11 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
     std::vector<int64_t> g_first, g_size, g_used;
     std::vector<double> g_busy;
     std::vector<int64_t> sufmin;
+    std::vector<double> sufwork;
     std::vector<std::vector<int64_t>> by_size(static_cast<size_t>(n_sizes));
+    // per size: a bound on the most room (max_tokens - tokens) of the groups in its list, never
+    // below it: an item with more tokens skips the list (made exact by a scan of the whole list)
+    std::vector<int64_t> room_bound(static_cast<size_t>(n_sizes));
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t r = 0; !left.empty(); ++r) {
         g_first.clear();
@@ -214,10 +289,12 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
         g_used.clear();
         g_busy.clear();
         for (auto& v : by_size) v.clear();
+        std::fill(room_bound.begin(), room_bound.end(), int64_t(-1));
         std::vector<std::vector<int64_t>> g_items;
         auto open = [&](int64_t at, int64_t s) {
             // busy 0: after the groups of busy <= 0, before the rest (the list's order)
             std::vector<int64_t>& list = by_size[static_cast<size_t>(s)];
+            room_bound[static_cast<size_t>(s)] = max_tokens;
             auto it = list.begin();
             while (it != list.end() && g_busy[*it] <= 0.0) ++it;
             list.insert(it, static_cast<int64_t>(g_first.size()));
@@ -245,14 +322,40 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
         // the fewest tokens of any item from position p on, per size: a group without room
         // for that many leaves its size's list for the rest of the round
         const size_t count = left.size();
+        // and the least work, per size (inf: no item from p on may take the size)
         sufmin.assign((count + 1) * static_cast<size_t>(n_sizes), max_tokens + 1);
+        sufwork.assign((count + 1) * static_cast<size_t>(n_sizes), inf);
         for (size_t p = count; p-- > 0;) {
             const int64_t i = left[p];
             for (int64_t s = 0; s < n_sizes; ++s) {
                 sufmin[p * n_sizes + s] =
                     std::min(sufmin[(p + 1) * n_sizes + s], tokens[i * n_sizes + s]);
+                sufwork[p * n_sizes + s] =
+                    std::min(sufwork[(p + 1) * n_sizes + s], work[i * n_sizes + s]);
             }
         }
+        // could any item from position p on be placed now? Each takes at least the least work
+        // and tokens at a size, and a placement that fits also fits with less of either: when
+        // an item with the least of both fits nowhere, none of them does (until one is placed)
+        auto any_fits = [&](size_t p) {
+            for (int64_t s = 0; s < n_sizes; ++s) {
+                const double t = sufwork[p * n_sizes + s];
+                if (!(t < inf)) continue;
+                const int64_t tau = sufmin[p * n_sizes + s];
+                if (lanes - used >= sizes[s] && tau <= max_tokens && std::max(t, top) <= cap) {
+                    return true;
+                }
+                for (const int64_t g : by_size[static_cast<size_t>(s)]) {
+                    if (g_busy[g] + t > cap) break;
+                    if (g_used[g] + tau <= max_tokens) {
+                        if (std::max(g_busy[g] + t, top) <= cap) return true;
+                        break;
+                    }
+                }
+            }
+            return false;
+        };
+        bool checked = false;  // any_fits was asked since the last item was placed
         for (size_t p = 1; p < count; ++p) {
             const int64_t i = left[p];
             double best = inf;
@@ -267,7 +370,10 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                 double low = inf;
                 std::vector<int64_t>& list = by_size[static_cast<size_t>(s)];
                 const int64_t least = sufmin[p * n_sizes + s];
-                for (size_t at = 0; at < list.size();) {
+                int64_t& bound = room_bound[static_cast<size_t>(s)];
+                int64_t most = -1;  // over the groups seen that stay in the list
+                size_t at = 0;
+                for (; at < list.size() && bound >= tau;) {
                     const int64_t g = list[at];
                     if (g_busy[g] + t > cap) break;  // the rest are busier
                     if (g_used[g] + tau <= max_tokens) {
@@ -278,9 +384,11 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                     if (g_used[g] + least > max_tokens) {
                         list.erase(list.begin() + static_cast<std::ptrdiff_t>(at));
                     } else {
+                        most = std::max(most, max_tokens - g_used[g]);
                         ++at;
                     }
                 }
+                if (at == list.size() && bound >= tau) bound = most;  // every group seen
                 if (pick >= 0) {
                     const double after = std::max(low + t, top);
                     if (after <= cap && (!found || after < best)) {
@@ -302,8 +410,17 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
             }
             if (!found) {
                 later.push_back(i);
+                if (!checked) {
+                    checked = true;
+                    if (!any_fits(p + 1)) {  // the rest wait too, in order
+                        later.insert(later.end(), left.begin() + static_cast<std::ptrdiff_t>(p) + 1,
+                                     left.end());
+                        break;
+                    }
+                }
                 continue;
             }
+            checked = false;
             if (best_g < 0) {
                 open(used, best_s);
                 used += sizes[best_s];

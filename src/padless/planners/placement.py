@@ -221,8 +221,10 @@ class _Table:
         self.rows = np.zeros(0, dtype=np.int64)
         self.table = np.zeros((0, cp))
 
-    def of(self, rows: np.ndarray) -> np.ndarray:
-        """The (rows, cp) table, inf below each row's smallest degree."""
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The positions of ``rows`` (ascending, unique) in the table, costing the new ones."""
+        if rows is self.rows:
+            return np.arange(rows.size)
         at = np.searchsorted(self.rows, rows)
         known = at < self.rows.size
         known[known] = self.rows[at[known]] == rows[known]
@@ -236,8 +238,27 @@ class _Table:
             by = np.argsort(merged, kind="stable")
             self.rows = merged[by]
             self.table = np.concatenate([self.table, table])[by]
+            self._least = None
             at = np.searchsorted(self.rows, rows)
-        return self.table[at]
+        return at
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        """The (rows, cp) table, inf below each row's smallest degree (the table itself, not a
+        copy, when ``rows`` is :attr:`rows`)."""
+        at = self.at(rows)
+        return self.table if rows is self.rows else self.table[at]
+
+    _least: tuple[np.ndarray, np.ndarray] | None = None
+
+    def least(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the running minimum over the degrees (non-increasing), and the first degree
+        index of the minimum."""
+        if self._least is None:
+            self._least = (
+                np.minimum.accumulate(self.table, axis=1),
+                np.argmin(self.table, axis=1) if self.rows.size else np.zeros(0, np.int64),
+            )
+        return self._least
 
 
 def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,11 +273,13 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
         widths, times = kmin.copy(), base.copy()
         if long.size == 0:
             break
-        rows = table.of(long)
-        ok = rows <= target
-        k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(rows, axis=1))
+        at = table.at(long)
+        running, fastest = table.least()
+        # the first degree within the target is where the running minimum first gets there
+        above = np.count_nonzero(running[at] > target, axis=1)
+        k_idx = np.where(above < table.ks.size, above, fastest[at])
         widths[long] = table.ks[k_idx]
-        times[long] = rows[np.arange(long.size), k_idx]
+        times[long] = table.table[at, k_idx]
     return widths, times
 
 
