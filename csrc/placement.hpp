@@ -276,8 +276,24 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
     std::vector<int64_t> left(order, order + n), later;
     std::vector<int64_t> g_first, g_size, g_used;
     std::vector<double> g_busy;
-    std::vector<int64_t> sufmin;
-    std::vector<double> sufwork;
+    // the fewest tokens and the least work (inf: no item may take the size), per size, of the
+    // items from each position of `order` on. The items left in a round are a part of those
+    // from their first one on: fewer tokens and less work than theirs are bounds (a group
+    // without room for the fewest tokens of the items from p on leaves its size's list)
+    std::vector<int64_t> sufmin((static_cast<size_t>(n) + 1) * n_sizes, max_tokens + 1);
+    std::vector<double> sufwork((static_cast<size_t>(n) + 1) * n_sizes,
+                                std::numeric_limits<double>::infinity());
+    std::vector<int64_t> rank_of(static_cast<size_t>(n));
+    std::vector<int64_t> live;
+    live.reserve(static_cast<size_t>(n_sizes));
+    for (int64_t p = n; p-- > 0;) {
+        const int64_t i = order[p];
+        rank_of[static_cast<size_t>(i)] = p;
+        for (int64_t s = 0; s < n_sizes; ++s) {
+            sufmin[p * n_sizes + s] = std::min(sufmin[(p + 1) * n_sizes + s], tokens[i * n_sizes + s]);
+            sufwork[p * n_sizes + s] = std::min(sufwork[(p + 1) * n_sizes + s], work[i * n_sizes + s]);
+        }
+    }
     std::vector<std::vector<int64_t>> by_size(static_cast<size_t>(n_sizes));
     // per size: a bound on the most room (max_tokens - tokens) of the groups in its list, never
     // below it: an item with more tokens skips the list (made exact by a scan of the whole list)
@@ -319,29 +335,16 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
         const double cap = limits[head];
         double top = g_busy[0];
         later.clear();
-        // the fewest tokens of any item from position p on, per size: a group without room
-        // for that many leaves its size's list for the rest of the round
         const size_t count = left.size();
-        // and the least work, per size (inf: no item from p on may take the size)
-        sufmin.assign((count + 1) * static_cast<size_t>(n_sizes), max_tokens + 1);
-        sufwork.assign((count + 1) * static_cast<size_t>(n_sizes), inf);
-        for (size_t p = count; p-- > 0;) {
-            const int64_t i = left[p];
-            for (int64_t s = 0; s < n_sizes; ++s) {
-                sufmin[p * n_sizes + s] =
-                    std::min(sufmin[(p + 1) * n_sizes + s], tokens[i * n_sizes + s]);
-                sufwork[p * n_sizes + s] =
-                    std::min(sufwork[(p + 1) * n_sizes + s], work[i * n_sizes + s]);
-            }
-        }
         // could any item from position p on be placed now? Each takes at least the least work
-        // and tokens at a size, and a placement that fits also fits with less of either: when
+        // and the fewest tokens at a size (the bounds above), and a placement that fits also fits with less of either: when
         // an item with the least of both fits nowhere, none of them does (until one is placed)
         auto any_fits = [&](size_t p) {
+            const size_t from = static_cast<size_t>(rank_of[static_cast<size_t>(left[p])]);
             for (int64_t s = 0; s < n_sizes; ++s) {
-                const double t = sufwork[p * n_sizes + s];
+                const double t = sufwork[from * n_sizes + s];
                 if (!(t < inf)) continue;
-                const int64_t tau = sufmin[p * n_sizes + s];
+                const int64_t tau = sufmin[from * n_sizes + s];
                 if (lanes - used >= sizes[s] && tau <= max_tokens && std::max(t, top) <= cap) {
                     return true;
                 }
@@ -356,12 +359,28 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
             return false;
         };
         bool checked = false;  // any_fits was asked since the last item was placed
+        // the sizes an item may still take in this round, ascending: a size is out once no
+        // group of it can open (too few lanes free) and none in its list has room for the
+        // fewest tokens of the items left (lanes are only taken, room only shrinks)
+        bool stale = true;
+        auto relive = [&](size_t p) {
+            const size_t from = static_cast<size_t>(rank_of[static_cast<size_t>(left[p])]);
+            live.clear();
+            for (int64_t s = 0; s < n_sizes; ++s) {
+                const size_t z = static_cast<size_t>(s);
+                const bool can_open = lanes - used >= sizes[s];
+                const bool can_join = !by_size[z].empty() && room_bound[z] >= sufmin[from * n_sizes + s];
+                if (can_open || can_join) live.push_back(s);
+            }
+            stale = false;
+        };
         for (size_t p = 1; p < count; ++p) {
             const int64_t i = left[p];
             double best = inf;
             int64_t best_s = -1, best_g = -1;
             bool found = false;
-            for (int64_t s = 0; s < n_sizes; ++s) {
+            if (stale) relive(p);
+            for (const int64_t s : live) {
                 const double t = work[i * n_sizes + s];
                 if (!(t < inf)) continue;
                 const int64_t tau = tokens[i * n_sizes + s];
@@ -369,7 +388,7 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                 int64_t pick = -1;
                 double low = inf;
                 std::vector<int64_t>& list = by_size[static_cast<size_t>(s)];
-                const int64_t least = sufmin[p * n_sizes + s];
+                const int64_t least = sufmin[static_cast<size_t>(rank_of[i]) * n_sizes + s];
                 int64_t& bound = room_bound[static_cast<size_t>(s)];
                 int64_t most = -1;  // over the groups seen that stay in the list
                 size_t at = 0;
@@ -388,7 +407,10 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                         ++at;
                     }
                 }
-                if (at == list.size() && bound >= tau) bound = most;  // every group seen
+                if (at == list.size() && bound >= tau) {  // every group seen
+                    bound = most;
+                    stale = true;
+                }
                 if (pick >= 0) {
                     const double after = std::max(low + t, top);
                     if (after <= cap && (!found || after < best)) {
@@ -412,7 +434,7 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                 later.push_back(i);
                 if (!checked) {
                     checked = true;
-                    if (!any_fits(p + 1)) {  // the rest wait too, in order
+                    if (p + 1 < count && !any_fits(p + 1)) {  // the rest wait too, in order
                         later.insert(later.end(), left.begin() + static_cast<std::ptrdiff_t>(p) + 1,
                                      left.end());
                         break;
@@ -421,6 +443,7 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                 continue;
             }
             checked = false;
+            stale = true;
             if (best_g < 0) {
                 open(used, best_s);
                 used += sizes[best_s];

@@ -230,10 +230,8 @@ class _Table:
         known[known] = self.rows[at[known]] == rows[known]
         if not known.all():
             new = np.unique(rows[~known])
-            table = np.asarray(
-                self.cost.time(self.lens[new][:, None], self.ks[None, :]), dtype=np.float64
-            )
-            table = np.where(self.ks[None, :] >= self.kmin[new, None], table, np.inf)
+            table = self.cost._time_table(self.lens[new], self.ks)
+            np.copyto(table, np.inf, where=self.ks[None, :] < self.kmin[new, None])
             merged = np.concatenate([self.rows, new])
             by = np.argsort(merged, kind="stable")
             self.rows = merged[by]
