@@ -292,7 +292,8 @@ class MeshCost:
         if kf.size and float(kf.min()) < 1:
             raise ValueError(f"k must be positive CP degrees, got {int(kf.min())}")
         mult = np.where(kf > 1, 2.0 * kf, 1.0)
-        shard = np.divide(np.asarray(lengths, dtype=np.int64)[:, None], mult[None, :])
+        lf = np.asarray(lengths, dtype=np.int64).astype(np.float64)  # as the division casts
+        shard = np.divide(lf[:, None], mult[None, :])
         np.ceil(shard, out=shard)
         np.multiply(shard, mult, out=shard)
         np.divide(shard, kf, out=shard)

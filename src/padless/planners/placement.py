@@ -213,50 +213,62 @@ def _degrees(
 
 class _Table:
     """Shard times at every degree of the rows that may be spread, costed once for every
-    candidate spread (rows outside it are costed when a spread needs them)."""
+    candidate spread (rows outside it are costed when a spread needs them and appended: the
+    table's rows are in the order costed, ``pos`` maps a row to its place)."""
 
     def __init__(self, lens: np.ndarray, cost: MeshCost, cp: int, kmin: np.ndarray) -> None:
         self.lens, self.cost, self.kmin = lens, cost, kmin
         self.ks = np.arange(1, cp + 1, dtype=np.int64)
         self.rows = np.zeros(0, dtype=np.int64)
-        self.table = np.zeros((0, cp))
+        self.pos = np.full(lens.size, -1, dtype=np.int64)
+        self._times = np.zeros((0, cp))  # capacity rows; the first rows.size hold the table
+        self._running = np.zeros((0, cp))
+        self._fastest = np.zeros(0, dtype=np.int64)
+
+    @property
+    def table(self) -> np.ndarray:
+        """The (rows, cp) table, inf below each row's smallest degree (a view)."""
+        return self._times[: self.rows.size]
 
     def at(self, rows: np.ndarray) -> np.ndarray:
-        """The positions of ``rows`` (ascending, unique) in the table, costing the new ones."""
+        """The places of ``rows`` (unique) in the table, costing the new ones."""
         if rows is self.rows:
             return np.arange(rows.size)
-        at = np.searchsorted(self.rows, rows)
-        known = at < self.rows.size
-        known[known] = self.rows[at[known]] == rows[known]
-        if not known.all():
-            new = np.unique(rows[~known])
+        at = self.pos[rows]
+        missing = at < 0
+        if missing.any():
+            new = np.unique(rows[missing])
+            have, count = self.rows.size, self.rows.size + new.size
+            if count > self._times.shape[0]:  # room for a quarter more
+                size = min(self.lens.size, count + count // 4 + 16)
+                for name in ("_times", "_running"):
+                    grown = np.empty((size, self.ks.size))
+                    grown[:have] = getattr(self, name)[:have]
+                    setattr(self, name, grown)
+                fastest = np.empty(size, dtype=np.int64)
+                fastest[:have] = self._fastest[:have]
+                self._fastest = fastest
             table = self.cost._time_table(self.lens[new], self.ks)
             np.copyto(table, np.inf, where=self.ks[None, :] < self.kmin[new, None])
-            merged = np.concatenate([self.rows, new])
-            by = np.argsort(merged, kind="stable")
-            self.rows = merged[by]
-            self.table = np.concatenate([self.table, table])[by]
-            self._least = None
-            at = np.searchsorted(self.rows, rows)
+            self._times[have:count] = table
+            np.minimum.accumulate(table, axis=1, out=self._running[have:count])
+            self._fastest[have:count] = np.argmin(table, axis=1)
+            self.pos[new] = np.arange(have, count)
+            self.rows = np.concatenate([self.rows, new])
+            at = self.pos[rows]
         return at
 
     def of(self, rows: np.ndarray) -> np.ndarray:
-        """The (rows, cp) table, inf below each row's smallest degree (the table itself, not a
-        copy, when ``rows`` is :attr:`rows`)."""
+        """The table's lines of ``rows`` (the table itself, not a copy, when ``rows`` is
+        :attr:`rows`)."""
         at = self.at(rows)
         return self.table if rows is self.rows else self.table[at]
-
-    _least: tuple[np.ndarray, np.ndarray] | None = None
 
     def least(self) -> tuple[np.ndarray, np.ndarray]:
         """Per row: the running minimum over the degrees (non-increasing), and the first degree
         index of the minimum."""
-        if self._least is None:
-            self._least = (
-                np.minimum.accumulate(self.table, axis=1),
-                np.argmin(self.table, axis=1) if self.rows.size else np.zeros(0, np.int64),
-            )
-        return self._least
+        size = self.rows.size
+        return self._running[:size], self._fastest[:size]
 
 
 def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
