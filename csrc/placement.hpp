@@ -225,6 +225,46 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     return out;
 }
 
+// The seconds of a shard of every length (rows) at every degree of ks (columns): the twin of
+// padless/_kernels/placement.py's cost_table_reference (padless.MeshCost.time), the same
+// operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
+// bit. c: forward linear, quadratic, per_sequence, exchange seconds per token; the same four of
+// the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the running
+// minimum over the columns and the first column of the minimum (0 when all are inf).
+inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
+                       const int64_t* kmin, const double* c, double* table, double* running,
+                       int64_t* fastest) {
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+        const double lf = static_cast<double>(lengths[i]);
+        double* row = table + i * n_ks;
+        double* run = running + i * n_ks;
+        int64_t best = 0;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            double total = inf;
+            if (ks[j] >= kmin[i]) {
+                const double kf = static_cast<double>(ks[j]);
+                const double mult = kf > 1 ? 2.0 * kf : 1.0;
+                const double shard = std::ceil(lf / mult) * mult / kf;
+                const double hops = kf - 1.0;
+                double pass[2];
+                for (int b = 0; b < 2; ++b) {
+                    const double* q = c + 4 * b;  // linear, quadratic, per_sequence, exchange
+                    const double step = shard * q[1] * shard;
+                    const double comm = shard * q[3] + c[8];
+                    const double out = shard * q[0] + q[2] + step;
+                    pass[b] = out + std::max(step, comm) * hops;
+                }
+                total = pass[0] + pass[1];
+            }
+            row[j] = total;
+            run[j] = j > 0 ? std::min(run[j - 1], total) : total;
+            if (total < row[best]) best = j;
+        }
+        fastest[i] = best;
+    }
+}
+
 // Replay items in the order given on their lanes (n items, `width` lanes each, -1 past an
 // item's degree): each starts when all its lanes are free. With `barrier`, the first item of a
 // new slot (slots[i] != slots[i - 1]) first waits for every lane. Writes start[n] and free[lanes].

@@ -278,44 +278,6 @@ class MeshCost:
         """Backward seconds (keys, values and their gradients go round: twice the bytes)."""
         return self._pass(self.backward, lengths, k, 2.0)
 
-    def _time_of_shards(self, kk: np.ndarray, shard: np.ndarray) -> np.ndarray:
-        """:meth:`time` of shards of ``shard`` padded tokens per rank at degrees ``kk``."""
-        return self._seconds(self.forward, kk, shard, 1.0) + self._seconds(
-            self.backward, kk, shard, 2.0
-        )
-
-    def _time_table(self, lengths: np.ndarray, ks: np.ndarray) -> np.ndarray:
-        """:meth:`time` of every length (rows) at every degree of ``ks`` (columns), the same
-        numbers bit for bit (the same operations in the same order), computed in place: the
-        planner's (rows, cp) tables, without a temporary array per operation."""
-        kf = np.asarray(ks, dtype=np.int64).astype(np.float64)
-        if kf.size and float(kf.min()) < 1:
-            raise ValueError(f"k must be positive CP degrees, got {int(kf.min())}")
-        mult = np.where(kf > 1, 2.0 * kf, 1.0)
-        lf = np.asarray(lengths, dtype=np.int64).astype(np.float64)  # as the division casts
-        shard = np.divide(lf[:, None], mult[None, :])
-        np.ceil(shard, out=shard)
-        np.multiply(shard, mult, out=shard)
-        np.divide(shard, kf, out=shard)
-        hops = kf - 1.0
-        step, comm = np.empty_like(shard), np.empty_like(shard)
-        total, back = np.empty_like(shard), np.empty_like(shard)
-        for cost, bytes_factor, out in ((self.forward, 1.0, total), (self.backward, 2.0, back)):
-            # as _seconds: step = q·s·s, comm = c·s + latency, out = l·s + p + step, then
-            # out += (k − 1)·max(step, comm)
-            np.multiply(shard, cost.quadratic, out=step)
-            np.multiply(step, shard, out=step)
-            np.multiply(shard, bytes_factor * self.kv_bytes / self.bandwidth, out=comm)
-            np.add(comm, self.latency, out=comm)
-            np.maximum(step, comm, out=comm)
-            np.multiply(shard, cost.linear, out=out)
-            np.add(out, cost.per_sequence, out=out)
-            np.add(out, step, out=out)
-            np.multiply(comm, hops, out=comm)
-            np.add(out, comm, out=out)
-        np.add(total, back, out=total)
-        return total
-
     def time(self, lengths: Any, k: Any = 1) -> Any:
         """Forward + backward seconds of a shard of each length over ``k`` ranks (broadcast)."""
         kk, shard = self._shard(lengths, k)  # padded once for both passes

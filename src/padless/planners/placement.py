@@ -211,6 +211,16 @@ def _degrees(
     return widths, times, m
 
 
+def _coefs(cost: MeshCost) -> np.ndarray:
+    """``cost`` as :func:`padless._kernels.placement.cost_table`'s 9 coefficients (the exchange
+    seconds per token computed as :class:`MeshCost` computes them)."""
+    out = []
+    for pass_cost, bytes_factor in ((cost.forward, 1.0), (cost.backward, 2.0)):
+        exchange = bytes_factor * cost.kv_bytes / cost.bandwidth
+        out += [pass_cost.linear, pass_cost.quadratic, pass_cost.per_sequence, exchange]
+    return np.array([*out, cost.latency], dtype=np.float64)
+
+
 class _Table:
     """Shard times at every degree of the rows that may be spread, costed once for every
     candidate spread (rows outside it are costed when a spread needs them and appended: the
@@ -248,11 +258,12 @@ class _Table:
                 fastest = np.empty(size, dtype=np.int64)
                 fastest[:have] = self._fastest[:have]
                 self._fastest = fastest
-            table = self.cost._time_table(self.lens[new], self.ks)
-            np.copyto(table, np.inf, where=self.ks[None, :] < self.kmin[new, None])
+            table, running, fastest = KP.cost_table(
+                _coefs(self.cost), self.lens[new], self.ks, self.kmin[new]
+            )
             self._times[have:count] = table
-            np.minimum.accumulate(table, axis=1, out=self._running[have:count])
-            self._fastest[have:count] = np.argmin(table, axis=1)
+            self._running[have:count] = running
+            self._fastest[have:count] = fastest
             self.pos[new] = np.arange(have, count)
             self.rows = np.concatenate([self.rows, new])
             at = self.pos[rows]
@@ -390,7 +401,7 @@ def _rounds(
     mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
     shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
     tokens = shard.astype(np.int64)
-    times = cost._time_of_shards(ks[None, :], shard)  # padded once
+    times = KP.cost_table(_coefs(cost), lens, ks, np.ones(n, dtype=np.int64))[0]
     # longest first, ties by index: with unique keys any sort gives the stable sort's order
     if n and int(lens.max()) < (1 << 62) // n:
         order = np.argsort(-lens * n + np.arange(n))
