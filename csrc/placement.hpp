@@ -235,31 +235,46 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
                        const int64_t* kmin, const double* c, double* table, double* running,
                        int64_t* fastest) {
     const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> kf(static_cast<size_t>(n_ks)), mult(static_cast<size_t>(n_ks));
+    for (int64_t j = 0; j < n_ks; ++j) {
+        kf[static_cast<size_t>(j)] = static_cast<double>(ks[j]);
+        mult[static_cast<size_t>(j)] = ks[j] > 1 ? 2.0 * kf[static_cast<size_t>(j)] : 1.0;
+    }
     for (int64_t i = 0; i < n; ++i) {
         const double lf = static_cast<double>(lengths[i]);
         double* row = table + i * n_ks;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            const double k = kf[static_cast<size_t>(j)];
+            const double m = mult[static_cast<size_t>(j)];
+            // ceil of a quotient in [0, 2**62]: truncation is exact there (an integer past 2**52)
+            const double q = lf / m;
+            double up = static_cast<double>(static_cast<int64_t>(q));
+            up += up < q ? 1.0 : 0.0;
+            // up * m / k: below 2**52 tokens the product is exact and the quotient 2 * up
+            // (up at k = 1) exactly, so the division is left out there
+            const double shard = lf <= 4503599627370496.0 ? (k > 1 ? 2.0 * up : up) : up * m / k;
+            const double hops = k - 1.0;
+            double total = 0.0;
+            for (int b = 0; b < 2; ++b) {
+                const double* p = c + 4 * b;  // linear, quadratic, per_sequence, exchange
+                const double step = shard * p[1] * shard;
+                const double comm = shard * p[3] + c[8];
+                const double out = shard * p[0] + p[2] + step;
+                const double pass = out + std::max(step, comm) * hops;
+                total = b == 0 ? pass : total + pass;
+            }
+            row[j] = ks[j] >= kmin[i] ? total : inf;
+        }
         double* run = running + i * n_ks;
         int64_t best = 0;
+        double least = inf, fast = n_ks > 0 ? row[0] : inf;
         for (int64_t j = 0; j < n_ks; ++j) {
-            double total = inf;
-            if (ks[j] >= kmin[i]) {
-                const double kf = static_cast<double>(ks[j]);
-                const double mult = kf > 1 ? 2.0 * kf : 1.0;
-                const double shard = std::ceil(lf / mult) * mult / kf;
-                const double hops = kf - 1.0;
-                double pass[2];
-                for (int b = 0; b < 2; ++b) {
-                    const double* q = c + 4 * b;  // linear, quadratic, per_sequence, exchange
-                    const double step = shard * q[1] * shard;
-                    const double comm = shard * q[3] + c[8];
-                    const double out = shard * q[0] + q[2] + step;
-                    pass[b] = out + std::max(step, comm) * hops;
-                }
-                total = pass[0] + pass[1];
+            least = std::min(least, row[j]);
+            run[j] = least;
+            if (row[j] < fast) {
+                fast = row[j];
+                best = j;
             }
-            row[j] = total;
-            run[j] = j > 0 ? std::min(run[j - 1], total) : total;
-            if (total < row[best]) best = j;
         }
         fastest[i] = best;
     }
