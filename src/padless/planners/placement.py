@@ -249,21 +249,24 @@ class _Table:
         if missing.any():
             new = np.unique(rows[missing])
             have, count = self.rows.size, self.rows.size + new.size
-            if count > self._times.shape[0]:  # room for a quarter more
-                size = min(self.lens.size, count + count // 4 + 16)
-                for name in ("_times", "_running"):
-                    grown = np.empty((size, self.ks.size))
-                    grown[:have] = getattr(self, name)[:have]
-                    setattr(self, name, grown)
-                fastest = np.empty(size, dtype=np.int64)
-                fastest[:have] = self._fastest[:have]
-                self._fastest = fastest
             table, running, fastest = KP.cost_table(
                 _coefs(self.cost), self.lens[new], self.ks, self.kmin[new]
             )
-            self._times[have:count] = table
-            self._running[have:count] = running
-            self._fastest[have:count] = fastest
+            if have == 0:  # the kernel's arrays are the table
+                self._times, self._running, self._fastest = table, running, fastest
+            else:
+                if count > self._times.shape[0]:  # room for a quarter more
+                    size = min(self.lens.size, count + count // 4 + 16)
+                    for name in ("_times", "_running"):
+                        grown = np.empty((size, self.ks.size))
+                        grown[:have] = getattr(self, name)[:have]
+                        setattr(self, name, grown)
+                    grown_fastest = np.empty(size, dtype=np.int64)
+                    grown_fastest[:have] = self._fastest[:have]
+                    self._fastest = grown_fastest
+                self._times[have:count] = table
+                self._running[have:count] = running
+                self._fastest[have:count] = fastest
             self.pos[new] = np.arange(have, count)
             self.rows = np.concatenate([self.rows, new])
             at = self.pos[rows]
