@@ -42,13 +42,19 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     // per slot: how many of its sorted entries are live; a lane without room for the fewest
     // tokens of any item still to come leaves its slot's entries (it can take nothing more)
     std::vector<int64_t> live(static_cast<size_t>(slots), lanes);
-    std::vector<double> free_sorted(cells, 0.0);  // per slot: free times, ascending
-    std::vector<int64_t> lane_sorted(cells);      // per slot: the lane of each entry
-    std::vector<int64_t> room_sorted(cells, max_tokens);  // per slot: each entry's room left
+    // per slot, its lanes by (free time, lane): each entry's free time, lane and tokens of room
+    struct Entry {
+        double free;
+        int64_t lane;
+        int64_t room;
+    };
+    std::vector<Entry> sorted(cells);
     std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
     std::vector<double> free_at(cells, 0.0);      // per slot and lane: free time
     for (int64_t m = 0; m < slots; ++m) {
-        for (int64_t j = 0; j < lanes; ++j) lane_sorted[m * lanes + j] = j;
+        for (int64_t j = 0; j < lanes; ++j) {
+            sorted[static_cast<size_t>(m * lanes + j)] = {0.0, j, max_tokens};
+        }
     }
     // per slot, per block of kBlock sorted entries: a bound on the most tokens any live lane
     // there still has room for (never below it). A scan skips a block whose bound is below the
@@ -109,14 +115,11 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         for (int64_t q = 0; q < slots && !aligned; ++q) {
             const int64_t m = by_key[static_cast<size_t>(q)];
             if (key[static_cast<size_t>(m)] + t > best) break;  // so do the slots after it
-            double* fs = &free_sorted[m * lanes];
-            int64_t* ls = &lane_sorted[m * lanes];
-            const int64_t* us = &used[m * lanes];
+            Entry* es = &sorted[static_cast<size_t>(m * lanes)];
             int64_t& act = live[static_cast<size_t>(m)];
             int64_t got = 0;
             double at = 0.0;
             int64_t* rm = &room_max[m * blocks];
-            const int64_t* rs = &room_sorted[m * lanes];
             for (int64_t j = 0; j < act && got < w;) {
                 if (j % kBlock == 0) {
                     int64_t& bound = rm[j / kBlock];
@@ -125,7 +128,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                         lz = 0;
                         bound = -1;
                         for (int64_t e = j; e < std::min(j + kBlock, act); ++e) {
-                            bound = std::max(bound, rs[e]);
+                            bound = std::max(bound, es[e].room);
                         }
                     }
                     if (bound < tau) {  // no lane of the block has room
@@ -133,14 +136,11 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                         continue;
                     }
                 }
-                const double fin = fs[j] + t;
+                const double fin = es[j].free + t;
                 if (fin > best || (fin == best && m > best_m)) break;  // nor can a later lane
-                if (us[ls[j]] + tau > max_tokens) {
-                    if (us[ls[j]] + fewest[p] > max_tokens) {  // full for good: drop it
-                        std::copy(fs + j + 1, fs + act, fs + j);
-                        std::copy(ls + j + 1, ls + act, ls + j);
-                        int64_t* rw = &room_sorted[m * lanes];
-                        std::copy(rw + j + 1, rw + act, rw + j);
+                if (es[j].room < tau) {
+                    if (es[j].room < fewest[p]) {  // full for good: drop it
+                        std::copy(es + j + 1, es + act, es + j);
                         shifted(m, j, act);
                         --act;
                     } else {
@@ -148,8 +148,8 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                     }
                     continue;
                 }
-                pick[got++] = ls[j];
-                at = fs[j];
+                pick[got++] = es[j].lane;
+                at = es[j].free;
                 ++j;
             }
             if (got < w) continue;
@@ -177,37 +177,31 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         out.start[i] = best_at;
         // re-sort the slot: each chosen lane (ascending) leaves its entry and moves right, past
         // the entries that sort before (end, lane); the others keep their order
-        double* fs = &free_sorted[m * lanes];
-        int64_t* ls = &lane_sorted[m * lanes];
-        int64_t* rs = &room_sorted[m * lanes];
+        Entry* es = &sorted[static_cast<size_t>(m * lanes)];
         const int64_t act = live[static_cast<size_t>(m)];
         for (int64_t k = 0; k < w; ++k) {
             const int64_t lane = lane_out[k];
             int64_t j = 0;
-            while (ls[j] != lane) ++j;
+            while (es[j].lane != lane) ++j;
             // the first entry after j that sorts after (end, lane): binary search, then shift
             int64_t lo = j + 1, hi = act;
             while (lo < hi) {
                 const int64_t mid = lo + (hi - lo) / 2;
-                if (fs[mid] < end || (fs[mid] == end && ls[mid] < lane)) {
+                if (es[mid].free < end || (es[mid].free == end && es[mid].lane < lane)) {
                     lo = mid + 1;
                 } else {
                     hi = mid;
                 }
             }
-            std::copy(fs + j + 1, fs + lo, fs + j);
-            std::copy(ls + j + 1, ls + lo, ls + j);
-            std::copy(rs + j + 1, rs + lo, rs + j);
-            fs[lo - 1] = end;
-            ls[lo - 1] = lane;
-            rs[lo - 1] = max_tokens - used[m * lanes + lane];
+            std::copy(es + j + 1, es + lo, es + j);
+            es[lo - 1] = {end, lane, max_tokens - used[m * lanes + lane]};
             shifted(m, j, lo);
             int64_t& bound = room_max[m * blocks + (lo - 1) / kBlock];
-            bound = std::max(bound, rs[lo - 1]);
+            bound = std::max(bound, es[lo - 1].room);
         }
         // the slot's key grew (its earliest entries may have moved on): back into (key, slot)
         // order, further along
-        key[static_cast<size_t>(m)] = act > 0 ? fs[0] : inf;
+        key[static_cast<size_t>(m)] = act > 0 ? es[0].free : inf;
         size_t q = 0;
         while (by_key[q] != m) ++q;
         const double mk = key[static_cast<size_t>(m)];
