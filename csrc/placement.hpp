@@ -66,6 +66,9 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     const int64_t blocks = (lanes + kBlock - 1) / kBlock;
     std::vector<int64_t> room_max(static_cast<size_t>(slots * blocks), max_tokens);
     std::vector<char> loose(static_cast<size_t>(slots * blocks), 0);  // bound maybe not exact
+    // per slot: a bound on the most room of any of its live lanes (rooms only shrink), set when
+    // a scan sees every live lane of the slot
+    std::vector<int64_t> slot_room(static_cast<size_t>(slots), max_tokens);
     auto shifted = [&](int64_t m, int64_t from, int64_t to) {  // entries from+1..to-1 moved left
         int64_t* rm = &room_max[m * blocks];
         char* lz = &loose[static_cast<size_t>(m * blocks)];
@@ -115,12 +118,14 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         for (int64_t q = 0; q < slots && !aligned; ++q) {
             const int64_t m = by_key[static_cast<size_t>(q)];
             if (key[static_cast<size_t>(m)] + t > best) break;  // so do the slots after it
+            if (slot_room[static_cast<size_t>(m)] < tau) continue;  // no lane has room
             Entry* es = &sorted[static_cast<size_t>(m * lanes)];
             int64_t& act = live[static_cast<size_t>(m)];
             int64_t got = 0;
             double at = 0.0;
             int64_t* rm = &room_max[m * blocks];
-            for (int64_t j = 0; j < act && got < w;) {
+            int64_t j = 0;
+            while (j < act && got < w) {
                 if (j % kBlock == 0) {
                     int64_t& bound = rm[j / kBlock];
                     char& lz = loose[static_cast<size_t>(m * blocks + j / kBlock)];
@@ -151,6 +156,11 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                 pick[got++] = es[j].lane;
                 at = es[j].free;
                 ++j;
+            }
+            if (got < w && j >= act) {  // every live lane seen: the slot's most room, bounded
+                int64_t most = -1;
+                for (int64_t b = 0; b * kBlock < act; ++b) most = std::max(most, rm[b]);
+                slot_room[static_cast<size_t>(m)] = most;
             }
             if (got < w) continue;
             if (at + t < best || (at + t == best && m < best_m)) {
@@ -184,14 +194,13 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
             int64_t j = 0;
             while (es[j].lane != lane) ++j;
             // the first entry after j that sorts after (end, lane): binary search, then shift
-            int64_t lo = j + 1, hi = act;
-            while (lo < hi) {
-                const int64_t mid = lo + (hi - lo) / 2;
-                if (es[mid].free < end || (es[mid].free == end && es[mid].lane < lane)) {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
+            int64_t lo = j + 1;
+            for (int64_t count = act - lo; count > 0;) {  // without branches
+                const int64_t half = count / 2;
+                const Entry& e = es[lo + half];
+                const bool before = e.free < end || (e.free == end && e.lane < lane);
+                lo = before ? lo + half + 1 : lo;
+                count = before ? count - half - 1 : half;
             }
             std::copy(es + j + 1, es + lo, es + j);
             es[lo - 1] = {end, lane, max_tokens - used[m * lanes + lane]};
