@@ -28,8 +28,11 @@ struct Placed {
 // slot, the block where it starts first (ties: the lowest block).
 //
 // Each slot keeps its lanes sorted by (free, lane), so a slot's scan stops at the item's width
-// among lanes with room, or as soon as a lane's free time cannot beat the best finish so far.
-// Cost: O(N · (slots · scanned + lanes)) with `scanned` usually the width (aligned: the lanes).
+// among lanes with room, or as soon as a lane's free time cannot beat the best finish so far;
+// it skips blocks of 8 sorted lanes without room for the item at once (a bound per block), and
+// slots none of whose lanes has room. The slots are visited by their earliest free lane, so the
+// scan of most items stops after a slot or two. Cost: O(N · (slots · scanned + lanes)) at worst,
+// with `scanned` usually the width (aligned: the lanes).
 inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
                           const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
                           int64_t max_tokens, int64_t wmax, bool aligned = false) {
