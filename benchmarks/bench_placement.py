@@ -394,8 +394,10 @@ def run_case(kind, batch, dp, cp, cap, seed):
 
 def planning_time(repeat: int) -> dict[str, tuple[float, float]]:
     """Best of ``repeat`` (CPU seconds, wall seconds) of placing 4,096 sequences over 128 ranks:
-    dynamic CP with the search, without it, and a fixed cp = 8 × dp = 16."""
+    dynamic CP with the search, without it, and a fixed cp = 8 × dp = 16; then dynamic CP with
+    the search on each distribution, seeds 0-2 (issue 43's figure: ≤ 10 ms on every one)."""
     lens = np.minimum(lengths_of("tail128k", 4096, 0), 128 * 32768 - 256)
+    dynamic = Mesh(dp=1, cp=128, dynamic=True, max_tokens=32768)
     runs = {
         "dynamic, search": (lens, Mesh(dp=1, cp=128, dynamic=True, max_tokens=32768), True),
         "dynamic, one target": (lens, Mesh(dp=1, cp=128, dynamic=True, max_tokens=32768), False),
@@ -405,6 +407,10 @@ def planning_time(repeat: int) -> dict[str, tuple[float, float]]:
             True,
         ),
     }
+    for kind in ("tail128k", "tail256k", "sft"):
+        for seed in range(3):
+            ls = np.minimum(lengths_of(kind, 4096, seed), 128 * 32768 - 256)
+            runs[f"dynamic, search, {kind} seed {seed}"] = (ls, dynamic, True)
     out = {}
     for name, (ls, mesh, search) in runs.items():
         cpu = wall = math.inf

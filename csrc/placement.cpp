@@ -1,4 +1,4 @@
-// The placement family's binding: place_items, place_rounds, replay_lanes (placement.hpp). It checks its arguments
+// The placement family's binding: place_items, place_rounds, replay_lanes, cost_table (placement.hpp). It checks its arguments
 // before it places anything (checks.hpp).
 #include "placement.hpp"
 
@@ -148,6 +148,42 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
                           to_numpy(std::move(out.start)));
 }
 
+nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
+                        In<double> coefs) {
+    const char* kernel = "cost_table";
+    const int64_t n = static_cast<int64_t>(lengths.shape(0));
+    const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
+    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
+    check_scalar(kernel, "len(coefs)", static_cast<int64_t>(coefs.shape(0)), 9, 9,
+                 "must be 9 (forward linear, quadratic, per_sequence, exchange; the same of "
+                 "the backward; latency)");
+    for (int64_t j = 0; j < 9; ++j) {
+        if (!(coefs(j) >= 0.0) || !std::isfinite(coefs(j))) {
+            refuse(kernel, entry("coefs", j, coefs(j)) + " must be a finite number >= 0");
+        }
+    }
+    for (int64_t j = 0; j < n_ks; ++j) {
+        if (ks(j) < 1 || ks(j) > (int64_t(1) << 20)) {
+            refuse(kernel, entry("ks", j, ks(j)) + " must be in [1, 2**20]");
+        }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (lengths(i) < 0 || lengths(i) > MAX_COUNT) {
+            refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
+        }
+    }
+    check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 16.0);
+    Buffer<double> table(n * n_ks), running(n * n_ks);
+    Buffer<int64_t> fastest(n);
+    {
+        nb::gil_scoped_release nogil;
+        cost_table(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), table.get(),
+                   running.get(), fastest.get());
+    }
+    return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(running)),
+                          to_numpy(std::move(fastest)));
+}
+
 }  // namespace
 
 void bind_placement(nb::module_& m) {
@@ -156,6 +192,8 @@ void bind_placement(nb::module_& m) {
           nb::arg("aligned") = false);
     m.def("place_rounds", &place_rounds_py, nb::arg("order"), nb::arg("sizes"), nb::arg("work"),
           nb::arg("tokens"), nb::arg("limits"), nb::arg("lanes"), nb::arg("max_tokens"));
+    m.def("cost_table", &cost_table_py, nb::arg("lengths"), nb::arg("ks"), nb::arg("kmin"),
+          nb::arg("coefs"));
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
 }

@@ -28,8 +28,11 @@ struct Placed {
 // slot, the block where it starts first (ties: the lowest block).
 //
 // Each slot keeps its lanes sorted by (free, lane), so a slot's scan stops at the item's width
-// among lanes with room, or as soon as a lane's free time cannot beat the best finish so far.
-// Cost: O(N · (slots · scanned + lanes)) with `scanned` usually the width (aligned: the lanes).
+// among lanes with room, or as soon as a lane's free time cannot beat the best finish so far;
+// it skips blocks of 8 sorted lanes without room for the item at once (a bound per block), and
+// slots none of whose lanes has room. The slots are visited by their earliest free lane, so the
+// scan of most items stops after a slot or two. Cost: O(N · (slots · scanned + lanes)) at worst,
+// with `scanned` usually the width (aligned: the lanes).
 inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
                           const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
                           int64_t max_tokens, int64_t wmax, bool aligned = false) {
@@ -39,21 +42,56 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     out.lanes = Buffer<int64_t>(n * wmax);
     std::fill(out.lanes.get(), out.lanes.get() + n * wmax, int64_t(-1));
     const size_t cells = static_cast<size_t>(slots * lanes);
-    std::vector<double> free_sorted(cells, 0.0);  // per slot: free times, ascending
-    std::vector<int64_t> lane_sorted(cells);      // per slot: the lane of each entry
-    std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
-    std::vector<double> free_at(cells, 0.0);      // per slot and lane: free time
-    for (int64_t m = 0; m < slots; ++m) {
-        for (int64_t j = 0; j < lanes; ++j) lane_sorted[m * lanes + j] = j;
-    }
-    std::vector<int64_t> pick(static_cast<size_t>(wmax));
-    std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
     // per slot: how many of its sorted entries are live; a lane without room for the fewest
     // tokens of any item still to come leaves its slot's entries (it can take nothing more)
     std::vector<int64_t> live(static_cast<size_t>(slots), lanes);
+    // per slot, its lanes by (free time, lane): each entry's free time, lane and tokens of room
+    struct Entry {
+        double free;
+        int64_t lane;
+        int64_t room;
+    };
+    std::vector<Entry> sorted(cells);
+    std::vector<int64_t> used(cells, 0);          // per slot and lane: tokens held
+    std::vector<double> free_at(cells, 0.0);      // per slot and lane: free time
+    for (int64_t m = 0; m < slots; ++m) {
+        for (int64_t j = 0; j < lanes; ++j) {
+            sorted[static_cast<size_t>(m * lanes + j)] = {0.0, j, max_tokens};
+        }
+    }
+    // per slot, per block of kBlock sorted entries: a bound on the most tokens any live lane
+    // there still has room for (never below it). A scan skips a block whose bound is below the
+    // item's tokens (late in a packed step most lanes are nearly full: without the blocks each
+    // slot's scan walked all of them); a bound that does not rule a block out is made exact
+    // first. When entries shift left by one, a block takes its successor's first entry: its
+    // bound takes the successor's too.
+    constexpr int64_t kBlock = 8;
+    const int64_t blocks = (lanes + kBlock - 1) / kBlock;
+    std::vector<int64_t> room_max(static_cast<size_t>(slots * blocks), max_tokens);
+    std::vector<char> loose(static_cast<size_t>(slots * blocks), 0);  // bound maybe not exact
+    // per slot: a bound on the most room of any of its live lanes (rooms only shrink), set when
+    // a scan sees every live lane of the slot
+    std::vector<int64_t> slot_room(static_cast<size_t>(slots), max_tokens);
+    auto shifted = [&](int64_t m, int64_t from, int64_t to) {  // entries from+1..to-1 moved left
+        int64_t* rm = &room_max[m * blocks];
+        char* lz = &loose[static_cast<size_t>(m * blocks)];
+        for (int64_t b = from / kBlock; b < (to - 1) / kBlock; ++b) {
+            rm[b] = std::max(rm[b], rm[b + 1]);
+            lz[b] = 1;
+        }
+        lz[(to - 1) / kBlock] = 1;
+    };
+    std::vector<int64_t> pick(static_cast<size_t>(wmax));
+    std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
     std::vector<int64_t> fewest(static_cast<size_t>(n) + 1, max_tokens + 1);
     for (int64_t p = n; p-- > 0;) fewest[p] = std::min(fewest[p + 1], tokens[order[p]]);
     const double inf = std::numeric_limits<double>::infinity();
+    // the slots by (key, slot), key a slot's earliest free time among its live entries (a lower
+    // bound once entries leave): a scan visits them in that order and stops at the first whose
+    // key alone cannot finish the item by the best (finish, slot) found
+    std::vector<double> key(static_cast<size_t>(slots), 0.0);
+    std::vector<int64_t> by_key(static_cast<size_t>(slots));
+    for (int64_t m = 0; m < slots; ++m) by_key[static_cast<size_t>(m)] = m;
     for (int64_t p = 0; p < n; ++p) {
         const int64_t i = order[p];
         const int64_t w = widths[i];
@@ -80,31 +118,55 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                 }
             }
         }
-        for (int64_t m = 0; m < slots && !aligned; ++m) {
-            double* fs = &free_sorted[m * lanes];
-            int64_t* ls = &lane_sorted[m * lanes];
-            const int64_t* us = &used[m * lanes];
+        for (int64_t q = 0; q < slots && !aligned; ++q) {
+            const int64_t m = by_key[static_cast<size_t>(q)];
+            if (key[static_cast<size_t>(m)] + t > best) break;  // so do the slots after it
+            if (slot_room[static_cast<size_t>(m)] < tau) continue;  // no lane has room
+            Entry* es = &sorted[static_cast<size_t>(m * lanes)];
             int64_t& act = live[static_cast<size_t>(m)];
             int64_t got = 0;
             double at = 0.0;
-            for (int64_t j = 0; j < act && got < w;) {
-                if (!(fs[j] + t < best)) break;  // no later lane can finish sooner
-                if (us[ls[j]] + tau > max_tokens) {
-                    if (us[ls[j]] + fewest[p] > max_tokens) {  // full for good: drop it
-                        std::copy(fs + j + 1, fs + act, fs + j);
-                        std::copy(ls + j + 1, ls + act, ls + j);
+            int64_t* rm = &room_max[m * blocks];
+            int64_t j = 0;
+            while (j < act && got < w) {
+                if (j % kBlock == 0) {
+                    int64_t& bound = rm[j / kBlock];
+                    char& lz = loose[static_cast<size_t>(m * blocks + j / kBlock)];
+                    if (bound >= tau && lz) {  // made exact
+                        lz = 0;
+                        bound = -1;
+                        for (int64_t e = j; e < std::min(j + kBlock, act); ++e) {
+                            bound = std::max(bound, es[e].room);
+                        }
+                    }
+                    if (bound < tau) {  // no lane of the block has room
+                        j += kBlock;
+                        continue;
+                    }
+                }
+                const double fin = es[j].free + t;
+                if (fin > best || (fin == best && m > best_m)) break;  // nor can a later lane
+                if (es[j].room < tau) {
+                    if (es[j].room < fewest[p]) {  // full for good: drop it
+                        std::copy(es + j + 1, es + act, es + j);
+                        shifted(m, j, act);
                         --act;
                     } else {
                         ++j;
                     }
                     continue;
                 }
-                pick[got++] = ls[j];
-                at = fs[j];
+                pick[got++] = es[j].lane;
+                at = es[j].free;
                 ++j;
             }
+            if (got < w && j >= act) {  // every live lane seen: the slot's most room, bounded
+                int64_t most = -1;
+                for (int64_t b = 0; b * kBlock < act; ++b) most = std::max(most, rm[b]);
+                slot_room[static_cast<size_t>(m)] = most;
+            }
             if (got < w) continue;
-            if (at + t < best) {
+            if (at + t < best || (at + t == best && m < best_m)) {
                 best = at + t;
                 best_m = m;
                 best_at = at;
@@ -128,30 +190,100 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         out.start[i] = best_at;
         // re-sort the slot: each chosen lane (ascending) leaves its entry and moves right, past
         // the entries that sort before (end, lane); the others keep their order
-        double* fs = &free_sorted[m * lanes];
-        int64_t* ls = &lane_sorted[m * lanes];
+        Entry* es = &sorted[static_cast<size_t>(m * lanes)];
         const int64_t act = live[static_cast<size_t>(m)];
         for (int64_t k = 0; k < w; ++k) {
             const int64_t lane = lane_out[k];
             int64_t j = 0;
-            while (ls[j] != lane) ++j;
+            while (es[j].lane != lane) ++j;
             // the first entry after j that sorts after (end, lane): binary search, then shift
-            int64_t lo = j + 1, hi = act;
-            while (lo < hi) {
-                const int64_t mid = lo + (hi - lo) / 2;
-                if (fs[mid] < end || (fs[mid] == end && ls[mid] < lane)) {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
+            int64_t lo = j + 1;
+            for (int64_t count = act - lo; count > 0;) {  // without branches
+                const int64_t half = count / 2;
+                const Entry& e = es[lo + half];
+                const bool before = e.free < end || (e.free == end && e.lane < lane);
+                lo = before ? lo + half + 1 : lo;
+                count = before ? count - half - 1 : half;
             }
-            std::copy(fs + j + 1, fs + lo, fs + j);
-            std::copy(ls + j + 1, ls + lo, ls + j);
-            fs[lo - 1] = end;
-            ls[lo - 1] = lane;
+            std::copy(es + j + 1, es + lo, es + j);
+            es[lo - 1] = {end, lane, max_tokens - used[m * lanes + lane]};
+            shifted(m, j, lo);
+            int64_t& bound = room_max[m * blocks + (lo - 1) / kBlock];
+            bound = std::max(bound, es[lo - 1].room);
         }
+        // the slot's key grew (its earliest entries may have moved on): back into (key, slot)
+        // order, further along
+        key[static_cast<size_t>(m)] = act > 0 ? es[0].free : inf;
+        size_t q = 0;
+        while (by_key[q] != m) ++q;
+        const double mk = key[static_cast<size_t>(m)];
+        for (; q + 1 < by_key.size(); ++q) {
+            const int64_t next = by_key[q + 1];
+            const double nk = key[static_cast<size_t>(next)];
+            if (nk < mk || (nk == mk && next < m)) {
+                by_key[q] = next;
+            } else {
+                break;
+            }
+        }
+        by_key[q] = m;
     }
     return out;
+}
+
+// The seconds of a shard of every length (rows) at every degree of ks (columns): the twin of
+// padless/_kernels/placement.py's cost_table_reference (padless.MeshCost.time), the same
+// operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
+// bit. c: forward linear, quadratic, per_sequence, exchange seconds per token; the same four of
+// the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the running
+// minimum over the columns and the first column of the minimum (0 when all are inf).
+inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
+                       const int64_t* kmin, const double* c, double* table, double* running,
+                       int64_t* fastest) {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> kf(static_cast<size_t>(n_ks)), mult(static_cast<size_t>(n_ks));
+    for (int64_t j = 0; j < n_ks; ++j) {
+        kf[static_cast<size_t>(j)] = static_cast<double>(ks[j]);
+        mult[static_cast<size_t>(j)] = ks[j] > 1 ? 2.0 * kf[static_cast<size_t>(j)] : 1.0;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const double lf = static_cast<double>(lengths[i]);
+        double* row = table + i * n_ks;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            const double k = kf[static_cast<size_t>(j)];
+            const double m = mult[static_cast<size_t>(j)];
+            // ceil of a quotient in [0, 2**62]: truncation is exact there (an integer past 2**52)
+            const double q = lf / m;
+            double up = static_cast<double>(static_cast<int64_t>(q));
+            up += up < q ? 1.0 : 0.0;
+            // up * m / k: below 2**52 tokens the product is exact and the quotient 2 * up
+            // (up at k = 1) exactly, so the division is left out there
+            const double shard = lf <= 4503599627370496.0 ? (k > 1 ? 2.0 * up : up) : up * m / k;
+            const double hops = k - 1.0;
+            double total = 0.0;
+            for (int b = 0; b < 2; ++b) {
+                const double* p = c + 4 * b;  // linear, quadratic, per_sequence, exchange
+                const double step = shard * p[1] * shard;
+                const double comm = shard * p[3] + c[8];
+                const double out = shard * p[0] + p[2] + step;
+                const double pass = out + std::max(step, comm) * hops;
+                total = b == 0 ? pass : total + pass;
+            }
+            row[j] = ks[j] >= kmin[i] ? total : inf;
+        }
+        double* run = running + i * n_ks;
+        int64_t best = 0;
+        double least = inf, fast = n_ks > 0 ? row[0] : inf;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            least = std::min(least, row[j]);
+            run[j] = least;
+            if (row[j] < fast) {
+                fast = row[j];
+                best = j;
+            }
+        }
+        fastest[i] = best;
+    }
 }
 
 // Replay items in the order given on their lanes (n items, `width` lanes each, -1 past an
@@ -205,8 +337,28 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
     std::vector<int64_t> left(order, order + n), later;
     std::vector<int64_t> g_first, g_size, g_used;
     std::vector<double> g_busy;
-    std::vector<int64_t> sufmin;
+    // the fewest tokens and the least work (inf: no item may take the size), per size, of the
+    // items from each position of `order` on. The items left in a round are a part of those
+    // from their first one on: fewer tokens and less work than theirs are bounds (a group
+    // without room for the fewest tokens of the items from p on leaves its size's list)
+    std::vector<int64_t> sufmin((static_cast<size_t>(n) + 1) * n_sizes, max_tokens + 1);
+    std::vector<double> sufwork((static_cast<size_t>(n) + 1) * n_sizes,
+                                std::numeric_limits<double>::infinity());
+    std::vector<int64_t> rank_of(static_cast<size_t>(n));
+    std::vector<int64_t> live;
+    live.reserve(static_cast<size_t>(n_sizes));
+    for (int64_t p = n; p-- > 0;) {
+        const int64_t i = order[p];
+        rank_of[static_cast<size_t>(i)] = p;
+        for (int64_t s = 0; s < n_sizes; ++s) {
+            sufmin[p * n_sizes + s] = std::min(sufmin[(p + 1) * n_sizes + s], tokens[i * n_sizes + s]);
+            sufwork[p * n_sizes + s] = std::min(sufwork[(p + 1) * n_sizes + s], work[i * n_sizes + s]);
+        }
+    }
     std::vector<std::vector<int64_t>> by_size(static_cast<size_t>(n_sizes));
+    // per size: a bound on the most room (max_tokens - tokens) of the groups in its list, never
+    // below it: an item with more tokens skips the list (made exact by a scan of the whole list)
+    std::vector<int64_t> room_bound(static_cast<size_t>(n_sizes));
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t r = 0; !left.empty(); ++r) {
         g_first.clear();
@@ -214,10 +366,12 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
         g_used.clear();
         g_busy.clear();
         for (auto& v : by_size) v.clear();
+        std::fill(room_bound.begin(), room_bound.end(), int64_t(-1));
         std::vector<std::vector<int64_t>> g_items;
         auto open = [&](int64_t at, int64_t s) {
             // busy 0: after the groups of busy <= 0, before the rest (the list's order)
             std::vector<int64_t>& list = by_size[static_cast<size_t>(s)];
+            room_bound[static_cast<size_t>(s)] = max_tokens;
             auto it = list.begin();
             while (it != list.end() && g_busy[*it] <= 0.0) ++it;
             list.insert(it, static_cast<int64_t>(g_first.size()));
@@ -242,23 +396,52 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
         const double cap = limits[head];
         double top = g_busy[0];
         later.clear();
-        // the fewest tokens of any item from position p on, per size: a group without room
-        // for that many leaves its size's list for the rest of the round
         const size_t count = left.size();
-        sufmin.assign((count + 1) * static_cast<size_t>(n_sizes), max_tokens + 1);
-        for (size_t p = count; p-- > 0;) {
-            const int64_t i = left[p];
+        // could any item from position p on be placed now? Each takes at least the least work
+        // and the fewest tokens at a size (the bounds above), and a placement that fits also fits with less of either: when
+        // an item with the least of both fits nowhere, none of them does (until one is placed)
+        auto any_fits = [&](size_t p) {
+            const size_t from = static_cast<size_t>(rank_of[static_cast<size_t>(left[p])]);
             for (int64_t s = 0; s < n_sizes; ++s) {
-                sufmin[p * n_sizes + s] =
-                    std::min(sufmin[(p + 1) * n_sizes + s], tokens[i * n_sizes + s]);
+                const double t = sufwork[from * n_sizes + s];
+                if (!(t < inf)) continue;
+                const int64_t tau = sufmin[from * n_sizes + s];
+                if (lanes - used >= sizes[s] && tau <= max_tokens && std::max(t, top) <= cap) {
+                    return true;
+                }
+                for (const int64_t g : by_size[static_cast<size_t>(s)]) {
+                    if (g_busy[g] + t > cap) break;
+                    if (g_used[g] + tau <= max_tokens) {
+                        if (std::max(g_busy[g] + t, top) <= cap) return true;
+                        break;
+                    }
+                }
             }
-        }
+            return false;
+        };
+        bool checked = false;  // any_fits was asked since the last item was placed
+        // the sizes an item may still take in this round, ascending: a size is out once no
+        // group of it can open (too few lanes free) and none in its list has room for the
+        // fewest tokens of the items left (lanes are only taken, room only shrinks)
+        bool stale = true;
+        auto relive = [&](size_t p) {
+            const size_t from = static_cast<size_t>(rank_of[static_cast<size_t>(left[p])]);
+            live.clear();
+            for (int64_t s = 0; s < n_sizes; ++s) {
+                const size_t z = static_cast<size_t>(s);
+                const bool can_open = lanes - used >= sizes[s];
+                const bool can_join = !by_size[z].empty() && room_bound[z] >= sufmin[from * n_sizes + s];
+                if (can_open || can_join) live.push_back(s);
+            }
+            stale = false;
+        };
         for (size_t p = 1; p < count; ++p) {
             const int64_t i = left[p];
             double best = inf;
             int64_t best_s = -1, best_g = -1;
             bool found = false;
-            for (int64_t s = 0; s < n_sizes; ++s) {
+            if (stale) relive(p);
+            for (const int64_t s : live) {
                 const double t = work[i * n_sizes + s];
                 if (!(t < inf)) continue;
                 const int64_t tau = tokens[i * n_sizes + s];
@@ -266,8 +449,11 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                 int64_t pick = -1;
                 double low = inf;
                 std::vector<int64_t>& list = by_size[static_cast<size_t>(s)];
-                const int64_t least = sufmin[p * n_sizes + s];
-                for (size_t at = 0; at < list.size();) {
+                const int64_t least = sufmin[static_cast<size_t>(rank_of[i]) * n_sizes + s];
+                int64_t& bound = room_bound[static_cast<size_t>(s)];
+                int64_t most = -1;  // over the groups seen that stay in the list
+                size_t at = 0;
+                for (; at < list.size() && bound >= tau;) {
                     const int64_t g = list[at];
                     if (g_busy[g] + t > cap) break;  // the rest are busier
                     if (g_used[g] + tau <= max_tokens) {
@@ -278,8 +464,13 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
                     if (g_used[g] + least > max_tokens) {
                         list.erase(list.begin() + static_cast<std::ptrdiff_t>(at));
                     } else {
+                        most = std::max(most, max_tokens - g_used[g]);
                         ++at;
                     }
+                }
+                if (at == list.size() && bound >= tau) {  // every group seen
+                    bound = most;
+                    stale = true;
                 }
                 if (pick >= 0) {
                     const double after = std::max(low + t, top);
@@ -302,8 +493,18 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
             }
             if (!found) {
                 later.push_back(i);
+                if (!checked) {
+                    checked = true;
+                    if (p + 1 < count && !any_fits(p + 1)) {  // the rest wait too, in order
+                        later.insert(later.end(), left.begin() + static_cast<std::ptrdiff_t>(p) + 1,
+                                     left.end());
+                        break;
+                    }
+                }
                 continue;
             }
+            checked = false;
+            stale = true;
             if (best_g < 0) {
                 open(used, best_s);
                 used += sizes[best_s];

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from padless import _core as C
 from padless._kernels.placement import (
+    cost_table,
+    cost_table_reference,
     place_items,
     place_items_reference,
     place_rounds,
@@ -19,6 +21,7 @@ from padless._kernels.placement import (
 )
 
 ATTACKED: dict[str, str] = {
+    "cost_table": "test_cost_table",
     "place_items": "test_place_items",
     "place_rounds": "test_place_rounds",
     "replay_lanes": "test_replay_lanes",
@@ -227,6 +230,117 @@ def test_rounds_kernel_equals_reference(lanes, cap, items, slack, rnd):
             tokens[i, j] = -(-k // s)
     limits = np.array([slack * max(t, 0.5) for _, t, _ in items], dtype=np.float64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
+    got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
+    want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        assert np.array_equal(x, y)
+
+
+def test_cost_table():
+    f64 = np.float64
+    coefs = a(1.0, 0.5, 0.1, 0.01, 2.0, 1.0, 0.2, 0.02, 0.001, dtype=f64)
+    with pytest.raises(ValueError, match=r"cost_table: kmin holds 1 entries, lengths 2"):
+        C.cost_table(a(5, 9), a(1, 2), a(1), coefs)
+    with pytest.raises(ValueError, match=r"cost_table: len\(coefs\) = 8 must be 9"):
+        C.cost_table(a(5), a(1), a(1), coefs[:8])
+    with pytest.raises(ValueError, match=r"cost_table: coefs\[3\] = nan must be a finite"):
+        C.cost_table(a(5), a(1), a(1), np.where(np.arange(9) == 3, np.nan, coefs))
+    with pytest.raises(ValueError, match=r"cost_table: coefs\[8\] = -1 must be a finite"):
+        C.cost_table(a(5), a(1), a(1), np.where(np.arange(9) == 8, -1.0, coefs))
+    with pytest.raises(ValueError, match=r"cost_table: ks\[1\] = 0 must be in \[1, 2\*\*20\]"):
+        C.cost_table(a(5), a(1, 0), a(1), coefs)
+    with pytest.raises(ValueError, match=r"cost_table: lengths\[0\] = -1 must be in"):
+        C.cost_table(a(-1), a(1), a(1), coefs)
+    with pytest.raises(ValueError, match=r"len\(lengths\) \* len\(ks\) = .* needs"):
+        C.cost_table(np.zeros(1 << 20, I64), np.ones(1 << 20, I64), np.zeros(1 << 20, I64), coefs)
+    # valid edges: nothing to cost; a row below every degree (all inf, fastest 0)
+    table, running, fastest = C.cost_table(a(), a(1, 2), a(), coefs)
+    assert table.size == running.size == fastest.size == 0
+    table, running, fastest = C.cost_table(a(7), a(1, 2), a(3), coefs)
+    assert np.isinf(table).all() and np.isinf(running).all() and fastest.tolist() == [0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1e-6, 3e-4, 0.5, 7.0, 1e-9]), min_size=9, max_size=9),
+    st.lists(st.integers(0, 1 << 40), max_size=12),
+    st.lists(st.integers(1, 300), min_size=1, max_size=9),
+    st.randoms(use_true_random=False),
+)
+def test_cost_table_equals_reference_bit_for_bit(coefs, lens, ks, rnd):
+    coefs = np.array(coefs, dtype=np.float64)
+    lens = np.array(lens + [0, 1, 2, 1000], dtype=I64)
+    ks = np.array(ks, dtype=I64)
+    kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
+    got = cost_table(coefs, lens, ks, kmin)
+    want = cost_table_reference(coefs, lens, ks, kmin)
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y)  # bit for bit: inf where a degree is below kmin
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(9, 40),
+    st.integers(1, 6),
+    st.integers(20, 200),
+    st.lists(st.tuples(st.integers(1, 12), st.integers(0, 50), st.integers(1, 20)), max_size=120),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+)
+def test_kernel_equals_reference_on_many_lanes(lanes, slots, cap, items, rnd, aligned):
+    """Past one block of 8 lanes, with budgets tight enough that lanes fill up: the blocks a
+    scan skips and the slots it visits in order of their earliest lane change nothing."""
+    items = [(min(w, lanes), t / 4, k) for w, t, k in items]
+    n = len(items)
+    widths = np.array([w for w, _, _ in items], dtype=I64)
+    times = np.array([t for _, t, _ in items], dtype=np.float64)
+    tokens = np.array([k for _, _, k in items], dtype=I64)
+    order = np.array(rnd.sample(range(n), n), dtype=I64)
+    if rnd.random() < 0.5:  # longest first, as the planner asks
+        order = np.argsort(-times, kind="stable").astype(I64)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        if n:
+            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(4, 24),
+    st.integers(4, 30),
+    st.lists(
+        st.tuples(st.integers(1, 3), st.sampled_from([0.5, 1.0, 2.5, 7.0]), st.integers(1, 30)),
+        max_size=80,
+    ),
+    st.sampled_from([1.0, 1.5, 4.0]),
+    st.randoms(use_true_random=False),
+)
+def test_rounds_kernel_equals_reference_on_many_items(lanes, cap, items, slack, rnd):
+    """Many items over many rounds, longest first as the planner orders them: the groups and
+    sizes a round skips for want of room change nothing."""
+    sizes = np.array([s for s in (1, 2, 4, 8, 16) if s <= lanes], dtype=I64)
+    n = len(items)
+    work = np.full((n, sizes.size), np.inf)
+    tokens = np.zeros((n, sizes.size), dtype=I64)
+    for i, (lo, t, k) in enumerate(items):
+        for j, s in enumerate(sizes.tolist()):
+            if j >= lo - 1:
+                work[i, j] = t / s + 0.1 * (s - 1)
+            tokens[i, j] = -(-k // s)
+    limits = np.array([slack * t for _, t, _ in items], dtype=np.float64)
+    order = np.argsort([-k for _, _, k in items], kind="stable").astype(I64)
+    if rnd.random() < 0.3:
+        order = np.array(rnd.sample(range(n), n), dtype=I64)
     got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
     want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
     if isinstance(want, int):

@@ -329,3 +329,31 @@ def test_longest_first_merge_is_a_stable_sort(base, new, rnd):
     times[rows] = new[: rows.size]
     got = PL._Longest(base, rows)(times)
     assert np.array_equal(got, np.argsort(-times, kind="stable"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1e-6, 3e-4, 0.5]), min_size=6, max_size=6),
+    st.sampled_from([0.0, 1.0, 65536.0]),
+    st.sampled_from([0.0, 2e-5]),
+    st.lists(st.integers(0, 1 << 30), min_size=1, max_size=12),
+)
+def test_the_compiled_cost_table_is_mesh_cost_time_bit_for_bit(coefs, kv, latency, lens):
+    """The planner's table (padless._kernels.placement.cost_table) is MeshCost.time at every
+    degree, the same numbers bit for bit: the plans do not depend on which one costs them."""
+    from padless._kernels.placement import cost_table
+    from padless.planners import placement as PL
+
+    if not any(coefs[:3]) or not any(coefs[3:]):
+        coefs = [1e-6, *coefs[1:3], 2e-6, *coefs[4:]]
+    cost = MeshCost(
+        forward=Cost(linear=coefs[0], quadratic=coefs[1], per_sequence=coefs[2]),
+        backward=Cost(linear=coefs[3], quadratic=coefs[4], per_sequence=coefs[5]),
+        kv_bytes=kv,
+        bandwidth=5e10,
+        latency=latency,
+    )
+    lens = np.array(lens, dtype=np.int64)
+    ks = np.arange(1, 20, dtype=np.int64)
+    table = cost_table(PL._coefs(cost), lens, ks, np.zeros(lens.size, dtype=np.int64))[0]
+    assert np.array_equal(table, np.asarray(cost.time(lens[:, None], ks[None, :])))

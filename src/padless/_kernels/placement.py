@@ -1,7 +1,8 @@
 """Placement loops: shards of sequences onto (micro-batch, lanes), and pipeline schedules.
 
 :func:`place_items` is a list scheduler over micro-batch slots (compiled, with
-:func:`place_items_reference` beside it); :func:`replay_lanes` replays a placement on its lanes
+:func:`place_items_reference` beside it); :func:`cost_table` costs every length at every CP
+degree (compiled, :func:`cost_table_reference` beside it); :func:`replay_lanes` replays a placement on its lanes
 (compiled, :func:`replay_lanes_reference` beside it) and :func:`pipeline` runs a 1F1B or
 interleaved pipeline over micro-batch times (plain Python, O(stages · micro-batches · vpp)).
 The tests hold a brute-force reference of each replay.
@@ -14,6 +15,8 @@ import numpy as np
 from .. import _core
 
 __all__ = [
+    "cost_table",
+    "cost_table_reference",
     "pipeline",
     "place_items",
     "place_items_reference",
@@ -22,6 +25,55 @@ __all__ = [
     "replay_lanes",
     "replay_lanes_reference",
 ]
+
+
+def cost_table(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seconds of a shard of every length (rows) at every degree of ``ks`` (columns), ``inf``
+    where ``ks[j] < kmin[i]``; and per row the running minimum over the columns and the first
+    column of the minimum.
+
+    ``coefs`` (9 floats): forward linear, quadratic, per_sequence and exchange seconds per
+    shard token, the same four of the backward, and the latency of one exchange. A shard of
+    ``L`` at degree ``k`` holds ``s = ⌈L / m⌉·m / k`` tokens (``m = 2k``, 1 at ``k = 1``) and a
+    pass takes ``linear·s + per_sequence + step + (k − 1)·max(step, exchange·s + latency)``
+    with ``step = quadratic·s²`` (:class:`padless.MeshCost`'s forward + backward). Compiled
+    (csrc/placement.hpp), the same numbers bit for bit as :func:`cost_table_reference` (the
+    same operations in the same order) in one pass instead of numpy's two dozen. O(rows · ks).
+    """
+    lens = np.ascontiguousarray(lengths, dtype=np.int64)
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    table, running, fastest = _core.cost_table(
+        lens,
+        ks,
+        np.ascontiguousarray(kmin, dtype=np.int64),
+        np.ascontiguousarray(coefs, dtype=np.float64),
+    )
+    shape = (lens.size, ks.size)
+    return table.reshape(shape), running.reshape(shape), fastest
+
+
+def cost_table_reference(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cost_table` in numpy, over the whole (rows, ks) table at once."""
+    c = [float(x) for x in coefs]
+    lens = np.asarray(lengths, dtype=np.int64)
+    kk = np.asarray(ks, dtype=np.int64)[None, :]
+    kf = kk.astype(np.float64)
+    mult = np.where(kk > 1, 2.0 * kk, 1.0)
+    shard = np.ceil(lens[:, None] / mult) * mult / kk
+    table = np.zeros(shard.shape)
+    for linear, quadratic, per_sequence, exchange in (c[0:4], c[4:8]):
+        step = quadratic * shard * shard
+        out = linear * shard + per_sequence + step
+        out += (kf - 1.0) * np.maximum(step, exchange * shard + c[8])
+        table = table + out
+    table = np.where(kk >= np.asarray(kmin, dtype=np.int64)[:, None], table, np.inf)
+    running = np.minimum.accumulate(table, axis=1) if kk.size else table.copy()
+    fastest = np.argmin(table, axis=1) if kk.size else np.zeros(lens.size, dtype=np.int64)
+    return table, running, np.asarray(fastest, dtype=np.int64)
 
 
 def place_items(

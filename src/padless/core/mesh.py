@@ -278,12 +278,6 @@ class MeshCost:
         """Backward seconds (keys, values and their gradients go round: twice the bytes)."""
         return self._pass(self.backward, lengths, k, 2.0)
 
-    def _time_of_shards(self, kk: np.ndarray, shard: np.ndarray) -> np.ndarray:
-        """:meth:`time` of shards of ``shard`` padded tokens per rank at degrees ``kk``."""
-        return self._seconds(self.forward, kk, shard, 1.0) + self._seconds(
-            self.backward, kk, shard, 2.0
-        )
-
     def time(self, lengths: Any, k: Any = 1) -> Any:
         """Forward + backward seconds of a shard of each length over ``k`` ranks (broadcast)."""
         kk, shard = self._shard(lengths, k)  # padded once for both passes

@@ -211,33 +211,78 @@ def _degrees(
     return widths, times, m
 
 
+def _coefs(cost: MeshCost) -> np.ndarray:
+    """``cost`` as :func:`padless._kernels.placement.cost_table`'s 9 coefficients (the exchange
+    seconds per token computed as :class:`MeshCost` computes them)."""
+    out = []
+    for pass_cost, bytes_factor in ((cost.forward, 1.0), (cost.backward, 2.0)):
+        exchange = bytes_factor * cost.kv_bytes / cost.bandwidth
+        out += [pass_cost.linear, pass_cost.quadratic, pass_cost.per_sequence, exchange]
+    return np.array([*out, cost.latency], dtype=np.float64)
+
+
 class _Table:
     """Shard times at every degree of the rows that may be spread, costed once for every
-    candidate spread (rows outside it are costed when a spread needs them)."""
+    candidate spread (rows outside it are costed when a spread needs them and appended: the
+    table's rows are in the order costed, ``pos`` maps a row to its place)."""
 
     def __init__(self, lens: np.ndarray, cost: MeshCost, cp: int, kmin: np.ndarray) -> None:
         self.lens, self.cost, self.kmin = lens, cost, kmin
         self.ks = np.arange(1, cp + 1, dtype=np.int64)
         self.rows = np.zeros(0, dtype=np.int64)
-        self.table = np.zeros((0, cp))
+        self.pos = np.full(lens.size, -1, dtype=np.int64)
+        self._times = np.zeros((0, cp))  # capacity rows; the first rows.size hold the table
+        self._running = np.zeros((0, cp))
+        self._fastest = np.zeros(0, dtype=np.int64)
+
+    @property
+    def table(self) -> np.ndarray:
+        """The (rows, cp) table, inf below each row's smallest degree (a view)."""
+        return self._times[: self.rows.size]
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The places of ``rows`` (unique) in the table, costing the new ones."""
+        if rows is self.rows:
+            return np.arange(rows.size)
+        at = self.pos[rows]
+        missing = at < 0
+        if missing.any():
+            new = np.unique(rows[missing])
+            have, count = self.rows.size, self.rows.size + new.size
+            table, running, fastest = KP.cost_table(
+                _coefs(self.cost), self.lens[new], self.ks, self.kmin[new]
+            )
+            if have == 0:  # the kernel's arrays are the table
+                self._times, self._running, self._fastest = table, running, fastest
+            else:
+                if count > self._times.shape[0]:  # room for a quarter more
+                    size = min(self.lens.size, count + count // 4 + 16)
+                    for name in ("_times", "_running"):
+                        grown = np.empty((size, self.ks.size))
+                        grown[:have] = getattr(self, name)[:have]
+                        setattr(self, name, grown)
+                    grown_fastest = np.empty(size, dtype=np.int64)
+                    grown_fastest[:have] = self._fastest[:have]
+                    self._fastest = grown_fastest
+                self._times[have:count] = table
+                self._running[have:count] = running
+                self._fastest[have:count] = fastest
+            self.pos[new] = np.arange(have, count)
+            self.rows = np.concatenate([self.rows, new])
+            at = self.pos[rows]
+        return at
 
     def of(self, rows: np.ndarray) -> np.ndarray:
-        """The (rows, cp) table, inf below each row's smallest degree."""
-        at = np.searchsorted(self.rows, rows)
-        known = at < self.rows.size
-        known[known] = self.rows[at[known]] == rows[known]
-        if not known.all():
-            new = np.unique(rows[~known])
-            table = np.asarray(
-                self.cost.time(self.lens[new][:, None], self.ks[None, :]), dtype=np.float64
-            )
-            table = np.where(self.ks[None, :] >= self.kmin[new, None], table, np.inf)
-            merged = np.concatenate([self.rows, new])
-            by = np.argsort(merged, kind="stable")
-            self.rows = merged[by]
-            self.table = np.concatenate([self.table, table])[by]
-            at = np.searchsorted(self.rows, rows)
-        return self.table[at]
+        """The table's lines of ``rows`` (the table itself, not a copy, when ``rows`` is
+        :attr:`rows`)."""
+        at = self.at(rows)
+        return self.table if rows is self.rows else self.table[at]
+
+    def least(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the running minimum over the degrees (non-increasing), and the first degree
+        index of the minimum."""
+        size = self.rows.size
+        return self._running[:size], self._fastest[:size]
 
 
 def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,11 +297,13 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
         widths, times = kmin.copy(), base.copy()
         if long.size == 0:
             break
-        rows = table.of(long)
-        ok = rows <= target
-        k_idx = np.where(ok.any(axis=1), np.argmax(ok, axis=1), np.argmin(rows, axis=1))
+        at = table.at(long)
+        running, fastest = table.least()
+        # the first degree within the target is where the running minimum first gets there
+        above = np.count_nonzero(running[at] > target, axis=1)
+        k_idx = np.where(above < table.ks.size, above, fastest[at])
         widths[long] = table.ks[k_idx]
-        times[long] = rows[np.arange(long.size), k_idx]
+        times[long] = table.table[at, k_idx]
     return widths, times
 
 
@@ -357,7 +404,7 @@ def _rounds(
     mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
     shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
     tokens = shard.astype(np.int64)
-    times = cost._time_of_shards(ks[None, :], shard)  # padded once
+    times = KP.cost_table(_coefs(cost), lens, ks, np.ones(n, dtype=np.int64))[0]
     # longest first, ties by index: with unique keys any sort gives the stable sort's order
     if n and int(lens.max()) < (1 << 62) // n:
         order = np.argsort(-lens * n + np.arange(n))
