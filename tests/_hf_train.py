@@ -106,6 +106,16 @@ class RecordingTrainer(RecordBatches, PadlessTrainerMixin, Trainer):
     """A padless Trainer that records its batches."""
 
 
+def assert_same_weights(theirs: Any, ours: Any, start: Any, atol: float = 1e-5) -> None:
+    """``ours`` trained to ``theirs``'s weights (within ``atol``), away from ``start``'s."""
+    for a, b in zip(theirs.parameters(), ours.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=atol)
+    moved = [
+        not torch.equal(a, b) for a, b in zip(start.parameters(), ours.parameters(), strict=True)
+    ]
+    assert any(moved)  # it trained
+
+
 def tiny_model(seed: int = 0, **config: Any) -> LlamaForCausalLM:
     """A 2-layer Llama of random weights from ``seed`` (no downloads); ``config`` overrides
     the small defaults (``attn_implementation``, sizes, token ids)."""
