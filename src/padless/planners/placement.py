@@ -300,7 +300,8 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
         at = table.at(long)
         running, fastest = table.least()
         # the first degree within the target is where the running minimum first gets there
-        above = np.count_nonzero(running[at] > target, axis=1)
+        # compared over the whole table (no copy of the rows), then picked
+        above = np.count_nonzero(running > target, axis=1)[at]
         k_idx = np.where(above < table.ks.size, above, fastest[at])
         widths[long] = table.ks[k_idx]
         times[long] = table.table[at, k_idx]
@@ -360,6 +361,21 @@ class _Longest:
         return out
 
 
+def _by_tokens(widths: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Items by most tokens, then widest, ties by index: ``np.lexsort((-widths, -tokens))``,
+    as one sort of a unique integer key where it cannot overflow (about 3× faster)."""
+    n = widths.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    wmax, tmax = int(widths.max()) + 1, int(tokens.max()) + 1
+    if int(widths.min()) < 0 or int(tokens.min()) < 0 or tmax * wmax >= (1 << 62) // n:
+        return np.lexsort((-widths, -tokens))
+    key = (tmax - tokens) * wmax + (wmax - widths)
+    key *= n
+    key += np.arange(n)
+    return np.argsort(key)
+
+
 def _fit(
     widths: np.ndarray,
     times: np.ndarray,
@@ -376,7 +392,7 @@ def _fit(
     by_time = np.argsort(-times, kind="stable") if longest is None else longest(times)
     got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
     if isinstance(got, int):
-        by_tokens = np.lexsort((-widths, -tokens))  # per rank, as bins are (stable)
+        by_tokens = _by_tokens(widths, tokens)  # per rank, as bins are (stable)
         got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
         if isinstance(got, int):
             rest = by_tokens[got:]
