@@ -232,7 +232,6 @@ class _Table:
         self.rows = np.zeros(0, dtype=np.int64)
         self.pos = np.full(lens.size, -1, dtype=np.int64)
         self._times = np.zeros((0, cp))  # capacity rows; the first rows.size hold the table
-        self._running = np.zeros((0, cp))
         self._fastest = np.zeros(0, dtype=np.int64)
 
     @property
@@ -247,25 +246,25 @@ class _Table:
         at = self.pos[rows]
         missing = at < 0
         if missing.any():
-            new = np.unique(rows[missing])
+            new = rows[missing]
+            if new.size > 1 and not bool((new[1:] > new[:-1]).all()):  # ascending already: kept
+                new = np.unique(new)
             have, count = self.rows.size, self.rows.size + new.size
-            table, running, fastest = KP.cost_table(
+            table, _, fastest = KP.cost_table(
                 _coefs(self.cost), self.lens[new], self.ks, self.kmin[new]
             )
             if have == 0:  # the kernel's arrays are the table
-                self._times, self._running, self._fastest = table, running, fastest
+                self._times, self._fastest = table, fastest
             else:
                 if count > self._times.shape[0]:  # room for a quarter more
                     size = min(self.lens.size, count + count // 4 + 16)
-                    for name in ("_times", "_running"):
-                        grown = np.empty((size, self.ks.size))
-                        grown[:have] = getattr(self, name)[:have]
-                        setattr(self, name, grown)
+                    grown = np.empty((size, self.ks.size))
+                    grown[:have] = self._times[:have]
+                    self._times = grown
                     grown_fastest = np.empty(size, dtype=np.int64)
                     grown_fastest[:have] = self._fastest[:have]
                     self._fastest = grown_fastest
                 self._times[have:count] = table
-                self._running[have:count] = running
                 self._fastest[have:count] = fastest
             self.pos[new] = np.arange(have, count)
             self.rows = np.concatenate([self.rows, new])
@@ -278,11 +277,17 @@ class _Table:
         at = self.at(rows)
         return self.table if rows is self.rows else self.table[at]
 
-    def least(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: the running minimum over the degrees (non-increasing), and the first degree
-        index of the minimum."""
-        size = self.rows.size
-        return self._running[:size], self._fastest[:size]
+    def within(self, target: float) -> np.ndarray:
+        """Per row (in table order): the first degree index whose time is at most ``target``
+        (where the running minimum over the degrees first gets there), ``len(ks)`` where none is.
+        """
+        hit = self.table <= target
+        first = np.argmax(hit, axis=1)
+        return np.where(hit[np.arange(first.size), first], first, self.ks.size)
+
+    def fastest(self) -> np.ndarray:
+        """Per row (in table order): the first degree index of its least time."""
+        return self._fastest[: self.rows.size]
 
 
 def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -298,11 +303,9 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
         if long.size == 0:
             break
         at = table.at(long)
-        running, fastest = table.least()
-        # the first degree within the target is where the running minimum first gets there
-        # compared over the whole table (no copy of the rows), then picked
-        above = np.count_nonzero(running > target, axis=1)[at]
-        k_idx = np.where(above < table.ks.size, above, fastest[at])
+        # the first degree within the target (over the whole table, then picked), else fastest
+        above = table.within(target)[at]
+        k_idx = np.where(above < table.ks.size, above, table.fastest()[at])
         widths[long] = table.ks[k_idx]
         times[long] = table.table[at, k_idx]
     return widths, times
@@ -475,7 +478,8 @@ def _busiest(
         wide = np.flatnonzero(lane_ids[:, 1] >= 0)  # the items on more than one lane
         rest = lane_ids[wide, 1:]
         on = rest >= 0
-        weights = np.broadcast_to(times[wide, None], rest.shape)[on]
+        # an item's lanes come first in its row: its time once per further lane, row by row
+        weights = np.repeat(times[wide], np.count_nonzero(on, axis=1))
         busy += np.bincount(rest[on], weights=weights, minlength=lanes)
     return float(busy.max(initial=0.0))
 
@@ -683,6 +687,18 @@ def _passes(p: Placement, slot_time: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return fwd, slot_time - fwd
 
 
+def _by_slot_start(slot: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Items by slot, then start, ties by index: ``np.lexsort((start, slot))``, as a stable
+    sort of the starts and one sort of a unique integer key (slot, place by start)."""
+    n = slot.size
+    by_start = np.argsort(start, kind="stable")
+    if n == 0 or int(slot.max()) >= (1 << 62) // max(n, 1) or int(slot.min()) < 0:
+        return np.lexsort((start, slot))
+    key = slot[by_start] * n
+    key += np.arange(n)
+    return by_start[np.argsort(key)]
+
+
 def _assemble(
     got: tuple[np.ndarray, np.ndarray, np.ndarray],
     mesh: Mesh,
@@ -703,7 +719,7 @@ def _assemble(
     position = np.empty(m, dtype=np.int64)
     position[run] = np.arange(m)
     slot = position[slot]
-    perm = np.lexsort((start, slot))  # stable: ties keep the items' order
+    perm = _by_slot_start(slot, start)
     if mesh.dynamic:
         ranks = lane_ids[perm]
     else:
