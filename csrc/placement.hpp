@@ -13,6 +13,7 @@ namespace padless {
 
 struct Placed {
     int64_t failed = -1;      // position in `order` of the first item that fit no slot, or -1
+                              // (-2: stopped, a lane's busy time passed the limit)
     Buffer<int64_t> slot;     // per item
     Buffer<double> start;     // per item
     Buffer<int64_t> lanes;    // per item, wmax entries (-1 past its width), ascending
@@ -22,6 +23,16 @@ struct Placed {
 // room for tokens[i] more tokens (at most max_tokens per lane and slot) are ranked by (free time,
 // lane); the item takes the first widths[i], starts at the latest of their free times and holds
 // them for times[i]. The slot is the one where it finishes first (ties: the lowest slot).
+//
+// With a finite `limit`, once a lane's busy time (the sum of the times placed on it, in placement
+// order) passes it, the placement stops (failed = -2) as soon as the items left provably fit:
+// checked where the limit is passed, then each time an eighth of the items left is placed; not
+// aligned only (else it goes on to the end). The proof: with T the most tokens and W the widest
+// of the items left and N their lanes in all, a lane of a slot with c = room / T >= 1 takes c more
+// of them at least; N placements end at most the k live lanes of least c whose c sum to <= N; if
+// the live lanes left are > slots * (W - 1), some slot has W of them before every item. So a
+// caller that keeps only placements whose busiest lane is under a bound need not finish one that
+// fits and is past it (a placement that would not fit is never stopped: it fails as without it).
 //
 // With `aligned`, an item of width w takes a whole block of w consecutive lanes starting at a
 // multiple of w (the groups a runtime can create up front: floor(lanes / w) per width); in a
@@ -35,7 +46,8 @@ struct Placed {
 // with `scanned` usually the width (aligned: the lanes).
 inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
                           const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
-                          int64_t max_tokens, int64_t wmax, bool aligned = false) {
+                          int64_t max_tokens, int64_t wmax, bool aligned = false,
+                          double limit = std::numeric_limits<double>::infinity()) {
     Placed out;
     out.slot = zeros<int64_t>(n);
     out.start = zeros<double>(n);
@@ -80,6 +92,33 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
             lz[b] = 1;
         }
         lz[(to - 1) / kBlock] = 1;
+    };
+    std::vector<double> busy(static_cast<size_t>(lanes), 0.0);  // per lane: seconds placed
+    bool crossed = false;                                      // a lane is past the limit
+    int64_t next_check = 0;
+    std::vector<int64_t> caps;
+    // do the items from position q on fit, whatever the choices (see above)?
+    auto rest_fits = [&](int64_t q) {
+        int64_t most = 0, widest = 1, need = 0;
+        for (int64_t r = q; r < n; ++r) {
+            most = std::max(most, tokens[order[r]]);
+            widest = std::max(widest, widths[order[r]]);
+            need += widths[order[r]];
+        }
+        if (q >= n || most == 0) return true;
+        caps.clear();
+        for (size_t c = 0; c < cells; ++c) {
+            const int64_t cap = (max_tokens - used[c]) / most;
+            if (cap >= 1) caps.push_back(cap);
+        }
+        std::sort(caps.begin(), caps.end());
+        int64_t killed = 0, spent = 0;
+        for (const int64_t cap : caps) {
+            if (cap > need - spent) break;
+            spent += cap;
+            ++killed;
+        }
+        return static_cast<int64_t>(caps.size()) - killed > slots * (widest - 1);
     };
     std::vector<char> chosen(static_cast<size_t>(lanes), 0);  // the lanes a wide item took
     std::vector<Entry> rest(static_cast<size_t>(lanes));      // a slot's other entries
@@ -184,12 +223,24 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         int64_t* lane_out = out.lanes.get() + i * wmax;
         std::copy(best_pick.begin(), best_pick.begin() + w, lane_out);
         std::sort(lane_out, lane_out + w);
+        bool over = false;
         for (int64_t k = 0; k < w; ++k) {
             used[m * lanes + lane_out[k]] += tau;
             free_at[m * lanes + lane_out[k]] = best_at + t;
+            double& b = busy[static_cast<size_t>(lane_out[k])];
+            b += t;
+            over = over || b > limit;
         }
         out.slot[i] = m;
         out.start[i] = best_at;
+        crossed = crossed || over;
+        if (crossed && !aligned && p >= next_check) {  // past the limit: stop if the rest fits
+            if (rest_fits(p + 1)) {
+                out.failed = -2;
+                return out;
+            }
+            next_check = p + std::max<int64_t>(1, (n - p) / 8);
+        }
         // re-sort the slot: each chosen lane (ascending) leaves its entry and moves right, past
         // the entries that sort before (end, lane); the others keep their order
         Entry* es = &sorted[static_cast<size_t>(m * lanes)];

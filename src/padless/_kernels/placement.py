@@ -85,7 +85,8 @@ def place_items(
     slots: int,
     max_tokens: int,
     aligned: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    limit: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int | None:
     """Place items, in ``order``, on ``widths[i]`` lanes of one of ``slots`` micro-batches.
 
     In a slot, the lanes with room for ``tokens[i]`` more tokens (at most ``max_tokens`` per
@@ -94,7 +95,12 @@ def place_items(
     the one where it finishes first (then the lowest slot): longest first, this is LPT over the
     (slot, lane) pairs, which evens out the micro-batches and the lanes' sums alike. Returns
     ``(slot, start, lanes)`` (``lanes`` an (N, max width) int64 array, −1 past an item's width,
-    ascending), or, when an item fits no slot, its position in ``order`` (an int).
+    ascending), or, when an item fits no slot, its position in ``order`` (an int), or ``None``:
+    a lane's busy time (the times placed on it so far) passed ``limit`` and the items left
+    provably fit, so the placement stopped (not aligned only; checked where the limit is passed,
+    then each time an eighth of the items left is placed; see :func:`_rest_fits`). A caller that
+    keeps only placements whose busiest lane is under a bound need not finish the others; a
+    placement that would not fit still fails as without a limit.
 
     With ``aligned`` an item of width ``w`` takes a block of ``w`` consecutive lanes starting at
     a multiple of ``w``: in each slot, the block (all its lanes with room) where it starts first,
@@ -113,7 +119,10 @@ def place_items(
         int(slots),
         int(max_tokens),
         bool(aligned),
+        float(limit),
     )
+    if failed == -2:
+        return None
     if failed >= 0:
         return int(failed)
     return slot, start, flat.reshape(-1, wmax)
@@ -128,7 +137,8 @@ def place_items_reference(
     slots: int,
     max_tokens: int,
     aligned: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    limit: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int | None:
     """:func:`place_items` in plain numpy: every slot ranked in full (every block, aligned) for
     every item."""
     n = int(order.size)
@@ -139,6 +149,8 @@ def place_items_reference(
     start = np.zeros(n, dtype=np.float64)
     chosen = np.full((n, wmax), -1, dtype=np.int64)
     lane_ids = np.arange(lanes)
+    busy = [0.0] * lanes
+    crossed, next_check = False, 0
     for pos, i in enumerate(order.tolist()):
         w, t, tau = int(widths[i]), float(times[i]), int(tokens[i])
         best, best_m, best_pick, best_at = np.inf, -1, lane_ids[:0], 0.0
@@ -165,7 +177,32 @@ def place_items_reference(
         used[best_m, pick] += tau
         slot[i], start[i] = best_m, best_at
         chosen[i, :w] = pick
+        for lane in pick.tolist():
+            busy[lane] += t
+            crossed = crossed or busy[lane] > limit
+        if crossed and not aligned and pos >= next_check:
+            rest = order[pos + 1 :]
+            if _rest_fits(widths[rest], tokens[rest], used, max_tokens):
+                return None
+            next_check = pos + max(1, (n - pos) // 8)
     return slot, start, chosen
+
+
+def _rest_fits(widths: np.ndarray, tokens: np.ndarray, used: np.ndarray, max_tokens: int) -> bool:
+    """Do items of ``widths`` and ``tokens`` fit (slots, lanes) holding ``used`` tokens, whatever
+    lanes a placement picks? With ``T`` their most tokens, ``W`` the widest and ``N`` their lanes
+    in all: a lane with ``c = room // T >= 1`` takes ``c`` more at least, ``N`` placements end
+    at most the ``k`` live lanes of least ``c`` whose ``c`` sum to ``<= N``, and more than
+    ``slots · (W − 1)`` live lanes left put ``W`` of them in one slot before every item."""
+    if widths.size == 0:
+        return True
+    most, widest, need = int(tokens.max()), int(widths.max()), int(widths.sum())
+    if most == 0:
+        return True
+    caps = (max_tokens - used).reshape(-1) // most
+    caps = np.sort(np.minimum(caps[caps >= 1], need + 1))
+    killed = int(np.searchsorted(np.cumsum(caps), need, side="right"))
+    return caps.size - killed > used.shape[0] * (widest - 1)
 
 
 def place_rounds(

@@ -388,15 +388,17 @@ def _fit(
     cap: int,
     aligned: bool,
     longest: _Longest | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    limit: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int | None:
     """place_items, longest shard first; where that strands tokens, most tokens per rank first
     (first-fit decreasing: a rank's budget in one micro-batch is the bin); else how many more
-    micro-batches the tokens left need."""
+    micro-batches the tokens left need. ``None`` when the placement this returns without a
+    ``limit`` fits and has a lane busier than ``limit`` (the kernel stops once it knows)."""
     by_time = np.argsort(-times, kind="stable") if longest is None else longest(times)
-    got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned)
+    got = KP.place_items(by_time, widths, times, tokens, lanes, m, cap, aligned, limit)
     if isinstance(got, int):
         by_tokens = _by_tokens(widths, tokens)  # per rank, as bins are (stable)
-        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned)
+        got = KP.place_items(by_tokens, widths, times, tokens, lanes, m, cap, aligned, limit)
         if isinstance(got, int):
             rest = by_tokens[got:]
             return math.ceil(float((tokens[rest] * widths[rest]).sum()) / (lanes * cap))
@@ -850,13 +852,16 @@ def _candidates(
                 continue
         degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
         tokens = rank_tokens(lens, degrees)
+        # once a step is found, a placement whose busiest lane passes it is not kept: the kernel
+        # stops there (a hair above, so that rounding never stops one place() would keep)
+        limit = shortest[0] * (1.0 + 1e-6) if found and shortest is not None else np.inf
         while True:
-            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups, longest)
+            got = _fit(widths, times, tokens, lanes, m, cap, mesh.aligned_groups, longest, limit)
             if not isinstance(got, int) or found or slots is not None:
                 break
             # the tokens left over need this many more micro-batches, at the least
             m += -(-max(got, 1) // mesh.multiple) * mesh.multiple
-        if isinstance(got, int):  # a spread that does not fit the count (another may)
+        if got is None or isinstance(got, int):  # past the best, or does not fit the count
             continue
         found = True
         yield (
