@@ -26,8 +26,8 @@ struct Placed {
 //
 // With a finite `limit`, once a lane's busy time (the sum of the times placed on it, in placement
 // order) passes it, the placement stops (failed = -2) as soon as the items left provably fit:
-// checked where the limit is passed, then each time an eighth of the items left is placed; not
-// aligned only (else it goes on to the end). The proof: with T the most tokens and W the widest
+// checked where the limit is passed, then 16, 32, 64... items later (at most ~log2 n checks);
+// not aligned only (else it goes on to the end). The proof: with T the most tokens and W the widest
 // of the items left and N their lanes in all, a lane of a slot with c = room / T >= 1 takes c more
 // of them at least; N placements end at most the k live lanes of least c whose c sum to <= N; if
 // the live lanes left are > slots * (W - 1), some slot has W of them before every item. So a
@@ -95,7 +95,7 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     };
     std::vector<double> busy(static_cast<size_t>(lanes), 0.0);  // per lane: seconds placed
     bool crossed = false;                                      // a lane is past the limit
-    int64_t next_check = 0;
+    int64_t next_check = 0, stride = 16;
     std::vector<int64_t> caps;
     // do the items from position q on fit, whatever the choices (see above)?
     auto rest_fits = [&](int64_t q) {
@@ -239,7 +239,8 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
                 out.failed = -2;
                 return out;
             }
-            next_check = p + std::max<int64_t>(1, (n - p) / 8);
+            next_check = p + stride;
+            stride *= 2;
         }
         // re-sort the slot: each chosen lane (ascending) leaves its entry and moves right, past
         // the entries that sort before (end, lane); the others keep their order

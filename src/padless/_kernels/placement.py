@@ -98,7 +98,7 @@ def place_items(
     ascending), or, when an item fits no slot, its position in ``order`` (an int), or ``None``:
     a lane's busy time (the times placed on it so far) passed ``limit`` and the items left
     provably fit, so the placement stopped (not aligned only; checked where the limit is passed,
-    then each time an eighth of the items left is placed; see :func:`_rest_fits`). A caller that
+    then 16, 32, 64… items later; see :func:`_rest_fits`). A caller that
     keeps only placements whose busiest lane is under a bound need not finish the others; a
     placement that would not fit still fails as without a limit.
 
@@ -150,7 +150,7 @@ def place_items_reference(
     chosen = np.full((n, wmax), -1, dtype=np.int64)
     lane_ids = np.arange(lanes)
     busy = [0.0] * lanes
-    crossed, next_check = False, 0
+    crossed, next_check, stride = False, 0, 16
     for pos, i in enumerate(order.tolist()):
         w, t, tau = int(widths[i]), float(times[i]), int(tokens[i])
         best, best_m, best_pick, best_at = np.inf, -1, lane_ids[:0], 0.0
@@ -184,7 +184,7 @@ def place_items_reference(
             rest = order[pos + 1 :]
             if _rest_fits(widths[rest], tokens[rest], used, max_tokens):
                 return None
-            next_check = pos + max(1, (n - pos) // 8)
+            next_check, stride = pos + stride, stride * 2
     return slot, start, chosen
 
 
