@@ -829,6 +829,7 @@ def _candidates(
     tried: list[np.ndarray] = []
     table = _Table(lens, cost, mesh.cp, kmin)
     longest = None
+    least_tokens: np.ndarray | None = None
     if mesh.dynamic and n:  # the rows the smallest spread could move, costed once
         low = min(SPREADS) * float((kmin * base).sum()) / (lanes * m)
         table.of(np.flatnonzero(base > low))
@@ -851,7 +852,13 @@ def _candidates(
             if work >= shortest[0]:
                 continue
         degrees = widths if mesh.dynamic else np.full(n, mesh.cp, dtype=np.int64)
-        tokens = rank_tokens(lens, degrees)
+        if share is None:
+            tokens = rank_tokens(lens, degrees)
+        else:  # a spread differs from the smallest degrees at the table's rows only
+            if least_tokens is None:
+                least_tokens = rank_tokens(lens, kmin)
+            tokens = least_tokens.copy()
+            tokens[table.rows] = rank_tokens(lens[table.rows], degrees[table.rows])
         # once a step is found, a placement whose busiest lane passes it is not kept: the kernel
         # stops there (a hair above, so that rounding never stops one place() would keep)
         limit = shortest[0] * (1.0 + 1e-6) if found and shortest is not None else np.inf
