@@ -690,15 +690,24 @@ def _passes(p: Placement, slot_time: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _by_slot_start(slot: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Items by slot, then start, ties by index: ``np.lexsort((start, slot))``, as a stable
-    sort of the starts and one sort of a unique integer key (slot, place by start)."""
+    """Items by slot, then start, ties by index: ``np.lexsort((start, slot))``, as one sort of
+    the starts (unstable: only their ranks are kept, equal starts one rank) and one of a unique
+    integer key (slot, rank of start, index): two fast sorts instead of two stable ones."""
     n = slot.size
-    by_start = np.argsort(start, kind="stable")
-    if n == 0 or int(slot.max()) >= (1 << 62) // max(n, 1) or int(slot.min()) < 0:
+    if n == 0 or int(slot.min()) < 0 or (int(slot.max()) + 1) * n >= (1 << 62) // n:
         return np.lexsort((start, slot))
-    key = slot[by_start] * n
+    by_start = np.argsort(start)
+    ordered = start[by_start]
+    rank = np.empty(n, dtype=np.int64)
+    dense = np.empty(n, dtype=np.int64)
+    dense[0] = 0
+    np.cumsum(ordered[1:] != ordered[:-1], out=dense[1:])
+    rank[by_start] = dense
+    key = slot * n
+    key += rank
+    key *= n
     key += np.arange(n)
-    return by_start[np.argsort(key)]
+    return np.argsort(key)
 
 
 def _assemble(
