@@ -484,7 +484,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="27 cases (one per kind × mesh × cap)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--planning-only", action="store_true", help="only the planning times (best of --repeat)"
+    )
     args = ap.parse_args()
+    if args.planning_only:
+        for name, (cpu, wall) in planning_time(args.repeat).items():
+            print(f"{name:40} {cpu * 1e3:6.2f} ms CPU {wall * 1e3:6.2f} ms wall")
+        return
     rows = []
     kinds = ("tail128k", "tail256k", "sft")
     meshes = ((8, 4), (16, 8), (32, 8))
