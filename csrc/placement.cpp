@@ -153,7 +153,7 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
 }
 
 nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
-                        In<double> coefs) {
+                        In<double> coefs, double slack) {
     const char* kernel = "cost_table";
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
@@ -176,16 +176,19 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
             refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
         }
     }
+    if (!(slack >= 0.0) || !std::isfinite(slack)) {
+        refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
+    }
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 16.0);
     Buffer<double> table(n * n_ks), running(n * n_ks);
-    Buffer<int64_t> fastest(n);
+    Buffer<int64_t> fastest(n), widest(n);
     {
         nb::gil_scoped_release nogil;
         cost_table(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), table.get(),
-                   running.get(), fastest.get());
+                   running.get(), fastest.get(), slack, widest.get());
     }
     return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(running)),
-                          to_numpy(std::move(fastest)));
+                          to_numpy(std::move(fastest)), to_numpy(std::move(widest)));
 }
 
 }  // namespace
@@ -198,7 +201,7 @@ void bind_placement(nb::module_& m) {
     m.def("place_rounds", &place_rounds_py, nb::arg("order"), nb::arg("sizes"), nb::arg("work"),
           nb::arg("tokens"), nb::arg("limits"), nb::arg("lanes"), nb::arg("max_tokens"));
     m.def("cost_table", &cost_table_py, nb::arg("lengths"), nb::arg("ks"), nb::arg("kmin"),
-          nb::arg("coefs"));
+          nb::arg("coefs"), nb::arg("slack") = 0.02);
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
 }

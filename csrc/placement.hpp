@@ -327,10 +327,11 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
 // operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
 // bit. c: forward linear, quadratic, per_sequence, exchange seconds per token; the same four of
 // the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the running
-// minimum over the columns and the first column of the minimum (0 when all are inf).
+// minimum over the columns and the first column of the minimum (0 when all are inf), and the
+// widest column whose k·t is within (1 + slack) of the row's least (the last when all are inf).
 inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
                        const int64_t* kmin, const double* c, double* table, double* running,
-                       int64_t* fastest) {
+                       int64_t* fastest, double slack, int64_t* widest) {
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<double> kf(static_cast<size_t>(n_ks)), mult(static_cast<size_t>(n_ks));
     for (int64_t j = 0; j < n_ks; ++j) {
@@ -374,6 +375,21 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
             }
         }
         fastest[i] = best;
+        // the widest column whose rank-seconds k·t are within (1 + slack) of the row's least
+        // (numpy's (1 + slack) * min(t * k) and t * k <= that, the same operations)
+        double least_area = inf;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            least_area = std::min(least_area, row[j] * kf[static_cast<size_t>(j)]);
+        }
+        const double within = (1.0 + slack) * least_area;
+        int64_t wide = n_ks - 1;
+        for (int64_t j = n_ks - 1; j >= 0; --j) {
+            if (row[j] * kf[static_cast<size_t>(j)] <= within) {
+                wide = j;
+                break;
+            }
+        }
+        widest[i] = n_ks > 0 ? wide : 0;
     }
 }
 

@@ -282,10 +282,16 @@ def test_cost_table():
     with pytest.raises(ValueError, match=r"len\(lengths\) \* len\(ks\) = .* needs"):
         C.cost_table(np.zeros(1 << 20, I64), np.ones(1 << 20, I64), np.zeros(1 << 20, I64), coefs)
     # valid edges: nothing to cost; a row below every degree (all inf, fastest 0)
-    table, running, fastest = C.cost_table(a(), a(1, 2), a(), coefs)
-    assert table.size == running.size == fastest.size == 0
-    table, running, fastest = C.cost_table(a(7), a(1, 2), a(3), coefs)
+    with pytest.raises(ValueError, match=r"cost_table: slack = -0.5 must be a finite number"):
+        C.cost_table(a(5), a(1), a(1), coefs, -0.5)
+    with pytest.raises(ValueError, match=r"cost_table: slack = nan must be a finite number"):
+        C.cost_table(a(5), a(1), a(1), coefs, np.nan)
+    # valid edges: nothing to cost; a row below every degree (all inf, fastest 0, widest last)
+    table, running, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
+    assert table.size == running.size == fastest.size == widest.size == 0
+    table, running, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
     assert np.isinf(table).all() and np.isinf(running).all() and fastest.tolist() == [0]
+    assert widest.tolist() == [1]
 
 
 @settings(max_examples=40, deadline=None)
@@ -300,8 +306,9 @@ def test_cost_table_equals_reference_bit_for_bit(coefs, lens, ks, rnd):
     lens = np.array(lens + [0, 1, 2, 1000], dtype=I64)
     ks = np.array(ks, dtype=I64)
     kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
-    got = cost_table(coefs, lens, ks, kmin)
-    want = cost_table_reference(coefs, lens, ks, kmin)
+    slack = rnd.choice([0.0, 0.02, 0.5])
+    got = cost_table(coefs, lens, ks, kmin, slack)
+    want = cost_table_reference(coefs, lens, ks, kmin, slack)
     for x, y in zip(got, want, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y)  # bit for bit: inf where a degree is below kmin

@@ -74,6 +74,8 @@ __all__ = [
 NO_BUDGET = 1 << 62
 # multiples of a slot's mean share that a long shard is spread to fit, tried in this order
 SPREADS = (1.0, 2.0, 0.5, 0.25)
+# the free spread: each long sequence at the widest degree within this share over its least k·t
+FREE_SLACK = 0.02
 
 
 class Segment(NamedTuple):
@@ -233,6 +235,7 @@ class _Table:
         self.pos = np.full(lens.size, -1, dtype=np.int64)
         self._times = np.zeros((0, cp))  # capacity rows; the first rows.size hold the table
         self._fastest = np.zeros(0, dtype=np.int64)
+        self._widest = np.zeros(0, dtype=np.int64)
 
     @property
     def table(self) -> np.ndarray:
@@ -250,22 +253,24 @@ class _Table:
             if new.size > 1 and not bool((new[1:] > new[:-1]).all()):  # ascending already: kept
                 new = np.unique(new)
             have, count = self.rows.size, self.rows.size + new.size
-            table, _, fastest = KP.cost_table(
-                _coefs(self.cost), self.lens[new], self.ks, self.kmin[new]
+            table, _, fastest, widest = KP.cost_table(
+                _coefs(self.cost), self.lens[new], self.ks, self.kmin[new], FREE_SLACK
             )
             if have == 0:  # the kernel's arrays are the table
-                self._times, self._fastest = table, fastest
+                self._times, self._fastest, self._widest = table, fastest, widest
             else:
                 if count > self._times.shape[0]:  # room for a quarter more
                     size = min(self.lens.size, count + count // 4 + 16)
                     grown = np.empty((size, self.ks.size))
                     grown[:have] = self._times[:have]
                     self._times = grown
-                    grown_fastest = np.empty(size, dtype=np.int64)
-                    grown_fastest[:have] = self._fastest[:have]
-                    self._fastest = grown_fastest
+                    for name in ("_fastest", "_widest"):
+                        grown_index = np.empty(size, dtype=np.int64)
+                        grown_index[:have] = getattr(self, name)[:have]
+                        setattr(self, name, grown_index)
                 self._times[have:count] = table
                 self._fastest[have:count] = fastest
+                self._widest[have:count] = widest
             self.pos[new] = np.arange(have, count)
             self.rows = np.concatenate([self.rows, new])
             at = self.pos[rows]
@@ -284,6 +289,11 @@ class _Table:
         hit = self.table <= target
         first = np.argmax(hit, axis=1)
         return np.where(hit[np.arange(first.size), first], first, self.ks.size)
+
+    def widest(self) -> np.ndarray:
+        """Per row (in table order): the widest degree index whose ``k·t`` is within
+        ``1 + FREE_SLACK`` of the row's least."""
+        return self._widest[: self.rows.size]
 
     def fastest(self) -> np.ndarray:
         """Per row (in table order): the first degree index of its least time."""
@@ -312,7 +322,7 @@ def _spread(table: _Table, share: float, base: np.ndarray) -> tuple[np.ndarray, 
 
 
 def _free_spread(
-    table: _Table, base: np.ndarray, slack: float = 0.02
+    table: _Table, base: np.ndarray, slack: float = FREE_SLACK
 ) -> tuple[np.ndarray, np.ndarray]:
     """Degrees and times with every costed row at the widest degree that costs no more than
     ``1 + slack`` times its fewest rank-seconds ``k·t``: a long sequence spread as far as the
@@ -322,9 +332,12 @@ def _free_spread(
     if rows.size == 0:
         return widths, times
     t = table.of(rows)
-    area = t * table.ks[None, :]
-    free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
-    k_idx = table.ks.size - 1 - np.argmax(free[:, ::-1], axis=1)  # the widest free degree
+    if slack == FREE_SLACK:  # the table's (costed with it)
+        k_idx = table.widest()
+    else:
+        area = t * table.ks[None, :]
+        free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
+        k_idx = table.ks.size - 1 - np.argmax(free[:, ::-1], axis=1)  # the widest free degree
     widths[rows] = table.ks[k_idx]
     times[rows] = t[np.arange(rows.size), k_idx]
     return widths, times
