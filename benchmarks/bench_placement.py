@@ -480,11 +480,72 @@ def calibration():
     return cal
 
 
+def plan_digest() -> str:
+    """A SHA-256 over every placement the benchmark makes (indices, slots, degrees, ranks, times,
+    lengths, micro-batch count): the 81 cases and their ``aligned_groups=True`` twins, the 18
+    pipeline cases, and the planning-time cases (with and without the search, also aligned).
+    Equal digests before and after a change: the same plans, bit for bit."""
+    import hashlib
+
+    acc = hashlib.sha256()
+
+    def add(p: Placement) -> None:
+        for x in (p.indices, p.slots, p.degrees, p.ranks, p.times, p.lengths):
+            acc.update(np.ascontiguousarray(x).tobytes())
+        acc.update(str(p.micro_batches).encode())
+
+    seed = 0
+    for kind in ("tail128k", "tail256k", "sft"):
+        for dp, cp in ((8, 4), (16, 8), (32, 8)):
+            for cap in (8192, 16384, 32768):
+                for batch in (256, 1024, 4096):
+                    seed += 1
+                    ranks = dp * cp
+                    lens = np.minimum(lengths_of(kind, batch, seed), ranks * cap - 2 * ranks)
+                    for aligned in (False, True):
+                        mesh = Mesh(
+                            dp=1, cp=ranks, dynamic=True, max_tokens=cap, aligned_groups=aligned
+                        )
+                        add(place(lens, mesh, COST))
+    for kind in ("sft", "tail128k"):
+        for micro in (8, 12, 16):
+            for s in range(3):
+                pool = np.minimum(lengths_of(kind, 8192, 100 + s), 32 * 16384 - 64)
+                lens = pool[np.cumsum(pool) <= 0.6 * micro * 32 * 16384]
+                mesh = Mesh(dp=1, cp=32, pp=4, dynamic=True, max_tokens=16384, micro_batches=micro)
+                add(place(lens, mesh, COST))
+    for kind in ("tail128k", "tail256k", "sft"):
+        for s in range(3):
+            lens = np.minimum(lengths_of(kind, 4096, s), 128 * 32768 - 256)
+            for search in (True, False):
+                for aligned in (False, True):
+                    mesh = Mesh(
+                        dp=1, cp=128, dynamic=True, max_tokens=32768, aligned_groups=aligned
+                    )
+                    add(place(lens, mesh, COST, search=search))
+    lens = np.minimum(lengths_of("tail128k", 4096, 0), 8 * 32768 - 16)
+    add(place(lens, Mesh(dp=16, cp=8, max_tokens=32768), COST))
+    return acc.hexdigest()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="27 cases (one per kind × mesh × cap)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--planning-only", action="store_true", help="only the planning times (best of --repeat)"
+    )
+    ap.add_argument(
+        "--digest", action="store_true", help="only a SHA-256 of every placement (same plans?)"
+    )
     args = ap.parse_args()
+    if args.digest:
+        print(plan_digest())
+        return
+    if args.planning_only:
+        for name, (cpu, wall) in planning_time(args.repeat).items():
+            print(f"{name:40} {cpu * 1e3:6.2f} ms CPU {wall * 1e3:6.2f} ms wall")
+        return
     rows = []
     kinds = ("tail128k", "tail256k", "sft")
     meshes = ((8, 4), (16, 8), (32, 8))

@@ -3,6 +3,7 @@
 #include "placement.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "checks.hpp"
 #include "common.hpp"
@@ -12,7 +13,7 @@ namespace {
 
 nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times,
                          In<int64_t> tokens, int64_t lanes, int64_t slots, int64_t max_tokens,
-                         bool aligned) {
+                         bool aligned, double limit) {
     const char* kernel = "place_items";
     const int64_t n = static_cast<int64_t>(widths.shape(0));
     check_same_size(kernel, "widths", n, "order", static_cast<int64_t>(order.shape(0)));
@@ -22,6 +23,9 @@ nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times
     check_scalar(kernel, "slots", slots, 1, int64_t(1) << 20, "must be in [1, 2**20]");
     check_scalar(kernel, "max_tokens", max_tokens, 1, MAX_COUNT, "must be in [1, 2**62]");
     check_memory(kernel, "slots * lanes", slots * lanes, 24.0);
+    if (!(limit >= 0.0)) {
+        refuse(kernel, named("limit", limit) + " must be >= 0 (inf: no limit)");
+    }
     int64_t wmax = 1;
     std::vector<char> seen(static_cast<size_t>(n), 0);
     for (int64_t j = 0; j < n; ++j) {
@@ -48,7 +52,7 @@ nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times
     {
         nb::gil_scoped_release nogil;
         out = place_items(order.data(), widths.data(), times.data(), tokens.data(), n, lanes,
-                          slots, max_tokens, wmax, aligned);
+                          slots, max_tokens, wmax, aligned, limit);
     }
     return nb::make_tuple(out.failed, to_numpy(std::move(out.slot)),
                           to_numpy(std::move(out.start)), to_numpy(std::move(out.lanes)), wmax);
@@ -149,7 +153,7 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
 }
 
 nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
-                        In<double> coefs) {
+                        In<double> coefs, double slack) {
     const char* kernel = "cost_table";
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
@@ -172,16 +176,19 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
             refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
         }
     }
+    if (!(slack >= 0.0) || !std::isfinite(slack)) {
+        refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
+    }
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 16.0);
     Buffer<double> table(n * n_ks), running(n * n_ks);
-    Buffer<int64_t> fastest(n);
+    Buffer<int64_t> fastest(n), widest(n);
     {
         nb::gil_scoped_release nogil;
         cost_table(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), table.get(),
-                   running.get(), fastest.get());
+                   running.get(), fastest.get(), slack, widest.get());
     }
     return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(running)),
-                          to_numpy(std::move(fastest)));
+                          to_numpy(std::move(fastest)), to_numpy(std::move(widest)));
 }
 
 }  // namespace
@@ -189,11 +196,12 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
 void bind_placement(nb::module_& m) {
     m.def("place_items", &place_items_py, nb::arg("order"), nb::arg("widths"), nb::arg("times"),
           nb::arg("tokens"), nb::arg("lanes"), nb::arg("slots"), nb::arg("max_tokens"),
-          nb::arg("aligned") = false);
+          nb::arg("aligned") = false,
+          nb::arg("limit") = std::numeric_limits<double>::infinity());
     m.def("place_rounds", &place_rounds_py, nb::arg("order"), nb::arg("sizes"), nb::arg("work"),
           nb::arg("tokens"), nb::arg("limits"), nb::arg("lanes"), nb::arg("max_tokens"));
     m.def("cost_table", &cost_table_py, nb::arg("lengths"), nb::arg("ks"), nb::arg("kmin"),
-          nb::arg("coefs"));
+          nb::arg("coefs"), nb::arg("slack") = 0.02);
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
 }

@@ -13,6 +13,7 @@ namespace padless {
 
 struct Placed {
     int64_t failed = -1;      // position in `order` of the first item that fit no slot, or -1
+                              // (-2: stopped, a lane's busy time passed the limit)
     Buffer<int64_t> slot;     // per item
     Buffer<double> start;     // per item
     Buffer<int64_t> lanes;    // per item, wmax entries (-1 past its width), ascending
@@ -22,6 +23,16 @@ struct Placed {
 // room for tokens[i] more tokens (at most max_tokens per lane and slot) are ranked by (free time,
 // lane); the item takes the first widths[i], starts at the latest of their free times and holds
 // them for times[i]. The slot is the one where it finishes first (ties: the lowest slot).
+//
+// With a finite `limit`, once a lane's busy time (the sum of the times placed on it, in placement
+// order) passes it, the placement stops (failed = -2) as soon as the items left provably fit:
+// checked where the limit is passed, then 16, 32, 64... items later (at most ~log2 n checks);
+// not aligned only (else it goes on to the end). The proof: with T the most tokens and W the widest
+// of the items left and N their lanes in all, a lane of a slot with c = room / T >= 1 takes c more
+// of them at least; N placements end at most the k live lanes of least c whose c sum to <= N; if
+// the live lanes left are > slots * (W - 1), some slot has W of them before every item. So a
+// caller that keeps only placements whose busiest lane is under a bound need not finish one that
+// fits and is past it (a placement that would not fit is never stopped: it fails as without it).
 //
 // With `aligned`, an item of width w takes a whole block of w consecutive lanes starting at a
 // multiple of w (the groups a runtime can create up front: floor(lanes / w) per width); in a
@@ -35,7 +46,8 @@ struct Placed {
 // with `scanned` usually the width (aligned: the lanes).
 inline Placed place_items(const int64_t* order, const int64_t* widths, const double* times,
                           const int64_t* tokens, int64_t n, int64_t lanes, int64_t slots,
-                          int64_t max_tokens, int64_t wmax, bool aligned = false) {
+                          int64_t max_tokens, int64_t wmax, bool aligned = false,
+                          double limit = std::numeric_limits<double>::infinity()) {
     Placed out;
     out.slot = zeros<int64_t>(n);
     out.start = zeros<double>(n);
@@ -81,6 +93,35 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         }
         lz[(to - 1) / kBlock] = 1;
     };
+    std::vector<double> busy(static_cast<size_t>(lanes), 0.0);  // per lane: seconds placed
+    bool crossed = false;                                      // a lane is past the limit
+    int64_t next_check = 0, stride = 16;
+    std::vector<int64_t> caps;
+    // do the items from position q on fit, whatever the choices (see above)?
+    auto rest_fits = [&](int64_t q) {
+        int64_t most = 0, widest = 1, need = 0;
+        for (int64_t r = q; r < n; ++r) {
+            most = std::max(most, tokens[order[r]]);
+            widest = std::max(widest, widths[order[r]]);
+            need += widths[order[r]];
+        }
+        if (q >= n || most == 0) return true;
+        caps.clear();
+        for (size_t c = 0; c < cells; ++c) {
+            const int64_t cap = (max_tokens - used[c]) / most;
+            if (cap >= 1) caps.push_back(cap);
+        }
+        std::sort(caps.begin(), caps.end());
+        int64_t killed = 0, spent = 0;
+        for (const int64_t cap : caps) {
+            if (cap > need - spent) break;
+            spent += cap;
+            ++killed;
+        }
+        return static_cast<int64_t>(caps.size()) - killed > slots * (widest - 1);
+    };
+    std::vector<char> chosen(static_cast<size_t>(lanes), 0);  // the lanes a wide item took
+    std::vector<Entry> rest(static_cast<size_t>(lanes));      // a slot's other entries
     std::vector<int64_t> pick(static_cast<size_t>(wmax));
     std::vector<int64_t> best_pick(static_cast<size_t>(wmax));
     std::vector<int64_t> fewest(static_cast<size_t>(n) + 1, max_tokens + 1);
@@ -182,17 +223,67 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
         int64_t* lane_out = out.lanes.get() + i * wmax;
         std::copy(best_pick.begin(), best_pick.begin() + w, lane_out);
         std::sort(lane_out, lane_out + w);
+        bool over = false;
         for (int64_t k = 0; k < w; ++k) {
             used[m * lanes + lane_out[k]] += tau;
             free_at[m * lanes + lane_out[k]] = best_at + t;
+            double& b = busy[static_cast<size_t>(lane_out[k])];
+            b += t;
+            over = over || b > limit;
         }
         out.slot[i] = m;
         out.start[i] = best_at;
+        crossed = crossed || over;
+        if (crossed && !aligned && p >= next_check) {  // past the limit: stop if the rest fits
+            if (rest_fits(p + 1)) {
+                out.failed = -2;
+                return out;
+            }
+            next_check = p + stride;
+            stride *= 2;
+        }
         // re-sort the slot: each chosen lane (ascending) leaves its entry and moves right, past
         // the entries that sort before (end, lane); the others keep their order
         Entry* es = &sorted[static_cast<size_t>(m * lanes)];
         const int64_t act = live[static_cast<size_t>(m)];
-        for (int64_t k = 0; k < w; ++k) {
+        if (w > 1) {
+            // a wide item: one pass takes its lanes out and merges them back in at (end, lane),
+            // then the slot's block bounds are made exact (O(lanes) instead of O(w · lanes))
+            for (int64_t k = 0; k < w; ++k) chosen[static_cast<size_t>(lane_out[k])] = 1;
+            int64_t kept = 0;
+            for (int64_t e = 0; e < act; ++e) {
+                if (!chosen[static_cast<size_t>(es[e].lane)]) {
+                    rest[static_cast<size_t>(kept++)] = es[e];
+                }
+            }
+            int64_t a = 0, k = 0, e = 0;
+            while (k < w) {
+                const int64_t lane = lane_out[k];
+                if (a < kept) {
+                    const Entry& r = rest[static_cast<size_t>(a)];
+                    if (r.free < end || (r.free == end && r.lane < lane)) {
+                        es[e++] = r;
+                        ++a;
+                        continue;
+                    }
+                }
+                es[e++] = {end, lane, max_tokens - used[m * lanes + lane]};
+                chosen[static_cast<size_t>(lane)] = 0;
+                ++k;
+            }
+            while (a < kept) es[e++] = rest[static_cast<size_t>(a++)];
+            int64_t* rm = &room_max[m * blocks];
+            char* lz = &loose[static_cast<size_t>(m * blocks)];
+            for (int64_t b = 0; b * kBlock < act; ++b) {
+                int64_t most = -1;
+                for (int64_t x = b * kBlock; x < std::min((b + 1) * kBlock, act); ++x) {
+                    most = std::max(most, es[x].room);
+                }
+                rm[b] = most;
+                lz[b] = 0;
+            }
+        }
+        for (int64_t k = 0; k < w && w == 1; ++k) {
             const int64_t lane = lane_out[k];
             int64_t j = 0;
             while (es[j].lane != lane) ++j;
@@ -236,10 +327,11 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
 // operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
 // bit. c: forward linear, quadratic, per_sequence, exchange seconds per token; the same four of
 // the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the running
-// minimum over the columns and the first column of the minimum (0 when all are inf).
+// minimum over the columns and the first column of the minimum (0 when all are inf), and the
+// widest column whose k·t is within (1 + slack) of the row's least (the last when all are inf).
 inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
                        const int64_t* kmin, const double* c, double* table, double* running,
-                       int64_t* fastest) {
+                       int64_t* fastest, double slack, int64_t* widest) {
     const double inf = std::numeric_limits<double>::infinity();
     std::vector<double> kf(static_cast<size_t>(n_ks)), mult(static_cast<size_t>(n_ks));
     for (int64_t j = 0; j < n_ks; ++j) {
@@ -283,6 +375,21 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
             }
         }
         fastest[i] = best;
+        // the widest column whose rank-seconds k·t are within (1 + slack) of the row's least
+        // (numpy's (1 + slack) * min(t * k) and t * k <= that, the same operations)
+        double least_area = inf;
+        for (int64_t j = 0; j < n_ks; ++j) {
+            least_area = std::min(least_area, row[j] * kf[static_cast<size_t>(j)]);
+        }
+        const double within = (1.0 + slack) * least_area;
+        int64_t wide = n_ks - 1;
+        for (int64_t j = n_ks - 1; j >= 0; --j) {
+            if (row[j] * kf[static_cast<size_t>(j)] <= within) {
+                wide = j;
+                break;
+            }
+        }
+        widest[i] = n_ks > 0 ? wide : 0;
     }
 }
 

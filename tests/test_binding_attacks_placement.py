@@ -60,6 +60,10 @@ def test_place_items():
         C.place_items(order, w, t, k, 2, 1, 0)
     with pytest.raises(ValueError, match=r"slots \* lanes = 1099511627776 needs"):
         C.place_items(order, w, t, k, 1 << 20, 1 << 20, 10)
+    with pytest.raises(ValueError, match=r"place_items: limit = nan must be >= 0 \(inf: no"):
+        C.place_items(order, w, t, k, 2, 1, 10, False, np.nan)
+    with pytest.raises(ValueError, match=r"place_items: limit = -1 must be >= 0"):
+        C.place_items(order, w, t, k, 2, 1, 10, False, -1.0)
     # valid edges: nothing to place; an item exactly at the budget; one that fits nowhere
     failed, slot, start, lanes, wmax = C.place_items(a(), a(), a(dtype=np.float64), a(), 3, 2, 1)
     assert failed == -1 and slot.size == start.size == lanes.size == 0 and wmax == 1
@@ -71,6 +75,15 @@ def test_place_items():
     # aligned: a width-2 item takes lanes 2-3 (a block), not 1-2, though lane 1 is free first
     busy = C.place_items(a(0, 1), a(1, 2), a(5.0, 1.0, dtype=np.float64), a(1, 1), 4, 1, 9, True)
     assert busy[0] == -1 and busy[3].reshape(-1, busy[4]).tolist() == [[0, -1], [2, 3]]
+    # a limit: lane 0 holds 1 + 0.5 s, past 1.2 once item 0 is placed (nothing is left, so the
+    # rest fits: stopped, -2); past 0.5 after item 1, item 0 provably fits (room 3 of 3): stopped;
+    # a placement that does not fit still fails at its item, whatever the limit
+    assert C.place_items(order, w, t, k, 2, 1, 7, False, 1.2)[0] == -2
+    assert C.place_items(order, w, t, k, 2, 1, 7, False, 0.5)[0] == -2
+    assert C.place_items(order, w, t, k, 2, 1, 7, False, 1.5)[0] == -1
+    assert C.place_items(order, w, t, k, 2, 1, 6, False, 0.0)[0] == 1
+    assert place_items(order, w, t, k, 2, 1, 7, limit=1.2) is None
+    assert place_items_reference(order, w, t, k, 2, 1, 7, limit=1.2) is None
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,16 +99,27 @@ def test_place_items():
     ),
     st.randoms(use_true_random=False),
     st.booleans(),
+    st.sampled_from([np.inf, 0.0, 1.0, 3.0, 8.0, 20.0]),
 )
-def test_kernel_equals_reference(lanes, slots, cap, items, rnd, aligned):
+def test_kernel_equals_reference(lanes, slots, cap, items, rnd, aligned, limit):
     items = [(min(w, lanes), t, k) for w, t, k in items]  # ties in times on purpose
     n = len(items)
     widths = np.array([w for w, _, _ in items], dtype=I64)
     times = np.array([t for _, t, _ in items], dtype=np.float64)
     tokens = np.array([k for _, _, k in items], dtype=I64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
-    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned)
-    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    if want is None:  # stopped: only where the whole placement fits and a lane passes the limit
+        assert got is None
+        full = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+        assert full is not None and not isinstance(full, int)
+        busy = np.zeros(lanes)
+        for i in range(n):
+            busy[full[2][i][full[2][i] >= 0]] += times[i]
+        assert busy.max() > limit
+        return
+    assert got is not None
     if isinstance(want, int):
         assert got == want
         return
@@ -258,10 +282,16 @@ def test_cost_table():
     with pytest.raises(ValueError, match=r"len\(lengths\) \* len\(ks\) = .* needs"):
         C.cost_table(np.zeros(1 << 20, I64), np.ones(1 << 20, I64), np.zeros(1 << 20, I64), coefs)
     # valid edges: nothing to cost; a row below every degree (all inf, fastest 0)
-    table, running, fastest = C.cost_table(a(), a(1, 2), a(), coefs)
-    assert table.size == running.size == fastest.size == 0
-    table, running, fastest = C.cost_table(a(7), a(1, 2), a(3), coefs)
+    with pytest.raises(ValueError, match=r"cost_table: slack = -0.5 must be a finite number"):
+        C.cost_table(a(5), a(1), a(1), coefs, -0.5)
+    with pytest.raises(ValueError, match=r"cost_table: slack = nan must be a finite number"):
+        C.cost_table(a(5), a(1), a(1), coefs, np.nan)
+    # valid edges: nothing to cost; a row below every degree (all inf, fastest 0, widest last)
+    table, running, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
+    assert table.size == running.size == fastest.size == widest.size == 0
+    table, running, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
     assert np.isinf(table).all() and np.isinf(running).all() and fastest.tolist() == [0]
+    assert widest.tolist() == [1]
 
 
 @settings(max_examples=40, deadline=None)
@@ -276,8 +306,9 @@ def test_cost_table_equals_reference_bit_for_bit(coefs, lens, ks, rnd):
     lens = np.array(lens + [0, 1, 2, 1000], dtype=I64)
     ks = np.array(ks, dtype=I64)
     kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
-    got = cost_table(coefs, lens, ks, kmin)
-    want = cost_table_reference(coefs, lens, ks, kmin)
+    slack = rnd.choice([0.0, 0.02, 0.5])
+    got = cost_table(coefs, lens, ks, kmin, slack)
+    want = cost_table_reference(coefs, lens, ks, kmin, slack)
     for x, y in zip(got, want, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y)  # bit for bit: inf where a degree is below kmin
@@ -303,8 +334,19 @@ def test_kernel_equals_reference_on_many_lanes(lanes, slots, cap, items, rnd, al
     order = np.array(rnd.sample(range(n), n), dtype=I64)
     if rnd.random() < 0.5:  # longest first, as the planner asks
         order = np.argsort(-times, kind="stable").astype(I64)
-    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned)
-    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+    limit = rnd.choice([np.inf, np.inf, 1.0, 5.0, 20.0, 60.0])  # a bound the place may pass
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    if want is None:  # stopped: only where the whole placement fits and a lane passes the limit
+        assert got is None
+        full = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+        assert full is not None and not isinstance(full, int)
+        busy = np.zeros(lanes)
+        for i in range(n):
+            busy[full[2][i][full[2][i] >= 0]] += times[i]
+        assert busy.max() > limit
+        return
+    assert got is not None
     if isinstance(want, int):
         assert got == want
         return

@@ -357,3 +357,99 @@ def test_the_compiled_cost_table_is_mesh_cost_time_bit_for_bit(coefs, kv, latenc
     ks = np.arange(1, 20, dtype=np.int64)
     table = cost_table(PL._coefs(cost), lens, ks, np.zeros(lens.size, dtype=np.int64))[0]
     assert np.array_equal(table, np.asarray(cost.time(lens[:, None], ks[None, :])))
+
+
+@settings(max_examples=30, deadline=None)
+@given(meshes, st.lists(st.integers(1, 20000), min_size=1, max_size=60))
+def test_stopping_placements_past_the_best_step_never_changes_the_plan(mesh, raw):
+    """place() passes the best step so far to place_items as a limit (a placement whose
+    busiest lane passes it stops once the rest provably fits): the plan is the one placed in
+    full, item for item."""
+    from padless._kernels import placement as KP
+
+    lens = lengths_for(mesh, raw)
+    got = place(lens, mesh, COST)
+    full = KP.place_items
+
+    def unlimited(*args):  # place_items without its limit (the 9th argument)
+        return full(*args[:8])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(KP, "place_items", unlimited)
+        want = place(lens, mesh, COST)
+    assert got.micro_batches == want.micro_batches
+    for name in ("indices", "slots", "degrees", "ranks", "times"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 6), st.sampled_from([0.0, 0.5, 1.0, 2.5]), st.integers(1, 9)),
+        max_size=60,
+    ),
+    st.integers(0, 40),
+)
+def test_one_key_sorts_are_the_lexsorts_they_replace(items, tokens_top):
+    """_by_slot_start and _by_tokens (one sort of a unique integer key) give the stable orders
+    of np.lexsort, ties by index."""
+    from padless.planners import placement as PL
+
+    slot = np.array([s for s, _, _ in items], dtype=np.int64)
+    start = np.array([t for _, t, _ in items], dtype=np.float64)
+    widths = np.array([w for _, _, w in items], dtype=np.int64)
+    tokens = np.minimum(slot * 7 + widths, tokens_top)
+    assert np.array_equal(PL._by_slot_start(slot, start), np.lexsort((start, slot)))
+    assert np.array_equal(PL._by_tokens(widths, tokens), np.lexsort((-widths, -tokens)))
+    assert np.array_equal(PL._stable_order(-start), np.argsort(-start, kind="stable"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(1, 300000), min_size=1, max_size=30),
+    st.integers(1, 12),
+    st.floats(0.0, 0.2),
+)
+def test_the_table_s_first_degree_within_a_target_is_the_running_minimum_s(lens, cp, target):
+    """_Table.within(target) is where the running minimum over the degrees first gets to the
+    target (the count of degrees whose running minimum is above it)."""
+    from padless.planners import placement as PL
+
+    lens = np.array(lens, dtype=np.int64)
+    kmin = np.maximum(1, -(-lens // 40000))
+    kmin = np.minimum(kmin, cp)
+    table = PL._Table(lens, COST, cp, kmin)
+    table.of(np.arange(lens.size))
+    running = np.minimum.accumulate(table.table, axis=1)
+    assert np.array_equal(table.within(target), np.count_nonzero(running > target, axis=1))
+
+
+def test_a_mix_of_short_sequences_stops_placements_and_keeps_the_plan():
+    """On a long-tailed mix (400 sequences, 16 ranks) some candidate's placement passes the best
+    step and stops early; the plans are those placed in full."""
+    from padless._kernels import placement as KP
+
+    full = KP.place_items
+    stopped = 0
+
+    def counting(*args):
+        nonlocal stopped
+        got = full(*args)
+        stopped += got is None
+        return got
+
+    def unlimited(*args):  # place_items without its limit (the 9th argument)
+        return full(*args[:8])
+
+    mesh = Mesh(dp=1, cp=16, dynamic=True, max_tokens=4096)
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        lens = np.minimum(rng.lognormal(7.5, 1.2, 400).astype(np.int64) + 1, 16 * 4096 - 32)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(KP, "place_items", counting)
+            got = place(lens, mesh, COST)
+            mp.setattr(KP, "place_items", unlimited)
+            want = place(lens, mesh, COST)
+        for name in ("indices", "slots", "degrees", "ranks", "times"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), (seed, name)
+    assert stopped >= 1

@@ -28,11 +28,12 @@ __all__ = [
 
 
 def cost_table(
-    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The seconds of a shard of every length (rows) at every degree of ``ks`` (columns), ``inf``
-    where ``ks[j] < kmin[i]``; and per row the running minimum over the columns and the first
-    column of the minimum.
+    where ``ks[j] < kmin[i]``; and per row the running minimum over the columns, the first
+    column of the minimum, and the widest column whose rank-seconds ``k·t`` are within
+    ``1 + slack`` of the row's least (the last where all are inf).
 
     ``coefs`` (9 floats): forward linear, quadratic, per_sequence and exchange seconds per
     shard token, the same four of the backward, and the latency of one exchange. A shard of
@@ -44,19 +45,20 @@ def cost_table(
     """
     lens = np.ascontiguousarray(lengths, dtype=np.int64)
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    table, running, fastest = _core.cost_table(
+    table, running, fastest, widest = _core.cost_table(
         lens,
         ks,
         np.ascontiguousarray(kmin, dtype=np.int64),
         np.ascontiguousarray(coefs, dtype=np.float64),
+        float(slack),
     )
     shape = (lens.size, ks.size)
-    return table.reshape(shape), running.reshape(shape), fastest
+    return table.reshape(shape), running.reshape(shape), fastest, widest
 
 
 def cost_table_reference(
-    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`cost_table` in numpy, over the whole (rows, ks) table at once."""
     c = [float(x) for x in coefs]
     lens = np.asarray(lengths, dtype=np.int64)
@@ -73,7 +75,12 @@ def cost_table_reference(
     table = np.where(kk >= np.asarray(kmin, dtype=np.int64)[:, None], table, np.inf)
     running = np.minimum.accumulate(table, axis=1) if kk.size else table.copy()
     fastest = np.argmin(table, axis=1) if kk.size else np.zeros(lens.size, dtype=np.int64)
-    return table, running, np.asarray(fastest, dtype=np.int64)
+    widest = np.zeros(lens.size, dtype=np.int64)
+    if kk.size:
+        area = table * kk
+        free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
+        widest = kk.size - 1 - np.argmax(free[:, ::-1], axis=1)
+    return table, running, np.asarray(fastest, dtype=np.int64), widest.astype(np.int64)
 
 
 def place_items(
@@ -85,7 +92,8 @@ def place_items(
     slots: int,
     max_tokens: int,
     aligned: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    limit: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int | None:
     """Place items, in ``order``, on ``widths[i]`` lanes of one of ``slots`` micro-batches.
 
     In a slot, the lanes with room for ``tokens[i]`` more tokens (at most ``max_tokens`` per
@@ -94,7 +102,12 @@ def place_items(
     the one where it finishes first (then the lowest slot): longest first, this is LPT over the
     (slot, lane) pairs, which evens out the micro-batches and the lanes' sums alike. Returns
     ``(slot, start, lanes)`` (``lanes`` an (N, max width) int64 array, −1 past an item's width,
-    ascending), or, when an item fits no slot, its position in ``order`` (an int).
+    ascending), or, when an item fits no slot, its position in ``order`` (an int), or ``None``:
+    a lane's busy time (the times placed on it so far) passed ``limit`` and the items left
+    provably fit, so the placement stopped (not aligned only; checked where the limit is passed,
+    then 16, 32, 64… items later; see :func:`_rest_fits`). A caller that
+    keeps only placements whose busiest lane is under a bound need not finish the others; a
+    placement that would not fit still fails as without a limit.
 
     With ``aligned`` an item of width ``w`` takes a block of ``w`` consecutive lanes starting at
     a multiple of ``w``: in each slot, the block (all its lanes with room) where it starts first,
@@ -113,7 +126,10 @@ def place_items(
         int(slots),
         int(max_tokens),
         bool(aligned),
+        float(limit),
     )
+    if failed == -2:
+        return None
     if failed >= 0:
         return int(failed)
     return slot, start, flat.reshape(-1, wmax)
@@ -128,7 +144,8 @@ def place_items_reference(
     slots: int,
     max_tokens: int,
     aligned: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int:
+    limit: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | int | None:
     """:func:`place_items` in plain numpy: every slot ranked in full (every block, aligned) for
     every item."""
     n = int(order.size)
@@ -139,6 +156,8 @@ def place_items_reference(
     start = np.zeros(n, dtype=np.float64)
     chosen = np.full((n, wmax), -1, dtype=np.int64)
     lane_ids = np.arange(lanes)
+    busy = [0.0] * lanes
+    crossed, next_check, stride = False, 0, 16
     for pos, i in enumerate(order.tolist()):
         w, t, tau = int(widths[i]), float(times[i]), int(tokens[i])
         best, best_m, best_pick, best_at = np.inf, -1, lane_ids[:0], 0.0
@@ -165,7 +184,32 @@ def place_items_reference(
         used[best_m, pick] += tau
         slot[i], start[i] = best_m, best_at
         chosen[i, :w] = pick
+        for lane in pick.tolist():
+            busy[lane] += t
+            crossed = crossed or busy[lane] > limit
+        if crossed and not aligned and pos >= next_check:
+            rest = order[pos + 1 :]
+            if _rest_fits(widths[rest], tokens[rest], used, max_tokens):
+                return None
+            next_check, stride = pos + stride, stride * 2
     return slot, start, chosen
+
+
+def _rest_fits(widths: np.ndarray, tokens: np.ndarray, used: np.ndarray, max_tokens: int) -> bool:
+    """Do items of ``widths`` and ``tokens`` fit (slots, lanes) holding ``used`` tokens, whatever
+    lanes a placement picks? With ``T`` their most tokens, ``W`` the widest and ``N`` their lanes
+    in all: a lane with ``c = room // T >= 1`` takes ``c`` more at least, ``N`` placements end
+    at most the ``k`` live lanes of least ``c`` whose ``c`` sum to ``<= N``, and more than
+    ``slots · (W − 1)`` live lanes left put ``W`` of them in one slot before every item."""
+    if widths.size == 0:
+        return True
+    most, widest, need = int(tokens.max()), int(widths.max()), int(widths.sum())
+    if most == 0:
+        return True
+    caps = (max_tokens - used).reshape(-1) // most
+    caps = np.sort(np.minimum(caps[caps >= 1], need + 1))
+    killed = int(np.searchsorted(np.cumsum(caps), need, side="right"))
+    return caps.size - killed > used.shape[0] * (widest - 1)
 
 
 def place_rounds(
