@@ -11,6 +11,19 @@
 namespace padless {
 namespace {
 
+// Refuse an `order` that is not a permutation of 0..n-1, naming its first bad entry.
+void check_permutation(const char* kernel, In<int64_t> order, int64_t n) {
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = order(j);
+        if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) {
+            refuse(kernel, entry("order", j, i) + " (order must be a permutation of 0.." +
+                               text(n - 1) + ")");
+        }
+        seen[static_cast<size_t>(i)] = 1;
+    }
+}
+
 nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times,
                          In<int64_t> tokens, int64_t lanes, int64_t slots, int64_t max_tokens,
                          bool aligned, double limit) {
@@ -27,14 +40,8 @@ nb::tuple place_items_py(In<int64_t> order, In<int64_t> widths, In<double> times
         refuse(kernel, named("limit", limit) + " must be >= 0 (inf: no limit)");
     }
     int64_t wmax = 1;
-    std::vector<char> seen(static_cast<size_t>(n), 0);
+    check_permutation(kernel, order, n);
     for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = order(j);
-        if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) {
-            refuse(kernel, entry("order", j, i) + " (order must be a permutation of 0.." +
-                               text(n - 1) + ")");
-        }
-        seen[static_cast<size_t>(i)] = 1;
         if (widths(j) < 1 || widths(j) > lanes) {
             refuse(kernel, entry("widths", j, widths(j)) + " must be in [1, lanes = " +
                                text(lanes) + "]");
@@ -120,14 +127,8 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
                                "lanes = " + text(lanes) + "])");
         }
     }
-    std::vector<char> seen(static_cast<size_t>(n), 0);
+    check_permutation(kernel, order, n);
     for (int64_t j = 0; j < n; ++j) {
-        const int64_t i = order(j);
-        if (i < 0 || i >= n || seen[static_cast<size_t>(i)]) {
-            refuse(kernel, entry("order", j, i) + " (order must be a permutation of 0.." +
-                               text(n - 1) + ")");
-        }
-        seen[static_cast<size_t>(i)] = 1;
         if (!(limits(j) >= 0.0)) {
             refuse(kernel, entry("limits", j, limits(j)) + " must be a number >= 0");
         }
