@@ -34,6 +34,43 @@ def a(*values, dtype=I64) -> np.ndarray:
     return np.array(values, dtype=dtype)
 
 
+def _items_agree(order, widths, times, tokens, lanes, slots, cap, aligned, limit) -> None:
+    """place_items == its reference; where the reference stops, the kernel stops too, and
+    only where the whole placement fits with a lane past the limit."""
+    n = int(order.size)
+    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
+    if want is None:
+        assert got is None
+        full = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
+        assert full is not None and not isinstance(full, int)
+        busy = np.zeros(lanes)
+        for i in range(n):
+            busy[full[2][i][full[2][i] >= 0]] += times[i]
+        assert busy.max() > limit
+        return
+    assert got is not None
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        if n:
+            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+
+
+def _rounds_agree(order, sizes, work, tokens, limits, lanes, cap) -> None:
+    """place_rounds == its reference (the same failure, or the same arrays)."""
+    got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
+    want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
+    if isinstance(want, int):
+        assert got == want
+        return
+    assert not isinstance(got, int)
+    for x, y in zip(got, want, strict=True):
+        assert np.array_equal(x, y)
+
+
 def test_place_items():
     order, w, t, k = a(1, 0), a(1, 2), a(0.5, 1.0, dtype=np.float64), a(3, 4)
     with pytest.raises(ValueError, match=r"place_items: order\[1\] = 1 \(order must be a perm"):
@@ -108,25 +145,7 @@ def test_kernel_equals_reference(lanes, slots, cap, items, rnd, aligned, limit):
     times = np.array([t for _, t, _ in items], dtype=np.float64)
     tokens = np.array([k for _, _, k in items], dtype=I64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
-    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
-    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
-    if want is None:  # stopped: only where the whole placement fits and a lane passes the limit
-        assert got is None
-        full = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
-        assert full is not None and not isinstance(full, int)
-        busy = np.zeros(lanes)
-        for i in range(n):
-            busy[full[2][i][full[2][i] >= 0]] += times[i]
-        assert busy.max() > limit
-        return
-    assert got is not None
-    if isinstance(want, int):
-        assert got == want
-        return
-    assert not isinstance(got, int)
-    for x, y in zip(got, want, strict=True):
-        if n:
-            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+    _items_agree(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
 
 
 def test_replay_lanes():
@@ -254,14 +273,7 @@ def test_rounds_kernel_equals_reference(lanes, cap, items, slack, rnd):
             tokens[i, j] = -(-k // s)
     limits = np.array([slack * max(t, 0.5) for _, t, _ in items], dtype=np.float64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
-    got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
-    want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
-    if isinstance(want, int):
-        assert got == want
-        return
-    assert not isinstance(got, int)
-    for x, y in zip(got, want, strict=True):
-        assert np.array_equal(x, y)
+    _rounds_agree(order, sizes, work, tokens, limits, lanes, cap)
 
 
 def test_cost_table():
@@ -335,25 +347,7 @@ def test_kernel_equals_reference_on_many_lanes(lanes, slots, cap, items, rnd, al
     if rnd.random() < 0.5:  # longest first, as the planner asks
         order = np.argsort(-times, kind="stable").astype(I64)
     limit = rnd.choice([np.inf, np.inf, 1.0, 5.0, 20.0, 60.0])  # a bound the place may pass
-    got = place_items(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
-    want = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
-    if want is None:  # stopped: only where the whole placement fits and a lane passes the limit
-        assert got is None
-        full = place_items_reference(order, widths, times, tokens, lanes, slots, cap, aligned)
-        assert full is not None and not isinstance(full, int)
-        busy = np.zeros(lanes)
-        for i in range(n):
-            busy[full[2][i][full[2][i] >= 0]] += times[i]
-        assert busy.max() > limit
-        return
-    assert got is not None
-    if isinstance(want, int):
-        assert got == want
-        return
-    assert not isinstance(got, int)
-    for x, y in zip(got, want, strict=True):
-        if n:
-            assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
+    _items_agree(order, widths, times, tokens, lanes, slots, cap, aligned, limit)
 
 
 @settings(max_examples=25, deadline=None)
@@ -383,11 +377,4 @@ def test_rounds_kernel_equals_reference_on_many_items(lanes, cap, items, slack, 
     order = np.argsort([-k for _, _, k in items], kind="stable").astype(I64)
     if rnd.random() < 0.3:
         order = np.array(rnd.sample(range(n), n), dtype=I64)
-    got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
-    want = place_rounds_reference(order, sizes, work, tokens, limits, lanes, cap)
-    if isinstance(want, int):
-        assert got == want
-        return
-    assert not isinstance(got, int)
-    for x, y in zip(got, want, strict=True):
-        assert np.array_equal(x, y)
+    _rounds_agree(order, sizes, work, tokens, limits, lanes, cap)
