@@ -16,8 +16,9 @@ from torch.utils.data import DataLoader
 
 import padless
 from padless import Packing, PlanSampler, Schedule, TokenBudget
+from padless.io.indexed import write_indexed
 from padless.sampling.mixing import MixtureSampler
-from padless.torch import collate_for, collate_groups
+from padless.torch import TokenDataset, collate_for, collate_groups
 from tests.contract.factories import Factory
 from tests.contract.test_contract import check_union, run_elastic
 
@@ -207,6 +208,24 @@ def test_collate_for_refuses_a_grouped_packing_sampler():
     with pytest.raises(ValueError, match=r"groups=.*collate_groups\(160, prompt_key=None\)"):
         collate_for(s)
     assert "collate_packed" in repr(collate_for(s.spec))  # the spec alone has no groups
+
+
+def test_token_dataset_refuses_a_grouped_packing_sampler_and_serves_a_grouped_budget(tmp_path):
+    # TokenDataset cuts a packed batch into rows next fit by items as collate_packed does: the
+    # same refusal when it is built; padded batches of whole groups it serves as planned
+    lengths = np.random.default_rng(1).integers(1, 40, 200)
+    docs = [np.arange(1, n + 1, dtype=np.int32) for n in lengths.tolist()]
+    write_indexed(docs, tmp_path / "c", dtype=np.uint16)
+    groups = np.arange(200) // 2
+    packed = PlanSampler(lengths, Packing(capacity=160, rows_per_batch=2), groups=groups)
+    with pytest.raises(ValueError, match=r"TokenDataset .*groups=.*collate_groups\(160"):
+        TokenDataset(tmp_path / "c", plan=packed)
+    padded = PlanSampler(lengths, TokenBudget(max_tokens=240), groups=groups, seed=3)
+    served = TokenDataset(tmp_path / "c", plan=padded)
+    for planned in padded:
+        assert set(np.bincount(groups[planned]).tolist()) <= {0, 2}  # pairs whole
+        rows, width = served.__getitems__(planned)["input_ids"].shape
+        assert rows == len(planned) and rows * width <= 240
 
 
 def test_the_padded_collate_rounding_widths_keeps_the_budget():

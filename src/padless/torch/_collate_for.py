@@ -8,7 +8,7 @@ from typing import Any
 from ..core._keywords import check_keywords, keyword_names
 from ..planners.spec import Spec
 from ..streams import StreamBatcher
-from ._collate import collate_packed, collate_padded
+from ._collate import collate_packed, collate_padded, refuse_grouped_rows
 from ._pairs import collate_packed_pairs
 from ._streams import StreamDataset, stream_collate
 
@@ -73,13 +73,7 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
             f"StreamBatcher or StreamDataset, got {type(source).__name__} {source!r:.60}"
         )
     form = spec.collate_form()
-    if form.packed and getattr(source, "groups", None) is not None:
-        raise ValueError(
-            f"collate_for() cannot collate a packed sampler with groups= ({spec.describe()}): "
-            "its rows hold whole groups, which collate_packed's next fit by items may split; "
-            f"use padless.torch.collate_groups({form.capacity}, prompt_key=None) over samples "
-            'that carry their group id ({"group": id, "completion_ids": tokens})'
-        )
+    refuse_grouped_rows(source, "collate_for()")
     if form.packed:
         for name in _PACKED_SETTINGS:
             if name in options:

@@ -26,7 +26,7 @@ from ..io.tokens import open_tokens
 from ..planners.packing import Packing, layout_rows, next_fit_rows, scheduled_stride, untag
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
-from ._collate import PackedCollate, form_of
+from ._collate import PackedCollate, form_of, refuse_grouped_rows
 from ._loaders import _pinned_memory_available
 from ._packed_check import block_causal_mask
 
@@ -174,6 +174,7 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 "themselves, not indices into a token file: serve its batches with its own "
                 "collate (padless.torch.collate_for(batcher))"
             )
+        refuse_grouped_rows(plan, "TokenDataset")
         spec = getattr(plan, "spec", plan)
         warm_up = isinstance(spec, Packing) and spec.capacity_schedule is not None
         # what the plan yields beyond plain indices, split pieces and a warm-up's tagged codes
