@@ -5,24 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padless import Cost, MemoryModel
+from padless import MemoryModel
 from padless._kernels.placement import pipeline
-from padless.core.mesh import Mesh, MeshCost, rank_tokens
+from padless.core.mesh import Mesh, rank_tokens
 from padless.planners.placement import place, simulate
 
-COST = MeshCost(
-    forward=Cost(linear=1e-6, quadratic=1e-10, per_sequence=1e-4),
-    backward=Cost(linear=2e-6, quadratic=2e-10, per_sequence=2e-4),
-    kv_bytes=65536,
-    bandwidth=5e10,
-    latency=2e-5,
-)
+sys.path.insert(0, str(Path(__file__).parent))
+from test_placement import COST  # noqa: E402  the same small cost model
 
 
 def brute_ranks(p) -> np.ndarray:
