@@ -396,3 +396,19 @@ def test_a_mixture_of_lm_streams_is_refused_when_the_dataset_is_built():
     streams = {name: padless.LMStream(np.arange(400), num_steps=4, batch_size=2) for name in "ab"}
     with pytest.raises(TypeError, match="mixes LM streams.*iterate the mixture"):
         PlanBatches(MixtureSampler(streams))
+
+
+def test_grouped_samplers_packed_refused_padded_served():
+    # Grain's collate cuts a packed batch into rows next fit by items, which may split a group
+    # (as collate_packed and TokenDataset do): refused when built; padded whole groups served
+    lengths = np.random.default_rng(2).integers(1, 30, 120)
+    records = [list(range(1, n + 1)) for n in lengths.tolist()]
+    groups = np.arange(120) // 2
+    packed = padless.PlanSampler(lengths, Packing(capacity=96, rows_per_batch=2), groups=groups)
+    with pytest.raises(ValueError, match=r"grain.*groups=.*collate_groups\(96"):
+        PlanBatches(packed, records)
+    assert len(list(PlanBatches(packed))) == len(packed)  # index batches: no rows to cut
+    padded = padless.PlanSampler(lengths, TokenBudget(max_tokens=200), groups=groups)
+    for element, planned in zip(PlanBatches(padded, records), padded, strict=True):
+        assert set(np.bincount(groups[planned]).tolist()) <= {0, 2}  # pairs whole
+        assert element["inputs"].size <= 200

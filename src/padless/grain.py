@@ -51,7 +51,7 @@ import numpy as np
 
 from .core._check import check_bool, check_choice, check_int64, check_seed, positive_or_none
 from .io import lengths_of
-from .planners.packing import Packing, PieceDataset, next_fit_rows
+from .planners.packing import Packing, PieceDataset, next_fit_rows, refuse_grouped_rows
 from .planners.spec import CollateForm, Spec
 from .sampling.mixing import MixtureSampler
 from .sampling.sampler import PlanSampler
@@ -419,6 +419,7 @@ class _Maker:
             return
         subs = [source] if isinstance(source, PlanSampler) else list(source.samplers.values())
         for sub in subs:
+            refuse_grouped_rows(sub, "padless.grain's collate")
             if sub.lengths.ndim != 1:
                 raise ValueError(
                     f"padless.grain collates one length per record; these lengths have shape "

@@ -589,6 +589,26 @@ def _packed_plan(
     )
 
 
+def refuse_grouped_rows(source: Any, consumer: str) -> None:
+    """Refuse ``source`` to ``consumer`` when it is a packing sampler given ``groups=``: its
+    rows hold whole groups, and a consumer that cuts a batch's items back into rows
+    (:func:`next_fit_rows`, by items: ``collate_packed``, ``TokenDataset``, the Grain collate)
+    may split a group across rows, or need more rows than the plan's.
+    ``padless.torch.collate_groups`` cuts them by groups."""
+    spec = getattr(source, "spec", None)
+    if getattr(source, "groups", None) is None or not isinstance(spec, Spec):
+        return
+    form = spec.collate_form()
+    if not form.packed:
+        return
+    raise ValueError(
+        f"{consumer} cannot serve a packed sampler with groups= ({spec.describe()}): its rows "
+        "hold whole groups, which cutting the batch's items back into rows next fit by items "
+        f"may split; use padless.torch.collate_groups({form.capacity}, prompt_key=None) over "
+        'samples that carry their group id ({"group": id, "completion_ids": tokens})'
+    )
+
+
 def next_fit_rows(
     sizes: Any, *, capacity: int | tuple[int, ...], max_per_row: int | None = None
 ) -> np.ndarray:

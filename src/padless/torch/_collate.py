@@ -42,25 +42,6 @@ __all__ = [
 _MAX_SEQUENCE = 1 << 31  # padless lengths are below 2**31
 
 
-def refuse_grouped_rows(source: Any, consumer: str) -> None:
-    """Refuse ``source`` to ``consumer`` when it is a packing sampler given ``groups=``: its
-    rows hold whole groups, and a consumer that cuts a batch's items back into rows next fit by
-    items (``collate_packed``, ``TokenDataset``) may split a group across rows, or need more
-    rows than the plan's. ``padless.torch.collate_groups`` cuts them by groups."""
-    spec = getattr(source, "spec", None)
-    if getattr(source, "groups", None) is None or not isinstance(spec, Spec):
-        return
-    form = spec.collate_form()
-    if not form.packed:
-        return
-    raise ValueError(
-        f"{consumer} cannot serve a packed sampler with groups= ({spec.describe()}): its rows "
-        "hold whole groups, which cutting the batch's items back into rows next fit by items "
-        f"may split; use padless.torch.collate_groups({form.capacity}, prompt_key=None) over "
-        'samples that carry their group id ({"group": id, "completion_ids": tokens})'
-    )
-
-
 def form_of(source: Any) -> CollateForm | None:
     """The collate form of a spec, or of the spec of a sampler or batcher; None for anything else.
 

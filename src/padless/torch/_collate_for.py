@@ -6,9 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core._keywords import check_keywords, keyword_names
+from ..planners.packing import refuse_grouped_rows
 from ..planners.spec import Spec
 from ..streams import StreamBatcher
-from ._collate import collate_packed, collate_padded, refuse_grouped_rows
+from ._collate import collate_packed, collate_padded
 from ._pairs import collate_packed_pairs
 from ._streams import StreamDataset, stream_collate
 

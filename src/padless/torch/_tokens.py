@@ -23,10 +23,17 @@ from .. import _kernels as K
 from ..core._check import check_bool, check_choice, check_int64
 from ..core._keywords import checks_keywords
 from ..io.tokens import open_tokens
-from ..planners.packing import Packing, layout_rows, next_fit_rows, scheduled_stride, untag
+from ..planners.packing import (
+    Packing,
+    layout_rows,
+    next_fit_rows,
+    refuse_grouped_rows,
+    scheduled_stride,
+    untag,
+)
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
-from ._collate import PackedCollate, form_of, refuse_grouped_rows
+from ._collate import PackedCollate, form_of
 from ._loaders import _pinned_memory_available
 from ._packed_check import block_causal_mask
 
