@@ -752,6 +752,14 @@ ENTRIES: list[Entry] = [
     ),
     (padless.simulate, "simulate", {"placement": PLACED}, ["placement", "memory"], None),
     (
+        padless.Placer,
+        "Placer",
+        {"sampler": padless.PlanSampler(L[:40], padless.TokenBudget(max_tokens=400)), "mesh": MESH}
+        | {"cost": MESH_COST},
+        ["sampler", "mesh", "cost", "search"],
+        None,
+    ),
+    (
         padless.torch.split_rollout,
         "split_rollout",
         {"batch": {"input_ids": [torch.arange(int(n)) for n in L[:12]]}, "plan": STEP, "rank": 1},

@@ -34,6 +34,7 @@ _EXPORTS = {
     "place": "padless.planners.placement",
     "plan_placement": "padless.planners.placement",
     "simulate": "padless.planners.placement",
+    "Placer": "padless.sampling.placed",
     "Schedule": "padless.core.schedules",
     "spec_from_dict": "padless.planners.spec",
     "spec_to_dict": "padless.planners.spec",
@@ -118,6 +119,7 @@ if TYPE_CHECKING:
     from .sampling.mixing import MixtureSampler as MixtureSampler
     from .sampling.mixing import ZippedLengths as ZippedLengths
     from .sampling.mixing import zip_lengths as zip_lengths
+    from .sampling.placed import Placer as Placer
     from .sampling.sampler import PlanSampler as PlanSampler
     from .sampling.shortcuts import BucketSampler as BucketSampler
     from .sampling.shortcuts import ExactLengthSampler as ExactLengthSampler
