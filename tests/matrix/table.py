@@ -45,7 +45,9 @@ capacity or budget schedule), `change` (resume across a change of settings), `sk
 `elastic` (2 ranks resumed as 3), `elastic_balance` (the same with `balance=True`),
 `context_parallel`, `groups` (`groups=`: pairs of items kept in one batch). Consumers: **c** `collate_for`, **t** `TokenDataset`, **k**
 `CheckedDataset`, **h** the HF Trainer with `PadlessTrainerMixin`, **d** torchdata's
-`StatefulDataLoader` with 2 workers. `lm` is `LMStream`.
+`StatefulDataLoader` with 2 workers. `lm` is `LMStream`. Placement over a mesh
+(`padless.Placer`, a sampler at `world_size=1`) is one more consumer, run over these strategies,
+forms and layers by `tests/test_placement_compose.py`; its table is in docs/placement.md.
 
 In each table a cell lists the consumers with which the combination works; `—` means it is
 refused with every consumer, `·` that it has no spelling at all (below the tables: why).
