@@ -220,6 +220,14 @@ def test_a_language_model_stream_is_refused(tmp_path: object) -> None:
         Placer(stream, MESH, COST)
 
 
+def test_a_stream_is_refused_by_name() -> None:
+    stream = padless.StreamBatcher(
+        [np.arange(int(n)) for n in LENGTHS[:8]], TokenBudget(max_tokens=20000), length=len
+    )
+    with pytest.raises(TypeError, match="known lengths.*got StreamBatcher"):
+        Placer(stream, MESH, COST)
+
+
 def test_bad_arguments_are_type_errors() -> None:
     with pytest.raises(TypeError, match="sampler must be a padless PlanSampler"):
         Placer([[0, 1]], MESH, COST)

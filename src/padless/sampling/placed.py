@@ -123,7 +123,8 @@ class Placer:
             raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
         if not all(hasattr(sampler, a) for a in ("state_dict", "load_state_dict", "world_size")):
             raise TypeError(
-                "sampler must be a padless PlanSampler or MixtureSampler (world_size=1), got "
+                "sampler must be a padless PlanSampler or MixtureSampler (world_size=1): "
+                "batches of dataset indices over known lengths, which a placement needs; got "
                 f"{type(sampler).__name__}"
             )
         self.search = check_bool("search", search)
