@@ -12,18 +12,12 @@ import numpy as np
 import pytest
 
 import padless
-from padless import Cost, Mesh, MeshCost, Placer, PlanSampler, Schedule, TokenBudget
+from padless import Cost, Mesh, Placer, PlanSampler, Schedule, TokenBudget
 from padless.sampling.mixing import MixtureSampler
+from tests.test_placement import COST  # the small cost model placement tests share
 
 N = 150
 LENGTHS = np.minimum((64 * (1 + np.random.default_rng(0).pareto(1.2, N))).astype(np.int64), 7000)
-COST = MeshCost(
-    forward=Cost(linear=1e-6, quadratic=1e-10, per_sequence=1e-4),
-    backward=Cost(linear=2e-6, quadratic=2e-10, per_sequence=2e-4),
-    kv_bytes=65536,
-    bandwidth=5e10,
-    latency=2e-5,
-)
 MESH = Mesh(dp=2, cp=4, dynamic=True, max_tokens=2048)
 OTHER = Mesh(dp=3, cp=4, pp=2, dynamic=True, max_tokens=2048)  # an elastic resume's mesh
 LONGEST = int(LENGTHS.max())
