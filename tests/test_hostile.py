@@ -760,6 +760,23 @@ ENTRIES: list[Entry] = [
         None,
     ),
     (
+        padless.torch.rank_batches,
+        "rank_batches",
+        {"placement": PLACED, "rank": 1, "dataset": [list(range(1, int(n) + 1)) for n in L]},
+        ["placement", "rank", "dataset"],
+        None,
+    ),
+    (
+        padless.torch.collate_segment,
+        "collate_segment",
+        {
+            "segment": PLACED.rank_step(0)[0][0],
+            "samples": [list(range(1, int(L[i]) + 1)) for i in PLACED.rank_step(0)[0][0].indices],
+        },
+        ["segment", "samples", "pad_id", "ignore_index", "key", "position_start"],
+        None,
+    ),
+    (
         padless.torch.split_rollout,
         "split_rollout",
         {"batch": {"input_ids": [torch.arange(int(n)) for n in L[:12]]}, "plan": STEP, "rank": 1},

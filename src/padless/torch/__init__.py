@@ -25,6 +25,8 @@ its parts, each importing the ones below it and never this ``__init__``:
   batch shape, fitted to a ``padless.MemoryModel``);
 - ``_rollout``: ``split_rollout`` (a rollout batch into a rank's packed micro-batches of a
   ``padless.plan_step`` plan).
+- ``_placed``: ``collate_segment``, ``rank_batches`` (a placed step's tensors: each rank's
+  zigzag share of its CP groups' rows, for ``padless.place`` and ``padless.Placer``).
 - ``_timing``: ``calibrate_cost``, ``time_passes``, ``Calibration`` (forward and backward
   seconds per length, fitted to a ``padless.MeshCost``).
 """
@@ -56,6 +58,8 @@ from ._loss import scale_loss as scale_loss
 from ._packed_check import check_packed as check_packed
 from ._pairs import PackedPairsCollate as PackedPairsCollate
 from ._pairs import collate_packed_pairs as collate_packed_pairs
+from ._placed import collate_segment as collate_segment
+from ._placed import rank_batches as rank_batches
 from ._probe import MemoryProbe as MemoryProbe
 from ._probe import measure_peak as measure_peak
 from ._probe import probe_memory as probe_memory
@@ -91,6 +95,7 @@ __all__ = [
     "dpo_loss",
     "collate_for",
     "collate_packed",
+    "collate_segment",
     "collate_packed_pairs",
     "collate_padded",
     "dist_kwargs",
@@ -103,6 +108,7 @@ __all__ = [
     "MixtureDataset",
     "mixture_dataset",
     "probe_memory",
+    "rank_batches",
     "scale_loss",
     "set_rng_state",
     "split_rollout",
