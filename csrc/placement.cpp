@@ -217,6 +217,9 @@ Out<double> pipeline_py(In<double> forward, In<double> backward,
             refuse(kernel, entry("backward", m, backward(m)) + " must be a finite number >= 0");
         }
     }
+    if (micro == 0 && count > 1) {
+        refuse(kernel, named("count", count) + " must be 0 or 1 with no micro-batches");
+    }
     if (static_cast<int64_t>(orders.shape(0)) != sat_mul(count, micro)) {
         refuse(kernel, "orders holds " + text(static_cast<int64_t>(orders.shape(0))) +
                            " entries, not count * len(forward) = " + text(sat_mul(count, micro)));
@@ -236,6 +239,7 @@ Out<double> pipeline_py(In<double> forward, In<double> backward,
     }
     check_memory(kernel, "len(forward) * stages * vpp", sat_mul(sat_mul(micro, stages), vpp),
                  16.0);
+    check_memory(kernel, "count", count, 8.0);
     Buffer<double> out(count);
     {
         nb::gil_scoped_release nogil;
