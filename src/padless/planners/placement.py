@@ -670,7 +670,7 @@ def _moves(m: int) -> np.ndarray:
     return out
 
 
-def _sequence(p: Placement, score: float, budget: float = 4e6) -> tuple[float, Placement]:
+def _sequence(p: Placement, score: float, budget: float = 2e6) -> tuple[float, Placement]:
     """With pipeline stages: the micro-batches' run order improved by local search (a
     micro-batch's span does not depend on its place in the order). From two orders (the
     micro-batches by span, shortest first; then the order given), passes over the places:
