@@ -192,6 +192,68 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
                           to_numpy(std::move(fastest)), to_numpy(std::move(widest)));
 }
 
+// pipeline: `count` orders (rows of `orders`, each a permutation of 0..len(forward)-1) of one set
+// of micro-batch times, the makespan of each.
+Out<double> pipeline_py(In<double> forward, In<double> backward,
+                                                        int64_t stages, int64_t vpp,
+                                                        In<int64_t> orders, int64_t count) {
+    const char* kernel = "pipeline";
+    const int64_t micro = static_cast<int64_t>(forward.shape(0));
+    check_same_size(kernel, "forward", micro, "backward", static_cast<int64_t>(backward.shape(0)));
+    check_scalar(kernel, "stages", stages, 1, int64_t(1) << 10, "must be in [1, 2**10]");
+    check_scalar(kernel, "vpp", vpp, 1, int64_t(1) << 6, "must be in [1, 64]");
+    check_scalar(kernel, "len(forward)", micro, 0, int64_t(1) << 20, "must be in [0, 2**20]");
+    check_scalar(kernel, "count", count, 0, int64_t(1) << 30, "must be in [0, 2**30]");
+    if (vpp > 1 && micro % stages != 0) {
+        refuse(kernel, "len(forward) = " + text(micro) + " must be a multiple of stages = " +
+                           text(stages) + " with vpp = " + text(vpp) +
+                           " (the interleaved schedule runs micro-batches in groups of stages)");
+    }
+    for (int64_t m = 0; m < micro; ++m) {
+        if (!(forward(m) >= 0.0) || !std::isfinite(forward(m))) {
+            refuse(kernel, entry("forward", m, forward(m)) + " must be a finite number >= 0");
+        }
+        if (!(backward(m) >= 0.0) || !std::isfinite(backward(m))) {
+            refuse(kernel, entry("backward", m, backward(m)) + " must be a finite number >= 0");
+        }
+    }
+    if (micro == 0 && count > 1) {
+        refuse(kernel, named("count", count) + " must be 0 or 1 with no micro-batches");
+    }
+    if (static_cast<int64_t>(orders.shape(0)) != sat_mul(count, micro)) {
+        refuse(kernel, "orders holds " + text(static_cast<int64_t>(orders.shape(0))) +
+                           " entries, not count * len(forward) = " + text(sat_mul(count, micro)));
+    }
+    std::vector<char> seen(static_cast<size_t>(micro), 0);
+    for (int64_t r = 0; r < count; ++r) {
+        std::fill(seen.begin(), seen.end(), char(0));
+        for (int64_t j = 0; j < micro; ++j) {
+            const int64_t i = orders(r * micro + j);
+            if (i < 0 || i >= micro || seen[static_cast<size_t>(i)]) {
+                refuse(kernel, entry("orders", r * micro + j, i) +
+                                   " (each row of orders must be a permutation of 0.." +
+                                   text(micro - 1) + ")");
+            }
+            seen[static_cast<size_t>(i)] = 1;
+        }
+    }
+    check_memory(kernel, "len(forward) * stages * vpp", sat_mul(sat_mul(micro, stages), vpp),
+                 16.0);
+    check_memory(kernel, "count", count, 8.0);
+    Buffer<double> out(count);
+    {
+        nb::gil_scoped_release nogil;
+        std::vector<double> done(static_cast<size_t>(2 * micro * stages * vpp));
+        std::vector<int64_t> pos(static_cast<size_t>(stages));
+        std::vector<double> free_at(static_cast<size_t>(stages));
+        for (int64_t r = 0; r < count; ++r) {
+            out.get()[r] = pipeline(forward.data(), backward.data(), orders.data() + r * micro,
+                                    micro, stages, vpp, done.data(), pos.data(), free_at.data());
+        }
+    }
+    return to_numpy(std::move(out));
+}
+
 }  // namespace
 
 void bind_placement(nb::module_& m) {
@@ -205,6 +267,8 @@ void bind_placement(nb::module_& m) {
           nb::arg("coefs"), nb::arg("slack") = 0.02);
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
+    m.def("pipeline", &pipeline_py, nb::arg("forward"), nb::arg("backward"), nb::arg("stages"),
+          nb::arg("vpp"), nb::arg("orders"), nb::arg("count"));
 }
 
 }  // namespace padless

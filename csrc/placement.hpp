@@ -669,4 +669,97 @@ inline Rounds place_rounds(const int64_t* order, const int64_t* sizes, int64_t n
     return out;
 }
 
+// A 1F1B (vpp = 1) or interleaved (vpp > 1) pipeline of `stages` devices over `micro`
+// micro-batches run in `order` (micro-batch order[j] takes the j-th place), each taking
+// forward[m] / vpp and backward[m] / vpp per virtual stage (the twin of
+// padless/_kernels/placement.py's pipeline_reference: the same ops in the same order, the same
+// floats). Device d runs Megatron's order: `warm` forwards, then one forward and one backward in
+// turn, then the backwards left; an op starts when its device is free and its inputs are done
+// (the forward of the virtual stage before; the backward of the stage after and its own
+// forward). An op's end does not depend on which device the loop visits first, so the loop below
+// (devices in turn, each as far as it can go) gives the reference's floats. vpp > 1 needs
+// micro % stages == 0 (the caller checks). Returns the makespan (NaN if the ops deadlock, which
+// these orders never do). `done` holds 2 * micro * stages * vpp doubles, `pos` and `free` stages
+// entries each: scratch the caller owns. Cost: O(stages · micro · vpp).
+inline double pipeline(const double* forward, const double* backward, const int64_t* order,
+                       int64_t micro, int64_t stages, int64_t vpp, double* done, int64_t* pos,
+                       double* free_at) {
+    const int64_t total = micro * vpp;
+    const int64_t v_total = stages * vpp;
+    const double scale = static_cast<double>(vpp);
+    std::fill(done, done + 2 * micro * v_total, -1.0);  // -1: not done (ends are >= 0)
+    std::fill(pos, pos + stages, int64_t(0));
+    std::fill(free_at, free_at + stages, 0.0);
+    double* done_f = done;
+    double* done_b = done + micro * v_total;
+    int64_t left = 2 * total * stages;
+    // op k of a kind on device d: (micro-batch, virtual stage)
+    auto op_of = [&](int64_t k, int64_t d, bool fwd, int64_t& mb, int64_t& v) {
+        if (vpp == 1) {
+            mb = k;
+            v = d;
+            return;
+        }
+        const int64_t c = (k / stages) % vpp;
+        mb = (k / (stages * vpp)) * stages + k % stages;
+        v = (fwd ? c : vpp - 1 - c) * stages + d;
+    };
+    while (left > 0) {
+        bool moved = false;
+        for (int64_t d = 0; d < stages; ++d) {
+            const int64_t warm = vpp == 1 ? std::min(stages - d - 1, micro)
+                                          : std::min((stages - d - 1) * 2 + (vpp - 1) * stages,
+                                                     total);
+            const int64_t steady = 2 * (total - warm);
+            while (pos[d] < 2 * total) {
+                const int64_t p = pos[d];
+                bool fwd;
+                int64_t k;
+                if (p < warm) {
+                    fwd = true;
+                    k = p;
+                } else if (p - warm < steady) {
+                    const int64_t q = p - warm;
+                    fwd = q % 2 == 0;
+                    k = fwd ? warm + q / 2 : q / 2;
+                } else {
+                    fwd = false;
+                    k = total - warm + (p - warm - steady);
+                }
+                int64_t mb, v;
+                op_of(k, d, fwd, mb, v);
+                double s = free_at[d];
+                if (fwd) {
+                    if (v > 0) {
+                        const double need = done_f[mb * v_total + v - 1];
+                        if (need < 0.0) break;
+                        s = std::max(s, need);
+                    }
+                } else {
+                    const double own = done_f[mb * v_total + v];
+                    if (own < 0.0) break;
+                    double after = 0.0;
+                    if (v < v_total - 1) {
+                        after = done_b[mb * v_total + v + 1];
+                        if (after < 0.0) break;
+                    }
+                    s = std::max(s, own);
+                    if (v < v_total - 1) s = std::max(s, after);
+                }
+                const int64_t m = order[mb];
+                free_at[d] = s + (fwd ? forward[m] / scale : backward[m] / scale);
+                (fwd ? done_f : done_b)[mb * v_total + v] = free_at[d];
+                ++pos[d];
+                --left;
+                moved = true;
+            }
+        }
+        if (!moved) return std::numeric_limits<double>::quiet_NaN();
+    }
+    double out = 0.0;
+    for (int64_t d = 0; d < stages; ++d) out = std::max(out, free_at[d]);
+    return out;
+}
+
+
 }  // namespace padless

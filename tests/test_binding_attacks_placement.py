@@ -12,6 +12,8 @@ from padless import _core as C
 from padless._kernels.placement import (
     cost_table,
     cost_table_reference,
+    pipeline,
+    pipeline_reference,
     place_items,
     place_items_reference,
     place_rounds,
@@ -25,6 +27,7 @@ ATTACKED: dict[str, str] = {
     "place_items": "test_place_items",
     "place_rounds": "test_place_rounds",
     "replay_lanes": "test_replay_lanes",
+    "pipeline": "test_pipeline",
 }
 
 I64 = np.int64
@@ -378,3 +381,42 @@ def test_rounds_kernel_equals_reference_on_many_items(lanes, cap, items, slack, 
     if rnd.random() < 0.3:
         order = np.array(rnd.sample(range(n), n), dtype=I64)
     _rounds_agree(order, sizes, work, tokens, limits, lanes, cap)
+
+
+def test_pipeline():
+    f64 = np.float64
+    f, b, one = a(1.0, 2.0, dtype=f64), a(2.0, 4.0, dtype=f64), a(0, 1)
+    with pytest.raises(ValueError, match=r"pipeline: backward holds 1 entries, forward 2"):
+        C.pipeline(f, b[:1], 2, 1, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: stages = 0 must be in"):
+        C.pipeline(f, b, 0, 1, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: vpp = 0 must be in"):
+        C.pipeline(f, b, 2, 0, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: vpp = 65 must be in"):
+        C.pipeline(f, b, 2, 65, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: count = -1 must be in"):
+        C.pipeline(f, b, 2, 1, one, -1)
+    with pytest.raises(ValueError, match=r"pipeline: len\(forward\) = 2 must be a multiple of"):
+        C.pipeline(f, b, 3, 2, one, 1)  # interleaved: micro-batches in groups of stages
+    with pytest.raises(ValueError, match=r"pipeline: forward\[1\] = nan must be a finite"):
+        C.pipeline(a(1.0, np.nan, dtype=f64), b, 2, 1, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: backward\[0\] = -1 must be a finite"):
+        C.pipeline(f, a(-1.0, 1.0, dtype=f64), 2, 1, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: forward\[0\] = inf must be a finite"):
+        C.pipeline(a(np.inf, 1.0, dtype=f64), b, 2, 1, one, 1)
+    with pytest.raises(ValueError, match=r"pipeline: count = 2 must be 0 or 1 with no micro"):
+        C.pipeline(a(dtype=f64), a(dtype=f64), 2, 1, a(), 2)
+    with pytest.raises(ValueError, match=r"pipeline: orders holds 2 entries, not count"):
+        C.pipeline(f, b, 2, 1, one, 2)
+    with pytest.raises(ValueError, match=r"pipeline: orders\[3\] = 1 \(each row of orders"):
+        C.pipeline(f, b, 2, 1, a(0, 1, 1, 1), 2)
+    with pytest.raises(ValueError, match=r"pipeline: orders\[0\] = 2 \(each row of orders"):
+        C.pipeline(f, b, 2, 1, a(2, 0), 1)
+    # valid edges: no micro-batches; no orders; two orders of two micro-batches on 2 stages
+    assert C.pipeline(a(dtype=f64), a(dtype=f64), 4, 2, a(), 1).tolist() == [0.0]
+    assert C.pipeline(f, b, 2, 1, a(), 0).size == 0
+    # 1F1B on 2 stages, in order 0, 1: stage 0 runs F0 0-1, F1 1-3; stage 1 F0 1-2, B0 2-4,
+    # F1 4-6, B1 6-10; stage 0 then B0 4-6 and B1 10-14. Reversed: 14 too (2+1, 4+2+1+2, ...)
+    got = C.pipeline(f, b, 2, 1, a(0, 1, 1, 0), 2)
+    assert got.tolist() == [14.0, 14.0] == [pipeline_reference(f, b, 2)[0]] * 2
+    assert pipeline(f, b, 2)[0] == got[0]

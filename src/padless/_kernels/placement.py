@@ -4,7 +4,8 @@
 :func:`place_items_reference` beside it); :func:`cost_table` costs every length at every CP
 degree (compiled, :func:`cost_table_reference` beside it); :func:`replay_lanes` replays a placement on its lanes
 (compiled, :func:`replay_lanes_reference` beside it) and :func:`pipeline` runs a 1F1B or
-interleaved pipeline over micro-batch times (plain Python, O(stages · micro-batches · vpp)).
+interleaved pipeline over micro-batch times (compiled, :func:`pipeline_reference` beside it;
+:func:`pipeline_orders` replays many run orders in one call).
 The tests hold a brute-force reference of each replay.
 """
 
@@ -18,6 +19,8 @@ __all__ = [
     "cost_table",
     "cost_table_reference",
     "pipeline",
+    "pipeline_orders",
+    "pipeline_reference",
     "place_items",
     "place_items_reference",
     "place_rounds",
@@ -323,9 +326,44 @@ def pipeline(
 
     An op starts when its device is free and what it needs is done: the forward of the virtual
     stage before, the backward of the stage after (and its own forward). Transfers take no time.
+    Interleaved (``vpp > 1``) needs a micro-batch count that is a multiple of ``stages``.
 
+    Compiled (csrc/placement.hpp), the same floats as :func:`pipeline_reference`.
     Cost: O(stages · micro-batches · vpp) ops.
     """
+    fwd = np.ascontiguousarray(forward, dtype=np.float64)
+    bwd = np.ascontiguousarray(backward, dtype=np.float64)
+    got = _core.pipeline(fwd, bwd, int(stages), int(vpp), np.arange(fwd.size, dtype=np.int64), 1)
+    busy = np.full(int(stages), float((fwd / vpp).sum() + (bwd / vpp).sum()) * vpp)
+    return float(got[0]), busy
+
+
+def pipeline_orders(
+    forward: np.ndarray, backward: np.ndarray, stages: int, vpp: int, orders: np.ndarray
+) -> np.ndarray:
+    """The makespan of :func:`pipeline` for each row of ``orders`` (K, M): row ``r`` runs
+    micro-batch ``orders[r, j]`` in place ``j`` (each row a permutation of ``0..M−1``), i.e.
+    ``pipeline(forward[orders[r]], backward[orders[r]], stages, vpp)[0]``, in one call.
+    Compiled; O(K · stages · M · vpp)."""
+    fwd = np.ascontiguousarray(forward, dtype=np.float64)
+    rows = np.ascontiguousarray(orders, dtype=np.int64).reshape(-1, fwd.size) if fwd.size else None
+    count = 0 if rows is None else rows.shape[0]
+    return _core.pipeline(
+        fwd,
+        np.ascontiguousarray(backward, dtype=np.float64),
+        int(stages),
+        int(vpp),
+        np.zeros(0, np.int64) if rows is None else rows.reshape(-1),
+        int(count),
+    )
+
+
+def pipeline_reference(
+    forward: np.ndarray, backward: np.ndarray, stages: int, vpp: int = 1
+) -> tuple[float, np.ndarray]:
+    """:func:`pipeline` in plain Python: a dict of the ops done, devices visited in turn, each
+    as far as it can go. With ``vpp > 1`` and a micro-batch count that is not a multiple of
+    ``stages`` the orders name micro-batches that do not exist (an ``IndexError``)."""
     micro = int(forward.size)
     v_total = stages * vpp
     fwd = np.asarray(forward, dtype=np.float64) / vpp
