@@ -652,22 +652,22 @@ def _even(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement
     return score, p
 
 
-@functools.lru_cache(maxsize=16)
-def _moves(m: int) -> np.ndarray:
-    """The orders one move of one micro-batch away from ``0..m−1``, as the place each place
-    reads from: ``[i]`` holds the ``m − 1`` moves of the micro-batch at place ``i`` to each
-    other place ``j`` (the ones between shift by one), then its ``m − 1`` swaps with the one at
-    place ``j``. (m, 2(m − 1), m) int64, read-only."""
+def _moves_at(m: int, i: int) -> np.ndarray:
+    """The orders one move of the micro-batch at place ``i`` away from ``0..m−1``, as the place
+    each place reads from: its ``m − 1`` moves to each other place ``j`` (the ones between shift
+    by one), then its ``m − 1`` swaps with the one at place ``j``. (2(m − 1), m) int64."""
     pos = np.arange(m)
-    i = pos[:, None, None]
-    j = np.array([np.delete(pos, k) for k in range(m)]).reshape(m, max(m - 1, 0), 1)
-    p = pos[None, None, :]
+    j = np.delete(pos, i)[:, None]
+    p = pos[None, :]
     shifted = p + ((p >= i) & (p < j)) - ((p > j) & (p <= i))
     inserts = np.where(p == j, i, shifted)
     swaps = np.where(p == i, j, np.where(p == j, i, p))
-    out = np.concatenate([inserts, swaps], axis=1).astype(np.int64)
-    out.setflags(write=False)
-    return out
+    return np.concatenate([inserts, swaps], axis=0).astype(np.int64)
+
+
+def _moves(m: int) -> np.ndarray:
+    """:func:`_moves_at` of every place: (m, 2(m − 1), m) (O(m³) memory: small ``m`` only)."""
+    return np.stack([_moves_at(m, i) for i in range(m)]) if m else np.zeros((0, 0, 0), np.int64)
 
 
 def _sequence(p: Placement, score: float, budget: float = 2e6) -> tuple[float, Placement]:
@@ -688,8 +688,7 @@ def _sequence(p: Placement, score: float, budget: float = 2e6) -> tuple[float, P
     span = _slot_times(p.slots, start, p.times, m)
     bound = max(float(span.sum()) + (mesh.pp - 1) * float(span.min()), mesh.pp * float(span.max()))
     fwd, bwd = _passes(p, span)
-    moves = _moves(m)
-    per_call = moves.shape[1] * m * mesh.pp * mesh.vpp
+    per_call = 2 * (m - 1) * m * mesh.pp * mesh.vpp  # the ops of one place's moves replayed
     left = budget
     best, kept = score, np.arange(m)
     by_span = np.argsort(span, kind="stable")
@@ -702,7 +701,7 @@ def _sequence(p: Placement, score: float, budget: float = 2e6) -> tuple[float, P
                 if left < per_call:
                     break
                 left -= per_call
-                trials = order[moves[i]]
+                trials = order[_moves_at(m, i)]  # O(m²) memory, built per place
                 got = KP.pipeline_orders(fwd, bwd, mesh.pp, mesh.vpp, trials)
                 k = int(np.argmin(got))
                 if got[k] < now:
