@@ -181,15 +181,15 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
         refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
     }
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 16.0);
-    Buffer<double> table(n * n_ks), running(n * n_ks);
+    Buffer<double> table(n * n_ks);
     Buffer<int64_t> fastest(n), widest(n);
     {
         nb::gil_scoped_release nogil;
         cost_table(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), table.get(),
-                   running.get(), fastest.get(), slack, widest.get());
+                   fastest.get(), slack, widest.get());
     }
-    return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(running)),
-                          to_numpy(std::move(fastest)), to_numpy(std::move(widest)));
+    return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(fastest)),
+                          to_numpy(std::move(widest)));
 }
 
 }  // namespace

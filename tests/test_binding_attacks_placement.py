@@ -299,10 +299,10 @@ def test_cost_table():
     with pytest.raises(ValueError, match=r"cost_table: slack = nan must be a finite number"):
         C.cost_table(a(5), a(1), a(1), coefs, np.nan)
     # valid edges: nothing to cost; a row below every degree (all inf, fastest 0, widest last)
-    table, running, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
-    assert table.size == running.size == fastest.size == widest.size == 0
-    table, running, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
-    assert np.isinf(table).all() and np.isinf(running).all() and fastest.tolist() == [0]
+    table, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
+    assert table.size == fastest.size == widest.size == 0
+    table, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
+    assert np.isinf(table).all() and fastest.tolist() == [0]
     assert widest.tolist() == [1]
 
 
@@ -315,7 +315,8 @@ def test_cost_table():
 )
 def test_cost_table_equals_reference_bit_for_bit(coefs, lens, ks, rnd):
     coefs = np.array(coefs, dtype=np.float64)
-    lens = np.array(lens + [0, 1, 2, 1000], dtype=I64)
+    # past 2**52 tokens the kernel takes its other path (the shard divided as numpy does)
+    lens = np.array(lens + [0, 1, 2, 1000, (1 << 52) + 1, (1 << 62) - 3], dtype=I64)
     ks = np.array(ks, dtype=I64)
     kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
     slack = rnd.choice([0.0, 0.02, 0.5])

@@ -29,11 +29,11 @@ __all__ = [
 
 def cost_table(
     coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The seconds of a shard of every length (rows) at every degree of ``ks`` (columns), ``inf``
-    where ``ks[j] < kmin[i]``; and per row the running minimum over the columns, the first
-    column of the minimum, and the widest column whose rank-seconds ``k·t`` are within
-    ``1 + slack`` of the row's least (the last where all are inf).
+    where ``ks[j] < kmin[i]``; and per row the first column of the minimum, and the widest
+    column whose rank-seconds ``k·t`` are within ``1 + slack`` of the row's least (the last
+    where all are inf).
 
     ``coefs`` (9 floats): forward linear, quadratic, per_sequence and exchange seconds per
     shard token, the same four of the backward, and the latency of one exchange. A shard of
@@ -45,7 +45,7 @@ def cost_table(
     """
     lens = np.ascontiguousarray(lengths, dtype=np.int64)
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    table, running, fastest, widest = _core.cost_table(
+    table, fastest, widest = _core.cost_table(
         lens,
         ks,
         np.ascontiguousarray(kmin, dtype=np.int64),
@@ -53,12 +53,12 @@ def cost_table(
         float(slack),
     )
     shape = (lens.size, ks.size)
-    return table.reshape(shape), running.reshape(shape), fastest, widest
+    return table.reshape(shape), fastest, widest
 
 
 def cost_table_reference(
     coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`cost_table` in numpy, over the whole (rows, ks) table at once."""
     c = [float(x) for x in coefs]
     lens = np.asarray(lengths, dtype=np.int64)
@@ -73,14 +73,13 @@ def cost_table_reference(
         out += (kf - 1.0) * np.maximum(step, exchange * shard + c[8])
         table = table + out
     table = np.where(kk >= np.asarray(kmin, dtype=np.int64)[:, None], table, np.inf)
-    running = np.minimum.accumulate(table, axis=1) if kk.size else table.copy()
     fastest = np.argmin(table, axis=1) if kk.size else np.zeros(lens.size, dtype=np.int64)
     widest = np.zeros(lens.size, dtype=np.int64)
     if kk.size:
         area = table * kk
         free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
         widest = kk.size - 1 - np.argmax(free[:, ::-1], axis=1)
-    return table, running, np.asarray(fastest, dtype=np.int64), widest.astype(np.int64)
+    return table, np.asarray(fastest, dtype=np.int64), widest.astype(np.int64)
 
 
 def place_items(

@@ -253,7 +253,7 @@ class _Table:
             if new.size > 1 and not bool((new[1:] > new[:-1]).all()):  # ascending already: kept
                 new = np.unique(new)
             have, count = self.rows.size, self.rows.size + new.size
-            table, _, fastest, widest = KP.cost_table(
+            table, fastest, widest = KP.cost_table(
                 _coefs(self.cost), self.lens[new], self.ks, self.kmin[new], FREE_SLACK
             )
             if have == 0:  # the kernel's arrays are the table
