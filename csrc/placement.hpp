@@ -466,6 +466,61 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
     }
 }
 
+// The tables of the Megatron-like candidates (the twin of padless/_kernels/placement.py's
+// rounds_tables_reference, the same operations in the same order). Per length (n) and group size
+// (ks, n_ks): tokens[i, s] a rank holds (the length padded to 2k, 1 at k = 1, over k), times[i, s]
+// the shard's seconds (cost_table's), and the two work measures with inf where ks[s] < kmin[i]:
+// work_time (the seconds) and work_quad (L·L/k); per length the caps of a round it opens,
+// 1.05 × its work at its smallest allowed size k0 × max(1, k0·cap / L) (limit_time,
+// limit_quad). Cost: O(n · n_ks).
+inline void rounds_tables(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
+                          const int64_t* kmin, const double* c, int64_t cap, int64_t* tokens,
+                          double* times, double* work_time, double* work_quad,
+                          double* limit_time, double* limit_quad) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const size_t nk = static_cast<size_t>(n_ks);
+    {
+        std::vector<int64_t> ones(static_cast<size_t>(n), 1), fastest(static_cast<size_t>(n));
+        std::vector<int64_t> widest(static_cast<size_t>(n));
+        cost_table(lengths, n, ks, n_ks, ones.data(), c, times, fastest.data(), 0.0,
+                   widest.data());
+    }
+    std::vector<double> kf(nk), mult(nk), twice(nk);
+    for (size_t s = 0; s < nk; ++s) {
+        kf[s] = static_cast<double>(ks[s]);
+        mult[s] = ks[s] > 1 ? 2.0 * kf[s] : 1.0;
+        twice[s] = ks[s] > 1 ? 2.0 : 1.0;
+    }
+    constexpr double kExact = 4503599627370496.0;  // 2**52
+    for (int64_t i = 0; i < n; ++i) {
+        const double lf = static_cast<double>(lengths[i]);
+        const size_t at = static_cast<size_t>(i) * nk;
+        const int64_t low = kmin[i];
+        int64_t k0 = -1;
+        for (size_t s = 0; s < nk; ++s) {
+            // numpy's ceil(L / m) * m / k, truncated to an integer: below 2**52 tokens the
+            // product is exact and the quotient 2 * up (up at k = 1), as in cost_table
+            const double q = lf / mult[s];
+            double up = static_cast<double>(static_cast<int64_t>(q));
+            up += up < q ? 1.0 : 0.0;
+            const double shard = lf <= kExact ? up * twice[s] : up * mult[s] / kf[s];
+            tokens[at + s] = static_cast<int64_t>(shard);
+            const bool allowed = ks[s] >= low;
+            k0 = allowed && k0 < 0 ? static_cast<int64_t>(s) : k0;
+            work_time[at + s] = allowed ? times[at + s] : inf;
+            work_quad[at + s] = allowed ? lf * lf / kf[s] : inf;
+        }
+        k0 = k0 < 0 ? 0 : k0;  // none allowed: the first (numpy's argmax of all False)
+        const size_t z = static_cast<size_t>(k0);
+        // ks[k0] * cap in int64 as numpy multiplies it (wrapping past 2**63), then in doubles
+        const int64_t area = static_cast<int64_t>(static_cast<uint64_t>(ks[z]) *
+                                                  static_cast<uint64_t>(cap));
+        const double fill = std::max(1.0, static_cast<double>(area) / std::max(lf, 1.0));
+        limit_time[i] = 1.05 * times[at + z] * fill;
+        limit_quad[i] = 1.05 * (lf * lf / kf[z]) * fill;
+    }
+}
+
 // Replay items in the order given on their lanes (n items, `width` lanes each, -1 past an
 // item's degree): each starts when all its lanes are free. With `barrier`, the first item of a
 // new slot (slots[i] != slots[i - 1]) first waits for every lane. Writes start[n] and free[lanes].

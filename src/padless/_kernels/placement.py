@@ -24,6 +24,8 @@ __all__ = [
     "place_rounds_reference",
     "replay_lanes",
     "replay_lanes_reference",
+    "rounds_tables",
+    "rounds_tables_reference",
 ]
 
 
@@ -275,6 +277,68 @@ def replay_lanes_reference(
         free[row] = s + float(times[i])
         start[i] = s
     return start, free
+
+
+def rounds_tables(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tables of the two :func:`place_rounds` calls of the Megatron-like candidates:
+    ``(tokens, times, work_time, work_quad, limit_time, limit_quad)``.
+
+    Per length (rows) and group size ``ks`` (columns): the tokens a rank holds (the length
+    padded to ``2k``, 1 at ``k = 1``, over ``k``), the shard's seconds (:func:`cost_table`'s),
+    and two work measures, ``inf`` where ``ks[s] < kmin[i]``: the seconds, and ``L²/k``; per
+    length the cap of a round it opens, ``1.05`` × its work at its smallest allowed size ``k0``
+    × ``max(1, k0·cap / L)``, in each measure. Compiled (csrc/placement.hpp), the same numbers
+    bit for bit as :func:`rounds_tables_reference` in one pass instead of numpy's dozen.
+    O(N · len(ks)).
+    """
+    lens = np.ascontiguousarray(lengths, dtype=np.int64)
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    tokens, times, work_time, work_quad, limit_time, limit_quad = _core.rounds_tables(
+        lens,
+        ks,
+        np.ascontiguousarray(kmin, dtype=np.int64),
+        np.ascontiguousarray(coefs, dtype=np.float64),
+        int(cap),
+    )
+    shape = (lens.size, ks.size)
+    return (
+        tokens.reshape(shape),
+        times.reshape(shape),
+        work_time.reshape(shape),
+        work_quad.reshape(shape),
+        limit_time,
+        limit_quad,
+    )
+
+
+def rounds_tables_reference(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rounds_tables` in numpy."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    ks = np.asarray(ks, dtype=np.int64)
+    n = lens.size
+    allowed = ks[None, :] >= np.asarray(kmin, dtype=np.int64)[:, None]
+    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k (in floats, exact)
+    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
+    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
+    tokens = shard.astype(np.int64)
+    times = cost_table(coefs, lens, ks, np.ones(n, dtype=np.int64))[0]
+    row = np.arange(n)
+    k0 = np.argmax(allowed, axis=1)
+    lf = lens.astype(np.float64)
+    fill = np.maximum(1.0, ks[k0] * np.int64(cap) / np.maximum(lf, 1.0))
+    quad = lf[:, None] * lf[:, None] / ks[None, :]
+    return (
+        tokens,
+        times,
+        np.where(allowed, times, np.inf),
+        np.where(allowed, quad, np.inf),
+        1.05 * times[row, k0] * fill,
+        1.05 * quad[row, k0] * fill,
+    )
 
 
 def _orders(stages: int, vpp: int, micro: int) -> list[list[tuple[str, int, int]]]:

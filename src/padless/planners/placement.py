@@ -451,31 +451,18 @@ def _rounds(
     n = lens.size
     top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
     ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
-    allowed = ks[None, :] >= kmin[:, None]
-    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k; in floats (exact below
-    # 2**52 tokens), cheaper than integer division on the (N, sizes) table
-    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
-    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
-    tokens = shard.astype(np.int64)
-    times = KP.cost_table(_coefs(cost), lens, ks, np.ones(n, dtype=np.int64))[0]
+    tokens, times, work_time, work_quad, limit_time, limit_quad = KP.rounds_tables(
+        _coefs(cost), lens, ks, kmin, cap
+    )
     # longest first, ties by index: with unique keys any sort gives the stable sort's order
     if n and int(lens.max()) < (1 << 62) // n:
         order = np.argsort(-lens * n + np.arange(n))
     else:
         order = np.argsort(-lens, kind="stable")
     row = np.arange(n)
-    k0 = np.argmax(allowed, axis=1)
-    lf = lens.astype(np.float64)
-    fill = np.maximum(1.0, ks[k0] * cap / np.maximum(lf, 1.0))  # the longest's rank, filled
-    quad = lf[:, None] * lf[:, None] / ks[None, :]
     out = []
-    for work, limits in (
-        (times, 1.05 * times[row, k0] * fill),
-        (quad, 1.05 * quad[row, k0] * fill),
-    ):
-        got = KP.place_rounds(
-            order, ks, np.where(allowed, work, np.inf), tokens, limits, mesh.ranks, cap
-        )
+    for work, limits in ((work_time, limit_time), (work_quad, limit_quad)):
+        got = KP.place_rounds(order, ks, work, tokens, limits, mesh.ranks, cap)
         if isinstance(got, int):  # cannot happen: every length fits at its smallest degree
             continue
         rnd, first, kidx, start = got
