@@ -363,9 +363,11 @@ def _stable_order(x: np.ndarray) -> np.ndarray:
 
 
 class _Longest:
-    """Items longest first, ties by index (a stable sort of ``−times``), for many ``times``
-    that differ from ``base`` only at ``rows``: the others are sorted once, and each call sorts
-    ``rows`` and merges them in (O(N + R log R) instead of a sort of all N)."""
+    """Items longest first, ties by index (exactly ``np.argsort(-times, kind="stable")``), for
+    many ``times`` that differ from ``base`` mostly at ``rows``: the others are sorted once, and
+    each call sorts ``rows`` and merges them in (O(N + R log R) instead of a sort of all N).
+    Items outside ``rows`` whose time differs from ``base`` (rows a spread costed after this was
+    built) join ``rows`` for that call (one O(N) comparison finds them)."""
 
     def __init__(self, base: np.ndarray, rows: np.ndarray) -> None:
         keep = np.ones(base.size, dtype=bool)
@@ -376,23 +378,30 @@ class _Longest:
         self.rest_key = -base[self.rest]
 
     def __call__(self, times: np.ndarray) -> np.ndarray:
-        rows = self.rows
+        rows, rest, rest_key = self.rows, self.rest, self.rest_key
+        moved = -times[rest] != rest_key
+        if moved.any():  # times changed outside rows: those items are sorted with rows
+            rows = np.concatenate([rows, rest[moved]])
+            rest, rest_key = rest[~moved], rest_key[~moved]
         if rows.size == 0:
-            return self.rest
-        mine = rows[np.argsort(-times[rows], kind="stable")]
+            return rest
+        if rows is self.rows:  # ascending: a stable sort keeps ties by index
+            mine = rows[np.argsort(-times[rows], kind="stable")]
+        else:  # no longer ascending: ties by index need the index as a key too
+            mine = rows[np.lexsort((rows, -times[rows]))]
         key = -times[mine]
         # before each of mine: the others of smaller key, and of equal key and smaller index
-        lo = np.searchsorted(self.rest_key, key, side="left")
-        hi = np.searchsorted(self.rest_key, key, side="right")
+        lo = np.searchsorted(rest_key, key, side="left")
+        hi = np.searchsorted(rest_key, key, side="right")
         before = lo
         for j in np.flatnonzero(hi > lo).tolist():  # ties in time: rare
-            before[j] += int(np.searchsorted(np.sort(self.rest[lo[j] : hi[j]]), mine[j]))
+            before[j] += int(np.searchsorted(np.sort(rest[lo[j] : hi[j]]), mine[j]))
         at = before + np.arange(mine.size)
         out = np.empty(times.size, dtype=np.int64)
         placed = np.zeros(times.size, dtype=bool)
         placed[at] = True
         out[at] = mine
-        out[~placed] = self.rest
+        out[~placed] = rest
         return out
 
 
