@@ -181,15 +181,56 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
         refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
     }
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 16.0);
-    Buffer<double> table(n * n_ks), running(n * n_ks);
+    Buffer<double> table(n * n_ks);
     Buffer<int64_t> fastest(n), widest(n);
     {
         nb::gil_scoped_release nogil;
         cost_table(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), table.get(),
-                   running.get(), fastest.get(), slack, widest.get());
+                   fastest.get(), slack, widest.get());
     }
-    return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(running)),
-                          to_numpy(std::move(fastest)), to_numpy(std::move(widest)));
+    return nb::make_tuple(to_numpy(std::move(table)), to_numpy(std::move(fastest)),
+                          to_numpy(std::move(widest)));
+}
+
+nb::tuple rounds_tables_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
+                           In<double> coefs, int64_t cap) {
+    const char* kernel = "rounds_tables";
+    const int64_t n = static_cast<int64_t>(lengths.shape(0));
+    const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
+    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
+    check_scalar(kernel, "len(coefs)", static_cast<int64_t>(coefs.shape(0)), 9, 9,
+                 "must be 9 (forward linear, quadratic, per_sequence, exchange; the same of "
+                 "the backward; latency)");
+    check_scalar(kernel, "len(ks)", n_ks, 1, int64_t(64), "must be in [1, 64]");
+    check_scalar(kernel, "cap", cap, 1, MAX_COUNT, "must be in [1, 2**62]");
+    for (int64_t j = 0; j < 9; ++j) {
+        if (!(coefs(j) >= 0.0) || !std::isfinite(coefs(j))) {
+            refuse(kernel, entry("coefs", j, coefs(j)) + " must be a finite number >= 0");
+        }
+    }
+    for (int64_t j = 0; j < n_ks; ++j) {
+        if (ks(j) < 1 || ks(j) > (int64_t(1) << 20)) {
+            refuse(kernel, entry("ks", j, ks(j)) + " must be in [1, 2**20]");
+        }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (lengths(i) < 0 || lengths(i) > MAX_COUNT) {
+            refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
+        }
+    }
+    check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 40.0);
+    Buffer<int64_t> tokens(n * n_ks);
+    Buffer<double> times(n * n_ks), work_time(n * n_ks), work_quad(n * n_ks);
+    Buffer<double> limit_time(n), limit_quad(n);
+    {
+        nb::gil_scoped_release nogil;
+        rounds_tables(lengths.data(), n, ks.data(), n_ks, kmin.data(), coefs.data(), cap,
+                      tokens.get(), times.get(), work_time.get(), work_quad.get(),
+                      limit_time.get(), limit_quad.get());
+    }
+    return nb::make_tuple(to_numpy(std::move(tokens)), to_numpy(std::move(times)),
+                          to_numpy(std::move(work_time)), to_numpy(std::move(work_quad)),
+                          to_numpy(std::move(limit_time)), to_numpy(std::move(limit_quad)));
 }
 
 // pipeline: `count` orders (rows of `orders`, each a permutation of 0..len(forward)-1) of one set
@@ -265,6 +306,8 @@ void bind_placement(nb::module_& m) {
           nb::arg("tokens"), nb::arg("limits"), nb::arg("lanes"), nb::arg("max_tokens"));
     m.def("cost_table", &cost_table_py, nb::arg("lengths"), nb::arg("ks"), nb::arg("kmin"),
           nb::arg("coefs"), nb::arg("slack") = 0.02);
+    m.def("rounds_tables", &rounds_tables_py, nb::arg("lengths"), nb::arg("ks"), nb::arg("kmin"),
+          nb::arg("coefs"), nb::arg("cap"));
     m.def("replay_lanes", &replay_lanes_py, nb::arg("lanes_of"), nb::arg("width"),
           nb::arg("times"), nb::arg("slots"), nb::arg("lanes"), nb::arg("barrier"));
     m.def("pipeline", &pipeline_py, nb::arg("forward"), nb::arg("backward"), nb::arg("stages"),

@@ -7,6 +7,10 @@
 #include <limits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common.hpp"
 
 namespace padless {
@@ -326,70 +330,194 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
 // padless/_kernels/placement.py's cost_table_reference (padless.MeshCost.time), the same
 // operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
 // bit. c: forward linear, quadratic, per_sequence, exchange seconds per token; the same four of
-// the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the running
-// minimum over the columns and the first column of the minimum (0 when all are inf), and the
-// widest column whose k·t is within (1 + slack) of the row's least (the last when all are inf).
+// the backward; latency. Where ks[j] < kmin[i] the entry is inf. Per row also the first column
+// of the minimum (0 when all are inf) and the widest column whose k·t is within (1 + slack) of
+// the row's least (the last when all are inf). Below 2**52 tokens a row is one branch-free pass
+// (SSE2: two columns at a time), then one pass for the row's two minima and two scans that stop
+// at the columns sought; the columns' k, padding multiple and hops are computed once.
 inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
-                       const int64_t* kmin, const double* c, double* table, double* running,
-                       int64_t* fastest, double slack, int64_t* widest) {
+                       const int64_t* kmin, const double* c, double* table, int64_t* fastest,
+                       double slack, int64_t* widest) {
     const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> kf(static_cast<size_t>(n_ks)), mult(static_cast<size_t>(n_ks));
-    for (int64_t j = 0; j < n_ks; ++j) {
-        kf[static_cast<size_t>(j)] = static_cast<double>(ks[j]);
-        mult[static_cast<size_t>(j)] = ks[j] > 1 ? 2.0 * kf[static_cast<size_t>(j)] : 1.0;
+    const size_t nk = static_cast<size_t>(n_ks);
+    // what depends on the column only: k, the padding multiple m (2k, 1 at k = 1), the factor
+    // m / k (2, 1 at k = 1: exact below 2**52 tokens) and the hops k - 1
+    std::vector<double> kf(nk), mult(nk), twice(nk), hops(nk);
+    for (size_t j = 0; j < nk; ++j) {
+        kf[j] = static_cast<double>(ks[j]);
+        mult[j] = ks[j] > 1 ? 2.0 * kf[j] : 1.0;
+        twice[j] = ks[j] > 1 ? 2.0 : 1.0;
+        hops[j] = kf[j] - 1.0;
     }
+    const double* kp = kf.data();
+    const double* mp = mult.data();
+    const double* tp = twice.data();
+    const double* hp = hops.data();
+    const double lin0 = c[0], quad0 = c[1], seq0 = c[2], exch0 = c[3];
+    const double lin1 = c[4], quad1 = c[5], seq1 = c[6], exch1 = c[7], latency = c[8];
+    constexpr double kExact = 4503599627370496.0;  // 2**52
     for (int64_t i = 0; i < n; ++i) {
         const double lf = static_cast<double>(lengths[i]);
-        double* row = table + i * n_ks;
-        for (int64_t j = 0; j < n_ks; ++j) {
-            const double k = kf[static_cast<size_t>(j)];
-            const double m = mult[static_cast<size_t>(j)];
-            // ceil of a quotient in [0, 2**62]: truncation is exact there (an integer past 2**52)
-            const double q = lf / m;
-            double up = static_cast<double>(static_cast<int64_t>(q));
-            up += up < q ? 1.0 : 0.0;
-            // up * m / k: below 2**52 tokens the product is exact and the quotient 2 * up
-            // (up at k = 1) exactly, so the division is left out there
-            const double shard = lf <= 4503599627370496.0 ? (k > 1 ? 2.0 * up : up) : up * m / k;
-            const double hops = k - 1.0;
-            double total = 0.0;
-            for (int b = 0; b < 2; ++b) {
-                const double* p = c + 4 * b;  // linear, quadratic, per_sequence, exchange
-                const double step = shard * p[1] * shard;
-                const double comm = shard * p[3] + c[8];
-                const double out = shard * p[0] + p[2] + step;
-                const double pass = out + std::max(step, comm) * hops;
-                total = b == 0 ? pass : total + pass;
+        // ks[j] >= kmin[i] compared in doubles: exact, ks <= 2**20 (a kmin past 2**53 rounds
+        // to a double past 2**20 still)
+        const double low = static_cast<double>(kmin[i]);
+        double* __restrict row = table + i * n_ks;
+        if (lf <= kExact) {
+            // one branch-free pass. ceil(q) for q in [0, 2**52]: (q + 2**52) - 2**52 rounds q
+            // to an integer, one more where that fell below q
+            size_t j = 0;
+#if defined(__SSE2__)
+            // two columns at a time, the same operations (max(comm, step) returns step on
+            // ties, as std::max(step, comm) does)
+            const __m128d vlf = _mm_set1_pd(lf), vlow = _mm_set1_pd(low);
+            const __m128d magic = _mm_set1_pd(kExact), one = _mm_set1_pd(1.0);
+            const __m128d vinf = _mm_set1_pd(inf), lat = _mm_set1_pd(latency);
+            const __m128d l0 = _mm_set1_pd(lin0), q0 = _mm_set1_pd(quad0);
+            const __m128d s0 = _mm_set1_pd(seq0), e0 = _mm_set1_pd(exch0);
+            const __m128d l1 = _mm_set1_pd(lin1), q1 = _mm_set1_pd(quad1);
+            const __m128d s1 = _mm_set1_pd(seq1), e1 = _mm_set1_pd(exch1);
+            for (; j + 2 <= nk; j += 2) {
+                const __m128d q = _mm_div_pd(vlf, _mm_loadu_pd(mp + j));
+                __m128d up = _mm_sub_pd(_mm_add_pd(q, magic), magic);
+                up = _mm_add_pd(up, _mm_and_pd(_mm_cmplt_pd(up, q), one));
+                const __m128d shard = _mm_mul_pd(up, _mm_loadu_pd(tp + j));
+                const __m128d h = _mm_loadu_pd(hp + j);
+                const __m128d st0 = _mm_mul_pd(_mm_mul_pd(shard, q0), shard);
+                const __m128d c0 = _mm_add_pd(_mm_mul_pd(shard, e0), lat);
+                const __m128d p0 = _mm_add_pd(
+                    _mm_add_pd(_mm_add_pd(_mm_mul_pd(shard, l0), s0), st0),
+                    _mm_mul_pd(_mm_max_pd(c0, st0), h));
+                const __m128d st1 = _mm_mul_pd(_mm_mul_pd(shard, q1), shard);
+                const __m128d c1 = _mm_add_pd(_mm_mul_pd(shard, e1), lat);
+                const __m128d p1 = _mm_add_pd(
+                    _mm_add_pd(_mm_add_pd(_mm_mul_pd(shard, l1), s1), st1),
+                    _mm_mul_pd(_mm_max_pd(c1, st1), h));
+                const __m128d ok = _mm_cmpge_pd(_mm_loadu_pd(kp + j), vlow);
+                const __m128d total = _mm_add_pd(p0, p1);
+                _mm_storeu_pd(row + j, _mm_or_pd(_mm_and_pd(ok, total), _mm_andnot_pd(ok, vinf)));
             }
-            row[j] = ks[j] >= kmin[i] ? total : inf;
+#endif
+            for (; j < nk; ++j) {
+                const double q = lf / mp[j];
+                double up = (q + kExact) - kExact;
+                up += up < q ? 1.0 : 0.0;
+                const double shard = up * tp[j];
+                const double step0 = shard * quad0 * shard;
+                const double pass0 =
+                    shard * lin0 + seq0 + step0 + std::max(step0, shard * exch0 + latency) * hp[j];
+                const double step1 = shard * quad1 * shard;
+                const double pass1 =
+                    shard * lin1 + seq1 + step1 + std::max(step1, shard * exch1 + latency) * hp[j];
+                row[j] = kp[j] >= low ? pass0 + pass1 : inf;
+            }
+        } else {
+            // ceil of a quotient in [2**52, 2**62]: truncation is exact (an integer there), and
+            // the shard up * m / k as numpy computes it
+            for (size_t j = 0; j < nk; ++j) {
+                const double q = lf / mp[j];
+                double up = static_cast<double>(static_cast<int64_t>(q));
+                up += up < q ? 1.0 : 0.0;
+                const double shard = up * mp[j] / kp[j];
+                const double step0 = shard * quad0 * shard;
+                const double pass0 =
+                    shard * lin0 + seq0 + step0 + std::max(step0, shard * exch0 + latency) * hp[j];
+                const double step1 = shard * quad1 * shard;
+                const double pass1 =
+                    shard * lin1 + seq1 + step1 + std::max(step1, shard * exch1 + latency) * hp[j];
+                row[j] = kp[j] >= low ? pass0 + pass1 : inf;
+            }
         }
-        double* run = running + i * n_ks;
-        int64_t best = 0;
-        double least = inf, fast = n_ks > 0 ? row[0] : inf;
-        for (int64_t j = 0; j < n_ks; ++j) {
+        // the row's least time and least rank-seconds k·t (the minimum is exact in any order)
+        double least = inf, least_area = inf;
+        size_t j = 0;
+#if defined(__SSE2__)
+        __m128d vt = _mm_set1_pd(inf), va = _mm_set1_pd(inf);
+        for (; j + 2 <= nk; j += 2) {
+            const __m128d r = _mm_loadu_pd(row + j);
+            vt = _mm_min_pd(vt, r);
+            va = _mm_min_pd(va, _mm_mul_pd(r, _mm_loadu_pd(kp + j)));
+        }
+        double lanes_t[2], lanes_a[2];
+        _mm_storeu_pd(lanes_t, vt);
+        _mm_storeu_pd(lanes_a, va);
+        least = std::min(lanes_t[0], lanes_t[1]);
+        least_area = std::min(lanes_a[0], lanes_a[1]);
+#endif
+        for (; j < nk; ++j) {
             least = std::min(least, row[j]);
-            run[j] = least;
-            if (row[j] < fast) {
-                fast = row[j];
-                best = j;
-            }
+            least_area = std::min(least_area, row[j] * kp[j]);
         }
-        fastest[i] = best;
+        // the first column of the least time (0 when all are inf: the first equals inf then)
+        int64_t best = 0;
+        while (best < n_ks && row[best] != least) ++best;
+        fastest[i] = best < n_ks ? best : 0;
         // the widest column whose rank-seconds k·t are within (1 + slack) of the row's least
-        // (numpy's (1 + slack) * min(t * k) and t * k <= that, the same operations)
-        double least_area = inf;
-        for (int64_t j = 0; j < n_ks; ++j) {
-            least_area = std::min(least_area, row[j] * kf[static_cast<size_t>(j)]);
-        }
+        // (numpy's (1 + slack) * min(t * k) and t * k <= that, the same operations); the last
+        // where none is (all inf)
         const double within = (1.0 + slack) * least_area;
         int64_t wide = n_ks - 1;
-        for (int64_t j = n_ks - 1; j >= 0; --j) {
-            if (row[j] * kf[static_cast<size_t>(j)] <= within) {
-                wide = j;
+        for (int64_t jj = n_ks - 1; jj >= 0; --jj) {
+            if (row[jj] * kp[jj] <= within) {
+                wide = jj;
                 break;
             }
         }
         widest[i] = n_ks > 0 ? wide : 0;
+    }
+}
+
+// The tables of the Megatron-like candidates (the twin of padless/_kernels/placement.py's
+// rounds_tables_reference, the same operations in the same order). Per length (n) and group size
+// (ks, n_ks): tokens[i, s] a rank holds (the length padded to 2k, 1 at k = 1, over k), times[i, s]
+// the shard's seconds (cost_table's), and the two work measures with inf where ks[s] < kmin[i]:
+// work_time (the seconds) and work_quad (L·L/k); per length the caps of a round it opens,
+// 1.05 × its work at its smallest allowed size k0 × max(1, k0·cap / L) (limit_time,
+// limit_quad). Cost: O(n · n_ks).
+inline void rounds_tables(const int64_t* lengths, int64_t n, const int64_t* ks, int64_t n_ks,
+                          const int64_t* kmin, const double* c, int64_t cap, int64_t* tokens,
+                          double* times, double* work_time, double* work_quad,
+                          double* limit_time, double* limit_quad) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const size_t nk = static_cast<size_t>(n_ks);
+    {
+        std::vector<int64_t> ones(static_cast<size_t>(n), 1), fastest(static_cast<size_t>(n));
+        std::vector<int64_t> widest(static_cast<size_t>(n));
+        cost_table(lengths, n, ks, n_ks, ones.data(), c, times, fastest.data(), 0.0,
+                   widest.data());
+    }
+    std::vector<double> kf(nk), mult(nk), twice(nk);
+    for (size_t s = 0; s < nk; ++s) {
+        kf[s] = static_cast<double>(ks[s]);
+        mult[s] = ks[s] > 1 ? 2.0 * kf[s] : 1.0;
+        twice[s] = ks[s] > 1 ? 2.0 : 1.0;
+    }
+    constexpr double kExact = 4503599627370496.0;  // 2**52
+    for (int64_t i = 0; i < n; ++i) {
+        const double lf = static_cast<double>(lengths[i]);
+        const size_t at = static_cast<size_t>(i) * nk;
+        const int64_t low = kmin[i];
+        int64_t k0 = -1;
+        for (size_t s = 0; s < nk; ++s) {
+            // numpy's ceil(L / m) * m / k, truncated to an integer: below 2**52 tokens the
+            // product is exact and the quotient 2 * up (up at k = 1), as in cost_table
+            const double q = lf / mult[s];
+            double up = static_cast<double>(static_cast<int64_t>(q));
+            up += up < q ? 1.0 : 0.0;
+            const double shard = lf <= kExact ? up * twice[s] : up * mult[s] / kf[s];
+            tokens[at + s] = static_cast<int64_t>(shard);
+            const bool allowed = ks[s] >= low;
+            k0 = allowed && k0 < 0 ? static_cast<int64_t>(s) : k0;
+            work_time[at + s] = allowed ? times[at + s] : inf;
+            work_quad[at + s] = allowed ? lf * lf / kf[s] : inf;
+        }
+        k0 = k0 < 0 ? 0 : k0;  // none allowed: the first (numpy's argmax of all False)
+        const size_t z = static_cast<size_t>(k0);
+        // ks[k0] * cap in int64 as numpy multiplies it (wrapping past 2**63), then in doubles
+        const int64_t area = static_cast<int64_t>(static_cast<uint64_t>(ks[z]) *
+                                                  static_cast<uint64_t>(cap));
+        const double fill = std::max(1.0, static_cast<double>(area) / std::max(lf, 1.0));
+        limit_time[i] = 1.05 * times[at + z] * fill;
+        limit_quad[i] = 1.05 * (lf * lf / kf[z]) * fill;
     }
 }
 

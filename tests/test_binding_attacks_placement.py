@@ -20,6 +20,8 @@ from padless._kernels.placement import (
     place_rounds_reference,
     replay_lanes,
     replay_lanes_reference,
+    rounds_tables,
+    rounds_tables_reference,
 )
 
 ATTACKED: dict[str, str] = {
@@ -28,6 +30,7 @@ ATTACKED: dict[str, str] = {
     "place_rounds": "test_place_rounds",
     "replay_lanes": "test_replay_lanes",
     "pipeline": "test_pipeline",
+    "rounds_tables": "test_rounds_tables",
 }
 
 I64 = np.int64
@@ -302,10 +305,10 @@ def test_cost_table():
     with pytest.raises(ValueError, match=r"cost_table: slack = nan must be a finite number"):
         C.cost_table(a(5), a(1), a(1), coefs, np.nan)
     # valid edges: nothing to cost; a row below every degree (all inf, fastest 0, widest last)
-    table, running, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
-    assert table.size == running.size == fastest.size == widest.size == 0
-    table, running, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
-    assert np.isinf(table).all() and np.isinf(running).all() and fastest.tolist() == [0]
+    table, fastest, widest = C.cost_table(a(), a(1, 2), a(), coefs)
+    assert table.size == fastest.size == widest.size == 0
+    table, fastest, widest = C.cost_table(a(7), a(1, 2), a(3), coefs)
+    assert np.isinf(table).all() and fastest.tolist() == [0]
     assert widest.tolist() == [1]
 
 
@@ -318,7 +321,8 @@ def test_cost_table():
 )
 def test_cost_table_equals_reference_bit_for_bit(coefs, lens, ks, rnd):
     coefs = np.array(coefs, dtype=np.float64)
-    lens = np.array(lens + [0, 1, 2, 1000], dtype=I64)
+    # past 2**52 tokens the kernel takes its other path (the shard divided as numpy does)
+    lens = np.array(lens + [0, 1, 2, 1000, (1 << 52) + 1, (1 << 62) - 3], dtype=I64)
     ks = np.array(ks, dtype=I64)
     kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
     slack = rnd.choice([0.0, 0.02, 0.5])
@@ -420,3 +424,51 @@ def test_pipeline():
     got = C.pipeline(f, b, 2, 1, a(0, 1, 1, 0), 2)
     assert got.tolist() == [14.0, 14.0] == [pipeline_reference(f, b, 2)[0]] * 2
     assert pipeline(f, b, 2)[0] == got[0]
+
+
+def test_rounds_tables():
+    f64 = np.float64
+    coefs = a(1.0, 0.5, 0.1, 0.01, 2.0, 1.0, 0.2, 0.02, 0.001, dtype=f64)
+    with pytest.raises(ValueError, match=r"rounds_tables: kmin holds 1 entries, lengths 2"):
+        C.rounds_tables(a(5, 9), a(1, 2), a(1), coefs, 10)
+    with pytest.raises(ValueError, match=r"rounds_tables: len\(coefs\) = 8 must be 9"):
+        C.rounds_tables(a(5), a(1), a(1), coefs[:8], 10)
+    with pytest.raises(ValueError, match=r"rounds_tables: len\(ks\) = 0 must be in \[1, 64\]"):
+        C.rounds_tables(a(5), a(), a(1), coefs, 10)
+    with pytest.raises(ValueError, match=r"rounds_tables: cap = 0 must be in \[1, 2\*\*62\]"):
+        C.rounds_tables(a(5), a(1), a(1), coefs, 0)
+    with pytest.raises(ValueError, match=r"rounds_tables: coefs\[2\] = inf must be a finite"):
+        C.rounds_tables(a(5), a(1), a(1), np.where(np.arange(9) == 2, np.inf, coefs), 10)
+    with pytest.raises(ValueError, match=r"rounds_tables: ks\[0\] = 0 must be in \[1, 2\*\*20\]"):
+        C.rounds_tables(a(5), a(0), a(1), coefs, 10)
+    with pytest.raises(ValueError, match=r"rounds_tables: lengths\[1\] = -4 must be in"):
+        C.rounds_tables(a(5, -4), a(1), a(1, 1), coefs, 10)
+    # valid edges: nothing to tabulate; a row no size allows (inf work, caps at the first size)
+    got = C.rounds_tables(a(), a(1, 2), a(), coefs, 10)
+    assert all(x.size == 0 for x in got)
+    tokens, times, work_time, work_quad, limit_time, limit_quad = C.rounds_tables(
+        a(7), a(1, 2), a(3), coefs, 10
+    )
+    assert tokens.tolist() == [7, 4] and np.isinf(work_time).all() and np.isinf(work_quad).all()
+    assert np.isfinite(times).all() and limit_quad.tolist() == [1.05 * 49.0 * (10 / 7)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1e-6, 3e-4, 0.5, 7.0]), min_size=9, max_size=9),
+    st.lists(st.integers(0, 1 << 40), max_size=12),
+    st.lists(st.integers(1, 300), min_size=1, max_size=9, unique=True),
+    st.sampled_from([1, 7, 32768, 1 << 62]),
+    st.randoms(use_true_random=False),
+)
+def test_rounds_tables_equals_reference_bit_for_bit(coefs, lens, ks, cap, rnd):
+    coefs = np.array(coefs, dtype=np.float64)
+    # past 2**52 tokens the shard is divided as numpy divides it; cap 2**62 wraps ks·cap
+    lens = np.array(lens + [0, 1, 2, 1000, (1 << 52) + 1, (1 << 62) - 3], dtype=I64)
+    ks = np.array(sorted(ks), dtype=I64)
+    kmin = np.array([rnd.randint(-2, 320) for _ in range(lens.size)], dtype=I64)
+    got = rounds_tables(coefs, lens, ks, kmin, cap)
+    want = rounds_tables_reference(coefs, lens, ks, kmin, cap)
+    for x, y in zip(got, want, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y)

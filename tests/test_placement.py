@@ -331,6 +331,31 @@ def test_longest_first_merge_is_a_stable_sort(base, new, rnd):
     assert np.array_equal(got, np.argsort(-times, kind="stable"))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.5, 7.0]), min_size=1, max_size=40),
+    st.lists(st.sampled_from([0.25, 1.0, 2.0, 9.0]), max_size=40),
+    st.lists(st.sampled_from([0.5, 2.0, 3.0, 8.0]), min_size=1, max_size=10),
+    st.randoms(use_true_random=False),
+)
+def test_longest_first_is_a_stable_sort_where_times_change_outside_its_rows(base, new, out, rnd):
+    """Times may change at items outside the rows the order was built for (rows a later spread
+    costs and appends to the table): the order is still exactly a stable sort of −times, for
+    every call on the same object."""
+    from padless.planners import placement as PL
+
+    base = np.array(base)
+    rows = np.array(sorted(rnd.sample(range(base.size), min(len(new), base.size))), dtype=int)
+    longest = PL._Longest(base, rows)
+    for _ in range(3):
+        times = base.copy()
+        times[rows] = new[: rows.size]
+        others = [i for i in range(base.size) if i not in set(rows.tolist())]
+        for i in rnd.sample(others, min(len(out), len(others))):
+            times[i] = rnd.choice(out)
+        assert np.array_equal(longest(times), np.argsort(-times, kind="stable"))
+
+
 @settings(max_examples=20, deadline=None)
 @given(
     st.lists(st.sampled_from([0.0, 1e-6, 3e-4, 0.5]), min_size=6, max_size=6),

@@ -27,16 +27,18 @@ __all__ = [
     "place_rounds_reference",
     "replay_lanes",
     "replay_lanes_reference",
+    "rounds_tables",
+    "rounds_tables_reference",
 ]
 
 
 def cost_table(
     coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The seconds of a shard of every length (rows) at every degree of ``ks`` (columns), ``inf``
-    where ``ks[j] < kmin[i]``; and per row the running minimum over the columns, the first
-    column of the minimum, and the widest column whose rank-seconds ``k·t`` are within
-    ``1 + slack`` of the row's least (the last where all are inf).
+    where ``ks[j] < kmin[i]``; and per row the first column of the minimum, and the widest
+    column whose rank-seconds ``k·t`` are within ``1 + slack`` of the row's least (the last
+    where all are inf).
 
     ``coefs`` (9 floats): forward linear, quadratic, per_sequence and exchange seconds per
     shard token, the same four of the backward, and the latency of one exchange. A shard of
@@ -48,7 +50,7 @@ def cost_table(
     """
     lens = np.ascontiguousarray(lengths, dtype=np.int64)
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    table, running, fastest, widest = _core.cost_table(
+    table, fastest, widest = _core.cost_table(
         lens,
         ks,
         np.ascontiguousarray(kmin, dtype=np.int64),
@@ -56,12 +58,12 @@ def cost_table(
         float(slack),
     )
     shape = (lens.size, ks.size)
-    return table.reshape(shape), running.reshape(shape), fastest, widest
+    return table.reshape(shape), fastest, widest
 
 
 def cost_table_reference(
     coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`cost_table` in numpy, over the whole (rows, ks) table at once."""
     c = [float(x) for x in coefs]
     lens = np.asarray(lengths, dtype=np.int64)
@@ -76,14 +78,13 @@ def cost_table_reference(
         out += (kf - 1.0) * np.maximum(step, exchange * shard + c[8])
         table = table + out
     table = np.where(kk >= np.asarray(kmin, dtype=np.int64)[:, None], table, np.inf)
-    running = np.minimum.accumulate(table, axis=1) if kk.size else table.copy()
     fastest = np.argmin(table, axis=1) if kk.size else np.zeros(lens.size, dtype=np.int64)
     widest = np.zeros(lens.size, dtype=np.int64)
     if kk.size:
         area = table * kk
         free = area <= (1.0 + slack) * area.min(axis=1, keepdims=True)
         widest = kk.size - 1 - np.argmax(free[:, ::-1], axis=1)
-    return table, running, np.asarray(fastest, dtype=np.int64), widest.astype(np.int64)
+    return table, np.asarray(fastest, dtype=np.int64), widest.astype(np.int64)
 
 
 def place_items(
@@ -279,6 +280,68 @@ def replay_lanes_reference(
         free[row] = s + float(times[i])
         start[i] = s
     return start, free
+
+
+def rounds_tables(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tables of the two :func:`place_rounds` calls of the Megatron-like candidates:
+    ``(tokens, times, work_time, work_quad, limit_time, limit_quad)``.
+
+    Per length (rows) and group size ``ks`` (columns): the tokens a rank holds (the length
+    padded to ``2k``, 1 at ``k = 1``, over ``k``), the shard's seconds (:func:`cost_table`'s),
+    and two work measures, ``inf`` where ``ks[s] < kmin[i]``: the seconds, and ``L²/k``; per
+    length the cap of a round it opens, ``1.05`` × its work at its smallest allowed size ``k0``
+    × ``max(1, k0·cap / L)``, in each measure. Compiled (csrc/placement.hpp), the same numbers
+    bit for bit as :func:`rounds_tables_reference` in one pass instead of numpy's dozen.
+    O(N · len(ks)).
+    """
+    lens = np.ascontiguousarray(lengths, dtype=np.int64)
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    tokens, times, work_time, work_quad, limit_time, limit_quad = _core.rounds_tables(
+        lens,
+        ks,
+        np.ascontiguousarray(kmin, dtype=np.int64),
+        np.ascontiguousarray(coefs, dtype=np.float64),
+        int(cap),
+    )
+    shape = (lens.size, ks.size)
+    return (
+        tokens.reshape(shape),
+        times.reshape(shape),
+        work_time.reshape(shape),
+        work_quad.reshape(shape),
+        limit_time,
+        limit_quad,
+    )
+
+
+def rounds_tables_reference(
+    coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rounds_tables` in numpy."""
+    lens = np.asarray(lengths, dtype=np.int64)
+    ks = np.asarray(ks, dtype=np.int64)
+    n = lens.size
+    allowed = ks[None, :] >= np.asarray(kmin, dtype=np.int64)[:, None]
+    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k (in floats, exact)
+    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
+    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
+    tokens = shard.astype(np.int64)
+    times = cost_table(coefs, lens, ks, np.ones(n, dtype=np.int64))[0]
+    row = np.arange(n)
+    k0 = np.argmax(allowed, axis=1)
+    lf = lens.astype(np.float64)
+    fill = np.maximum(1.0, ks[k0] * np.int64(cap) / np.maximum(lf, 1.0))
+    quad = lf[:, None] * lf[:, None] / ks[None, :]
+    return (
+        tokens,
+        times,
+        np.where(allowed, times, np.inf),
+        np.where(allowed, quad, np.inf),
+        1.05 * times[row, k0] * fill,
+        1.05 * quad[row, k0] * fill,
+    )
 
 
 def _orders(stages: int, vpp: int, micro: int) -> list[list[tuple[str, int, int]]]:

@@ -253,7 +253,7 @@ class _Table:
             if new.size > 1 and not bool((new[1:] > new[:-1]).all()):  # ascending already: kept
                 new = np.unique(new)
             have, count = self.rows.size, self.rows.size + new.size
-            table, _, fastest, widest = KP.cost_table(
+            table, fastest, widest = KP.cost_table(
                 _coefs(self.cost), self.lens[new], self.ks, self.kmin[new], FREE_SLACK
             )
             if have == 0:  # the kernel's arrays are the table
@@ -363,9 +363,11 @@ def _stable_order(x: np.ndarray) -> np.ndarray:
 
 
 class _Longest:
-    """Items longest first, ties by index (a stable sort of ``−times``), for many ``times``
-    that differ from ``base`` only at ``rows``: the others are sorted once, and each call sorts
-    ``rows`` and merges them in (O(N + R log R) instead of a sort of all N)."""
+    """Items longest first, ties by index (exactly ``np.argsort(-times, kind="stable")``), for
+    many ``times`` that differ from ``base`` mostly at ``rows``: the others are sorted once, and
+    each call sorts ``rows`` and merges them in (O(N + R log R) instead of a sort of all N).
+    Items outside ``rows`` whose time differs from ``base`` (rows a spread costed after this was
+    built) join ``rows`` for that call (one O(N) comparison finds them)."""
 
     def __init__(self, base: np.ndarray, rows: np.ndarray) -> None:
         keep = np.ones(base.size, dtype=bool)
@@ -376,23 +378,30 @@ class _Longest:
         self.rest_key = -base[self.rest]
 
     def __call__(self, times: np.ndarray) -> np.ndarray:
-        rows = self.rows
+        rows, rest, rest_key = self.rows, self.rest, self.rest_key
+        moved = -times[rest] != rest_key
+        if moved.any():  # times changed outside rows: those items are sorted with rows
+            rows = np.concatenate([rows, rest[moved]])
+            rest, rest_key = rest[~moved], rest_key[~moved]
         if rows.size == 0:
-            return self.rest
-        mine = rows[np.argsort(-times[rows], kind="stable")]
+            return rest
+        if rows is self.rows:  # ascending: a stable sort keeps ties by index
+            mine = rows[np.argsort(-times[rows], kind="stable")]
+        else:  # no longer ascending: ties by index need the index as a key too
+            mine = rows[np.lexsort((rows, -times[rows]))]
         key = -times[mine]
         # before each of mine: the others of smaller key, and of equal key and smaller index
-        lo = np.searchsorted(self.rest_key, key, side="left")
-        hi = np.searchsorted(self.rest_key, key, side="right")
+        lo = np.searchsorted(rest_key, key, side="left")
+        hi = np.searchsorted(rest_key, key, side="right")
         before = lo
         for j in np.flatnonzero(hi > lo).tolist():  # ties in time: rare
-            before[j] += int(np.searchsorted(np.sort(self.rest[lo[j] : hi[j]]), mine[j]))
+            before[j] += int(np.searchsorted(np.sort(rest[lo[j] : hi[j]]), mine[j]))
         at = before + np.arange(mine.size)
         out = np.empty(times.size, dtype=np.int64)
         placed = np.zeros(times.size, dtype=bool)
         placed[at] = True
         out[at] = mine
-        out[~placed] = self.rest
+        out[~placed] = rest
         return out
 
 
@@ -451,31 +460,18 @@ def _rounds(
     n = lens.size
     top = {1 << j for j in range(mesh.cp.bit_length()) if (1 << j) <= mesh.cp}
     ks = np.array(sorted(top | {mesh.cp}), dtype=np.int64)
-    allowed = ks[None, :] >= kmin[:, None]
-    # a rank's tokens: each length padded to 2·k (1 at k = 1), over k; in floats (exact below
-    # 2**52 tokens), cheaper than integer division on the (N, sizes) table
-    mult = np.where(ks > 1, 2.0 * ks, 1.0)[None, :]
-    shard = np.ceil(lens[:, None] / mult) * mult / ks[None, :]
-    tokens = shard.astype(np.int64)
-    times = KP.cost_table(_coefs(cost), lens, ks, np.ones(n, dtype=np.int64))[0]
+    tokens, times, work_time, work_quad, limit_time, limit_quad = KP.rounds_tables(
+        _coefs(cost), lens, ks, kmin, cap
+    )
     # longest first, ties by index: with unique keys any sort gives the stable sort's order
     if n and int(lens.max()) < (1 << 62) // n:
         order = np.argsort(-lens * n + np.arange(n))
     else:
         order = np.argsort(-lens, kind="stable")
     row = np.arange(n)
-    k0 = np.argmax(allowed, axis=1)
-    lf = lens.astype(np.float64)
-    fill = np.maximum(1.0, ks[k0] * cap / np.maximum(lf, 1.0))  # the longest's rank, filled
-    quad = lf[:, None] * lf[:, None] / ks[None, :]
     out = []
-    for work, limits in (
-        (times, 1.05 * times[row, k0] * fill),
-        (quad, 1.05 * quad[row, k0] * fill),
-    ):
-        got = KP.place_rounds(
-            order, ks, np.where(allowed, work, np.inf), tokens, limits, mesh.ranks, cap
-        )
+    for work, limits in ((work_time, limit_time), (work_quad, limit_quad)):
+        got = KP.place_rounds(order, ks, work, tokens, limits, mesh.ranks, cap)
         if isinstance(got, int):  # cannot happen: every length fits at its smallest degree
             continue
         rnd, first, kidx, start = got
