@@ -154,6 +154,14 @@ def test_refuses_what_cannot_fit_naming_both_parts():
         place([5000], Mesh(dp=1, cp=2, max_tokens=1000), COST)
     with pytest.raises(ValueError, match="dynamic=True needs max_tokens"):
         Mesh(dp=2, cp=2, dynamic=True)
+    # an epoch with a sequence the mesh cannot hold is refused when planned, not at its step
+    with pytest.raises(ValueError, match=r"got length 5000 \(sequence 3\)"):
+        plan_placement(
+            [10, 20, 30, 5000],
+            Mesh(dp=1, cp=2, dynamic=True, max_tokens=1000),
+            COST,
+            global_batch=2,
+        )
     with pytest.raises(ValueError, match="vpp must be 1 with schedule='1f1b'"):
         Mesh(dp=2, vpp=2)
     with pytest.raises(TypeError, match="dp must be an int"):

@@ -1049,6 +1049,8 @@ def plan_placement(
     delay = check_int("delay_steps", delay_steps, minimum=1)
     assert delay is not None
     n = lens.size
+    # every sequence must fit the mesh: refused here, not at the step that meets it
+    _degrees(lens, mesh, cost, mesh.ranks if mesh.dynamic else mesh.dp, None)
     order = _rng.rng(seed, epoch, _rng.PLACEMENT).permutation(n).astype(np.int64)
     num = max(1, -(-n // batch))
     steps = np.arange(n, dtype=np.int64) // batch
