@@ -76,6 +76,8 @@ NO_BUDGET = 1 << 62
 SPREADS = (1.0, 2.0, 0.5, 0.25)
 # the free spread: each long sequence at the widest degree within this share over its least k·t
 FREE_SLACK = 0.02
+# with pipeline stages, up to this many micro-batches place also tries _even_fixed's path
+FIXED_PATH = 24
 
 
 class Segment(NamedTuple):
@@ -801,6 +803,118 @@ def _relaid(
     return _reorder(q, np.lexsort((start, q.slots)), q.slots)
 
 
+def _even_fixed(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement]:
+    """With pipeline stages (the moves before issue 43's second pass, kept as a second path for
+    up to :data:`FIXED_PATH` micro-batches): even out the micro-batches, each move kept only when the
+    pipeline's step gets shorter (so the step never gets longer). Two moves on the longest
+    micro-batch's busiest rank: its longest sequence there spreads over more ranks of the same
+    micro-batch (to the degree that ends that micro-batch soonest, ranks with room and the least
+    work first); else a sequence there moves to the shortest micro-batch, on the same ranks,
+    where its tokens fit and it ends before the longest did. After a move the micro-batches are
+    put in run order again (cheapest first, the next cheapest last)."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 2 or len(p) < 2:
+        return score, p
+    cap = mesh.max_tokens or NO_BUDGET
+    score = score if score > 0 else _makespan(p)
+    # fixed cp, or groups aligned to blocks: degrees stay
+    top = mesh.cp if mesh.dynamic and not mesh.aligned_groups else 0
+
+    def loads(q: Placement) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tok = rank_tokens(q.lengths, q.degrees)
+        busy = np.zeros((m, mesh.ranks))
+        used = np.zeros((m, mesh.ranks), dtype=np.int64)
+        for j in range(q.ranks.shape[1]):
+            on = q.ranks[:, j] >= 0
+            np.add.at(busy, (q.slots[on], q.ranks[on, j]), q.times[on])
+            np.add.at(used, (q.slots[on], q.ranks[on, j]), tok[on])
+        return tok, busy, used
+
+    def settle(q: Placement, key: np.ndarray) -> Placement:
+        q = _reorder(q, np.lexsort((key, q.slots)), q.slots)
+        start, _ = KP.replay_lanes(q.ranks, q.times, mesh.ranks, q.slots)
+        position = _run_order(_slot_times(q.slots, start, q.times, m))
+        return _reorder(q, np.lexsort((start, position[q.slots])), position[q.slots])
+
+    tau, busy, used = loads(p)
+    tried = np.zeros(len(p), dtype=bool)
+    spread_tried = np.zeros(len(p), dtype=bool)
+    for _ in range(tries):
+        span = busy.max(axis=1)
+        hi, lo = int(np.argmax(span)), int(np.argmin(span))
+        lane = int(np.argmax(busy[hi]))
+        here = np.flatnonzero((p.slots == hi) & (p.ranks == lane).any(axis=1))
+        if here.size == 0:
+            break
+        key = np.arange(len(p), dtype=np.float64)
+        moved = None
+        i = int(here[np.argmax(p.times[here])])
+        k = int(p.degrees[i])
+        if not spread_tried[i] and k < top:
+            spread_tried[i] = True
+            row = p.ranks[i][p.ranks[i] >= 0]
+            mine = np.zeros(mesh.ranks, dtype=bool)
+            mine[row] = True
+            ks = np.arange(k + 1, top + 1)
+            t_new = np.asarray(p.cost.time(np.full(ks.size, p.lengths[i]), ks), dtype=np.float64)
+            tau_new = rank_tokens(np.full(ks.size, p.lengths[i]), ks)
+            base = busy[hi] - np.where(mine, p.times[i], 0.0)
+            room = used[hi] - np.where(mine, tau[i], 0)
+            others = np.flatnonzero(~mine)
+            others = others[np.argsort(base[others], kind="stable")]
+            best_end, pick = span[hi], None
+            for kk, t2, tk in zip(ks.tolist(), t_new.tolist(), tau_new.tolist(), strict=True):
+                extra = others[room[others] + tk <= cap][: kk - k]
+                if extra.size < kk - k:
+                    continue
+                lanes_new = np.concatenate([row, extra])
+                end = max(
+                    float(base[lanes_new].max()) + t2,
+                    float(np.delete(base, lanes_new).max(initial=0.0)),
+                )
+                if end < best_end:
+                    best_end, pick = end, (np.sort(lanes_new), t2)
+            if pick is not None:
+                lanes_new, t2 = pick
+                width = max(p.ranks.shape[1], lanes_new.size)
+                ranks = np.full((len(p), width), -1, dtype=np.int64)
+                ranks[:, : p.ranks.shape[1]] = p.ranks
+                ranks[i, :] = -1
+                ranks[i, : lanes_new.size] = lanes_new
+                degrees, times = p.degrees.copy(), p.times.copy()
+                degrees[i], times[i] = lanes_new.size, t2
+                moved = dataclasses.replace(p, ranks=ranks, degrees=degrees, times=times)
+        if moved is None:
+            can = here[~tried[here]]
+            if can.size == 0 or span[hi] <= span[lo]:
+                break
+            rows = p.ranks[can]
+            on = rows >= 0
+            safe = np.where(on, rows, 0)
+            fits = np.where(on, used[lo][safe] + tau[can, None] <= cap, True).all(axis=1)
+            there = np.where(on, busy[lo][safe], 0.0).max(axis=1) + p.times[can]
+            fits &= there < span[hi]
+            tried[can[~fits]] = True
+            if not fits.any():
+                continue
+            gap = np.abs(there - (span[hi] - p.times[can]))  # the most even pair after
+            i = int(can[np.flatnonzero(fits)[np.argmin(gap[fits])]])
+            tried[i] = True
+            slots = p.slots.copy()
+            slots[i] = lo
+            key[i] = np.inf  # last of its new micro-batch
+            moved = dataclasses.replace(p, slots=slots)
+        moved = settle(moved, key)
+        new = _makespan(moved)
+        if new < score:
+            p, score = moved, new
+            tau, busy, used = loads(p)
+            tried = np.zeros(len(p), dtype=bool)  # the items are in a new order
+            spread_tried = np.zeros(len(p), dtype=bool)
+    return score, p
+
+
 def _moves_at(m: int, i: int) -> np.ndarray:
     """The orders one move of the micro-batch at place ``i`` away from ``0..m−1``, as the place
     each place reads from: its ``m − 1`` moves to each other place ``j`` (the ones between shift
@@ -1015,9 +1129,13 @@ def place(
             best = (score, p)
             shortest[0] = score
     if best is not None and search and mesh.pp > 1:
-        plain = _sequence(best[1], best[0])
-        evened = _sequence(*_even(best[1], best[0])[::-1])
-        best = evened if evened[0] < plain[0] else plain  # never longer than no evening
+        # the run order searched first, then the moves judged in it (never longer); with few
+        # micro-batches also the fixed-order moves then the order, the shorter kept
+        kept = best
+        best = _even(*_sequence(kept[1], kept[0])[::-1])
+        if kept[1].micro_batches <= FIXED_PATH:
+            other = _sequence(*_even_fixed(kept[1], kept[0])[::-1])
+            best = other if other[0] < best[0] else best
     if best is None:
         cap = mesh.max_tokens or NO_BUDGET
         raise ValueError(
