@@ -170,3 +170,61 @@ def test_place_with_interleaved_stages_keeps_a_valid_shorter_or_equal_step():
     assert sim.makespan == PL._makespan(p) and sim.makespan >= sim.bound * (1 - 1e-12)
     firsts = [build() for _, build in PL._candidates(lens, np.arange(70), mesh, COST, 12, True)]
     assert sim.makespan <= min(PL._makespan(q) for q in firsts)
+
+
+def _valid(p, lens, mesh, micro):
+    """Every sequence once, within the token budget of every rank, the same micro-batch count,
+    each item on distinct ranks of the stage as many as its degree, at its cost model time."""
+    assert p.micro_batches == micro
+    assert np.array_equal(np.sort(p.indices), np.arange(lens.size))
+    assert np.array_equal(p.lengths, lens[p.indices])
+    assert p.slots.min() >= 0 and p.slots.max() < micro
+    assert np.all(np.diff(p.slots) >= 0)  # items by micro-batch
+    assert p.rank_tokens().max() <= mesh.max_tokens
+    on = p.ranks >= 0
+    assert np.array_equal(on.sum(axis=1), p.degrees)
+    assert p.ranks.max() < mesh.ranks
+    for row in p.ranks:
+        row = row[row >= 0]
+        assert np.unique(row).size == row.size
+    assert np.allclose(p.times, COST.time(p.lengths, p.degrees), rtol=1e-12)
+
+
+@pytest.mark.parametrize("micro, seed", [(8, 21), (12, 22), (16, 23)])
+def test_evening_never_lengthens_the_step_and_keeps_a_valid_placement(micro, seed):
+    lens, firsts = _placements(micro, seed)
+    mesh = firsts[0].mesh
+    for p in firsts[:3]:
+        before = PL._makespan(p)
+        score, q = PL._even(p, before)
+        assert score <= before
+        assert score == pytest.approx(PL._makespan(q), rel=1e-12)  # what it reports is the step
+        _valid(q, lens, mesh, micro)
+        again = PL._even(p, before)  # deterministic
+        assert again[0] == score and np.array_equal(again[1].indices, q.indices)
+        assert np.array_equal(again[1].ranks, q.ranks)
+
+
+def test_evening_can_move_work_between_micro_batches():
+    # some candidate gets a strictly shorter step by moves (not only by its run order)
+    gains = []
+    for micro, seed in [(8, 21), (12, 22), (16, 23)]:
+        _, firsts = _placements(micro, seed)
+        for p in firsts[:3]:
+            before = PL._sequence(p, PL._makespan(p))[0]
+            gains.append(before - PL._sequence(*PL._even(p, PL._makespan(p))[::-1])[0])
+    assert max(gains) > 0
+
+
+@pytest.mark.parametrize("micro, seed", [(8, 31), (16, 32)])
+def test_place_with_stages_is_valid_and_never_longer_than_ordering_alone(micro, seed):
+    lens, firsts = _placements(micro, seed)
+    mesh = firsts[0].mesh
+    p = PL.place(lens, mesh, COST)
+    _valid(p, lens, mesh, micro)
+    scores = [PL._makespan(q) for q in firsts]
+    kept = firsts[int(np.argmin(scores))]
+    assert PL._makespan(p) <= PL._sequence(kept, min(scores))[0] * (1 + 1e-12)
+    q = PL.place(lens, mesh, COST)  # deterministic
+    assert np.array_equal(q.indices, p.indices) and np.array_equal(q.ranks, p.ranks)
+    assert np.array_equal(q.slots, p.slots)

@@ -76,6 +76,8 @@ NO_BUDGET = 1 << 62
 SPREADS = (1.0, 2.0, 0.5, 0.25)
 # the free spread: each long sequence at the widest degree within this share over its least k·t
 FREE_SLACK = 0.02
+# with pipeline stages, up to this many micro-batches place also tries _even_fixed's path
+FIXED_PATH = 24
 
 
 class Segment(NamedTuple):
@@ -537,8 +539,269 @@ def _run_order(slot_time: np.ndarray) -> np.ndarray:
     return position
 
 
-def _even(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement]:
-    """With pipeline stages: even out the micro-batches, each move kept only when the
+def _even(p: Placement, score: float, rounds: int = 0) -> tuple[float, Placement]:
+    """With pipeline stages: even out the micro-batches, each change kept only when the
+    pipeline's step, in the run order kept so far, gets shorter (so the step never gets
+    longer). A round weighs, from each of a few source micro-batches (the longest, and those at
+    the ends of the run order) to every other micro-batch, moving one sequence of the source's
+    busiest rank: on the same ranks, or (dynamic CP with free groups) on the ranks of the
+    destination that are free soonest with room for its tokens; and, in the longest
+    micro-batch, spreading its longest sequence there over more ranks. Each is scored by the
+    step replayed with the two spans it changes (a few µs each, compiled); the three best are
+    replayed exactly, and the first that shortens the step is kept. When no move helps, the
+    run order is searched again (:func:`_sequence`, a small budget) and the moves go on in the
+    new order. ``rounds`` bounds the moves (default ``max(6, 384 // micro-batches)``).
+    Deterministic: no randomness."""
+    mesh = p.mesh
+    m = p.micro_batches
+    if mesh.pp == 1 or m < 2 or len(p) < 2:
+        return score, p
+    cap = mesh.max_tokens or NO_BUDGET
+    score = score if score > 0 else _makespan(p)
+    free_lanes = mesh.dynamic and not mesh.aligned_groups
+    top = mesh.cp if free_lanes else 0  # fixed cp, or groups aligned to blocks: degrees stay
+    rounds = rounds or max(6, 384 // m)
+    reordered = False
+    for _ in range(rounds):
+        got = _even_moves(p, cap, top, free_lanes)
+        kept = False
+        for _, q in got[:3]:
+            new = _makespan(q)
+            if new < score:
+                p, score, kept = q, new, True
+                break
+        if kept:
+            reordered = False
+            continue
+        if reordered:
+            break
+        new, q = _sequence(p, score, budget=2e5)
+        reordered = True
+        if new >= score:
+            break
+        p, score = q, new
+    return score, p
+
+
+def _even_moves(
+    p: Placement, cap: int, top: int, free_lanes: bool
+) -> list[tuple[float, Placement]]:
+    """:func:`_even`'s candidate moves of ``p`` that its estimate says shorten the step, each as
+    (the estimated step, the placement after it), shortest first."""
+    mesh = p.mesh
+    m = p.micro_batches
+    start, _ = KP.replay_lanes(p.ranks, p.times, mesh.ranks, p.slots)
+    span = _slot_times(p.slots, start, p.times, m)
+    fwd, bwd = _passes(p, span)
+    share = np.where(span > 0, fwd / np.where(span > 0, span, 1.0), 1 / 3)
+    now = KP.pipeline(fwd, bwd, mesh.pp, mesh.vpp)[0]
+    first = np.full(m, np.inf)
+    np.minimum.at(first, p.slots, start)
+    first = np.where(np.isfinite(first), first, 0.0)
+    tau = rank_tokens(p.lengths, p.degrees)
+    busy = np.zeros((m, mesh.ranks))
+    used = np.zeros((m, mesh.ranks), dtype=np.int64)
+    end = np.zeros((m, mesh.ranks))  # each lane's last end in its micro-batch, from its start
+    rel = start - first[p.slots] + p.times
+    for j in range(p.ranks.shape[1]):
+        on = p.ranks[:, j] >= 0
+        np.add.at(busy, (p.slots[on], p.ranks[on, j]), p.times[on])
+        np.add.at(used, (p.slots[on], p.ranks[on, j]), tau[on])
+        np.maximum.at(end, (p.slots[on], p.ranks[on, j]), rel[on])
+
+    def step_with(changes: list[tuple[int, float]]) -> float:
+        s = span.copy()
+        for slot, value in changes:
+            s[slot] = value
+        return float(KP.pipeline(s * share, s - s * share, mesh.pp, mesh.vpp)[0])
+
+    out: list[tuple[float, Placement]] = []
+    longest = np.argsort(-span, kind="stable")[:4].tolist()
+    sources = list(dict.fromkeys(longest + [0, 1, m - 2, m - 1]))
+    for a in sources:
+        lane = int(np.argmax(busy[a]))
+        here = np.flatnonzero((p.slots == a) & (p.ranks == lane).any(axis=1))
+        if here.size == 0:
+            continue
+        rows = p.ranks[here]
+        on = rows >= 0
+        safe = np.where(on, rows, 0)
+        # the source's span estimated without each item: its busiest lane less the item
+        drop = np.zeros((here.size, mesh.ranks))
+        drop[np.arange(here.size)[:, None].repeat(rows.shape[1], 1)[on], rows[on]] = p.times[
+            here
+        ].repeat(on.sum(axis=1))
+        after_a = np.minimum((busy[a][None, :] - drop).max(axis=1), span[a])
+        for b in range(m):
+            if b == a:
+                continue
+            # on the same ranks
+            fits = np.asarray(
+                np.where(on, used[b][safe] + tau[here, None] <= cap, True).all(axis=1), dtype=bool
+            )
+            end_b = np.where(on, end[b][safe], 0.0).max(axis=1) + p.times[here]
+            lanes_new: list[np.ndarray | None] = [None] * here.size
+            if free_lanes:  # or the ranks of b free soonest with room
+                order = np.argsort(end[b], kind="stable")
+                for r, i in enumerate(here.tolist()):
+                    room = order[used[b][order] + tau[i] <= cap][: int(p.degrees[i])]
+                    if room.size < p.degrees[i]:
+                        continue
+                    e = float(end[b][room].max()) + float(p.times[i])
+                    if not fits[r] or e < end_b[r]:
+                        fits[r], end_b[r], lanes_new[r] = True, e, np.sort(room)
+            after_b = np.maximum(span[b], end_b)
+            worst = np.where(fits, np.maximum(after_a, after_b), np.inf)
+            r = int(np.argmin(worst))
+            if not np.isfinite(worst[r]) or worst[r] >= max(span[a], span[b]):
+                continue
+            est = step_with([(a, float(after_a[r])), (b, float(after_b[r]))])
+            if est < now:
+                row = lanes_new[r]
+                moved = np.array([int(here[r])])
+                lanes_b = None if row is None else [row]
+                out.append((est, _relaid(p, moved, b, lanes_b, last=moved)))
+    # move one sequence out of a long micro-batch and lay the rest out again over all its ranks
+    for a in longest if free_lanes else []:
+        items = np.flatnonzero(p.slots == a)
+        if items.size > mesh.ranks // 2:
+            continue
+        for i in [-1, *items.tolist()]:
+            rest = items[items != i]
+            got = _repack(p, rest, cap)
+            if got is None:
+                continue
+            deg, t = got
+            after_a = float(t.max(initial=0.0))
+            if after_a >= span[a]:
+                continue
+            blocks = np.cumsum(deg) - deg
+            lanes = [
+                np.arange(s, s + d) for s, d in zip(blocks.tolist(), deg.tolist(), strict=True)
+            ]
+            if i < 0:
+                est = step_with([(a, after_a)])
+                if est < now:
+                    out.append((est, _relaid(p, rest, a, lanes, t)))
+                continue
+            k = int(p.degrees[i])
+            best_b, best_end, best_row = -1, np.inf, None
+            for b in range(m):
+                if b == a:
+                    continue
+                order = np.argsort(end[b], kind="stable")
+                room = order[used[b][order] + tau[i] <= cap][:k]
+                if room.size < k:
+                    continue
+                e = max(float(span[b]), float(end[b][room].max()) + float(p.times[i]))
+                if e < best_end:
+                    best_b, best_end, best_row = b, e, np.sort(room)
+            if best_row is None or max(after_a, best_end) >= span[a]:
+                continue
+            est = step_with([(a, after_a), (best_b, best_end)])
+            if est < now:
+                q = _relaid(p, rest, a, lanes, t)
+                moved_q = np.flatnonzero(q.indices == p.indices[i])[:1]
+                out.append((est, _relaid(q, moved_q, best_b, [best_row], last=moved_q)))
+    # spread the longest micro-batch's longest sequence on its busiest rank
+    a = int(np.argmax(span))
+    lane = int(np.argmax(busy[a]))
+    here = np.flatnonzero((p.slots == a) & (p.ranks == lane).any(axis=1))
+    if here.size and top:
+        i = int(here[np.argmax(p.times[here])])
+        k = int(p.degrees[i])
+        row = p.ranks[i][p.ranks[i] >= 0]
+        mine = np.zeros(mesh.ranks, dtype=bool)
+        mine[row] = True
+        base = end[a] - np.where(mine, p.times[i], 0.0)
+        room = used[a] - np.where(mine, tau[i], 0)
+        others = np.flatnonzero(~mine)
+        others = others[np.argsort(base[others], kind="stable")]
+        for kk in range(k + 1, top + 1):
+            t2 = float(p.cost.time(np.array([p.lengths[i]]), np.array([kk]))[0])
+            tk = int(rank_tokens(np.array([p.lengths[i]]), np.array([kk]))[0])
+            extra = others[room[others] + tk <= cap][: kk - k]
+            if extra.size < kk - k:
+                continue
+            wide = np.sort(np.concatenate([row, extra]))
+            after = max(float(base[wide].max()) + t2, float(np.delete(base, wide).max(initial=0)))
+            if after < span[a]:
+                est = step_with([(a, after)])
+                if est < now:
+                    one = np.array([i])
+                    out.append((est, _relaid(p, one, a, [wide], np.array([t2]), one)))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def _repack(p: Placement, items: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Items ``items`` of one micro-batch, each on lanes of its own (dynamic CP, free groups):
+    the smallest degree whose shard fits ``cap`` each, then the slowest raised one rank at a time
+    while ranks are left (a water-filling of the micro-batch's ranks). Returns (degrees, shard
+    times), or None when their smallest degrees need more ranks than a stage has."""
+    lanes = p.mesh.ranks
+    lens = p.lengths[items]
+    if lens.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    half = max(cap // 2, 1)
+    kmin = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+    if int(kmin.sum()) > lanes or int(kmin.max(initial=0)) > p.mesh.cp:
+        return None
+    ks = np.arange(1, p.mesh.cp + 1)
+    table = np.asarray(
+        p.cost.time(np.repeat(lens, ks.size), np.tile(ks, lens.size)), dtype=np.float64
+    ).reshape(lens.size, ks.size)
+    deg = kmin.copy()
+    t = table[np.arange(lens.size), deg - 1]
+    left = lanes - int(deg.sum())
+    while left > 0:
+        j = int(np.argmax(np.where(deg < p.mesh.cp, t, -np.inf)))
+        if deg[j] >= p.mesh.cp or table[j, deg[j]] >= t[j]:
+            break
+        deg[j] += 1
+        t[j] = table[j, deg[j] - 1]
+        left -= 1
+    return deg, t
+
+
+def _relaid(
+    p: Placement,
+    items: np.ndarray,
+    slot: int,
+    lanes: list[np.ndarray] | None = None,
+    times: np.ndarray | None = None,
+    last: np.ndarray | None = None,
+) -> Placement:
+    """``p`` with ``items`` in micro-batch ``slot`` (each on ``lanes[j]`` at shard time
+    ``times[j]`` when given), the items ``last`` after the rest of their micro-batch; the items
+    again by micro-batch, then replayed start."""
+    slots = p.slots.copy()
+    slots[items] = slot
+    ranks, degrees, shard = p.ranks, p.degrees, p.times
+    if lanes is not None:
+        width = max(ranks.shape[1], max(x.size for x in lanes))
+        ranks = np.full((len(p), width), -1, dtype=np.int64)
+        ranks[:, : p.ranks.shape[1]] = p.ranks
+        degrees = degrees.copy()
+        for i, row in zip(items.tolist(), lanes, strict=True):
+            ranks[i, :] = -1
+            ranks[i, : row.size] = row
+            degrees[i] = row.size
+    if times is not None:
+        shard = shard.copy()
+        shard[items] = times
+    q = dataclasses.replace(p, ranks=ranks, degrees=degrees, times=shard)
+    key = np.arange(len(p), dtype=np.float64)
+    if last is not None:
+        key[last] = np.inf
+    q = _reorder(q, np.lexsort((key, slots)), slots)
+    start, _ = KP.replay_lanes(q.ranks, q.times, q.mesh.ranks, q.slots)
+    return _reorder(q, np.lexsort((start, q.slots)), q.slots)
+
+
+def _even_fixed(p: Placement, score: float, tries: int = 48) -> tuple[float, Placement]:
+    """With pipeline stages (the moves before issue 43's second pass, kept as a second path for
+    up to :data:`FIXED_PATH` micro-batches): even out the micro-batches, each move kept only when the
     pipeline's step gets shorter (so the step never gets longer). Two moves on the longest
     micro-batch's busiest rank: its longest sequence there spreads over more ranks of the same
     micro-batch (to the degree that ends that micro-batch soonest, ranks with room and the least
@@ -862,7 +1125,13 @@ def place(
             best = (score, p)
             shortest[0] = score
     if best is not None and search and mesh.pp > 1:
-        best = _sequence(*_even(best[1], best[0])[::-1])
+        # the run order searched first, then the moves judged in it (never longer); with few
+        # micro-batches also the fixed-order moves then the order, the shorter kept
+        kept = best
+        best = _even(*_sequence(kept[1], kept[0])[::-1])
+        if kept[1].micro_batches <= FIXED_PATH:
+            other = _sequence(*_even_fixed(kept[1], kept[0])[::-1])
+            best = other if other[0] < best[0] else best
     if best is None:
         cap = mesh.max_tokens or NO_BUDGET
         raise ValueError(
