@@ -153,12 +153,13 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
                           to_numpy(std::move(out.start)));
 }
 
-nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
-                        In<double> coefs, double slack) {
-    const char* kernel = "cost_table";
+// The cost tables' shared arguments: 9 finite coefficients >= 0 (forward linear, quadratic,
+// per_sequence, exchange; the same of the backward; latency), degrees in [1, 2**20], lengths in
+// [0, 2**62].
+void check_cost_inputs(const char* kernel, In<int64_t> lengths, In<int64_t> ks,
+                       In<double> coefs) {
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
-    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
     check_scalar(kernel, "len(coefs)", static_cast<int64_t>(coefs.shape(0)), 9, 9,
                  "must be 9 (forward linear, quadratic, per_sequence, exchange; the same of "
                  "the backward; latency)");
@@ -177,6 +178,15 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
             refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
         }
     }
+}
+
+nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
+                        In<double> coefs, double slack) {
+    const char* kernel = "cost_table";
+    const int64_t n = static_cast<int64_t>(lengths.shape(0));
+    const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
+    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
+    check_cost_inputs(kernel, lengths, ks, coefs);
     if (!(slack >= 0.0) || !std::isfinite(slack)) {
         refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
     }
@@ -198,26 +208,9 @@ nb::tuple rounds_tables_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
     check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
-    check_scalar(kernel, "len(coefs)", static_cast<int64_t>(coefs.shape(0)), 9, 9,
-                 "must be 9 (forward linear, quadratic, per_sequence, exchange; the same of "
-                 "the backward; latency)");
     check_scalar(kernel, "len(ks)", n_ks, 1, int64_t(64), "must be in [1, 64]");
     check_scalar(kernel, "cap", cap, 1, MAX_COUNT, "must be in [1, 2**62]");
-    for (int64_t j = 0; j < 9; ++j) {
-        if (!(coefs(j) >= 0.0) || !std::isfinite(coefs(j))) {
-            refuse(kernel, entry("coefs", j, coefs(j)) + " must be a finite number >= 0");
-        }
-    }
-    for (int64_t j = 0; j < n_ks; ++j) {
-        if (ks(j) < 1 || ks(j) > (int64_t(1) << 20)) {
-            refuse(kernel, entry("ks", j, ks(j)) + " must be in [1, 2**20]");
-        }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        if (lengths(i) < 0 || lengths(i) > MAX_COUNT) {
-            refuse(kernel, entry("lengths", i, lengths(i)) + " must be in [0, 2**62]");
-        }
-    }
+    check_cost_inputs(kernel, lengths, ks, coefs);
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 40.0);
     Buffer<int64_t> tokens(n * n_ks);
     Buffer<double> times(n * n_ks), work_time(n * n_ks), work_quad(n * n_ks);

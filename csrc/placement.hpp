@@ -326,6 +326,17 @@ inline Placed place_items(const int64_t* order, const int64_t* widths, const dou
     return out;
 }
 
+// A shard's forward + backward seconds: per pass linear·s + per_sequence + step + hops ·
+// max(step, exchange·s + latency), step = quadratic·s² (c as cost_table's; MeshCost.time's
+// operations in its order).
+inline double shard_seconds(double shard, const double* c, double hops) {
+    const double step0 = shard * c[1] * shard;
+    const double pass0 = shard * c[0] + c[2] + step0 + std::max(step0, shard * c[3] + c[8]) * hops;
+    const double step1 = shard * c[5] * shard;
+    const double pass1 = shard * c[4] + c[6] + step1 + std::max(step1, shard * c[7] + c[8]) * hops;
+    return pass0 + pass1;
+}
+
 // The seconds of a shard of every length (rows) at every degree of ks (columns): the twin of
 // padless/_kernels/placement.py's cost_table_reference (padless.MeshCost.time), the same
 // operations in the same order (no contraction: -ffp-contract=off), so the same numbers bit for
@@ -353,8 +364,6 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
     const double* mp = mult.data();
     const double* tp = twice.data();
     const double* hp = hops.data();
-    const double lin0 = c[0], quad0 = c[1], seq0 = c[2], exch0 = c[3];
-    const double lin1 = c[4], quad1 = c[5], seq1 = c[6], exch1 = c[7], latency = c[8];
     constexpr double kExact = 4503599627370496.0;  // 2**52
     for (int64_t i = 0; i < n; ++i) {
         const double lf = static_cast<double>(lengths[i]);
@@ -371,11 +380,11 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
             // ties, as std::max(step, comm) does)
             const __m128d vlf = _mm_set1_pd(lf), vlow = _mm_set1_pd(low);
             const __m128d magic = _mm_set1_pd(kExact), one = _mm_set1_pd(1.0);
-            const __m128d vinf = _mm_set1_pd(inf), lat = _mm_set1_pd(latency);
-            const __m128d l0 = _mm_set1_pd(lin0), q0 = _mm_set1_pd(quad0);
-            const __m128d s0 = _mm_set1_pd(seq0), e0 = _mm_set1_pd(exch0);
-            const __m128d l1 = _mm_set1_pd(lin1), q1 = _mm_set1_pd(quad1);
-            const __m128d s1 = _mm_set1_pd(seq1), e1 = _mm_set1_pd(exch1);
+            const __m128d vinf = _mm_set1_pd(inf), lat = _mm_set1_pd(c[8]);
+            const __m128d l0 = _mm_set1_pd(c[0]), q0 = _mm_set1_pd(c[1]);
+            const __m128d s0 = _mm_set1_pd(c[2]), e0 = _mm_set1_pd(c[3]);
+            const __m128d l1 = _mm_set1_pd(c[4]), q1 = _mm_set1_pd(c[5]);
+            const __m128d s1 = _mm_set1_pd(c[6]), e1 = _mm_set1_pd(c[7]);
             for (; j + 2 <= nk; j += 2) {
                 const __m128d q = _mm_div_pd(vlf, _mm_loadu_pd(mp + j));
                 __m128d up = _mm_sub_pd(_mm_add_pd(q, magic), magic);
@@ -401,14 +410,7 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
                 const double q = lf / mp[j];
                 double up = (q + kExact) - kExact;
                 up += up < q ? 1.0 : 0.0;
-                const double shard = up * tp[j];
-                const double step0 = shard * quad0 * shard;
-                const double pass0 =
-                    shard * lin0 + seq0 + step0 + std::max(step0, shard * exch0 + latency) * hp[j];
-                const double step1 = shard * quad1 * shard;
-                const double pass1 =
-                    shard * lin1 + seq1 + step1 + std::max(step1, shard * exch1 + latency) * hp[j];
-                row[j] = kp[j] >= low ? pass0 + pass1 : inf;
+                row[j] = kp[j] >= low ? shard_seconds(up * tp[j], c, hp[j]) : inf;
             }
         } else {
             // ceil of a quotient in [2**52, 2**62]: truncation is exact (an integer there), and
@@ -417,14 +419,7 @@ inline void cost_table(const int64_t* lengths, int64_t n, const int64_t* ks, int
                 const double q = lf / mp[j];
                 double up = static_cast<double>(static_cast<int64_t>(q));
                 up += up < q ? 1.0 : 0.0;
-                const double shard = up * mp[j] / kp[j];
-                const double step0 = shard * quad0 * shard;
-                const double pass0 =
-                    shard * lin0 + seq0 + step0 + std::max(step0, shard * exch0 + latency) * hp[j];
-                const double step1 = shard * quad1 * shard;
-                const double pass1 =
-                    shard * lin1 + seq1 + step1 + std::max(step1, shard * exch1 + latency) * hp[j];
-                row[j] = kp[j] >= low ? pass0 + pass1 : inf;
+                row[j] = kp[j] >= low ? shard_seconds(up * mp[j] / kp[j], c, hp[j]) : inf;
             }
         }
         // the row's least time and least rank-seconds k·t (the minimum is exact in any order)
