@@ -8,18 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from padless import Cost
 from padless._kernels.placement import pipeline, pipeline_orders, pipeline_reference
-from padless.core.mesh import Mesh, MeshCost
+from padless.core.mesh import Mesh
 from padless.planners import placement as PL
-
-COST = MeshCost(
-    forward=Cost(linear=1e-6, quadratic=1e-10, per_sequence=1e-4),
-    backward=Cost(linear=2e-6, quadratic=2e-10, per_sequence=2e-4),
-    kv_bytes=65536,
-    bandwidth=5e10,
-    latency=2e-5,
-)
+from tests.test_placement import COST  # the small cost model placement tests share
 
 
 @st.composite
