@@ -153,13 +153,14 @@ nb::tuple place_rounds_py(In<int64_t> order, In<int64_t> sizes, In<double> work,
                           to_numpy(std::move(out.start)));
 }
 
-// The cost tables' shared arguments: 9 finite coefficients >= 0 (forward linear, quadratic,
-// per_sequence, exchange; the same of the backward; latency), degrees in [1, 2**20], lengths in
-// [0, 2**62].
+// The cost tables' shared arguments: one kmin per length, 9 finite coefficients >= 0 (forward
+// linear, quadratic, per_sequence, exchange; the same of the backward; latency), degrees in
+// [1, 2**20], lengths in [0, 2**62].
 void check_cost_inputs(const char* kernel, In<int64_t> lengths, In<int64_t> ks,
-                       In<double> coefs) {
+                       In<int64_t> kmin, In<double> coefs) {
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
+    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
     check_scalar(kernel, "len(coefs)", static_cast<int64_t>(coefs.shape(0)), 9, 9,
                  "must be 9 (forward linear, quadratic, per_sequence, exchange; the same of "
                  "the backward; latency)");
@@ -185,8 +186,7 @@ nb::tuple cost_table_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin,
     const char* kernel = "cost_table";
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
-    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
-    check_cost_inputs(kernel, lengths, ks, coefs);
+    check_cost_inputs(kernel, lengths, ks, kmin, coefs);
     if (!(slack >= 0.0) || !std::isfinite(slack)) {
         refuse(kernel, named("slack", slack) + " must be a finite number >= 0");
     }
@@ -207,10 +207,9 @@ nb::tuple rounds_tables_py(In<int64_t> lengths, In<int64_t> ks, In<int64_t> kmin
     const char* kernel = "rounds_tables";
     const int64_t n = static_cast<int64_t>(lengths.shape(0));
     const int64_t n_ks = static_cast<int64_t>(ks.shape(0));
-    check_same_size(kernel, "lengths", n, "kmin", static_cast<int64_t>(kmin.shape(0)));
+    check_cost_inputs(kernel, lengths, ks, kmin, coefs);
     check_scalar(kernel, "len(ks)", n_ks, 1, int64_t(64), "must be in [1, 64]");
     check_scalar(kernel, "cap", cap, 1, MAX_COUNT, "must be in [1, 2**62]");
-    check_cost_inputs(kernel, lengths, ks, coefs);
     check_memory(kernel, "len(lengths) * len(ks)", sat_mul(n, n_ks), 40.0);
     Buffer<int64_t> tokens(n * n_ks);
     Buffer<double> times(n * n_ks), work_time(n * n_ks), work_quad(n * n_ks);

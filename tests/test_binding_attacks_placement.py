@@ -65,6 +65,20 @@ def _items_agree(order, widths, times, tokens, lanes, slots, cap, aligned, limit
             assert np.array_equal(x[..., : y.shape[-1]] if x.ndim == 2 else x, y)
 
 
+def _tables(items, sizes, work_of):
+    """place_rounds' (N, sizes) work and tokens of items (smallest size index from 1, work,
+    tokens): work ``work_of(work, size)`` from the item's smallest size on (inf below), tokens
+    split over the size."""
+    work = np.full((len(items), sizes.size), np.inf)
+    tokens = np.zeros((len(items), sizes.size), dtype=I64)
+    for i, (lo, t, k) in enumerate(items):
+        for j, s in enumerate(sizes.tolist()):
+            if j >= lo - 1:
+                work[i, j] = work_of(t, s)
+            tokens[i, j] = -(-k // s)
+    return work, tokens
+
+
 def _rounds_agree(order, sizes, work, tokens, limits, lanes, cap) -> None:
     """place_rounds == its reference (the same failure, or the same arrays)."""
     got = place_rounds(order, sizes, work, tokens, limits, lanes, cap)
@@ -269,14 +283,8 @@ def test_place_rounds():
 def test_rounds_kernel_equals_reference(lanes, cap, items, slack, rnd):
     sizes = np.array([s for s in (1, 2, 3, 4, 8) if s <= lanes], dtype=I64)
     n = len(items)
-    # per item: its smallest size index, then work that falls with the size (ties on purpose)
-    work = np.full((n, sizes.size), np.inf)
-    tokens = np.zeros((n, sizes.size), dtype=I64)
-    for i, (lo, t, k) in enumerate(items):
-        for j, s in enumerate(sizes.tolist()):
-            if j >= lo - 1:
-                work[i, j] = t / s if rnd.random() < 0.7 else t
-            tokens[i, j] = -(-k // s)
+    # work that falls with the size, or stays (ties on purpose)
+    work, tokens = _tables(items, sizes, lambda t, s: t / s if rnd.random() < 0.7 else t)
     limits = np.array([slack * max(t, 0.5) for _, t, _ in items], dtype=np.float64)
     order = np.array(rnd.sample(range(n), n), dtype=I64)
     _rounds_agree(order, sizes, work, tokens, limits, lanes, cap)
@@ -372,18 +380,11 @@ def test_rounds_kernel_equals_reference_on_many_items(lanes, cap, items, slack, 
     """Many items over many rounds, longest first as the planner orders them: the groups and
     sizes a round skips for want of room change nothing."""
     sizes = np.array([s for s in (1, 2, 4, 8, 16) if s <= lanes], dtype=I64)
-    n = len(items)
-    work = np.full((n, sizes.size), np.inf)
-    tokens = np.zeros((n, sizes.size), dtype=I64)
-    for i, (lo, t, k) in enumerate(items):
-        for j, s in enumerate(sizes.tolist()):
-            if j >= lo - 1:
-                work[i, j] = t / s + 0.1 * (s - 1)
-            tokens[i, j] = -(-k // s)
+    work, tokens = _tables(items, sizes, lambda t, s: t / s + 0.1 * (s - 1))
     limits = np.array([slack * t for _, t, _ in items], dtype=np.float64)
     order = np.argsort([-k for _, _, k in items], kind="stable").astype(I64)
     if rnd.random() < 0.3:
-        order = np.array(rnd.sample(range(n), n), dtype=I64)
+        order = np.array(rnd.sample(range(len(items)), len(items)), dtype=I64)
     _rounds_agree(order, sizes, work, tokens, limits, lanes, cap)
 
 

@@ -231,3 +231,25 @@ def test_bad_arguments_are_type_errors() -> None:
         Placer(_sampler(), MESH, Cost(linear=1.0))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="search"):
         Placer(_sampler(), MESH, COST, search="yes")  # type: ignore[arg-type]
+
+
+def test_consumers_of_batch_samplers_refuse_a_placer_when_built(tmp_path) -> None:
+    # a placer yields placements, not index batches: what takes a sampler's batches says so at
+    # construction (its per-rank tensors come from padless.torch.rank_batches)
+    from padless.grain import PlanBatches
+    from padless.hf import _check_sampler
+    from padless.io.indexed import write_indexed
+    from padless.torch import TokenDataset, collate_for
+
+    placer = Placer(_sampler(), MESH, COST)
+    write_indexed([np.arange(1, int(n) + 1) for n in LENGTHS], tmp_path / "c", dtype="int32")
+    builds = {
+        "collate_for": lambda: collate_for(placer),
+        "TokenDataset": lambda: TokenDataset(str(tmp_path / "c"), plan=placer),
+        "PlanBatches": lambda: PlanBatches(placer, [[1] * int(n) for n in LENGTHS]),
+        "batch_sampler": lambda: _check_sampler(placer),  # what PadlessTrainerMixin runs first
+    }
+    for name, build in builds.items():
+        with pytest.raises(TypeError) as err:
+            build()
+        assert "Placer" in str(err.value), (name, str(err.value))

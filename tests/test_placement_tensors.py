@@ -111,3 +111,16 @@ def test_a_sample_of_another_length_is_refused() -> None:
         rank_batches("step", 0, DOCS)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rank must be in"):
         rank_batches(p, 8, DOCS)
+
+
+def test_a_token_store_serves_a_placed_step(tmp_path) -> None:
+    # the documents read from a memory-mapped indexed dataset: the same tensors as from memory
+    from padless.io.indexed import write_indexed
+
+    store = write_indexed([d.numpy() for d in DOCS], tmp_path / "docs", dtype="int32")
+    p = padless.place(LENGTHS, MESHES[0], COST)
+    for r in range(MESHES[0].ranks):
+        for a, b in zip(rank_batches(p, r, store), rank_batches(p, r, DOCS), strict=True):
+            for x, y in zip(a, b, strict=True):
+                assert torch.equal(x["input_ids"].long(), y["input_ids"].long())
+                assert torch.equal(x["cu_seqlens_padded"], y["cu_seqlens_padded"])

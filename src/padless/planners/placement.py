@@ -175,16 +175,16 @@ class Placement:
         return out
 
 
-def _degrees(
-    lens: np.ndarray, mesh: Mesh, cost: MeshCost, lanes: int, slots: int | None
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Smallest width (lanes taken) and its shard time of every sequence, and the micro-batch
-    count."""
+def fitted_degrees(lens: np.ndarray, mesh: Mesh) -> np.ndarray:
+    """Each sequence's smallest CP degree whose shard fits ``mesh.max_tokens`` per rank (with
+    dynamic CP: ``L ≤ cap`` at 1, else ``2·k·⌊cap/2⌋ ≥ L``, a shard being ``2·⌈L/2k⌉`` tokens;
+    with a fixed ``cp``: ``cp`` itself). A ``ValueError`` names the first sequence no degree up
+    to ``cp`` fits: what :func:`place`, :func:`plan_placement` and :class:`padless.Placer` refuse
+    up front."""
     n = lens.size
     cap = mesh.max_tokens or NO_BUDGET
     if not mesh.dynamic:
-        tau1 = rank_tokens(lens, mesh.cp)
-        too = tau1 > cap
+        too = rank_tokens(lens, mesh.cp) > cap
         if too.any():
             i = int(np.flatnonzero(too)[0])
             raise ValueError(
@@ -192,20 +192,32 @@ def _degrees(
                 f"length {int(lens[i])} (sequence {i}); raise max_tokens or cp, or use "
                 "dynamic=True with a larger cp"
             )
+        return np.full(n, mesh.cp, dtype=np.int64)
+    half = max(cap // 2, 1)
+    widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+    if n and int(widths.max()) > mesh.cp:
+        i = int(np.argmax(widths))
+        raise ValueError(
+            f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
+            f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
+        )
+    return widths
+
+
+def _degrees(
+    lens: np.ndarray, mesh: Mesh, cost: MeshCost, lanes: int, slots: int | None
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Smallest width (lanes taken) and its shard time of every sequence, and the micro-batch
+    count."""
+    cap = mesh.max_tokens or NO_BUDGET
+    degrees = fitted_degrees(lens, mesh)
+    if not mesh.dynamic:
         times = np.asarray(cost.time(lens, mesh.cp), dtype=np.float64)
-        widths = np.ones(n, dtype=np.int64)
-        held = float(tau1.sum())  # lane-tokens: a lane is a DP group, each rank holding tau1
+        widths = np.ones(lens.size, dtype=np.int64)
+        # lane-tokens: a lane is a DP group, each rank holding its share
+        held = float(rank_tokens(lens, mesh.cp).sum())
     else:
-        # the smallest degree whose shard fits: L ≤ cap at 1, else 2·k·⌊cap/2⌋ ≥ L (a shard is
-        # 2·⌈L/2k⌉ tokens)
-        half = max(cap // 2, 1)
-        widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
-        if n and int(widths.max()) > mesh.cp:
-            i = int(np.argmax(widths))
-            raise ValueError(
-                f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
-                f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
-            )
+        widths = degrees
         times = np.asarray(cost.time(lens, widths), dtype=np.float64)
         held = float((rank_tokens(lens, widths) * widths).sum())
     # micro-batches: the fewest that hold the tokens (with a tenth to spare), at least pp
@@ -668,7 +680,7 @@ def _even_moves(
             continue
         for i in [-1, *items.tolist()]:
             rest = items[items != i]
-            got = _repack(p, rest, cap)
+            got = _repack(p, rest)
             if got is None:
                 continue
             deg, t = got
@@ -734,18 +746,17 @@ def _even_moves(
     return out
 
 
-def _repack(p: Placement, items: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _repack(p: Placement, items: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Items ``items`` of one micro-batch, each on lanes of its own (dynamic CP, free groups):
-    the smallest degree whose shard fits ``cap`` each, then the slowest raised one rank at a time
+    the smallest degree whose shard fits the mesh's ``max_tokens`` each, then the slowest raised one rank at a time
     while ranks are left (a water-filling of the micro-batch's ranks). Returns (degrees, shard
     times), or None when their smallest degrees need more ranks than a stage has."""
     lanes = p.mesh.ranks
     lens = p.lengths[items]
     if lens.size == 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    half = max(cap // 2, 1)
-    kmin = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
-    if int(kmin.sum()) > lanes or int(kmin.max(initial=0)) > p.mesh.cp:
+    kmin = fitted_degrees(lens, p.mesh)  # placed already: they fit
+    if int(kmin.sum()) > lanes:
         return None
     ks = np.arange(1, p.mesh.cp + 1)
     table = np.asarray(
@@ -1318,8 +1329,7 @@ def plan_placement(
     delay = check_int("delay_steps", delay_steps, minimum=1)
     assert delay is not None
     n = lens.size
-    # every sequence must fit the mesh: refused here, not at the step that meets it
-    _degrees(lens, mesh, cost, mesh.ranks if mesh.dynamic else mesh.dp, None)
+    fitted_degrees(lens, mesh)  # every sequence fits: refused here, not at its step
     order = _rng.rng(seed, epoch, _rng.PLACEMENT).permutation(n).astype(np.int64)
     num = max(1, -(-n // batch))
     steps = np.arange(n, dtype=np.int64) // batch

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core._check import check_bool
 from ..core.mesh import Mesh, MeshCost
-from ..planners.placement import Placement, place
+from ..planners.placement import Placement, fitted_degrees, place
 
 __all__ = ["Placer"]
 
@@ -141,17 +141,13 @@ class Placer:
         self.mesh = mesh
         self.cost = cost
         self.sizes = _sizes_of(sampler)
-        if self.sizes.size:
-            longest = int(np.argmax(self.sizes))
-            try:  # the rule place() applies, on the longest sequence alone
-                place(self.sizes[longest : longest + 1], mesh, cost, search=False)
-            except ValueError as err:
-                rule = str(err).split(", got")[0]  # place()'s rule, without its own index
-                raise ValueError(
-                    f"the {type(sampler).__name__}'s sequence {longest} (length "
-                    f"{int(self.sizes[longest])}) fits no rank group of the mesh: {rule}; raise "
-                    "the mesh's max_tokens or cp, or leave such sequences out of the sampler"
-                ) from None
+        try:
+            fitted_degrees(self.sizes, mesh)
+        except ValueError as err:
+            raise ValueError(
+                f"the {type(sampler).__name__}'s sequences must fit the mesh: {err}, or leave "
+                "such sequences out of the sampler"
+            ) from None
         self._steps = getattr(sampler, "batches_per_step", None) is not None
 
     def _batches(self) -> Iterator[np.ndarray]:

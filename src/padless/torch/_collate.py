@@ -60,7 +60,10 @@ def _as_ids(sample: Any, where: str) -> torch.Tensor:
     if isinstance(sample, torch.Tensor):
         out = sample
     else:
-        out = torch.as_tensor(np.asarray(sample))
+        arr = np.asarray(sample)
+        if not arr.flags.writeable and arr.dtype.kind in "iu":  # a token store's memory map:
+            arr = arr.astype(np.int64)  # the copy .to(torch.long) makes, made before torch sees it
+        out = torch.as_tensor(arr)
     if out.ndim != 1:
         raise ValueError(f"{where} must be a 1-D token sequence, got shape {tuple(out.shape)}")
     if out.numel() and (out.dtype.is_floating_point or out.dtype == torch.bool):
