@@ -236,10 +236,13 @@ def test_bad_arguments_are_type_errors() -> None:
 def test_consumers_of_batch_samplers_refuse_a_placer_when_built(tmp_path) -> None:
     # a placer yields placements, not index batches: what takes a sampler's batches says so at
     # construction (its per-rank tensors come from padless.torch.rank_batches)
+    from torch.utils.data import DataLoader
+
     from padless.grain import PlanBatches
     from padless.hf import _check_sampler
     from padless.io.indexed import write_indexed
-    from padless.torch import TokenDataset, collate_for
+    from padless.lightning import LightningBatches
+    from padless.torch import StatefulLoader, TokenDataset, collate_for, collate_padded
 
     placer = Placer(_sampler(), MESH, COST)
     write_indexed([np.arange(1, int(n) + 1) for n in LENGTHS], tmp_path / "c", dtype="int32")
@@ -248,8 +251,13 @@ def test_consumers_of_batch_samplers_refuse_a_placer_when_built(tmp_path) -> Non
         "TokenDataset": lambda: TokenDataset(str(tmp_path / "c"), plan=placer),
         "PlanBatches": lambda: PlanBatches(placer, [[1] * int(n) for n in LENGTHS]),
         "batch_sampler": lambda: _check_sampler(placer),  # what PadlessTrainerMixin runs first
+        "collate_padded": lambda: collate_padded(0, plan=placer),
+        "LightningBatches": lambda: LightningBatches(placer),
+        "StatefulLoader": lambda: StatefulLoader(DataLoader(range(6), batch_sampler=placer)),
     }
     for name, build in builds.items():
         with pytest.raises(TypeError) as err:
             build()
-        assert "Placer" in str(err.value), (name, str(err.value))
+        message = str(err.value)  # names the placer, and says what to use instead
+        assert "Placer" in message and "rank_batches" in message, (name, message)
+        assert "world_size" in message, (name, message)

@@ -54,6 +54,7 @@ from .io import lengths_of
 from .planners.packing import Packing, PieceDataset, next_fit_rows, refuse_grouped_rows
 from .planners.spec import CollateForm, Spec
 from .sampling.mixing import MixtureSampler
+from .sampling.placed import refuse_placements
 from .sampling.sampler import PlanSampler
 
 __all__ = [
@@ -470,6 +471,7 @@ def _own_copy(source: PlanSampler | MixtureSampler) -> Any:
 
 
 def _check_source(source: Any) -> None:
+    refuse_placements(source, "padless.grain")
     if not isinstance(source, (PlanSampler, MixtureSampler)):
         raise TypeError(
             "sampler must be a padless PlanSampler (or a shortcut such as PackingSampler) or "

@@ -50,6 +50,7 @@ from .planners.exact import ExactLength
 from .planners.packing import PieceDataset, ScheduledPiece
 from .planners.spec import Spec, check_collate_multiple
 from .planners.step import plan_step
+from .sampling.placed import refuse_placements
 from .sampling.sampler import PlanSampler
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
 from .torch._flex import flex_block_mask
@@ -73,6 +74,7 @@ _SAMPLER_API = ("__iter__", "__len__", "set_epoch", "state_dict", "load_state_di
 
 
 def _check_sampler(sampler: Any) -> Any:
+    refuse_placements(sampler, "a Trainer's batch_sampler")
     missing = [name for name in _SAMPLER_API if not hasattr(sampler, name)]
     missing += [name for name in ("rank", "world_size", "epoch") if not hasattr(sampler, name)]
     if missing:

@@ -98,6 +98,9 @@ class LightningBatches:
     """
 
     def __init__(self, sampler: Any) -> None:
+        from .sampling.placed import refuse_placements  # kernels: not at `import padless.lightning`
+
+        refuse_placements(sampler, "padless.lightning")
         missing = [name for name in _SAMPLER_API if not hasattr(sampler, name)]
         if missing:
             raise TypeError(

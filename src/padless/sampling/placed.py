@@ -31,6 +31,20 @@ from ..planners.placement import Placement, fitted_degrees, place
 __all__ = ["Placer"]
 
 
+def refuse_placements(source: Any, consumer: str) -> None:
+    """A TypeError if ``source`` yields placements (a :class:`Placer`) where ``consumer`` takes
+    batches of dataset indices; the message says what to use instead."""
+    if getattr(source, "yields", None) != "placements":
+        return
+    raise TypeError(
+        f"{consumer} takes batches of dataset indices, and a {type(source).__name__} yields a "
+        "padless.Placement per optimizer step (micro-batches over a DP x CP x PP mesh): turn "
+        "each placement into one rank's tensors with padless.torch.rank_batches(placement, "
+        f"rank, dataset) in your own loop, or, for data parallelism alone, give {consumer} a "
+        "sampler sharded over the ranks (PlanSampler(lengths, spec, world_size=..., rank=...))"
+    )
+
+
 def _sizes_of(sampler: Any) -> np.ndarray:
     """One length per item the sampler's batches index (a mixture's: its corpora's, in order)."""
     subs = getattr(sampler, "samplers", None)
@@ -115,6 +129,9 @@ class Placer:
     >>> sorted(int(i) for p in placer for i in p.indices)
     [0, 1, 2, 3, 4, 5]
     """
+
+    yields = "placements"
+    """What iterating yields (index batches' consumers refuse a placer by it)."""
 
     def __init__(self, sampler: Any, mesh: Mesh, cost: MeshCost, *, search: bool = True) -> None:
         if not isinstance(mesh, Mesh):

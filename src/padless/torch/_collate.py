@@ -26,6 +26,7 @@ from ..core.plan import BatchPlan, check_shapes
 from ..planners.packing import layout_rows, next_fit_rows, unwrap_scheduled
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec, check_collate_multiple
+from ..sampling.placed import refuse_placements
 from ._flex import flex_block_mask
 from ._packed_check import block_causal_mask
 
@@ -188,6 +189,7 @@ def _plan_multiple(plan: Any) -> tuple[int, Any]:
     """The width multiple a sampler, spec or BatchPlan plans with, and its spec (or None)."""
     if isinstance(plan, BatchPlan):
         return int(plan.info.get("pad_to_multiple_of", 1)), None
+    refuse_placements(plan, "collate_padded(plan=)")
     spec = getattr(plan, "spec", plan)
     if not isinstance(spec, Spec):
         raise TypeError(

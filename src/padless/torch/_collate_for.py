@@ -8,6 +8,7 @@ from typing import Any
 from ..core._keywords import check_keywords, keyword_names
 from ..planners.packing import refuse_grouped_rows
 from ..planners.spec import Spec
+from ..sampling.placed import refuse_placements
 from ..streams import StreamBatcher
 from ._collate import collate_packed, collate_padded
 from ._pairs import collate_packed_pairs
@@ -64,6 +65,7 @@ def collate_for(source: Any, **options: Any) -> Callable[[Any], Any]:
             options, collate_packed if packed else collate_padded, ("capacity",) * packed
         )
         return stream_collate(source.spec, **options)
+    refuse_placements(source, "collate_for()")
     corpora = getattr(source, "samplers", None)
     if isinstance(corpora, dict) and corpora:  # a MixtureSampler: its corpora's one collate
         return _mixture_collate(type(source).__name__, corpora, options)

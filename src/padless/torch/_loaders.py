@@ -11,6 +11,7 @@ import torch
 from ..core._check import check_bool
 from ..planners.packing import PieceDataset
 from ..sampling.mixing import MixtureSampler, split_codes
+from ..sampling.placed import refuse_placements
 from ..streams.lm import LMStream
 
 __all__ = ["MixtureDataset", "StatefulLoader", "lm_tensors", "mixture_dataset"]
@@ -38,6 +39,7 @@ class StatefulLoader:
 
     def __init__(self, loader: Any) -> None:
         sampler: Any = getattr(loader, "batch_sampler", None)
+        refuse_placements(sampler, "StatefulLoader's loader.batch_sampler")
         if not hasattr(sampler, "state_dict") or not hasattr(sampler, "load_state_dict"):
             raise TypeError(
                 "loader.batch_sampler must be a padless sampler (with state_dict), got "

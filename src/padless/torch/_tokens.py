@@ -33,6 +33,7 @@ from ..planners.packing import (
 )
 from ..planners.shapes import shape_for
 from ..planners.spec import CollateForm, Spec
+from ..sampling.placed import refuse_placements
 from ._collate import PackedCollate, form_of
 from ._loaders import _pinned_memory_available
 from ._packed_check import block_causal_mask
@@ -160,6 +161,7 @@ class TokenDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
                 f"source {getattr(self.store, 'path', source)!r} holds {store_dtype.name} values; "
                 f"TokenDataset serves token ids of {listed}"
             )
+        refuse_placements(plan, "TokenDataset(plan=)")
         if isinstance(getattr(plan, "samplers", None), dict):  # a MixtureSampler
             raise TypeError(
                 f"plan must be the sampler of this token file's corpus, got a "
