@@ -236,3 +236,69 @@ def test_packed_dpo_under_flex_attention_equals_trls_loss(tmp_path):
         theirs.model, DataCollatorForPreference(pad_token_id=0)(rows), False
     )
     assert abs(loss.item() - expected.item()) < 1e-5
+
+
+def test_a_step_of_unequal_micro_batches_is_the_mean_over_its_pairs(tmp_path):
+    """Gradient accumulation over planned batches of different pair counts: the step's gradient
+    is that of TRL's DPO loss over all of the step's pairs at once (not a mean of the
+    micro-batches' means, which counts a pair of the smaller batch more)."""
+    rows = _text_rows(14, seed=2)
+    trainer = _trainer(tmp_path, rows, settings={"gradient_accumulation_steps": 2})
+    batches = list(trainer.get_train_dataloader())[:2]
+    counts = [len(b["rows"]) for b in batches]
+    assert counts[0] != counts[1], counts  # the plan packs as many pairs as fit
+    model = trainer.model
+    model.train()
+    samples, _ = trainer.get_batch_samples(iter(batches), 2, torch.device("cpu"))
+    trainer.current_gradient_accumulation_steps = len(samples)  # as the training loop sets it
+    model.zero_grad()
+    for batch in samples:
+        trainer.training_step(model, dict(batch), None)
+    ours = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    every = [r for b in batches for r in b["rows"]]
+    loss = DPOTrainer._compute_loss(trainer, model, DataCollatorForPreference(0)(every), False)
+    loss.backward()
+    for got, want in zip(ours, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_a_ramps_step_is_the_mean_over_its_pairs(tmp_path):
+    """A sampler with batches_per_step under PackedDPOMixin: the micro-batches of a step are
+    weighted by their pairs (loss_targets defaults to one per row), not by their tokens."""
+    from padless import Schedule
+    from padless.hf import MICRO_BATCHES
+
+    rows = _text_rows(14, seed=2)
+    data = _trainer(tmp_path / "tokenized", rows).train_dataset  # TRL's tokenized rows
+    lengths = [pair_length(data[i]) for i in range(len(data))]
+    sampler = PlanSampler(lengths, SPEC, seed=0, batches_per_step=Schedule.constant(2))
+    settings = {**hft.SETTINGS, "gradient_accumulation_steps": 1}
+    config = DPOConfig(str(tmp_path / "ramp"), **settings, beta=BETA, bf16=False)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        trainer = PlannedDPOTrainer(
+            model=_model(0), ref_model=_model(1), args=config, train_dataset=Dataset.from_list(rows),
+            processing_class=_tokenizer(), capacity=CAPACITY, batch_sampler=sampler,
+        )  # fmt: skip
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    trainer.data_collator = Recorded(CAPACITY)
+    trainer.seen = []
+    step = next(iter(trainer.get_train_dataloader()))
+    micro = step[MICRO_BATCHES]
+    counts = [len(b["rows"]) for b in micro]
+    assert len(counts) == 2 and counts[0] != counts[1], counts
+    every = [r for b in micro for r in b["rows"]]
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    model.zero_grad()
+    trainer.training_step(model, step, None)
+    ours = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    loss = DPOTrainer._compute_loss(trainer, model, DataCollatorForPreference(0)(every), False)
+    loss.backward()
+    for got, want in zip(ours, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

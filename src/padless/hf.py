@@ -364,8 +364,11 @@ class PadlessTrainerMixin:
         spec = batch_sampler if isinstance(batch_sampler, Spec) else None
         if spec is None:
             _check_sampler(batch_sampler)
-        if isinstance(self, PackedDPOMixin) and length_field == "input_ids":
-            length_field = pair_length  # the default: a preference row's tokens, packed
+        if isinstance(self, PackedDPOMixin):
+            if length_field == "input_ids":
+                length_field = pair_length  # the default: a preference row's tokens, packed
+            if isinstance(loss_targets, str) and loss_targets == "shifted":
+                loss_targets = _one_per_row  # the DPO loss is a mean over pairs, not tokens
         trust_collator = check_bool("trust_collator", trust_collator)
         default_collator = kwargs.get("data_collator", args[2] if len(args) > 2 else None) is None
         if spec is None:
@@ -1658,6 +1661,11 @@ class PreferenceCollator:
         )
 
 
+def _one_per_row(lengths: np.ndarray) -> np.ndarray:
+    """``loss_targets`` of a loss that is a mean over rows (DPO's pairs): one target each."""
+    return np.ones(len(lengths), dtype=np.int64)
+
+
 class PackedDPOMixin:
     """Mix into TRL's ``DPOTrainer`` (``class PackedDPOTrainer(PackedDPOMixin, DPOTrainer)``) to
     train DPO on padding-free packed pairs: each batch's pairs packed into rows of ``capacity``
@@ -1673,6 +1681,13 @@ class PackedDPOMixin:
     ``ref_model``, and a ``data_collator`` of your own (pass ``capacity``). A pair longer than
     ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
     Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
+
+    An optimizer step's loss is the mean over all of its pairs, on every process and in every
+    micro-batch of the accumulation, whatever each micro-batch holds: each micro-batch's mean
+    is weighted by its share of the step's pairs (counted when the Trainer gathers the step's
+    batches; one all-reduce of an int across processes). With micro-batches of equal size this
+    is TRL's loss; with a padless plan, whose batches hold as many pairs as fit, an unweighted
+    mean of means would count a pair of a small batch more than one of a large batch.
 
     ``attention_mask="flex"`` packs the pairs under the same mask as a flex-attention
     ``BlockMask`` (O(capacity) per row instead of the 4-D mask's ``capacity² · 4`` bytes, 1 GiB
@@ -1733,6 +1748,27 @@ class PackedDPOMixin:
                         "keep attention_mask='block' (the 4-D mask, eager and sdpa)"
                     )
         me.data_collator = collator
+        self._padless_step_pairs: tuple[int, int] | None = None
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        """``Trainer.get_batch_samples``; also counts the step's pairs on every process (see
+        the class), which weighs each micro-batch's loss."""
+        import torch
+
+        samples, items = super().get_batch_samples(  # type: ignore[misc]
+            epoch_iterator, num_batches, device
+        )
+        me = cast(Any, self)
+        counted = [b for b in samples if isinstance(b, Mapping) and "completion_group" in b]
+        if not samples or len(counted) != len(samples):
+            self._padless_step_pairs = None  # a whole step's input: PadlessTrainerMixin weighs
+            return samples, items
+        pairs = sum(int(b["completion_group"].numel()) // 2 for b in counted)
+        if me.accelerator.num_processes > 1:
+            total = torch.tensor([pairs], device=device, dtype=torch.int64)
+            pairs = int(me.accelerator.gather(total).sum())
+        self._padless_step_pairs = (pairs, len(samples))
+        return samples, items
 
     def _compute_loss(self, model: Any, inputs: Any, return_outputs: bool) -> Any:
         import torch
@@ -1753,6 +1789,11 @@ class PackedDPOMixin:
         with torch.no_grad():
             ref = completion_logprobs(me.ref_model(**args, use_cache=False).logits, inputs)
         loss = dpo_loss(inputs, logps, ref, beta=me.beta)
+        step = self._padless_step_pairs
+        if step is not None and step[0] > 0 and model.training:
+            # the Trainer divides by the step's micro-batches and DDP averages over processes
+            pairs, micro = step
+            loss = loss * (logps.shape[0] // 2 * micro * me.accelerator.num_processes / pairs)
         mode = "train" if me.model.training else "eval"
         ratio = (logps - ref).detach()
         chosen, rejected = me.beta * ratio[0::2], me.beta * ratio[1::2]
