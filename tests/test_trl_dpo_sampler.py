@@ -302,3 +302,51 @@ def test_a_ramps_step_is_the_mean_over_its_pairs(tmp_path):
     loss.backward()
     for got, want in zip(ours, (p.grad for p in model.parameters()), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _mask_ignored(module, query, key, value, attention_mask, **kwargs):
+    """An attention that ignores the 4-D mask it is given (causal over the whole row)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, None, **{**kwargs, "is_causal": True})
+
+
+def test_a_model_that_lets_packed_pairs_see_each_other_is_refused_before_training(tmp_path):
+    """PackedDPOMixin, alone or under PadlessTrainerMixin, checks before the first step that the
+    model applies the pairs' shared-prefix mask; check_packed=False skips the check."""
+    from test_trl_dpo import PackedDPOTrainer
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("padless_test_mask_ignored", _mask_ignored)
+
+    def leaky(seed):
+        model = _model(seed)
+        model.set_attn_implementation("padless_test_mask_ignored")
+        return model
+
+    rows = _text_rows(4, seed=0)
+    settings = {**hft.SETTINGS, "gradient_accumulation_steps": 1, "max_steps": 1}
+    config = DPOConfig(str(tmp_path), **settings, beta=BETA, bf16=False)
+    common = {"args": config, "train_dataset": Dataset.from_list(rows), "capacity": CAPACITY}
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        for cls, extra, who in (
+            (PackedDPOTrainer, {}, "PackedDPOMixin"),
+            (PlannedDPOTrainer, {"batch_sampler": SPEC}, "PadlessTrainerMixin"),
+        ):
+            trainer = cls(model=leaky(0), ref_model=_model(1), processing_class=_tokenizer(),
+                          **common, **extra)  # fmt: skip
+            with pytest.raises(ValueError, match=f"shared-prefix mask.*{who} checks this"):
+                trainer.train()
+            assert trainer.state.global_step == 0
+        trainer = PackedDPOTrainer(
+            model=leaky(0), ref_model=_model(1), processing_class=_tokenizer(), **common,
+            check_packed=False,
+        )  # fmt: skip
+        trainer.train()
+        assert trainer.state.global_step == 1
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    # the same model under sdpa keeps pairs apart: the check returns its (zero) difference
+    assert PreferenceCollator(CAPACITY).check_model(_model(0)) < 1e-5

@@ -57,6 +57,7 @@ from .torch._flex import flex_block_mask
 from .torch._groups import (
     GroupCollate,
     PreferencePairs,
+    check_prefix_packed,
     completion_logprobs,
     dpo_loss,
 )
@@ -726,10 +727,14 @@ class PadlessTrainerMixin:
         """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
         trainer: Any = self
         collator = trainer.data_collator
-        if collator is None or not packs(collator):
+        own = getattr(collator, "check_model", None)  # a collator that packs other rows
+        if collator is None or (not callable(own) and not packs(collator)):
             return
         try:
-            _check_packed(trainer.model, collate=collator)
+            if callable(own):
+                own(trainer.model)
+            else:
+                _check_packed(trainer.model, collate=collator)
         except ValueError as err:
             raise ValueError(f"{err} (PadlessTrainerMixin checks this before training)") from None
         except Exception as err:  # noqa: BLE001 - a model this check cannot call
@@ -1654,6 +1659,29 @@ class PreferenceCollator:
         pairs = PreferencePairs(rows)
         return self.collate([pairs[k] for k in range(len(pairs))])
 
+    def check_model(self, model: Any) -> float:
+        """Check that ``model`` keeps this collator's packed pairs apart: two short pairs packed
+        into one row, each completion's log-probability against it after its prompt alone
+        (:func:`padless.torch.check_prefix_packed`); the largest difference, or a
+        ``ValueError``. Tolerance 1e-4 (float32/64 weights) or 5e-2 (16-bit). A flex-attention
+        collator is checked when the trainer is built instead (the model's implementation)."""
+        import torch
+
+        if self.collate.attention_mask != "block" or self.collate.capacity < 7:
+            return 0.0
+        vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 64)
+        ids = [1 + i % max(vocab - 1, 1) for i in range(3, 3 + 14)]
+        rows = [
+            {"prompt_ids": ids[k : k + 3], "chosen_ids": ids[k + 3 : k + 5],
+             "rejected_ids": ids[k + 5 : k + 7]}
+            for k in (0, 7)[: self.collate.capacity // 7]
+        ]  # fmt: skip
+        pairs = PreferencePairs(rows)
+        dtype = next(iter(model.parameters())).dtype
+        exact = dtype in (torch.float32, torch.float64)
+        items = [pairs[k] for k in range(len(pairs))]
+        return check_prefix_packed(model, items, self.collate, atol=1e-4 if exact else 5e-2)
+
     def __repr__(self) -> str:
         return (
             f"PreferenceCollator(capacity={self.collate.capacity}, "
@@ -1702,8 +1730,14 @@ class PackedDPOMixin:
     """
 
     def __init__(
-        self, *args: Any, capacity: int, attention_mask: str = "block", **kwargs: Any
+        self,
+        *args: Any,
+        capacity: int,
+        attention_mask: str = "block",
+        check_packed: bool = True,
+        **kwargs: Any,
     ) -> None:
+        self._padless_check_pairs = check_bool("check_packed", check_packed)
         mro = type(self).__mro__
         if PadlessTrainerMixin in mro and mro.index(PadlessTrainerMixin) > mro.index(
             PackedDPOMixin
@@ -1749,6 +1783,24 @@ class PackedDPOMixin:
                     )
         me.data_collator = collator
         self._padless_step_pairs: tuple[int, int] | None = None
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``, after checking once that the model keeps packed pairs apart
+        (:meth:`PreferenceCollator.check_model`; ``check_packed=False`` skips it). Under
+        :class:`PadlessTrainerMixin`, its own check runs it instead."""
+        me = cast(Any, self)
+        alone = not isinstance(self, PadlessTrainerMixin)
+        check = getattr(me.data_collator, "check_model", None)
+        if alone and self._padless_check_pairs and callable(check):
+            try:
+                check(me.model)
+            except ValueError as err:
+                raise ValueError(
+                    f"{err} (PackedDPOMixin checks this before training; check_packed=False "
+                    "skips it)"
+                ) from None
+            self._padless_check_pairs = False  # once: the model and collator stay the same
+        return super().train(*args, **kwargs)  # type: ignore[misc]
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
         """``Trainer.get_batch_samples``; also counts the step's pairs on every process (see
