@@ -350,3 +350,5 @@ def test_a_model_that_lets_packed_pairs_see_each_other_is_refused_before_trainin
         hf_logging.set_verbosity(verbosity)
     # the same model under sdpa keeps pairs apart: the check returns its (zero) difference
     assert PreferenceCollator(CAPACITY).check_model(_model(0)) < 1e-5
+    with pytest.raises(TypeError, match="model must be a torch causal LM"):
+        PreferenceCollator(CAPACITY).check_model("gpt2")

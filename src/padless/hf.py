@@ -1667,6 +1667,11 @@ class PreferenceCollator:
         collator is checked when the trainer is built instead (the model's implementation)."""
         import torch
 
+        if not callable(model) or not callable(getattr(model, "parameters", None)):
+            raise TypeError(
+                f"model must be a torch causal LM (called as model(**batch)), got "
+                f"{type(model).__name__}"
+            )
         if self.collate.attention_mask != "block" or self.collate.capacity < 7:
             return 0.0
         vocab = int(getattr(getattr(model, "config", None), "vocab_size", 0) or 64)
