@@ -1718,7 +1718,7 @@ class PackedDPOMixin:
     An optimizer step's loss is the mean over all of its pairs, on every process and in every
     micro-batch of the accumulation, whatever each micro-batch holds: each micro-batch's mean
     is weighted by its share of the step's pairs (counted when the Trainer gathers the step's
-    batches; one all-reduce of an int across processes). With micro-batches of equal size this
+    batches; one all-gather of an int across processes). With micro-batches of equal size this
     is TRL's loss; with a padless plan, whose batches hold as many pairs as fit, an unweighted
     mean of means would count a pair of a small batch more than one of a large batch.
 
