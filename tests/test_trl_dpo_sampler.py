@@ -352,3 +352,38 @@ def test_a_model_that_lets_packed_pairs_see_each_other_is_refused_before_trainin
     assert PreferenceCollator(CAPACITY).check_model(_model(0)) < 1e-5
     with pytest.raises(TypeError, match="model must be a torch causal LM"):
         PreferenceCollator(CAPACITY).check_model("gpt2")
+
+
+def test_two_processes_step_on_the_mean_over_all_their_pairs(tmp_path):
+    """DDP over two processes (torchrun, gloo), accumulation 2, planned batches of different
+    pair counts: the first optimizer step's gradient, on both processes, is that of TRL's DPO
+    loss over the four micro-batches' pairs at once; the logged rewards and log-probs are TRL's
+    means over both processes' pairs (gathering the values of unequal counts broke the run)."""
+    from _procs import torchrun
+
+    torchrun("_dpo_ddp.py", tmp_path, timeout=240)
+    runs = [torch.load(tmp_path / f"dpo{r}.pt") for r in (0, 1)]
+    counts = [len(rows) for run in runs for rows in run["micro_batches"]]
+    assert len(counts) == 4 and len(set(counts)) > 1, counts  # unequal: the weighting mattered
+    for a, b in zip(runs[0]["grads"], runs[1]["grads"], strict=True):
+        torch.testing.assert_close(a, b)  # DDP reduced one gradient
+    trainer = _trainer(tmp_path / "reference", _text_rows(14, seed=2))
+    every = [r for run in runs for rows in run["micro_batches"] for r in rows]
+    model = trainer.model
+    model.train()
+    model.zero_grad()
+    DPOTrainer._compute_loss(trainer, model, DataCollatorForPreference(0)(every), False).backward()
+    for got, p in zip(runs[0]["grads"], model.parameters(), strict=True):
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-6)
+    # the metrics of each micro-batch: TRL's, over both processes' pairs of that micro-batch
+    for j in range(2):
+        trainer._metrics["train"].clear()
+        rows = runs[0]["micro_batches"][j] + runs[1]["micro_batches"][j]
+        with torch.no_grad():
+            DPOTrainer._compute_loss(trainer, model, DataCollatorForPreference(0)(rows), False)
+        theirs = trainer._metrics["train"]
+        shared = list(runs[0]["metrics"][j])
+        assert len(shared) == 6 and all(k in theirs for k in shared), (shared, list(theirs))
+        for name in shared:
+            for run in runs:
+                assert run["metrics"][j][name] == pytest.approx(theirs[name][0], abs=1e-5), name

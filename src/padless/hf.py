@@ -1854,13 +1854,21 @@ class PackedDPOMixin:
         mode = "train" if me.model.training else "eval"
         ratio = (logps - ref).detach()
         chosen, rejected = me.beta * ratio[0::2], me.beta * ratio[1::2]
-        gather, metrics = me.accelerator.gather, me._metrics[mode]
-        metrics["rewards/chosen"].append(gather(chosen).mean().item())
-        metrics["rewards/rejected"].append(gather(rejected).mean().item())
-        metrics["rewards/accuracies"].append(gather((chosen > rejected).float()).mean().item())
-        metrics["rewards/margins"].append(gather(chosen - rejected).mean().item())
-        metrics["logps/chosen"].append(gather(logps.detach()[0::2]).mean().item())
-        metrics["logps/rejected"].append(gather(logps.detach()[1::2]).mean().item())
+        values = {
+            "rewards/chosen": chosen,
+            "rewards/rejected": rejected,
+            "rewards/accuracies": (chosen > rejected).float(),
+            "rewards/margins": chosen - rejected,
+            "logps/chosen": logps.detach()[0::2],
+            "logps/rejected": logps.detach()[1::2],
+        }
+        # TRL's means over every process's pairs, as sums and a count: a plan's batches hold
+        # different pair counts on different processes, which gathering the values cannot take
+        sums = torch.stack([v.float().sum() for v in values.values()] + [chosen.new_tensor(
+            float(chosen.numel()))])  # fmt: skip
+        sums = me.accelerator.gather(sums[None]).sum(0)
+        for k, name in enumerate(values):
+            me._metrics[mode][name].append((sums[k] / sums[-1].clamp(min=1)).item())
         return (loss, None) if return_outputs else loss
 
 
