@@ -18,22 +18,10 @@ from trl import DPOConfig, DPOTrainer
 sys.path.insert(0, str(Path(__file__).parent))
 import _hf_train as hft  # noqa: E402
 from test_trl_dpo import BETA, _model, _text_rows, _tokenizer  # noqa: E402
+from test_trl_dpo_sampler import CAPACITY, Recorded  # noqa: E402
 
 from padless import Packing  # noqa: E402
-from padless.hf import PackedDPOMixin, PadlessTrainerMixin, PreferenceCollator  # noqa: E402
-
-CAPACITY = 40
-
-
-class Recorded(PreferenceCollator):
-    """The mixin's collator, also handing over the rows it packed."""
-
-    def __call__(self, rows):
-        out = super().__call__(rows)
-        out["rows"] = [
-            {k: list(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows
-        ]
-        return out
+from padless.hf import PackedDPOMixin, PadlessTrainerMixin  # noqa: E402
 
 
 class Trainer(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer):
