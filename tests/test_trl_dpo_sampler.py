@@ -387,3 +387,26 @@ def test_two_processes_step_on_the_mean_over_all_their_pairs(tmp_path):
         for name in shared:
             for run in runs:
                 assert run["metrics"][j][name] == pytest.approx(theirs[name][0], abs=1e-5), name
+
+
+def test_the_packed_check_before_training_is_one_rule_for_both_mixins(caplog):
+    """A collator's own check (pairs) or check_packed: a leak refuses training naming the
+    mixin that checked; a model the check cannot call is a warning, under either mixin."""
+    import logging
+
+    from padless.hf import _packed_preflight
+
+    class Checked(PreferenceCollator):
+        def __init__(self, error):
+            super().__init__(CAPACITY)
+            self.error = error
+
+        def check_model(self, model):
+            raise self.error
+
+    with pytest.raises(ValueError, match=r"moved \(PackedDPOMixin checks this before training"):
+        _packed_preflight(_model(0), Checked(ValueError("moved")), "PackedDPOMixin")
+    with caplog.at_level(logging.WARNING, logger="padless.hf"):
+        _packed_preflight(_model(0), Checked(RuntimeError("no logits")), "PackedDPOMixin")
+    assert "could not check" in caplog.text and "no logits" in caplog.text
+    _packed_preflight(_model(0), None, "PadlessTrainerMixin")  # nothing packs: nothing to check

@@ -74,6 +74,32 @@ STATE_FILE = "padless_sampler.json"
 _SAMPLER_API = ("__iter__", "__len__", "set_epoch", "state_dict", "load_state_dict")
 
 
+def _packed_preflight(model: Any, collator: Any, who: str) -> None:
+    """Before training: refuse a model that lets the sequences ``collator`` packs together see
+    each other (a collator's own ``check_model``, e.g. pairs, else :func:`check_packed`); a
+    model the check cannot call is a warning."""
+    own = getattr(collator, "check_model", None)  # a collator that packs other rows
+    if collator is None or (not callable(own) and not packs(collator)):
+        return
+    try:
+        if callable(own):
+            own(model)
+        else:
+            _check_packed(model, collate=collator)
+    except ValueError as err:
+        raise ValueError(
+            f"{err} ({who} checks this before training; check_packed=False skips it)"
+        ) from None
+    except Exception as err:  # noqa: BLE001 - a model this check cannot call
+        logger.warning(
+            "could not check that %s keeps packed sequences apart (%s: %s); pass "
+            "check_packed=False to skip this check",
+            type(model).__name__,
+            type(err).__name__,
+            err,
+        )
+
+
 def _check_sampler(sampler: Any) -> Any:
     refuse_placements(sampler, "a Trainer's batch_sampler")
     missing = [name for name in _SAMPLER_API if not hasattr(sampler, name)]
@@ -726,25 +752,7 @@ class PadlessTrainerMixin:
     def _padless_packed_check(self) -> None:
         """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
         trainer: Any = self
-        collator = trainer.data_collator
-        own = getattr(collator, "check_model", None)  # a collator that packs other rows
-        if collator is None or (not callable(own) and not packs(collator)):
-            return
-        try:
-            if callable(own):
-                own(trainer.model)
-            else:
-                _check_packed(trainer.model, collate=collator)
-        except ValueError as err:
-            raise ValueError(f"{err} (PadlessTrainerMixin checks this before training)") from None
-        except Exception as err:  # noqa: BLE001 - a model this check cannot call
-            logger.warning(
-                "could not check that %s keeps packed documents apart (%s: %s); pass "
-                "check_packed=False to skip this check",
-                type(trainer.model).__name__,
-                type(err).__name__,
-                err,
-            )
+        _packed_preflight(trainer.model, trainer.data_collator, "PadlessTrainerMixin")
 
     def _padless_restore(self, checkpoint: str) -> None:
         """Put the sampler where ``checkpoint`` left it: a state saved under other settings
@@ -1794,16 +1802,8 @@ class PackedDPOMixin:
         (:meth:`PreferenceCollator.check_model`; ``check_packed=False`` skips it). Under
         :class:`PadlessTrainerMixin`, its own check runs it instead."""
         me = cast(Any, self)
-        alone = not isinstance(self, PadlessTrainerMixin)
-        check = getattr(me.data_collator, "check_model", None)
-        if alone and self._padless_check_pairs and callable(check):
-            try:
-                check(me.model)
-            except ValueError as err:
-                raise ValueError(
-                    f"{err} (PackedDPOMixin checks this before training; check_packed=False "
-                    "skips it)"
-                ) from None
+        if self._padless_check_pairs and not isinstance(self, PadlessTrainerMixin):
+            _packed_preflight(me.model, me.data_collator, "PackedDPOMixin")
             self._padless_check_pairs = False  # once: the model and collator stay the same
         return super().train(*args, **kwargs)  # type: ignore[misc]
 
@@ -1873,6 +1873,15 @@ class PackedDPOMixin:
 
 
 _GRPO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")  # the ones PackedGRPOMixin computes
+
+
+def _over_cap(i: int, tokens: int, cap: int) -> ValueError:
+    """PackedGRPOMixin's refusal of rollout ``i`` of ``tokens`` tokens over its cap."""
+    return ValueError(
+        f"rollout {i} holds {tokens} tokens (prompt + completion), over "
+        f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
+        "max_prompt_length + max_completion_length"
+    )
 
 
 class PackedGRPOMixin:
@@ -1979,12 +1988,7 @@ class PackedGRPOMixin:
         cap = me._padless_max_tokens
         too_long = [i for i, n in enumerate(lengths.tolist()) if n > cap]
         if too_long:
-            i = too_long[0]
-            raise ValueError(
-                f"rollout {i} holds {int(lengths[i])} tokens (prompt + completion), over "
-                f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
-                "max_prompt_length + max_completion_length"
-            )
+            raise _over_cap(too_long[0], int(lengths[too_long[0]]), cap)
         plan = plan_step(
             lengths, world_size=1, max_tokens=cap, loss_tokens=loss_tokens, groups=groups
         )
@@ -2054,11 +2058,7 @@ class PackedGRPOMixin:
                 block = 1 + answers[i].numel()
                 trunk = prompts[i].numel() - 1
                 if trunk + block > cap:
-                    raise ValueError(
-                        f"rollout {i} holds {trunk + block} tokens (prompt + completion), over "
-                        f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
-                        "max_prompt_length + max_completion_length"
-                    )
+                    raise _over_cap(i, trunk + block, cap)
                 if block > room:  # a new group: the prompt once more
                     gid, room = gid + 1, cap - trunk
                     lengths[i] = trunk

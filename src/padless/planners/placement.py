@@ -551,6 +551,20 @@ def _run_order(slot_time: np.ndarray) -> np.ndarray:
     return position
 
 
+def _evening(p: Placement, score: float) -> tuple[int, float, int, bool] | None:
+    """What both ways of evening out micro-batches start from: ``None`` where there is nothing
+    to even (no stages, one micro-batch or one sequence); else the tokens a rank may hold, the
+    step (``score``, or replayed when 0), the most ranks a sequence may spread over (0: degrees
+    stay, with fixed CP or groups aligned to blocks) and whether a sequence may move to any
+    ranks with room (dynamic CP with free groups)."""
+    mesh = p.mesh
+    if mesh.pp == 1 or p.micro_batches < 2 or len(p) < 2:
+        return None
+    free_lanes = mesh.dynamic and not mesh.aligned_groups
+    score = score if score > 0 else _makespan(p)
+    return mesh.max_tokens or NO_BUDGET, score, mesh.cp if free_lanes else 0, free_lanes
+
+
 def _even(p: Placement, score: float, rounds: int = 0) -> tuple[float, Placement]:
     """With pipeline stages: even out the micro-batches, each change kept only when the
     pipeline's step, in the run order kept so far, gets shorter (so the step never gets
@@ -564,14 +578,11 @@ def _even(p: Placement, score: float, rounds: int = 0) -> tuple[float, Placement
     run order is searched again (:func:`_sequence`, a small budget) and the moves go on in the
     new order. ``rounds`` bounds the moves (default ``max(6, 384 // micro-batches)``).
     Deterministic: no randomness."""
-    mesh = p.mesh
     m = p.micro_batches
-    if mesh.pp == 1 or m < 2 or len(p) < 2:
+    start = _evening(p, score)
+    if start is None:
         return score, p
-    cap = mesh.max_tokens or NO_BUDGET
-    score = score if score > 0 else _makespan(p)
-    free_lanes = mesh.dynamic and not mesh.aligned_groups
-    top = mesh.cp if free_lanes else 0  # fixed cp, or groups aligned to blocks: degrees stay
+    cap, score, top, free_lanes = start
     rounds = rounds or max(6, 384 // m)
     reordered = False
     for _ in range(rounds):
@@ -821,12 +832,10 @@ def _even_fixed(p: Placement, score: float, tries: int = 48) -> tuple[float, Pla
     put in run order again (cheapest first, the next cheapest last)."""
     mesh = p.mesh
     m = p.micro_batches
-    if mesh.pp == 1 or m < 2 or len(p) < 2:
+    start = _evening(p, score)
+    if start is None:
         return score, p
-    cap = mesh.max_tokens or NO_BUDGET
-    score = score if score > 0 else _makespan(p)
-    # fixed cp, or groups aligned to blocks: degrees stay
-    top = mesh.cp if mesh.dynamic and not mesh.aligned_groups else 0
+    cap, score, top, _ = start
 
     def loads(q: Placement) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         tok = rank_tokens(q.lengths, q.degrees)
