@@ -170,6 +170,15 @@ def test_refuses_what_cannot_fit_naming_both_parts():
         place([1], "dp=2", COST)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mesh must be key=value"):
         Mesh.parse("dp=2,tp=4")
+    with pytest.raises(ValueError, match="'dp' twice"):
+        Mesh.parse("dp=2,cp=2,dp=4")  # not the last one silently
+    # an array of another shape is not flattened into sequences
+    for call in (
+        lambda: place(np.ones((3, 2), np.int64), Mesh(dp=2), COST),
+        lambda: plan_placement([[4, 5], [6, 7]], Mesh(dp=2), COST, global_batch=2),
+    ):
+        with pytest.raises(ValueError, match=r"one length per sequence .* shape \((3, 2|2, 2)\)"):
+            call()
 
 
 def test_mesh_cost_round_trips_through_json(tmp_path):

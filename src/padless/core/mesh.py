@@ -174,6 +174,8 @@ class Mesh:
                 raise ValueError(
                     f"mesh must be key=value pairs with keys {sorted(fields)}, got {part!r}"
                 )
+            if key in out:
+                raise ValueError(f"mesh must give each key once, got {key!r} twice in {text!r}")
             if key == "schedule":
                 out[key] = value
             elif key in ("dynamic", "aligned_groups"):

@@ -1088,6 +1088,18 @@ def _assemble(
     )
 
 
+def _sequence_lengths(lengths: Any) -> np.ndarray:
+    """``lengths`` as an int64 vector of one length per sequence, or a named error (an array of
+    another shape is refused, not flattened: its entries would be placed as sequences)."""
+    lens = _lengths_array(lengths)
+    if lens.ndim != 1:
+        raise ValueError(
+            f"lengths must be one length per sequence (a 1-D array), got shape {lens.shape}; "
+            "give each sequence's total tokens"
+        )
+    return lens
+
+
 def place(
     lengths: Any,
     mesh: Mesh,
@@ -1120,7 +1132,7 @@ def place(
         raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
     if not isinstance(cost, MeshCost):
         raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
-    lens = _lengths_array(lengths).reshape(-1)
+    lens = _sequence_lengths(lengths)
     n = lens.size
     idx = np.arange(n, dtype=np.int64) if indices is None else _as_int64_vector("indices", indices)
     if idx.size and int(idx.min()) < 0:
@@ -1330,7 +1342,7 @@ def plan_placement(
         raise TypeError(f"mesh must be a padless.Mesh, got {type(mesh).__name__}")
     if not isinstance(cost, MeshCost):
         raise TypeError(f"cost must be a padless.MeshCost, got {type(cost).__name__}")
-    lens = _lengths_array(lengths).reshape(-1)
+    lens = _sequence_lengths(lengths)
     batch = positive("global_batch", global_batch)
     seed = check_seed("seed", seed)
     epoch = check_seed("epoch", epoch)
