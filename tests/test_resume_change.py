@@ -193,6 +193,39 @@ def test_the_next_epoch_starts_from_scratch_with_the_new_settings():
     assert "changes" not in t.state_dict()
 
 
+@pytest.mark.parametrize("change", ["balance", "world"])
+def test_a_change_at_the_end_of_an_epoch_run_into_its_repeats_saves_a_loadable_state(change):
+    """4 ranks end an epoch of 21 batches at position 24 (the last step's repeats); loaded under
+    other settings the epoch is over, and the state saved then loads again (its change was
+    kept at 24, past the position 21: the sampler refused its own state)."""
+    spec = padless.TokenBudget(max_tokens=2000)
+    done = [_sampler(spec, rank=r, world=4) for r in range(4)]
+    for s in done:
+        list(s)
+    saved = done[0].state_dict()
+    total = len(done[0].epoch_plan(0)[1])
+    assert total % 4 and saved["position"] > total  # the tail's repeats ran past the end
+
+    def other(rank=0):
+        return (
+            _sampler(spec, world=4, balance=True)
+            if change == "balance"
+            else (_sampler(spec, rank=rank, world=3))
+        )
+
+    resumed = other()
+    resumed.load_state_dict(saved)
+    assert list(resumed) == []
+    again = other()
+    again.load_state_dict(resumed.state_dict())
+    assert list(again) == [] and again.state_dict() == resumed.state_dict()
+    for s in (resumed, again):
+        s.set_epoch(1)
+    fresh = other()
+    fresh.set_epoch(1)
+    assert list(again) == list(resumed) == list(fresh)
+
+
 def test_loss_tokens_count_the_batches_before_the_change():
     small, large = FAMILIES["token_budget"][0], FAMILIES["token_budget"][2]
     s = _sampler(small, world=2)

@@ -29,7 +29,7 @@ import numpy as np
 from ..core._check import check_bool, check_seed, non_negative, positive
 from ..core._keywords import checks_keywords
 from ..core._schedule import check_ranks, padded_costs, step_imbalance
-from ..core._state import Resumable, fingerprint
+from ..core._state import Resumable, change_record, fingerprint
 from ..core.plan import BatchPlan
 from ..core.schedules import Schedule
 from ..epochs import Epoch, epochs_for
@@ -846,7 +846,14 @@ class PlanSampler(Resumable):
                     self._fingerprint = self._fingerprint_of(lengths_hash.result())
             if change is not None and isinstance(epoch, int):
                 total = self._epoch_of(epoch, changes).total
-                resumed = {**resumed, "position": min(int(resumed["position"]), total)}
+                if int(resumed["position"]) > total:  # the tail's repeats ran past the end
+                    changes = _changes_within(changes, total)
+                    self._changes = changes
+                    resumed = {
+                        **resumed,
+                        "position": total,
+                        "changes": [change_record(c) for c in changes],
+                    }
             super().load_state_dict(resumed)
         except Exception:
             self._changes = previous
@@ -965,3 +972,10 @@ def _target_rule(targets: Any) -> Callable[[np.ndarray], int]:
         return int(out.sum())
 
     return counted
+
+
+def _changes_within(changes: tuple[Any, ...], end: int) -> tuple[Any, ...]:
+    """``changes`` with every position past ``end`` (the epoch's batch count, which the tail's
+    repeats had run past) brought back to it: a change records where the rest of the epoch
+    begins, and a state never records one past its own position."""
+    return tuple(c if c[0] <= end else (end, *c[1:]) for c in changes)
