@@ -678,14 +678,28 @@ def test_every_strategy_mixes():
 
 
 def test_corpora_a_mixture_cannot_deliver_are_refused_when_it_is_built():
-    """Windowed plans: refused by the constructor, naming the corpus and the setting. Pieces
-    and warm-ups mix (tests/test_mixture_pieces.py): the mixture yields their codes."""
+    """Windowed plans, optimizer steps and skips of a corpus: refused by the constructor,
+    naming the corpus and the setting. Pieces and warm-ups mix (tests/test_mixture_pieces.py):
+    the mixture yields their codes."""
     from padless import Decomposition, Packing, PlanSampler, Schedule
 
     cases = {
         "plans its epochs in windows": budget([1, 2, 3] * 40, window=50),
         "plans its epochs in windows \\(window='histogram'": budget([1, 2], window="histogram"),
     }
+    skipped = budget([1, 2, 3] * 10)
+    skipped.skip(2)
+    cases.update(
+        {  # each once had no effect on the mixture's batches
+            "optimizer steps \\(batches_per_step=Schedule.constant\\(2\\)": budget(
+                [1, 2, 3] * 10, batches_per_step=2
+            ),
+            "optimizer steps \\(tokens_per_step=Schedule.constant\\(40\\) over budgets of 16": (
+                budget([1, 2, 3] * 10, tokens_per_step=40)
+            ),
+            "batches left out by skip\\(\\).*call skip\\(\\) on the MixtureSampler": skipped,
+        }
+    )
     for message, sub in cases.items():
         with pytest.raises(ValueError, match=f"samplers\\['a'\\].*{message}"):
             MixtureSampler({"a": sub, "b": budget([1])}, weights=[1, 0], num_batches=3)

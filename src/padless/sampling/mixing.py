@@ -231,6 +231,26 @@ def _check_corpus(name: str, sub: Any) -> None:
             "MixtureSampler draws from each corpus's whole-epoch plan: build that corpus's "
             "sampler without window= (or mix the corpora's lengths into one windowed sampler)"
         )
+    if sub.batches_per_step is not None:
+        raise ValueError(
+            f"samplers[{name!r}] groups its batches into optimizer steps ("
+            f"{_steps_text(sub.batches_per_step):.80}), and a MixtureSampler yields one mixed batch per "
+            "slot without steps of a corpus's own: build that corpus's sampler without "
+            "batches_per_step= or tokens_per_step= (accumulate over the mixture's batches in "
+            "the training loop)"
+        )
+    if sub._skips:
+        raise ValueError(
+            f"samplers[{name!r}] has batches left out by skip() ({len(sub._skips)} ranges), "
+            "and a MixtureSampler reads each corpus's whole-epoch plan from its own position: "
+            "call skip() on the MixtureSampler, whose positions are the mixed batches"
+        )
+
+
+def _steps_text(steps: Any) -> str:
+    """How a sampler was given its optimizer steps, for a message."""
+    text = repr(steps)
+    return text if text.startswith("tokens_per_step=") else f"batches_per_step={text}"
 
 
 def split_codes(
@@ -735,7 +755,9 @@ class MixtureSampler(Resumable):
         samplers: dict name → padless sampler over one corpus (any strategy), each built with
             ``world_size=1``; the mixture shards over ranks itself. Their ``rank`` and
             ``drop_last`` are not used. A windowed or histogram sampler is refused when the
-            mixture is built (a mixture reads whole-epoch plans). A corpus may warm up, split,
+            mixture is built (a mixture reads whole-epoch plans), and so is one with
+            ``batches_per_step`` or ``tokens_per_step`` or a ``skip()`` (the mixture's slots
+            are its positions: skip the mixture). A corpus may warm up, split,
             truncate or decompose its sequences: the mixture yields its codes (below).
         temperature: T > 0, or ``float('inf')`` for uniform; with ``weights``, applied to them
             (``p ∝ (w / Σw)^(1/T)``; uniform over the corpora of positive weight for ``inf``).

@@ -904,6 +904,9 @@ class _TokensPerStep:
     def as_dict(self) -> dict[str, Any]:
         return {"tokens_per_step": self.tokens.as_dict(), "per_batch": self.budget}
 
+    def __repr__(self) -> str:
+        return f"tokens_per_step={self.tokens!r} over budgets of {self.budget}"
+
 
 def _schedule_of(name: str, value: Any) -> Schedule:
     """``value`` as an integer :class:`padless.Schedule` (a plain int is a constant)."""
