@@ -428,6 +428,9 @@ class Resumable:
 
         ``batches``: the next global batches (over all ranks) from the current position: the
         next iteration's start, or while iterating the first step not yet produced.
+        Skips name positions and do not add up: ``skip(2)`` twice at one position leaves out
+        the same two batches (calling it again after a resume is harmless), ``skip(1)`` then
+        ``skip(4)`` the next four.
         ``steps=(a, b)``: the steps ``a`` to ``b - 1`` of the current epoch, counted from its
         start at the current world size (global batches ``a · world_size`` to
         ``b · world_size - 1``).
