@@ -198,6 +198,22 @@ def test_lengths_given_and_settings_refused_by_name(cuts, tmp_path):
         lengths_of_cuts(cuts, tokens=lambda t: -1)
     with pytest.raises(ValueError, match=".jsonl or .jsonl.gz"):
         lengths_of_cuts(tmp_path / "cuts.txt")
+    # hostile lines and files: each a ValueError naming the file (were OverflowError,
+    # RecursionError and EOFError)
+    first = '{"duration": 1.5, "supervisions": []}\n'
+    for line, words in (
+        ('{"duration": 1' + "0" * 400 + "}", r"broken.jsonl:2: duration must be a finite"),
+        ('{"duration": NaN}', r"broken.jsonl:2: duration must be a finite"),
+        ('{"duration": 1.0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ):
+        broken.write_text(first + line + "\n")
+        with pytest.raises(ValueError, match=words):
+            lengths_of_cuts(broken)
+    packed = gzip.compress((first * 5000).encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(ValueError, match="cut.jsonl.gz is not whole gzip data"):
+        lengths_of_cuts(cut)
 
 
 def test_padless_report_reads_a_manifest_without_lhotse_and_prints_seconds(

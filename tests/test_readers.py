@@ -381,6 +381,45 @@ def test_compressed_text_is_streamed_in_pieces(tmp_path, monkeypatch, suffix):
     assert sum(pieces) == len(raw) and len(pieces) > 10 and max(pieces) <= 1000
 
 
+def test_zst_frames_one_after_another_are_read_to_the_last(tmp_path):
+    """Concatenated frames (``cat a.zst b.zst``, pzstd) and skippable frames: the whole text."""
+    import struct
+
+    import zstandard
+
+    raw = b"".join(b"w " * (i % 9) + b"\n" for i in range(3000))
+    skippable = struct.pack("<II", 0x184D2A50, 3) + b"abc"
+    frames = [
+        zstandard.ZstdCompressor().compress(raw[i : i + 997]) for i in range(0, len(raw), 997)
+    ]
+    (tmp_path / "m.txt.zst").write_bytes(skippable + b"".join(frames) + skippable)
+    assert lengths_from_text(tmp_path / "m.txt.zst").tolist() == reference(raw, "whitespace")
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst"])
+@pytest.mark.parametrize("tokenizer", ["whitespace", "hf"])
+def test_compressed_text_cut_short_or_corrupt_is_refused_naming_the_file(
+    tmp_path, suffix, tokenizer
+):
+    """A .zst cut inside a frame was read as a shorter corpus (zstandard's stream reader ends
+    quietly), a cut .gz raised EOFError and a plain file named .gz gzip's BadGzipFile."""
+    raw = b"".join(b"line %d a b\n" % i for i in range(20_000))
+    whole = write_packed(tmp_path / f"w.txt{suffix}", raw).read_bytes()
+    if tokenizer == "hf":
+        tokenizer = f"hf:{word_tokenizer(tmp_path)}"
+    for name, data in {
+        "cut": whole[: len(whole) // 2],
+        "cut_at_the_end": whole[:-3],
+        "plain": raw[:100],
+        "flipped": whole[:40] + bytes([whole[40] ^ 0xFF]) + whole[41:],
+    }.items():
+        path = tmp_path / f"{name}.txt{suffix}"
+        path.write_bytes(data)
+        with pytest.raises(ValueError, match="is not whole (gzip|zstd) data") as info:
+            lengths_from_text(path, tokenizer=tokenizer)
+        assert str(path) in str(info.value)
+
+
 @pytest.mark.parametrize("suffix", [".txt", ".txt.gz", ".txt.zst"])
 @pytest.mark.parametrize("tokenizer", ["whitespace", "bytes", "hf"])
 def test_binary_file_is_refused_naming_file_and_offset(tmp_path, suffix, tokenizer):

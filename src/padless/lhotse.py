@@ -32,18 +32,19 @@ it makes its first ``CutSet``.
 
 from __future__ import annotations
 
-import gzip
 import json
+import math
 import numbers
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 import numpy as np
 
 from .core.fields import check_resolution, durations
 from .io import lengths_of
+from .io.readers import _open_text
 from .planners.spec import Spec
 from .sampling.sampler import PlanSampler
 
@@ -60,9 +61,8 @@ def _suffix_ok(path: Path) -> bool:
 
 
 def _open(path: Path) -> IO[bytes]:
-    if path.name.lower().endswith(".gz"):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+    """The manifest's bytes (a .gz decompressed; cut short or corrupt: a ValueError naming it)."""
+    return _open_text(path)
 
 
 def is_manifest(path: str | os.PathLike[str]) -> bool:
@@ -88,7 +88,7 @@ def is_manifest(path: str | os.PathLike[str]) -> bool:
                 if line.strip():
                     first = json.loads(line)
                     return isinstance(first, dict) and ("duration" in first or "tracks" in first)
-    except (OSError, ValueError, EOFError):
+    except (OSError, ValueError, RecursionError):
         return False
     return False
 
@@ -154,8 +154,16 @@ class _Tally:
                 f"{where}: duration must be a number of seconds, got {type(duration).__name__} "
                 f"{duration!r:.60}"
             )
+        try:
+            seconds = float(duration)
+        except OverflowError:
+            seconds = float("inf")
+        if not math.isfinite(seconds):
+            raise ValueError(
+                f"{where}: duration must be a finite number of seconds, got {duration!r:.60}"
+            )
         cut = len(self.seconds)
-        self.seconds.append(float(duration))
+        self.seconds.append(seconds)
         if self.field is not None:
             total = 0
             for sup in supervisions:
@@ -221,6 +229,8 @@ def _read_manifest(src: Path, tally: _Tally) -> None:
                 item = json.loads(line)
             except ValueError as err:
                 raise ValueError(f"{where}: not a JSON line of a manifest ({err})") from None
+            except RecursionError:
+                raise ValueError(f"{where}: a JSON line nested too deeply to read") from None
             if not isinstance(item, dict):
                 raise ValueError(f"{where}: a manifest line must be a JSON object")
             if "duration" not in item:

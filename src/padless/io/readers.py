@@ -11,10 +11,12 @@ for paths, :func:`padless.io.lengths_from_file` (and :func:`padless.lengths_of`)
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import mmap
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple, cast
@@ -64,20 +66,80 @@ def _need(module: str, extra: str, what: str) -> Any:
 _COMPRESSED = (".gz", ".zst", ".zstd")
 
 
+_INFLATE_IN = 8192  # compressed bytes per zstd call: bounds the text one call can produce
+
+
 def _open_text(path: Path) -> IO[bytes]:
-    """A binary stream of the text: decompressed on the fly for .gz/.zst (never whole in RAM)."""
+    """A binary stream of the text: decompressed on the fly for .gz/.zst (never whole in RAM),
+    a file cut short or corrupt a ``ValueError`` naming it when read (:class:`_Inflating`)."""
     name = path.name.lower()
     if name.endswith(".gz"):
-        return cast(IO[bytes], gzip.open(path, "rb"))
+        return cast(IO[bytes], io.BufferedReader(_Inflating(path, None)))
     if name.endswith(".zst") or name.endswith(".zstd"):
         zstd = _need("zstandard", "text", f"reading {path.name}")
-        raw = open(path, "rb")
-        try:
-            return cast(IO[bytes], zstd.ZstdDecompressor().stream_reader(raw, closefd=True))
-        except BaseException:
-            raw.close()
-            raise
+        return cast(IO[bytes], io.BufferedReader(_Inflating(path, zstd)))
     return open(path, "rb")
+
+
+class _Inflating(io.RawIOBase):
+    """The text of a .gz file (``zstd`` None) or a .zst file (``zstd``: the zstandard module,
+    read frame after frame) as a raw stream, each read checked: data cut short or corrupt
+    raises a ValueError naming the file, never ends as a shorter text (gzip says so itself;
+    zstandard's stream reader ends quietly inside a frame, so frames are read here and the
+    last one must end)."""
+
+    def __init__(self, path: Path, zstd: Any) -> None:
+        super().__init__()
+        self._path, self._zstd = path, zstd
+        self._raw = open(path, "rb")
+        self._gzip = None if zstd is not None else gzip.GzipFile(fileobj=self._raw, mode="rb")
+        self._frame: Any = None  # the .zst frame being read (a decompressobj)
+        self._out, self._at = b"", 0  # decompressed text not yet read, and where it starts
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        errors: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile)
+        if self._zstd is not None:
+            errors = (*errors, self._zstd.ZstdError)
+        try:
+            if self._gzip is not None:
+                return self._gzip.readinto(buffer)
+            return self._zstd_into(memoryview(buffer).cast("B"))
+        except errors as err:
+            kind = "gzip" if self._zstd is None else "zstd"
+            raise ValueError(
+                f"{self._path} is not whole {kind} data (cut short or corrupt: {err}); its "
+                "text cannot be read to its end"
+            ) from None
+
+    def _zstd_into(self, view: memoryview) -> int:
+        while self._at == len(self._out):
+            data = self._raw.read(_INFLATE_IN)
+            if not data:
+                if self._frame is not None and not self._frame.eof:
+                    raise EOFError("the file ends inside a frame")
+                return 0
+            parts = []
+            while data:  # a frame may end inside the data, and the next begin
+                if self._frame is None or self._frame.eof:
+                    self._frame = self._zstd.ZstdDecompressor().decompressobj()
+                parts.append(self._frame.decompress(data))
+                data = self._frame.unused_data if self._frame.eof else b""
+            self._out, self._at = b"".join(parts), 0
+        n = min(len(view), len(self._out) - self._at)
+        view[:n] = self._out[self._at : self._at + n]
+        self._at += n
+        return n
+
+    def close(self) -> None:
+        try:
+            if self._gzip is not None:
+                self._gzip.close()
+        finally:
+            self._raw.close()
+            super().close()
 
 
 def _as_path(path: Any) -> Path:
