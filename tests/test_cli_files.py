@@ -103,6 +103,42 @@ def test_plan_to_a_null_device_is_written_in_place(tmp_path, lengths_file):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lengths.npy", "null"]
 
 
+def test_plan_to_dev_stdout_of_a_pipe_is_written_in_place(tmp_path, lengths_file):
+    """/dev/stdout of a pipe links to "pipe:[N]", which names no path: it was taken for a new
+    file and the write failed ("No such file or directory")."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "padless.cli", "plan", str(lengths_file), "--max-tokens", "256",
+         "-o", "/dev/stdout", "--json"],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    saved = tmp_path / "received"
+    saved.write_bytes(proc.stdout[: proc.stdout.rindex(b"PK\x05\x06") + 22])  # the zip's end
+    assert padless.BatchPlan.load(saved) == padless.plan_token_budget(LENGTHS, max_tokens=256)
+    records = tmp_path / "records.bin"
+    records.write_bytes(np.arange(500, dtype=np.int32).tobytes())
+    proc = subprocess.run(
+        [sys.executable, "-m", "padless.cli", "shuffle", str(records), "/dev/stdout",
+         "--record-size", "4", "--seed", "1"],
+        capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = np.frombuffer(proc.stdout, dtype=np.int32)
+    assert sorted(got.tolist()) == list(range(500)) and got.tolist() != list(range(500))
+
+
+def test_one_file_per_epoch_or_shard_into_a_device_is_refused(tmp_path, lengths_file):
+    """--epochs 2 into /dev/null made /dev/null-epoch0 and -epoch1 beside the device."""
+    null = device_node(tmp_path / "null", 3)
+    status, _, err = cli("plan", lengths_file, "--max-tokens", "256", "-o", null, "--epochs", 2)
+    assert status == 2 and "is a device or pipe, and --epochs 2 writes one file per epoch" in err
+    records = tmp_path / "records.bin"
+    records.write_bytes(bytes(range(64)))
+    status, _, err = cli("shuffle", records, null, "--record-size", 4, "--shards", 2)
+    assert status == 2 and "is a device or pipe, and shards=2 writes one file per shard" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lengths.npy", "null", "records.bin"]
+
+
 # ------------------------------------------------------------------ item 8: --plot in place
 
 

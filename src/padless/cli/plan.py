@@ -149,6 +149,12 @@ def make_spec(args: argparse.Namespace) -> Any:
 def _targets(output: str, first: int, epochs: int) -> list[str]:
     if epochs == 1:
         return [output]
+    if os.path.exists(output) and not os.path.isfile(output) and not os.path.isdir(output):
+        raise ValueError(
+            f"-o/--output {output!r} is a device or pipe, and --epochs {epochs} writes one file "
+            "per epoch beside the name given (NAME-epochE): name a file, or plan one epoch "
+            "(--epochs 1) into the device"
+        )
     folder, base = os.path.split(output)
     stem, suffix = os.path.splitext(base)
     return [os.path.join(folder, f"{stem}-epoch{e}{suffix}") for e in range(first, first + epochs)]

@@ -111,20 +111,20 @@ def write_exactly(
     'plan'
     """
     target = check_output(path, what)
-    real = os.path.realpath(target)
-    try:
-        info: os.stat_result | None = os.stat(real)
+    try:  # links followed, /dev/stdout and /dev/fd/N too (whose targets name no path)
+        info: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
         info = None
     if info is not None and not stat.S_ISREG(info.st_mode):
         if stat.S_ISDIR(info.st_mode):  # a link to a folder
             raise IsADirectoryError(f"{what} {target!r} is a folder: name a file")
         try:
-            with open(real, "wb") as stream:
+            with open(target, "wb") as stream:
                 write(cast(BinaryIO, _Sequential(stream)))
         except OSError as exc:
             raise _reworded(exc, what, target) from exc
         return target
+    real = os.path.realpath(target)
     folder, base = os.path.split(real)
     tmp = ""
     try:

@@ -334,14 +334,24 @@ def _check_destination(dst_name: str, shards: int) -> tuple[str, tuple[str, ...]
     out_dir = os.path.dirname(os.path.abspath(dst_name))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(errno.ENOENT, "the directory of dst does not exist", out_dir)
+    # An existing device or pipe (/dev/null, a FIFO, /dev/stdout or /dev/fd/N of a pipe) is
+    # written in place, not replaced, at the name given: the links of /dev/fd name no path.
+    if os.path.exists(dst_name) and not os.path.isfile(dst_name):
+        if os.path.isdir(dst_name):
+            raise IsADirectoryError(errno.EISDIR, "dst is a directory", dst_name)
+        if shards != 1:
+            raise ValueError(
+                f"dst {dst_name!r} is a device or pipe, and shards={shards} writes one file "
+                "per shard beside the name given: name a file, or write one shard (shards=1) "
+                "into the device"
+            )
+        return out_dir, (dst_name,), True
     # A symbolic link is followed: the file it points to is replaced, as `sort -o` does.
     finals = tuple(os.path.realpath(p) for p in shard_paths(dst_name, shards))
     for path in finals:
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "dst is a directory", path)
-    # An existing device or pipe (/dev/null, a FIFO) is written in place, not replaced.
-    device = shards == 1 and os.path.exists(finals[0]) and not os.path.isfile(finals[0])
-    return out_dir, finals, device
+    return out_dir, finals, False
 
 
 def _check_tmp_dir(tmp_dir: Any, out_dir: str, to_stdout: bool) -> str:
