@@ -547,3 +547,57 @@ def test_a_saved_plan_is_not_read_as_lengths(tmp_path):
     padless.plan_token_budget([3, 4, 5], max_tokens=8).save(path)
     with pytest.raises(ValueError, match="is a padless plan, not lengths"):
         padless.lengths_of(Path(path))
+
+
+def test_broken_arrays_and_dataset_folders_are_named_by_their_file(tmp_path):
+    """Each was a raw exception (BadZipFile, IndexError, KeyError, AttributeError) or numpy's
+    message without the file."""
+    import io as _io
+
+    from padless.core._output import load_json
+    from padless.io.tokens import RawTokens
+
+    np.savez(tmp_path / "zero_d.npz", offsets=np.array([0, 3, 5]), tokens=np.array(5))
+    np.savez(tmp_path / "corrupt.npz", offsets=np.arange(0, 4000, 4))
+    raw = bytearray((tmp_path / "corrupt.npz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "corrupt.npz").write_bytes(raw)
+    np.savez(tmp_path / "two.npz", en=np.array([3, 4]), es=np.array([5]))
+    np.save(tmp_path / "scalar.npy", np.array(7))
+    np.save(tmp_path / "offsets.npy", np.array([0, 4, 7]))
+    header = _io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<u2", "fortran_order": False, "shape": (-5,)}
+    )
+    (tmp_path / "negative.npy").write_bytes(header.getvalue() + bytes(8))
+    cases = [
+        (lambda: lengths_from_file(tmp_path / "zero_d.npz"), r"zero_d.npz \[tokens\]: .*1-D"),
+        (lambda: lengths_from_file(tmp_path / "corrupt.npz"), "corrupt.npz: array 'offsets'"),
+        (lambda: lengths_from_file(tmp_path / "two.npz", fields=["en", "es"]), "'es': 1"),
+        (
+            lambda: lengths_from_file(tmp_path / "scalar.npy", offsets=tmp_path / "offsets.npy"),
+            r"scalar.npy: tokens must be a 1-D array",
+        ),
+        (lambda: RawTokens(tmp_path / "negative.npy", eos=0, cache=False), r"shape \(-5,\)"),
+        (lambda: load_json(tmp_path / "corrupt.npz", "mesh cost"), "corrupt.npz' holds no JSON"),
+    ]
+    datasets = pytest.importorskip("datasets")
+    good = tmp_path / "good"
+    datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4]]}).save_to_disk(str(good))
+    state = json.loads((good / "state.json").read_text())
+    for name, text, words in (
+        ("no_filename", json.dumps({**state, "_data_files": [{}]}), "must name a file"),
+        ("elsewhere", json.dumps({**state, "_data_files": [{"filename": "../x"}]}), "a file of"),
+        ("a_list", "[]", "must hold a JSON object, got list"),
+        ("not_json", "{oops", "state.json is not readable JSON"),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        for f in good.iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        (folder / "state.json").write_text(text)
+        cases.append((lambda folder=folder: lengths_from_file(folder, column="input_ids"), words))
+    assert lengths_from_file(good, column="input_ids").tolist() == [3, 1]
+    for call, words in cases:
+        with pytest.raises(ValueError, match=words):
+            call()

@@ -182,5 +182,5 @@ def load_json(path: str | os.PathLike[str], what: str) -> Any:
     with open(path, encoding="utf-8") as stream:
         try:
             return json.load(stream)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8 text, too deep
             raise ValueError(f"path {os.fspath(path)!r} holds no JSON {what}: {exc}") from None

@@ -24,6 +24,7 @@ from .readers import (
     _checked,
     _lengths_from_npz,
     _lengths_from_offsets,
+    _token_count,
     is_indexed_path,
     lengths_from_arrow,
     lengths_from_text,
@@ -158,7 +159,7 @@ def lengths_from_file(
         if offsets is None:
             return _checked(arr, str(src))
         off = load_npy(Path(offsets))
-        return _lengths_from_offsets(off, str(offsets), int(arr.shape[0]))
+        return _lengths_from_offsets(off, str(offsets), _token_count(arr, str(src)))
     if suffix == ".npz":
         return _lengths_from_npz(src, fields)
     return lengths_from_text(src, tokenizer=tokenizer, progress=progress)

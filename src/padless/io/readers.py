@@ -823,18 +823,36 @@ def _read_arrow_table(path: Path, columns: list[str] | None) -> Any:
 
 def _hf_dataset_files(folder: Path, split: str | None) -> list[Path]:
     if (folder / "dataset_dict.json").is_file():
-        splits = json.loads((folder / "dataset_dict.json").read_text()).get("splits", [])
+        splits = _json_object(folder / "dataset_dict.json").get("splits", [])
         chosen = split or "train"
-        if chosen not in splits:
-            raise ValueError(f"split must be one of {splits} in {folder}, got {chosen!r}")
+        if not isinstance(splits, list) or chosen not in splits:
+            raise ValueError(f"split must be one of {splits!r:.80} in {folder}, got {chosen!r}")
         folder = folder / chosen
     state = folder / "state.json"
     if not state.is_file():
         raise ValueError(f"{folder} is not a saved Hugging Face dataset (no state.json)")
-    files = json.loads(state.read_text()).get("_data_files", [])
-    if not files:
-        raise ValueError(f"{state} lists no data files")
-    return [folder / f["filename"] for f in files]
+    files = _json_object(state).get("_data_files", [])
+    if not isinstance(files, list) or not files:
+        raise ValueError(f"{state} lists no data files (_data_files: {files!r:.60})")
+    names = [f.get("filename") if isinstance(f, dict) else None for f in files]
+    for name in names:
+        if not isinstance(name, str) or not name or os.path.basename(name) != name:
+            raise ValueError(
+                f"{state}: each _data_files entry must name a file of the folder "
+                f"({{'filename': NAME}}), got {files[names.index(name)]!r:.80}"
+            )
+    return [folder / cast(str, name) for name in names]
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or a ValueError naming the file."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{path} is not readable JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
 
 
 def lengths_from_arrow(
@@ -913,6 +931,13 @@ def _lengths_from_offsets(offsets: Any, where: str, tokens: int | None = None) -
     return _checked(np.diff(off), where)
 
 
+def _token_count(tokens: np.ndarray, where: str) -> int:
+    """The tokens of a token corpus array (1-D), the offsets' end."""
+    if tokens.ndim != 1:
+        raise ValueError(f"{where}: tokens must be a 1-D array, got shape {tokens.shape}")
+    return int(tokens.shape[0])
+
+
 def _checked(values: Any, where: str) -> np.ndarray:
     """``lengths_of`` of values read from a file, its errors prefixed with the file."""
     try:
@@ -971,22 +996,29 @@ def _lengths_from_npz(path: Path, fields: Sequence[str] | None) -> np.ndarray:
                 f"{path} is a padless plan, not lengths: read it with padless.BatchPlan.load"
             )
 
-        def column(name: str) -> np.ndarray:
+        def read(name: str) -> np.ndarray:
             try:
-                values = data[name]
+                return np.asarray(data[name])
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise ValueError(f"{path}: array {name!r} is not readable ({exc})") from exc
-            return _checked(values, f"{path} [{name}]")
+
+        def column(name: str) -> np.ndarray:
+            return _checked(read(name), f"{path} [{name}]")
 
         if fields:
             unknown = [f for f in fields if f not in names]
             if unknown:
                 raise ValueError(f"fields must be among {names} in {path}, got {list(fields)}")
             cols = [column(f) for f in fields]
+            if len({c.shape for c in cols}) > 1:
+                raise ValueError(
+                    f"fields must hold one length per sequence each in {path}, got "
+                    + ", ".join(f"{f!r}: {c.shape[0]}" for f, c in zip(fields, cols, strict=True))
+                )
             return cols[0] if len(cols) == 1 else np.stack(cols, axis=1)
         if "offsets" in names:
-            tokens = data["tokens"].shape[0] if "tokens" in names else None
-            return _lengths_from_offsets(data["offsets"], str(path), tokens)
+            tokens = _token_count(read("tokens"), f"{path} [tokens]") if "tokens" in names else None
+            return _lengths_from_offsets(read("offsets"), str(path), tokens)
         if len(names) == 1:
             return column(names[0])
         raise ValueError(f"{path} holds arrays {names}; choose with fields= (--fields en,es)")

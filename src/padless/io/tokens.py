@@ -72,7 +72,7 @@ def _npy_header(fh: BinaryIO, path: str) -> tuple[np.dtype, int, int] | None:
             f"{path!r} starts as a .npy file but its header is not valid: {err}"
         ) from err
     start = fh.tell()
-    if len(shape) != 1:
+    if len(shape) != 1 or int(shape[0]) < 0:
         raise ValueError(f"a token file must be 1-D, got shape {shape} in {path!r}")
     return _token_dtype(dtype, f"the dtype of {path!r}"), int(shape[0]), start
 
