@@ -144,8 +144,13 @@ def _packing_sft(out: Path, collator, model=None, **config) -> PadlessSFT:
         ("padding", "DataCollatorWithPadding (transformers)", "a row of its own"),
         (PaddingFreeCollator(48, rows=3), "PaddingFreeCollator", r"rows=3 \(the plan's: 2\)"),
         (PaddingFreeCollator(32, rows=2), "PaddingFreeCollator", r"capacity=32 \(the plan's: 48\)"),
+        (  # it flattens the batch and pads it: 96 tokens to 100 (was accepted)
+            "padding_free_multiple",
+            "DataCollatorForLanguageModeling (trl)",
+            r"pad_to_multiple_of=5: a batch of the plan's 96 tokens becomes 100",
+        ),
     ],
-    ids=["sft-default", "padding", "rows", "capacity"],
+    ids=["sft-default", "padding", "rows", "capacity", "padding-free-multiple"],
 )
 def test_a_collator_that_would_not_deliver_the_packing_plan_is_refused_when_built(
     tmp_path: Path, collator, named, why
@@ -157,6 +162,12 @@ def test_a_collator_that_would_not_deliver_the_packing_plan_is_refused_when_buil
         from transformers import DataCollatorWithPadding
 
         collator = DataCollatorWithPadding(_tokenizer())
+    elif collator == "padding_free_multiple":
+        from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+        collator = DataCollatorForLanguageModeling(
+            pad_token_id=0, padding_free=True, pad_to_multiple_of=5
+        )
     with pytest.raises(ValueError) as err:
         _packing_sft(tmp_path / "x", collator)
     message = str(err.value)

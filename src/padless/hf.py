@@ -1112,6 +1112,19 @@ _SHAPES_OF = {
 }
 
 
+def _flat_multiple(lay: _Layout, bound: int | None) -> str | None:
+    """Why a collator that flattens a batch into one row and pads it to ``lay.multiple``
+    passes the plan's ``bound`` tokens a batch (None: it does not, or no bound)."""
+    if lay.multiple <= 1 or bound is None or bound % lay.multiple == 0:
+        return None
+    over = -(-bound // lay.multiple) * lay.multiple
+    return (
+        f"it pads the flat row to a multiple of pad_to_multiple_of={lay.multiple}: a batch "
+        f"of the plan's {bound} tokens becomes {over}; plan batches of a multiple of "
+        f"{lay.multiple} tokens, or leave pad_to_multiple_of unset"
+    )
+
+
 def _refusal(lay: _Layout, spec: Any, longest: int) -> str | None:
     """Why a collator of layout ``lay`` does not deliver ``spec``'s batches (sequences up to
     ``longest`` tokens), or None when it does (an unknown layout: None, decided elsewhere)."""
@@ -1151,7 +1164,7 @@ def _refusal(lay: _Layout, spec: Any, longest: int) -> str | None:
                     f"it holds sequences of up to capacity={lay.capacity} tokens, the "
                     f"plan's rows up to {form.capacity}"
                 )
-            return None
+            return _flat_multiple(lay, form.capacity * int(getattr(spec, "rows_per_batch", 1)))
         rows = int(getattr(spec, "rows_per_batch", 1))
         wrong = [
             f"{name}={given} (the plan's: {planned})"
@@ -1190,7 +1203,8 @@ def _refusal(lay: _Layout, spec: Any, longest: int) -> str | None:
     if kind == "flat":
         if lay.capacity is not None and lay.capacity < longest:
             return f"it holds sequences of up to {lay.capacity} tokens, the data up to {longest}"
-        return None
+        bound = getattr(spec, "max_tokens", None)
+        return _flat_multiple(lay, bound if isinstance(bound, int) else None)
     if str(getattr(lay.padding, "value", lay.padding)) == "max_length":
         return (
             "it pads every batch to max_length, past the widths the plan budgeted; pad "
