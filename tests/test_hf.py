@@ -285,6 +285,14 @@ def test_a_dataset_that_is_not_the_lengths_is_refused_before_training(tmp_path):
         _construct(tmp_path, rows, lengths, length_field=3)
     with pytest.raises(ValueError, match="train_sampling_strategy='group_by_length'"):
         _construct(tmp_path, data, lengths, args={"train_sampling_strategy": "group_by_length"})
+    # accepted before and never used: on an out-of-memory error the Trainer's retry trained
+    # the epoch's first batches again at the same size; the data seed shuffled nothing
+    for given, words in (
+        ({"auto_find_batch_size": True}, "auto_find_batch_size=True: after an out-of-memory"),
+        ({"data_seed": 7}, "data_seed=7: the Trainer's sampler does not run"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            _construct(tmp_path, data, lengths, args=given)
 
 
 def test_dispatch_batches_is_refused(tmp_path):

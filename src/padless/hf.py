@@ -947,6 +947,20 @@ def _refuse_reordering(args: Any) -> None:
             "together and in which order (padless samplers already group by length). Remove it; "
             "for a fixed order build the sampler with shuffle=False"
         )
+    if getattr(args, "auto_find_batch_size", False):
+        raise ValueError(
+            "PadlessTrainerMixin cannot use auto_find_batch_size=True: after an out-of-memory "
+            "error the Trainer halves per_device_train_batch_size and starts again, but the "
+            "batch_sampler's plan makes the batches, so the same batches would be trained again "
+            "at the same size. Remove it and give the plan a smaller budget (max_tokens, "
+            "capacity); padless.torch.probe_memory finds one that fits before training"
+        )
+    if getattr(args, "data_seed", None) is not None:
+        raise ValueError(
+            f"PadlessTrainerMixin cannot use data_seed={args.data_seed!r}: the Trainer's "
+            "sampler does not run, the batch_sampler shuffles with its own seed. Remove it and "
+            "build the sampler with seed=..."
+        )
 
 
 # --------------------------------------------------------------------------- collator and plan
