@@ -412,3 +412,17 @@ def test_grouped_samplers_packed_refused_padded_served():
     for element, planned in zip(PlanBatches(padded, records), padded, strict=True):
         assert set(np.bincount(groups[planned]).tolist()) <= {0, 2}  # pairs whole
         assert element["inputs"].size <= 200
+
+
+def test_a_batch_of_empty_sequences_stays_within_the_budget():
+    """50 empty sequences fit max_tokens=8 (rows x longest = 0); the collate gave them one
+    column each, 50 slots against the budget of 8."""
+    lengths = np.array([0] * 50 + [3, 4, 5])
+    spec = padless.TokenBudget(max_tokens=8)
+    collate = padless.grain.Collate(spec)
+    sizes = []
+    for batch in padless.PlanSampler(lengths, spec, shuffle=False):
+        out = collate([np.ones(int(lengths[i]), np.int32) for i in batch])
+        assert out["inputs"].size <= 8 and out["inputs"].shape[0] == len(batch)
+        sizes.append(len(batch))
+    assert max(sizes) == 50

@@ -196,6 +196,15 @@ def test_padded_collate_for_budget_batches():
         out = collate(batch)
         assert out["input_ids"].shape[0] == len(batch)
         assert out["input_ids"].numel() <= 64
+    # a width multiple rounds past the budget (384 tokens under 100 was accepted): refused,
+    # as collate_for(sampler) refuses one that is not the plan's
+    for source in (ds, StreamBatcher(items, TokenBudget(max_tokens=64), buffer=8, length=tokens)):
+        with pytest.raises(ValueError, match="multiple_of=16 is refused for a stream's batches"):
+            collate_for(source, pad_id=0, multiple_of=16)
+        assert collate_for(source, pad_id=0, multiple_of=1)([[1, 2], [3]])["input_ids"].shape == (
+            2,
+            2,
+        )
 
 
 def test_stop_together_is_the_loader_without_a_process_group():

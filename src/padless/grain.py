@@ -317,7 +317,7 @@ class Collate:
             rows = int(shape[0]) if self.form.pad_batches else int(sizes.size)
             return rows, int(shape[1])
         m = self.form.multiple_of
-        return int(sizes.size), max(-(-longest // m) * m, 1)
+        return int(sizes.size), -(-longest // m) * m  # all empty: width 0, as planned
 
 
 # ------------------------------------------------------------------------------- records

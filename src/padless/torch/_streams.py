@@ -82,6 +82,13 @@ def stream_collate(spec: Any, **options: Any) -> Callable[[Any], Any]:
     if packed:
         key = options.get("key", "input_ids")
         return StreamPackedCollate(collate_packed(spec, **options), key)
+    multiple = options.get("multiple_of")
+    if form is not None and multiple not in (None, form.multiple_of):
+        raise ValueError(
+            f"multiple_of={multiple!r:.40} is refused for a stream's batches: a StreamBatcher "
+            f"budgets unrounded widths ({spec.describe()}), which rounding up can pass; leave "
+            "multiple_of unset (a plan with pad_to_multiple_of: PlanSampler)"
+        )
     return collate_padded(**options)
 
 
