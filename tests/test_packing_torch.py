@@ -128,6 +128,17 @@ def test_fixed_rows_mappings_truncate_and_errors():
         collate_packed(4, position_start=-1)
     with pytest.raises(TypeError, match="must hold integer token ids"):
         collate_packed(4)([[1.5, 2.0]])
+    # rows of text, holes or a dict where ids were meant: named (were torch's own words)
+    from padless.torch import collate_padded
+
+    for bad, words, collates in (
+        ({"input_ids": [1, 2]}, r"got dict .*name its ids with fields= or key=", [collate_padded]),
+        (["a", "b"], r"sample \[0\] must be a 1-D sequence of integer token ids, got list", None),
+        ([4, None], "integer token ids, got list", None),
+    ):
+        for collate in collates or (collate_packed, collate_padded):
+            with pytest.raises(TypeError, match=words):
+                collate(4 if collate is collate_packed else 0)([bad])
     collate = pickle.loads(pickle.dumps(collate_packed(8, max_per_row=3, flatten=True)))
     assert "capacity=8" in repr(collate) and collate([[1, 2]])["input_ids"].tolist() == [[1, 2]]
 

@@ -74,6 +74,22 @@ def test_a_rank_holds_its_zigzag_share_within_the_budget() -> None:
             assert held == int(p.rank_tokens()[m, r]) <= mesh.max_tokens
 
 
+def test_mapping_samples_of_any_kind_give_the_same_tensors() -> None:
+    """A Mapping that is not a dict (a BatchEncoding, a UserDict) was read as token ids."""
+    import collections
+    import types
+
+    p = padless.place(LENGTHS, MESHES[0], COST)
+    want = rank_batches(p, 1, DOCS)
+    for kind in (dict, collections.UserDict, types.MappingProxyType):
+        got = rank_batches(p, 1, [kind({"input_ids": d}) for d in DOCS])
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            assert all(
+                torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b, strict=True)
+            )
+
+
 def test_one_rank_segments_get_the_same_keys() -> None:
     p = padless.place(LENGTHS, MESHES[0], COST)
     solo = [s for m in rank_batches(p, 0, DOCS) for s in m if s["cp"] == 1]

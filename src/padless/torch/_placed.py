@@ -12,7 +12,7 @@ the plan.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ def collate_segment(
     want = np.diff(segment.cu_seqlens)
     for j, sample in enumerate(samples):
         got = int(
-            _as_ids(sample[key] if isinstance(sample, dict) else sample, f"samples[{j}]").numel()
+            _as_ids(sample[key] if isinstance(sample, Mapping) else sample, f"samples[{j}]").numel()
         )
         if got != int(want[j]):
             raise ValueError(
