@@ -186,6 +186,10 @@ def test_str_folder_is_refused_as_a_folder(tmp_path):
         (b"a b c", "got bytes"),
         (["some text", "more"], "got text"),
         (np.array(["ab", "c"]), "got text"),
+        # were an IndexError, a planned (1, 2) matrix, and a silent dedup in any order
+        (np.ma.array([3, -1], mask=[0, 1]), "got a masked array; pass arr.compressed()"),
+        (np.matrix([[3, 4]]), "got an np.matrix"),
+        (set([5, 3, 5]), "got a set, which keeps no order and drops repeated lengths"),
     ],
 )
 def test_dicts_and_text_are_refused_clearly(bad, fragment):
@@ -232,3 +236,16 @@ def test_readers_and_lengths_import_one_way():
 def test_builtin_corpus_fields_type_is_checked(bad):
     with pytest.raises(TypeError, match="fields must be a str or a list of str"):
         builtin_corpus(bad)
+
+
+def test_zero_d_arrays_and_half_floats_are_counts():
+    """A list of np.array(3) was 'len() of unsized object'; float16 lengths warned of an
+    overflow (the bound 2**31 cast to float16)."""
+    import warnings
+
+    assert lengths_of([np.array(3), np.array(4)]).tolist() == [3, 4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lengths_of(np.array([3, 4], np.float16)).tolist() == [3, 4]
+    with pytest.raises(ValueError, match=r"got -1 at position \[1\]"):
+        lengths_of([np.array(3), np.array(-1)])

@@ -46,6 +46,7 @@ def _from_array(arr: np.ndarray) -> np.ndarray:
             _raise_first_bad((arr < 0) | (arr >= MAX_LENGTH), arr)
         return np.ascontiguousarray(arr, dtype=np.int64)
     if arr.dtype.kind == "f":
+        arr = arr.astype(np.float64, copy=False)  # float16 cannot hold the bound 2**31
         if arr.size:
             # NaN fails every comparison, so it lands in `bad` too
             bad = ~((arr >= 0) & (arr < MAX_LENGTH) & (arr == np.floor(arr)))
@@ -87,6 +88,8 @@ def _unit_hint(value: Any) -> str:
 
 def _check_count(x: Any, i: int) -> None:
     """Check one count of a list of counts (any Python or numpy int or float)."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:  # np.array(3): the count it holds
+        x = x[()]
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"lengths must be integers, got bool {x!r} at position [{i}]")
     if isinstance(x, (int, np.integer)):
@@ -130,7 +133,9 @@ def _from_list(items: Sequence[Any]) -> np.ndarray:
         raise TypeError(
             f"lengths_of got text (item [0] is {type(first).__name__} {first!r:.40}); {_TEXT_HINT}"
         )
-    if not isinstance(first, _SEQUENCE_TYPES):
+    if not isinstance(first, _SEQUENCE_TYPES) or (
+        isinstance(first, np.ndarray) and first.ndim == 0
+    ):
         # a list of counts: each is checked here, so the conversion below cannot fail or wrap
         for i, x in enumerate(items):
             _check_count(x, i)
@@ -224,8 +229,17 @@ def as_lengths(x: Any) -> np.ndarray:
     >>> as_lengths([[1, 2, 3], [4]]).tolist()
     [3, 1]
     """
+    if isinstance(x, (np.ma.MaskedArray, np.matrix)):
+        what = "a masked array" if isinstance(x, np.ma.MaskedArray) else "an np.matrix"
+        fix = "arr.compressed() or arr.filled(value)" if "masked" in what else "np.asarray(m)"
+        raise TypeError(f"lengths must be a plain array, got {what}; pass {fix}")
     if isinstance(x, np.ndarray):
         return _from_array(x)
+    if isinstance(x, (set, frozenset)):
+        raise TypeError(
+            f"lengths must be in the order of the dataset (a list or an array), got a "
+            f"{type(x).__name__}, which keeps no order and drops repeated lengths"
+        )
     if isinstance(x, os.PathLike) or arrow_like(x):
         raise TypeError(
             f"lengths in memory are an array or a list here, got a {type(x).__name__}: read a "
