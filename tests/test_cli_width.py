@@ -71,3 +71,20 @@ def test_shuffle_messages_fit_80_columns(tmp_path):
     )
     assert lines == sorted(f"line {i}" for i in range(5000))
     assert np.unique(lines).size == 5000
+
+
+def test_a_long_input_path_is_cut_across_lines_in_80_columns(tmp_path):
+    """The table's header and shuffle's warning kept a path longer than a line whole (88 and
+    127 columns)."""
+    folder = tmp_path / ("a_very_long_directory_name_for_the_width_of_the_tables_" * 2)
+    folder.mkdir()
+    np.save(folder / "lengths.npy", np.arange(1, 200))
+    done = run("plan", folder / "lengths.npy", "--max-tokens", 4096, "-o", tmp_path / "p.npz")
+    assert done.returncode == 0, done.stderr
+    assert widest(done.stdout) <= 80 and "lengths.npy" in done.stdout.replace("\n  ", ""), (
+        done.stdout
+    )
+    (folder / "no_newline.txt").write_bytes(b"a\nb\nc")
+    done = run("shuffle", "--lines", "--seed", 1, folder / "no_newline.txt", tmp_path / "o.txt")
+    assert done.returncode == 0 and "had no newline" in done.stderr, done.stderr
+    assert widest(done.stderr) <= 80, done.stderr

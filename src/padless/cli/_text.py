@@ -16,14 +16,15 @@ def terminal_width() -> int:
 
 
 def wrap(text: str, width: int, *, indent: str = "  ") -> str:
-    """``text`` wrapped at ``width`` columns, the lines after the first indented by ``indent``.
+    """``text`` wrapped at ``width`` columns, the lines after the first indented by ``indent``
+    (a word longer than a line, such as a long path, is cut across lines).
 
     >>> print(wrap("padless shuffle: 200,000 lines in 0.02 s; seed 5", 30))
     padless shuffle: 200,000 lines
       in 0.02 s; seed 5
     """
     return textwrap.fill(
-        text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+        text, width, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
     )
 
 
@@ -41,7 +42,8 @@ def cut_left(text: str, width: int) -> str:
 
 def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
     """The ``parts`` of a message joined by spaces into lines of at most ``width`` columns,
-    a line breaking only between parts (a part longer than a line is wrapped at its words);
+    a line breaking only between parts (a part longer than a line is wrapped at its words, a
+    word longer than a line cut across lines);
     lines after the first indented by ``indent``.
 
     >>> print(fit(["padless shuffle: 9 lines in 0.1 s", "via memory;", "seed 5"], 36))
@@ -66,7 +68,7 @@ def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
                     width,
                     initial_indent=first,
                     subsequent_indent=indent,
-                    break_long_words=False,
+                    break_long_words=True,
                     break_on_hyphens=False,
                 )
             )
