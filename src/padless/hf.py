@@ -428,7 +428,8 @@ class PadlessTrainerMixin:
         if _steps_of(sampler) and trainer.args.gradient_accumulation_steps != 1:
             raise ValueError(
                 "gradient_accumulation_steps must be 1 when the batch_sampler has "
-                "batches_per_step (its schedule sets the micro-batches of each optimizer step), "
+                "batches_per_step or tokens_per_step (its schedule sets the micro-batches of "
+                "each optimizer step), "
                 f"got {trainer.args.gradient_accumulation_steps}"
             )
         if trainer.data_collator is not None:
