@@ -42,8 +42,8 @@ def cut_left(text: str, width: int) -> str:
 
 def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
     """The ``parts`` of a message joined by spaces into lines of at most ``width`` columns,
-    a line breaking only between parts (a part longer than a line is wrapped at its words, a
-    word longer than a line cut across lines);
+    a line breaking only between parts (a part longer than a line is wrapped at its words; a
+    word longer than a line, such as a path, keeps a line of its own, whole, to be copied);
     lines after the first indented by ``indent``.
 
     >>> print(fit(["padless shuffle: 9 lines in 0.1 s", "via memory;", "seed 5"], 36))
@@ -68,7 +68,7 @@ def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
                     width,
                     initial_indent=first,
                     subsequent_indent=indent,
-                    break_long_words=True,
+                    break_long_words=False,
                     break_on_hyphens=False,
                 )
             )
