@@ -136,6 +136,11 @@ def test_lm_streams_and_samplers_do_not_mix():
         MixtureSampler({"web": LMStream(np.arange(500), num_steps=4, batch_size=2, world_size=2)})
     with pytest.raises(ValueError, match="no indices"):
         mixture().corpus_of([0])
+    # a stream's own skip had no effect on the mixed batches (as a sampler corpus's)
+    skipped = streams()
+    skipped["web"].skip(3)
+    with pytest.raises(ValueError, match=r"samplers\['web'\] has batches left out by skip\(\)"):
+        MixtureSampler(skipped, seed=5, num_batches=9)
 
 
 def test_through_dataloader_workers_and_a_stateful_loader():

@@ -589,7 +589,7 @@ def test_broken_arrays_and_dataset_folders_are_named_by_their_file(tmp_path):
         ("no_filename", json.dumps({**state, "_data_files": [{}]}), "must name a file"),
         ("elsewhere", json.dumps({**state, "_data_files": [{"filename": "../x"}]}), "a file of"),
         ("a_list", "[]", "must hold a JSON object, got list"),
-        ("not_json", "{oops", "state.json is not readable JSON"),
+        ("not_json", "{oops", "state.json' holds no JSON dataset metadata"),
     ):
         folder = tmp_path / name
         folder.mkdir()

@@ -177,6 +177,25 @@ def test_a_collator_that_would_not_deliver_the_packing_plan_is_refused_when_buil
     assert "Pass data_collator=padless.hf.PaddingFreeCollator(48, rows=2)" in message
 
 
+@pytest.mark.parametrize(("multiple", "refused"), [(8, True), (4, False)])
+def test_a_padding_free_multiple_is_judged_against_a_padded_plans_budget(multiple, refused):
+    """TRL's padding-free collator flattens a padded plan's batch (at most max_tokens=100 real
+    tokens) and pads it to its multiple: 104 under 8 (was accepted), 100 under 4."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from padless.hf import _check_collator
+
+    sampler = TokenBudgetSampler([30, 20, 45, 12] * 10, max_tokens=100, seed=0)
+    collator = DataCollatorForLanguageModeling(
+        pad_token_id=0, padding_free=True, pad_to_multiple_of=multiple
+    )
+    if not refused:
+        _check_collator(collator, sampler, trust=False, default=False)
+        return
+    with pytest.raises(ValueError, match="a batch of the plan's 100 tokens becomes 104"):
+        _check_collator(collator, sampler, trust=False, default=False)
+
+
 def test_sft_trains_exactly_the_packing_plan(tmp_path: Path) -> None:
     """With the collator that lays out the plan: every batch is the planned (2, 48) rows of the
     sampler's items, each item once, and check_packed runs (an OPT is refused before step 1)."""

@@ -38,7 +38,7 @@ import numbers
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -60,11 +60,6 @@ def _suffix_ok(path: Path) -> bool:
     return path.name.lower().endswith(MANIFEST_SUFFIXES)
 
 
-def _open(path: Path) -> IO[bytes]:
-    """The manifest's bytes (a .gz decompressed; cut short or corrupt: a ValueError naming it)."""
-    return _open_text(path)
-
-
 def is_manifest(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a lhotse (or NeMo) manifest: a ``.jsonl`` or ``.jsonl.gz`` file whose
     first line is a JSON object with a ``"duration"`` (a ``MixedCut``: ``"tracks"``).
@@ -83,7 +78,7 @@ def is_manifest(path: str | os.PathLike[str]) -> bool:
     if not _suffix_ok(src) or not src.is_file():
         return False
     try:
-        with _open(src) as fh:
+        with _open_text(src) as fh:
             for line in fh:
                 if line.strip():
                     first = json.loads(line)
@@ -220,7 +215,7 @@ def _read_manifest(src: Path, tally: _Tally) -> None:
     """Add every line of a manifest to ``tally``: a cut (its ``duration`` and ``supervisions``),
     a supervision or a NeMo line (its ``duration`` and its own ``text``); a ``MixedCut`` line
     (no top-level duration) is built by lhotse."""
-    with _open(src) as fh:
+    with _open_text(src) as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
                 continue

@@ -11,6 +11,8 @@ The tests hold a brute-force reference of each replay.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import _core
@@ -32,6 +34,18 @@ __all__ = [
 ]
 
 
+def _cost_inputs(
+    lengths: Any, ks: Any, kmin: Any, coefs: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The arguments the compiled cost tables share, as the contiguous arrays they take."""
+    return (
+        np.ascontiguousarray(lengths, dtype=np.int64),
+        np.ascontiguousarray(ks, dtype=np.int64),
+        np.ascontiguousarray(kmin, dtype=np.int64),
+        np.ascontiguousarray(coefs, dtype=np.float64),
+    )
+
+
 def cost_table(
     coefs: np.ndarray, lengths: np.ndarray, ks: np.ndarray, kmin: np.ndarray, slack: float = 0.02
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,15 +62,8 @@ def cost_table(
     (csrc/placement.hpp), the same numbers bit for bit as :func:`cost_table_reference` (the
     same operations in the same order) in one pass instead of numpy's two dozen. O(rows · ks).
     """
-    lens = np.ascontiguousarray(lengths, dtype=np.int64)
-    ks = np.ascontiguousarray(ks, dtype=np.int64)
-    table, fastest, widest = _core.cost_table(
-        lens,
-        ks,
-        np.ascontiguousarray(kmin, dtype=np.int64),
-        np.ascontiguousarray(coefs, dtype=np.float64),
-        float(slack),
-    )
+    lens, ks, kmin, coefs = _cost_inputs(lengths, ks, kmin, coefs)
+    table, fastest, widest = _core.cost_table(lens, ks, kmin, coefs, float(slack))
     shape = (lens.size, ks.size)
     return table.reshape(shape), fastest, widest
 
@@ -296,15 +303,9 @@ def rounds_tables(
     bit for bit as :func:`rounds_tables_reference` in one pass instead of numpy's dozen.
     O(N · len(ks)).
     """
-    lens = np.ascontiguousarray(lengths, dtype=np.int64)
-    ks = np.ascontiguousarray(ks, dtype=np.int64)
-    tokens, times, work_time, work_quad, limit_time, limit_quad = _core.rounds_tables(
-        lens,
-        ks,
-        np.ascontiguousarray(kmin, dtype=np.int64),
-        np.ascontiguousarray(coefs, dtype=np.float64),
-        int(cap),
-    )
+    lens, ks, kmin, coefs = _cost_inputs(lengths, ks, kmin, coefs)
+    tables = _core.rounds_tables(lens, ks, kmin, coefs, int(cap))
+    tokens, times, work_time, work_quad, limit_time, limit_quad = tables
     shape = (lens.size, ks.size)
     return (
         tokens.reshape(shape),

@@ -149,7 +149,9 @@ def make_spec(args: argparse.Namespace) -> Any:
 def _targets(output: str, first: int, epochs: int) -> list[str]:
     if epochs == 1:
         return [output]
-    if os.path.exists(output) and not os.path.isfile(output) and not os.path.isdir(output):
+    from ..core._output import is_device
+
+    if is_device(output):
         raise ValueError(
             f"-o/--output {output!r} is a device or pipe, and --epochs {epochs} writes one file "
             "per epoch beside the name given (NAME-epochE): name a file, or plan one epoch "

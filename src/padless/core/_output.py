@@ -93,6 +93,20 @@ def _reworded(exc: OSError, what: str, target: str) -> OSError:
     return out
 
 
+def is_device(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is an existing device or pipe (links followed: ``/dev/stdout`` and
+    ``/dev/fd/N`` too), which an output is written into in place, never beside or over.
+
+    >>> is_device("/dev/null"), is_device(os.devnull + ".missing")
+    (True, False)
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def write_exactly(
     path: str | os.PathLike[str], write: Callable[[BinaryIO], None], *, what: str = "output"
 ) -> str:

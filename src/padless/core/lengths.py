@@ -229,10 +229,13 @@ def as_lengths(x: Any) -> np.ndarray:
     >>> as_lengths([[1, 2, 3], [4]]).tolist()
     [3, 1]
     """
-    if isinstance(x, (np.ma.MaskedArray, np.matrix)):
-        what = "a masked array" if isinstance(x, np.ma.MaskedArray) else "an np.matrix"
-        fix = "arr.compressed() or arr.filled(value)" if "masked" in what else "np.asarray(m)"
-        raise TypeError(f"lengths must be a plain array, got {what}; pass {fix}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(
+            "lengths must be a plain array, got a masked array; pass arr.compressed() or "
+            "arr.filled(value)"
+        )
+    if isinstance(x, np.matrix):
+        raise TypeError("lengths must be a plain array, got an np.matrix; pass np.asarray(m)")
     if isinstance(x, np.ndarray):
         return _from_array(x)
     if isinstance(x, (set, frozenset)):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import mmap
 import os
 import sys
@@ -23,6 +22,7 @@ from typing import IO, Any, NamedTuple, cast
 
 import numpy as np
 
+from ..core._output import load_json
 from ..core.lengths import arrow_like, as_lengths
 from ..core.plan import is_saved_plan
 
@@ -95,19 +95,20 @@ class _Inflating(io.RawIOBase):
         self._gzip = None if zstd is not None else gzip.GzipFile(fileobj=self._raw, mode="rb")
         self._frame: Any = None  # the .zst frame being read (a decompressobj)
         self._out, self._at = b"", 0  # decompressed text not yet read, and where it starts
+        # what the decompressors raise for data cut short or corrupt
+        self._errors: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile)
+        if zstd is not None:
+            self._errors = (*self._errors, zstd.ZstdError)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        errors: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile)
-        if self._zstd is not None:
-            errors = (*errors, self._zstd.ZstdError)
         try:
             if self._gzip is not None:
                 return self._gzip.readinto(buffer)
             return self._zstd_into(memoryview(buffer).cast("B"))
-        except errors as err:
+        except self._errors as err:
             kind = "gzip" if self._zstd is None else "zstd"
             raise ValueError(
                 f"{self._path} is not whole {kind} data (cut short or corrupt: {err}); its "
@@ -846,10 +847,7 @@ def _hf_dataset_files(folder: Path, split: str | None) -> list[Path]:
 
 def _json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``, or a ValueError naming the file."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ValueError(f"{path} is not readable JSON ({exc})") from None
+    value = load_json(path, "dataset metadata")
     if not isinstance(value, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(value).__name__}")
     return value

@@ -34,7 +34,7 @@ from ..core.plan import BatchPlan
 from ..core.schedules import Schedule
 from ..io import lengths_of
 from ..planners.spec import Planner
-from .sampler import PlanSampler, check_ranks
+from .sampler import PlanSampler, _TokensPerStep, check_ranks
 
 __all__ = [
     "MixtureSampler",
@@ -211,6 +211,13 @@ def _fresh(sub: Any) -> bool:
 def _check_corpus(name: str, sub: Any) -> None:
     """Refuse, when the mixture is built, a corpus whose batches a mixture cannot deliver as
     that corpus would: a mixture reads each corpus's batches from its whole-epoch plan."""
+    skips = getattr(sub, "_skips", ())
+    if skips:
+        raise ValueError(
+            f"samplers[{name!r}] has batches left out by skip() ({len(skips)} ranges), and a "
+            "MixtureSampler reads each corpus's whole-epoch plan from its own position: call "
+            "skip() on the MixtureSampler, whose positions are the mixed batches"
+        )
     if _yields_tokens(sub):
         if not callable(getattr(sub, "mixture_batch", None)):
             raise TypeError(
@@ -239,18 +246,11 @@ def _check_corpus(name: str, sub: Any) -> None:
             "batches_per_step= or tokens_per_step= (accumulate over the mixture's batches in "
             "the training loop)"
         )
-    if sub._skips:
-        raise ValueError(
-            f"samplers[{name!r}] has batches left out by skip() ({len(sub._skips)} ranges), "
-            "and a MixtureSampler reads each corpus's whole-epoch plan from its own position: "
-            "call skip() on the MixtureSampler, whose positions are the mixed batches"
-        )
 
 
 def _steps_text(steps: Any) -> str:
     """How a sampler was given its optimizer steps, for a message."""
-    text = repr(steps)
-    return text if text.startswith("tokens_per_step=") else f"batches_per_step={text}"
+    return repr(steps) if isinstance(steps, _TokensPerStep) else f"batches_per_step={steps!r}"
 
 
 def split_codes(

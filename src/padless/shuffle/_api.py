@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core import _rng
 from ..core._check import check_bool, check_seed, positive, positive_or_none
+from ..core._output import is_device
 from ..core._progress import Progress
 from . import _engines, _passes, _safety
 
@@ -336,9 +337,7 @@ def _check_destination(dst_name: str, shards: int) -> tuple[str, tuple[str, ...]
         raise FileNotFoundError(errno.ENOENT, "the directory of dst does not exist", out_dir)
     # An existing device or pipe (/dev/null, a FIFO, /dev/stdout or /dev/fd/N of a pipe) is
     # written in place, not replaced, at the name given: the links of /dev/fd name no path.
-    if os.path.exists(dst_name) and not os.path.isfile(dst_name):
-        if os.path.isdir(dst_name):
-            raise IsADirectoryError(errno.EISDIR, "dst is a directory", dst_name)
+    if is_device(dst_name):
         if shards != 1:
             raise ValueError(
                 f"dst {dst_name!r} is a device or pipe, and shards={shards} writes one file "

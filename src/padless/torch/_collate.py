@@ -61,16 +61,12 @@ def _as_ids(sample: Any, where: str) -> torch.Tensor:
     if isinstance(sample, torch.Tensor):
         out = sample
     else:
-        arr = np.asarray(sample) if not isinstance(sample, Mapping) else np.asarray(None)
-        if arr.dtype.kind not in "iubf" and (arr.size or isinstance(sample, Mapping)):
+        arr = None if isinstance(sample, Mapping) else np.asarray(sample)
+        if arr is None or (arr.dtype.kind not in "iubf" and arr.size):
             raise TypeError(
                 f"{where} must be a 1-D sequence of integer token ids, got "
                 f"{type(sample).__name__} {sample!r:.60}"
-                + (
-                    " (a dict: name its ids with fields= or key=)"
-                    if isinstance(sample, Mapping)
-                    else ""
-                )
+                + (" (a dict: name its ids with fields= or key=)" if arr is None else "")
             )
         if not arr.flags.writeable and arr.dtype.kind in "iu":  # a token store's memory map:
             arr = arr.astype(np.int64)  # the copy .to(torch.long) makes, made before torch sees it
