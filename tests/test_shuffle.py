@@ -862,6 +862,19 @@ def test_dst_symlink_is_followed(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["data.txt", "link.txt"]
 
 
+@pytest.mark.parametrize("memory", ["64M", "1M"])
+def test_dst_may_be_src_itself(tmp_path: Path, memory: str) -> None:
+    """docs/data.md: ``src`` is only read, ``dst`` may name it (replaced once complete); the
+    result is the shuffle of a copy into another file, in one pass and in buckets."""
+    data = np.arange(100_000, dtype=np.int64).tobytes()
+    src, copy = write(tmp_path / "in.bin", data), write(tmp_path / "copy.bin", data)
+    other = shuffle_file(copy, tmp_path / "other.bin", record_size=8, memory=memory, seed=4)
+    res = shuffle_file(src, src, record_size=8, memory=memory, seed=4)
+    assert res.buckets == other.buckets and (res.buckets >= 2) == (memory == "1M")
+    assert src.read_bytes() == (tmp_path / "other.bin").read_bytes() != data
+    assert sorted(os.listdir(tmp_path)) == ["copy.bin", "in.bin", "other.bin"]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
 def test_device_dst_is_written_in_place(tmp_path: Path) -> None:
     src = write(tmp_path / "in.txt", b"a\nb\n")
