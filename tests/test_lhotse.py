@@ -204,6 +204,7 @@ def test_lengths_given_and_settings_refused_by_name(cuts, tmp_path):
     for line, words in (
         ('{"duration": 1' + "0" * 400 + "}", r"broken.jsonl:2: duration must be a finite"),
         ('{"duration": NaN}', r"broken.jsonl:2: duration must be a finite"),
+        ('\n\n{"duration": -0.5}', r"broken.jsonl:4: duration must be a finite, non-negative"),
         ('{"duration": 1.0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
     ):
         broken.write_text(first + line + "\n")

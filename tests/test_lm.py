@@ -526,3 +526,31 @@ def test_stream_over_a_token_store(tmp_path):
     assert same_batches(list(pickle.loads(blob)), want)
     with pytest.raises(ValueError, match="dtype must match the tokens array's dtype int32"):
         LMStream(store, dtype="uint16", **kw)
+
+
+def test_a_real_npy_is_found_by_its_content_under_any_name(tmp_path):
+    """A ``np.save``d file renamed (``shard-000.tokens``) is read by its header, as RawTokens
+    reads it: its 128 header bytes are not trained on."""
+    tokens = np.arange(1, 1001, dtype=np.uint16)
+    path = tmp_path / "shard-000.tokens"
+    with open(path, "wb") as fh:
+        np.save(fh, tokens)
+    kw = {"batch_size": 2, "num_steps": 8, "mode": "sequential", "seed": 0}
+    for dtype in (None, "uint16"):
+        stream = LMStream(path, dtype=dtype, **kw)
+        assert stream.num_tokens == 1000
+        want = list(LMStream(tokens, **kw))
+        for (x, y), (wx, wy) in zip(stream, want, strict=True):
+            np.testing.assert_array_equal(x, wx)
+            np.testing.assert_array_equal(y, wy)
+    with pytest.raises(ValueError, match="must match the .npy file's dtype uint16"):
+        LMStream(path, dtype="int32", **kw)
+
+
+def test_a_truncated_npy_is_named_with_its_sizes(tmp_path):
+    path = tmp_path / "part-00000.npy"
+    np.save(path, np.arange(10_000, dtype=np.uint16))
+    with open(path, "r+b") as fh:
+        fh.truncate(5000)
+    with pytest.raises(ValueError, match=r"part-00000.npy' is truncated: .* promises 10000 tokens"):
+        LMStream(path, batch_size=1, num_steps=4)

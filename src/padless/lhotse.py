@@ -153,9 +153,10 @@ class _Tally:
             seconds = float(duration)
         except OverflowError:
             seconds = float("inf")
-        if not math.isfinite(seconds):
+        if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(
-                f"{where}: duration must be a finite number of seconds, got {duration!r:.60}"
+                f"{where}: duration must be a finite, non-negative number of seconds, got "
+                f"{duration!r:.60}"
             )
         cut = len(self.seconds)
         self.seconds.append(seconds)

@@ -98,18 +98,12 @@ def _is_store(tokens: Any) -> bool:
 
 
 def _open_path(path: str, dtype: Any, populate: bool) -> np.ndarray:
+    """Map a token file: a real ``.npy`` found by its content (under any name, as
+    ``padless.RawTokens`` reads it), else headerless values of ``dtype``."""
     if not os.path.isfile(path):
         raise ValueError(f"tokens must be an existing file, got {path!r}")
     size = os.path.getsize(path)
-    if path.endswith(".npy") and not _has_npy_magic(path):
-        # an OLMo-style .npy: a raw memory map of tokens with no numpy header
-        if dtype is None:
-            raise ValueError(
-                f"tokens file {path!r} is not a valid .npy file (no numpy header): it looks "
-                "like a raw token file (an OLMo-style .npy memmap); pass dtype= (e.g. "
-                "dtype='uint16') to read it as raw tokens"
-            )
-    elif path.endswith(".npy"):
+    if _has_npy_magic(path):
         with open(path, "rb") as fh:
             try:
                 version = np.lib.format.read_magic(fh)
@@ -121,7 +115,7 @@ def _open_path(path: str, dtype: Any, populate: bool) -> np.ndarray:
             except ValueError as err:
                 raise ValueError(f"tokens file {path!r} is not a valid .npy file: {err}") from err
             start = fh.tell()
-        shape, fortran, file_dtype = header
+        shape, _, file_dtype = header
         file_dtype = _check_token_dtype(np.dtype(file_dtype), f"the dtype of {path!r}")
         if len(shape) != 1:
             raise ValueError(f"tokens must be 1-D, got shape {shape} in {path!r}")
@@ -130,10 +124,22 @@ def _open_path(path: str, dtype: Any, populate: bool) -> np.ndarray:
                 f"dtype must match the .npy file's dtype {file_dtype}, got {np.dtype(dtype)}"
             )
         count = int(shape[0])
+        if start + count * file_dtype.itemsize > size:
+            raise ValueError(
+                f"tokens file {path!r} is truncated: its .npy header promises {count} tokens of "
+                f"{file_dtype} ({count * file_dtype.itemsize} bytes), the file holds "
+                f"{size - start}"
+            )
         if count == 0:
             return np.zeros(0, dtype=file_dtype)
         mapped = _map_file(path, populate)
         return np.frombuffer(mapped, dtype=file_dtype, count=count, offset=start)
+    if dtype is None and path.endswith(".npy"):
+        raise ValueError(
+            f"tokens file {path!r} is not a valid .npy file (no numpy header): it looks "
+            "like a raw token file (an OLMo-style .npy memmap); pass dtype= (e.g. "
+            "dtype='uint16') to read it as raw tokens"
+        )
     if dtype is None:
         raise TypeError(
             f"dtype is required for a raw token file (e.g. dtype=np.uint16), got None for {path!r}"
@@ -286,10 +292,10 @@ class LMStream(Resumable):
 
     Args:
         tokens: a 1-D integer array or ``np.memmap``; a token store (``padless.io.tokens.RawTokens``
-            or an indexed dataset: its ``tokens``, the whole file); or a path: ``*.npy`` (dtype
-            from the header; an OLMo-style ``.npy`` without the numpy header is raw and needs
-            ``dtype``), any other name is a raw binary file and needs ``dtype``. Float dtypes
-            are refused.
+            or an indexed dataset: its ``tokens``, the whole file); or a path: a real ``.npy``
+            under any name (found by its numpy header, as ``RawTokens`` finds it; dtype from
+            the header), else a raw binary file that needs ``dtype`` (an OLMo-style ``.npy``
+            without the numpy header, a ``.bin``). Float dtypes are refused.
         batch_size: rows per batch (B); with a warm-up, rows of the longest ``num_steps``.
         num_steps: columns per batch (T), the sequence length; or, in random mode, a
             :class:`padless.Schedule` of the global optimizer step (a warm-up, see above).
