@@ -152,6 +152,10 @@ def test_refuses_what_cannot_fit_naming_both_parts():
         place([5000], Mesh(dp=1, cp=2, dynamic=True, max_tokens=1000), COST)
     with pytest.raises(ValueError, match="split over cp=2 ranks"):
         place([5000], Mesh(dp=1, cp=2, max_tokens=1000), COST)
+    # at max_tokens=1 no CP shard fits (2 tokens at least): refused, not searched for forever
+    with pytest.raises(ValueError, match=r"got length 2 \(sequence 1\).*2 tokens at least"):
+        place([1, 2], Mesh(dp=1, cp=4, dynamic=True, max_tokens=1), COST)
+    assert place([1, 1, 0], Mesh(dp=1, cp=4, dynamic=True, max_tokens=1), COST).degrees.max() == 1
     with pytest.raises(ValueError, match="dynamic=True needs max_tokens"):
         Mesh(dp=2, cp=2, dynamic=True)
     # an epoch with a sequence the mesh cannot hold is refused when planned, not at its step

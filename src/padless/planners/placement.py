@@ -193,13 +193,21 @@ def fitted_degrees(lens: np.ndarray, mesh: Mesh) -> np.ndarray:
                 "dynamic=True with a larger cp"
             )
         return np.full(n, mesh.cp, dtype=np.int64)
-    half = max(cap // 2, 1)
-    widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
+    half = cap // 2
+    if half == 0:  # a CP shard holds 2 tokens at least: at max_tokens=1 no sequence splits
+        widths = np.where(lens <= cap, 1, mesh.cp + 1).astype(np.int64)
+    else:
+        widths = np.where(lens <= cap, 1, np.maximum(-(-lens // (2 * half)), 2)).astype(np.int64)
     if n and int(widths.max()) > mesh.cp:
         i = int(np.argmax(widths))
         raise ValueError(
             f"lengths must fit max_tokens={cap} per rank at the largest CP degree cp="
             f"{mesh.cp}, got length {int(lens[i])} (sequence {i}); raise max_tokens or cp"
+            + (
+                " (a sequence split over CP ranks puts 2 tokens at least on each)"
+                if not half
+                else ""
+            )
         )
     return widths
 
