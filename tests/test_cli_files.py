@@ -218,6 +218,38 @@ def test_offsets_file_is_an_input_too(tmp_path):
     assert status == 2 and "is the input" in err
 
 
+def test_every_file_read_is_an_input(tmp_path, lengths_file):
+    """A shard of an input folder, an indexed dataset's .bin beside its .idx, a tokenizer file,
+    --cost and --memory: none is written over by -o or --plot (each was replaced, rc 0)."""
+    from padless.io.indexed import write_indexed
+
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict({"ids": [[1, 2, 3], [4, 5]]}).save_to_disk(str(folder))
+    part = next(folder.glob("*.arrow"))
+    write_indexed([np.arange(5), np.arange(7)], str(tmp_path / "corpus"), dtype=np.uint16)
+    (tmp_path / "tok.model").write_bytes(b"not read: refused before")
+    cost = padless.MeshCost(forward=padless.Cost(linear=1e-6), backward=padless.Cost(linear=2e-6))
+    cost.save(tmp_path / "cost.json")
+    kept = {p: p.read_bytes() for p in (part, tmp_path / "corpus.bin", tmp_path / "cost.json")}
+    kept[tmp_path / "tok.model"] = (tmp_path / "tok.model").read_bytes()
+    for args in (
+        ("plan", folder, "--column", "ids", "--max-tokens", 64, "-o", part),
+        ("plan", tmp_path / "corpus.idx", "--max-tokens", 64, "-o", tmp_path / "corpus.bin"),
+        ("report", lengths_file, "--tokenizer", f"spm:{tmp_path / 'tok.model'}",
+         "--plot", tmp_path / "tok.model"),
+        ("simulate", lengths_file, "--mesh", "dp=2", "--cost", tmp_path / "cost.json",
+         "--plot", tmp_path / "cost.json"),
+    ):  # fmt: skip
+        status, _, err = cli(*args)
+        assert status == 2 and "would destroy the input" in err, (args, err)
+    assert all(p.read_bytes() == data for p, data in kept.items())
+    # a new file inside an input folder destroys nothing: written
+    status, _, err = cli("plan", folder, "--column", "ids", "--max-tokens", 64, "-o", folder / "p")
+    assert status == 0, err
+    assert (folder / "p").is_file() and part.read_bytes() == kept[part]
+
+
 def test_a_saved_plan_is_not_read_as_lengths(tmp_path, lengths_file):
     plan_path = tmp_path / "plan.npz"
     assert cli("plan", lengths_file, "--max-tokens", "256", "-o", plan_path)[0] == 0

@@ -45,18 +45,40 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
-    """Every file the command reads (inputs and ``--offsets``)."""
-    paths = list(args.inputs)
-    if getattr(args, "offsets", None):
-        paths.append(args.offsets)
+    """Every file the command reads: the inputs (an indexed dataset's ``.idx`` and ``.bin``
+    both), ``--offsets``, a tokenizer file (``spm:``/``hf:``), ``--cost`` and ``--memory``."""
+    from ..io.readers import is_indexed_path
+
+    paths = []
+    for name in args.inputs:
+        paths.append(name)
+        if is_indexed_path(name):
+            prefix = name[:-4] if name.endswith((".idx", ".bin")) else name
+            paths += [prefix + ".idx", prefix + ".bin"]
+    for option in ("offsets", "cost", "memory"):
+        if getattr(args, option, None):
+            paths.append(getattr(args, option))
+    tokenizer = getattr(args, "tokenizer", None) or ""
+    if tokenizer.startswith(("spm:", "hf:")):
+        paths.append(tokenizer.split(":", 1)[1])
     return paths
 
 
-def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str) -> None:
-    """Refuse outputs that are folders, lie in missing folders, or are one of the inputs.
+def _inside(out: str, folder: str) -> bool:
+    """Whether ``out`` is an existing file under the input folder ``folder`` (a file the
+    command may read: a shard of a datasets folder, a Parquet part)."""
+    if not (os.path.isdir(folder) and os.path.lexists(out)):
+        return False
+    real, root = os.path.realpath(out), os.path.realpath(folder)
+    return os.path.commonpath([real, root]) == root
 
-    An output is an input when it is the same file (same device and inode, so hard links and
-    symbolic links count) or the same path.
+
+def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str) -> None:
+    """Refuse outputs that are folders, lie in missing folders, or are one of the files read.
+
+    An output is a file read when it is the same file as one of :func:`input_paths` (same
+    device and inode, so hard links and symbolic links count), the same path, or a file that
+    already exists inside an input folder.
     """
     from ..core._output import check_output
 
@@ -73,6 +95,11 @@ def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str
                 raise ValueError(
                     f"{option} {out!r} is the input {src!r}: writing it would destroy the input; "
                     "choose another output path"
+                )
+            if _inside(out, src):
+                raise ValueError(
+                    f"{option} {out!r} is a file of the input folder {src!r}: writing it would "
+                    "destroy the input; choose a path outside the folder"
                 )
 
 

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mesh",
         required=True,
         help="the mesh, e.g. dp=8,cp=4,pp=2,max_tokens=8192 (keys dp, cp, pp, dynamic, "
-        "max_tokens, schedule, vpp, micro_batches)",
+        "max_tokens, schedule, vpp, micro_batches, aligned_groups)",
     )
     parser.add_argument(
         "--cost",
