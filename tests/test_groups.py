@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from padless import Packing, batch_loss_tokens, plan_groups
 
 items = st.lists(
-    st.tuples(st.integers(1, 12), st.integers(0, 9), st.integers(0, 6)), min_size=0, max_size=40
+    st.tuples(st.integers(1, 12), st.integers(0, 9), st.integers(1, 6)), min_size=0, max_size=40
 )
 
 
@@ -148,13 +148,24 @@ def test_forms_that_cannot_honour_groups_refuse_them(spec, match):
             ValueError,
             "prefix must be equal within a group",
         ),
-        ({"groups": [0, 0, 1], "prefix": [-1, -1, 1]}, ValueError, "prefix must be >= 0"),
+        ({"groups": [0, 0, 1], "prefix": [-1, -1, 1]}, ValueError, "prefix must be >= 1"),
+        ({"groups": [0, 0, 1], "prefix": [0, 0, 1]}, ValueError, "got 0 at item 0"),
         ({"groups": [0, 0, 1], "oversize": "split"}, ValueError, "oversize"),
     ],
 )
 def test_bad_arguments_name_the_parameter(kwargs, error, match):
     with pytest.raises(error, match=match):
         plan_groups([1, 2, 3], capacity=8, **kwargs)
+
+
+def test_what_the_shared_prompt_collates_cannot_lay_out_is_refused_when_planned():
+    """An empty prompt or completion under ``prefix=`` (collate_groups and PreferenceCollator
+    refuse them at the batch that holds them): refused by the plan, naming the item."""
+    with pytest.raises(ValueError, match="empty completion at item 1"):
+        plan_groups([3, 0, 1], [0, 0, 1], capacity=8, prefix=[2, 2, 1])
+    with pytest.raises(ValueError, match=r"prefix must be >= 1 .* got 0 at item 2"):
+        plan_groups([3, 1, 1], [0, 0, 1], capacity=8, prefix=[2, 2, 0])
+    assert plan_groups([0, 1, 1], [0, 0, 1], capacity=8).info["groups"] == 2  # whole sequences
 
 
 def test_dpo_pairs_at_16k_fill_and_never_split():

@@ -1693,10 +1693,19 @@ def group_sizes(
     total = np.add.reduceat(sizes[members], starts[:-1]) if n else np.zeros(0, np.int64)
     if prefix is not None:
         pre = item_ids("prefix", prefix, n)
-        if pre.size and int(pre.min()) < 0:
+        # what the shared-prompt collates lay out (collate_groups, PreferenceCollator): a
+        # completion's first token is predicted by its prompt's last one, and bears loss
+        if pre.size and int(pre.min()) < 1:
             i = int(np.argmin(pre))
             raise ValueError(
-                f"prefix must be >= 0 (a prompt length), got {int(pre[i])} at item {i}"
+                f"prefix must be >= 1 (a prompt length: a completion's first token is predicted "
+                f"by its prompt's last one), got {int(pre[i])} at item {i}"
+            )
+        if n and int(sizes.min()) < 1:
+            i = int(np.argmin(sizes))
+            raise ValueError(
+                f"lengths must be >= 1 with prefix (a completion bears loss on its tokens), got "
+                f"an empty completion at item {i}"
             )
         first = pre[members[starts[:-1]]]
         differs = np.flatnonzero(pre[members] != np.repeat(first, counts))
@@ -1753,10 +1762,11 @@ def plan_groups(
     batch.
 
     Args:
-        lengths: (N,) item lengths (completion lengths with ``prefix``).
+        lengths: (N,) item lengths (completion lengths with ``prefix``: 1 at least).
         groups: (N,) int group id per item (any ints; equal ids form one group).
         capacity: tokens per row.
-        prefix: (N,) prompt length per item, or None (items are whole sequences).
+        prefix: (N,) prompt length per item (1 at least), or None (items are whole
+            sequences).
         rows_per_batch: rows per batch.
         oversize: a group over ``capacity``: ``"error"`` (a ValueError naming the group, its
             tokens and the capacity) or ``"drop"`` (its items in ``plan.skipped``).
