@@ -147,6 +147,9 @@ def test_min_micro_batches_multiple_and_empty_micro_batches():
     check_valid(plan, [5, 3, 7, 2], 10, "packed")
     plan = plan_step([], world_size=2, max_tokens=10)
     assert plan.num_micro_batches == 1 and plan.indices.size == 0 and plan.num_empty == 2
+    # an RL loop whose filter left no rollout passes groups=[] (float to numpy): planned alike
+    grouped = plan_step([], world_size=2, max_tokens=10, groups=[], loss_tokens=[])
+    assert grouped.num_micro_batches == 1 and grouped.indices.size == 0
 
 
 def test_loss_tokens_and_cu_seqlens():

@@ -327,12 +327,12 @@ def _units(groups: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None, i
         raise ValueError(
             f"groups must be 1-D with one id per sequence ({n}), got shape {ids.shape}"
         )
+    if n == 0:  # an empty rollout: [] is float to numpy, and names no group
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0
     if ids.dtype == np.bool_ or ids.dtype.kind not in "iuUS":
         raise TypeError(
             f"groups must be ints or strings (one id per sequence), got dtype {ids.dtype}"
         )
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0
     _, unit_of = np.unique(ids, return_inverse=True)
     unit_of = unit_of.astype(np.int64).reshape(-1)
     order = np.argsort(unit_of, kind="stable")
