@@ -288,9 +288,12 @@ def test_bad_cap_and_long_rollouts_are_refused(tmp_path):
         )
     with pytest.raises(TypeError, match="padless_max_tokens must be an int"):
         _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens="64")
+    # a cap that no full-length completion fits beside a prompt: refused when built
+    with pytest.raises(ValueError, match="more than max_completion_length=8 tokens, got 8"):
+        _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens=8)
     ours = _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path), padless_max_tokens=12)
     ours.current_gradient_accumulation_steps = 1
-    with pytest.raises(ValueError, match="rollout 0 holds .* over padless_max_tokens=12"):
+    with pytest.raises(ValueError, match="rollout 0 holds .* over padless_max_tokens=12.*TRL"):
         ours._compute_loss(ours.model, _rollout(4, seed=0))
     ours._padless_max_tokens = 64
     holes = _rollout(4, seed=0)

@@ -1908,8 +1908,9 @@ def _over_cap(i: int, tokens: int, cap: int) -> ValueError:
     """PackedGRPOMixin's refusal of rollout ``i`` of ``tokens`` tokens over its cap."""
     return ValueError(
         f"rollout {i} holds {tokens} tokens (prompt + completion), over "
-        f"padless_max_tokens={cap}: raise padless_max_tokens to at least "
-        "max_prompt_length + max_completion_length"
+        f"padless_max_tokens={cap}: raise padless_max_tokens to at least the longest prompt's "
+        "tokens + max_completion_length (TRL does not truncate prompts: or leave out of the "
+        "dataset the prompts longer than padless_max_tokens - max_completion_length)"
     )
 
 
@@ -2009,6 +2010,14 @@ class PackedGRPOMixin:
                     f"{', '.join(_GRPO_LOSS_TYPES)}) and RLOO's: {name}={value!r} is not "
                     "supported; use TRL's trainer without the mixin for it"
                 )
+        longest = getattr(me, "max_completion_length", None)
+        if isinstance(longest, int) and cap <= longest:
+            raise ValueError(
+                f"padless_max_tokens must hold a prompt and a whole completion, more than "
+                f"max_completion_length={longest} tokens, got {cap}: a completion that runs to "
+                "max_completion_length would be refused in training; raise padless_max_tokens "
+                "to the longest prompt's tokens + max_completion_length"
+            )
 
     def _padless_plan(self, lengths: Any, loss_tokens: Any, groups: Any = None) -> Any:
         import torch
