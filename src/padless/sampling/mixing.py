@@ -727,8 +727,9 @@ class MixtureSampler(Resumable):
       upsampled; ``cycles`` and ``passes`` count it.
     * Weights that never change (numbers, constant schedules) draw exactly as numbers always did
       (stream ``(seed, epoch, MIXTURE)``); only then does the fingerprint stay today's. The
-      schedules (``as_dict()``) and the temperature are in the fingerprint's settings: a state
-      saved under other weights is refused.
+      schedules (``as_dict()``) and the temperature are settings a run may change: a state
+      saved under other weights or another temperature continues the epoch with the new ones
+      (what the old ones drew is recomputed from the state; docs/schedules.md).
     * ``stats()`` adds ``phases``: the epoch's steps cut where a weight changes (a ramp of more
       than ``PHASE_BINS`` changes: that many equal bins over it), each with its batches and per
       corpus the mean scheduled ``p`` beside the realised ``share``.
@@ -811,7 +812,7 @@ class MixtureSampler(Resumable):
     @checks_keywords()
     def __init__(
         self,
-        samplers: Mapping[str, PlanSampler],
+        samplers: Mapping[str, Any],  # PlanSamplers or LMStreams (streams/ is beside sampling/)
         *,
         temperature: float | None = None,
         weights: Any = None,

@@ -22,7 +22,7 @@ from ..core.plan import BatchPlan, PackedPlan
 from ..planners.buckets import Buckets
 from ..planners.budget import TokenBudget
 from ..planners.exact import ExactLength
-from ..planners.packing import Packing, PieceDataset
+from ..planners.packing import Packing
 from ..planners.spec import Spec
 from .sampler import PlanSampler, SamplerOptions
 
@@ -493,8 +493,10 @@ class PackingSampler(PlanSampler):
         super().__init__(lengths, spec, **options)
         self.spec: Packing = spec
 
-    def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> PieceDataset:
-        """Wrap ``dataset`` so the codes this sampler yields give back pieces (see PieceDataset).
+    def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> Any:
+        """Wrap ``dataset`` so the codes this sampler yields give back pieces: a
+        :class:`padless.planners.packing.PieceDataset` (typed ``Any``, as ``checked()``, so that ``DataLoader(...)`` of
+        it type-checks: torch's ``Dataset`` is a class, not a protocol).
 
         >>> s = PackingSampler([5, 1], capacity=2, oversize="split")
         >>> ds = s.pieces([[1, 2, 3, 4, 5], [6]])
