@@ -126,6 +126,10 @@ def test_matrix_fuzz_every_cell(tmp_path_factory, cell, resume_at, skip_from, sk
     """A random cell of the whole matrix at random positions (a resume, an elastic resume, a
     change or a skip anywhere in the epoch, past its end included)."""
     env = Env(tmp_path_factory.mktemp("fuzz"))
+    if cell.form == "stream" and cell.consumer == "torchdata":
+        # a StreamDataset's workers each batch their own shard: a skip over 2 workers must be
+        # a multiple of 2 steps (docs/streaming.md), refused by the workers at the first batch
+        skip_len += skip_len % 2
     params = Params(resume_at=resume_at, skip=(skip_from, skip_from + skip_len))
     _expect(cell, run_cell(cell, env, params))
 
