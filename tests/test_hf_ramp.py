@@ -77,6 +77,44 @@ def test_each_optimizer_step_trains_the_steps_micro_batches_weighted_to_its_mean
     assert [r["index"] for r in resumed] == [r["index"] for r in record if r["step"] >= 2]
 
 
+def test_rows_with_their_own_labels_weigh_by_their_real_targets(tmp_path):
+    """SFT rows whose prompt is masked (-100): a step's gradient is that of the mean loss over
+    its real targets (weighted by the plan's lengths it was 87% off in the issue's probe)."""
+    lengths, data = hft.corpus(24)
+    for i, row in enumerate(data):  # even rows: only the last 2 tokens are targets
+        ids = row["input_ids"]
+        row["labels"] = [-100] * (len(ids) - 2) + ids[-2:] if i % 2 == 0 else list(ids)
+    sampler = PlanSampler(lengths, TokenBudget(max_tokens=104), seed=1, batches_per_step=2)
+    model = hft.tiny_model()
+    args = hft.training_args(str(tmp_path), gradient_accumulation_steps=1, learning_rate=0.0)
+    trainer = RampTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=hft.with_index(padless.hf.PaddingFreeCollator()),
+        batch_sampler=sampler,
+    )
+    inputs = next(iter(trainer.get_train_dataloader()))
+    micro = inputs["padless_micro_batches"]  # RecordMicro pops their "index" in training_step
+    targets = [int(b["labels"][:, 1:].ne(-100).sum()) for b in micro]
+    assert targets != [sum(int(lengths[i]) - 1 for i in b) for b in list(sampler)[:2]]
+    trainer.current_gradient_accumulation_steps = 1
+    model.train()
+    trainer.training_step(model, inputs)
+    ours = torch.cat([p.grad.flatten() for p in model.parameters()]).clone()
+    model.zero_grad()
+    summed = 0.0
+    for b in micro:
+        out = model(input_ids=b["input_ids"], position_ids=b["position_ids"])
+        logits = out.logits[:, :-1].reshape(-1, out.logits.shape[-1])
+        summed = summed + torch.nn.functional.cross_entropy(
+            logits, b["labels"][:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+        )
+    (summed / sum(targets)).backward()
+    want = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert float((ours - want).norm() / want.norm()) < 1e-5
+
+
 def test_a_ramp_needs_accumulation_one_and_epochs_of_equal_steps(tmp_path):
     lengths, data = hft.corpus()
     args = hft.training_args(str(tmp_path), gradient_accumulation_steps=2)

@@ -327,9 +327,12 @@ class PadlessTrainerMixin:
       the DataLoader yields one input per optimizer step, holding the step's micro-batches
       (collated each), and ``training_step`` runs forward and backward on each in turn (the
       gradient reduced once, after the last), its loss weighted by the micro-batch's share of
-      the step's targets (``sampler.loss_tokens``, counting ``loss_targets``; a model's loss is
-      taken to be the mean over its batch's targets), so the step's gradient is that of the mean
-      loss over all of the step's targets on every rank, whatever its size.
+      the step's targets (a model's loss is taken to be the mean over its batch's targets), so
+      the step's gradient is that of the mean loss over all of the step's targets on every
+      rank, whatever its size. The targets are counted in the micro-batches' ``labels`` where
+      they have them (not -100, after the shift for ``loss_targets="shifted"``; summed over
+      the ranks by one all-reduce), so an SFT row's masked prompt counts no target; otherwise
+      in the plan (``sampler.loss_tokens``, counting ``loss_targets``, no communication).
       ``gradient_accumulation_steps`` must then be 1, and every epoch must have the same number
       of optimizer steps (the Trainer sizes epochs from the first): a ramp fits a run of one
       epoch, or ``max_steps`` within the first. Checkpoints and resume work as above, counted
@@ -668,7 +671,17 @@ class PadlessTrainerMixin:
             return super().training_step(model, inputs, num_items_in_batch)  # type: ignore[misc]
         trainer: Any = self
         sampler = self.padless_sampler
-        total, counts = sampler.loss_tokens(int(inputs[STEP]), targets=self.padless_loss_targets)
+        labelled = self._padless_label_targets(micro)
+        if labelled is None:
+            total, counts = sampler.loss_tokens(
+                int(inputs[STEP]), targets=self.padless_loss_targets
+            )
+        else:  # the rows' own labels (an SFT prompt's -100s): counted, summed over the ranks
+            import torch
+
+            counts = labelled
+            mine = torch.tensor(float(sum(counts)), device=trainer.accelerator.device)
+            total = float(trainer.accelerator.reduce(mine, reduction="sum").item())
         out = None
         try:
             for j, batch in enumerate(micro):
@@ -681,6 +694,22 @@ class PadlessTrainerMixin:
         finally:
             self._padless_weight = None
         return out
+
+    def _padless_label_targets(self, micro: Sequence[Any]) -> list[int] | None:
+        """Each micro-batch's targets counted in its ``labels`` (not -100; shifted by one for
+        ``loss_targets="shifted"``), or None where the plan's count stands: a ``loss_targets``
+        function, or micro-batches without ``labels``. The same on every rank: one collator."""
+        mode = self.padless_loss_targets
+        if not (isinstance(mode, str) and mode in ("shifted", "all")):
+            return None
+        counts = []
+        for batch in micro:
+            labels = batch.get("labels") if isinstance(batch, Mapping) else None
+            if labels is None or not hasattr(labels, "ne"):
+                return None
+            kept = labels[..., 1:] if mode == "shifted" else labels
+            counts.append(int(kept.ne(-100).sum()))
+        return counts
 
     def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.compute_loss``, times the micro-batch's weight inside an optimizer step."""
