@@ -30,6 +30,7 @@ from padless import (  # noqa: E402
 )
 from padless.hf import STATE_FILE, PaddedCollator, PaddingFreeCollator  # noqa: E402
 from padless.planners.packing import PieceDataset  # noqa: E402
+from padless.torch import collate_for  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -111,6 +112,25 @@ def test_a_collator_padless_cannot_judge_needs_trust_where_the_plan_packs(tmp_pa
     # transformers' padding collator under a packing plan: a row per sequence, refused
     with pytest.raises(ValueError, match=r"DataCollatorWithPadding \(transformers\) does not.*"):
         _build(tmp_path, packing(), data, DataCollatorWithPadding(tokenizer=None))
+
+
+def test_padless_torch_collates_that_would_misread_the_rows_are_refused_when_built(tmp_path):
+    """collate_for(PackingSampler) over rows with labels of their own (an SFT prompt masked)
+    made the labels from input_ids, training the prompt; collate_for(TokenBudgetSampler) over
+    dict rows failed at the first batch: both refused when the trainer is built, and the packed
+    collate refuses such a row in a loop of one's own."""
+    lengths, data = hft.corpus(24)
+    masked = [{**row, "labels": [-100] * 2 + row["input_ids"][2:]} for row in data]
+    packing = PackingSampler(lengths, capacity=48, rows_per_batch=2, seed=1)
+    with pytest.raises(ValueError, match="labels of their own .*hf.PaddingFreeCollator"):
+        _build(tmp_path, packing, masked, collate_for(packing, pad_id=0))
+    with pytest.raises(ValueError, match=r"rows are dicts .*hf.PaddedCollator"):
+        budget = TokenBudgetSampler(lengths, max_tokens=112, seed=1)
+        _build(tmp_path, budget, data, collate_for(budget, pad_id=0))
+    same = [{**row, "labels": list(row["input_ids"])} for row in data]  # labels = ids: kept
+    _build(tmp_path, packing, same, collate_for(packing, pad_id=0))
+    with pytest.raises(ValueError, match=r"sample \[1\] carries labels of its own"):
+        collate_for(packing, pad_id=0)([same[0], masked[1]])
 
 
 # --------------------------------------------------------------------------- static shapes

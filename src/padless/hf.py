@@ -439,6 +439,7 @@ class PadlessTrainerMixin:
             _check_collator(
                 trainer.data_collator, sampler, trust=trust_collator, default=default_collator
             )
+            _check_bare_collate(trainer.data_collator, trainer.train_dataset)
         self.padless_sampler = sampler
         self.padless_loss_targets = loss_targets
         self._padless_weight: float | None = None
@@ -1294,6 +1295,43 @@ def _check_collator(collator: Any, sampler: Any, *, trust: bool, default: bool) 
             raise ValueError(
                 f"data_collator {lay.name} does not deliver the batches of batch_sampler "
                 f"{where}: {why}. {fix}"
+            )
+
+
+def _check_bare_collate(collator: Any, dataset: Any) -> None:
+    """Refuse, when the trainer is built, a ``padless.torch`` collate over rows it would
+    misread: a padded one does not read a row's fields unless told (``fields=``) and makes no
+    ``labels``; a packed one makes a row's labels from its ``input_ids``, so rows with labels of
+    their own (a masked prompt) would train on every token. The first row is looked at; the
+    packed collate checks every row it collates."""
+    if not isinstance(collator, (PackedCollate, PaddedCollate)) or dataset is None:
+        return
+    try:
+        row = dataset[0] if len(dataset) else None
+    except (TypeError, KeyError, IndexError):  # an iterable dataset: the collate checks
+        return
+    if not isinstance(row, Mapping):
+        return
+    if isinstance(collator, PaddedCollate):
+        if collator.fields is None:
+            raise ValueError(
+                "data_collator is padless.torch's padded collate (collate_for / collate_padded), "
+                f"which reads rows of token ids, but train_dataset's rows are dicts (keys "
+                f"{sorted(map(str, row))!r:.80}) and it makes no labels: pass "
+                "data_collator=padless.hf.PaddedCollator(...) (the plan's widths, with labels)"
+            )
+        return
+    own = row.get("labels")
+    ids = row.get(collator.key)
+    if own is not None and ids is not None:
+        if not np.array_equal(np.asarray(own), np.asarray(ids)):
+            raise ValueError(
+                "data_collator is padless.torch's packed collate (collate_for / "
+                "collate_packed), which makes a row's labels from its input_ids, but "
+                "train_dataset's rows carry labels of their own (row 0's differ from its "
+                "input_ids: a masked prompt would be trained on): pass "
+                "data_collator=padless.hf.PaddingFreeCollator(...) (it keeps each row's "
+                "labels), or drop the labels column"
             )
 
 

@@ -78,6 +78,23 @@ def _as_ids(sample: Any, where: str) -> torch.Tensor:
     return out.to(torch.long)
 
 
+def _refuse_own_labels(sample: Mapping[str, Any], ids: torch.Tensor, i: int) -> None:
+    """Refuse a sample whose own ``labels`` are not its ids: a packed collate's labels are the
+    ids (``ignore_index`` at each document's start), so a masked prompt would be trained on."""
+    own = sample.get("labels")
+    if own is None:
+        return
+    same = np.array_equal(np.asarray(own.tolist() if isinstance(own, torch.Tensor) else own), ids)
+    if not same:
+        raise ValueError(
+            f"sample [{i}] carries labels of its own (not its input_ids: e.g. a masked prompt), "
+            "and collate_packed / collate_for make a packed row's labels from its input_ids: "
+            "the masked tokens would be trained on; with transformers use "
+            "padless.hf.PaddingFreeCollator (it keeps each row's labels), or drop the labels "
+            "field"
+        )
+
+
 def _pad(
     seqs: list[torch.Tensor],
     pad_id: int,
@@ -350,6 +367,8 @@ class PackedCollate:
         for i, s in enumerate(samples):
             part = s[self.key] if isinstance(s, Mapping) else s
             ids = _as_ids(part, f"sample [{i}]")
+            if isinstance(s, Mapping) and self.key != "labels":
+                _refuse_own_labels(s, ids, i)
             if ids.numel() > cap:
                 if not self.truncate:
                     raise ValueError(
