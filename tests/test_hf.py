@@ -375,6 +375,11 @@ def test_a_model_that_lets_packed_documents_attend_across_is_refused_before_trai
     with pytest.raises(ValueError, match="packed documents attend to each other.*block"):
         trainer.train()
     assert trainer.state.global_step == 0
+    # evaluate() and predict() too: no metrics of leaked attention
+    for run in ("evaluate", "predict"):
+        fresh = PadlessTrainer(model=OPTForCausalLM(config), eval_dataset=data[:8], **made)
+        with pytest.raises(ValueError, match="packed documents attend to each other"):
+            getattr(fresh, run)(*([data[:8]] if run == "predict" else []))
     # the Llama of the other tests (the Trainer sets use_cache=False) passes; so does a skip
     PadlessTrainer(model=hft.tiny_model(), **made).train()
     trainer = PadlessTrainer(model=OPTForCausalLM(config), check_packed=False, **made)

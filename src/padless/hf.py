@@ -785,6 +785,22 @@ class PadlessTrainerMixin:
         trainer: Any = self
         _packed_preflight(trainer.model, trainer.data_collator, "PadlessTrainerMixin")
 
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.evaluate``; the packed check of :meth:`train` first (once), so a model
+        whose packed documents see each other gives no metrics of leaked attention."""
+        if self._padless_check_packed:
+            self._padless_packed_check()
+            self._padless_check_packed = False
+        return super().evaluate(*args, **kwargs)  # type: ignore[misc]
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.predict``; the packed check of :meth:`train` first (once), as
+        :meth:`evaluate`."""
+        if self._padless_check_packed:
+            self._padless_packed_check()
+            self._padless_check_packed = False
+        return super().predict(*args, **kwargs)  # type: ignore[misc]
+
     def _padless_restore(self, checkpoint: str) -> None:
         """Put the sampler where ``checkpoint`` left it: a state saved under other settings
         continues with them (resume across a change), as long as the Trainer's count of the
