@@ -217,6 +217,26 @@ def test_docs_example(tmp_path):
     assert (tmp_path / "ckpt" / "step=5.ckpt").exists()
 
 
+def test_step_rng_refuses_a_corrupt_state_when_loaded():
+    """A state whose generators' values are not ones StepRng saves: refused by
+    load_state_dict (it failed at the first begin()), the generators left as they were."""
+    import torch
+
+    from padless.torch import StepRng, get_rng_state
+
+    before = torch.get_rng_state()
+    for bad in (
+        {**get_rng_state(), "torch": torch.zeros(3)},
+        {"python": 1, "numpy": 2, "torch": 3, "cuda": 4},
+    ):
+        with pytest.raises(ValueError, match="state\\['next'\\] is not a generators' state"):
+            StepRng().load_state_dict({"version": 1, "next": bad})
+        assert torch.equal(torch.get_rng_state(), before)
+    rng = StepRng()
+    rng.load_state_dict({"version": 1, "next": get_rng_state()})
+    rng.begin()
+
+
 def test_plain_loop_with_step_rng_resumes_losses_bitwise():
     """The plain-loop pattern of padless.torch.StepRng (what ExactResume does for Lightning):
     torchdata's loader (its iterator draws a seed at every epoch), dropout, resumed mid-epoch

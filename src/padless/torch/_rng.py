@@ -153,4 +153,14 @@ class StepRng:
             )
         if state["next"] is not None:
             _check_rng(state["next"], "state['next']")
+            now = get_rng_state()  # tried now, not at the first begin(): then put back
+            try:
+                set_rng_state(state["next"])
+            except Exception as err:  # noqa: BLE001 - any value the generators refuse
+                raise ValueError(
+                    f"state['next'] is not a generators' state StepRng.state_dict() saves: "
+                    f"{type(err).__name__}: {err}"
+                ) from None
+            finally:
+                set_rng_state(now)
         self._next = None if state["next"] is None else dict(state["next"])
