@@ -68,6 +68,10 @@ def _as_ids(sample: Any, where: str) -> torch.Tensor:
                 f"{type(sample).__name__} {sample!r:.60}"
                 + (" (a dict: name its ids with fields= or key=)" if arr is None else "")
             )
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            raise ValueError(
+                f"{where} holds token id {int(arr.max())}, past int64 (the ids' tensor dtype)"
+            )
         if not arr.flags.writeable and arr.dtype.kind in "iu":  # a token store's memory map:
             arr = arr.astype(np.int64)  # the copy .to(torch.long) makes, made before torch sees it
         out = torch.as_tensor(arr)
