@@ -129,7 +129,7 @@ def test_fixed_rows_mappings_truncate_and_errors():
     with pytest.raises(TypeError, match="must hold integer token ids"):
         collate_packed(4)([[1.5, 2.0]])
     with pytest.raises(ValueError, match="token id 9223372036854775813, past int64"):
-        collate_packed(4)([[2**63 + 5, 1]])  # a uint64 id would wrap to a negative one
+        collate_packed(4)([np.array([2**63 + 5, 1], np.uint64)])  # wrapped to a negative id
     # rows of text, holes or a dict where ids were meant: named (were torch's own words)
     from padless.torch import collate_padded
 
