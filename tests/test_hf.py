@@ -3,6 +3,7 @@ processes, and the padding-free collator against transformers' own."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -407,6 +408,9 @@ def test_a_collator_that_pads_past_the_plan_is_refused(tmp_path):
     hf8 = DataCollatorWithPadding(tokenizer=None, pad_to_multiple_of=8)
     with pytest.raises(ValueError, match="pad_to_multiple_of=8 is not the plan's pad_to_multi"):
         build(hf8)
+    for called in (hf8.__call__, functools.partial(hf8.__call__)):  # judged as hf8 itself
+        with pytest.raises(ValueError, match="pad_to_multiple_of=8 is not the plan's"):
+            build(called)
     build(hf8, pad_to_multiple_of=8)
     with pytest.raises(ValueError, match=r"multiple_of=4 is not the plan's pad_to_multiple_of=8"):
         build(collate_padded(0, multiple_of=4), pad_to_multiple_of=8)

@@ -1063,8 +1063,21 @@ def _collator_name(collator: Any, default: bool) -> str:
     return out + (", the trainer's default data_collator" if default else "")
 
 
+def _called(collator: Any) -> Any:
+    """The collator a bound ``__call__`` or an argument-free ``functools.partial`` of one
+    calls (judged as itself: passing ``collator.__call__`` must not slip past the checks)."""
+    while True:
+        if isinstance(collator, partial) and not collator.args and not collator.keywords:
+            collator = collator.func
+        elif getattr(collator, "__name__", None) == "__call__" and hasattr(collator, "__self__"):
+            collator = collator.__self__
+        else:
+            return collator
+
+
 def _layout(collator: Any, default: bool) -> _Layout:
     """The layout of ``collator`` (``default``: the trainer chose it, the user passed none)."""
+    collator = _called(collator)
     name = _collator_name(collator, default)
     inner = collator
     if isinstance(collator, PaddingFreeCollator):
