@@ -334,12 +334,14 @@ def test_check_packed_refuses_a_model_whose_packed_documents_attend_across(tmp_p
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    def fit(module):
+    def fit(module, bare=False):
         from padless.torch import collate_for
 
         sampler = PackingSampler(lengths, capacity=32, rows_per_batch=2, seed=0)
         loader = DataLoader(
-            dataset, batch_sampler=LightningBatches(sampler), collate_fn=collate_for(sampler)
+            dataset,
+            batch_sampler=sampler if bare else LightningBatches(sampler),
+            collate_fn=collate_for(sampler),
         )
         trainer = pl.Trainer(
             max_steps=2, accelerator="cpu", devices=1, use_distributed_sampler=False,
@@ -351,6 +353,8 @@ def test_check_packed_refuses_a_model_whose_packed_documents_attend_across(tmp_p
 
     with pytest.raises(ValueError, match="packed documents attend to each other"):
         fit(Module(use_cache=True))
+    with pytest.raises(ValueError, match="packed documents attend to each other"):
+        fit(Module(use_cache=True), bare=True)  # a sampler without LightningBatches too
     assert fit(Module(use_cache=False)) == 2
     with pytest.raises(TypeError, match="model must be an attribute name"):
         CheckPacked(model=3)

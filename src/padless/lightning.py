@@ -383,9 +383,9 @@ def _check_packed_class() -> type:
     class CheckPacked(pl.Callback):
         """A Lightning callback that refuses a model whose packed documents see each other.
 
-        When training starts, every train loader whose batch sampler is a
-        :class:`LightningBatches` and whose ``collate_fn`` packs several sequences into a row
-        (``collate_packed``, ``collate_for(sampler)`` of a ``PackingSampler``, ``PaddingFreeCollator``) has its collate
+        When training starts, every train loader whose ``collate_fn`` packs several sequences
+        into a row (``collate_packed``, ``collate_for(sampler)`` of a ``PackingSampler``,
+        ``PaddingFreeCollator``; whatever its batch sampler) has its collate
         run through :func:`padless.torch.check_packed` on the model: a leak is a ``ValueError``
         before the first step, naming the fix. Lightning modules keep the config's
         ``use_cache=True``, under which transformers lets packed documents attend across.
@@ -412,11 +412,19 @@ def _check_packed_class() -> type:
             else:
                 model = self.model(pl_module)
             for loader in _flat_loaders(trainer.train_dataloader):
-                if _batches_of(loader) is None:
+                collate = getattr(loader, "collate_fn", None)  # whatever its sampler
+                if collate is None or not packs(collate):
                     continue
-                collate = getattr(loader, "collate_fn", None)
-                if collate is not None and packs(collate):
+                try:
                     check_packed(model, collate=collate)
+                except TypeError as err:
+                    if model is not pl_module:
+                        raise
+                    raise TypeError(
+                        f"{err}: CheckPacked({self.model!r}) found no attribute "
+                        f"{self.model!r} on the LightningModule and took the module itself; "
+                        "name the attribute that holds the model, e.g. CheckPacked('net')"
+                    ) from None
 
     CheckPacked.__module__ = __name__
     CheckPacked.__qualname__ = "CheckPacked"
