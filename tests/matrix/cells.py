@@ -374,8 +374,15 @@ def _change(cell: Cell, env: Env, params: Params) -> None:
     _check_visible(cell, old, after)
 
 
+VISIBLE_AFTER = 4
+
+
 def _check_visible(cell: Cell, old: dict[str, Any], after: list[C.Got]) -> None:
-    """Some batch after a change must be one the old settings could not make."""
+    """Some batch after a change must be one the old settings could not make (where at least
+    ``VISIBLE_AFTER`` batches follow it: the last few of an epoch may fit both settings, as
+    ``make fuzz`` found resuming 2 batches before the end)."""
+    if len(after) < VISIBLE_AFTER:
+        return
     for got in after:
         try:
             check_batch(cell.strategy, old, got, got.opt, "")
