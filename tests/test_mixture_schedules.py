@@ -274,3 +274,41 @@ def test_stratified_rows_round_each_phase_without_bias():
     assert np.all((counts == np.floor(target)) | (counts == np.ceil(target)))
     assert np.all(counts[:, 1, [0, 3]] == 0)
     assert np.allclose(counts.mean(axis=0), target, atol=0.05)
+
+
+def test_states_no_run_writes_are_refused_when_loaded():
+    """An edited state's elastic parts (positions that decrease, or a part past the state's
+    position) and an epoch whose steps pass the schedules' 2**62: refused by load_state_dict
+    (or set_epoch), naming the entry; they failed at the first batch, or delivered a made-up
+    order."""
+    lens = np.random.default_rng(8).integers(1, 1000, 3000)
+
+    def mix():
+        a = TokenBudgetSampler(lens[:2000], max_tokens=2048, seed=1)
+        b = TokenBudgetSampler(lens[2000:], max_tokens=2048, seed=2)
+        weights = {"a": Schedule.piecewise([0, 10], [0.9, 0.1]), "b": 0.5}
+        return MixtureSampler({"a": a, "b": b}, seed=1, world_size=2, weights=weights)
+
+    m = mix()
+    it = iter(m)
+    for _ in range(5):
+        next(it)
+    state = m.state_dict()
+    for elastic, words in (
+        ([[3, 4], [5, 2]], r"positions must not decrease, got 2 after 4"),
+        ([[3, 40]], r"part ending at position 40, past the state's position"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            mix().load_state_dict({**state, "elastic": elastic})
+    with pytest.raises(ValueError, match=r"epoch 1180591620717411303424 .* past 2\*\*62"):
+        mix().load_state_dict({**state, "epoch": 2**70})
+    with pytest.raises(ValueError, match=r"past 2\*\*62"):
+        mix().set_epoch(2**70)
+    plain = TokenBudgetSampler(lens, max_tokens=2048, seed=1, world_size=2, balance=True)
+    it = iter(plain)
+    for _ in range(5):
+        next(it)
+    with pytest.raises(ValueError, match=r"past the state's position"):
+        TokenBudgetSampler(
+            lens, max_tokens=2048, seed=1, world_size=2, balance=True
+        ).load_state_dict({**plain.state_dict(), "elastic": [[3, 40]]})

@@ -513,6 +513,7 @@ class Resumable:
         ``sampler.epoch`` after loading). Without a loaded state, any epoch starts at 0.
         """
         epoch = check_seed("epoch", epoch)
+        self._check_epoch(epoch)
         pending = self._pending
         if pending is not None and epoch != self.epoch:
             if not (epoch == self.epoch + 1 and self._finished_at(pending)):
@@ -697,7 +698,7 @@ class Resumable:
                     f"state[{name!r}] of a change must be an int >= {least}, got {value!r}"
                 )
         settings = self._checked_settings(record)
-        elastic = check_history(entry.get("elastic", []))
+        elastic = check_history(entry.get("elastic", []), position)
         if skips is None:
             skips = _check_ranges(entry.get("skips", []), "a change's skips", False)
             if any(lo < position for lo, _ in skips):
@@ -737,6 +738,9 @@ class Resumable:
             )
         return tuple(out)
 
+    def _check_epoch(self, epoch: int) -> None:
+        """Refuse an epoch this object cannot plan (a subclass's limit; none here)."""
+
     def _checked_state(self, state: Any) -> dict[str, Any]:
         """Check ``state`` against this object (fingerprint, seed, tail policy), changing nothing."""
         checked = check_state(
@@ -755,7 +759,8 @@ class Resumable:
                 f"state was saved with drop_last={saved_drop!r}, this {type(self).__name__} has "
                 f"drop_last={self.drop_last} (the tail policy decides which batches remain)"
             )
-        checked["elastic"] = check_history(checked.get("elastic", []))
+        self._check_epoch(checked["epoch"])
+        checked["elastic"] = check_history(checked.get("elastic", []), checked.get("position"))
         checked["skips"] = _check_skips(checked.get("skips", []))
         return checked
 
@@ -917,8 +922,10 @@ def change_record(change: tuple[Any, ...]) -> dict[str, Any]:
     return record
 
 
-def check_history(value: Any) -> tuple[tuple[int, int], ...]:
-    """Check the ``elastic`` entry of a state: a list of ``[world_size, position]`` pairs."""
+def check_history(value: Any, position: Any = None) -> tuple[tuple[int, int], ...]:
+    """Check the ``elastic`` entry of a state: a list of ``[world_size, position]`` pairs whose
+    positions never decrease and, given the state's ``position``, do not pass it (what any run
+    writes: a part ends where the next began)."""
     if not isinstance(value, (list, tuple)):
         raise ValueError(
             f"state['elastic'] must be a list of [world_size, position] pairs, got {value!r}"
@@ -931,7 +938,17 @@ def check_history(value: Any) -> tuple[tuple[int, int], ...]:
             raise ValueError(
                 f"state['elastic'] must hold [world_size >= 1, position >= 0] pairs, got {part!r}"
             )
+        if out and part[1] < out[-1][1]:
+            raise ValueError(
+                f"state['elastic'] positions must not decrease, got {int(part[1])} after "
+                f"{out[-1][1]}"
+            )
         out.append((int(part[0]), int(part[1])))
+    if out and isinstance(position, (int, np.integer)) and out[-1][1] > position:
+        raise ValueError(
+            f"state['elastic'] has a part ending at position {out[-1][1]}, past the state's "
+            f"position {int(position)}"
+        )
     return tuple(out)
 
 

@@ -31,7 +31,7 @@ from ..core._keywords import checks_keywords
 from ..core._schedule import steps_left
 from ..core._state import Resumable, fingerprint
 from ..core.plan import BatchPlan
-from ..core.schedules import Schedule
+from ..core.schedules import MAX_VALUE, Schedule
 from ..io import lengths_of
 from ..planners.spec import Planner
 from .sampler import PlanSampler, _TokensPerStep, check_ranks
@@ -1039,6 +1039,18 @@ class MixtureSampler(Resumable):
                 start = end
         parts.append((start, self.world_size))
         return tuple(parts)
+
+    def _check_epoch(self, epoch: int) -> None:
+        """With weight schedules, refuse an epoch whose steps pass the schedules' 2**62 (when it
+        is set or loaded, not at its first batch)."""
+        if self._schedules is None:
+            return
+        end = (epoch + 1) * steps_left(self.num_batches, 0, 1, self.drop_last)
+        if end > MAX_VALUE:
+            raise ValueError(
+                f"epoch {epoch} of a mixture with weight schedules reaches step {end}, past "
+                "2**62 (the schedules' steps stay in int64 arithmetic); epochs count from 0"
+            )
 
     def first_step(self, epoch: int | None = None, *, world: int | None = None) -> int:
         """The global step the weight schedules give epoch ``epoch``'s first batch (default: the
