@@ -930,7 +930,7 @@ def check_history(value: Any, position: Any = None) -> tuple[tuple[int, int], ..
         raise ValueError(
             f"state['elastic'] must be a list of [world_size, position] pairs, got {value!r}"
         )
-    out = []
+    out: list[tuple[int, int]] = []
     for part in value:
         ok = isinstance(part, (list, tuple)) and len(part) == 2
         ok = ok and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in part)
