@@ -495,8 +495,9 @@ class PackingSampler(PlanSampler):
 
     def pieces(self, dataset: Any, *, keys: Sequence[str] = ("input_ids",)) -> Any:
         """Wrap ``dataset`` so the codes this sampler yields give back pieces: a
-        :class:`padless.planners.packing.PieceDataset` (typed ``Any``, as ``checked()``, so that ``DataLoader(...)`` of
-        it type-checks: torch's ``Dataset`` is a class, not a protocol).
+        :class:`padless.planners.packing.PieceDataset` (typed ``Any``, as ``checked()``, so
+        that ``DataLoader(...)`` of it type-checks: torch's ``Dataset`` is a class, not a
+        protocol).
 
         >>> s = PackingSampler([5, 1], capacity=2, oversize="split")
         >>> ds = s.pieces([[1, 2, 3, 4, 5], [6]])
