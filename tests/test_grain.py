@@ -426,3 +426,40 @@ def test_a_batch_of_empty_sequences_stays_within_the_budget():
         assert out["inputs"].size <= 8 and out["inputs"].shape[0] == len(batch)
         sizes.append(len(batch))
     assert max(sizes) == 50
+
+
+def test_a_rank_without_batches_ends_an_endless_iteration_with_an_error():
+    """num_epochs=None over a rank whose epochs hold no batch (1 document, 2 ranks, the
+    remainder dropped) spun through epochs forever: a ValueError after three empty epochs."""
+    shards = grain.sharding.ShardOptions(0, 2, drop_remainder=True)
+    s = padless.grain.sampler([3], padless.Packing(capacity=16), seed=0, shard_options=shards)
+    it = iter(padless.grain.PlanBatches(s, [np.array([5, 6, 7], np.int32)], num_epochs=None))
+    with pytest.raises(ValueError, match="no batches in epochs 0..2 .* pass num_epochs"):
+        next(it)
+
+
+def test_records_of_two_dtypes_batch_in_the_one_that_holds_both():
+    """A uint16 record beside an int32 one with ids past 65535: int32, no id wrapped (the
+    first record's dtype was taken: 70000 became 4464)."""
+    docs = [np.array([1, 2, 3], np.uint16), np.array([70000, 70001, 70002, 70003], np.int32)]
+    for spec in (padless.Packing(capacity=8), padless.TokenBudget(max_tokens=64)):
+        s = padless.grain.sampler([3, 4], spec, seed=0, shuffle=False)
+        got = [b["inputs"] for b in padless.grain.PlanBatches(s, docs)]
+        assert all(b.dtype == np.int32 for b in got)
+        assert 70003 in np.concatenate([b.ravel() for b in got])
+    with pytest.raises(ValueError, match="no integer dtype holds together"):
+        padless.grain.Collate(padless.TokenBudget(max_tokens=64))(
+            [np.array([1], np.uint64), np.array([2], np.int64)]
+        )
+
+
+def test_split_pieces_of_mapping_records_slice_every_key_by_default():
+    """keys=None packs every key of a record: its split pieces slice every key too (only
+    'inputs'/'input_ids' were, so {'tokens'} records failed at the first batch)."""
+    toks = [np.arange(1, 21, dtype=np.int32), np.arange(101, 106, dtype=np.int32)]
+    spec = padless.Packing(capacity=16, rows_per_batch=2, oversize="split")
+    for records in ([{"tokens": t} for t in toks], [{"input_ids": t, "labels": t} for t in toks]):
+        s = padless.grain.sampler([20, 5], spec, seed=0)
+        (batch,) = list(padless.grain.PlanBatches(s, records))
+        key = next(iter(records[0]))
+        assert sorted(batch[key][batch[key] > 0].tolist()) == sorted(np.concatenate(toks).tolist())

@@ -287,8 +287,8 @@ class Collate:
         position = np.zeros((rows, width), dtype=np.int32)
         out: dict[str, np.ndarray] = {}
         for name in names:
-            sample = fields[0][name]
-            out[name] = np.full((rows, width), self._pad_of(name, sample.dtype), dtype=sample.dtype)
+            dtype = _feature_dtype(name, [f[name].dtype for f in fields])
+            out[name] = np.full((rows, width), self._pad_of(name, dtype), dtype=dtype)
         used = np.zeros(rows, dtype=np.int64)
         count = np.zeros(rows, dtype=np.int32)
         for k, (f, row) in enumerate(zip(fields, row_of.tolist(), strict=True)):
@@ -374,7 +374,12 @@ class _Records:
                     f"ones; {spec.describe()} yields other codes ({why}): use padless.torch's "
                     "collate_for(sampler) with spec.pieces(dataset)"
                 )
-            records = spec.pieces(records, keys=tuple(keys) if keys else ("inputs", "input_ids"))
+            if keys:
+                sliced = tuple(keys)
+            else:  # every key of the records, as the collate packs them (they share theirs)
+                first = records[0] if n else None
+                sliced = tuple(first) if isinstance(first, Mapping) else ("inputs", "input_ids")
+            records = spec.pieces(records, keys=sliced)
         self.records = records
 
     def __call__(self, indices: np.ndarray) -> list[Any]:
@@ -534,6 +539,21 @@ class PlanBatches(grain.IterDataset):
         return f"PlanBatches({self._sampler!r}, num_epochs={self._num_epochs})"
 
 
+def _feature_dtype(name: str, dtypes: list[np.dtype]) -> np.dtype:
+    """The dtype of feature ``name`` in a batch: its records' one dtype, or the one that holds
+    them all (a uint16 record beside an int32 one: int32, never a cast that wraps ids)."""
+    first = dtypes[0]
+    if all(d == first for d in dtypes):
+        return first
+    common = np.result_type(*dtypes)
+    if any(d.kind in "iu" for d in dtypes) and common.kind not in "iu":
+        raise ValueError(
+            f"feature {name!r} has records of dtypes {sorted({d.name for d in dtypes})}, which "
+            "no integer dtype holds together: give its records one dtype (e.g. .astype(np.int64))"
+        )
+    return common
+
+
 class _PlanIterator(grain.DatasetIterator):
     """The iterator of :class:`PlanBatches`: the sampler's position is the whole state."""
 
@@ -547,6 +567,7 @@ class _PlanIterator(grain.DatasetIterator):
 
     def __next__(self) -> Any:
         source = self._source
+        empty = 0  # epochs in a row that gave this rank nothing (a resumed one at its end: 1)
         while not self._done:
             if self._batches is None:
                 self._batches = iter(source)
@@ -557,6 +578,14 @@ class _PlanIterator(grain.DatasetIterator):
             if self._end is not None and source.epoch + 1 >= self._end:
                 self._done = True
                 break
+            empty += 1
+            if empty > 2:
+                raise ValueError(
+                    f"this rank has no batches in epochs {source.epoch - 2}..{source.epoch} (an "
+                    "empty corpus, or fewer batches than ranks with drop_remainder): with "
+                    "num_epochs=None the iterator would repeat empty epochs forever; check the "
+                    "corpus and the shard options, or pass num_epochs"
+                )
             source.set_epoch(source.epoch + 1)
         raise StopIteration
 
