@@ -36,7 +36,8 @@ __all__ = ["lengths_from_file", "lengths_from_files", "lengths_of"]
 
 
 def lengths_of(x: Any, *, column: str | Sequence[str] | None = None) -> np.ndarray:
-    """Return lengths as an int64 array of shape (N,) or (N, F).
+    """Return lengths as an int64 array of shape (N,) or (N, F) (an indexed dataset's: its int32
+    memory map, below).
 
     Accepts a numpy array of lengths ((N,) or (N, F) per-field lengths), a list of ints, a list of
     token sequences (lists or arrays), a list of tuples of token sequences (one per field, e.g.

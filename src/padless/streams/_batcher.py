@@ -168,7 +168,7 @@ class StreamBatcher:
             module docstring).
 
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
-    waits (a round per ``buffer // 4`` items); 3.5 M items/s at ``buffer=10_000`` for a stream
+    waits (a round per ``buffer // 4`` items); about 4.4 M items/s at ``buffer=10_000`` for a stream
     of ints (``benchmarks/bench_streams.py``). Memory: ``buffer`` items, their lengths and a
     few int64 each. ``state_dict()`` is O(1) (the bit mask, about ``max_wait × buffer / 8`` bytes
     before compression, and a digest of the round's buffer are built once per round);
