@@ -8,6 +8,7 @@ cells, each of which works or is refused when built; the broken ones listed in k
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,10 @@ def _param(cell: Cell):
     return pytest.param(cell, id=cell.id, marks=marks)
 
 
+def _blank(text: str) -> str:
+    return re.sub(r"\d+", "#", text)
+
+
 def _expect(cell: Cell, outcome: Outcome) -> None:
     """A cell works, or is refused when built with the recorded message. A known broken cell
     (xfail) passes once fixed, which fails the run until its entry leaves KNOWN_BROKEN."""
@@ -85,7 +90,9 @@ def _expect(cell: Cell, outcome: Outcome) -> None:
         assert outcome.kind in ("works", "refused"), str(outcome)
     elif cell.id in REFUSED:
         assert outcome.kind == "refused", str(outcome)
-        assert REFUSED[cell.id] in outcome.message, outcome.message
+        # numbers blanked: which DataLoader worker refuses first ("shard 0 of 4" or "shard 1
+        # of 4") is a race between the workers
+        assert _blank(REFUSED[cell.id]) in _blank(outcome.message), outcome.message
     else:
         assert outcome.kind == "works", str(outcome)
 
