@@ -53,6 +53,8 @@ from .planners.step import plan_step
 from .sampling.placed import refuse_placements
 from .sampling.sampler import PlanSampler
 from .torch import MixtureDataset, PackedCollate, PaddedCollate, collate_padded
+from .torch._collate import _as_ids as as_ids
+from .torch._collate import _refuse_own_labels as refuse_own_labels
 from .torch._flex import flex_block_mask
 from .torch._groups import (
     GroupCollate,
@@ -767,9 +769,7 @@ class PadlessTrainerMixin:
                 )
         self._padless_resume = None if path is None or path is False else os.fspath(path)
         self._padless_offset = None
-        if self._padless_check_packed:
-            self._padless_packed_check()
-            self._padless_check_packed = False  # once: the model and collator stay the same
+        self._padless_packed_check()
         try:
             return super().train(  # type: ignore[misc]
                 resume_from_checkpoint=self._padless_resume,
@@ -781,24 +781,25 @@ class PadlessTrainerMixin:
             self._padless_resume = None
 
     def _padless_packed_check(self) -> None:
-        """Refuse a model that lets packed documents see each other (see :func:`check_packed`)."""
+        """Refuse a model that lets packed documents see each other (see :func:`check_packed`),
+        once: before the first of ``train``, ``evaluate`` and ``predict`` (the model and the
+        collator stay the same)."""
+        if not self._padless_check_packed:
+            return
         trainer: Any = self
         _packed_preflight(trainer.model, trainer.data_collator, "PadlessTrainerMixin")
+        self._padless_check_packed = False
 
     def evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.evaluate``; the packed check of :meth:`train` first (once), so a model
         whose packed documents see each other gives no metrics of leaked attention."""
-        if self._padless_check_packed:
-            self._padless_packed_check()
-            self._padless_check_packed = False
+        self._padless_packed_check()
         return super().evaluate(*args, **kwargs)  # type: ignore[misc]
 
     def predict(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.predict``; the packed check of :meth:`train` first (once), as
         :meth:`evaluate`."""
-        if self._padless_check_packed:
-            self._padless_packed_check()
-            self._padless_check_packed = False
+        self._padless_packed_check()
         return super().predict(*args, **kwargs)  # type: ignore[misc]
 
     def _padless_restore(self, checkpoint: str) -> None:
@@ -1350,18 +1351,14 @@ def _check_bare_collate(collator: Any, dataset: Any) -> None:
                 "data_collator=padless.hf.PaddedCollator(...) (the plan's widths, with labels)"
             )
         return
-    own = row.get("labels")
-    ids = row.get(collator.key)
-    if own is not None and ids is not None:
-        if not np.array_equal(np.asarray(own), np.asarray(ids)):
+    if collator.key in row:
+        try:  # the collate's own check of every row it collates, on row 0
+            refuse_own_labels(row, as_ids(row[collator.key], "row 0"), 0)
+        except ValueError as err:
             raise ValueError(
-                "data_collator is padless.torch's packed collate (collate_for / "
-                "collate_packed), which makes a row's labels from its input_ids, but "
-                "train_dataset's rows carry labels of their own (row 0's differ from its "
-                "input_ids: a masked prompt would be trained on): pass "
-                "data_collator=padless.hf.PaddingFreeCollator(...) (it keeps each row's "
-                "labels), or drop the labels column"
-            )
+                "data_collator is padless.torch's packed collate, but train_dataset's rows carry "
+                f"labels of their own (the collate says of row 0: {err})"
+            ) from None
 
 
 def _serves_pieces(spec: Any, lengths: Any) -> bool:

@@ -47,14 +47,14 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 def input_paths(args: argparse.Namespace) -> list[str]:
     """Every file the command reads: the inputs (an indexed dataset's ``.idx`` and ``.bin``
     both), ``--offsets``, a tokenizer file (``spm:``/``hf:``), ``--cost`` and ``--memory``."""
+    from ..io.indexed import _paths as indexed_pair
     from ..io.readers import is_indexed_path
 
     paths = []
     for name in args.inputs:
         paths.append(name)
         if is_indexed_path(name):
-            prefix = name[:-4] if name.endswith((".idx", ".bin")) else name
-            paths += [prefix + ".idx", prefix + ".bin"]
+            paths += indexed_pair(name)
     for option in ("offsets", "cost", "memory"):
         if getattr(args, option, None):
             paths.append(getattr(args, option))

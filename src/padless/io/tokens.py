@@ -53,9 +53,11 @@ def _token_dtype(value: Any, what: str) -> np.dtype:
     return dtype
 
 
-def _npy_header(fh: BinaryIO, path: str) -> tuple[np.dtype, int, int] | None:
-    """(dtype, count, data offset) of a real ``.npy`` file open at ``fh``, or None when it has no
-    numpy magic."""
+def npy_layout(fh: BinaryIO, path: str, size: int) -> tuple[np.dtype, int, int] | None:
+    """(dtype as the header says, count, data offset) of a real ``.npy`` token file open at
+    ``fh`` (``size`` bytes), found by its numpy magic under any name; None without the magic.
+    A header that is not valid, not 1-D, or promising more bytes than the file holds is a
+    ValueError naming the file (``RawTokens`` and ``LMStream`` read token files by it)."""
     fh.seek(0)
     if fh.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
         return None
@@ -74,7 +76,13 @@ def _npy_header(fh: BinaryIO, path: str) -> tuple[np.dtype, int, int] | None:
     start = fh.tell()
     if len(shape) != 1 or int(shape[0]) < 0:
         raise ValueError(f"a token file must be 1-D, got shape {shape} in {path!r}")
-    return _token_dtype(dtype, f"the dtype of {path!r}"), int(shape[0]), start
+    dtype, count = np.dtype(dtype), int(shape[0])
+    if start + count * dtype.itemsize > size:
+        raise ValueError(
+            f"{path!r} is truncated: its header promises {count} tokens of {dtype} "
+            f"({count * dtype.itemsize} bytes), the file holds {size - start}"
+        )
+    return dtype, count, start
 
 
 class RawTokens:
@@ -172,19 +180,14 @@ class RawTokens:
     # ------------------------------------------------------------------ opening
     def _map(self, dtype: Any) -> tuple[np.dtype, np.ndarray]:
         size = self._watch.size
-        header = _npy_header(self._watch.file, self.path)
+        header = npy_layout(self._watch.file, self.path, size)
         if header is not None:
             file_dtype, count, start = header
+            file_dtype = _token_dtype(file_dtype, f"the dtype of {self.path!r}")
             if dtype is not None and _token_dtype(dtype, "dtype") != file_dtype:
                 raise ValueError(
                     f"dtype must match the .npy header's dtype {file_dtype} of {self.path!r}, "
                     f"got {np.dtype(dtype)}"
-                )
-            if start + count * file_dtype.itemsize > size:
-                raise ValueError(
-                    f"{self.path!r} is truncated: its header promises {count} tokens of "
-                    f"{file_dtype} ({count * file_dtype.itemsize} bytes), the file holds "
-                    f"{size - start}"
                 )
         else:
             if dtype is None:

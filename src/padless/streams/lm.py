@@ -36,6 +36,7 @@ from ..core._keywords import checks_keywords
 from ..core._state import Resumable, fingerprint
 from ..core.plan import BatchPlan
 from ..core.schedules import Schedule, change_points, divisor_schedule
+from ..io.tokens import npy_layout
 
 __all__ = ["LMStream"]
 
@@ -44,8 +45,6 @@ OUT_DTYPES = ("int64", "int32", "uint16")
 
 #: Tokens hashed from each end of the corpus for the resume fingerprint.
 FINGERPRINT_SAMPLE = 4096
-
-_NPY_MAGIC = b"\x93NUMPY"
 
 Empty = Callable[[tuple[int, int, int], np.dtype], np.ndarray]
 
@@ -85,11 +84,6 @@ def _map_file(path: str, populate: bool) -> mmap.mmap:
         return mmap.mmap(fh.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
 
 
-def _has_npy_magic(path: str) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(len(_NPY_MAGIC)) == _NPY_MAGIC
-
-
 def _is_store(tokens: Any) -> bool:
     """Whether ``tokens`` is a token store (``padless.io.tokens.RawTokens``, an indexed dataset)."""
     return not isinstance(tokens, np.ndarray) and isinstance(
@@ -103,32 +97,14 @@ def _open_path(path: str, dtype: Any, populate: bool) -> np.ndarray:
     if not os.path.isfile(path):
         raise ValueError(f"tokens must be an existing file, got {path!r}")
     size = os.path.getsize(path)
-    if _has_npy_magic(path):
-        with open(path, "rb") as fh:
-            try:
-                version = np.lib.format.read_magic(fh)
-                header = (
-                    np.lib.format.read_array_header_1_0(fh)
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0(fh)
-                )
-            except ValueError as err:
-                raise ValueError(f"tokens file {path!r} is not a valid .npy file: {err}") from err
-            start = fh.tell()
-        shape, _, file_dtype = header
-        file_dtype = _check_token_dtype(np.dtype(file_dtype), f"the dtype of {path!r}")
-        if len(shape) != 1:
-            raise ValueError(f"tokens must be 1-D, got shape {shape} in {path!r}")
+    with open(path, "rb") as fh:
+        header = npy_layout(fh, path, size)
+    if header is not None:
+        file_dtype, count, start = header
+        file_dtype = _check_token_dtype(file_dtype, f"the dtype of {path!r}")
         if dtype is not None and _as_dtype("dtype", dtype) != file_dtype:
             raise ValueError(
                 f"dtype must match the .npy file's dtype {file_dtype}, got {np.dtype(dtype)}"
-            )
-        count = int(shape[0])
-        if start + count * file_dtype.itemsize > size:
-            raise ValueError(
-                f"tokens file {path!r} is truncated: its .npy header promises {count} tokens of "
-                f"{file_dtype} ({count * file_dtype.itemsize} bytes), the file holds "
-                f"{size - start}"
             )
         if count == 0:
             return np.zeros(0, dtype=file_dtype)
