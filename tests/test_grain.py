@@ -463,3 +463,25 @@ def test_split_pieces_of_mapping_records_slice_every_key_by_default():
         (batch,) = list(padless.grain.PlanBatches(s, records))
         key = next(iter(records[0]))
         assert sorted(batch[key][batch[key] > 0].tolist()) == sorted(np.concatenate(toks).tolist())
+
+
+def test_an_endless_iteration_resumed_at_an_epochs_end_goes_on_with_the_next():
+    """The empty-epoch guard meets a resume: a state saved after an epoch's last batch gives
+    one empty epoch, then the next epoch's batches, as the uninterrupted run."""
+    lengths = [3, 4, 5, 6]
+    docs = [np.arange(1, n + 1, dtype=np.int32) for n in lengths]
+
+    def make():
+        s = padless.grain.sampler(lengths, padless.TokenBudget(max_tokens=8), seed=0)
+        return iter(padless.grain.PlanBatches(s, docs, num_epochs=None))
+
+    whole = make()
+    first = [
+        next(whole) for _ in range(len(padless.PlanSampler(lengths, TokenBudget(max_tokens=8))))
+    ]
+    state = whole.get_state()
+    after = next(whole)
+    resumed = make()
+    resumed.set_state(json.loads(json.dumps(state)))
+    got = next(resumed)
+    assert first and all(np.array_equal(got[k], after[k]) for k in after)
