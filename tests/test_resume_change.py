@@ -215,15 +215,38 @@ def test_a_change_at_the_end_of_an_epoch_run_into_its_repeats_saves_a_loadable_s
 
     resumed = other()
     resumed.load_state_dict(saved)
+    # the repeats already run are counted (the position was put back to 21: repeated said 0)
+    assert resumed.repeated == done[0].repeated == saved["position"] - total
     assert list(resumed) == []
     again = other()
     again.load_state_dict(resumed.state_dict())
     assert list(again) == [] and again.state_dict() == resumed.state_dict()
+    assert again.repeated == done[0].repeated
     for s in (resumed, again):
         s.set_epoch(1)
     fresh = other()
     fresh.set_epoch(1)
     assert list(again) == list(resumed) == list(fresh)
+
+
+def test_repeats_run_before_a_change_are_counted_after_it():
+    """Two ranks end an epoch of 21 Buckets batches at position 22 (one repeat); the state loaded
+    under a larger budget still counts that repeat (it said 0) and its rest is empty."""
+    lengths = np.random.default_rng(0).integers(1, 60, 120)
+
+    def ranks(budget):
+        spec = padless.Buckets(num_buckets=4, max_tokens=budget)
+        return [padless.PlanSampler(lengths, spec, seed=0, rank=r, world_size=2) for r in (0, 1)]
+
+    ran = ranks(256)
+    for s in ran:
+        list(s)
+    saved = ran[0].state_dict()
+    assert (saved["position"], ran[0].repeated) == (22, 1)
+    for s in ranks(512):
+        s.load_state_dict(saved)
+        assert (s.repeated, s.dropped, list(s)) == (1, 0, [])
+        assert s.state_dict()["position"] == 22
 
 
 def test_loss_tokens_count_the_batches_before_the_change():

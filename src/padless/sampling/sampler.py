@@ -849,11 +849,7 @@ class PlanSampler(Resumable):
                 if int(resumed["position"]) > total:  # the tail's repeats ran past the end
                     changes = _changes_within(changes, total)
                     self._changes = changes
-                    resumed = {
-                        **resumed,
-                        "position": total,
-                        "changes": [change_record(c) for c in changes],
-                    }
+                    resumed = {**resumed, "changes": [change_record(c) for c in changes]}
             super().load_state_dict(resumed)
         except Exception:
             self._changes = previous
