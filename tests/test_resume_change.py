@@ -311,7 +311,7 @@ def test_decomposition_keeps_its_pieces_across_a_curriculum_change():
             lambda: padless.PlanSampler(
                 LENGTHS, padless.TokenBudget(max_tokens=900), seed=4, window=100
             ),
-            "windowed",
+            "saved by a sampler with window=None, this PlanSampler has window=100",
         ),
     ],
 )
@@ -323,6 +323,31 @@ def test_what_cannot_change_is_refused_by_name(other, match):
     target = other()
     with pytest.raises(ValueError, match=match):
         target.load_state_dict(state)
+
+
+@pytest.mark.parametrize("saved_form", [100, "histogram"])
+@pytest.mark.parametrize("loading_form", [None, 50, "histogram"])
+def test_a_state_of_another_epoch_form_is_refused_naming_both(saved_form, loading_form):
+    """A windowed or histogram state into a sampler of another form: refused naming both forms
+    (a whole sampler said only that the settings differ); the same form loads it."""
+
+    def make(window):
+        return padless.PlanSampler(
+            LENGTHS, padless.TokenBudget(max_tokens=900), seed=4, window=window
+        )
+
+    s = make(saved_form)
+    it = iter(s)
+    next(it)
+    state = s.state_dict()
+    assert state["window"] == saved_form
+    same = make(saved_form)
+    same.load_state_dict(state)
+    assert list(same) == list(it)
+    if loading_form == saved_form:
+        return
+    with pytest.raises(ValueError, match=rf"window={saved_form!r}, this PlanSampler has window="):
+        make(loading_form).load_state_dict(state)
 
 
 def test_edited_or_missing_settings_are_refused():

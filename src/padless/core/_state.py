@@ -178,6 +178,10 @@ class Resumable:
     def _fingerprint_now(self) -> str:
         raise NotImplementedError
 
+    def _shown(self, name: str, value: Any) -> Any:
+        """A setting's value of a ``_config()`` record as a message names it to the user."""
+        return value
+
     def _config(self) -> dict[str, Any]:
         """The settings the fingerprint covers (JSON-safe); needed for resume across a change."""
         raise NotImplementedError
@@ -631,8 +635,9 @@ class Resumable:
                 what = "strategy" if name == "class" else name
                 raise ValueError(
                     f"state does not fit: the settings differ in what a run cannot change: it "
-                    f"was saved with {what}={old.get(name)!r:.80}, this {type(self).__name__} "
-                    f"has {what}={config.get(name)!r:.80} (a run can change "
+                    f"was saved with {what}={self._shown(name, old.get(name))!r:.80}, this "
+                    f"{type(self).__name__} has {what}="
+                    f"{self._shown(name, config.get(name))!r:.80} (a run can change "
                     f"{self._changeable_text})"
                 )
         if state.get("seed") != self.seed:
