@@ -249,6 +249,33 @@ def test_repeats_run_before_a_change_are_counted_after_it():
         assert s.state_dict()["position"] == 22
 
 
+@pytest.mark.parametrize("change", [{"max_tokens": 512}, {"balance": True}])
+def test_an_epoch_run_into_repeats_at_4_ranks_loads_at_2_under_other_settings(change):
+    """4 ranks end 21 batches at position 24 (3 repeats); 2 ranks under other settings load it
+    (the position is past the end at 2 ranks, 22, but the part at 4 ran to 24: it was refused
+    once the position was kept) and count the 3 repeats; the epoch is over."""
+    lengths = np.random.default_rng(0).integers(1, 60, 120)
+
+    def make(rank, world, max_tokens=256, balance=False):
+        spec = padless.Buckets(num_buckets=4, max_tokens=max_tokens)
+        return padless.PlanSampler(
+            lengths, spec, seed=0, rank=rank, world_size=world, balance=balance
+        )
+
+    ran = [make(r, 4) for r in range(4)]
+    for s in ran:
+        list(s)
+    saved = ran[0].state_dict()
+    assert (saved["position"], ran[0].repeated) == (24, 3)
+    for rank in (0, 1):
+        s = make(rank, 2, **change)
+        s.load_state_dict(saved)
+        assert (s.repeated, list(s)) == (3, [])
+        again = make(rank, 2, **change)
+        again.load_state_dict(s.state_dict())
+        assert (again.repeated, list(again)) == (3, [])
+
+
 def test_loss_tokens_count_the_batches_before_the_change():
     small, large = FAMILIES["token_budget"][0], FAMILIES["token_budget"][2]
     s = _sampler(small, world=2)

@@ -793,7 +793,15 @@ class Resumable:
             self.epoch, self._history = previous
             raise
         # an earlier part of the epoch, at a wider world size, may have run into the repeats
-        widest = max([saved_world, *(w for w, _ in checked["elastic"])])
+        # (a part before a change of settings too: its world size is the change's record)
+        widest = max(
+            [
+                saved_world,
+                *(w for w, _ in checked["elastic"]),
+                *(c[2] for c in self._changes),
+                *(w for c in self._changes for w, _ in c[3]),
+            ]
+        )
         limit = position_limit(total, widest, self.drop_last)
         if position > limit:
             self.epoch, self._history = previous
