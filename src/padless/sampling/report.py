@@ -176,14 +176,26 @@ def random_batches(n: int, batch_size: int, seed: int = 0) -> BatchPlan:
 
 
 def group_by_length_batches(sizes: np.ndarray, batch_size: int, seed: int = 0) -> BatchPlan:
-    """HF ``group_by_length``: random megabatches of 50 × batch_size, each sorted long → short."""
+    """HF ``group_by_length`` (transformers' ``get_length_grouped_indices``): a random
+    permutation cut into megabatches of ``m × batch_size`` (``m`` = 50, or fewer so that there
+    are 4 megabatches, at least 1), each sorted long → short, the longest item swapped to the
+    front of the first; batches of ``batch_size`` cut inside each megabatch."""
     n = sizes.shape[0]
     order = _rng.rng(seed, 0, _rng.BATCH_ORDER).permutation(n).astype(np.int64)
-    mega = 50 * batch_size
+    return grouped_by_length(order, sizes, batch_size)
+
+
+def grouped_by_length(order: np.ndarray, sizes: np.ndarray, batch_size: int) -> BatchPlan:
+    """:func:`group_by_length_batches` of a given random permutation ``order``."""
+    n = sizes.shape[0]
+    mega = max(min(n // (4 * batch_size), 50), 1) * batch_size
     parts = []
     for lo in range(0, n, mega):
         chunk = order[lo : lo + mega]
         parts.append(chunk[np.argsort(-sizes[chunk], kind="stable")])
+    if len(parts) > 1:  # the longest item first (HF: an out-of-memory error comes early)
+        top = int(np.argmax([sizes[p[0]] for p in parts]))
+        parts[0][0], parts[top][0] = parts[top][0], parts[0][0]
     walked = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     # batches are cut inside each megabatch
     offsets = [0]
@@ -425,6 +437,9 @@ def compare_report(
         if r.padding_pct <= best.padding_pct:
             r.note += "least padding" if r is best else f"as little padding as {best.strategy}"
         else:
-            extra = (100.0 - best.padding_pct) / max(100.0 - r.padding_pct, 1e-9) - 1.0
-            r.note += f"{100 * extra:.1f}% more token slots than {best.strategy}"
+            if r.padding_pct >= 100.0:  # no real token (a corpus of empty sequences)
+                r.note += f"more padding than {best.strategy}"
+            else:
+                extra = (100.0 - best.padding_pct) / (100.0 - r.padding_pct) - 1.0
+                r.note += f"{100 * extra:.1f}% more token slots than {best.strategy}"
     return rows, not_run
