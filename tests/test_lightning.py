@@ -205,6 +205,18 @@ def test_ddp_two_processes_resume_exactly(tmp_path):
         theirs = [tuple(x["index"]) for x in b if x["epoch"] == epoch]
         assert not set(mine) & set(theirs)
         assert sorted(i for batch in mine + theirs for i in batch) == list(range(ranks[0]["n"]))
+    # a step checkpoint at epoch 0's last batch, resumed by one process: epoch 1 whole (its 2
+    # processes' 11 batches each read to Lightning as half of the 1-process epoch 1: it trained
+    # only its last part)
+    import _lightning_train as lt
+
+    lt.quiet()
+    steps = lt.per_epoch(2)
+    assert lt.per_epoch(1) > steps
+    ckpt = tmp_path / "full" / f"step={steps}.ckpt"
+    one = lt.fit(str(tmp_path / "one"), ckpt=str(ckpt), workers=0)
+    assert [x["index"] for x in one] == lt.bare(0, 1, 2)[lt.per_epoch(1) :]
+    assert {x["epoch"] for x in one} == {1}
 
 
 def test_docs_example(tmp_path):

@@ -112,6 +112,7 @@ class LightningBatches:
         self._refused: Exception | None = None  # a loaded state that does not fit
         self._reported = False  # raised once by len(): Lightning's teardown may ask again
         self._loader_iter = False  # the loader's own iter() right after the load
+        self._advanced = False  # the state loaded was at its epoch's end: at the next one now
 
     @property
     def sampler(self) -> LightningBatches:
@@ -171,9 +172,11 @@ class LightningBatches:
         except (TypeError, ValueError) as err:
             self._refused, self._loader_iter = err, True
             return
+        self._advanced = False
         if whole and len(sampler) == 0:  # its epoch's end: Lightning goes on with the next one
             sampler.set_epoch(sampler.epoch + 1)
             whole = len(sampler)
+            self._advanced = True
         self._length = whole
 
     def _refusal(self, err: Exception) -> ValueError:
@@ -223,13 +226,17 @@ def _exact_resume_class() -> type:
         the losses are bitwise. Resumed by another number of processes than wrote it, the
         batches still resume exactly and the random state starts afresh (a warning says so).
 
-        It also mends two faults of Lightning's own resume (2.6) that change the batches:
+        It also mends three faults of Lightning's own resume (2.6) that change the batches:
 
         * Resumed from a step checkpoint at an epoch's last batch, Lightning never counts the
           next epoch as started, so every checkpoint of that epoch reads as "epoch not begun":
           resumed from one, Lightning skips the loader's state and trains the epoch again from
           its first batch. The callback counts the epoch when its first batch starts, and
           mends such a count in a checkpoint written without it when it is loaded.
+        * Resumed from a step checkpoint at an epoch's last batch, Lightning takes the saved
+          epoch as ended only if it trained as many batches as the loader's length now, the
+          next epoch's: where that one is longer (resumed by fewer processes, say), Lightning took it as the saved epoch half done and trained only its last
+          part. The callback lets Lightning see the saved epoch's end.
         * Resumed at an epoch boundary (an end-of-epoch checkpoint), Lightning makes the
           loader's iterator, whose workers fetch batches at once, before it selects the epoch:
           those batches are the previous epoch's. The callback selects the epoch of every
@@ -251,6 +258,7 @@ def _exact_resume_class() -> type:
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             self._first_batch = True
+            _end_the_finished_epoch(trainer)
             _start_at_the_loops_epoch(trainer)
 
         def on_train_batch_start(
@@ -337,6 +345,32 @@ def _repair_loop_state(checkpoint: Any) -> None:
         for c in counts:
             c["ready"] += 1
             c["started"] += 1
+
+
+def _end_the_finished_epoch(trainer: Any) -> None:
+    """Let Lightning see the end of an epoch whose last batch a step checkpoint was saved at,
+    resumed by fewer processes.
+
+    Lightning decides that such a checkpoint closed its epoch by comparing the batches this
+    process trained in it with ``num_training_batches``, the loader's length *now*: resumed by
+    fewer processes the next epoch is longer than the one finished, so Lightning took the next
+    epoch as the old one half done and trained only its last part. When a padless loader
+    moved on to the next epoch on load (its state was at its epoch's end), the epoch's batch
+    count is brought to its end, as it is at the same number of processes.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    if not getattr(loop, "restarted_on_train_batch_end", False):
+        return
+    advanced = [
+        b
+        for b in map(_batches_of, _flat_loaders(trainer.train_dataloader))
+        if b is not None and b._refused is None and b._advanced
+    ]
+    total = trainer.num_training_batches
+    current = loop.batch_progress.current
+    if advanced and isinstance(total, int) and current.completed + 1 < total:
+        # Lightning adds the batch the checkpoint was saved at the end of, then resets
+        current.ready = current.started = current.processed = current.completed = total - 1
 
 
 def _start_at_the_loops_epoch(trainer: Any) -> None:
