@@ -4,6 +4,7 @@ Efficiency (real tokens ÷ rows × capacity) on the built-in corpus, next to fir
 best-fit decreasing in windows of 1000 sequences (as TRL packs) and "concatenate and cut" (100%
 full rows, but it cuts sequences: the count is reported). Speed: planning N lognormal lengths at
 a capacity, as a ratio to ``np.argsort(kind="stable")`` of the same array (best of --repeat).
+With TRL installed, its ``pack_dataset`` runs beside ``plan_packing`` on two corpora (rows, seconds).
 
 Run: .venv/bin/python benchmarks/bench_packing.py [--n 10000000] [--capacity 4096] [--repeat 5]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import time
 
 import numpy as np
 from _common import best_of, lognormal_lengths
@@ -61,6 +63,47 @@ def windowed_bfd_rows(lengths: np.ndarray, capacity: int, window: int) -> int:
     )
 
 
+def trl_side_by_side(corpora: dict[str, tuple[np.ndarray, int]]) -> None:
+    """TRL's own ``pack_dataset`` (best-fit decreasing) beside ``plan_packing``, in this process:
+    rows and seconds, TRL as it packs by default (``datasets.map`` batches of 1,000 sequences)
+    and over the whole dataset at once (``map_kwargs={"batch_size": len(ds)}``)."""
+    try:
+        import datasets
+        import pyarrow as pa
+        from trl import pack_dataset
+    except ImportError:
+        print("(TRL or datasets not installed: no side-by-side run)")
+        return
+    from padless.sampling.shortcuts import plan_packing
+
+    datasets.disable_progress_bars()
+    print("## Side by side: TRL's pack_dataset(strategy='bfd') and plan_packing")
+    print()
+    print("| corpus, capacity | what | rows | efficiency | seconds | ÷ padless |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, (lengths, capacity) in corpora.items():
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        ids = pa.array(np.ones(int(offsets[-1]), dtype=np.int32))
+        column = pa.LargeListArray.from_arrays(pa.array(offsets), ids)
+        ds = datasets.Dataset(pa.table({"input_ids": column}))
+        total = int(lengths.sum())
+        t_pad = best_of(lambda x=lengths, c=capacity: plan_packing(x, capacity=c), 3)
+        rows = plan_packing(lengths, capacity=capacity).num_rows
+        print(
+            f"| {name}, {capacity} | plan_packing | {rows} | {total / (rows * capacity):.2%} "
+            f"| {t_pad:.4f} | 1 |"
+        )
+        for what, kwargs in (("TRL, default", {}), ("TRL, one batch", {"batch_size": len(ds)})):
+            t0 = time.perf_counter()
+            packed = pack_dataset(ds, capacity, strategy="bfd", map_kwargs=kwargs)
+            took = time.perf_counter() - t0
+            print(
+                f"| | {what} | {len(packed)} | {total / (len(packed) * capacity):.2%} "
+                f"| {took:.2f} | {took / t_pad:.0f}× |"
+            )
+    print()
+
+
 def machine() -> str:
     mem = ""
     if os.path.exists("/proc/meminfo"):
@@ -106,6 +149,8 @@ def main() -> None:
             f"| {cc_cut} ({cc_cut / lengths.size:.1%}) |"
         )
     print()
+    long_docs = np.random.default_rng(13).lognormal(5, 0.8, 200_000).astype(np.int64)
+    trl_side_by_side({"en": (lengths, 1024), "lognormal 2e5": (long_docs.clip(1, 512), 512)})
 
     cap = args.capacity
     datasets = {
