@@ -127,6 +127,32 @@ def test_plan_to_dev_stdout_of_a_pipe_is_written_in_place(tmp_path, lengths_file
     assert sorted(got.tolist()) == list(range(500)) and got.tolist() != list(range(500))
 
 
+def test_dev_stdout_of_a_file_is_written_through_the_shells_descriptor(tmp_path, lengths_file):
+    """/dev/stdout of a regular file (the shell's ``>`` or ``>>``) was replaced by a rename:
+    what the shell wrote before and after the command (its group's header, a log's earlier
+    lines) was lost. It is written through the descriptor now, where the shell put it."""
+    lines = tmp_path / "in.txt"
+    lines.write_text("a\nb\nc\nd\n")
+    grouped, log, plans = (tmp_path / n for n in ("grouped.txt", "log.txt", "plans.bin"))
+    py = f"{sys.executable} -m padless.cli"
+    script = (
+        f"{{ echo header; {py} shuffle {lines} /dev/stdout --lines --seed 1 -q; echo footer; }}"
+        f" > {grouped}; echo earlier > {log}; {py} shuffle {lines} /dev/fd/1 --lines -q >> {log};"
+        f" echo earlier > {plans}; {py} plan {lengths_file} --max-tokens 256 -o /dev/stdout"
+        f" >> {plans}"
+    )
+    subprocess.run(["bash", "-c", script], check=True, timeout=300)
+    out = grouped.read_text().splitlines()
+    assert out[0] == "header" and out[-1] == "footer" and sorted(out[1:-1]) == list("abcd")
+    out = log.read_text().splitlines()
+    assert out[0] == "earlier" and sorted(out[1:]) == list("abcd")
+    data = plans.read_bytes()
+    assert data.startswith(b"earlier\nPK")
+    saved = tmp_path / "plan.npz"
+    saved.write_bytes(data[len(b"earlier\n") :])
+    assert padless.BatchPlan.load(saved) == padless.plan_token_budget(LENGTHS, max_tokens=256)
+
+
 def test_one_file_per_epoch_or_shard_into_a_device_is_refused(tmp_path, lengths_file):
     """--epochs 2 into /dev/null made /dev/null-epoch0 and -epoch1 beside the device."""
     null = device_node(tmp_path / "null", 3)

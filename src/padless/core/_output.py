@@ -2,7 +2,9 @@
 
 A regular file (or a new name) is written under a temporary name in the same folder, flushed to
 disk and renamed into place, so a crash leaves the old file or nothing. Anything else that exists
-at the name — a device such as ``/dev/null``, a pipe — is written in place and never replaced. No
+at the name — a device such as ``/dev/null``, a pipe — is written in place and never replaced,
+and so is a descriptor of this process named by ``/dev/stdout`` or ``/dev/fd/N`` (through that
+descriptor, whatever file it is open on). No
 suffix is ever added to the name given. Errors name the user's path or folder, never a temporary
 file.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO, cast
@@ -93,13 +96,60 @@ def _reworded(exc: OSError, what: str, target: str) -> OSError:
     return out
 
 
+_OWN_FD = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd|dev/(std)(out|err))(?:/(\d+))?")
+
+
+def inherited_fd(path: str | os.PathLike[str]) -> int | None:
+    """The open descriptor of this process that ``path`` names as given, if any:
+    ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``.
+
+    An output there is written through that descriptor, where the caller put it (at its offset,
+    appending under the shell's ``>>``, after what the shell's group wrote before): reopening
+    the name would truncate a file the shell opened, and replacing it would unlink it.
+
+    >>> inherited_fd("/dev/fd/999999"), inherited_fd("/tmp/x")
+    (None, None)
+    """
+    name = os.path.normpath(os.fspath(path))
+    match = _OWN_FD.fullmatch(name)
+    if match is None:
+        return None
+    std, which, number = match.groups()
+    if std:
+        if number is not None:
+            return None
+        fd = 1 if which == "out" else 2
+    elif number is None:
+        return None
+    else:
+        fd = int(number)
+    try:
+        os.fstat(fd)
+    except (OSError, OverflowError):
+        return None
+    return fd
+
+
+def open_in_place(path: str | os.PathLike[str]) -> BinaryIO:
+    """An existing device, pipe or inherited descriptor at ``path`` (see :func:`is_device`),
+    opened for writing in place: a descriptor of this process is written through a copy of
+    it (:func:`inherited_fd`), anything else opened by name."""
+    fd = inherited_fd(path)
+    if fd is None:
+        return open(path, "wb")
+    return os.fdopen(os.dup(fd), "wb")
+
+
 def is_device(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is an existing device or pipe (links followed: ``/dev/stdout`` and
-    ``/dev/fd/N`` too), which an output is written into in place, never beside or over.
+    ``/dev/fd/N`` too), or names a descriptor of this process (:func:`inherited_fd`, whatever
+    it is open on): an output is written into it in place, never beside or over.
 
     >>> is_device("/dev/null"), is_device(os.devnull + ".missing")
     (True, False)
     """
+    if inherited_fd(path) is not None:
+        return True
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -129,11 +179,11 @@ def write_exactly(
         info: os.stat_result | None = os.stat(target)
     except FileNotFoundError:
         info = None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        if stat.S_ISDIR(info.st_mode):  # a link to a folder
+    if inherited_fd(target) is not None or (info is not None and not stat.S_ISREG(info.st_mode)):
+        if info is not None and stat.S_ISDIR(info.st_mode):  # a link to a folder
             raise IsADirectoryError(f"{what} {target!r} is a folder: name a file")
         try:
-            with open(target, "wb") as stream:
+            with open_in_place(target) as stream:
                 write(cast(BinaryIO, _Sequential(stream)))
         except OSError as exc:
             raise _reworded(exc, what, target) from exc

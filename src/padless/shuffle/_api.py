@@ -24,7 +24,7 @@ import numpy as np
 
 from ..core import _rng
 from ..core._check import check_bool, check_seed, positive, positive_or_none
-from ..core._output import is_device
+from ..core._output import is_device, open_in_place
 from ..core._progress import Progress
 from . import _engines, _passes, _safety
 
@@ -389,7 +389,7 @@ def _check(
     # Check the source before anything is written.
     stream_src, size = _check_source(src_name, record_size)
     out_dir, finals, device = _check_destination(dst_name, shards)
-    tmp_root = _check_tmp_dir(tmp_dir, out_dir, dst_name == "-")
+    tmp_root = _check_tmp_dir(tmp_dir, out_dir, dst_name == "-" or device)
     return _Settings(
         src=src_name, dst=dst_name, record_size=record_size, memory=memory, budget=budget,
         seed=seed, progress=progress, shards=shards, stream_src=stream_src, size=size,
@@ -478,7 +478,7 @@ def _open_targets(s: _Settings, targets: list[Any]) -> None:
             raise ValueError("dst '-' needs a binary standard output (sys.stdout.buffer)")
         targets.append(_StreamTarget(stdout))
     elif s.device:
-        targets.append(_StreamTarget(open(s.finals[0], "wb", buffering=0), s.finals[0]))
+        targets.append(_StreamTarget(open_in_place(s.finals[0]), s.finals[0]))
     else:
         for path in s.finals:
             targets.append(_FileTarget(path))
