@@ -258,6 +258,31 @@ def test_atomic(tmp_path: Path) -> None:
     assert IndexedDataset(tmp_path / "c")[0].tolist() == [7]
 
 
+def test_a_failed_idx_rename_puts_the_old_bin_back(tmp_path: Path, monkeypatch) -> None:
+    """The .bin is renamed first; where the .idx rename then fails (a full disk), the new .bin
+    stayed under the old .idx, which served other documents with no error."""
+    import padless.io.indexed as indexed
+
+    write_indexed([[1, 2, 3], [4, 5, 6, 7]], tmp_path / "c", dtype="uint16")
+    before = {p: (tmp_path / p).read_bytes() for p in ("c.idx", "c.bin")}
+    real, calls = os.replace, []
+
+    def full_disk(src, dst):
+        calls.append(dst)
+        if str(dst).endswith(".idx"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(indexed.os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_indexed([[9] * 6, [8] * 3], tmp_path / "c", dtype="uint16")
+    monkeypatch.setattr(indexed.os, "replace", real)
+    assert [str(c).rsplit(".", 1)[-1] for c in calls] == ["bin", "idx", "bin"]  # put back
+    assert {p: (tmp_path / p).read_bytes() for p in os.listdir(tmp_path)} == before
+    ds = IndexedDataset(tmp_path / "c")
+    assert [ds[i].tolist() for i in range(len(ds))] == [[1, 2, 3], [4, 5, 6, 7]]
+
+
 def test_arrow_equals_lists(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     rows = [[1, 2, 3], [], [40000, 5], [6]] * 3

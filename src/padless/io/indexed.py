@@ -613,6 +613,15 @@ class _Temp:
         fd, self.path = tempfile.mkstemp(prefix=f".{base}.", suffix=".padless-out", dir=folder)
         self.file: BinaryIO = os.fdopen(fd, "wb")
 
+    @staticmethod
+    def free_name(final: str) -> str:
+        """A hidden name beside ``final`` that no file has now."""
+        folder, base = os.path.split(final)
+        while True:
+            name = os.path.join(folder, f".{base}.{os.urandom(6).hex()}.padless-out")
+            if not os.path.lexists(name):
+                return name
+
     def finish(self) -> None:
         self.file.flush()
         os.fsync(self.file.fileno())
@@ -906,6 +915,37 @@ def check_target(prefix: Any, what: str = "prefix") -> tuple[str, str]:
     return idx_path, bin_path
 
 
+def _commit_pair(bin_tmp: _Temp, idx_tmp: _Temp) -> None:
+    """Rename a pair's temporaries into place, ``.bin`` first (a reader never sees a new
+    ``.idx`` over an old ``.bin``). An existing ``.bin`` is kept under a hard link until the
+    ``.idx`` is in place: where that rename fails, the old ``.bin`` is put back, so the old pair
+    stays whole (a new ``.bin`` under the old ``.idx`` reads as other documents, with no
+    error). Only a kill between the two renames can leave them apart."""
+    real_bin = os.path.realpath(bin_tmp.final)
+    backup = ""
+    if os.path.exists(real_bin):
+        backup = _Temp.free_name(real_bin)
+        try:
+            os.link(real_bin, backup)
+        except OSError:  # no hard links here: the renames alone
+            backup = ""
+    try:
+        bin_tmp.commit()
+        try:
+            idx_tmp.commit()
+        except BaseException:
+            if backup:
+                os.replace(backup, real_bin)
+                backup = ""
+            raise
+    finally:
+        if backup:
+            try:
+                os.unlink(backup)
+            except FileNotFoundError:
+                pass
+
+
 def write_pair(
     path: str | os.PathLike[str], fmt: str, dtype: Any, fill: Callable[[_Sink], None]
 ) -> tuple[str, str]:
@@ -930,8 +970,7 @@ def write_pair(
         sink.write_index(idx_tmp.file, fmt, code)
         for temp in temps:
             temp.finish()
-        for temp in temps:  # .bin first: a reader never sees a new .idx over an old .bin
-            temp.commit()
+        _commit_pair(bin_tmp, idx_tmp)
     finally:
         if sink is not None:
             sink.close()
@@ -974,7 +1013,8 @@ def write_indexed(
 
     Both files are written under temporary names beside ``prefix``, fsynced, and renamed into
     place, ``.bin`` first; on any error (KeyboardInterrupt included) the temporaries are removed
-    and an existing pair is left as it was.
+    and an existing pair is left as it was (a failed ``.idx`` rename puts the old ``.bin``
+    back; only a kill between the two renames can leave a new ``.bin`` under an old ``.idx``).
 
     Cost: one pass over the tokens; memory bounded (8 MiB of tokens, 2**20 lengths) whatever
     the size; the lengths and document ends spill to anonymous temporary files and the ``.idx``
