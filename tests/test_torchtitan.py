@@ -170,3 +170,29 @@ def test_refusals_and_the_default_row_type(documents):
             TorchtitanPacking(docs, lengths).build(
                 context=context(128), dataset_iteration_policy=policy(0, 1, False)
             )
+
+
+def test_a_document_past_the_models_context_is_refused_or_left_out():
+    """torchtitan's max_context_length (2048 by default) bounds a document, beside the row's
+    num_tokens_per_batch (16384): a 3000-token document was packed whole, with positions up to
+    2999 past the model's table. Refused with oversize='error', left out with 'drop' (as
+    torchtitan's own packers do)."""
+    lengths = [3000, 100, 200, 2048]
+    docs = [{"input_ids": np.arange(n) + 1, "labels": np.arange(n) + 2} for n in lengths]
+    ctx = SimpleNamespace(
+        tokenizer=None,
+        max_context_length=2048,
+        num_tokens_per_batch=16384,
+        read_options=grain.ReadOptions(),
+    )
+    with pytest.raises(ValueError, match=r"document 0 has 3000 tokens.*max_context_length=2048"):
+        TorchtitanPacking(docs, lengths, sequence_type=TextSequence).build(
+            context=ctx, dataset_iteration_policy=policy(0, 1, False)
+        )
+    rows = list(
+        TorchtitanPacking(docs, lengths, oversize="drop", sequence_type=TextSequence).build(
+            context=ctx, dataset_iteration_policy=policy(0, 1, False)
+        )
+    )
+    assert max(int(r.positions.max()) for r in rows) == 2047
+    assert sum(int((r.labels != IGNORE_INDEX).sum()) for r in rows) == 100 + 200 + 2048

@@ -695,7 +695,10 @@ class TorchtitanPacking:
         records: indexable of documents: ``TextSequence``-like objects (``input_ids``,
             ``labels``) or mappings with those keys; ``len(input_ids) == lengths[i]``.
         lengths: tokens of each document's ``input_ids``.
-        max_per_row, oversize, balance: as :class:`padless.Packing` / ``PlanSampler``.
+        max_per_row, oversize, balance: as :class:`padless.Packing` / ``PlanSampler``; a
+            document longer than ``context.max_context_length`` (the model's positions end
+            there) is over too: refused when built with ``"error"``, left out with
+            ``"drop"``.
         sequence_type: the row type (default: torchtitan's ``TextSequence``, imported when
             the dataset is built).
     """
@@ -734,14 +737,15 @@ class TorchtitanPacking:
 
     def build(self, *, context: Any, dataset_iteration_policy: Any) -> grain.IterDataset:
         policy = dataset_iteration_policy
+        capacity = int(context.num_tokens_per_batch)
         spec = Packing(
-            capacity=int(context.num_tokens_per_batch),
+            capacity=capacity,
             rows_per_batch=1,
             max_per_row=self.max_per_row,
             oversize=self.oversize,
         )
         plan = PlanSampler(
-            self.lengths,
+            self._within_context(getattr(context, "max_context_length", None), capacity),
             spec,
             shuffle=bool(policy.shuffle),
             seed=int(policy.seed),
@@ -762,6 +766,35 @@ class TorchtitanPacking:
             pad={"input_ids": 0, "labels": IGNORE_INDEX},
         )
         return rows.map(_TextRow(kind))
+
+
+    def _within_context(self, limit: Any, capacity: int) -> np.ndarray:
+        """The lengths to plan: a document longer than the model's context
+        (``max_context_length``, whose positions the model has no table for; torchtitan's own
+        packers leave such documents out) is refused with ``oversize="error"`` and planned as
+        over the row's capacity (so left out) with ``"drop"``."""
+        lengths = np.asarray(self.lengths)
+        if limit is None:
+            return lengths
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+            raise ValueError(
+                f"context.max_context_length must be a positive int (the model's longest "
+                f"sequence), got {limit!r}"
+            )
+        if limit >= capacity:
+            return lengths
+        over = lengths > limit
+        if not over.any():
+            return lengths
+        if self.oversize == "error":
+            i = int(np.argmax(over))
+            raise ValueError(
+                f"document {i} has {int(lengths[i])} tokens, more than torchtitan's "
+                f"max_context_length={int(limit)} (training.max_context_length: the model's "
+                f"positions end there; {int(over.sum())} documents are over it): raise it, "
+                "or leave them out with TorchtitanPacking(oversize='drop')"
+            )
+        return np.where(over, capacity + 1, lengths)
 
 
 class _TextRecords:
