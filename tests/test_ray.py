@@ -522,16 +522,23 @@ def test_train_shards_feed_stream_batchers_with_exact_resume(ray_local, corpus):
     config = DataConfig(execution_options=ExecutionOptions(preserve_order=True))
     spec = TokenBudget(max_tokens=256)
 
-    def batcher(shard):
+    def batcher(shard, rank=0, world=1):
         return StreamBatcher(lambda: shard.iter_rows(), spec, buffer=2000,
-                             length=lambda row: len(row["input_ids"]))  # fmt: skip
+                             length=lambda row: len(row["input_ids"]),
+                             shard=(rank, world))  # fmt: skip
 
     shards = config.configure({"train": ds}, world_size=2, worker_handles=None,
                               worker_node_ids=None)  # fmt: skip
     got: dict[int, list] = {}
+    saved: dict[int, dict] = {}
 
     def work(rank):
-        got[rank] = [[int(r["doc"]) for r in b] for b in batcher(shards[rank]["train"])]
+        b = batcher(shards[rank]["train"], rank, 2)
+        got[rank] = []
+        for batch in b:
+            got[rank].append([int(r["doc"]) for r in batch])
+            if len(got[rank]) == 5:
+                saved[rank] = json.loads(json.dumps(b.state_dict()))
 
     threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
     for t in threads:
@@ -554,6 +561,10 @@ def test_train_shards_feed_stream_batchers_with_exact_resume(ray_local, corpus):
     resumed = batcher(shard)
     resumed.load_state_dict(state)
     assert [[int(r["doc"]) for r in batch] for batch in resumed] == full[18:]
+    # a 2-worker checkpoint resumed by 1 worker: its position in worker 0's shard read in the
+    # whole data repeated 83 documents with no error; shard= refuses it
+    with pytest.raises(ValueError, match="shard 0 of 2.*this one reads shard 0 of 1"):
+        batcher(shard).load_state_dict(saved[0])
 
 
 # --------------------------------------------------------------------------- docs/ray.md

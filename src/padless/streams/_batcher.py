@@ -136,6 +136,23 @@ def _digest(buf: Entries, read: int) -> str:
     return f"{len(buf)}:{read}:{zlib.crc32(int(read).to_bytes(8, 'little'), crc):08x}"
 
 
+def _check_shard(shard: Any) -> tuple[int, int]:
+    """``shard=(index, count)`` checked: two ints, ``0 <= index < count``."""
+    if (
+        not isinstance(shard, (tuple, list))
+        or len(shard) != 2
+        or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in shard)
+    ):
+        raise TypeError(
+            f"shard must be None or (index, count), two ints (this worker's shard of the "
+            f"stream, e.g. Ray Train's world rank and size), got {shard!r:.80}"
+        )
+    index, count = int(shard[0]), int(shard[1])
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard!r}")
+    return index, count
+
+
 class StreamBatcher:
     """Batches (or packed rows) from a stream of items whose lengths are not known up front.
 
@@ -166,6 +183,11 @@ class StreamBatcher:
             :data:`MAX_WAIT`, 4): the items of a batch lie within ``max_wait × buffer``
             positions, and a restore reads that many items again. Larger pads less (see the
             module docstring).
+        shard: ``(index, count)`` when the source is one of ``count`` shards the caller split
+            a stream into (a Ray Train worker's ``get_dataset_shard``: ``(world rank, world
+            size)``): the state records it, and a state of another shard or another number
+            of shards is refused (each shard is a stream of its own, its position no other's);
+            the round order draws from it too. Default: the whole stream, ``(0, 1)``.
 
     Cost: per item, one ``length`` call and a few compiled or vectorised steps per round it
     waits (a round per ``buffer // 4`` items); about 4.4 M items/s at ``buffer=10_000`` for a stream
@@ -191,6 +213,7 @@ class StreamBatcher:
         "length": "maps an item to its length",
         "seed": "the seed of each round's batch order",
         "max_wait": "buffers of stream an item may wait before it must leave",
+        "shard": "(index, count): which of the caller's shards of a stream the source is",
     }
     # what it says of a keyword it does not take: the samplers' settings a stream does otherwise
     keyword_notes: ClassVar[dict[str, str]] = {
@@ -231,8 +254,10 @@ class StreamBatcher:
         length: Callable[[Any], Any] | None = None,
         seed: int = 0,
         max_wait: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         max_wait = positive("max_wait", MAX_WAIT if max_wait is None else max_wait)
+        shard = (0, 1) if shard is None else _check_shard(shard)
 
         if not isinstance(spec, Spec):
             raise TypeError(
@@ -267,7 +292,7 @@ class StreamBatcher:
         check_source(source, length)
         self._source = Source(source)
         self._engine: StreamEngine = engine
-        self._shard = (0, 1)
+        self._shard = shard
         self._spec_dict = spec_to_dict(spec)
         self._loaded: dict[str, Any] | None = None
         self._live: _Live | None = None
