@@ -601,3 +601,32 @@ def test_broken_arrays_and_dataset_folders_are_named_by_their_file(tmp_path):
     for call, words in cases:
         with pytest.raises(ValueError, match=words):
             call()
+
+
+def test_a_files_format_is_told_by_its_content_whatever_its_name(tmp_path):
+    """gzip text without .gz, a .npy named .bin or without a suffix, an .npz without one,
+    Parquet named .arrow and Arrow named .parquet: each was read by its name (binary "text",
+    "not an Arrow IPC file")."""
+    import gzip
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    lines = b"a b c\nd e\nf\n"
+    want = [3, 2, 1]
+    (tmp_path / "gz_text").write_bytes(gzip.compress(lines))
+    (tmp_path / "gz_as.txt").write_bytes(gzip.compress(lines))
+    for name in ("npy_bare", "npy_as.bin"):
+        with open(tmp_path / name, "wb") as fh:
+            np.save(fh, np.array(want))
+    with open(tmp_path / "npz_bare", "wb") as fh:
+        np.savez(fh, lengths=np.array(want))
+    table = pa.table({"text": ["a b c", "d e", "f"]})
+    pq.write_table(table, tmp_path / "pq_as.arrow")
+    feather.write_feather(table, tmp_path / "arrow_as.parquet")
+    for name in ("gz_text", "gz_as.txt", "npy_bare", "npy_as.bin", "npz_bare"):
+        assert lengths_from_file(tmp_path / name).tolist() == want, name
+    for name in ("pq_as.arrow", "arrow_as.parquet"):
+        got = lengths_from_file(tmp_path / name, column="text", tokenizer="whitespace")
+        assert got.tolist() == want, name

@@ -30,6 +30,7 @@ from .readers import (
     lengths_from_text,
     lengths_of_arrow,
     load_npy,
+    sniff,
 )
 
 __all__ = ["lengths_from_file", "lengths_from_files", "lengths_of"]
@@ -127,7 +128,12 @@ def lengths_from_file(
       ``offsets`` (and ``tokens``) is a token corpus.
     - ``.arrow``/``.feather``/``.parquet`` files and saved ``datasets`` folders:
       :func:`lengths_from_arrow` with ``column`` (and ``split`` for a DatasetDict).
-    - anything else: a text file, one sequence per line, :func:`lengths_from_text`.
+    - anything else: a text file, one sequence per line, :func:`lengths_from_text` (gzip or
+      zstd compressed text read as it streams).
+
+    The kind is told by the file's content where its first bytes name a format (``.npy``,
+    ``.npz``, Parquet, an Arrow IPC file, gzip, zstd), whatever its name; by the name
+    otherwise (``.npy``/``.npz`` whose header is damaged, an Arrow stream, text).
 
     Values read are checked as :func:`padless.lengths_of` checks them; a file that is not what its
     name says (a corrupt .npy, a non-Arrow .arrow, binary "text") raises ``ValueError`` naming it.
@@ -142,11 +148,18 @@ def lengths_from_file(
     """
     src = _as_path(path)
     progress = _check_progress(progress)
-    suffix = src.suffix.lower()
     tokens = _token_file_lengths(src, dtype, eos, documents)
     if tokens is not None:
         return tokens
-    if src.is_dir() or suffix in (".arrow", ".feather", ".parquet"):
+    # the kind by content (a .npy named .bin, gzip text without .gz, Parquet named .arrow), by
+    # the name where the content says nothing (text, an Arrow stream)
+    kind = sniff(src)
+    suffix = src.suffix.lower()
+    if kind is None and suffix in (".npy", ".npz"):
+        kind = suffix[1:]
+    if kind is None and suffix in (".arrow", ".feather", ".parquet"):
+        kind = "arrow"
+    if src.is_dir() or kind in ("arrow", "parquet"):
         return lengths_from_arrow(
             src,
             column=column,
@@ -155,13 +168,13 @@ def lengths_from_file(
         )
     if not src.exists():
         raise FileNotFoundError(f"no such file: {src}")
-    if suffix == ".npy":
+    if kind == "npy":
         arr = load_npy(src, mmap_mode="r")
         if offsets is None:
             return _checked(arr, str(src))
         off = load_npy(Path(offsets))
         return _lengths_from_offsets(off, str(offsets), _token_count(arr, str(src)))
-    if suffix == ".npz":
+    if kind == "npz":
         return _lengths_from_npz(src, fields)
     return lengths_from_text(src, tokenizer=tokenizer, progress=progress)
 

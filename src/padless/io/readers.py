@@ -65,6 +65,53 @@ def _need(module: str, extra: str, what: str) -> Any:
 
 _COMPRESSED = (".gz", ".zst", ".zstd")
 
+# the first bytes of each format padless reads (a file's kind is told by its content; its
+# name decides only where the content says nothing: text, raw tokens, an Arrow stream)
+_MAGIC = (
+    (b"\x93NUMPY", "npy"),
+    (b"PK\x03\x04", "npz"),
+    (b"PK\x05\x06", "npz"),  # an empty archive
+    (b"PAR1", "parquet"),
+    (b"ARROW1", "arrow"),
+    (b"FEA1", "arrow"),  # Feather version 1
+    (b"\x1f\x8b", "gzip"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+
+
+def sniff(path: Path) -> str | None:
+    """The format a regular file's first bytes name (``"npy"``, ``"npz"``, ``"parquet"``,
+    ``"arrow"``, ``"gzip"``, ``"zstd"``), or None: unknown, or not a regular file (a pipe or
+    device is not read ahead: its bytes would be gone)."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        return None
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18":
+        return "zstd"  # a skippable frame first (0x184D2A5?)
+    return None
+
+
+def _compression(path: Path) -> str | None:
+    """``"gzip"`` or ``"zstd"`` for compressed text, by content (by name for a pipe)."""
+    kind = sniff(path)
+    if kind in ("gzip", "zstd"):
+        return kind
+    name = path.name.lower()
+    named = "gzip" if name.endswith(".gz") else "zstd" if name.endswith((".zst", ".zstd")) else None
+    if named is not None and path.is_file():  # the name says compressed, the content does not
+        raise ValueError(
+            f"{path} is not whole {named} data (it does not begin as {named} data does, as its "
+            "name says): a damaged file, or text under a compressed name (rename it)"
+        )
+    return named
+
 
 _INFLATE_IN = 8192  # compressed bytes per zstd call: bounds the text one call can produce
 
@@ -72,10 +119,10 @@ _INFLATE_IN = 8192  # compressed bytes per zstd call: bounds the text one call c
 def _open_text(path: Path) -> IO[bytes]:
     """A binary stream of the text: decompressed on the fly for .gz/.zst (never whole in RAM),
     a file cut short or corrupt a ``ValueError`` naming it when read (:class:`_Inflating`)."""
-    name = path.name.lower()
-    if name.endswith(".gz"):
+    kind = _compression(path)
+    if kind == "gzip":
         return cast(IO[bytes], io.BufferedReader(_Inflating(path, None)))
-    if name.endswith(".zst") or name.endswith(".zstd"):
+    if kind == "zstd":
         zstd = _need("zstandard", "text", f"reading {path.name}")
         return cast(IO[bytes], io.BufferedReader(_Inflating(path, zstd)))
     return open(path, "rb")
@@ -174,7 +221,7 @@ def _text_path(path: PathLike, what: str) -> Path:
 
 
 def _binary_error(src: Path, offset: int) -> ValueError:
-    where = "of the decompressed text" if src.name.lower().endswith(_COMPRESSED) else "in the file"
+    where = "of the decompressed text" if _compression(src) else "in the file"
     return ValueError(
         f"{src} looks binary, not text: a NUL byte at offset {offset} {where}; "
         "lengths_from_text reads text, one sequence per line (arrays of lengths: .npy/.npz; "
@@ -281,7 +328,7 @@ def _count_streamed(
 
 
 def _count_text(src: Path, mode: int, progress: Callable[[int, int], None] | None) -> np.ndarray:
-    compressed = src.name.lower().endswith(_COMPRESSED)
+    compressed = _compression(src) is not None
     regular = src.is_file()  # pipes and devices are read once, as a stream
     size = src.stat().st_size if regular else 0
     # a first guess at the lines (about 128 bytes each); the output doubles when it fills up
@@ -802,7 +849,7 @@ def _pick_column(table: Any, column: str | None, where: str) -> Any:
 
 def _read_arrow_table(path: Path, columns: list[str] | None) -> Any:
     pa = _need("pyarrow", "arrow", f"reading {path.name}")
-    if path.suffix.lower() == ".parquet":
+    if _is_parquet(path):
         pq = _need("pyarrow.parquet", "arrow", f"reading {path.name}")
         try:
             return pq.read_table(path, columns=columns)
@@ -820,6 +867,12 @@ def _read_arrow_table(path: Path, columns: list[str] | None) -> Any:
             f"{path} is not an Arrow IPC file or stream (.arrow/.feather, as datasets saves) "
             f"({exc})"
         ) from exc
+
+
+def _is_parquet(path: Path) -> bool:
+    """Parquet by content (``PAR1``); by the name where the content says nothing."""
+    kind = sniff(path)
+    return kind == "parquet" or (kind is None and path.suffix.lower() == ".parquet")
 
 
 def _hf_dataset_files(folder: Path, split: str | None) -> list[Path]:
@@ -904,7 +957,7 @@ def lengths_from_arrow(
     if not src.is_file():
         raise FileNotFoundError(f"no such file: {src}")
     columns = None
-    if column is not None and src.suffix.lower() == ".parquet":
+    if column is not None and _is_parquet(src):
         pq = _need("pyarrow.parquet", "arrow", f"reading {src.name}")
         names = list(pq.read_schema(src).names)
         if column not in names:
