@@ -767,7 +767,6 @@ class TorchtitanPacking:
         )
         return rows.map(_TextRow(kind))
 
-
     def _within_context(self, limit: Any, capacity: int) -> np.ndarray:
         """The lengths to plan: a document longer than the model's context
         (``max_context_length``, whose positions the model has no table for; torchtitan's own
