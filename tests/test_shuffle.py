@@ -437,8 +437,13 @@ def test_interrupt_leaves_nothing_behind(
 # --------------------------------------------------------------------------- temporary files
 
 
-def _tag(host: str, boot: str, pid: int) -> str:
-    return f"{host}-{boot}-{pid}-0123abcd"
+def _tag(host: str, boot: str, pid: int, ns: str | None = "") -> str:
+    """A tag of this module's format; ``ns``: "" this process's namespace, None the old format."""
+    from padless.shuffle import _safety
+
+    if ns is None:
+        return f"{host}-{boot}-{pid}-0123abcd"
+    return f"{host}-{boot}-n{ns or _safety.PIDNS}-{pid}-0123abcd"
 
 
 def _dead_pid() -> int:
@@ -462,15 +467,26 @@ def test_stale_temporaries_of_dead_owners_are_removed(tmp_path: Path) -> None:
         tmp / f".padless-shuffle-{_tag(host, boot, dead)}",  # a folder of bucket files
         tmp_path / f".padless-shuffle-{_tag(host, other_boot, me)}",  # before a restart
     ]
+    other_ns = "1" if _safety.PIDNS != "1" else "2"
     kept = [
         tmp_path / f".out.bin.{_tag(host, boot, me)}.padless-tmp",  # its owner runs
         tmp_path / f".out.bin.{_tag(other_host, boot, dead)}.padless-tmp",  # another host's
+        # another PID namespace's (a container on this host): its pid means nothing here
+        tmp_path / f".out.bin.{_tag(host, boot, dead, other_ns)}.padless-tmp",
+        tmp / f".padless-shuffle-{_tag(host, boot, dead, other_ns)}",
         tmp / f".padless-shuffle-{_tag(host, boot, me)}",
         tmp_path / ".out.bin.0123abcd.padless-tmp",  # not this pattern
         tmp_path / f"out.bin.{_tag(host, boot, dead)}.padless-tmp",  # not hidden
         tmp_path / f".out.bin.{_tag(host, boot, dead)}.padless-tmp.bak",
         tmp_path / f".padless-shuffle-{_tag(host, boot, dead)}x",
     ]
+    # The namespace unknown (the older format, or a process that could not read it): kept
+    # where PID namespaces exist.
+    unknown = [
+        tmp_path / f".out.bin.{_tag(host, boot, dead, None)}.padless-tmp",
+        tmp / f".padless-shuffle-{_tag(host, boot, dead, '0')}",
+    ]
+    (kept if _safety.HAS_PID_NAMESPACES else gone).extend(unknown)
     for path in gone + kept:
         if "padless-shuffle" in path.name:
             path.mkdir()
@@ -505,7 +521,8 @@ def test_stale_temporaries_of_other_users_are_kept(tmp_path: Path) -> None:
 
 
 def test_temporary_names_name_their_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While it runs, the output and the bucket folder carry this host, boot and process."""
+    """While it runs, the output and the bucket folder carry this host, boot, PID namespace and
+    process."""
     from padless.shuffle import _safety
 
     seen: set[str] = set()
@@ -518,7 +535,7 @@ def test_temporary_names_name_their_owner(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(_passes, "_write_all", spy)
     src = write(tmp_path / "in.bin", rand_bytes(16 * 120_000, seed=1))
     shuffle_file(src, tmp_path / "out.bin", record_size=16, memory="1M", seed=0)
-    tag = f"{_safety.HOST}-{_safety.BOOT}-{os.getpid()}-"
+    tag = f"{_safety.HOST}-{_safety.BOOT}-n{_safety.PIDNS}-{os.getpid()}-"
     temps = {n for n in seen if n not in ("in.bin", "out.bin")}
     assert any(n.startswith(f".out.bin.{tag}") and n.endswith(".padless-tmp") for n in temps)
     assert any(n.startswith(f".padless-shuffle-{tag}") for n in temps)

@@ -127,6 +127,7 @@ class _FileTarget:
         self.name = f"output {self.path}"
         self.written = 0
         self.kicked = 0
+        self.renamed = False
 
     def write(self, data: np.ndarray) -> None:
         _passes._write_all(self.fd, data)
@@ -142,8 +143,18 @@ class _FileTarget:
                 pass
             self.kicked = self.written
 
-    def commit(self) -> None:
-        """Flush to disk, keep an existing destination's permissions, rename into place."""
+    def finish(self) -> None:
+        """Flush to disk, keep an existing destination's permissions, close (nothing renamed)."""
+        try:
+            self._finish()
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            code = exc.errno if exc.errno is not None else errno.EIO
+            reason = f"{exc.strerror or exc} while flushing the output to disk"
+            raise type(exc)(code, reason, self.path) from exc
+
+    def _finish(self) -> None:
         os.fsync(self.fd)
         try:
             mode = stat.S_IMODE(os.stat(self.final).st_mode)
@@ -151,9 +162,13 @@ class _FileTarget:
             mode = None
         if mode is not None and hasattr(os, "fchmod"):
             os.fchmod(self.fd, mode)
-        os.close(self.fd)
-        self.fd = -1
+        fd, self.fd = self.fd, -1
+        os.close(fd)
+
+    def rename(self) -> None:
+        """Put the finished file in place (after :meth:`finish`)."""
         os.replace(self.path, self.final)
+        self.renamed = True
 
     def discard(self) -> None:
         if self.fd >= 0:
@@ -162,6 +177,8 @@ class _FileTarget:
             except OSError:  # pragma: no cover
                 pass
             self.fd = -1
+        if self.renamed:
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -513,13 +530,65 @@ def _run(job: _Job) -> int:
     return records
 
 
-def _commit(s: _Settings, held: _Held) -> None:
-    """Flush each output to disk and rename it over its final name, then sync the folder."""
+class PartialCommitError(OSError):
+    """Renaming the shards into place failed after some of them were replaced."""
+
+
+def _shards(paths: list[str], lo: int, hi: int) -> str:
+    """``shard 2 ('a.00002-of-00004')`` or ``shards 0-1 ('a.00000-of-00004' to ...)``."""
+    if hi - lo == 1:
+        return f"shard {lo} ({paths[lo]!r})"
+    return f"shards {lo}-{hi - 1} ({paths[lo]!r} to {paths[hi - 1]!r})"
+
+
+def _rename_all(s: _Settings, files: list[_FileTarget]) -> None:
+    """Rename the finished outputs into place, in shard order.
+
+    A failure before the first rename leaves every output as it was (the caller's message says
+    so); one after it raises :class:`PartialCommitError`, which says which shards were replaced.
+    """
+    done = 0
+    try:
+        for target in files:
+            target.rename()
+            done += 1
+    except OSError as exc:
+        if done == 0:
+            raise
+        paths = [t.final for t in files]
+        code = exc.errno if exc.errno is not None else errno.EIO
+        where = f": {exc.filename!r}" if exc.filename else ""
+        raise PartialCommitError(
+            code,
+            f"{exc.strerror or exc}{where}, while renaming the finished shards of {s.dst!r} into "
+            f"place; {_shards(paths, 0, done)} now hold this run's output, but "
+            f"{_shards(paths, done, len(paths))} were not replaced (they hold what they held "
+            f"before, or do not exist): the shards are inconsistent, run the shuffle again; "
+            f"temporary files were removed",
+        ) from exc
+
+
+def _commit(s: _Settings, held: _Held, signals: _safety.Signals) -> None:
+    """Flush every output to disk, then rename them all into place, then sync the folder.
+
+    Every file is flushed (fsync) before the first rename, so a failure to flush leaves every
+    output as it was; the renames then follow one another with SIGINT, SIGTERM and SIGHUP held
+    back, so that no signal stops them half way.
+    """
+    files = [t for t in held.targets if isinstance(t, _FileTarget)]
     for target in held.targets:
-        target.commit()
-    if not s.to_stdout and not s.device:
-        _fsync_dir(s.out_dir)
-    held.committed = True
+        if not isinstance(target, _FileTarget):
+            target.commit()  # standard output or a device: written in place, flushed here
+    for target in files:
+        target.finish()
+    signals.check()
+    try:
+        with signals.deferred():
+            _rename_all(s, files)
+            held.committed = True
+    finally:
+        if held.committed and files:
+            _fsync_dir(s.out_dir)
 
 
 def _explained(exc: OSError, s: _Settings) -> OSError:
@@ -527,7 +596,11 @@ def _explained(exc: OSError, s: _Settings) -> OSError:
     if s.to_stdout or s.device:
         kept = f"{'standard output' if s.to_stdout else s.dst} may hold part of the output"
     else:
-        kept = f"{s.dst!r} was left unchanged"
+        kept = (
+            f"the {s.shards} shards of {s.dst!r} were left unchanged"
+            if s.shards > 1
+            else f"{s.dst!r} was left unchanged"
+        )
     code = exc.errno if exc.errno is not None else errno.EIO
     where = f": {exc.filename!r}" if exc.filename else ""
     return type(exc)(code, f"{exc.strerror or exc}{where}; {kept} and temporary files were removed")
@@ -584,16 +657,20 @@ def shuffle_file(
 
     Safety: the output is written under a temporary name in ``dst``'s directory, flushed to disk
     (fsync) and renamed over ``dst`` only when complete, so ``dst`` is either untouched or
-    complete; ``src`` is only read (``src == dst`` works). A symbolic link ``dst`` is followed
+    complete; with shards, every shard is flushed before the first is renamed, and the renames
+    follow one another with SIGINT, SIGTERM and SIGHUP held back until they are done. ``src`` is
+    only read (``src == dst`` works), through ``read`` calls, so a ``src`` cut short meanwhile
+    is an ``OSError`` naming it. A symbolic link ``dst`` is followed
     (the file it points to is replaced); an existing device or pipe (``/dev/null``, a FIFO) is
     written in place. Bucket files live in a ``.padless-shuffle-*`` directory in ``tmp_dir``;
     they and the temporary output are removed on success, on error, on KeyboardInterrupt, and
     on SIGTERM and SIGHUP (when their handler is the default one and the call runs in the main
     thread: the process then still ends by that signal, as it would have). The temporary names
-    carry the host, the boot and the process id: a later run removes those whose process is
-    gone (killed by SIGKILL, say) and reports them in ``stale_removed``; never other users',
-    other hosts' or live processes' files. A write failure (a full disk, say) raises ``OSError``
-    naming the file that could not be written.
+    carry the host, the boot, the PID namespace and the process id: a later run in the same
+    PID namespace removes those whose process is gone (killed by SIGKILL, say) and reports them
+    in ``stale_removed``; never other users', other hosts', other PID namespaces' (another
+    container on the host) or live processes' files. A write failure (a full disk, say) raises
+    ``OSError`` naming the file that could not be written.
 
     Memory: the call's peak resident size above the process's size when the call starts stays
     within ``memory`` (for budgets of at least 16M; below that 1-2 MB of fixed costs may pass
@@ -642,6 +719,9 @@ def shuffle_file(
             hard limit).
         KeyboardInterrupt: Ctrl-C (or SIGTERM or SIGHUP, as above); temporaries are removed.
         OSError: reading or writing failed; ``dst`` is left as it was and temporaries removed.
+            Only if renaming the shards into place fails after the first was renamed (a file
+            system error between renames in one folder), ``PartialCommitError``, an
+            ``OSError`` whose message says which shards were replaced and which were not.
 
     >>> import os, tempfile
     >>> folder = tempfile.mkdtemp()
@@ -667,7 +747,9 @@ def shuffle_file(
             job = _resolve(settings, held)
             records = _run(job)
             signals.check()  # a signal swallowed by a C callback still stops the run here
-            _commit(settings, held)
+            _commit(settings, held, signals)
+        except PartialCommitError:
+            raise  # already says what became of each shard
         except OSError as exc:
             raise _explained(exc, settings) from exc
         finally:

@@ -11,6 +11,7 @@ import numpy as np
 from ..core import _rng
 from ..core._check import check_bool, check_seed
 from ..io.indexed import CHUNK, IndexedDataset, _paths, _Sink, check_target, write_pair
+from . import _safety
 from ._api import _fresh_seed
 
 # Tokens gathered per step (a few MB of tokens, and 8 bytes of index each while gathering).
@@ -102,7 +103,9 @@ def shuffle_indexed(
 
     The new pair has the source's format and dtype. Tokens are gathered in output order a few
     MB at a time and streamed to a temporary ``.bin``; the ``.idx`` is assembled at the end, and
-    both are fsynced and renamed into place (``.bin`` first), or removed on any error.
+    both are fsynced and renamed into place (``.bin`` first), or removed on any error, on
+    KeyboardInterrupt, and on SIGTERM and SIGHUP (when their handler is the default one and the
+    call runs in the main thread: the process then still ends by that signal).
 
     Cost: O(items) memory for the permutation; one read of every token (in random order, a few
     MB at a time) and one sequential write.
@@ -139,10 +142,12 @@ def shuffle_indexed(
     n = len(data)
     perm = np.random.default_rng(_rng.seed_sequence(seed, 0, _rng.FILE_SHUFFLE)).permutation(n)
     lengths = np.asarray(data.lengths)
+    signals = _safety.Signals()
 
     def fill(sink: _Sink) -> None:
         k = 0
         while k < n:
+            signals.check()  # a signal swallowed by a C callback stops the run here
             lens = lengths[perm[k : k + CHUNK]].astype(np.int64)
             m = max(int(np.searchsorted(np.cumsum(lens), GATHER_TOKENS, side="right")), 1)
             items = perm[k : k + m]
@@ -154,7 +159,11 @@ def shuffle_indexed(
                 sink.index(lens[:m])
             k += m
 
-    write_pair(dst_idx, data.format, data.dtype, fill)
+    # SIGTERM and SIGHUP raise Terminated (a KeyboardInterrupt), on which write_pair removes its
+    # temporaries; leaving the block then ends the process by that signal, as the file shuffle
+    # does. (The two renames at the end are not held back: write_pair does them itself.)
+    with signals:
+        write_pair(dst_idx, data.format, data.dtype, fill)
     seconds = time.perf_counter() - began
     return IndexedShuffleResult(
         seed=seed,

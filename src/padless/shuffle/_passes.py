@@ -1,17 +1,21 @@
 """The file side of the two-pass bucket shuffle: reading, bucket files, recursion, the writer thread.
 
 An input that fits in the budget is shuffled in one pass: the compiled engine streams its records
-(or lines) from mapped windows of the file straight into cache-sized sub-buckets of one buffer,
-then writes each sub-bucket in a uniformly random order through small output pieces; the numpy
-engine reads it into one buffer and permutes it into the other.
+(or lines) from windows of the file straight into cache-sized sub-buckets of one buffer, then
+writes each sub-bucket in a uniformly random order through small output pieces; the numpy engine
+reads it into one buffer and permutes it into the other.
 
-Otherwise, pass 1 maps the source window by window (no copy); the engine sends every record to
-one of K buckets chosen uniformly at random, grouping them in one half of a buffer, and the writer
+Otherwise, pass 1 reads the source window by window; the engine sends every record to one of K
+buckets chosen uniformly at random, grouping them in one half of a buffer, and the writer
 thread appends each bucket's slice to its temporary file while the next window is scattered into
 the other half. Pass 2 takes one bucket at a time and shuffles it in memory as above, in bucket
 order, the writer thread writing the output of one piece (or bucket) while the next is prepared.
 A bucket that comes out too large for memory is shuffled the same way (recursively); one that holds
 a single record larger than memory (a very long line) is copied through.
+
+The source is only ever read (``readinto``), never mapped: a file cut short while it is read then
+gives an ``OSError`` naming it, where a mapped page past the new end would end the process with
+SIGBUS. Bucket files (in the run's private folder) are mapped where mmap is available.
 
 Given the bucket sizes, the split into buckets is a uniformly random partition and each bucket
 gets a uniformly random order, so the output is a uniformly random permutation of the input.
@@ -39,7 +43,7 @@ FILL = 0.85
 # does not depend on the open-files limit; ``_raise_open_files_limit`` makes room for them.
 MAX_BUCKETS = 256
 KICK_BYTES = 32 << 20
-# Pass 1 maps windows of the source instead of copying them into a buffer (Linux, macOS).
+# Bucket files are mapped instead of copied into a buffer (Linux, macOS); the source never is.
 USE_MMAP = hasattr(mmap, "MAP_SHARED") and hasattr(mmap, "PROT_READ")
 _MAP_FLAGS = getattr(mmap, "MAP_SHARED", 0) | getattr(mmap, "MAP_POPULATE", 0)
 _SCAN = 64 * 1024
@@ -279,6 +283,22 @@ def _read_into(f: Any, buf: np.ndarray, at: int, n: int, name: str) -> None:
         view = view[got:]
 
 
+def _map(f: Any, base: int, hi: int, name: str) -> mmap.mmap:
+    """Map bytes ``base:hi`` of ``f`` (a bucket file), refusing a file cut short meanwhile.
+
+    Only bucket files are mapped, never the source: a page of a mapping whose file was cut
+    below it raises SIGBUS on access, which ends the process. The size check narrows that to a
+    bucket file cut by someone else while it is read (they live in a private folder).
+    """
+    now = os.fstat(f.fileno()).st_size
+    if now < hi:
+        raise OSError(
+            errno.EIO,
+            f"{name} ended early: it changed while being shuffled ({now} bytes, {hi} expected)",
+        )
+    return mmap.mmap(f.fileno(), hi - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base)
+
+
 class Shuffler:
     """One shuffle run: the buffers, the bucket files and the random streams."""
 
@@ -420,7 +440,7 @@ class Shuffler:
 
         with open(path, "rb", buffering=0) as f:
             pieces = engine.permute_stream(
-                self._sources(f, size, path, top), size, self.Y, self.pieces,
+                self._sources(f, size, path, top, USE_MMAP and not top), size, self.Y, self.pieces,
                 self._seed(), begin, self._reuse, self.progress.update if top else _ignore,
             )  # fmt: skip
             self._emit(pieces, sink)
@@ -430,12 +450,13 @@ class Shuffler:
         """Wait until the writer is done with ``piece`` (an output piece about to be refilled)."""
         self.writer.wait(self.tickets.get(id(piece), 0))
 
-    def _sources(self, f: Any, size: int, path: str, top: bool) -> Iterator[Source]:
+    def _sources(self, f: Any, size: int, path: str, top: bool, mapped: bool) -> Iterator[Source]:
         """The items of the file ``f``, in order, as sources for ``CompiledEngine.permute_stream``.
 
-        Windows of whole records or lines, mapped (or read into a scratch buffer where mapping is
-        not available); a line longer than a window, and a last line without a newline (``top``
-        only: bucket files always end with one), come as one ``"read"`` item each.
+        Windows of whole records or lines, mapped (``mapped``: bucket files) or read into a
+        scratch buffer (the source, which others may cut); a line longer than a window, and a
+        last line without a newline (``top`` only: bucket files always end with one), come as
+        one ``"read"`` item each.
         """
         engine = self.engine
         window = engine.window
@@ -449,7 +470,7 @@ class Shuffler:
             hi = min(size, pos + window)
             if r is not None:
                 hi = pos + (hi - pos) // r * r
-            array, lo, end, mapping = self._window(f, pos, hi, path)
+            array, lo, end, mapping = self._window(f, pos, hi, path, mapped)
             try:
                 if r is not None:
                     yield ("map", array, lo, end)
@@ -468,7 +489,7 @@ class Shuffler:
                     except BufferError:  # pragma: no cover - a traceback still holds the array
                         pass
             # No newline in a whole window: one long line (or the unterminated last one).
-            stop = self._next_newline(f, hi, size, path)
+            stop = self._next_newline(f, hi, size, path, mapped)
             add = stop < 0
             if add and not top:  # pragma: no cover - bucket files always end with a newline
                 raise RuntimeError("internal error: a bucket file did not end with a newline")
@@ -479,14 +500,12 @@ class Shuffler:
             pos = stop
 
     def _window(
-        self, f: Any, pos: int, hi: int, path: str
+        self, f: Any, pos: int, hi: int, path: str, mapped: bool
     ) -> tuple[np.ndarray, int, int, mmap.mmap | None]:
         """Bytes ``pos:hi`` of ``f`` as ``(array, lo, end, mapping)``: mapped, or read."""
-        if USE_MMAP:
+        if mapped:
             base = pos - pos % mmap.ALLOCATIONGRANULARITY
-            mapping = mmap.mmap(
-                f.fileno(), hi - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
-            )
+            mapping = _map(f, base, hi, path)
             return np.frombuffer(mapping, np.uint8), pos - base, hi - base, mapping
         if self.scratch is None:
             self.scratch = np.empty(self.engine.window + 16, np.uint8)
@@ -494,12 +513,12 @@ class Shuffler:
         _read_into(f, self.scratch, 0, hi - pos, path)
         return self.scratch, 0, hi - pos, None
 
-    def _next_newline(self, f: Any, pos: int, size: int, path: str) -> int:
+    def _next_newline(self, f: Any, pos: int, size: int, path: str, mapped: bool) -> int:
         """Position of the first newline of ``f`` at or after ``pos``, or -1."""
         window = self.engine.window
         while pos < size:
             hi = min(size, pos + window)
-            array, lo, end, mapping = self._window(f, pos, hi, path)
+            array, lo, end, mapping = self._window(f, pos, hi, path, mapped)
             found = _first_newline(array, lo, end)
             del array
             if mapping is not None:
@@ -535,7 +554,8 @@ class Shuffler:
             )
             self.open_fds.add(fd)
             fds.append(fd)
-        sizes, counts = self._pass_one(path, size, fds, names)
+        # The source is read, never mapped (see ``_map``); bucket files may be.
+        sizes, counts = self._pass_one(path, size, fds, names, USE_MMAP and depth > 0)
         for fd in fds:
             os.close(fd)
             self.open_fds.discard(fd)
@@ -584,13 +604,14 @@ class Shuffler:
         self.pending = None
 
     def _pass_one(
-        self, path: str, size: int, fds: list[int], names: list[str]
+        self, path: str, size: int, fds: list[int], names: list[str], mapped: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scatter the records of ``path`` over the bucket files ``fds``; return bytes and counts.
 
-        Each step maps a window of the file (no copy; the last window is read into X instead, to
-        add a missing final newline) and the engine scatters its whole records into one half of
-        Y while the writer thread writes the other half to the bucket files.
+        Each step reads a window of the file into X (``mapped``, for a bucket file: maps it, no
+        copy, except the last window, read to add a missing final newline) and the engine
+        scatters its whole records into one half of Y while the writer thread writes the other
+        half to the bucket files.
         """
         engine, X, Y, writer = self.engine, self.X, self.Y, self.writer
         writer.drain()  # both buffers may still hold output being written
@@ -614,11 +635,9 @@ class Shuffler:
                 if hi < size and hi - hi % 8 - pos >= step:
                     hi -= hi % 8  # a mapped window is a whole number of 8-byte words
                 window: mmap.mmap | None = None
-                if USE_MMAP and hi < size and hi % 8 == 0:
+                if mapped and hi < size and hi % 8 == 0:
                     base = pos - pos % mmap.ALLOCATIONGRANULARITY
-                    window = mmap.mmap(
-                        f.fileno(), hi - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base
-                    )
+                    window = _map(f, base, hi, path)
                     src = np.frombuffer(window, np.uint8)
                 else:
                     base = pos
@@ -641,7 +660,7 @@ class Shuffler:
                             if giant is None:
                                 giant = np.random.default_rng(self._seed())
                             i = int(giant.integers(k))
-                            pos = self._stream_line(f, pos, size, writers[i], names[i])
+                            pos = self._stream_line(f, pos, size, path, writers[i], names[i])
                             sizes[i] += self._streamed
                             counts[i] += 1
                             continue
@@ -665,8 +684,10 @@ class Shuffler:
         writer.drain()
         return sizes, counts
 
-    def _stream_line(self, f: Any, pos: int, size: int, write: _FdWrite, name: str) -> int:
-        """Copy the line starting at ``pos`` to one bucket file piece by piece; return its end.
+    def _stream_line(
+        self, f: Any, pos: int, size: int, path: str, write: _FdWrite, name: str
+    ) -> int:
+        """Copy the line of ``path`` (``f``) at ``pos`` to the bucket file ``name``; return its end.
 
         Sets ``self._streamed`` to the bytes written (one more than read if the file ended
         without a newline, which is then added).
@@ -678,7 +699,7 @@ class Shuffler:
         written = 0
         while pos < size:
             n = min(room, size - pos)
-            _read_into(f, X, 0, n, name)
+            _read_into(f, X, 0, n, path)
             p = _first_newline(X, 0, n)
             take = n if p < 0 else p + 1
             writer.submit(write, X[:take], name)

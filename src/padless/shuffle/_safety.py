@@ -1,15 +1,20 @@
 """What keeps the shuffle from leaving files behind or overrunning the machine.
 
-* Temporary names that say who made them: ``.{dst}.{host}-{boot}-{pid}-{random}.padless-tmp`` for
-  an output being written and ``.padless-shuffle-{host}-{boot}-{pid}-{random}`` for the folder of
-  bucket files, where ``host`` and ``boot`` are 8 hex digits of a hash of the host name and of the
-  boot id. A later run removes those whose owner is gone (:func:`remove_stale`): same user, same
-  host, and a process id that no longer exists (or a boot id from before the last restart).
-  Nothing else is touched: other users' files, other hosts' (a shared network folder), live
-  processes', and any name that does not match exactly.
+* Temporary names that say who made them: ``.{dst}.{tag}.padless-tmp`` for an output being
+  written and ``.padless-shuffle-{tag}`` for the folder of bucket files, where ``tag`` is
+  ``{host}-{boot}-n{pidns}-{pid}-{random}``: ``host`` and ``boot`` are 8 hex digits of a hash of
+  the host name and of the boot id, ``pidns`` the PID namespace in hex (``0``: unknown). A later
+  run removes those whose owner is gone (:func:`remove_stale`): same user, same host, and a boot
+  id from before the last restart, or, in the same PID namespace, a process id that no longer
+  exists. Nothing else is touched: other users' files, other hosts' (a shared network folder),
+  other PID namespaces' (containers on one host that share a folder and a host name: a process
+  id says nothing across them), live processes', names of the older format without a namespace
+  (on Linux: their namespace cannot be told), and any name that does not match exactly.
 * SIGTERM and SIGHUP (what schedulers and closing terminals send) handled like SIGINT while a
   shuffle runs (:class:`Signals`): the temporary files are removed, then the signal is delivered
-  again with its default action, so the process still ends as the sender meant.
+  again with its default action, so the process still ends as the sender meant. Over the renames
+  that put several outputs in place, SIGINT, SIGTERM and SIGHUP are held back
+  (:meth:`Signals.deferred`) so that no signal leaves some outputs new and others old.
 * Budgets checked against the machine: ``memory`` against its physical memory (and a cgroup
   limit), ``shards`` against the open-files limit.
 """
@@ -24,11 +29,15 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-_TAG = r"([0-9a-f]{8})-([0-9a-f]{8})-([0-9]{1,10})-[0-9a-f]{8}"
+# host, boot, PID namespace (absent in names of the older format), pid, random
+_TAG = r"([0-9a-f]{8})-([0-9a-f]{8})-(?:n([0-9a-f]{1,16})-)?([0-9]{1,10})-[0-9a-f]{8}"
 OUTPUT_PATTERN = re.compile(r"\..+\." + _TAG + r"\.padless-tmp")
 FOLDER_PATTERN = re.compile(r"\.padless-shuffle-" + _TAG)
 
@@ -45,13 +54,26 @@ def _boot_id() -> str:
         return ""
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace: the inode of ``/proc/self/ns/pid`` in hex ("0": unknown)."""
+    try:
+        return f"{os.stat('/proc/self/ns/pid').st_ino:x}"
+    except (OSError, AttributeError):  # not Linux, or /proc not mounted
+        return "0"
+
+
 HOST = _short_hash(socket.gethostname())
 BOOT = _short_hash(_boot_id())
+# Read once per process: a process never changes its own PID namespace (unshare and setns
+# change its children's).
+PIDNS = _pid_namespace()
+# Where PID namespaces exist, a name whose namespace is unknown is never judged by its pid.
+HAS_PID_NAMESPACES = sys.platform.startswith("linux")
 
 
 def owner_tag() -> str:
-    """``{host}-{boot}-{pid}-{random}``: the middle of every temporary name this process makes."""
-    return f"{HOST}-{BOOT}-{os.getpid()}-{secrets.token_hex(4)}"
+    """``{host}-{boot}-n{pidns}-{pid}-{random}``: the middle of every temporary name made here."""
+    return f"{HOST}-{BOOT}-n{PIDNS}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def output_name(base: str) -> str:
@@ -90,8 +112,11 @@ def _pid_alive(pid: int) -> bool:
 def owner_gone(name: str) -> bool:
     """True if ``name`` is a temporary name of this module whose owner process no longer runs.
 
-    The owner must be on this host; it is gone if the machine restarted since (another boot id)
-    or no process has its id.
+    The owner must be on this host; it is gone if the machine restarted since (another boot id),
+    or if it ran in this process's PID namespace and no process has its id there. A process id
+    read in another namespace names another process (or none) here, so such names are kept; so
+    are names whose namespace is unknown (the older format without one, or a process that could
+    not read it), except where PID namespaces do not exist (not Linux).
 
     >>> owner_gone(output_name("x"))  # this process made it, and it runs
     False
@@ -101,10 +126,17 @@ def owner_gone(name: str) -> bool:
     match = OUTPUT_PATTERN.fullmatch(name) or FOLDER_PATTERN.fullmatch(name)
     if match is None:
         return False
-    host, boot, pid = match.group(1), match.group(2), int(match.group(3))
+    host, boot, pidns, pid = match.group(1), match.group(2), match.group(3), int(match.group(4))
     if host != HOST:
         return False
-    return boot != BOOT or not _pid_alive(pid)
+    if boot != BOOT:
+        return True  # every process of an earlier boot is gone, whatever its namespace
+    known = pidns not in (None, "0") and PIDNS != "0"
+    if known and pidns != PIDNS:
+        return False  # another namespace: its pid cannot be checked from here
+    if not known and HAS_PID_NAMESPACES:
+        return False  # cannot tell which namespace the pid belongs to
+    return not _pid_alive(pid)
 
 
 def remove_stale(folders: list[str]) -> list[str]:
@@ -172,10 +204,45 @@ class Signals:
     def __init__(self) -> None:
         self.saved: dict[int, Any] = {}
         self.received: int | None = None
+        self.holding = False  # inside ``deferred``: note the signal, raise nothing yet
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
-        raise Terminated(signum)
+        if not self.holding:
+            raise Terminated(signum)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold back SIGINT, SIGTERM and SIGHUP while the block runs; act on them after it.
+
+        For a step that must not stop half way (the renames that put several outputs in
+        place). A signal that arrives meanwhile is noted; when the block ends normally, a held
+        SIGTERM or SIGHUP raises :class:`Terminated` and a held SIGINT ``KeyboardInterrupt``.
+        When the block raises, its exception goes on (a held SIGTERM or SIGHUP still ends the
+        process when the ``with Signals()`` block is left). Only in the main thread, and only
+        the signals whose handling is the default: SIGTERM and SIGHUP handled by this object,
+        SIGINT by Python's own handler.
+        """
+        interrupted: list[int] = []
+        previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                    previous = signal.signal(
+                        signal.SIGINT, lambda signum, frame: interrupted.append(signum)
+                    )
+            except (OSError, ValueError):  # pragma: no cover - not allowed here
+                previous = None
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        self.check()
+        if interrupted:
+            raise KeyboardInterrupt
 
     def check(self) -> None:
         """Raise :class:`Terminated` if a signal came whose exception was swallowed.
