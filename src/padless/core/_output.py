@@ -1,7 +1,9 @@
 """Files the user names: written exactly at that name, never half-written under it.
 
 A regular file (or a new name) is written under a temporary name in the same folder, flushed to
-disk and renamed into place, so a crash leaves the old file or nothing. Anything else that exists
+disk and renamed into place, so a crash leaves the old file or nothing; the temporary file is
+removed on any error, on SIGTERM and SIGHUP, and by a later write into that folder once its
+writer is gone (killed by SIGKILL, say: :mod:`padless.core._temporary`). Anything else that exists
 at the name — a device such as ``/dev/null``, a pipe — is written in place and never replaced,
 and so is a descriptor of this process named by ``/dev/stdout`` or ``/dev/fd/N`` (through that
 descriptor, whatever file it is open on). No
@@ -18,6 +20,8 @@ import re
 import stat
 from collections.abc import Callable
 from typing import Any, BinaryIO, cast
+
+from ._temporary import Signals, create_temporary, remove_stale
 
 
 class _Sequential:
@@ -190,33 +194,28 @@ def write_exactly(
         return target
     real = os.path.realpath(target)
     folder, base = os.path.split(real)
+    remove_stale([folder])  # what killed writers left here (their process is gone)
     tmp = ""
-    try:
-        fd = -1
-        for _ in range(100):
-            tmp = os.path.join(folder, f".{base}.{os.getpid()}-{os.urandom(4).hex()}.padless-out")
-            try:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-                fd = os.open(tmp, flags, 0o666)
-                break
-            except FileExistsError:  # pragma: no cover - 32 random bits collided
-                continue
-        with os.fdopen(fd, "wb") as stream:
-            write(stream)
-            stream.flush()
-            if info is not None and hasattr(os, "fchmod"):
-                os.fchmod(stream.fileno(), stat.S_IMODE(info.st_mode))
-            os.fsync(stream.fileno())
-        os.replace(tmp, real)
-        tmp = ""
-    except OSError as exc:
-        raise _reworded(exc, what, target) from exc
-    finally:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    with Signals() as signals:  # SIGTERM and SIGHUP remove the temporary file too
+        try:
+            tmp = create_temporary(folder, base)
+            with open(tmp, "wb") as stream:
+                write(stream)
+                stream.flush()
+                if info is not None and hasattr(os, "fchmod"):
+                    os.fchmod(stream.fileno(), stat.S_IMODE(info.st_mode))
+                os.fsync(stream.fileno())
+            signals.check()
+            os.replace(tmp, real)
+            tmp = ""
+        except OSError as exc:
+            raise _reworded(exc, what, target) from exc
+        finally:
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
     return target
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import _kernels as K
 from ..core._check import check_bool
+from ..core._temporary import Signals, create_temporary, remove_stale
 from ._files import Watch
 from .readers import list_column
 
@@ -610,8 +611,8 @@ class _Temp:
     def __init__(self, final: str) -> None:
         folder, base = os.path.split(os.path.realpath(final))
         self.final = final
-        fd, self.path = tempfile.mkstemp(prefix=f".{base}.", suffix=".padless-out", dir=folder)
-        self.file: BinaryIO = os.fdopen(fd, "wb")
+        self.path = create_temporary(folder, base)  # named for its owner (core._temporary)
+        self.file: BinaryIO = open(self.path, "wb")
 
     @staticmethod
     def free_name(final: str) -> str:
@@ -947,16 +948,27 @@ def _commit_pair(bin_tmp: _Temp, idx_tmp: _Temp) -> None:
 
 
 def write_pair(
-    path: str | os.PathLike[str], fmt: str, dtype: Any, fill: Callable[[_Sink], None]
+    path: str | os.PathLike[str],
+    fmt: str,
+    dtype: Any,
+    fill: Callable[[_Sink], None],
+    signals: Signals | None = None,
 ) -> tuple[str, str]:
     """Write a pair at ``path`` (a prefix or either file): ``fill(sink)`` streams its items.
 
     The machinery of :func:`write_indexed`, shared with the indexed shuffle: temporaries beside
-    the targets, fsynced, renamed ``.bin`` first; removed on any error. Returns (idx, bin).
+    the targets, fsynced, renamed ``.bin`` first with SIGINT, SIGTERM and SIGHUP held back;
+    removed on any error, and on SIGTERM or SIGHUP (``signals``: the caller's
+    :class:`~padless.core._temporary.Signals`, entered; else one of its own). What writers
+    killed by SIGKILL left beside the pair is removed first. Returns (idx, bin).
     """
+    if signals is None:
+        with Signals() as own:
+            return write_pair(path, fmt, dtype, fill, own)
     dt, code = _code(dtype, fmt)
     idx_path, bin_path = _paths(path, "prefix")
     folder = os.path.dirname(os.path.abspath(idx_path))
+    remove_stale(list(dict.fromkeys([folder, os.path.dirname(os.path.realpath(bin_path))])))
     temps: list[_Temp] = []
     sink: _Sink | None = None
     try:
@@ -970,7 +982,9 @@ def write_pair(
         sink.write_index(idx_tmp.file, fmt, code)
         for temp in temps:
             temp.finish()
-        _commit_pair(bin_tmp, idx_tmp)
+        signals.check()
+        with signals.deferred():
+            _commit_pair(bin_tmp, idx_tmp)
     finally:
         if sink is not None:
             sink.close()

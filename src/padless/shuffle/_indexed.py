@@ -161,9 +161,9 @@ def shuffle_indexed(
 
     # SIGTERM and SIGHUP raise Terminated (a KeyboardInterrupt), on which write_pair removes its
     # temporaries; leaving the block then ends the process by that signal, as the file shuffle
-    # does. (The two renames at the end are not held back: write_pair does them itself.)
+    # does. write_pair holds them back over its two renames.
     with signals:
-        write_pair(dst_idx, data.format, data.dtype, fill)
+        write_pair(dst_idx, data.format, data.dtype, fill, signals)
     seconds = time.perf_counter() - began
     return IndexedShuffleResult(
         seed=seed,
