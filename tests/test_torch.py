@@ -131,6 +131,45 @@ def test_stateful_loader_state_at_the_start_of_the_next_epoch():
     assert [b.tolist() for b in again] == [b.tolist() for b in loader]
 
 
+class _Batches(torch.utils.data.Dataset):
+    """A dataset indexed by a whole batch (lhotse's K2SpeechRecognitionDataset takes a CutSet)."""
+
+    def __len__(self) -> int:
+        return 39
+
+    def __getitem__(self, batch):
+        return torch.as_tensor(list(batch))
+
+
+def test_stateful_loader_of_a_sampler_of_whole_batches_with_workers():
+    """DataLoader(dataset, sampler=padless sampler, batch_size=None), as the speech guide
+    builds it around a CutSampler: the sampler's own state with 2 workers counted their
+    prefetch (a resume lost 4 of 28 batches) and StatefulLoader, the warning's advice, refused
+    the loader (no batch_sampler); it counts what the loop received."""
+    from padless import TokenBudgetSampler
+    from padless.torch import StatefulLoader
+
+    def loader():
+        sampler = TokenBudgetSampler(np.arange(1, 40), max_tokens=60, seed=0)
+        return StatefulLoader(
+            DataLoader(_Batches(), sampler=sampler, batch_size=None, num_workers=2)
+        )
+
+    full = [b.tolist() for b in loader()]
+    first, got = loader(), []
+    for batch in first:
+        got.append(batch.tolist())
+        if len(got) == 3:
+            state = first.state_dict()
+            break
+    assert state["position"] == 3
+    again = loader()
+    again.load_state_dict(state)
+    assert got + [b.tolist() for b in again] == full
+    with pytest.raises(TypeError, match="or loader.sampler with batch_size=None"):
+        StatefulLoader(DataLoader(_Batches(), batch_size=None))
+
+
 # --------------------------------------------------------------------------- budget includes the collate
 
 

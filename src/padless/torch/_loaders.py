@@ -23,8 +23,9 @@ __all__ = ["MixtureDataset", "StatefulLoader", "lm_tensors", "mixture_dataset"]
 class StatefulLoader:
     """Wrap a DataLoader whose ``batch_sampler`` is a padless sampler, and count what the loop got.
 
-    A DataLoader with workers pulls batches from the sampler ahead of the training loop, so the
-    sampler's own count runs ahead. This wrapper counts the batches actually delivered and saves
+    Or whose ``sampler`` is, with ``batch_size=None``, where each of the sampler's items is a
+    whole batch (``padless.lhotse.CutSampler``'s CutSets). A DataLoader with workers pulls
+    batches from the sampler ahead of the training loop, so the sampler's own count runs ahead. This wrapper counts the batches actually delivered and saves
     that position, so a resumed run continues with exactly the batches the uninterrupted run would
     have received next.
 
@@ -39,11 +40,16 @@ class StatefulLoader:
 
     def __init__(self, loader: Any) -> None:
         sampler: Any = getattr(loader, "batch_sampler", None)
-        refuse_placements(sampler, "StatefulLoader's loader.batch_sampler")
+        where = "loader.batch_sampler"
+        if sampler is None and getattr(loader, "batch_size", 1) is None:
+            # DataLoader(dataset, sampler=..., batch_size=None): each of the sampler's items
+            # is a whole batch (padless.lhotse.CutSampler's CutSets, as lhotse's samplers)
+            sampler, where = getattr(loader, "sampler", None), "loader.sampler"
+        refuse_placements(sampler, f"StatefulLoader's {where}")
         if not hasattr(sampler, "state_dict") or not hasattr(sampler, "load_state_dict"):
             raise TypeError(
-                "loader.batch_sampler must be a padless sampler (with state_dict), got "
-                f"{type(sampler).__name__}"
+                "loader.batch_sampler (or loader.sampler with batch_size=None) must be a "
+                f"padless sampler (with state_dict), got {type(sampler).__name__}"
             )
         self.loader = loader
         self.sampler = sampler
