@@ -175,6 +175,29 @@ def test_elastic_resume_keeps_what_was_delivered_and_continues_the_steps():
         assert len(set(pairs)) == len(pairs)
 
 
+def test_a_corpus_that_does_not_shuffle_keeps_its_world_size_under_weight_schedules():
+    """A non-shuffling corpus's one order continues across epochs from the batches earlier
+    epochs drew of it, recounted at the world size the current epoch starts at: an epoch run at
+    1 rank, resumed at 4 for the next, repeated 6 of its batches (at 4 then 1: never used 6).
+    Refused at load, naming both world sizes and the corpus; the same world size resumes."""
+    weights = {"a": Schedule.piecewise([0, 6], [1.0, 4.0]), "b": 0.5, "c": 0.5}
+    one = mix(weights, num_batches=60, shuffle=False)
+    list(one)
+    saved = one.state_dict()
+    four = mix(weights, num_batches=60, shuffle=False, world_size=4)
+    with pytest.raises(ValueError, match=r"world_size=1 .* world_size=4, and corpus 'a' does"):
+        four.load_state_dict(saved)
+    again = mix(weights, num_batches=60, shuffle=False)
+    again.load_state_dict(saved)
+    again.set_epoch(1)
+    one.set_epoch(1)
+    assert list(again) == list(one)
+    # shuffling corpora: an elastic resume is fine
+    shuffled = mix(weights, num_batches=60)
+    list(shuffled)
+    mix(weights, num_batches=60, world_size=4).load_state_dict(shuffled.state_dict())
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_equal_steps_per_rank(world):
     lens = {len(list(mix(num_batches=301, world_size=world, rank=r))) for r in range(world)}

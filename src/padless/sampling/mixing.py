@@ -1550,6 +1550,38 @@ class MixtureSampler(Resumable):
             "config": self._config(),
         }
 
+    def _refuse_fixed_elastic(self, state: Any) -> None:
+        """Refuse a state of another world size where a corpus does not shuffle and the
+        weights are scheduled: its one order continues across mixture epochs from the batches
+        the earlier epochs drew of it, which the state does not record and which, under weight
+        schedules, depend on the world size those epochs ran at (recounted at this one, some
+        of its batches would come twice and others never)."""
+        if self._schedules is None or not isinstance(state, dict):
+            return
+        fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not _fresh(sub)]
+        if not fixed:
+            return
+        worlds = {state.get("world_size")}
+        for part in state.get("elastic") or []:
+            if isinstance(part, (list, tuple)) and part:
+                worlds.add(part[0])
+        for entry in state.get("changes") or []:
+            if isinstance(entry, dict):
+                worlds.add(entry.get("world_size"))
+                for part in entry.get("elastic") or []:
+                    if isinstance(part, (list, tuple)) and part:
+                        worlds.add(part[0])
+        other = sorted((w for w in worlds if w != self.world_size), key=repr)
+        if other:
+            raise ValueError(
+                f"state was saved at world_size={other[0]!r} and this MixtureSampler has "
+                f"world_size={self.world_size}, and corpus {fixed[0]!r} does not shuffle under "
+                "weight schedules: its one order continues across mixture epochs from the "
+                "batches earlier epochs drew of it, which depend on the world size they ran at "
+                "(counted again at this one, some would come twice and others never). Resume at "
+                f"world_size={other[0]!r}, shuffle the corpus, or give it constant weights"
+            )
+
     def _changeable(self) -> None:
         fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not _fresh(sub)]
         if fixed:
@@ -1619,8 +1651,11 @@ class MixtureSampler(Resumable):
         lost. The state keeps the epoch's changes for later resumes. The corpora, their
         samplers, ``num_batches``, ``draw`` and the seed cannot change, and every corpus must
         shuffle (a non-shuffling corpus's order continues across epochs, counted under the
-        weights from the run's start): each a ``ValueError`` naming it.
+        weights from the run's start): each a ``ValueError`` naming it. For the same reason,
+        with weight schedules a non-shuffling corpus resumes only at the world size the state
+        was saved at (the earlier epochs' draws depend on it): another is a ``ValueError``.
         """
+        self._refuse_fixed_elastic(state)
         change = self._change_in(state)
         changes, resumed = change if change is not None else (self._changes_of(state), state)
         previous = self._changes
