@@ -130,6 +130,31 @@ class Epochs:
         """The planner and ``balance`` of a recorded part's settings (canonical JSON)."""
         raise ValueError(self.refuses_changes)
 
+    def state_record(self) -> dict[str, Any]:
+        """What a sampler's state records of this form: ``{"window": ...}`` for the windowed
+        and histogram forms, so that a sampler of another form can name it; nothing for the
+        whole-corpus form (its states record their settings)."""
+        return {} if self.window is None else {"window": self.window}
+
+    def refuse_other_form(self, state: Any, owner: str) -> None:
+        """Refuse a state of another form (``window=``), naming both: a windowed state records
+        its ``window`` (:meth:`state_record`), a whole epoch's its settings (older windowed
+        states record neither, and the fingerprint refuses them)."""
+        if not isinstance(state, dict):
+            return
+        if "window" in state:
+            saved = state["window"]
+        elif "settings" in state:
+            saved = None
+        else:
+            return
+        if saved != self.window:
+            raise ValueError(
+                f"state does not fit: it was saved by a sampler with window={saved!r:.40}, this "
+                f"{owner} has window={self.window!r} (each form plans and orders the epoch its "
+                f"own way, so a run cannot change window=): load it with window={saved!r:.40}"
+            )
+
 
 def batch_order(
     count: int,

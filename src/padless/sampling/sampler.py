@@ -797,31 +797,10 @@ class PlanSampler(Resumable):
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         state = super().state_dict(consumed)
-        if self.window is not None:  # the form, so a sampler of another form names it
-            state["window"] = self.window
+        state.update(self._epochs.state_record())  # the form, so another form can name it
         return state
 
     state_dict.__doc__ = Resumable.state_dict.__doc__
-
-    def _refuse_other_form(self, state: Any) -> None:
-        """Refuse a state of another epoch form (``window=``), naming both: a windowed state
-        records its ``window``, a whole epoch's its settings (older windowed states record
-        neither, and the fingerprint refuses them)."""
-        if not isinstance(state, dict):
-            return
-        if "window" in state:
-            saved = state["window"]
-        elif "settings" in state:
-            saved = None
-        else:
-            return
-        if saved != self.window:
-            raise ValueError(
-                f"state does not fit: it was saved by a sampler with window={saved!r:.40}, this "
-                f"{type(self).__name__} has window={self.window!r} (each form plans and orders "
-                f"the epoch its own way, so a run cannot change window=): load it with "
-                f"window={saved!r:.40}"
-            )
 
     def _shown(self, name: str, value: Any) -> Any:
         """The strategy as the user built it (``ExactLength``): a record's ``class`` is the
@@ -864,7 +843,7 @@ class PlanSampler(Resumable):
         Cost: one plan per part of the epoch (the first of the whole corpus, each later one of
         what is left) and O(N) masks: for a change at half an epoch, about 1.5 plans.
         """
-        self._refuse_other_form(state)
+        self._epochs.refuse_other_form(state, type(self).__name__)
         change = self._change_in(state)
         if change is not None:
             changes, resumed = change
