@@ -58,6 +58,9 @@ def test_cost_arithmetic():
         ({"linear": 0.0}, ValueError, "must have a positive coefficient"),
         ({"per_sequence": "1"}, TypeError, "cost.per_sequence must be a number, got str"),
         ({"linear": True}, TypeError, "cost.linear must be a number, got bool"),
+        # finite, but a batch's cost overflows (a report printed NaN, its --json invalid JSON)
+        ({"linear": 1e308}, ValueError, "cost.linear must be at most 1e"),
+        ({"quadratic": 1e300}, ValueError, "cost.quadratic must be at most 1e"),
     ],
 )
 def test_cost_refuses_bad_coefficients(kwargs, error, words):

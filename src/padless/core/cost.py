@@ -31,6 +31,11 @@ __all__ = ["Cost", "as_cost", "check_max_cost"]
 COST_FIELDS = ("cost", "max_cost", "max_row_cost")
 
 
+# the largest coefficient each term may have: a batch of 2**31 tokens (2**62 for the square)
+# then costs at most about 1e290, and sums over a corpus stay finite
+_LARGEST = {"linear": 1e280, "quadratic": 1e270, "per_sequence": 1e280}
+
+
 @dataclasses.dataclass(frozen=True)
 class Cost:
     """The cost of a sequence of length ``l``: ``per_sequence + linear·l + quadratic·l²``.
@@ -56,6 +61,11 @@ class Cost:
             value = check_real(f"cost.{name}", getattr(self, name), positive_only=False)
             if value < 0:
                 raise ValueError(f"cost.{name} must be a non-negative number, got {value!r}")
+            if value > _LARGEST[name]:
+                raise ValueError(
+                    f"cost.{name} must be at most {_LARGEST[name]:g} (the cost of a batch of up "
+                    f"to 2**31 tokens stays a finite float64: sums, ratios and JSON), got {value!r}"
+                )
             object.__setattr__(self, name, value)
         if self.linear == 0 and self.quadratic == 0 and self.per_sequence == 0:
             raise ValueError(

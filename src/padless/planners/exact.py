@@ -11,7 +11,14 @@ import numpy as np
 
 from .. import _kernels as K
 from ..core import _rng
-from ..core._check import budget_or_none, check_bool, check_choice, positive, positive_or_none
+from ..core._check import (
+    MAX_BUDGET,
+    budget_or_none,
+    check_bool,
+    check_choice,
+    positive,
+    positive_or_none,
+)
 from ..core.cost import (
     Cost,
     check_max_cost,
@@ -189,8 +196,8 @@ def check_schedule(name: str, batch_sizes: Any) -> tuple[tuple[int, int], ...] |
     for key, value in batch_sizes.items():
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             raise TypeError(f"{name} keys must be int lengths, got {type(key).__name__} {key!r}")
-        if key < 0:
-            raise ValueError(f"{name} keys must be non-negative lengths, got {key}")
+        if key < 0 or key > MAX_BUDGET:
+            raise ValueError(f"{name} keys must be lengths in [0, 2**62], got {key}")
         size = positive(f"{name}[{int(key)}]", value)
         pairs.append((int(key), size))
     return tuple(sorted(pairs))
