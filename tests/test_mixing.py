@@ -536,6 +536,14 @@ def test_state_is_refused_for_other_settings():
         small_mix(sub_kw={"seed": 1}).load_state_dict(state)
     with pytest.raises(ValueError, match="seed=0"):
         small_mix(seed=1).load_state_dict(state)
+    # a corpus's sampler under another budget: named (the message gave the samplers' digests)
+    subs = {
+        n: budget(lens, max_tokens=32 if n == "b" else 16)
+        for n, lens in zip("abc", corpora(), strict=True)
+    }
+    other = MixtureSampler(subs, temperature=INF, num_batches=30)
+    with pytest.raises(ValueError, match="the sampler of corpus 'b' differs .*1 of 3 corpora"):
+        other.load_state_dict(state)
     assert set(state) == {
         "version",
         "seed",

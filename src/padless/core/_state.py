@@ -182,6 +182,11 @@ class Resumable:
         """A setting's value of a ``_config()`` record as a message names it to the user."""
         return value
 
+    def _what_differs(self, name: str, saved: Any, now: Any) -> str | None:
+        """Words for a fixed setting that differs, where its values alone say little (None:
+        name both values)."""
+        return None
+
     def _config(self) -> dict[str, Any]:
         """The settings the fingerprint covers (JSON-safe); needed for resume across a change."""
         raise NotImplementedError
@@ -633,12 +638,14 @@ class Resumable:
         for name in self._fixed_settings:
             if old.get(name) != config.get(name):
                 what = "strategy" if name == "class" else name
-                raise ValueError(
-                    f"state does not fit: the settings differ in what a run cannot change: it "
-                    f"was saved with {what}={self._shown(name, old.get(name))!r:.80}, this "
+                differs = self._what_differs(name, old.get(name), config.get(name)) or (
+                    f"it was saved with {what}={self._shown(name, old.get(name))!r:.80}, this "
                     f"{type(self).__name__} has {what}="
-                    f"{self._shown(name, config.get(name))!r:.80} (a run can change "
-                    f"{self._changeable_text})"
+                    f"{self._shown(name, config.get(name))!r:.80}"
+                )
+                raise ValueError(
+                    f"state does not fit: the settings differ in what a run cannot change: "
+                    f"{differs} (a run can change {self._changeable_text})"
                 )
         if state.get("seed") != self.seed:
             raise ValueError(

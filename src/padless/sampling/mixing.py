@@ -1550,6 +1550,18 @@ class MixtureSampler(Resumable):
             "config": self._config(),
         }
 
+    def _what_differs(self, name: str, saved: Any, now: Any) -> str | None:
+        if name != "samplers" or not isinstance(saved, list) or len(saved) != len(self.names):
+            return None
+        other = [n for n, a, b in zip(self.names, saved, now, strict=True) if a != b]
+        if not other:
+            return None
+        return (
+            f"the sampler of corpus {other[0]!r} differs from the one the state was saved with "
+            f"(its spec, lengths, seed, shuffle or balance; {len(other)} of {len(self.names)} "
+            "corpora differ)"
+        )
+
     def _refuse_fixed_elastic(self, state: Any) -> None:
         """Refuse a state of another world size where a corpus does not shuffle and the
         weights are scheduled: its one order continues across mixture epochs from the batches
