@@ -181,7 +181,7 @@ def test_report_lists_strategies_that_cannot_run(lengths_file):
         ("packer.capacity=4", "unknown strategy 'packer'"),
         ("packing.capasity=4", "unknown setting 'capasity' of packing; known: capacity"),
         ("capacity=4", "--set takes STRATEGY.KEY=VALUE"),
-        ("buckets.batch_size=4", "buckets: pass exactly one of max_tokens or batch_size"),
+        ("buckets.boundaries=40,12", "buckets: boundaries must be strictly increasing"),
     ],
 )
 def test_report_setting_errors(lengths_file, setting, fragment):

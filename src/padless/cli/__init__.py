@@ -8,6 +8,7 @@ Layout: ``inputs`` (options and reading shared by the subcommands that read leng
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from importlib import import_module
@@ -57,6 +58,19 @@ def _silence_stdout() -> None:
         pass
 
 
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has gone (``| head`` that has exited):
+    poll reports an error on the write end of a pipe with no reader."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _fd, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no poll (Windows) or no real stdout
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``padless`` console script."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -78,7 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         # the reader of standard output went away (| head): stop quietly, as cat or grep do
         _silence_stdout()
         return BROKEN_PIPE_STATUS
+    except RecursionError as exc:  # a value nested deeper than Python's recursion limit
+        print(
+            f"padless {args.command}: error: input nested too deeply to read ({exc})",
+            file=sys.stderr,
+        )
+        return 2
     except (ValueError, TypeError, OSError, ImportError) as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE and _stdout_gone():
+            # a closed standard output reported as another OSError (the shuffle's writer
+            # thread re-raises it with what it was writing): as quiet as BrokenPipeError
+            _silence_stdout()
+            return BROKEN_PIPE_STATUS
         print(f"padless {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

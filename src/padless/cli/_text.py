@@ -43,12 +43,18 @@ def cut_left(text: str, width: int) -> str:
 def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
     """The ``parts`` of a message joined by spaces into lines of at most ``width`` columns,
     a line breaking only between parts (a part longer than a line is wrapped at its words; a
-    word longer than a line, such as a path, keeps a line of its own, whole, to be copied);
-    lines after the first indented by ``indent``.
+    word longer than a line, such as a long path, starts a line of its own and is cut across
+    as many lines as it needs, so that no line passes ``width``); lines after the first
+    indented by ``indent``.
 
     >>> print(fit(["padless shuffle: 9 lines in 0.1 s", "via memory;", "seed 5"], 36))
     padless shuffle: 9 lines in 0.1 s
       via memory; seed 5
+    >>> print(fit(["warning: /a/very/long/folder/name/data.txt had no newline"], 24))
+    warning:
+      /a/very/long/folder/na
+      me/data.txt had no
+      newline
     """
     lines: list[str] = []
     for part in parts:
@@ -56,20 +62,35 @@ def fit(parts: list[str], width: int, *, indent: str = "  ") -> str:
             lines[-1] += " " + part
         else:
             lines.append(part if not lines else indent + part)
-    out = []
+    out: list[str] = []
     for i, line in enumerate(lines):
         if len(line) <= width:
             out.append(line)
         else:
-            first = indent if i else ""
-            out.append(
-                textwrap.fill(
-                    line.removeprefix(first),
-                    width,
-                    initial_indent=first,
-                    subsequent_indent=indent,
-                    break_long_words=False,
-                    break_on_hyphens=False,
-                )
-            )
+            out.extend(_wrap_words(line.removeprefix(indent) if i else line, width, indent, i > 0))
     return "\n".join(out)
+
+
+def _wrap_words(text: str, width: int, indent: str, indent_first: bool) -> list[str]:
+    """``text`` at its spaces into lines of at most ``width`` columns (the first indented when
+    ``indent_first``, the others always); a word too long for a line gets lines of its own."""
+    room = max(1, width - len(indent))
+    lines: list[str] = []
+    current = indent if indent_first else ""
+    for word in text.split():
+        if current.strip() and len(current) + 1 + len(word) <= width:
+            current += " " + word
+        elif not current.strip() and len(current) + len(word) <= width:
+            current += word
+        elif len(indent) + len(word) <= width:
+            lines.append(current)
+            current = indent + word
+        else:  # longer than any line: cut across lines of its own
+            if current.strip():
+                lines.append(current)
+            chunks = [word[k : k + room] for k in range(0, len(word), room)]
+            lines.extend(indent + c for c in chunks[:-1])
+            current = indent + chunks[-1]
+    if current.strip():
+        lines.append(current)
+    return lines

@@ -24,7 +24,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fields", help="npz arrays to use, comma-separated (e.g. en,es)")
     parser.add_argument(
         "--tokenizer",
-        default="whitespace",
+        default=None,  # whitespace where it applies; None tells an option given from none
         help="for text: whitespace (default), chars, bytes, spm:MODEL or hf:tokenizer.json",
     )
     parser.add_argument("--column", help="Arrow/Parquet/datasets column (e.g. input_ids)")
@@ -42,6 +42,103 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="an indexed dataset's documents instead of its sequences (Megatron)",
     )
+
+
+# the kinds of input, in words
+KIND_WORDS = {
+    "builtin": "the built-in corpus (no INPUT given)",
+    "manifest": "a lhotse/NeMo manifest",
+    "raw": "a raw token file read with --eos",
+    "indexed": "an indexed dataset",
+    "dataset": "a saved datasets Dataset folder, not a DatasetDict",
+    "datasetdict": "a saved datasets DatasetDict folder",
+    "folder": "a folder",
+    "arrow": "an Arrow/Parquet file",
+    "npy": "a .npy array",
+    "npz": "a .npz archive",
+    "text": "a text file",
+}
+
+# option -> (the kinds of input it says how to read, what it is for in words)
+READ_OPTIONS: dict[str, tuple[frozenset[str], str]] = {
+    "tokenizer": (
+        frozenset({"text", "manifest", "arrow", "dataset", "datasetdict"}),
+        "text files, manifests and text columns",
+    ),
+    "column": (
+        frozenset({"arrow", "dataset", "datasetdict"}),
+        "Arrow/Parquet files and datasets folders",
+    ),
+    "split": (frozenset({"datasetdict"}), "a saved DatasetDict folder"),
+    "offsets": (frozenset({"npy"}), "a token-id .npy"),
+    "fields": (frozenset({"npz", "builtin"}), "a .npz archive or the built-in corpus"),
+    "dtype": (frozenset({"raw"}), "a raw token file, with --eos"),
+    "eos": (frozenset({"raw"}), "token files (any file but a folder)"),
+    "documents": (frozenset({"indexed"}), "an indexed dataset (.idx + .bin)"),
+}
+
+
+def input_kind(path: str, eos: int | None) -> str:
+    """The kind of input ``path`` is, as :func:`padless.io.lengths_from_file` tells it
+    (a key of :data:`KIND_WORDS`); manifests are told apart by :func:`manifest_input`."""
+    from ..io.readers import is_indexed_path, sniff
+
+    src = Path(path)
+    if src.is_dir():
+        if (src / "dataset_dict.json").is_file():
+            return "datasetdict"
+        return "dataset" if (src / "state.json").is_file() else "folder"
+    if eos is not None:
+        return "raw"
+    if is_indexed_path(path):
+        return "indexed"
+    kind = sniff(src)
+    suffix = src.suffix.lower()
+    if kind in ("arrow", "parquet") or (
+        kind is None and suffix in (".arrow", ".feather", ".parquet")
+    ):
+        return "arrow"
+    if kind in ("npy", "npz"):
+        return kind
+    if kind is None and suffix in (".npy", ".npz"):
+        return suffix[1:]
+    return "text"
+
+
+def check_input_options(args: argparse.Namespace) -> None:
+    """Refuse a reading option that applies to none of the inputs (``--column`` for a text
+    file, ``--split`` for a Dataset that has no splits), and ``--fields`` naming a field twice.
+
+    An option applies to every input alike, so with inputs of several kinds it is refused
+    only where no input takes it.
+    """
+    if args.fields is not None:
+        names = args.fields.split(",")
+        empty = [n for n in names if not n.strip()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if empty or twice:
+            why = "an empty name" if empty else f"{twice[0]!r} twice"
+            raise ValueError(
+                f"--fields must name distinct fields, comma-separated, got {args.fields!r} ({why})"
+            )
+    if not args.inputs:
+        kinds = ["builtin"]
+    elif manifest_input(args):
+        kinds = ["manifest"]
+    else:
+        kinds = [input_kind(p, args.eos) for p in args.inputs]
+    for option, (applies, meant) in READ_OPTIONS.items():
+        value = getattr(args, option, None)
+        if value is None or value is False or any(k in applies for k in kinds):
+            continue
+        shown = "" if value is True else f" {value!r}"
+        where = ", ".join(
+            f"{p} ({KIND_WORDS[k]})" for p, k in zip(args.inputs, kinds, strict=False)
+        )
+        raise ValueError(
+            f"--{option}{shown} does not apply to {where or KIND_WORDS[kinds[0]]}: it is for "
+            f"{meant}"
+        )
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
@@ -101,6 +198,33 @@ def check_output_paths(args: argparse.Namespace, outputs: list[str], option: str
                     f"{option} {out!r} is a file of the input folder {src!r}: writing it would "
                     "destroy the input; choose a path outside the folder"
                 )
+
+
+def shares_stdout(paths: list[str]) -> bool:
+    """Whether one of the output ``paths`` is standard output's file: the inherited descriptor 1
+    (``/dev/stdout``), or a path whose file is the one descriptor 1 is open on (``-o log``
+    under ``>> log``). Asked before writing: a regular file is replaced by a rename. The null
+    device is left out (nothing there can be mixed)."""
+    from ..core._output import inherited_fd
+
+    try:
+        out = os.fstat(1)
+        null = os.stat(os.devnull)
+    except OSError:  # no standard output
+        return False
+    if (out.st_dev, out.st_ino) == (null.st_dev, null.st_ino):
+        return False
+    for path in paths:
+        fd = inherited_fd(path)
+        if fd == 1:
+            return True
+        try:
+            st = os.fstat(fd) if fd is not None else os.stat(path)
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            return True
+    return False
 
 
 def refuse_saved_plans(paths: list[str]) -> None:
@@ -194,13 +318,15 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     """Lengths from the command line's inputs (or the built-in corpus) and a display name."""
     from ..core.lengths import builtin_corpus
 
+    check_input_options(args)
+    tokenizer = args.tokenizer or "whitespace"
     if args.inputs and manifest_input(args):
         from ..lhotse import manifest_lengths
 
         lengths = manifest_lengths(
             args.inputs[0],
             resolution=MANIFEST_RESOLUTION,
-            counter=_text_counter(args.tokenizer),
+            counter=_text_counter(tokenizer),
         )
         if lengths.shape[0] == 0:
             raise ValueError(f"no cuts in {args.inputs[0]}")
@@ -231,7 +357,7 @@ def load_lengths(args: argparse.Namespace) -> tuple[Any, str]:
     try:
         lengths = lengths_from_files(
             args.inputs,
-            tokenizer=args.tokenizer,
+            tokenizer=tokenizer,
             fields=args.fields.split(",") if args.fields else None,
             column=args.column,
             offsets=args.offsets,

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from ._text import cut_left, terminal_width, wrap
-from .inputs import add_input_arguments, check_output_paths, load_lengths
+from .inputs import add_input_arguments, check_output_paths, load_lengths, shares_stdout
 from .settings import (
     build_spec,
     describe_kinds,
@@ -27,6 +28,7 @@ from .settings import (
     split_assignment,
 )
 
+MIN_PATH = 12  # columns of path a table row keeps; narrower, the path gets a line of its own
 _PREFIX = "setting_"  # argparse dest of a spec setting given as its own option
 
 # defaults the command line adds where a spec has none, unless one of the listed keys is given
@@ -174,13 +176,22 @@ def run(args: argparse.Namespace) -> int:
     spec = make_spec(args)
     targets = _targets(args.output, args.epoch, args.epochs)
     check_output_paths(args, targets, "-o/--output")
+    # the plan itself on standard output (-o /dev/stdout): the summary goes to standard error
+    summary = sys.stderr if shares_stdout(targets) else sys.stdout
     lengths, name = load_lengths(args)
     lens = lengths_of(lengths)
-    planner = spec.bind(lens)
+    try:
+        planner = spec.bind(lens)
+        first = planner.plan(args.seed, args.epoch)
+    except ValueError:
+        better = _oversize_error(args, spec, lens)
+        if better is None:
+            raise
+        raise better from None
     record = spec_to_dict(spec)
     lines = []
     for e, target in zip(range(args.epoch, args.epoch + args.epochs), targets, strict=True):
-        plan = planner.plan(args.seed, e)
+        plan = first if e == args.epoch else planner.plan(args.seed, e)
         plan.save(target, spec=spec)
         st = plan.stats(lens)
         line = {
@@ -196,11 +207,50 @@ def run(args: argparse.Namespace) -> int:
             "spec": record,
         }
         if args.json:
-            print(json.dumps(line), flush=True)
+            print(json.dumps(line), file=summary, flush=True)
         lines.append(line)
     if not args.json:
-        print(table(lines, terminal_width()))
+        print(table(lines, terminal_width()), file=summary)
     return 0
+
+
+def _oversize_error(args: argparse.Namespace, spec: Any, lens: Any) -> ValueError | None:
+    """The error of a plan refused for sequences longer than the spec holds, in the command
+    line's words (``--oversize drop``), or None when that is not why: the spec is planned again
+    with ``oversize="drop"`` and must then leave sequences out."""
+    import dataclasses
+
+    from ..core.lengths import sizes_of
+
+    if getattr(spec, "oversize", None) != "error":
+        return None
+    try:
+        dropped = dataclasses.replace(spec, oversize="drop").bind(lens).plan(args.seed, args.epoch)
+    except (ValueError, TypeError):
+        return None
+    count = int(dropped.skipped.size)
+    if count == 0:
+        return None
+    others = []
+    for choice in ("split", "truncate"):  # the other ways the spec may take, if any
+        try:
+            dataclasses.replace(spec, oversize=choice)
+        except (ValueError, TypeError):
+            continue
+        others.append(choice)
+    settings = [
+        f"--set {key}={text}" if option == "--set" else f"{option} {text}"
+        for key, (option, text) in _given(args).items()
+    ]
+    sizes = sizes_of(lens)
+    return ValueError(
+        f"--strategy {spec.name}: {count:,} of {sizes.size:,} sequences are longer than "
+        f"{', '.join(settings) or 'its settings'} allow{'s' if len(settings) == 1 else ''} "
+        "(the longest: "
+        f"{int(sizes.max()):,} tokens): pass --oversize drop to leave them out"
+        + (f" (or --oversize {' or '.join(others)})" if others else "")
+        + ", or raise the limit"
+    )
 
 
 def table(lines: list[dict[str, Any]], width: int) -> str:
@@ -213,11 +263,24 @@ def table(lines: list[dict[str, Any]], width: int) -> str:
         wrap(f"  settings: {settings}", width, indent="    "),
     ]
     head = f"{'epoch':>5} {'batches':>9} {'sequences':>11} {'padding':>8} {'skipped':>8}  "
-    out.append(head + "path")
+    rows = [
+        f"{line['epoch']:>5} {line['batches']:>9,} {line['sentences']:>11,} "
+        f"{line['padding_pct']:>7.2f}% {line['skipped']:>8,}  "
+        for line in lines
+    ]
+    if width - max(len(r) for r in rows + [head]) >= MIN_PATH:
+        out.append(head + "path")
+        for row, line in zip(rows, lines, strict=True):
+            out.append(row + cut_left(line["path"], width - len(row)))
+        return "\n".join(out)
+    # too narrow for the columns and a path: each epoch in words, its path on the next line
     for line in lines:
-        row = (
-            f"{line['epoch']:>5} {line['batches']:>9,} {line['sentences']:>11,} "
-            f"{line['padding_pct']:>7.2f}% {line['skipped']:>8,}  "
+        out.append(
+            wrap(
+                f"epoch {line['epoch']}: {line['batches']:,} batches, {line['sentences']:,} "
+                f"sequences, {line['padding_pct']:.2f}% padding, {line['skipped']:,} skipped",
+                width,
+            )
         )
-        out.append(row + cut_left(line["path"], max(12, width - len(row))))
+        out.append("  path: " + cut_left(line["path"], width - 8))
     return "\n".join(out)

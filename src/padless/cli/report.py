@@ -10,6 +10,7 @@ beside NeMo's estimate and 1-D buckets (:func:`padless.sampling.report.grid_padd
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from .inputs import (
     load_lengths,
     manifest_input,
     manifest_summary,
+    shares_stdout,
 )
 
 
@@ -47,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="STRATEGY.KEY=VALUE",
-        help="a setting of one strategy's spec on top of the shared ones, e.g. --set "
-        "packing.max_per_row=8 or --set buckets.boundaries=12,40,100",
+        help="a setting of one strategy's spec on top of the shared ones (replacing a shared "
+        "one it conflicts with), e.g. --set packing.max_per_row=8 or --set "
+        "buckets.boundaries=12,40,100",
     )
     parser.add_argument(
         "--cost",
@@ -67,11 +70,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_WORLD_SIZE = 1 << 20  # ranks: the placement's most lanes; the imbalance costs O(ranks)
+
+
 def _check_options(args: argparse.Namespace) -> None:
+    from ..core._check import positive
+
+    if args.world_size > MAX_WORLD_SIZE:
+        raise ValueError(
+            f"--world-size must be at most 2**20 ({MAX_WORLD_SIZE:,}) ranks, the most padless "
+            f"places on (the imbalance figure takes time in proportion), got {args.world_size:,}"
+        )
     for name in ("max_tokens", "batch_size", "world_size", "num_buckets", "capacity"):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {value}")
+        if value is not None:
+            positive(f"--{name.replace('_', '-')}", value)
 
 
 def parse_cost(text: str | None) -> Any:
@@ -97,6 +110,11 @@ def parse_cost(text: str | None) -> Any:
         return Cost.transformer(shape[0], shape[1], shape[2] or None, shape[3] or None)
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ValueError(
+            f"--cost JSON is nested too deeply to read (coefficients are one flat object), got "
+            f"{text!r:.60}"
+        ) from None
     except json.JSONDecodeError:
         raise ValueError(
             '--cost must be JSON coefficients such as \'{"linear": 1, "quadratic": 1e-4}\' or '
@@ -161,13 +179,22 @@ def _budget(args: argparse.Namespace, longest: int) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Print the comparison table (or JSON), and write the plot if asked."""
-    from ..sampling.report import budget_sweep, compare_report, grid_padding, length_summary
-
     _check_options(args)
     settings = strategy_settings(args.set)
     cost = parse_cost(args.cost)
-    if args.plot:
+    if args.plot is not None:
         check_output_paths(args, [args.plot], "--plot")
+    # the plot on standard output (--plot /dev/stdout): the report goes to standard error
+    if args.plot is not None and shares_stdout([args.plot]):
+        with contextlib.redirect_stdout(sys.stderr):
+            return _report(args, settings, cost)
+    return _report(args, settings, cost)
+
+
+def _report(args: argparse.Namespace, settings: dict[str, dict[str, Any]], cost: Any) -> int:
+    """Read the lengths, compare the strategies, write the plot and print the report."""
+    from ..sampling.report import budget_sweep, compare_report, grid_padding, length_summary
+
     lengths, name = load_lengths(args)
     summary = length_summary(lengths)
     chosen = _budget(args, int(summary["max"]))
@@ -185,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     grids = None
     if summary["fields"] == 2:  # 2-D buckets: at --num-buckets × 2, and NeMo's default 30 × 2
         grids = grid_padding(lengths, sorted({(args.num_buckets, 2), (30, 2)}))
-    if args.plot:
+    if args.plot is not None:
         from .plot import plot_report
 
         plot_report(
@@ -310,7 +337,7 @@ def _print_report(
         "order, a sawtooth: lag1 above 0)",
     ):
         print(_wrapped(line))
-    if args.plot:
+    if args.plot is not None:
         print(_wrapped(f"plot written to {args.plot}"))
 
 

@@ -131,6 +131,11 @@ def parse_value(key: str, text: str, field: dataclasses.Field[Any], where: str) 
         decoded = json.loads(raw)
     except ValueError:
         pass
+    except RecursionError:
+        raise ValueError(
+            f"{where}: {key} is JSON nested too deeply to read (a setting is a flat list or map), "
+            f"got {text!r:.60}"
+        ) from None
     else:
         if _fits(decoded, kinds) and not (isinstance(decoded, str) and "str" not in kinds):
             if (
@@ -202,8 +207,10 @@ def build_spec(
             f"{where}: unknown setting {unknown[0]!r} (from {option}); known: {', '.join(fields)}"
         )
     kwargs = dict(defaults or {})
-    for key, (_option, text) in given.items():
-        kwargs[key] = parse_value(key, text, fields[key], where)
+    for key, (option, text) in given.items():
+        # errors name the option that gave the value (--max-tokens, or the key of --set)
+        label = key if option == "--set" else option
+        kwargs[key] = parse_value(label, text, fields[key], where)
     missing = [k for k, f in fields.items() if is_required(f) and k not in kwargs]
     if missing:
         options = ", ".join(f"--{k.replace('_', '-')}" for k in missing)

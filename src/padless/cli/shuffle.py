@@ -18,6 +18,7 @@ from ._text import cut_left
 # process, so the shuffle gets ``--memory`` less this.
 COMMAND_RESERVE = 48 << 20
 COMMAND_MIN_MEMORY = 64 << 20
+DEFAULT_MEMORY = "1G"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     >>> p = argparse.ArgumentParser()
     >>> add_arguments(p)
-    >>> p.parse_args(["in.bin", "out.bin", "--record-size", "16"]).memory
-    '1G'
+    >>> p.parse_args(["in.bin", "out.bin", "--record-size", "16"]).record_size
+    16
     """
     parser.add_argument("src", metavar="SRC", help="file to shuffle, or - for standard input")
     parser.add_argument(
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--memory",
-        default="1G",
+        default=None,  # DEFAULT_MEMORY; None tells an option given from none (--indexed)
         metavar="SIZE",
         help="memory budget of the whole command, e.g. 512M or 4G (binary units; at least 64M; "
         "default 1G): its peak resident memory stays within it, the interpreter included",
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from ..shuffle import parse_memory, shuffle_file
     from ..shuffle._safety import check_memory
 
+    _check_options(args)
     indexed = bool(args.indexed) or (
         args.record_size is None and not args.lines and args.src.endswith(".idx")
     )
@@ -105,13 +107,15 @@ def run(args: argparse.Namespace) -> int:
     if args.sequences:
         raise ValueError("--sequences is for an indexed dataset (--indexed, or an .idx SRC)")
 
-    budget = parse_memory(args.memory, "--memory")
-    check_memory(budget, args.memory, "--memory")
+    memory = DEFAULT_MEMORY if args.memory is None else args.memory
+    budget = parse_memory(memory, "--memory")
+    check_memory(budget, memory, "--memory")
     if budget < COMMAND_MIN_MEMORY:
         raise ValueError(
             f"--memory must be at least 64M for the command (the interpreter, numpy and padless "
-            f"take about 40 MiB of it), got {args.memory!r}"
+            f"take about 40 MiB of it), got {memory!r}"
         )
+    _check_files(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = shuffle_file(
@@ -157,8 +161,21 @@ def _run_indexed(args: argparse.Namespace) -> int:
     for bad, why in ((args.src == "-", "SRC"), (args.dst == "-", "DST")):
         if bad:
             raise ValueError(f"--indexed needs files: {why} cannot be - (a pipe)")
-    if args.shards != 1 or args.tmp_dir is not None:
-        raise ValueError("--shards and --tmp-dir are for --record-size and --lines, not --indexed")
+    given = [
+        option
+        for option, value in (
+            ("--shards", args.shards != 1),
+            ("--tmp-dir", args.tmp_dir is not None),
+            ("--memory", args.memory is not None),  # the indexed shuffle maps the pair
+        )
+        if value
+    ]
+    if given:
+        raise ValueError(
+            f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for --record-size and "
+            "--lines, not --indexed (an .idx SRC): the indexed shuffle writes one new pair, "
+            "gathering tokens a few MB at a time (its memory is O(documents), not a budget)"
+        )
     result = shuffle_indexed(args.src, args.dst, seed=args.seed, documents=not args.sequences)
     if not args.quiet:
         kind = "documents" if result.documents else "sequences"
@@ -172,6 +189,38 @@ def _run_indexed(args: argparse.Namespace) -> int:
             reuse.strip(),
         )
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse bad numbers up front, naming the option."""
+    from ..core._check import check_seed, positive
+
+    if args.record_size is not None:
+        positive("--record-size", args.record_size)
+    positive("--shards", args.shards)
+    if args.seed is not None:
+        check_seed("--seed", args.seed)
+
+
+def _check_files(args: argparse.Namespace) -> None:
+    """Refuse a SRC, DST or --tmp-dir of the wrong kind up front, naming the argument."""
+    import os
+
+    from ..shuffle import shard_paths
+
+    if args.src != "-" and os.path.isdir(args.src):
+        raise ValueError(f"SRC {args.src!r} is a directory: name the file to shuffle")
+    if args.dst == "-":
+        if args.shards != 1:
+            raise ValueError(
+                f"--shards must be 1 when DST is - (standard output), got {args.shards}"
+            )
+    else:
+        for path in shard_paths(args.dst, args.shards):
+            if os.path.isdir(path):
+                raise ValueError(f"DST {path!r} is a directory: name a file to write")
+    if args.tmp_dir is not None and not os.path.isdir(args.tmp_dir):
+        raise ValueError(f"--tmp-dir must be an existing directory, got {args.tmp_dir!r}")
 
 
 def _width() -> int:

@@ -9,13 +9,24 @@ figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from typing import Any
 
-from .inputs import add_input_arguments, check_output_paths, load_lengths
+from .inputs import (
+    add_input_arguments,
+    check_output_paths,
+    input_kind,
+    load_lengths,
+    shares_stdout,
+)
 
 WIDTH = 80
+MAX_LANES = 1 << 20  # the most dp groups (dp x cp ranks when dynamic) the placement takes
+MAX_STAGES = 1 << 10  # the most pipeline stages (pp) the pipeline simulator takes
+MAX_VPP = 64  # the most virtual stages per rank it takes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +56,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", type=int, default=0, help="which step of the epoch (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="the epoch's shuffle seed")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a figure to exactly FILE")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a figure to exactly FILE (PNG; SVG or PDF by suffix); a device or pipe is "
+        "written in place",
+    )
+
+
+def _load(option: str, path: str, load: Any) -> Any:
+    """``load(path)``, its errors naming ``option`` and the file."""
+    try:
+        return load(path)
+    except OSError as exc:
+        raise ValueError(f"{option} {path!r}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{option} {path!r}: {exc}") from None
+
+
+def _one_field(args: argparse.Namespace) -> str:
+    """How to give simulate one field, for the inputs given."""
+    if not args.inputs or all(input_kind(p, args.eos) == "npz" for p in args.inputs):
+        return "pick one with --fields (e.g. --fields en)"
+    if len(args.inputs) > 1:
+        return f"give one INPUT, not {len(args.inputs)} side by side"
+    return f"{args.inputs[0]} holds several; give an input of one field"
 
 
 def nominal_cost(model: str, pp: int) -> Any:
@@ -79,20 +114,52 @@ def run(args: argparse.Namespace) -> int:
     from ..core.mesh import Mesh, MeshCost
     from ..planners.placement import plan_placement, simulate
 
-    mesh = Mesh.parse(args.mesh)
-    cost = MeshCost.load(args.cost) if args.cost else nominal_cost(args.model, mesh.pp)
-    memory = MemoryModel.load(args.memory) if args.memory else None
-    if args.plot:
+    try:
+        mesh = Mesh.parse(args.mesh)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"--mesh {args.mesh!r}: {exc}") from None
+    lanes = mesh.ranks if mesh.dynamic else mesh.dp
+    if lanes > MAX_LANES:
+        what = "dp x cp ranks (dynamic)" if mesh.dynamic else "dp groups"
+        raise ValueError(
+            f"--mesh {args.mesh!r} places on {lanes:,} {what}: the placement takes at most "
+            f"2**20 ({MAX_LANES:,}), far beyond any mesh that trains"
+        )
+    for key, value, most in (("pp", mesh.pp, MAX_STAGES), ("vpp", mesh.vpp, MAX_VPP)):
+        if value > most:
+            raise ValueError(
+                f"--mesh {args.mesh!r}: {key} must be at most {most} (the pipeline simulator's "
+                f"limit), got {value:,}"
+            )
+    cost = (
+        _load("--cost", args.cost, MeshCost.load)
+        if args.cost
+        else nominal_cost(args.model, mesh.pp)
+    )
+    memory = _load("--memory", args.memory, MemoryModel.load) if args.memory else None
+    if args.plot is not None:
         check_output_paths(args, [args.plot], "--plot")
     if args.global_batch < 1:
         raise ValueError(f"--global-batch must be a positive int, got {args.global_batch}")
+    if args.step < 0:
+        raise ValueError(f"--step must be a non-negative int, got {args.step}")
     lengths, name = load_lengths(args)
     if getattr(lengths, "ndim", 1) != 1:
-        raise ValueError("simulate plans one field of lengths; pick one with --fields")
+        raise ValueError(
+            f"simulate plans one field of lengths, got {lengths.shape[1]}: {_one_field(args)}"
+        )
     plan = plan_placement(lengths, mesh, cost, global_batch=args.global_batch, seed=args.seed)
     sim = simulate(plan.step(args.step), memory)
-    if args.plot:
+    # the plot on standard output (--plot /dev/stdout): the figures go to standard error
+    out = sys.stderr if args.plot is not None and shares_stdout([args.plot]) else sys.stdout
+    if args.plot is not None:
         plot_simulation(sim, args.plot, title=name)
+    with contextlib.redirect_stdout(out):
+        return _print(args, name, mesh, cost, plan, sim)
+
+
+def _print(args: argparse.Namespace, name: str, mesh: Any, cost: Any, plan: Any, sim: Any) -> int:
+    """The step's figures as JSON or a table on standard output."""
     if args.json:
         p = sim.placement
         json.dump(
@@ -120,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     print(f"padless simulate: {name}"[:WIDTH])
-    print(f"step {args.step} of {len(plan)}, {args.global_batch} sequences per step"[:WIDTH])
+    placed = len(sim.placement)  # at most --global-batch: fewer in a short last step
+    print(f"step {args.step} of {len(plan)}, {placed:,} sequences placed"[:WIDTH])
     print(sim.table(WIDTH))
     return 0
 
@@ -130,7 +198,7 @@ def plot_simulation(sim: Any, path: str, *, title: str = "") -> None:
     import numpy as np
 
     from ..core._output import check_output, write_exactly
-    from .plot import pyplot
+    from .plot import FORMATS, pyplot
 
     target = check_output(path, "plot")
     plt = pyplot()
@@ -151,7 +219,9 @@ def plot_simulation(sim: Any, path: str, *, title: str = "") -> None:
     axes[1].set_title(f"step {sim.makespan * 1e3:.0f} ms, bound {sim.bound * 1e3:.0f} ms")
     fig.suptitle(f"padless simulate: {title}" if title else "padless simulate")
     fig.tight_layout()
+    suffix = os.path.splitext(target)[1].lower().lstrip(".")
+    kind = suffix if suffix in FORMATS else "png"  # as report --plot: the format by suffix
     try:
-        write_exactly(target, lambda f: fig.savefig(f, format="png", dpi=100), what="plot")
+        write_exactly(target, lambda f: fig.savefig(f, format=kind, dpi=100), what="plot")
     finally:
         plt.close(fig)

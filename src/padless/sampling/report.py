@@ -224,12 +224,18 @@ def _row(
     """
     st = plan.stats(lens)
     imbalance_bal: float | None = None
+    note = ""
     if spec is not None:
-        runs = [
-            PlanSampler(lens, spec, world_size=world_size, balance=b).stats() for b in (False, True)
-        ]
-        imbalance, imbalance_bal = float(runs[0]["imbalance"]), float(runs[1]["imbalance"])
-        work, mixing = runs[0]["real_work"], (runs[0]["length_trend"], runs[0]["length_lag1"])
+        shuffled = PlanSampler(lens, spec, world_size=world_size, balance=False).stats()
+        imbalance = float(shuffled["imbalance"])
+        # a spec whose plan orders its batches (a curriculum) refuses balanced steps, which
+        # would reorder them: its row has no balanced figure
+        if getattr(spec, "orders_batches", False):
+            note = "balance not applied (its plan orders the batches); "
+        else:
+            balanced = PlanSampler(lens, spec, world_size=world_size, balance=True).stats()
+            imbalance_bal = float(balanced["imbalance"])
+        work, mixing = shuffled["real_work"], (shuffled["length_trend"], shuffled["length_lag1"])
     else:
         sizes = sizes_of(lens)
         costs = padded_costs(plan, sizes) if cost is None else padded_batch_costs(cost, plan, sizes)
@@ -248,11 +254,20 @@ def _row(
         imbalance=imbalance,
         imbalance_balanced=imbalance_bal,
         plan_ms=ms,
+        note=note,
         spec=None if spec is None else spec_to_dict(spec),
         real_work=float(work),
         length_trend=float(mixing[0]),
         length_lag1=float(mixing[1]),
     )
+
+
+# shared settings of the report -> the settings of a spec that replace them where given
+# (a spec takes one of boundaries or num_buckets; one of max_tokens, batch_size or batch_sizes)
+SHARED_GIVES_WAY: dict[str, tuple[str, ...]] = {
+    "num_buckets": ("boundaries",),
+    "max_tokens": ("batch_size", "batch_sizes"),
+}
 
 
 def report_specs(
@@ -266,7 +281,9 @@ def report_specs(
     """One spec per registered strategy, for the report: ``(specs, not_run)``.
 
     Each spec takes the report's shared settings it has a field for (``max_tokens``,
-    ``capacity``, ``num_buckets``), then ``settings[name]`` on top. A strategy that cannot be
+    ``capacity``, ``num_buckets``), then ``settings[name]`` on top; a shared setting that
+    ``settings[name]`` replaces is left out (:data:`SHARED_GIVES_WAY`: ``boundaries`` replaces
+    ``num_buckets``, ``batch_size`` or ``batch_sizes`` replace ``max_tokens``). A strategy that cannot be
     built from these (a required setting not given) is listed in ``not_run`` with the reason,
     unless the caller gave settings for it, which must then be valid.
 
@@ -288,8 +305,14 @@ def report_specs(
     not_run: list[dict[str, str]] = []
     for name, cls in registry.items():
         fields = [f for f in dataclasses.fields(cls) if f.init]
-        kwargs = {f.name: shared[f.name] for f in fields if f.name in shared}
-        kwargs.update(settings.get(name, {}))
+        own = settings.get(name, {})
+        # a shared setting gives way to the settings of a strategy that replace it
+        kwargs = {
+            f.name: shared[f.name]
+            for f in fields
+            if f.name in shared and not set(SHARED_GIVES_WAY.get(f.name, ())) & set(own)
+        }
+        kwargs.update(own)
         required = [
             f.name
             for f in fields
@@ -318,7 +341,7 @@ def _setting(spec: Any, shared: Mapping[str, Any]) -> str:
         value = spec.as_dict().get(f.name, f.default)  # unset cost settings are left out
         if f.name == "cost" and value == shared.get("cost"):
             continue  # the report's own cost model, named once
-        if f.name in shared or value != f.default:
+        if value != f.default or (f.name in shared and value is not None):
             out.append(f"{f.name}={value}")
     return ", ".join(out)
 
@@ -408,12 +431,12 @@ def compare_report(
     for name, spec in specs.items():
         try:
             plan, ms = _timed(lambda s=spec: s.plan(lens))  # type: ignore[misc]
+            row = _row(name, _setting(spec, shared), plan, ms, lens, world_size, spec)
         except ValueError as exc:
             not_run.append({"strategy": name, "reason": str(exc)})
             continue
-        row = _row(name, _setting(spec, shared), plan, ms, lens, world_size, spec)
         if lens.ndim == 2 and type(plan) is not _Plan:
-            row.note = "(on max over fields) "  # packed rows count tokens, not fields
+            row.note += "(on max over fields) "  # packed rows count tokens, not fields
         rows.append(row)
     if "fixed_shapes" not in specs and "fixed_shapes" not in (settings or {}):
         # static shapes need their shapes: the k of the buckets, chosen by shape_set
