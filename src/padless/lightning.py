@@ -235,8 +235,9 @@ def _exact_resume_class() -> type:
           mends such a count in a checkpoint written without it when it is loaded.
         * Resumed from a step checkpoint at an epoch's last batch, Lightning takes the saved
           epoch as ended only if it trained as many batches as the loader's length now, the
-          next epoch's: where that one is longer (resumed by fewer processes, say), Lightning took it as the saved epoch half done and trained only its last
-          part. The callback lets Lightning see the saved epoch's end.
+          next epoch's: where that one is longer (resumed by fewer processes, say),
+          Lightning took it as the saved epoch half done and trained only its last part. The
+          callback lets Lightning see the saved epoch's end.
         * Resumed at an epoch boundary (an end-of-epoch checkpoint), Lightning makes the
           loader's iterator, whose workers fetch batches at once, before it selects the epoch:
           those batches are the previous epoch's. The callback selects the epoch of every
