@@ -196,6 +196,77 @@ def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, extra
         )
 
 
+def test_a_pair_trl_would_truncate_is_refused_when_built(tmp_path):
+    """TRL truncates prompt + completion to DPOConfig.max_length; the packed rows hold whole
+    pairs (they trained other tokens than TRL's: the loss differed, nothing was refused)."""
+    from tokenizers import pre_tokenizers
+
+    tok = _tokenizer()
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    rows = [
+        {"prompt": "t2 t3", "chosen": " t4", "rejected": " t5"},
+        {"prompt": "t2 t3", "chosen": " t4 t5 t6 t7 t8", "rejected": " t9"},
+    ]
+
+    def build(max_length):
+        return PackedDPOTrainer(
+            model=_model(0),
+            ref_model=_model(1),
+            args=DPOConfig(str(tmp_path), **hft.SETTINGS, bf16=False, max_length=max_length),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            capacity=48,
+        )
+
+    with pytest.raises(ValueError, match=r"pair 1: .*chosen completion hold 8 tokens, more than "):
+        build(6)
+    build(None)  # whole pairs, bounded by the capacity
+    build(8)
+
+
+def test_loss_weights_weigh_the_packed_loss_as_trls(tmp_path):
+    """DPOConfig(loss_weights=[2.0]): TRL doubles the sigmoid loss; the packed loss ignored it
+    (the logged loss halved, and so the gradient under SGD)."""
+    rows = _text_rows(4, seed=3)
+    losses = []
+    for cls, extra in ((DPOTrainer, {}), (PackedDPOTrainer, {"capacity": 48})):
+        settings = {**hft.SETTINGS, "per_device_train_batch_size": 4}
+        trainer = cls(
+            model=_model(0),
+            ref_model=_model(1),
+            args=DPOConfig(str(tmp_path / cls.__name__), **settings, bf16=False,
+                           loss_weights=[2.0], beta=BETA),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=_tokenizer(),
+            **extra,
+        )  # fmt: skip
+        trainer.model.eval()
+        batch = next(iter(trainer.get_train_dataloader()))
+        losses.append(trainer._compute_loss(trainer.model, batch, False).item())
+    assert abs(losses[0] - losses[1]) < 1e-5
+
+
+def test_a_packing_plan_of_another_capacity_names_packed_dpo_capacity(tmp_path):
+    """The refusal said to pass a PaddingFreeCollator, which PackedDPOMixin refuses."""
+    from padless import Packing
+    from padless.hf import PadlessTrainerMixin
+
+    class Planned(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer):
+        pass
+
+    settings = {**hft.SETTINGS, "remove_unused_columns": False}
+    with pytest.raises(ValueError, match="Pass capacity=48 to PackedDPOMixin"):
+        Planned(
+            model=_model(0),
+            ref_model=_model(1),
+            args=DPOConfig(str(tmp_path), **settings, bf16=False),
+            train_dataset=Dataset.from_list(_text_rows(8, seed=0)),
+            processing_class=_tokenizer(),
+            batch_sampler=Packing(capacity=48, rows_per_batch=2),
+            capacity=32,
+        )
+
+
 def test_a_packing_sampler_over_pair_rows_gives_the_collator_its_planned_rows():
     """A TRL preference row is one group: PackingSampler over rows of P + C + R tokens plans
     the pairs (resumable, per rank, per epoch), and PreferenceCollator packs each batch into

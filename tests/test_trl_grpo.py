@@ -271,6 +271,22 @@ def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, confi
         _trainer(PackedGRPOTrainer, _config(GRPOConfig, tmp_path, **config), padless_max_tokens=32)
 
 
+@pytest.mark.parametrize("bases", ["packed", "grpo", "rloo"])
+def test_padless_trainer_mixin_over_an_online_rl_trainer_is_refused_when_built(bases):
+    """PadlessTrainerMixin's plan of the dataset's rows replaced GRPO's sampler: a "group" held
+    three prompts, then the first step failed in a method both mixins define."""
+    from padless.hf import PadlessTrainerMixin
+
+    parents = {
+        "packed": (PadlessTrainerMixin, PackedGRPOMixin, GRPOTrainer),
+        "grpo": (PadlessTrainerMixin, GRPOTrainer),
+        "rloo": (PadlessTrainerMixin, RLOOTrainer),
+    }[bases]
+    cls = type("Planned", parents, {})
+    with pytest.raises(TypeError, match="puts PadlessTrainerMixin over .*Use PackedGRPOMixin"):
+        cls(batch_sampler=None)
+
+
 def test_bad_cap_and_long_rollouts_are_refused(tmp_path):
     from transformers import Trainer
 

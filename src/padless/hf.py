@@ -253,6 +253,25 @@ class _StepCollate:
 # --------------------------------------------------------------------------- the Trainer mixin
 
 
+def _refuse_rollout_trainers(cls: type) -> None:
+    """Refuse PadlessTrainerMixin over an online RL trainer (TRL's GRPO or RLOO, or
+    PackedGRPOMixin): such a trainer samples each prompt ``num_generations`` times with its own
+    sampler and scores each group's rollouts together; a plan of the dataset's rows in its place
+    puts unrelated prompts in one group (advantages across them), and PackedGRPOMixin already
+    plans each step's rollouts."""
+    names = [c.__name__ for c in cls.__mro__]
+    online = [n for n in ("PackedGRPOMixin", "GRPOTrainer", "RLOOTrainer") if n in names]
+    if online:
+        raise TypeError(
+            f"{cls.__name__} puts PadlessTrainerMixin over {online[0]}: an online RL trainer "
+            "samples each prompt num_generations times and scores a group's rollouts together, "
+            "and a plan of the dataset's rows in place of its sampler would group unrelated "
+            "prompts. Use PackedGRPOMixin without PadlessTrainerMixin (it plans each step's "
+            f"rollouts with padless.plan_step): class {cls.__name__}(PackedGRPOMixin, "
+            f"{online[-1] if online[-1] != 'PackedGRPOMixin' else 'GRPOTrainer'})"
+        )
+
+
 class PadlessTrainerMixin:
     """Train a ``transformers.Trainer`` (or TRL trainer) on a padless sampler's batches.
 
@@ -392,6 +411,7 @@ class PadlessTrainerMixin:
         trust_collator: bool = False,
         **kwargs: Any,
     ) -> None:
+        _refuse_rollout_trainers(type(self))
         # a spec: planned once the trainer has prepared (tokenized) its dataset, see below
         spec = batch_sampler if isinstance(batch_sampler, Spec) else None
         if spec is None:
@@ -1319,6 +1339,12 @@ def _check_collator(collator: Any, sampler: Any, *, trust: bool, default: bool) 
                 f"Pass {_fix(spec)}; or, if {lay.name} does lay out every batch as planned, "
                 "pass trust_collator=True to the trainer"
             )
+        elif isinstance(collator, PreferenceCollator) and form.packed:
+            # PackedDPOMixin sets this collator itself and takes no other: its capacity= moves
+            fix = (
+                f"Pass capacity={form.capacity} to PackedDPOMixin (the plan's rows), or plan "
+                f"rows of capacity={lay.capacity}"
+            )
         else:
             fix = f"Pass {_fix(spec)}"
         if why is not None:
@@ -1842,8 +1868,11 @@ class PackedDPOMixin:
     ``loss_type`` other than ``"sigmoid"``, ``f_divergence_type``, ``ld_alpha``,
     ``use_weighting``, ``precompute_ref_logps``, a router aux loss, a PEFT model without a
     ``ref_model``, and a ``data_collator`` of your own (pass ``capacity``). A pair longer than
-    ``capacity`` is a ``ValueError`` at its batch (TRL's ``max_length`` truncation is not applied).
-    Logged metrics: the rewards, margins, accuracies and log-probs TRL logs.
+    ``capacity`` is a ``ValueError`` at its batch. TRL truncates a pair at
+    ``DPOConfig.max_length`` (1024 by default) and the packed rows hold whole pairs, so a pair
+    over it is refused when the trainer is built (``max_length=None`` trains whole pairs, the
+    capacity bounding them). ``loss_weights`` weighs the loss as TRL does. Logged metrics: the
+    rewards, margins, accuracies and log-probs TRL logs.
 
     An optimizer step's loss is the mean over all of its pairs, on every process and in every
     micro-batch of the accumulation, whatever each micro-batch holds: each micro-batch's mean
@@ -1906,6 +1935,7 @@ class PackedDPOMixin:
                     f"PackedDPOMixin supports TRL's sigmoid DPO loss with a reference model only: "
                     f"{name}={value!r} is not supported; use TRL's DPOTrainer for it"
                 )
+        _refuse_truncated_pairs(me.train_dataset, getattr(me.args, "max_length", None))
         if attention_mask == "flex":
             for which, net in (("model", me.model), ("ref_model", me.ref_model)):
                 impl = getattr(getattr(net, "config", None), "_attn_implementation", None)
@@ -1967,7 +1997,8 @@ class PackedDPOMixin:
         logps = completion_logprobs(model(**args, use_cache=False).logits, inputs)
         with torch.no_grad():
             ref = completion_logprobs(me.ref_model(**args, use_cache=False).logits, inputs)
-        loss = dpo_loss(inputs, logps, ref, beta=me.beta)
+        # TRL weighs each loss type by its loss_weights (one type here: sigmoid)
+        loss = dpo_loss(inputs, logps, ref, beta=me.beta) * float(me.loss_weights[0])
         step = self._padless_step_pairs
         if step is not None and step[0] > 0 and model.training:
             # the Trainer divides by the step's micro-batches and DDP averages over processes
@@ -1992,6 +2023,30 @@ class PackedDPOMixin:
         for k, name in enumerate(values):
             me._metrics[mode][name].append((sums[k] / sums[-1].clamp(min=1)).item())
         return (loss, None) if return_outputs else loss
+
+
+def _refuse_truncated_pairs(dataset: Any, max_length: Any) -> None:
+    """Refuse a tokenized preference dataset with a pair TRL would truncate: TRL's collate cuts
+    prompt + chosen and prompt + rejected at ``DPOConfig.max_length``, and PackedDPOMixin packs
+    whole pairs (a pair over it trained other tokens than TRL's DPO)."""
+    names = getattr(dataset, "column_names", None)
+    if max_length is None or not isinstance(names, list) or not hasattr(dataset, "__len__"):
+        return  # no limit, or a stream (an IterableDataset: its rows are not all at hand)
+    if not set(_PAIR_KEYS) <= set(names):
+        return
+    prompt = lengths_of(dataset, column="prompt_ids")
+    for side in ("chosen", "rejected"):
+        total = prompt + lengths_of(dataset, column=f"{side}_ids")
+        over = np.flatnonzero(total > int(max_length))
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"pair {i}: its prompt and {side} completion hold {int(total[i])} tokens, more "
+                f"than DPOConfig.max_length={int(max_length)} ({over.size} pairs are over it), "
+                "which TRL's collate truncates them to, and PackedDPOMixin packs whole pairs: "
+                "set max_length=None (the packing capacity bounds the pairs), or leave the "
+                "longer pairs out of the dataset"
+            )
 
 
 _GRPO_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")  # the ones PackedGRPOMixin computes
