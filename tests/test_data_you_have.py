@@ -106,7 +106,8 @@ def test_the_command_line_reads_indexed_and_raw_files(pair, tmp_path):
     status, out, _ = cli("report", raw, "--dtype", "uint32", "--eos", "1")
     assert status == 0 and "50 sequences" in out
     status, _, err = cli("report", tmp_path / "raw.bin", "--dtype", "uint32")
-    assert status != 0 and "--eos" not in err and "pass eos= too" in err
+    # --dtype reads only a raw token file, which --eos makes: named as the CLI's options
+    assert status == 2 and "--dtype 'uint32' does not apply" in err and "with --eos" in err
 
 
 def _readme_block() -> str:
