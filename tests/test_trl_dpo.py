@@ -170,6 +170,18 @@ def test_dpotrainer_on_packed_pairs_trains_to_trls_weights(tmp_path):
     hft.assert_same_weights(theirs.model, ours.model, _model(0))
 
 
+def _built(cls, out: Path, rows: list[dict], *, tok=None, config=None, **extra) -> DPOTrainer:
+    """A DPO trainer of ``cls`` over ``rows`` (models 0 and 1), as TRL builds it."""
+    return cls(
+        model=_model(0),
+        ref_model=_model(1),
+        args=DPOConfig(str(out), **{**hft.SETTINGS, **(config or {})}, bf16=False),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=_tokenizer() if tok is None else tok,
+        **extra,
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "config", "match"),
     [
@@ -183,16 +195,9 @@ def test_dpotrainer_on_packed_pairs_trains_to_trls_weights(tmp_path):
     ],
 )
 def test_settings_the_packed_loss_does_not_implement_are_refused(tmp_path, extra, config, match):
-    settings = {**hft.SETTINGS, **config}
     with pytest.raises(ValueError, match=match):
-        PackedDPOTrainer(
-            model=_model(0),
-            ref_model=_model(1),
-            args=DPOConfig(str(tmp_path), **settings, bf16=False),
-            train_dataset=Dataset.from_list(_text_rows(2, seed=0)),
-            processing_class=_tokenizer(),
-            capacity=48,
-            **extra,
+        _built(
+            PackedDPOTrainer, tmp_path, _text_rows(2, seed=0), config=config, capacity=48, **extra
         )
 
 
@@ -209,14 +214,8 @@ def test_a_pair_trl_would_truncate_is_refused_when_built(tmp_path):
     ]
 
     def build(max_length):
-        return PackedDPOTrainer(
-            model=_model(0),
-            ref_model=_model(1),
-            args=DPOConfig(str(tmp_path), **hft.SETTINGS, bf16=False, max_length=max_length),
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tok,
-            capacity=48,
-        )
+        config = {"max_length": max_length}
+        return _built(PackedDPOTrainer, tmp_path, rows, tok=tok, config=config, capacity=48)
 
     with pytest.raises(ValueError, match=r"pair 1: .*chosen completion hold 8 tokens, more than "):
         build(6)
@@ -230,16 +229,8 @@ def test_loss_weights_weigh_the_packed_loss_as_trls(tmp_path):
     rows = _text_rows(4, seed=3)
     losses = []
     for cls, extra in ((DPOTrainer, {}), (PackedDPOTrainer, {"capacity": 48})):
-        settings = {**hft.SETTINGS, "per_device_train_batch_size": 4}
-        trainer = cls(
-            model=_model(0),
-            ref_model=_model(1),
-            args=DPOConfig(str(tmp_path / cls.__name__), **settings, bf16=False,
-                           loss_weights=[2.0], beta=BETA),
-            train_dataset=Dataset.from_list(rows),
-            processing_class=_tokenizer(),
-            **extra,
-        )  # fmt: skip
+        config = {"per_device_train_batch_size": 4, "loss_weights": [2.0], "beta": BETA}
+        trainer = _built(cls, tmp_path / cls.__name__, rows, config=config, **extra)
         trainer.model.eval()
         batch = next(iter(trainer.get_train_dataloader()))
         losses.append(trainer._compute_loss(trainer.model, batch, False).item())
@@ -254,14 +245,12 @@ def test_a_packing_plan_of_another_capacity_names_packed_dpo_capacity(tmp_path):
     class Planned(PadlessTrainerMixin, PackedDPOMixin, DPOTrainer):
         pass
 
-    settings = {**hft.SETTINGS, "remove_unused_columns": False}
     with pytest.raises(ValueError, match="Pass capacity=48 to PackedDPOMixin"):
-        Planned(
-            model=_model(0),
-            ref_model=_model(1),
-            args=DPOConfig(str(tmp_path), **settings, bf16=False),
-            train_dataset=Dataset.from_list(_text_rows(8, seed=0)),
-            processing_class=_tokenizer(),
+        _built(
+            Planned,
+            tmp_path,
+            _text_rows(8, seed=0),
+            config={"remove_unused_columns": False},
             batch_sampler=Packing(capacity=48, rows_per_batch=2),
             capacity=32,
         )
