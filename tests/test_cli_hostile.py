@@ -251,6 +251,8 @@ def test_report_world_size_is_bounded(capsys, size):
         (("--lines", "--shards", "0"), "--shards must be a positive int, got 0"),
         (("--lines", "--seed", "-1"), "--seed must be a non-negative int, got -1"),
         (("--lines", "--tmp-dir", "nope"), "--tmp-dir must be an existing directory"),
+        # past the open-files limit (it said shards=N)
+        (("--lines", "--shards", str(10**12)), f"--shards={10**12} needs {10**12} output files"),
     ],
 )
 def test_shuffle_errors_name_the_option(capsys, files, args, fragment):

@@ -198,6 +198,10 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.record_size is not None:
         positive("--record-size", args.record_size)
     positive("--shards", args.shards)
+    if not args.indexed:
+        from ..shuffle._safety import check_open_files
+
+        check_open_files(args.shards, name="--shards")  # room for the shards' files, or refuse
     if args.seed is not None:
         check_seed("--seed", args.seed)
 

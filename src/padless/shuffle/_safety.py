@@ -105,11 +105,11 @@ def open_files_limit() -> tuple[int, int] | None:
     return soft, hard
 
 
-def check_open_files(shards: int, spare: int = 64) -> None:
+def check_open_files(shards: int, spare: int = 64, name: str = "shards") -> None:
     """Make room for ``shards`` output files open at once (and ``spare`` more), or refuse.
 
-    Raises the soft limit up to the hard one if needed; raises ``ValueError`` naming ``shards``
-    when even that is not enough. (Bucket files make room for themselves when they are opened:
+    Raises the soft limit up to the hard one if needed; raises ``ValueError`` naming ``name``
+    (the caller's word for the setting) when even that is not enough. (Bucket files make room for themselves when they are opened:
     ``_passes._raise_open_files_limit``.)
     """
     limits = open_files_limit()
@@ -129,7 +129,7 @@ def check_open_files(shards: int, spare: int = 64) -> None:
     if needed > target:
         shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
         raise ValueError(
-            f"shards={shards} needs {shards} output files open at once (and a few more), more "
+            f"{name}={shards} needs {shards} output files open at once (and a few more), more "
             f"than this process may open (limit {soft}, hard limit {shown}); write fewer "
             f"shards, or raise the limit (ulimit -n)"
         )
