@@ -212,9 +212,10 @@ def layout_row(sizes: Sequence[int], capacity: int, parts: int) -> list[list[tup
 
     Sequences go longest first (ties in the row's order); each goes whole into the first row
     with room for it; one that no row has room for fills the row with the most room (the first
-    of those) with its first tokens, and its rest is placed by the same rule. So a sequence is
-    cut only where it must be (longer than ``capacity``, or no row left with room for it), its
-    pieces keep the document's order, and the ``parts`` rows hold every token. Returns, per
+    of those), and its rest is placed by the same rule; its pieces then take its tokens in row
+    order. So a sequence is cut only where it must be (longer than ``capacity``, or no row left
+    with room for it), its pieces keep the document's order in the row order, and the
+    ``parts`` rows hold every token. Returns, per
     row, its pieces as ``(sequence, start, stop)``: sequence ``i``'s tokens ``[start, stop)``.
 
     Cost: O(len(sizes) · parts) per row.
@@ -233,18 +234,22 @@ def layout_row(sizes: Sequence[int], capacity: int, parts: int) -> list[list[tup
     room = [capacity] * parts
     rows: list[list[tuple[int, int, int]]] = [[] for _ in range(parts)]
     for i in sorted(range(len(sizes)), key=lambda k: -int(sizes[k])):
-        start, left = 0, int(sizes[i])
+        left = int(sizes[i])
+        taken: list[tuple[int, int]] = []  # (row, tokens) of each piece
         while True:
             r = next((r for r in range(parts) if room[r] >= left), None)
             if r is not None:
-                rows[r].append((i, start, start + left))
+                taken.append((r, left))
                 room[r] -= left
                 break
             r = max(range(parts), key=room.__getitem__)
-            take = room[r]
-            rows[r].append((i, start, start + take))
+            taken.append((r, room[r]))
+            left -= room[r]
             room[r] = 0
-            start, left = start + take, left - take
+        start = 0
+        for r, n in sorted(taken):  # the document's tokens in row order
+            rows[r].append((i, start, start + n))
+            start += n
     return rows
 
 
