@@ -801,14 +801,7 @@ class Resumable:
             raise
         # an earlier part of the epoch, at a wider world size, may have run into the repeats
         # (a part before a change of settings too: its world size is the change's record)
-        widest = max(
-            [
-                saved_world,
-                *(w for w, _ in checked["elastic"]),
-                *(c[2] for c in self._changes),
-                *(w for c in self._changes for w, _ in c[3]),
-            ]
-        )
+        widest = max(part_worlds(saved_world, checked["elastic"], self._changes))
         limit = position_limit(total, widest, self.drop_last)
         if position > limit:
             self.epoch, self._history = previous
@@ -940,6 +933,18 @@ def change_record(change: tuple[Any, ...]) -> dict[str, Any]:
     if skips:
         record["skips"] = [[lo, hi] for lo, hi in skips]
     return record
+
+
+def part_worlds(world: Any, history: Any, changes: tuple[Any, ...]) -> set[Any]:
+    """The world sizes the parts of an epoch ran at: ``world`` (the last part's), its elastic
+    ``history`` (``(world_size, position)`` pairs) and each checked change's part and history
+    (``(position, settings, world_size, elastic, skips)``)."""
+    return {
+        world,
+        *(w for w, _ in history),
+        *(c[2] for c in changes),
+        *(w for c in changes for w, _ in c[3]),
+    }
 
 
 def check_history(value: Any, position: Any = None) -> tuple[tuple[int, int], ...]:

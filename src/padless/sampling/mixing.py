@@ -29,7 +29,7 @@ from ..core import _rng
 from ..core._check import check_bool, check_choice, check_int, check_seed, positive_or_none
 from ..core._keywords import checks_keywords
 from ..core._schedule import steps_left
-from ..core._state import Resumable, fingerprint
+from ..core._state import Resumable, check_history, fingerprint, part_worlds
 from ..core.plan import BatchPlan
 from ..core.schedules import MAX_VALUE, Schedule
 from ..io import lengths_of
@@ -1562,7 +1562,7 @@ class MixtureSampler(Resumable):
             "corpora differ)"
         )
 
-    def _refuse_fixed_elastic(self, state: Any) -> None:
+    def _refuse_fixed_elastic(self, state: Any, changes: tuple[Any, ...]) -> None:
         """Refuse a state of another world size where a corpus does not shuffle and the
         weights are scheduled: its one order continues across mixture epochs from the batches
         the earlier epochs drew of it, which the state does not record and which, under weight
@@ -1573,16 +1573,8 @@ class MixtureSampler(Resumable):
         fixed = [n for n, sub in zip(self.names, self._subs, strict=True) if not _fresh(sub)]
         if not fixed:
             return
-        worlds = {state.get("world_size")}
-        for part in state.get("elastic") or []:
-            if isinstance(part, (list, tuple)) and part:
-                worlds.add(part[0])
-        for entry in state.get("changes") or []:
-            if isinstance(entry, dict):
-                worlds.add(entry.get("world_size"))
-                for part in entry.get("elastic") or []:
-                    if isinstance(part, (list, tuple)) and part:
-                        worlds.add(part[0])
+        history = check_history(state.get("elastic", []), state.get("position"))
+        worlds = part_worlds(state.get("world_size"), history, changes)
         other = sorted((w for w in worlds if w != self.world_size), key=repr)
         if other:
             raise ValueError(
@@ -1667,9 +1659,9 @@ class MixtureSampler(Resumable):
         with weight schedules a non-shuffling corpus resumes only at the world size the state
         was saved at (the earlier epochs' draws depend on it): another is a ``ValueError``.
         """
-        self._refuse_fixed_elastic(state)
         change = self._change_in(state)
         changes, resumed = change if change is not None else (self._changes_of(state), state)
+        self._refuse_fixed_elastic(state, changes)
         previous = self._changes
         self._changes = changes
         try:
